@@ -1,0 +1,80 @@
+"""Registration of the cases behind ``python -m mpslinalg check`` and ``bench``.
+
+Each op family registers its cases in ``mpslinalg/cases/<family>.py``; the CLI imports that
+package, so adding a family never touches the CLI.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+#: LAPACK's threshold for its test ratios (e.g. xGET01 / xGET02 use THRESH = 30).
+DEFAULT_BOUND = 30.0
+
+
+@dataclass(frozen=True)
+class CheckCase:
+    """A fixed hard case: ``run(device)`` computes with the mpslinalg API and returns a LAPACK-style
+    error ratio, which passes when finite and below ``bound``. Raising fails the case."""
+
+    op: str
+    case: str
+    run: Callable[[torch.device], float]
+    bound: float = DEFAULT_BOUND
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """``run(device, repeats)`` returns the median seconds of each implementation it timed, keyed
+    by name; ``"mpslinalg"`` is the reference the ratios are taken against."""
+
+    group: str
+    case: str
+    run: Callable[[torch.device, int], dict[str, float]]
+
+
+CHECKS: list[CheckCase] = []
+BENCHES: list[BenchCase] = []
+
+
+def check_case(op: str, case: str, *, bound: float = DEFAULT_BOUND):
+    def register(run: Callable[[torch.device], float]) -> Callable[[torch.device], float]:
+        CHECKS.append(CheckCase(op, case, run, bound))
+        return run
+
+    return register
+
+
+def bench_case(group: str, case: str):
+    def register(run: Callable[[torch.device, int], dict[str, float]]):
+        BENCHES.append(BenchCase(group, case, run))
+        return run
+
+    return register
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def median_time(fn: Callable[[], object], device: torch.device, repeats: int = 5,
+                warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` in seconds, the device synchronised around each run."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

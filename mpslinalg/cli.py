@@ -1,0 +1,134 @@
+"""``python -m mpslinalg info | check | bench``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+from collections.abc import Sequence
+
+import torch
+
+from . import __version__, _platform, _registry
+from ._backend import use_backend
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*row) for row in rows]
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    print(f"mpslinalg {__version__}")
+    print(f"torch     {torch.__version__}")
+    print(f"Python    {platform.python_version()}")
+    system = platform.system()
+    os_version = platform.mac_ver()[0] if system == "Darwin" else platform.release()
+    print(f"OS        {system} {os_version} ({platform.machine()})")
+    print()
+    reasons = _platform.mps_unavailable_reasons()
+    cxx = _platform.find_cxx()
+    print("backends and executors:")
+    print("  torch                  usable (torch.linalg on CPU" +
+          (", CUDA" if torch.cuda.is_available() else "") + ")")
+    if reasons:
+        print("  metal on the Apple GPU not usable:")
+        for reason in reasons:
+            print(f"    - {reason}")
+    else:
+        print("  metal on the Apple GPU usable (torch.mps.compile_shader)")
+    if cxx:
+        print(f"  metal in the emulator  usable (CPU tensors; C++ compiler: {cxx})")
+    else:
+        print("  metal in the emulator  not usable: no C++ compiler found "
+              "(set $CXX or install g++ or clang++)")
+    return 0
+
+
+def _device(args: argparse.Namespace) -> torch.device:
+    return torch.device(args.device) if args.device else _platform.default_device()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from . import cases
+
+    cases.load_all()
+    selected = [c for c in _registry.CHECKS if not args.op or c.op in args.op]
+    if not selected:
+        print("no checks registered" + (f" for {', '.join(args.op)}" if args.op else ""))
+        return 0
+    device = _device(args)
+    print(f"checking {len(selected)} cases on the {args.backend} backend, device {device}")
+    rows, failures = [], 0
+    for i, case in enumerate(selected, start=1):
+        print(f"[{i}/{len(selected)}] {case.op}: {case.case} ...", end=" ", flush=True)
+        try:
+            with use_backend(args.backend):
+                ratio = float(case.run(device))
+            ok = math.isfinite(ratio) and ratio < case.bound
+            shown = f"{ratio:.3g}"
+        except Exception as exc:  # a failing case is reported, the others still run
+            ok, shown = False, f"error: {type(exc).__name__}: {exc}"[:120]
+        failures += not ok
+        print("pass" if ok else "FAIL")
+        rows.append((case.op, case.case, shown, f"< {case.bound:g}", "pass" if ok else "FAIL"))
+    print()
+    print(_table(("op", "case", "error ratio", "bound", "result"), rows))
+    print(f"\n{len(selected) - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import cases
+
+    cases.load_all()
+    selected = [b for b in _registry.BENCHES if not args.group or b.group in args.group]
+    if not selected:
+        print("no benchmarks registered" + (f" for {', '.join(args.group)}" if args.group else ""))
+        return 0
+    device = _device(args)
+    print(f"benchmarking on device {device}, median of {args.repeats} runs, backend "
+          f"{args.backend}; ratio = other / mpslinalg (> 1: mpslinalg is faster)")
+    rows = []
+    for i, bench in enumerate(selected, start=1):
+        print(f"[{i}/{len(selected)}] {bench.group}: {bench.case}", flush=True)
+        with use_backend(args.backend):
+            times = bench.run(device, args.repeats)
+        ours = times["mpslinalg"]
+        for name, seconds in times.items():
+            ratio = "" if name == "mpslinalg" else f"{seconds / ours:.2f}x"
+            rows.append((bench.group, bench.case, name, f"{seconds * 1e3:.3f}", ratio))
+    print()
+    print(_table(("group", "case", "implementation", "median ms", "ratio"), rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mpslinalg", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions and what can run here, and why not")
+    check = sub.add_parser("check", help="validate the kernels against SciPy on hard cases")
+    check.add_argument("--backend", default="metal", choices=("metal", "torch", "auto"))
+    check.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
+    check.add_argument("--op", action="append", help="only this op (repeatable)")
+    bench = sub.add_parser("bench", help="speed against torch.linalg and SciPy")
+    bench.add_argument("--backend", default="auto", choices=("metal", "torch", "auto"))
+    bench.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
+    bench.add_argument("--repeats", type=int, default=7)
+    bench.add_argument("--group", action="append", help="only this group (repeatable)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Backend fixture and hypothesis profiles shared by every test module (DESIGN.md section 7).
+
+The ``backend`` fixture runs a test on each available executor: ``torch`` (torch.linalg),
+``emulator`` (the Metal kernels on CPU tensors through mpslinalg.emulator) and ``mps`` (the Metal
+kernels on the Apple GPU, when present). Narrow it with ``--backends torch,emulator`` or
+``MPSLINALG_TEST_BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+import mpslinalg
+from mpslinalg import _platform
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=8,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev",
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") == "true" else "dev")
+)
+
+ALL_BACKENDS = ("torch", "emulator", "mps")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One executor a test runs on: the mpslinalg backend name and the device of its tensors."""
+
+    name: str
+    backend: str
+    device: torch.device
+
+    @property
+    def is_metal(self) -> bool:
+        return self.backend == "metal"
+
+    def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.device)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--backends",
+        default=None,
+        help="comma-separated subset of torch,emulator,mps (default: all available; "
+        "env MPSLINALG_TEST_BACKENDS)",
+    )
+
+
+def _selected_backends(config) -> list[str]:
+    raw = config.getoption("--backends") or os.environ.get("MPSLINALG_TEST_BACKENDS")
+    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else list(ALL_BACKENDS)
+    unknown = sorted(set(names) - set(ALL_BACKENDS))
+    if unknown:
+        raise pytest.UsageError(f"unknown backends {unknown}; choose from {ALL_BACKENDS}")
+    if not raw and _platform.mps_unavailable_reasons():
+        names.remove("mps")  # not requested explicitly and not present
+    return names
+
+
+def pytest_generate_tests(metafunc):
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", _selected_backends(metafunc.config), indirect=True)
+
+
+@pytest.fixture
+def backend(request):
+    name = request.param
+    if name == "mps" and _platform.mps_unavailable_reasons():
+        pytest.fail("the mps backend was requested but MPS is not usable: "
+                    + "; ".join(_platform.mps_unavailable_reasons()))
+    chosen = {
+        "torch": Backend("torch", "torch", torch.device("cpu")),
+        "emulator": Backend("emulator", "metal", torch.device("cpu")),
+        "mps": Backend("mps", "metal", torch.device("mps")),
+    }[name]
+    with mpslinalg.use_backend(chosen.backend):
+        yield chosen

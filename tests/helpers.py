@@ -1,0 +1,155 @@
+"""Test helpers: LAPACK-style test ratios, matrix generators, host-synchronisation counting.
+
+Ratios follow LAPACK's testing programs (xGET01, xGET02, xGET03): a residual scaled by
+``n * ||A|| * eps`` of the compute dtype; a correct factorisation stays below 30 (DESIGN.md 7).
+Norms are 1-norms computed in float64/complex128.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+
+THRESH = 30.0
+
+_WIDE = {torch.float32: torch.float64, torch.complex64: torch.complex128,
+         torch.float16: torch.float64, torch.bfloat16: torch.float64}
+
+
+def wide(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on the CPU in float64 / complex128."""
+    x = x.detach().cpu()
+    return x.to(_WIDE.get(x.dtype, x.dtype))
+
+
+def eps(dtype: torch.dtype) -> float:
+    """Machine epsilon of the compute dtype (float16/bfloat16 compute in float32)."""
+    real = {torch.complex64: torch.float32, torch.complex128: torch.float64,
+            torch.float16: torch.float32, torch.bfloat16: torch.float32}.get(dtype, dtype)
+    return torch.finfo(real).eps
+
+
+def norm1(x: torch.Tensor) -> torch.Tensor:
+    """Matrix 1-norm per batch element (float64)."""
+    return torch.linalg.matrix_norm(wide(x), ord=1)
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
+    """max over the batch of num/den, with 0/0 = 0 (an exact empty or zero residual)."""
+    num, den = num.reshape(-1), den.reshape(-1)
+    if num.numel() == 0:
+        return 0.0
+    r = torch.where(num == 0, torch.zeros_like(num), num / den)
+    return float(r.max()) if not torch.isnan(r).any() else math.nan
+
+
+def lu_ratio(A, P, L, U, dtype=None) -> float:
+    """||P A - L U|| / (n ||A|| eps) for torch.linalg.lu's convention A = P L U."""
+    A, P, L, U = map(wide, (A, P, L, U))
+    n = max(A.shape[-1], A.shape[-2], 1)
+    res = norm1(A - P @ L @ U)
+    return _ratio(res, n * norm1(A) * eps(dtype or L.dtype))
+
+
+def solve_ratio(A, X, B, dtype=None) -> float:
+    """||A X - B|| / (||A|| ||X|| n eps) (xGET02, 1-norms)."""
+    A, X, B = map(wide, (A, X, B))
+    n = max(A.shape[-1], 1)
+    res = norm1(A @ X - B)
+    return _ratio(res, norm1(A) * norm1(X) * n * eps(dtype or X.dtype))
+
+
+def inv_ratio(A, Ainv, dtype=None) -> float:
+    """||A inv(A) - I|| / (n ||A|| ||inv(A)|| eps) (xGET03)."""
+    A, Ainv = map(wide, (A, Ainv))
+    n = max(A.shape[-1], 1)
+    eye = torch.eye(n, dtype=A.dtype)
+    res = norm1(A @ Ainv - eye)
+    return _ratio(res, n * norm1(A) * norm1(Ainv) * eps(dtype or Ainv.dtype))
+
+
+# ---------------------------------------------------------------- matrix generators
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _haar(rng: np.random.Generator, n: int, complex_: bool, batch: tuple) -> np.ndarray:
+    z = rng.standard_normal((*batch, n, n))
+    if complex_:
+        z = z + 1j * rng.standard_normal((*batch, n, n))
+    q, r = np.linalg.qr(z)
+    d = np.diagonal(r, axis1=-2, axis2=-1)
+    return q * (d / np.where(np.abs(d) == 0, 1, np.abs(d)))[..., None, :]
+
+
+def random_matrix(n: int, dtype=torch.float32, batch: tuple = (), seed: int = 0, m=None):
+    """Standard normal entries (complex: both parts), shape (*batch, m or n, n)."""
+    rng = _rng(seed)
+    m = n if m is None else m
+    a = rng.standard_normal((*batch, m, n))
+    if dtype.is_complex:
+        a = a + 1j * rng.standard_normal((*batch, m, n))
+    return torch.from_numpy(a).to(dtype)
+
+
+def matrix_with_spread(n: int, cond: float, dtype=torch.float32, batch: tuple = (),
+                       seed: int = 0, scale: float = 1.0):
+    """U diag(s) V^H with Haar U, V and singular values spread geometrically from ``scale`` down
+    to ``scale / cond`` (LAPACK xLATMS mode 3)."""
+    rng = _rng(seed)
+    u = _haar(rng, n, dtype.is_complex, batch)
+    v = _haar(rng, n, dtype.is_complex, batch)
+    s = scale * cond ** (-np.arange(n) / max(n - 1, 1))
+    a = (u * s[..., None, :]) @ np.conj(np.swapaxes(v, -1, -2))
+    return torch.from_numpy(a).to(dtype)
+
+
+def singular_matrix(n: int, rank: int, dtype=torch.float32, batch: tuple = (), seed: int = 0):
+    """An exactly rank-deficient matrix: the last ``n - rank`` columns are zero after a row
+    permutation-free construction, so LU meets an exact zero pivot."""
+    a = random_matrix(n, dtype, batch, seed)
+    a[..., :, rank:] = 0
+    return a
+
+
+def noncontiguous(x: torch.Tensor) -> torch.Tensor:
+    """The same values as ``x`` in a non-contiguous view (every other column of a wider buffer,
+    batch and matrix dims transposed in storage)."""
+    wide_buf = torch.zeros((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
+    wide_buf[..., ::2] = x
+    view = wide_buf[..., ::2]
+    assert not view.is_contiguous() or x.numel() <= 1
+    return view
+
+
+# ---------------------------------------------------------------- host synchronisations
+
+_SYNC_METHODS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__",
+                 "__index__", "__complex__", "nonzero"}
+
+
+class _SyncCounter(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in _SYNC_METHODS:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def count_host_syncs():
+    """Counts tensor reads that force a device->host synchronisation (``.item()``,
+    ``.tolist()``, ``.cpu()``, ``bool(t)``, ...) inside the block: ``with count_host_syncs() as
+    syncs: ...; assert syncs.calls == []``."""
+    counter = _SyncCounter()
+    with counter:
+        yield counter
