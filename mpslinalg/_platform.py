@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import sys
 
@@ -15,13 +16,9 @@ MIN_MACOS = (15,)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+    """The leading numeric release of a version string: "2.6.0a0+git" -> (2, 6, 0)."""
+    match = re.match(r"\d+(?:\.\d+)*", text)
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
 
 
 def mps_unavailable_reasons() -> list[str]:

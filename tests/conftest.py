@@ -75,8 +75,17 @@ def _selected_backends(config) -> list[str]:
     return names
 
 
+def _parametrized_by_test(metafunc, name: str) -> bool:
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        argnames = marker.args[0]
+        names = argnames.split(",") if isinstance(argnames, str) else argnames
+        if name in (n.strip() for n in names):
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc):
-    if "backend" in metafunc.fixturenames:
+    if "backend" in metafunc.fixturenames and not _parametrized_by_test(metafunc, "backend"):
         metafunc.parametrize("backend", _selected_backends(metafunc.config), indirect=True)
 
 

@@ -1,0 +1,83 @@
+import re
+
+import pytest
+import torch
+
+from mpslinalg import _metal
+
+ROOT = _metal.metal_root()
+METAL_FILES = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.metal"))
+_INSTANTIATION = re.compile(r"^\s*MPSL_KERNEL(_P)?\((.*)\)\s*$")
+
+
+def declared_host_names(path: str) -> set[str]:
+    """Host names a .metal file instantiates, read from its MPSL_KERNEL(_P) lines."""
+    names = set()
+    for line in (ROOT / path).read_text().splitlines():
+        match = _INSTANTIATION.match(line)
+        if match:
+            args = [a.strip() for a in match.group(2).split(",")]
+            name = f"{args[0]}_{args[1]}"
+            names.add(f"{name}_{args[2]}" if match.group(1) else name)
+    return names
+
+
+def test_sources_are_found_in_the_checkout():
+    assert (ROOT / "common" / "defines.h").is_file()
+    assert "linalg/copy.metal" in METAL_FILES
+
+
+def test_load_source_inlines_our_headers_once_with_line_markers():
+    text = _metal.load_source("linalg/copy.metal")
+    assert '#include "' not in text
+    assert text.count("#define MPSL_KERNEL(") == 1
+    assert '#line 1 "metal/linalg/copy.metal"' in text
+    assert '#line 1 "metal/common/defines.h"' in text
+    assert "#pragma once" not in text
+    assert "#include <metal_stdlib>" in text  # Metal's own headers stay for the compiler
+    text.encode("ascii")
+
+
+def test_all_sources_are_ascii():
+    for path in list(ROOT.rglob("*.metal")) + list(ROOT.rglob("*.h")):
+        path.read_bytes().decode("ascii")
+
+
+def test_non_ascii_and_missing_includes_are_reported(tmp_path, monkeypatch):
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "defines.h").write_text("#pragma once\n")
+    (tmp_path / "bad.metal").write_bytes(b"// ok\n// caf\xc3\xa9\n")
+    (tmp_path / "missing.metal").write_text('\n#include "nothere.h"\n')
+    monkeypatch.setattr(_metal, "metal_root", lambda: tmp_path)
+    with pytest.raises(SyntaxError, match=r"metal/bad.metal:2: non-ASCII"):
+        _metal.load_source("bad.metal")
+    with pytest.raises(FileNotFoundError, match=r'metal/missing.metal:2: #include "nothere.h"'):
+        _metal.load_source("missing.metal")
+
+
+def test_kernel_name_rule():
+    assert _metal.kernel_name("lu_panel", torch.complex64, bs=32) == "lu_panel_complex64_bs32"
+    assert _metal.kernel_name("small_inv", torch.float32, n=4, left=True) == \
+        "small_inv_float32_n4_left1"
+    assert _metal.kernel_name("copy_strided", torch.int32) == "copy_strided_int32"
+
+
+def test_cuda_tensors_are_refused_by_the_loader():
+    with pytest.raises(RuntimeError, match="mpslinalg.solve: the metal backend"):
+        _metal.library("linalg/copy.metal", torch.device("cuda"), "solve")
+
+
+@pytest.mark.parametrize("path", METAL_FILES)
+def test_every_metal_file_compiles_in_the_emulator_with_the_declared_names(path):
+    lib = _metal.library(path, torch.device("cpu"))
+    assert declared_host_names(path) <= set(dir(lib))
+    assert declared_host_names(path), f"{path} instantiates no kernel"
+
+
+def test_compilation_is_cached_per_source_and_executor():
+    device = torch.device("cpu")
+    assert _metal.library("linalg/copy.metal", device) is _metal.library("linalg/copy.metal",
+                                                                         device)
+    k1 = _metal.kernel("linalg/copy.metal", "copy_strided", torch.float32, device)
+    k2 = _metal.kernel("linalg/copy.metal", "copy_strided", torch.float32, device)
+    assert k1 is k2
