@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import re
-import shutil
 import sys
 
 import torch
@@ -45,19 +43,9 @@ def mps_unavailable_reasons() -> list[str]:
 
 def find_cxx() -> str | None:
     """The C++ compiler the emulator would use ($CXX, else c++, g++, clang++), or None."""
-    from . import emulator
+    from .emulator import find_compiler
 
-    finder = getattr(emulator, "find_compiler", None)
-    if finder is not None:
-        return finder()
-    cxx = os.environ.get("CXX")
-    if cxx:
-        return shutil.which(cxx)
-    for name in ("c++", "g++", "clang++"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+    return find_compiler()
 
 
 def default_device() -> torch.device:

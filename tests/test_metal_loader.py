@@ -7,19 +7,24 @@ from mpslinalg import _metal
 
 ROOT = _metal.metal_root()
 METAL_FILES = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.metal"))
-_INSTANTIATION = re.compile(r"^\s*MPSL_KERNEL(_P)?\((.*)\)\s*$")
+_DTYPE_BY_NAME = {name: dtype for dtype, name in _metal.DTYPE_NAMES.items()}
+_HOST_NAME = re.compile(
+    r"^(?P<op>[a-z][a-z0-9_]*?)_(?P<dtype>" + "|".join(_DTYPE_BY_NAME) + r")"
+    r"(?P<params>(?:_[a-z]+-?\d+)*)$"
+)
 
 
-def declared_host_names(path: str) -> set[str]:
-    """Host names a .metal file instantiates, read from its MPSL_KERNEL(_P) lines."""
-    names = set()
-    for line in (ROOT / path).read_text().splitlines():
-        match = _INSTANTIATION.match(line)
-        if match:
-            args = [a.strip() for a in match.group(2).split(",")]
-            name = f"{args[0]}_{args[1]}"
-            names.add(f"{name}_{args[2]}" if match.group(1) else name)
-    return names
+def rebuilt_name(host_name: str) -> str | None:
+    """The host name as mpslinalg._metal.kernel_name would spell it, or None if it breaks the
+    <op>_<dtype>[_<param><value>...] rule."""
+    match = _HOST_NAME.match(host_name)
+    if not match:
+        return None
+    params = {}
+    for piece in filter(None, match.group("params").split("_")):
+        key = re.match(r"[a-z]+", piece).group(0)
+        params[key] = int(piece[len(key):])
+    return _metal.kernel_name(match.group("op"), _DTYPE_BY_NAME[match.group("dtype")], **params)
 
 
 def test_sources_are_found_in_the_checkout():
@@ -68,10 +73,10 @@ def test_cuda_tensors_are_refused_by_the_loader():
 
 
 @pytest.mark.parametrize("path", METAL_FILES)
-def test_every_metal_file_compiles_in_the_emulator_with_the_declared_names(path):
-    lib = _metal.library(path, torch.device("cpu"))
-    assert declared_host_names(path) <= set(dir(lib))
-    assert declared_host_names(path), f"{path} instantiates no kernel"
+def test_every_metal_file_compiles_in_the_emulator_and_follows_the_naming_rule(path):
+    names = dir(_metal.library(path, torch.device("cpu")))
+    assert names, f"{path} instantiates no kernel"
+    assert all(rebuilt_name(name) == name for name in names), names
 
 
 def test_compilation_is_cached_per_source_and_executor():
