@@ -49,27 +49,30 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
 
 def lu_ratio(A, P, L, U, dtype=None) -> float:
     """||P A - L U|| / (n ||A|| eps) for torch.linalg.lu's convention A = P L U."""
+    dtype = dtype or L.dtype
     A, P, L, U = map(wide, (A, P, L, U))
     n = max(A.shape[-1], A.shape[-2], 1)
     res = norm1(A - P @ L @ U)
-    return _ratio(res, n * norm1(A) * eps(dtype or L.dtype))
+    return _ratio(res, n * norm1(A) * eps(dtype))
 
 
 def solve_ratio(A, X, B, dtype=None) -> float:
     """||A X - B|| / (||A|| ||X|| n eps) (xGET02, 1-norms)."""
+    dtype = dtype or X.dtype
     A, X, B = map(wide, (A, X, B))
     n = max(A.shape[-1], 1)
     res = norm1(A @ X - B)
-    return _ratio(res, norm1(A) * norm1(X) * n * eps(dtype or X.dtype))
+    return _ratio(res, norm1(A) * norm1(X) * n * eps(dtype))
 
 
 def inv_ratio(A, Ainv, dtype=None) -> float:
     """||A inv(A) - I|| / (n ||A|| ||inv(A)|| eps) (xGET03)."""
+    dtype = dtype or Ainv.dtype
     A, Ainv = map(wide, (A, Ainv))
     n = max(A.shape[-1], 1)
     eye = torch.eye(n, dtype=A.dtype)
     res = norm1(A @ Ainv - eye)
-    return _ratio(res, n * norm1(A) * norm1(Ainv) * eps(dtype or Ainv.dtype))
+    return _ratio(res, n * norm1(A) * norm1(Ainv) * eps(dtype))
 
 
 # ---------------------------------------------------------------- matrix generators
