@@ -1,0 +1,11 @@
+#include "lu.h"
+
+// clang-format off
+MPSL_KERNEL(lu_panel, float32, float)
+MPSL_KERNEL(lu_panel, complex64, float2)
+MPSL_KERNEL(lu_swap_trsm, float32, float)
+MPSL_KERNEL(lu_swap_trsm, complex64, float2)
+MPSL_KERNEL(lu_update, float32, float)
+MPSL_KERNEL(lu_update, complex64, float2)
+MPSL_KERNEL(lu_pivots_to_perm, int32, int)
+// clang-format on

@@ -1,0 +1,276 @@
+// Triangular solves with the factor of lu_factor, for lu_solve (LAPACK getrs).
+//
+// lu_trsm solves M X = B in place for one triangle M of a packed LU factor (row-major, n x n):
+//   lower = 1: M lower triangular, forward substitution; lower = 0: upper, backward;
+//   unit  = 1: the diagonal of M is taken as 1 (L is unit lower);
+//   trans = 1: M is the conjugate transpose of the stored triangle (M[i][j] = conj(LU[j][i])),
+//              which gives U^H (lower) and L^H (upper) for the adjoint solve;
+//   swaps = 1: apply the row interchanges of the pivots to B first, in order (P^T B);
+//   swaps = 2: apply them to the solution last, in reverse order (P X).
+// One thread per right-hand-side column (B is row-major n x k, so neighbouring threads read
+// neighbouring addresses). Blocks of kTriBlock rows are solved left-looking: the block's rows
+// are first reduced by every solved block (a small matrix-vector product with the off-diagonal
+// tile of M staged in threadgroup memory), then solved against the staged diagonal tile.
+// Grid: (columns rounded up to the group width, batch).
+#pragma once
+
+#include "../common/defines.h"
+#include "../common/scalar.h"
+
+namespace mpsl {
+
+// Rows per diagonal block of the solve; a block of the triangle is staged as a square tile.
+constant constexpr int kTriBlock = 32;
+
+// Stage the tile M[i0 : i0 + kTriBlock, j0 : j0 + kTriBlock] into ms (row-major). Entries past n
+// are padding: the identity on a diagonal tile, zero elsewhere, so padded rows solve to zero.
+template <typename T>
+inline void tri_stage(threadgroup T* ms, device const T* lu, long n, long i0, long j0, bool trans,
+                      bool diagonal, uint tid, uint nthreads) {
+  for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(nthreads)) {
+    const int ii = e / kTriBlock, jj = e % kTriBlock;
+    const long i = i0 + ii, j = j0 + jj;
+    T v;
+    if (i < n && j < n) {
+      v = trans ? conj(lu[j * n + i]) : lu[i * n + j];
+    } else {
+      v = (diagonal && ii == jj) ? one<T>() : zero<T>();
+    }
+    ms[e] = v;
+  }
+}
+
+// A pivot row kept inside [lo, hi], so corrupt pivots never index out of bounds.
+inline long tri_clamp_row(long p, long lo, long hi) {
+  return p < lo ? lo : (p > hi ? hi : p);
+}
+
+}  // namespace mpsl
+
+// Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
+
+template <typename T>
+[[kernel]] void lu_trsm(
+    device const T* lu [[buffer(0)]],
+    device const int* pivots [[buffer(1)]],
+    device T* b [[buffer(2)]],
+    constant long& n [[buffer(3)]],
+    constant long& k [[buffer(4)]],
+    constant long& lower [[buffer(5)]],
+    constant long& unit [[buffer(6)]],
+    constant long& trans [[buffer(7)]],
+    constant long& swaps [[buffer(8)]],
+    uint2 gid [[thread_position_in_grid]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup T ms[kTriBlock * kTriBlock];
+
+  const long batch = long(group.y);
+  device const T* L = lu + batch * n * n;
+  device const int* piv = pivots + batch * n;
+  const bool active = long(gid.x) < k;
+  // Threads past the last column only help staging; they never touch B.
+  device T* x = b + batch * n * k + (active ? long(gid.x) : 0);
+
+  if (swaps == 1 && active) {
+    for (long i = 0; i < n; ++i) {
+      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
+      const T t = x[p * k];
+      x[p * k] = x[i * k];
+      x[i * k] = t;
+    }
+  }
+
+  const long nblk = (n + kTriBlock - 1) / kTriBlock;
+  for (long s = 0; s < nblk; ++s) {
+    const long i0 = (lower != 0 ? s : nblk - 1 - s) * kTriBlock;
+    T xb[kTriBlock];
+    for (int ii = 0; ii < kTriBlock; ++ii) {
+      xb[ii] = (active && i0 + ii < n) ? x[(i0 + ii) * k] : zero<T>();
+    }
+    // Reduce by the blocks solved before this one.
+    for (long t = 0; t < s; ++t) {
+      const long j0 = (lower != 0 ? t : nblk - 1 - t) * kTriBlock;
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last step
+      tri_stage(ms, L, n, i0, j0, trans != 0, false, tid, tpg.x);
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+      T y[kTriBlock];
+      for (int jj = 0; jj < kTriBlock; ++jj) {
+        y[jj] = (active && j0 + jj < n) ? x[(j0 + jj) * k] : zero<T>();
+      }
+      for (int ii = 0; ii < kTriBlock; ++ii) {
+        T acc = xb[ii];
+        for (int jj = 0; jj < kTriBlock; ++jj) {
+          acc = sub_mul(acc, ms[ii * kTriBlock + jj], y[jj]);
+        }
+        xb[ii] = acc;
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last step
+    tri_stage(ms, L, n, i0, i0, trans != 0, true, tid, tpg.x);
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lower != 0) {
+      for (int ii = 0; ii < kTriBlock; ++ii) {
+        T acc = xb[ii];
+        for (int jj = 0; jj < ii; ++jj) {
+          acc = sub_mul(acc, ms[ii * kTriBlock + jj], xb[jj]);
+        }
+        xb[ii] = unit != 0 ? acc : div(acc, ms[ii * kTriBlock + ii]);
+      }
+    } else {
+      for (int ii = kTriBlock - 1; ii >= 0; --ii) {
+        T acc = xb[ii];
+        for (int jj = ii + 1; jj < kTriBlock; ++jj) {
+          acc = sub_mul(acc, ms[ii * kTriBlock + jj], xb[jj]);
+        }
+        xb[ii] = unit != 0 ? acc : div(acc, ms[ii * kTriBlock + ii]);
+      }
+    }
+    if (active) {
+      for (int ii = 0; ii < kTriBlock; ++ii) {
+        if (i0 + ii < n) {
+          x[(i0 + ii) * k] = xb[ii];
+        }
+      }
+    }
+  }
+
+  if (swaps == 2 && active) {
+    for (long i = n - 1; i >= 0; --i) {
+      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
+      const T t = x[p * k];
+      x[p * k] = x[i * k];
+      x[i * k] = t;
+    }
+  }
+}
+
+namespace mpsl {
+
+// Simdgroup-wide sum and broadcast of a real or complex value.
+inline float tri_simd_sum(float v) { return metal::simd_sum(v); }
+inline float2 tri_simd_sum(float2 v) {
+  return float2(metal::simd_sum(v.x), metal::simd_sum(v.y));
+}
+inline float tri_simd_broadcast(float v, ushort lane) { return metal::simd_broadcast(v, lane); }
+inline float2 tri_simd_broadcast(float2 v, ushort lane) {
+  return float2(metal::simd_broadcast(v.x, lane), metal::simd_broadcast(v.y, lane));
+}
+
+// Element M[i][j] of the triangle lu_trsm/lu_trsv solve with (see the flags above).
+template <typename T>
+inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
+  return trans ? conj(lu[j * n + i]) : lu[i * n + j];
+}
+
+}  // namespace mpsl
+
+// The same solve as lu_trsm (same flags) for few right-hand sides: one threadgroup per column,
+// so a single right-hand side still uses the whole group. Per block of kTriBlock rows, every
+// simdgroup reduces the block's rows by a share of the solved entries (lanes along the solved
+// entries, a simd_sum per row, partial sums across simdgroups in threadgroup memory); then
+// simdgroup 0 solves the diagonal block with one row per lane and simd_broadcast.
+// Grid: (group width, k, batch), group width a multiple of kSimdWidth, at most kTriBlock
+// simdgroups.
+template <typename T>
+[[kernel]] void lu_trsv(
+    device const T* lu [[buffer(0)]],
+    device const int* pivots [[buffer(1)]],
+    device T* b [[buffer(2)]],
+    constant long& n [[buffer(3)]],
+    constant long& k [[buffer(4)]],
+    constant long& lower [[buffer(5)]],
+    constant long& unit [[buffer(6)]],
+    constant long& trans [[buffer(7)]],
+    constant long& swaps [[buffer(8)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]],
+    ushort sg [[simdgroup_index_in_threadgroup]],
+    ushort nsg [[simdgroups_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup T partial[kTriBlock * kTriBlock];  // [simdgroup][row of the block]
+
+  const long batch = long(group.z);
+  device const T* L = lu + batch * n * n;
+  device const int* piv = pivots + batch * n;
+  device T* x = b + batch * n * k + long(group.y);
+  const bool tr = trans != 0;
+
+  if (swaps == 1 && tid == 0) {
+    for (long i = 0; i < n; ++i) {
+      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
+      const T t = x[p * k];
+      x[p * k] = x[i * k];
+      x[i * k] = t;
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device);
+
+  const long nblk = (n + kTriBlock - 1) / kTriBlock;
+  for (long s = 0; s < nblk; ++s) {
+    const long i0 = (lower != 0 ? s : nblk - 1 - s) * kTriBlock;
+    const long rows = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);
+    // The solved entries: [0, i0) below a lower block, [i0 + rows, n) for an upper one.
+    const long j_begin = lower != 0 ? 0 : i0 + rows;
+    const long j_end = lower != 0 ? i0 : n;
+    T acc[kTriBlock];
+    for (int ii = 0; ii < kTriBlock; ++ii) {
+      acc[ii] = zero<T>();
+    }
+    for (long j = j_begin + long(sg) * kSimdWidth + lane; j < j_end; j += long(nsg) * kSimdWidth) {
+      const T y = x[j * k];
+      for (int ii = 0; ii < kTriBlock; ++ii) {
+        if (ii < rows) {
+          acc[ii] += mul(tri_elem(L, n, i0 + ii, j, tr), y);
+        }
+      }
+    }
+    for (int ii = 0; ii < kTriBlock; ++ii) {
+      const T total = tri_simd_sum(acc[ii]);
+      if (lane == 0) {
+        partial[sg * kTriBlock + ii] = total;
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (sg == 0) {
+      const long i = i0 + lane;
+      T v = zero<T>();
+      if (lane < rows) {
+        v = x[i * k];
+        for (int g = 0; g < nsg; ++g) {
+          v -= partial[g * kTriBlock + lane];
+        }
+      }
+      for (int step = 0; step < kTriBlock; ++step) {
+        const int jj = lower != 0 ? step : kTriBlock - 1 - step;
+        if (jj < rows) {
+          if (lane == jj && unit == 0) {
+            v = div(v, tri_elem(L, n, i, i, tr));
+          }
+          const T xj = tri_simd_broadcast(v, ushort(jj));
+          const bool below = lower != 0 ? int(lane) > jj : int(lane) < jj;
+          if (below && lane < rows) {
+            v = sub_mul(v, tri_elem(L, n, i, i0 + jj, tr), xj);
+          }
+        }
+      }
+      if (lane < rows) {
+        x[i * k] = v;
+      }
+    }
+    // The block's solution is read by every simdgroup for the next block; partial is reused.
+    threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+  }
+
+  if (swaps == 2 && tid == 0) {
+    for (long i = n - 1; i >= 0; --i) {
+      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
+      const T t = x[p * k];
+      x[p * k] = x[i * k];
+      x[i * k] = t;
+    }
+  }
+}
