@@ -1,0 +1,99 @@
+"""Batched n <= 4 inverse: mpslinalg's small path vs torch.linalg.inv (and NumPy on CPU).
+
+Self-contained: ``python benchmarks/bench_small_inverse.py [--device cpu|cuda|mps]``. Prints a
+markdown table of median times (synchronised) and ratios ``torch / ours`` (> 1: ours is faster),
+measured side by side in one run, for batch sizes 1 .. 1e6 and n = 2, 3, 4. The column
+``public`` times ``mpslinalg.inv_ex`` itself, which falls back to torch.linalg where the small
+path would be slower (``use_small_path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import mpslinalg  # noqa: E402
+from mpslinalg import small_inverse as si  # noqa: E402
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def median_ms(fn, device: torch.device, repeats: int) -> float:
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def measure(A: torch.Tensor, device: torch.device, repeats: int) -> list[str]:
+    """One table row: small path, torch.linalg.inv, public mpslinalg.inv_ex (NumPy on CPU)."""
+    n, batch = A.shape[-1], A.shape[0]
+    ours = median_ms(lambda: si.small_inv_ex(A), device, repeats)
+    ref = median_ms(lambda: torch.linalg.inv(A), device, repeats)
+    # inv_ex: random float32 batches of 1e6 contain a few numerically singular matrices (a pivot
+    # that rounds to exactly 0, implementation-dependent), on which inv would raise.
+    public = median_ms(lambda: mpslinalg.inv_ex(A), device, repeats)
+    row = [str(n), str(batch), f"{ours:.3f}", f"{ref:.3f}", f"{ref / ours:.2f}x", f"{public:.3f}"]
+    if device.type == "cpu":
+        a = A.numpy()
+        npy = median_ms(lambda: np.linalg.inv(a), device, repeats)
+        row += [f"{npy:.3f}", f"{npy / ours:.2f}x"]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--sizes", default="2,3,4")
+    parser.add_argument("--batches", default="1,100,10000,100000,1000000")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    batches = [int(b) for b in args.batches.split(",")]
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else platform.processor() or platform.machine())
+    print(f"device {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} CPU "
+          f"threads, {args.dtype}, median of {args.repeats} runs, ms")
+    print()
+    cols = ["n", "batch", "small path", "torch.linalg.inv", "torch/ours", "public inv_ex"]
+    if device.type == "cpu":
+        cols += ["numpy.linalg.inv", "numpy/ours"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    gen = torch.Generator().manual_seed(0)
+    for n in sizes:
+        for batch in batches:
+            repeats = args.repeats if batch * n * n <= 4_000_000 else max(3, args.repeats // 3)
+            A = torch.randn(batch, n, n, generator=gen, dtype=dtype).to(device)
+            print("| " + " | ".join(measure(A, device, repeats)) + " |", flush=True)
+            del A
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+// Barriers, SIMD-group functions (rendezvous of the live lanes of a simdgroup), simdgroup_matrix, atomics.
+#pragma once
+#include "emu_sched.h"
+
+namespace metal {
+enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4, mem_threadgroup_imageblock = 8, mem_object_data = 16 };
+constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
+enum class thread_scope : int { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
+
+inline void threadgroup_barrier(mem_flags = mem_flags::mem_none, emu::Site s = emu::here()) {
+  emu::Lane* l = emu::coll_lane("threadgroup_barrier");
+  emu::block(l, emu::L_BAR, s, nullptr);
+}
+namespace detail { inline void op_noop(emu::Lane**, int) {} }
+inline void simdgroup_barrier(mem_flags = mem_flags::mem_none, emu::Site s = emu::here()) {
+  emu::Lane* l = emu::coll_lane("simdgroup_barrier");
+  emu::block(l, emu::L_SIMD, s, &detail::op_noop);
+}
+inline void atomic_thread_fence(mem_flags = mem_flags::mem_none, int = 0, thread_scope = thread_scope::thread_scope_device) {}
+
+struct simd_vote {
+  typedef ulong vote_t;
+  vote_t v = 0;
+  simd_vote() = default;
+  explicit constexpr simd_vote(vote_t x) : v(x) {}
+  explicit constexpr operator vote_t() const { return v; }
+  constexpr bool all() const;
+  constexpr bool any() const { return v != 0; }
+};
+
+namespace detail {
+template <class T> struct In { T x; long long a; };
+template <class T> inline T& slot_val(emu::Lane* l) { return *reinterpret_cast<T*>(l->slot); }
+template <class T> inline void poison(T& v) { __builtin_memset((void*)&v, 0xFF, sizeof(T)); }
+
+template <class T> T sum_(T a, T b) { return a + b; }
+template <class T> T prod_(T a, T b) { return a * b; }
+template <class T> T max_(T a, T b) { return max(a, b); }
+template <class T> T min_(T a, T b) { return min(a, b); }
+template <class T> T and_(T a, T b) { return a & b; }
+template <class T> T or_(T a, T b) { return a | b; }
+template <class T> T xor_(T a, T b) { return a ^ b; }
+inline bool and_(bool a, bool b) { return a && b; }
+inline bool or_(bool a, bool b) { return a || b; }
+inline bool xor_(bool a, bool b) { return a != b; }
+
+// Butterfly order (xor 16, 8, 4, 2, 1) over the active lanes: the same value in every lane.
+template <class T, T (*F)(T, T)> void op_reduce(emu::Lane** p, int n) {
+  T v[32]; bool has[32] = {};
+  for (int i = 0; i < n; ++i) { v[p[i]->slane] = slot_val<In<T>>(p[i]).x; has[p[i]->slane] = true; }
+  for (int off = 16; off; off >>= 1)
+    for (int i = 0; i < 32; ++i) {
+      if (i & off) continue;
+      int j = i | off;
+      if (has[i] && has[j]) v[i] = F(v[i], v[j]);
+      else if (has[j]) { v[i] = v[j]; has[i] = true; }
+    }
+  for (int i = 0; i < n; ++i) slot_val<T>(p[i]) = v[0];
+}
+template <class T, T (*F)(T, T), bool Excl> void op_prefix(emu::Lane** p, int n) {
+  T acc{};
+  for (int i = 0; i < n; ++i) {
+    T x = slot_val<In<T>>(p[i]).x;
+    T ident = slot_val<In<T>>(p[i]).a ? T(1) : T(0);
+    if (i == 0) { slot_val<T>(p[i]) = Excl ? ident : x; acc = x; }
+    else { T nv = F(acc, x); slot_val<T>(p[i]) = Excl ? acc : nv; acc = nv; }
+  }
+}
+enum ShufKind { SH_IDX, SH_UP, SH_DOWN, SH_XOR, SH_ROT_UP, SH_ROT_DOWN, SH_BCAST };
+inline const char* shuf_name(int k) {
+  static const char* nm[] = {"simd_shuffle", "simd_shuffle_up", "simd_shuffle_down", "simd_shuffle_xor",
+                             "simd_shuffle_rotate_up", "simd_shuffle_rotate_down", "simd_broadcast"};
+  return nm[k];
+}
+template <class T, int K> void op_shuffle(emu::Lane** p, int n) {
+  emu::Lane* by[32] = {};
+  In<T> in[32];
+  for (int i = 0; i < n; ++i) { by[p[i]->slane] = p[i]; in[p[i]->slane] = slot_val<In<T>>(p[i]); }
+  if (K != SH_IDX)
+    for (int i = 1; i < n; ++i)
+      if (slot_val<In<T>>(p[i]).a != slot_val<In<T>>(p[0]).a)
+        emu::fail("kernel '%s': non-uniform %s operand at %s:%u in simdgroup %u of threadgroup %s: lane %u passes "
+                  "%lld, lane %u passes %lld (must be the same for all active lanes)", emu::kname(), shuf_name(K),
+                  p[0]->site.file, p[0]->site.line, p[0]->sgid, emu::tgstr(emu::rt()), p[0]->slane, slot_val<In<T>>(p[0]).a, p[i]->slane,
+                  slot_val<In<T>>(p[i]).a);
+  for (int i = 0; i < n; ++i) {
+    int me = (int)p[i]->slane; long long a = in[me].a, src;
+    switch (K) {
+      case SH_IDX: case SH_BCAST: src = a; break;
+      case SH_UP: src = me - a; if (src < 0) src = me; break;
+      case SH_DOWN: src = me + a; if (src > 31) src = me; break;
+      case SH_XOR: src = me ^ (a & 31); break;
+      case SH_ROT_UP: src = ((me - a) % 32 + 32) % 32; break;
+      default: src = (me + a) % 32; break;
+    }
+    T r;
+    if (src >= 0 && src < 32 && by[src]) r = in[src].x; else poison(r);
+    slot_val<T>(p[i]) = r;
+  }
+}
+template <class T> void op_first(emu::Lane** p, int n) { T v = slot_val<In<T>>(p[0]).x; for (int i = 0; i < n; ++i) slot_val<T>(p[i]) = v; }
+inline void op_ballot(emu::Lane** p, int n) {
+  ulong m = 0;
+  for (int i = 0; i < n; ++i) if (slot_val<In<bool>>(p[i]).x) m |= 1ul << p[i]->slane;
+  for (int i = 0; i < n; ++i) slot_val<ulong>(p[i]) = m;
+}
+inline void op_active(emu::Lane** p, int n) {
+  ulong m = 0;
+  for (int i = 0; i < n; ++i) m |= 1ul << p[i]->slane;
+  for (int i = 0; i < n; ++i) { slot_val<ulong>(p[i]) = m; }
+}
+template <class T> inline T coll(T x, long long a, emu::Site s, emu::CollOp op, const char* what) {
+  static_assert(sizeof(In<T>) <= 256, "SIMD-group operand too large");
+  emu::Lane* l = emu::coll_lane(what);
+  slot_val<In<T>>(l) = In<T>{x, a};
+  emu::block(l, emu::L_SIMD, s, op);
+  return slot_val<T>(l);
+}
+}  // namespace detail
+
+constexpr bool simd_vote::all() const { return v == ~vote_t(0); }
+
+#define EMU_SIMD_RED(name, F)                                                                     \
+  template <class T> inline T name(T x, emu::Site s = emu::here()) {                              \
+    return detail::coll<T>(x, 0, s, &detail::op_reduce<T, &detail::F<T>>, #name); }
+EMU_SIMD_RED(simd_sum, sum_) EMU_SIMD_RED(simd_product, prod_) EMU_SIMD_RED(simd_max, max_)
+EMU_SIMD_RED(simd_min, min_) EMU_SIMD_RED(simd_and, and_) EMU_SIMD_RED(simd_or, or_) EMU_SIMD_RED(simd_xor, xor_)
+#undef EMU_SIMD_RED
+#define EMU_SIMD_PFX(name, F, ex, ident)                                                          \
+  template <class T> inline T name(T x, emu::Site s = emu::here()) {                              \
+    return detail::coll<T>(x, ident, s, &detail::op_prefix<T, &detail::F<T>, ex>, #name); }
+EMU_SIMD_PFX(simd_prefix_inclusive_sum, sum_, false, 0) EMU_SIMD_PFX(simd_prefix_exclusive_sum, sum_, true, 0)
+EMU_SIMD_PFX(simd_prefix_inclusive_product, prod_, false, 1) EMU_SIMD_PFX(simd_prefix_exclusive_product, prod_, true, 1)
+#undef EMU_SIMD_PFX
+#define EMU_SIMD_SHUF(name, K)                                                                    \
+  template <class T, class I> inline T name(T x, I a, emu::Site s = emu::here()) {                \
+    return detail::coll<T>(x, (long long)a, s, &detail::op_shuffle<T, detail::K>, #name); }
+EMU_SIMD_SHUF(simd_shuffle, SH_IDX) EMU_SIMD_SHUF(simd_shuffle_up, SH_UP) EMU_SIMD_SHUF(simd_shuffle_down, SH_DOWN)
+EMU_SIMD_SHUF(simd_shuffle_xor, SH_XOR) EMU_SIMD_SHUF(simd_shuffle_rotate_up, SH_ROT_UP)
+EMU_SIMD_SHUF(simd_shuffle_rotate_down, SH_ROT_DOWN) EMU_SIMD_SHUF(simd_broadcast, SH_BCAST)
+#undef EMU_SIMD_SHUF
+template <class T> inline T simd_broadcast_first(T x, emu::Site s = emu::here()) {
+  return detail::coll<T>(x, 0, s, &detail::op_first<T>, "simd_broadcast_first"); }
+inline simd_vote simd_ballot(bool b, emu::Site s = emu::here()) {
+  return simd_vote(detail::coll<ulong>(b, 0, s, (emu::CollOp)&detail::op_ballot, "simd_ballot")); }
+inline simd_vote simd_active_threads_mask(emu::Site s = emu::here()) {
+  return simd_vote(detail::coll<ulong>(0, 0, s, &detail::op_active, "simd_active_threads_mask")); }
+inline bool simd_all(bool b, emu::Site s = emu::here()) {
+  return detail::coll<bool>(b, 0, s, &detail::op_reduce<bool, &detail::and_>, "simd_all"); }
+inline bool simd_any(bool b, emu::Site s = emu::here()) {
+  return detail::coll<bool>(b, 0, s, &detail::op_reduce<bool, &detail::or_>, "simd_any"); }
+inline bool simd_is_first(emu::Site s = emu::here()) {
+  emu::Lane* l = emu::coll_lane("simd_is_first");
+  ulong m = (ulong)simd_active_threads_mask(s);
+  return (ulong)__builtin_ctzll(m) == l->slane;
+}
+
+// ---- simdgroup_matrix: every lane holds the full 8x8 tile; load/store are collectives that check the
+// operands are uniform, so the tile is the same in every lane ----
+template <class T, int R, int C> struct simdgroup_matrix {
+  static_assert(R == 8 && C == 8, "only 8x8 simdgroup matrices exist");
+  T e[8][8];
+  simdgroup_matrix() = default;
+  explicit simdgroup_matrix(T d) { for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) e[i][j] = i == j ? d : T(0); }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T v) {
+  simdgroup_matrix<T, R, C> m; for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) m.e[i][j] = v; return m; }
+namespace detail {
+struct MatOp { const void* base; unsigned long epr; unsigned long ox, oy; long long tr; };
+inline void op_matuni(emu::Lane** p, int n) {
+  const MatOp& a = slot_val<MatOp>(p[0]);
+  for (int i = 1; i < n; ++i) {
+    const MatOp& b = slot_val<MatOp>(p[i]);
+    if (a.base != b.base || a.epr != b.epr || a.ox != b.ox || a.oy != b.oy || a.tr != b.tr)
+      emu::fail("kernel '%s': non-uniform simdgroup_load/simdgroup_store operands at %s:%u in simdgroup %u of "
+                "threadgroup %s (lanes %u and %u differ in pointer, elements_per_row, origin or transpose)",
+                emu::kname(), p[0]->site.file, p[0]->site.line, p[0]->sgid, emu::tgstr(emu::rt()), p[0]->slane, p[i]->slane);
+  }
+  for (int i = 0; i < n; ++i) p[i]->slot[200] = i == 0;  // the first active lane performs a store
+}
+template <class P> inline const void* addr(const P& p) { return (const void*)&p[0]; }
+}  // namespace detail
+template <class T, class P>
+inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, ulong elements_per_row = 8,
+                           ulong2 origin = ulong2(0, 0), bool transpose = false, emu::Site s = emu::here()) {
+  emu::Lane* l = emu::coll_lane("simdgroup_load");
+  detail::slot_val<detail::MatOp>(l) = detail::MatOp{(const void*)&*(src + 0), elements_per_row, origin.x, origin.y, transpose};
+  emu::block(l, emu::L_SIMD, s, &detail::op_matuni);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c)
+      d.e[r][c] = transpose ? T(src[(long long)((origin.y + c) * elements_per_row + origin.x + r)])
+                            : T(src[(long long)((origin.y + r) * elements_per_row + origin.x + c)]);
+}
+template <class T, class P>
+inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P dst, ulong elements_per_row = 8,
+                            ulong2 origin = ulong2(0, 0), bool transpose = false, emu::Site s = emu::here()) {
+  emu::Lane* l = emu::coll_lane("simdgroup_store");
+  detail::slot_val<detail::MatOp>(l) = detail::MatOp{(const void*)&*(dst + 0), elements_per_row, origin.x, origin.y, transpose};
+  emu::block(l, emu::L_SIMD, s, &detail::op_matuni);
+  if (!l->slot[200]) return;
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) {
+      long long i = transpose ? (long long)((origin.y + c) * elements_per_row + origin.x + r)
+                              : (long long)((origin.y + r) * elements_per_row + origin.x + c);
+      dst[i] = m.e[r][c];
+    }
+}
+template <class T, class TA, class TB, class TC>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c) {
+  simdgroup_matrix<T, 8, 8> r;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) {
+      float acc = float(c.e[i][j]);
+      for (int k = 0; k < 8; ++k) acc = __builtin_fmaf(float(a.e[i][k]), float(b.e[k][j]), acc);
+      r.e[i][j] = T(acc);
+    }
+  d = r;
+}
+template <class T, class TA, class TB>
+inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                               const simdgroup_matrix<TB, 8, 8>& b) {
+  simdgroup_matrix<T, 8, 8> z = make_filled_simdgroup_matrix<T, 8, 8>(T(0));
+  simdgroup_multiply_accumulate(d, a, b, z);
+}
+
+// ---- atomics: one OS thread runs a whole launch, so plain read-modify-write is atomic here ----
+enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
+template <class T> struct atomic { T v; };
+typedef atomic<int> atomic_int;
+typedef atomic<uint> atomic_uint;
+typedef atomic<float> atomic_float;
+typedef atomic<bool> atomic_bool;
+typedef atomic<ulong> atomic_ulong;
+typedef atomic<long> atomic_long;
+namespace detail {
+template <class A> inline A* aptr(A* p) { return p; }
+template <class A> inline A* aptr(const emu::dptr<A>& p) { return p.get(); }
+}
+#define EMU_ATOMIC_RMW(name, expr)                                                                  \
+  template <class P, class U> inline auto name(P obj, U val, memory_order = memory_order_relaxed) { \
+    auto* a = detail::aptr(obj); using T = decltype(a->v); T old = a->v; T x = T(val); a->v = expr; return old; }
+EMU_ATOMIC_RMW(atomic_fetch_add_explicit, T(old + x)) EMU_ATOMIC_RMW(atomic_fetch_sub_explicit, T(old - x))
+EMU_ATOMIC_RMW(atomic_fetch_and_explicit, T(old & x)) EMU_ATOMIC_RMW(atomic_fetch_or_explicit, T(old | x))
+EMU_ATOMIC_RMW(atomic_fetch_xor_explicit, T(old ^ x)) EMU_ATOMIC_RMW(atomic_fetch_min_explicit, (x < old ? x : old))
+EMU_ATOMIC_RMW(atomic_fetch_max_explicit, (old < x ? x : old)) EMU_ATOMIC_RMW(atomic_exchange_explicit, x)
+#undef EMU_ATOMIC_RMW
+template <class P> inline auto atomic_load_explicit(P obj, memory_order = memory_order_relaxed) { return detail::aptr(obj)->v; }
+template <class P, class U> inline void atomic_store_explicit(P obj, U val, memory_order = memory_order_relaxed) {
+  auto* a = detail::aptr(obj); a->v = decltype(a->v)(val); }
+template <class P, class E, class U>
+inline bool atomic_compare_exchange_weak_explicit(P obj, E* expected, U desired, memory_order = memory_order_relaxed,
+                                                  memory_order = memory_order_relaxed) {
+  auto* a = detail::aptr(obj); using T = decltype(a->v);
+  if (a->v == *expected) { a->v = T(desired); return true; }
+  *expected = a->v; return false;
+}
+template <class P, class E, class U>
+inline bool atomic_compare_exchange_strong_explicit(P obj, E* expected, U desired, memory_order m1 = memory_order_relaxed,
+                                                    memory_order m2 = memory_order_relaxed) {
+  return atomic_compare_exchange_weak_explicit(obj, expected, desired, m1, m2); }
+}  // namespace metal
+namespace emu { template <class T> struct scal<metal::atomic<T>> { static constexpr int code = scal<T>::code, lanes = 1; }; }

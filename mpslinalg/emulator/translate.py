@@ -1,0 +1,1030 @@
+"""MSL -> C++ translation: a token-level rewriter over preprocessed Metal source.
+
+The source is first run through the C preprocessor (macros such as the project's instantiation macro must be
+expanded before kernels can be found); line markers are kept and the rewriter never adds or removes newlines,
+so every diagnostic of the C++ compiler points at the original ``metal/<file>:<line>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+
+__all__ = ["TranslateError", "Translation", "KernelInfo", "ParamInfo", "translate", "assemble", "preprocess_command"]
+
+
+class TranslateError(SyntaxError):
+    """A Metal source the emulator cannot (or must not) accept; message is ``file:line: error: ...``."""
+
+
+@dataclasses.dataclass
+class ParamInfo:
+    name: str
+    attr: str  # "buffer" or the builtin attribute name
+    buffer: int = -1
+
+
+@dataclasses.dataclass
+class KernelInfo:
+    host_name: str
+    function: str
+    params: list
+    sync: bool
+
+
+@dataclasses.dataclass
+class Translation:
+    body: str  # the rewritten Metal source
+    snippets: list  # per kernel launcher C++
+    table: str  # the exported kernel table
+    kernels: list
+
+    @property
+    def cpp(self) -> str:
+        return assemble(self, 1)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tokenizer
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<ws>(?:[ \t\r\f\v]|\\\n)+)
+   |(?P<nl>\n)
+   |(?P<comment>//[^\n]*|/\*.*?\*/)
+   |(?P<str>(?:u8|u|U|L)?"(?:\\.|[^"\\\n])*")
+   |(?P<chr>(?:u8|u|U|L)?'(?:\\.|[^'\\\n])*')
+   |(?P<num>\.?[0-9](?:[eEpP][+-]|[0-9a-zA-Z_.'])*)
+   |(?P<id>[A-Za-z_$][A-Za-z_0-9$]*)
+   |(?P<punct>::|->|\.\.\.|<<=|>>=|<=|>=|==|!=|&&|\|\||\+\+|--|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<|\#\#
+        |[{}()\[\];,.<>?:~!+\-*/%&|^=\#@`\\])
+    """,
+    re.S | re.X,
+)
+_MARKER_RE = re.compile(r'#\s*(?:line\s+)?(\d+)\s+"((?:\\.|[^"\\])*)"')
+
+
+class Tok:
+    __slots__ = ("k", "t", "ws", "file", "line")
+
+    def __init__(self, k, t, ws, file, line):
+        self.k, self.t, self.ws, self.file, self.line = k, t, ws, file, line
+
+    def __repr__(self):
+        return f"Tok({self.k},{self.t!r},{self.file}:{self.line})"
+
+
+def tokenize(text: str) -> list:
+    """Tokens of preprocessed text. Whole preprocessor lines (markers, pragmas) become one 'pp' token."""
+    toks = []
+    file, line = "program_source", 1
+    ws = ""
+    pos, n = 0, len(text)
+    at_line_start = True
+    while pos < n:
+        if at_line_start:
+            m = re.compile(r"[ \t]*#").match(text, pos)
+            if m:
+                end = text.find("\n", pos)
+                end = n if end < 0 else end
+                directive = text[pos:end]
+                mm = _MARKER_RE.match(directive.strip())
+                toks.append(Tok("pp", directive, ws, file, line))
+                ws = ""
+                if mm:
+                    file, line = mm.group(2), int(mm.group(1)) - 1
+                pos = end
+                at_line_start = False
+                continue
+        m = _TOKEN_RE.match(text, pos)
+        if not m:
+            raise TranslateError(f"{file}:{line}: error: unexpected character {text[pos]!r}")
+        kind = m.lastgroup
+        s = m.group()
+        pos = m.end()
+        if kind == "nl":
+            ws += s
+            line += 1
+            at_line_start = True
+            continue
+        if kind in ("ws", "comment"):
+            ws += s if "\n" not in s else s  # comments keep their newlines so line numbers stay right
+            line += s.count("\n")
+            continue
+        at_line_start = False
+        toks.append(Tok(kind, s, ws, file, line))
+        ws = ""
+    toks.append(Tok("eof", "", ws, file, line))
+    return toks
+
+
+# ---------------------------------------------------------------------------------------------------------
+# raw-source checks and preprocessing
+
+_METAL_HEADER_RE = re.compile(r"^metal_[a-z_]+$")
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]*)[>"]')
+_LINE_DIRECTIVE_RE = re.compile(r'^\s*#\s*line\s+(\d+)(?:\s+"([^"]*)")?')
+
+
+def _raw_lines(source: str):
+    """(file, line, text) for every raw source line, following #line directives."""
+    file, line = "program_source", 1
+    for text in source.split("\n"):
+        m = _LINE_DIRECTIVE_RE.match(text)
+        if m:
+            yield file, line, text
+            line = int(m.group(1))
+            if m.group(2):
+                file = m.group(2)
+            continue
+        yield file, line, text
+        line += 1
+
+
+def check_raw(source: str) -> str:
+    """Reject non-ASCII text and foreign includes; blank out Metal's own includes (the shim provides them)."""
+    out = []
+    for file, line, text in _raw_lines(source):
+        bad = next((c for c in text if ord(c) > 127), None)
+        if bad is not None:
+            raise TranslateError(
+                f"{file}:{line}: error: non-ASCII character {bad!r} (U+{ord(bad):04X}); Metal sources must be "
+                "ASCII (torch hands them to Metal as an ASCII string)")
+        m = _INCLUDE_RE.match(text)
+        if m:
+            name = m.group(2).strip()
+            if m.group(1) == "<" and _METAL_HEADER_RE.match(name):
+                out.append("")
+                continue
+            raise TranslateError(
+                f"{file}:{line}: error: #include {m.group(1)}{name}{'>' if m.group(1) == '<' else chr(34)} is not "
+                "available: only Metal's own headers (<metal_stdlib>, <metal_simdgroup>, ...) may remain after the "
+                "loader has inlined the project's headers")
+        out.append(text)
+    return "\n".join(out)
+
+
+def preprocess_command(cxx: str, metal_version: int) -> list:
+    return [cxx, "-E", "-x", "c++", "-std=c++17", "-undef", "-nostdinc",
+            f"-D__METAL_VERSION__={int(metal_version)}", "-D__METAL__=1", "-D__METAL_MACOS__=1",
+            "-D__HAVE_BFLOAT__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1", "-"]
+
+
+def preprocess(source: str, cxx: str, metal_version: int) -> str:
+    text = '#line 1 "program_source"\n' + source
+    proc = subprocess.run(preprocess_command(cxx, metal_version), input=text.encode(), capture_output=True)
+    if proc.returncode != 0:
+        raise TranslateError(proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip())
+    return proc.stdout.decode()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# structure scan
+
+_KEYWORDS = frozenset("""
+    alignas alignof auto bool break case char const constexpr const_cast continue decltype default delete do
+    else enum explicit extern false float for friend if inline int long mutable namespace noexcept nullptr
+    operator private protected public return short signed sizeof static static_assert static_cast struct switch
+    template this true typedef typename union unsigned using void volatile while class reinterpret_cast
+    device constant threadgroup thread kernel half uint ushort uchar""".split())
+_ADDRESS_SPACES = ("device", "constant", "threadgroup", "thread")
+SYNC_NAMES = frozenset("""
+    threadgroup_barrier simdgroup_barrier simd_sum simd_product simd_max simd_min simd_and simd_or simd_xor
+    simd_prefix_inclusive_sum simd_prefix_exclusive_sum simd_prefix_inclusive_product simd_prefix_exclusive_product
+    simd_shuffle simd_shuffle_up simd_shuffle_down simd_shuffle_xor simd_shuffle_rotate_up simd_shuffle_rotate_down
+    simd_broadcast simd_broadcast_first simd_ballot simd_vote simd_all simd_any simd_is_first simd_active_threads_mask
+    simdgroup_load simdgroup_store quad_sum quad_shuffle quad_broadcast""".split())
+BUILTINS = {
+    "thread_position_in_grid": "L.tid",
+    "thread_position_in_threadgroup": "L.lid",
+    "threadgroup_position_in_grid": "R.tgid",
+    "threads_per_threadgroup": "R.tpg",
+    "dispatch_threads_per_threadgroup": "R.dtpg",
+    "threads_per_grid": "R.grid",
+    "grid_size": "R.grid",
+    "threadgroups_per_grid": "R.ngroups",
+    "thread_index_in_threadgroup": "::emu::U(L.lidx)",
+    "thread_index_in_simdgroup": "::emu::U(L.slane)",
+    "simdgroup_index_in_threadgroup": "::emu::U(L.sgid)",
+    "threads_per_simdgroup": "::emu::U(32)",
+    "thread_execution_width": "::emu::U(32)",
+    "simdgroups_per_threadgroup": "::emu::U(R.nsg)",
+    "dispatch_simdgroups_per_threadgroup": "::emu::U(R.dnsg)",
+    "thread_index_in_quadgroup": "::emu::U(L.slane & 3u)",
+    "quadgroup_index_in_threadgroup": "::emu::U(L.lidx >> 2)",
+    "quadgroups_per_threadgroup": "::emu::U((R.nlanes + 3u) / 4u)",
+    "grid_origin": "::emu::U(0)",
+}
+_SWIZZLE_RE = re.compile(r"^(?:[xyzw]{2,4}|[rgba]{2,4})$")
+_HALF_LIT_RE = re.compile(r"^((?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)[hH]$")
+_LONG_DOUBLE_LIT_RE = re.compile(r"^(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+[eE])[0-9eE+\-]*[lL]$")
+
+
+@dataclasses.dataclass
+class _Func:
+    name: str
+    start: int  # first token of the statement
+    open: int  # index of '{'
+    close: int  # index of matching '}'
+    free: bool  # defined at namespace scope
+    ns: tuple
+
+
+@dataclasses.dataclass
+class _KernelDef:
+    name: str
+    ns: tuple
+    template: str | None  # text between template < ... > or None
+    params: list
+    func: _Func
+    max_threads: str | None
+    host_name: str | None
+    index: int = 0
+    tg_types: list = dataclasses.field(default_factory=list)
+    local_decls: list = dataclasses.field(default_factory=list)
+
+
+class _Translator:
+    def __init__(self, toks, metal_version, debug):
+        self.toks = toks
+        self.mv = metal_version
+        self.debug = debug
+        self.out = [t.t for t in toks]
+        self.after = {}  # token index -> text appended after the token
+        self.before = {}  # token index -> text inserted before the token
+        n = len(toks)
+        self.match = [-1] * n
+        self.scope = [None] * n  # kind of innermost brace scope per token
+        self.funcs = []
+        self.kdefs = {}
+        self.kdef_list = []
+        self.insts = []
+        self.class_idents = set()
+        self.attr_spans = []  # (start, end) inclusive token indices of [[...]]
+        self.dead = bytearray(n)  # tokens removed from the output (explicit instantiations)
+        self.tg_site = 0
+
+    # -- helpers --
+    def err(self, i, msg):
+        t = self.toks[min(i, len(self.toks) - 1)]
+        raise TranslateError(f"{t.file}:{t.line}: error: {msg}")
+
+    def t(self, i):
+        return self.toks[i].t if 0 <= i < len(self.toks) else ""
+
+    def k(self, i):
+        return self.toks[i].k if 0 <= i < len(self.toks) else "eof"
+
+    def blank(self, a, b):
+        for j in range(a, b + 1):
+            self.out[j] = ""
+
+    def kill(self, a, b):
+        self.blank(a, b)
+        for j in range(a, b + 1):
+            self.dead[j] = 1
+
+    def text(self, a, b):
+        return " ".join(self.toks[j].t for j in range(a, b + 1) if self.toks[j].k != "pp")
+
+    def angle_end(self, i):
+        """Index of the '>' closing the '<' at i (template argument lists only)."""
+        depth = 0
+        j = i
+        while j < len(self.toks):
+            s = self.t(j)
+            if s == "<":
+                depth += 1
+            elif s == ">":
+                depth -= 1
+                if depth == 0:
+                    return j
+            elif s in ("(", "[", "{"):
+                j = self.match[j]
+            elif s in (";", "{", "}", ")"):
+                return -1
+            j += 1
+        return -1
+
+    # -- passes --
+    def pair_brackets(self):
+        stack = []
+        pairs = {")": "(", "]": "[", "}": "{"}
+        for i, tok in enumerate(self.toks):
+            if tok.k != "punct":
+                continue
+            if tok.t in "([{":
+                stack.append(i)
+            elif tok.t in ")]}":
+                if not stack or self.toks[stack[-1]].t != pairs[tok.t]:
+                    self.err(i, f"unbalanced '{tok.t}'")
+                j = stack.pop()
+                self.match[i], self.match[j] = j, i
+        if stack:
+            self.err(stack[-1], f"unclosed '{self.toks[stack[-1]].t}'")
+
+    def find_attributes(self):
+        i = 0
+        toks = self.toks
+        while i < len(toks) - 1:
+            if toks[i].t == "[" and toks[i + 1].t == "[" and toks[i].k == "punct":
+                end = self.match[i]
+                if end > 0 and self.t(end - 1) == "]" and self.match[i + 1] == end - 1:
+                    self.attr_spans.append((i, end))
+                    i = end + 1
+                    continue
+            i += 1
+        self.in_attr = bytearray(len(toks))
+        for a, b in self.attr_spans:
+            for j in range(a, b + 1):
+                self.in_attr[j] = 1
+        self.attr_at = {a: b for a, b in self.attr_spans}
+
+    def attr_items(self, a, b):
+        """Attribute list [[x, y(z)]] -> [(name, arg_token_range)]."""
+        items = []
+        j = a + 2
+        while j < b - 1:
+            if self.k(j) == "id":
+                name = self.t(j)
+                if self.t(j + 1) == "(":
+                    e = self.match[j + 1]
+                    items.append((name, (j + 2, e - 1)))
+                    j = e + 1
+                else:
+                    items.append((name, None))
+                    j += 1
+            else:
+                j += 1
+        return items
+
+    def scan_structure(self):
+        """Brace scopes, function bodies, kernels and explicit instantiations."""
+        toks = self.toks
+        stack = []  # (kind, ns-name or None)
+        stmt = 0
+        i = 0
+        n = len(toks)
+        while i < n:
+            tok = toks[i]
+            cur = stack[-1][0] if stack else "ns"
+            self.scope[i] = cur
+            if tok.k == "pp":
+                if stmt == i:
+                    stmt = i + 1
+                i += 1
+                continue
+            if i in self.attr_at:
+                i = self.attr_at[i] + 1
+                continue
+            s = tok.t
+            if cur == "class" and tok.k == "id":
+                self.class_idents.add(s)
+            if s == ";" and tok.k == "punct":
+                if cur in ("ns", "class"):
+                    self.statement(stmt, i, stack)
+                stmt = i + 1
+            elif s == "{":
+                kind = self.brace_kind(stmt, i, cur)
+                if kind == "func":
+                    self.function(stmt, i, stack)
+                ns_name = None
+                if kind == "ns":
+                    ids = [self.t(j) for j in range(stmt, i) if self.k(j) == "id" and self.t(j) != "namespace"]
+                    ns_name = ids[-1] if ids and self.t(stmt) == "namespace" else ""
+                stack.append((kind, ns_name))
+                if kind in ("ns", "class", "func", "block"):
+                    stmt = i + 1
+            elif s == "}":
+                kind = stack.pop()[0] if stack else "ns"
+                if kind in ("ns", "class", "func", "block"):
+                    stmt = i + 1
+                    if kind == "class" and self.t(i + 1) != ";":
+                        pass
+            elif s == ":" and cur == "class" and self.t(i - 1) in ("public", "private", "protected"):
+                stmt = i + 1
+            i += 1
+
+    def brace_kind(self, stmt, i, cur):
+        words = [self.t(j) for j in range(stmt, i) if not self.in_attr[j] and self.k(j) != "pp"]
+        if cur == "func" or cur == "block":
+            return "block"
+        if cur == "init":
+            return "init"
+        if words[:1] == ["namespace"] or (words[:1] == ["extern"] and len(words) == 2):
+            return "ns"
+        tail = [w for w in words if w not in ("const", "noexcept", "override", "final", "mutable") + _ADDRESS_SPACES]
+        if tail and tail[-1] == ")":
+            return "func"
+        if any(w in ("struct", "class", "union", "enum") for w in words):
+            return "class"
+        return "init"
+
+    def ns_path(self, stack):
+        return tuple(name for kind, name in stack if kind == "ns" and name)
+
+    def function(self, stmt, brace, stack):
+        name = None
+        j = stmt
+        while j < brace:
+            if self.t(j) == "(" and not self.in_attr[j]:
+                prev = self.t(j - 1)
+                if self.k(j - 1) == "id" and prev not in _KEYWORDS | {"__attribute__"}:
+                    name = prev
+                    break
+                if self.t(j - 2) == "operator" or prev == "operator":
+                    name = "operator"
+                    break
+                j = self.match[j]
+            j += 1
+        cur = stack[-1][0] if stack else "ns"
+        f = _Func(name or "?", stmt, brace, self.match[brace], cur == "ns", self.ns_path(stack))
+        self.funcs.append(f)
+        kernel_attr = self.kernel_markers(stmt, brace)
+        if kernel_attr is not None:
+            self.kernel_def(f, stmt, brace, j, kernel_attr, stack)
+
+    def kernel_markers(self, a, b):
+        """None if the statement [a, b) is not a kernel; else its attribute items."""
+        is_kernel = False
+        items = []
+        j = a
+        while j < b:
+            if j in self.attr_at:
+                e = self.attr_at[j]
+                its = self.attr_items(j, e)
+                items.extend(its)
+                if any(nm == "kernel" for nm, _ in its):
+                    is_kernel = True
+                j = e + 1
+                continue
+            if self.t(j) == "kernel" and self.k(j) == "id":
+                is_kernel = True
+            j += 1
+        return items if is_kernel else None
+
+    def host_name_of(self, items):
+        for nm, rng in items:
+            if nm == "host_name" and rng:
+                parts = []
+                for j in range(rng[0], rng[1] + 1):
+                    if self.k(j) != "str":
+                        self.err(j, "host_name expects string literals")
+                    parts.append(_unescape(self.t(j)))
+                return "".join(parts)
+        return None
+
+    def kernel_def(self, f, stmt, brace, paren, items, stack):
+        template = None
+        if self.t(stmt) == "template" and self.t(stmt + 1) == "<":
+            e = self.angle_end(stmt + 1)
+            template = self.text(stmt + 2, e - 1) if e > 0 else None
+        max_threads = None
+        for nm, rng in items:
+            if nm == "max_total_threads_per_threadgroup" and rng:
+                max_threads = self.text(rng[0], rng[1])
+        params = self.parse_params(paren, self.match[paren], defining=True)
+        kd = _KernelDef(f.name, f.ns, template, params, f, max_threads, self.host_name_of(items))
+        kd.index = len(self.kdef_list)
+        self.kdef_list.append(kd)
+        self.kdefs.setdefault(f.name, kd)
+
+    def parse_params(self, a, b, defining):
+        params = []
+        cur = []
+        depth = 0
+        for j in range(a + 1, b):
+            s = self.t(j)
+            if s == "<" and not self.in_attr[j]:
+                depth += 1
+            elif s == ">" and not self.in_attr[j]:
+                depth -= 1
+            elif s in ("(", "[", "{") and not self.in_attr[j]:
+                depth += 1
+            elif s in (")", "]", "}") and not self.in_attr[j]:
+                depth -= 1
+            if s == "," and depth == 0 and not self.in_attr[j]:
+                params.append(cur)
+                cur = []
+            else:
+                cur.append(j)
+        if cur:
+            params.append(cur)
+        out = []
+        nbuf = 0
+        for p in params:
+            attr = "buffer"
+            buf = None
+            name = None
+            for j in p:
+                if j in self.attr_at:
+                    for nm, rng in self.attr_items(j, self.attr_at[j]):
+                        if nm == "buffer" and rng:
+                            try:
+                                buf = int(self.text(rng[0], rng[1]).rstrip("uU"), 0)
+                            except ValueError:
+                                self.err(j, "[[buffer(n)]] needs an integer literal")
+                        elif nm in BUILTINS:
+                            attr = nm
+                        elif nm in ("threadgroup", "stage_in", "texture", "sampler"):
+                            self.err(j, f"kernel parameters with [[{nm}(...)]] cannot be bound through "
+                                        "torch.mps.compile_shader; declare threadgroup arrays in the kernel body")
+                        elif nm in ("function_constant",):
+                            self.err(j, "[[function_constant]] is not reachable through compile_shader")
+            ids = [j for j in p if self.k(j) == "id" and not self.in_attr[j] and self.t(j) not in _KEYWORDS]
+            if ids:
+                name = self.t(ids[-1])
+            if self.t(p[0]) == "void" and len(p) == 1:
+                continue
+            if attr == "buffer":
+                if buf is None:
+                    buf = nbuf
+                if not 0 <= buf <= 30:
+                    self.err(p[0], f"buffer index {buf} out of range (Metal allows 0..30)")
+                nbuf = max(nbuf, buf + 1)
+            out.append(ParamInfo(name or f"arg{len(out)}", attr, buf if attr == "buffer" else -1))
+        return out
+
+    def statement(self, a, b, stack):
+        """A ';'-terminated statement at namespace scope: explicit kernel instantiations are recorded."""
+        if self.t(a) != "template" or self.t(a + 1) == "<":
+            return
+        items = self.kernel_markers(a, b)
+        host = None
+        if items is not None or any(j in self.attr_at for j in range(a, b)):
+            allitems = []
+            for j in range(a, b):
+                if j in self.attr_at:
+                    allitems.extend(self.attr_items(j, self.attr_at[j]))
+            host = self.host_name_of(allitems)
+        if items is None and host is None:
+            return
+        # the declarator: last identifier followed by '<' outside attributes and decltype(...)
+        name_i = None
+        j = a + 1
+        while j < b:
+            if j in self.attr_at:
+                j = self.attr_at[j] + 1
+                continue
+            if self.t(j) == "decltype" and self.t(j + 1) == "(":
+                j = self.match[j + 1] + 1
+                continue
+            if self.k(j) == "id" and self.t(j + 1) == "<" and self.t(j) not in _KEYWORDS:
+                name_i = j
+            if self.t(j) == "(" and name_i is not None:
+                break
+            j += 1
+        if name_i is None:
+            self.err(a, "explicit kernel instantiation without template arguments is not supported")
+        e = self.angle_end(name_i + 1)
+        if e < 0:
+            self.err(name_i, "cannot parse the template arguments of this instantiation")
+        name = self.t(name_i)
+        args = self.text(name_i + 2, e - 1)
+        if host is None:
+            self.err(a, f"explicit instantiation of kernel '{name}' without [[host_name(...)]]")
+        self.insts.append((host, name, args, a, b))
+        self.kill(a, b)
+
+    # -- checks --
+    def check_forbidden(self):
+        toks = self.toks
+        bad = {
+            "double": "'double' is not supported in Metal (use float)",
+            "new": "'new' is not available in Metal",
+            "try": "exceptions (try/catch/throw) are not available in Metal",
+            "catch": "exceptions (try/catch/throw) are not available in Metal",
+            "throw": "exceptions (try/catch/throw) are not available in Metal",
+            "virtual": "virtual functions are not available in Metal",
+            "goto": "'goto' is not available in Metal",
+            "thread_local": "'thread_local' is not available in Metal",
+            "dynamic_cast": "'dynamic_cast' is not available in Metal",
+            "typeid": "'typeid' (RTTI) is not available in Metal",
+        }
+        for i, tok in enumerate(toks):
+            if self.in_attr[i]:
+                continue
+            if tok.k == "id":
+                s = tok.t
+                if s in bad:
+                    self.err(i, bad[s])
+                elif s == "delete" and self.t(i - 1) != "=":
+                    self.err(i, "'delete' is not available in Metal")
+                elif s == "std" and self.t(i + 1) == "::":
+                    self.err(i, "the C++ standard library (std::) is not available in Metal; use metal:: "
+                                "equivalents")
+                elif s in ("struct", "class") and self.t(i - 1) != "enum":
+                    j = i + 1
+                    while self.k(j) == "id" or self.t(j) == "::":
+                        j += 1
+                    if self.t(j) == "<" and self.k(i + 1) == "id":
+                        e = self.angle_end(j)
+                        j = e + 1 if e > 0 else j
+                    if self.t(j) == "final":
+                        j += 1
+                    if self.t(j) == ":" and self.scope[i] in ("ns", "class") and j > i + 1:
+                        self.err(i, "derived classes (inheritance) are not available in Metal")
+                elif s == "if" and self.t(i + 1) == "constexpr" and self.mv < 400:
+                    self.err(i, f"'if constexpr' is C++17 and needs Metal 4.0 (__METAL_VERSION__ >= 400; "
+                                f"compiling for {self.mv}); use overloads, enable_if or tag dispatch")
+                elif s == "auto" and self.mv < 400:
+                    j = i + 1
+                    while self.t(j) in ("&", "&&", "const"):
+                        j += 1
+                    if self.t(j) == "[" and self.scope[i] in ("func", "block"):
+                        self.err(i, f"structured bindings are C++17 and need Metal 4.0 (compiling for {self.mv})")
+            elif tok.k == "num":
+                if _LONG_DOUBLE_LIT_RE.match(tok.t) and not tok.t.lower().startswith("0x"):
+                    self.err(i, f"long double literal {tok.t} is not supported in Metal")
+            elif tok.t == "..." and self.mv < 400:
+                # `pack op ...` / `... op pack` (pack expansions have `...` after a name, `)` or `>`, or before `)`)
+                ops = {"+", "-", "*", "/", "%", "^", "&", "|", "<<", ">>", "&&", "||", "==", "!=", "<", ">", "<=",
+                       ">=", "=", "+=", "-=", "*=", "/=", ","}
+                decl_like = {",", "<", ">", "*", "&", "&&"}
+                prev, nxt = self.t(i - 1), self.t(i + 1)
+                if (prev in ops - decl_like and self.k(i - 1) == "punct") or \
+                        (prev == "(" and nxt in ops - {","}) or (nxt in ops - decl_like - {"="} and prev in ops):
+                    self.err(i, f"fold expressions are C++17 and need Metal 4.0 (compiling for {self.mv})")
+        # direct self-recursion of a free function that has a single definition
+        counts = {}
+        for f in self.funcs:
+            counts[f.name] = counts.get(f.name, 0) + 1
+        for f in self.funcs:
+            if not f.free or counts[f.name] != 1 or f.name in ("?", "operator"):
+                continue
+            for j in range(f.open + 1, f.close):
+                if toks[j].t == f.name and toks[j].k == "id" and self.t(j + 1) == "(" and \
+                        self.t(j - 1) not in (".", "->", "::"):
+                    self.err(j, f"recursion ('{f.name}' calls itself) is not allowed in Metal")
+
+    # -- sync analysis --
+    def sync_kernels(self):
+        by_name = {}
+        for f in self.funcs:
+            by_name.setdefault(f.name, []).append(f)
+        body_ids = {}
+        for f in self.funcs:
+            ids = set()
+            for j in range(f.open + 1, f.close):
+                if self.toks[j].k == "id":
+                    ids.add(self.toks[j].t)
+            body_ids[id(f)] = ids
+        memo = {}
+
+        def reaches_sync(name):
+            if name in memo:
+                return memo[name]
+            memo[name] = False
+            seen, todo = {name}, [name]
+            while todo:
+                nm = todo.pop()
+                for f in by_name.get(nm, ()):
+                    ids = body_ids[id(f)]
+                    if ids & SYNC_NAMES:
+                        memo[name] = True
+                        return True
+                    for x in ids:
+                        if x in by_name and x not in seen:
+                            seen.add(x)
+                            todo.append(x)
+            return False
+
+        return reaches_sync
+
+    # -- rewriting --
+    def rewrite(self):
+        toks = self.toks
+        n = len(toks)
+        for a, b in self.attr_spans:
+            self.blank(a, b)
+        kernel_of_tok = {}
+        for kd in self.kdef_list:
+            f = kd.func
+            kernel_of_tok[f.open] = kd
+        active_k = []  # kernel defs whose body we are in: (close, kd)
+        i = 0
+        while i < n:
+            tok = toks[i]
+            if tok.k == "pp" or self.in_attr[i] or self.dead[i]:
+                i += 1
+                continue
+            if i in kernel_of_tok:
+                active_k.append((kernel_of_tok[i].func.close, kernel_of_tok[i]))
+            while active_k and i > active_k[-1][0]:
+                active_k.pop()
+            s = tok.t
+            if tok.k == "id":
+                if s == "kernel" and not self.in_attr[i]:
+                    self.out[i] = ""
+                elif s in _ADDRESS_SPACES:
+                    i = self.address_space(i, active_k[-1][1] if active_k else None)
+                    continue
+                elif s in ("reinterpret_cast", "static_cast", "const_cast") and self.t(i + 1) == "<":
+                    e = self.angle_end(i + 1)
+                    if e > 0 and any(self.t(j) in ("device", "constant") for j in range(i + 2, e)):
+                        self.out[i] = "::emu::reinterpret_cast_"
+                elif s == "volatile":
+                    self.out[i] = ""
+            elif tok.k == "num":
+                m = _HALF_LIT_RE.match(s)
+                if m and not s.lower().startswith("0x"):
+                    self.out[i] = f"((half)({m.group(1)}f))" if "." in m.group(1) or "e" in m.group(1).lower() \
+                        else f"((half)({m.group(1)}.0f))"
+            elif s in (".", "->") and tok.k == "punct":
+                nm = self.t(i + 1)
+                if self.k(i + 1) == "id" and _SWIZZLE_RE.match(nm) and nm not in self.class_idents:
+                    idx = ",".join(str("xyzw".find(c) if c in "xyzw" else "rgba".find(c)) for c in nm)
+                    write = self.t(i + 2) in ("=", "+=", "-=", "*=", "/=")
+                    self.out[i + 1] = f"template swz{'w' if write else ''}<{idx}>()"
+                    i += 2
+                    continue
+            i += 1
+
+    def address_space(self, i, kd):
+        """Rewrite the address-space keyword at i; returns the next index."""
+        s = self.t(i)
+        prev = self.t(i - 1)
+        # member function qualifiers: `T get() const device`, `Frag() threadgroup = default;`
+        if prev == ")" or (prev == "const" and self.t(i - 2) == ")"):
+            if s == "thread":
+                self.out[i] = ""
+                return i + 1
+            return self.drop_member(i)
+        scope = self.scope[i]
+        if s == "threadgroup" and prev in (";", "{", "}", ")", ":") and scope in ("func", "block") \
+                and self.t(i + 1) != "*":
+            return self.tg_decl(i, kd)
+        if s in ("threadgroup", "thread"):
+            self.out[i] = ""  # thread/threadgroup pointers and references stay raw C++ pointers
+            return i + 1
+        # parse: cv* type cv* (*|&)?
+        j = i + 1
+        cv = []
+        lead_cv = []
+        if prev in ("const", "volatile"):
+            lead_cv.append(i - 1)
+        while self.t(j) in ("const", "volatile"):
+            cv.append(j)
+            j += 1
+        ts = j
+        while True:
+            if self.k(j) == "id" and self.t(j) not in ("const", "volatile") + _ADDRESS_SPACES:
+                j += 1
+            elif self.t(j) == "::":
+                j += 1
+            elif self.t(j) == "<" and j > ts:
+                e = self.angle_end(j)
+                if e < 0:
+                    break
+                j = e + 1
+            else:
+                break
+        te = j
+        while self.t(j) in ("const", "volatile"):
+            cv.append(j)
+            j += 1
+        is_const = s == "constant" or any(self.t(c) == "const" for c in cv + lead_cv)
+        if self.t(j) == "*" and te > ts:
+            typ = self.text(ts, te - 1)
+            for c in lead_cv:
+                self.out[c] = ""
+            self.blank(i, j)
+            if s == "constant":
+                self.out[i] = f"::emu::cptr<{typ}>"
+            else:
+                self.out[i] = f"::emu::dptr<{'const ' if is_const else ''}{typ}>"
+            return j + 1
+        if s == "constant":
+            near = [self.t(x) for x in range(max(0, i - 4), i + 5)]
+            self.out[i] = "" if "const" in near else "const"
+        else:
+            self.out[i] = ""
+        return i + 1
+
+    def drop_member(self, i):
+        """Remove a member function declared for a non-thread address space (only `thread` objects exist)."""
+        a = i
+        while a > 0 and self.t(a - 1) not in (";", "{", "}") and not (
+                self.t(a - 1) == ":" and self.t(a - 2) in ("public", "private", "protected")):
+            a -= 1
+        b = i
+        while b < len(self.toks) and self.t(b) not in (";", "{"):
+            b += 1
+        if self.t(b) == "{":
+            b = self.match[b]
+        self.blank(a, b)
+        return b + 1
+
+    def tg_decl(self, i, kd):
+        """`threadgroup T a[N][M], b;` -> references to group-shared allocations."""
+        j = i + 1
+        end = j
+        while end < len(self.toks) and self.t(end) != ";":
+            if self.t(end) in ("(", "[", "{"):
+                end = self.match[end]
+            end += 1
+        # declarators split at depth-0 commas; the type is everything before the first declarator name
+        parts = []
+        cur = []
+        depth = 0
+        for x in range(j, end):
+            sx = self.t(x)
+            if sx == "<":
+                depth += 1
+            elif sx == ">":
+                depth -= 1
+            if sx in ("(", "[", "{") :
+                depth += 1
+            elif sx in (")", "]", "}"):
+                depth -= 1
+            if sx == "," and depth == 0:
+                parts.append(cur)
+                cur = []
+            else:
+                cur.append(x)
+        parts.append(cur)
+        first = parts[0]
+        name_pos = None
+        for p, x in enumerate(first):
+            if self.k(x) == "id" and (p + 1 == len(first) or self.t(first[p + 1]) in ("[", "=")):
+                name_pos = p
+                break
+        if name_pos is None or name_pos == 0:
+            self.err(i, "cannot parse this threadgroup declaration")
+        if any(self.t(x) in ("*", "&") for x in first[:name_pos]):
+            self.out[i] = ""  # a local pointer/reference to threadgroup memory, not an allocation
+            return i + 1
+        typ = self.text(first[0], first[name_pos - 1])
+        decls = [first[name_pos:]] + parts[1:]
+        pieces = []
+        for d in decls:
+            name = self.t(d[0])
+            if any(self.t(x) == "=" for x in d):
+                self.err(d[0], "threadgroup variables cannot have initializers in Metal")
+            dims = "".join(self.t(x) for x in d[1:])
+            full = f"{typ}{dims}"
+            pieces.append(f"auto& {name} = ::emu::tg_alloc<{self.tg_site}, {full}>();")
+            if kd is not None:
+                kd.tg_types.append(full)
+            self.tg_site += 1
+        self.blank(i, end)
+        self.out[i] = " ".join(pieces)
+        return end + 1
+
+    def local_constexprs(self, kd):
+        """Top-level `constexpr`/`using`/`typedef` statements of a kernel body (tg sizes may use them)."""
+        f = kd.func
+        out = []
+        j = f.open + 1
+        start = j
+        while j < f.close:
+            s = self.t(j)
+            if s in ("(", "[", "{"):
+                if s == "{" and self.t(start) not in ("constexpr", "static", "using", "typedef"):
+                    j = self.match[j] + 1
+                    start = j
+                    continue
+                j = self.match[j] + 1
+                continue
+            if s == ";":
+                words = [self.t(x) for x in range(start, j)]
+                if words and (words[0] in ("constexpr", "using", "typedef") or
+                              words[:2] == ["static", "constexpr"]):
+                    if words[0] == "static":
+                        words = words[1:]
+                    txt = " ".join(w for w in words if w)
+                    if not any(w in ("device", "constant", "threadgroup", "thread") for w in words):
+                        out.append(txt + ";")
+                start = j + 1
+            j += 1
+        return out
+
+    def companions(self):
+        for kd in self.kdef_list:
+            decls = " ".join(self.local_constexprs(kd))
+            tg = " + ".join(f"((sizeof({t}) + 15ul) & ~15ul)" for t in kd.tg_types) or "0ul"
+            mt = kd.max_threads or "1024"
+            head = f"template <{kd.template}> " if kd.template else ""
+            self.after[kd.func.close] = (
+                f" {head}struct __emu_ki_{kd.index} {{ static constexpr unsigned long tg() {{ {decls} return {tg}; }}"
+                f" static constexpr unsigned long maxt() {{ return {mt}; }} }};")
+
+    def inline_free_functions(self):
+        """Non-template functions at namespace scope become inline, so that several translation units may
+        include the same source (and unused kernels are not compiled in every unit)."""
+        for f in self.funcs:
+            if not f.free or self.dead[f.start]:
+                continue
+            words = {self.t(j) for j in range(f.start, f.open)}
+            if words & {"inline", "static", "METAL_FUNC"}:
+                continue
+            if self.t(f.start) == "template":
+                if self.t(f.start + 1) == "<" and self.t(f.start + 2) == ">":  # full specialization
+                    self.before[f.start + 3] = "inline "
+                continue
+            self.before[f.start] = "inline "
+
+    def emit(self):
+        parts = []
+        for i, tok in enumerate(self.toks):
+            parts.append(tok.ws)
+            if tok.k == "pp":
+                parts.append(tok.t)
+                continue
+            if i in self.before:
+                parts.append(self.before[i])
+            parts.append(self.out[i])
+            if i in self.after:
+                parts.append(self.after[i])
+        return "".join(parts)
+
+
+def _unescape(lit):
+    body = lit[lit.index('"') + 1:-1]
+    return bytes(body, "ascii").decode("unicode_escape")
+
+
+def _launchers(tr: _Translator, reaches_sync) -> tuple:
+    """Per kernel: the C++ that binds its arguments and describes it; plus the exported table."""
+    hosts = []  # (host, kd, template args or None, token index)
+    seen = {}
+    for host, name, args, a, _ in tr.insts:
+        kd = tr.kdefs.get(name)
+        if kd is None:
+            tr.err(a, f"explicit instantiation of '{name}', which is not a kernel template defined in this source")
+        hosts.append((host, kd, args, a))
+    for kd in tr.kdef_list:
+        if kd.template is None:
+            hosts.append((kd.host_name or kd.name, kd, None, kd.func.start))
+    for host, _, _, a in hosts:
+        if host in seen:
+            tr.err(a, f"duplicate kernel host name '{host}'")
+        seen[host] = True
+    snippets = []
+    kernels = []
+    for h, (host, kd, args, _) in enumerate(hosts):
+        q = "::" + "::".join(kd.ns + (kd.name,)) if kd.ns else kd.name
+        fn = f"{q}<{args}>" if args is not None else q
+        ki = f"::__emu_ki_{kd.index}" if not kd.ns else "::" + "::".join(kd.ns) + f"::__emu_ki_{kd.index}"
+        ki = f"{ki}<{args}>" if args is not None else ki
+        call = []
+        pdescs = []
+        for k, p in enumerate(kd.params):
+            if p.attr == "buffer":
+                call.append(f"::emu::bind<::emu::arg_t<F{h},{k}>>(R, {p.buffer})")
+                pdescs.append(f'::emu::pdesc<::emu::arg_t<F{h},{k}>>({p.buffer}, "{p.name}")')
+            else:
+                call.append(f"::emu::builtin<::emu::arg_t<F{h},{k}>>({BUILTINS[p.attr]})")
+        sync = reaches_sync(kd.name)
+        snippets.append("\n".join([
+            f"namespace emu_gen {{ using F{h} = decltype(&{fn});",
+            f"static void lane{h}(::emu::Lane& L) {{ ::emu::Runtime& R = ::emu::rt(); (void)R; (void)L; "
+            f"{fn}({', '.join(call)}); }}",
+            f"static const ::emu::ParamDesc params{h}[] = {{ {', '.join(pdescs + ['{}'])} }}; }}",
+            f'extern const ::emu::KernelDesc emu_kd{h} = {{&emu_gen::lane{h}, {int(sync)}, {len(pdescs)}, '
+            f'emu_gen::params{h}, {ki}::maxt(), {ki}::tg(), "{host}"}};']))
+        kernels.append(KernelInfo(host, kd.name, kd.params, sync))
+    n = len(hosts)
+    table = "\n".join([
+        "EMU_DEFINE_FIBER_ASM()",
+        "".join(f"extern const ::emu::KernelDesc emu_kd{h};\n" for h in range(n)),
+        f"static const ::emu::KernelDesc* const emu_kdescs[] = {{ {', '.join([f'&emu_kd{h}' for h in range(n)] + ['nullptr'])} }};",
+        f'extern "C" __attribute__((visibility("default"))) int emu_kernel_count() {{ return {n}; }}',
+        'extern "C" __attribute__((visibility("default"))) const ::emu::KernelDesc* emu_kernel_desc(int i) '
+        '{ return emu_kdescs[i]; }',
+        'extern "C" __attribute__((visibility("default"))) int emu_launch(int i, const ::emu::Launch* la, '
+        'char* err, int n) { return ::emu::launch(emu_kdescs[i], la, err, n); }'])
+    return snippets, table, kernels
+
+
+def assemble(tr: Translation, parts: int) -> list:
+    """Split a translation into `parts` C++ sources that compile in parallel; kernels are spread over them
+    (every part sees the whole Metal source: free functions were made inline, templates instantiate on use)."""
+    parts = max(1, min(parts, len(tr.snippets) or 1))
+    head = '#include "emu_shim.h"\n' + tr.body + '\n#line 1 "<emulator-launchers>"\n'
+    out = []
+    for p in range(parts):
+        mine = tr.snippets[p::parts]
+        out.append(head + "\n".join(mine) + "\n" + (tr.table + "\n" if p == 0 else ""))
+    return out
+
+
+def translate(source: str, cxx: str, *, metal_version: int = 320, debug: bool = False) -> Translation:
+    if not isinstance(source, str):
+        raise TypeError(f"compile_shader expects the Metal source as str, got {type(source).__name__}")
+    clean = check_raw(source)
+    pp = preprocess(clean, cxx, metal_version)
+    toks = tokenize(pp)
+    tr = _Translator(toks, metal_version, debug)
+    tr.pair_brackets()
+    tr.find_attributes()
+    tr.scan_structure()
+    tr.check_forbidden()
+    reaches_sync = tr.sync_kernels()
+    tr.rewrite()
+    tr.companions()
+    tr.inline_free_functions()
+    body = tr.emit()
+    snippets, table, kernels = _launchers(tr, reaches_sync)
+    return Translation(body, snippets, table, kernels)
