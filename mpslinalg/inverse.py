@@ -36,7 +36,9 @@ def _inv_ex_op(A: Tensor, backend: str, small: bool) -> tuple[Tensor, Tensor]:
         return fresh(X), fresh(info)
     if backend == "metal":
         LU, pivots, info = lu_factor_metal(A, "inv")
-        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device).expand(A.shape)
+        # A dense identity per batch element: the solve overwrites a contiguous right-hand side.
+        eye = torch.zeros_like(A, memory_format=torch.contiguous_format)
+        eye.diagonal(dim1=-2, dim2=-1).fill_(1)
         return lu_solve_metal(LU, pivots, eye, True, False, "inv"), info
     X, info = torch.linalg.inv_ex(A)
     return fresh(X), info

@@ -373,3 +373,30 @@ def test_opcheck_metal_ops(backend):
         (ops["det"]._slogdet_op, (A, "metal", False)),
     ]:
         torch.library.opcheck(op, args, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n", [6, 40, 100])
+def test_launches_grow_with_panels_not_with_batch(n):
+    """On the metal backend every op launches a fixed sequence of kernels per call: the batch is a
+    grid dimension, never a Python loop (emulator counters)."""
+    from mpslinalg import emulator
+
+    def launches(op, batch):
+        A = random_matrix(n, torch.float32, (batch,), seed=batch) + n * torch.eye(n)
+        B = random_matrix(n, torch.float32, (batch,), seed=7, m=n)[..., :2]
+        emulator.reset_launch_counts()
+        with mpslinalg.use_backend("metal"):
+            op(A, B)
+        return emulator.total_launches()
+
+    ops = {
+        "lu_factor_ex": lambda A, B: mpslinalg.lu_factor_ex(A),
+        "solve_ex": lambda A, B: mpslinalg.solve_ex(A, B),
+        "inv_ex": lambda A, B: mpslinalg.inv_ex(A),
+        "det": lambda A, B: mpslinalg.det(A),
+    }
+    for name, op in ops.items():
+        counts = {batch: launches(op, batch) for batch in (1, 9)}
+        assert counts[1] == counts[9] > 0, (name, counts)
+    panels = -(-n // 32)
+    assert launches(ops["lu_factor_ex"], 1) == (1 if n <= 64 else 3 * panels - 1)
