@@ -87,11 +87,24 @@ def _parametrized_by_test(metafunc, name: str) -> bool:
 def pytest_generate_tests(metafunc):
     if "backend" in metafunc.fixturenames and not _parametrized_by_test(metafunc, "backend"):
         metafunc.parametrize("backend", _selected_backends(metafunc.config), indirect=True)
+    if "metal_backend" in metafunc.fixturenames:
+        metal = [n for n in _selected_backends(metafunc.config) if n != "torch"]
+        metafunc.parametrize("metal_backend", metal, indirect=True)
+
+
+@pytest.fixture
+def metal_backend(request):
+    """Like ``backend``, for properties of the Metal path alone (launch counts, host syncs,
+    dtype limits): the emulator and, when present, the Apple GPU."""
+    yield from _enter_backend(request.param)
 
 
 @pytest.fixture
 def backend(request):
-    name = request.param
+    yield from _enter_backend(request.param)
+
+
+def _enter_backend(name: str):
     if name == "mps" and _platform.mps_unavailable_reasons():
         pytest.fail("the mps backend was requested but MPS is not usable: "
                     + "; ".join(_platform.mps_unavailable_reasons()))

@@ -258,19 +258,15 @@ def test_validation_messages(backend):
         assert str(err.value).startswith("mpslinalg.lu"), str(err.value)
 
 
-def test_float64_on_metal_is_a_type_error(backend):
-    if not backend.is_metal:
-        pytest.skip("float64 is supported on the torch backend")
+def test_float64_on_metal_is_a_type_error(metal_backend):
     for dtype in (torch.float64, torch.complex128):
         with pytest.raises(TypeError, match="torch backend"):
-            mpslinalg.lu_factor(backend.tensor(torch.eye(3, dtype=dtype)))
+            mpslinalg.lu_factor(metal_backend.tensor(torch.eye(3, dtype=dtype)))
 
 
-def test_no_host_syncs(backend):
-    if not backend.is_metal:
-        pytest.skip("the no-synchronisation contract is the metal backend's")
-    A = backend.tensor(random_matrix(6, torch.complex64, (4,), seed=7))
-    B = backend.tensor(random_matrix(2, torch.complex64, (4,), seed=8, m=6))
+def test_no_host_syncs(metal_backend):
+    A = metal_backend.tensor(random_matrix(6, torch.complex64, (4,), seed=7))
+    B = metal_backend.tensor(random_matrix(2, torch.complex64, (4,), seed=8, m=6))
     with count_host_syncs() as syncs:
         LU, pivots, info = mpslinalg.lu_factor_ex(A)
         mpslinalg.lu(A)
@@ -356,13 +352,11 @@ def test_gradients_on_backend(backend):
             torch.testing.assert_close(wide(a), b, rtol=1e-3, atol=1e-3)
 
 
-def test_opcheck_metal_ops(backend):
+def test_opcheck_metal_ops(metal_backend):
     """The custom ops on the metal backend (schema, fake tensors, autograd registration, AOT)."""
-    if not backend.is_metal:
-        pytest.skip("the torch-path ops are checked in the per-module opcheck tests")
     ops = {m: importlib.import_module(f"mpslinalg.{m}") for m in ("det", "inverse", "solve")}
-    A = backend.tensor(random_matrix(6, torch.complex64, (2,), seed=11)).requires_grad_()
-    B = backend.tensor(random_matrix(2, torch.complex64, (2,), seed=12, m=6)).requires_grad_()
+    A = metal_backend.tensor(random_matrix(6, torch.complex64, (2,), seed=11)).requires_grad_()
+    B = metal_backend.tensor(random_matrix(2, torch.complex64, (2,), seed=12, m=6)).requires_grad_()
     LU, pivots = mpslinalg.lu_factor(A.detach())
     for op, args in [
         (lu_module._lu_factor_ex_op, (A, "metal")),
