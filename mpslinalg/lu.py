@@ -299,6 +299,18 @@ def lu_solve_any(LU: Tensor, pivots: Tensor, B: Tensor, left: bool, adjoint: boo
 # ---------------------------------------------------------------- public API
 
 
+def _lu_factor(fn: str, A: Tensor, pivot: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(LU in A's dtype, pivots, info) on the chosen backend; shared by lu_factor(_ex)."""
+    A, Ac, backend = prepare(fn, A, square=False)
+    if not pivot:
+        _no_pivot_error(fn, A, backend)
+    if backend == "torch":
+        LU, pivots, info = torch.linalg.lu_factor_ex(Ac, pivot=pivot)
+    else:
+        LU, pivots, info = _lu_factor_ex_op(Ac, backend)
+    return to_dtype(LU, A.dtype), pivots, info
+
+
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False
                  ) -> LUFactorExResult:
     r"""LU factorisation with partial pivoting, ``A = P L U``, in LAPACK's packed form, plus
@@ -318,17 +330,10 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False
         ``pivots`` (*, min(m, n)) int32, 1-based row interchanges; ``info`` (*) int32, 0 or the
         1-based index of the first zero pivot.
     """
-    fn = "lu_factor_ex"
-    A, Ac, backend = prepare(fn, A, square=False)
-    if not pivot:
-        _no_pivot_error(fn, A, backend)
-    if backend == "torch":
-        LU, pivots, info = torch.linalg.lu_factor_ex(Ac, pivot=pivot)
-    else:
-        LU, pivots, info = _lu_factor_ex_op(Ac, backend)
+    LU, pivots, info = _lu_factor("lu_factor_ex", A, pivot)
     if check_errors:
         _check_errors(info, "mpslinalg.lu_factor_ex")
-    return LUFactorExResult(to_dtype(LU, A.dtype), pivots, info)
+    return LUFactorExResult(LU, pivots, info)
 
 
 def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactorResult:
@@ -337,16 +342,9 @@ def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactorResult:
     with "(Batch element i)" for batches) when a pivot is exactly zero; this reads ``info`` from
     the device once. See :func:`lu_factor_ex` for the arguments.
     """
-    fn = "lu_factor"
-    A, Ac, backend = prepare(fn, A, square=False)
-    if not pivot:
-        _no_pivot_error(fn, A, backend)
-    if backend == "torch":
-        LU, pivots, info = torch.linalg.lu_factor_ex(Ac, pivot=pivot)
-    else:
-        LU, pivots, info = _lu_factor_ex_op(Ac, backend)
+    LU, pivots, info = _lu_factor("lu_factor", A, pivot)
     _check_errors(info, "mpslinalg.lu_factor")
-    return LUFactorResult(to_dtype(LU, A.dtype), pivots)
+    return LUFactorResult(LU, pivots)
 
 
 def lu(A: Tensor, *, pivot: bool = True) -> LUResult:
