@@ -54,13 +54,20 @@ def _device(args: argparse.Namespace) -> torch.device:
     return torch.device(args.device) if args.device else _platform.default_device()
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def _registered(entries: list, key: str, wanted: list[str] | None, what: str) -> list:
+    """The registered cases whose ``key`` is in ``wanted`` (all when None); says so when none."""
     from . import cases
 
     cases.load_all()
-    selected = [c for c in _registry.CHECKS if not args.op or c.op in args.op]
+    selected = [e for e in entries if not wanted or getattr(e, key) in wanted]
     if not selected:
-        print("no checks registered" + (f" for {', '.join(args.op)}" if args.op else ""))
+        print(f"no {what} registered" + (f" for {', '.join(wanted)}" if wanted else ""))
+    return selected
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    selected = _registered(_registry.CHECKS, "op", args.op, "checks")
+    if not selected:
         return 0
     device = _device(args)
     print(f"checking {len(selected)} cases on the {args.backend} backend, device {device}")
@@ -84,12 +91,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from . import cases
-
-    cases.load_all()
-    selected = [b for b in _registry.BENCHES if not args.group or b.group in args.group]
+    selected = _registered(_registry.BENCHES, "group", args.group, "benchmarks")
     if not selected:
-        print("no benchmarks registered" + (f" for {', '.join(args.group)}" if args.group else ""))
         return 0
     device = _device(args)
     print(f"benchmarking on device {device}, median of {args.repeats} runs, backend "
