@@ -6,8 +6,12 @@ factorisation for the whole batch at once:
 
 - metal backend: one launch of ``metal/linalg/small_inverse.metal`` per op, one thread per matrix,
   the matrix in registers;
-- torch backend (CPU, CUDA): the batch in structure-of-arrays layout ``(n, width, batch)`` and the
-  same unrolled elimination written as whole-batch tensor ops (no Python loop over the batch).
+- torch backend on CPU, float32/complex64: the same Metal kernels compiled for the CPU by
+  :mod:`mpslinalg.emulator` (a matrix per lane, in registers), the batch split into one
+  launch per CPU thread; needs a C++ compiler;
+- torch backend otherwise (CUDA, float64/complex128, no compiler): the batch in
+  structure-of-arrays layout ``(n, width, batch)`` and the same unrolled elimination written as
+  whole-batch tensor ops (no Python loop over the batch).
 
 Both follow LAPACK ``getrf`` + ``getrs``: partial pivoting with pivot = argmax |a| (complex:
 |re| + |im|, like ``icamax``), lowest row on ties, elimination carried on past a zero pivot,
@@ -21,6 +25,12 @@ synchronisation, inputs never modified).
 """
 
 from __future__ import annotations
+
+import functools
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -36,6 +46,15 @@ _SOURCE = "linalg/small_inverse.metal"
 #: Threads per threadgroup of the one-thread-per-matrix kernels.
 _GROUP = 256
 
+#: Matrices per chunk on CPU (see _chunks): 131072 4x4 float32 systems with identity right-hand
+#: sides are 16 MiB of workspace, which L3 holds through the elimination; smaller chunks pay
+#: more per-op dispatch than they save (measured: 8192-65536 at batch 1e5 and 1e6).
+_CPU_CHUNK = 131072
+
+#: Largest work buffer kept between calls on CPU (see _buffer): covers batch 1e5 at n = 4 while
+#: bounding what an idle thread holds (a few buffers of at most this size).
+_SCRATCH_MAX_BYTES = 16 << 20
+
 #: Smallest batch for which the torch fast path beats torch.linalg, per device type and n
 #: (measured with benchmarks/bench_small_inverse.py, results in benchmarks/results/: the fast
 #: path issues a fixed number of whole-batch tensor ops, ~70-90 for n = 4, so below these sizes
@@ -43,7 +62,7 @@ _GROUP = 256
 #: side of the measured crossovers so the small path is never the slower one. n = 1 and device
 #: types not listed always use torch.linalg.
 _TORCH_MIN_BATCH = {
-    "cpu": {2: 4096, 3: 8192, 4: 32768},
+    "cpu": {2: 4096, 3: 8192, 4: 65536},
     "cuda": {2: 786432, 3: 524288, 4: 786432},
 }
 
@@ -71,6 +90,42 @@ def use_small_path(A: torch.Tensor, fn: str = "inv") -> bool:
 
 # ------------------------------------------------------------------------------ torch backend
 
+class _Scratch(threading.local):
+    """Per-thread CPU work buffers kept between calls. Freshly allocated multi-megabyte buffers
+    cost a page fault per 4 KiB on first touch, which measured 25-60 % of the CPU path's time at
+    batch 1e5; the small path's ~20 temporaries are therefore reused (never returned to the
+    caller: outputs are always fresh tensors)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+
+_scratch = _Scratch()
+
+
+def _buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """An uninitialised work tensor: reused per (name, dtype) and thread on CPU, fresh elsewhere
+    (accelerators have caching allocators) or when larger than _SCRATCH_MAX_BYTES."""
+    numel = math.prod(shape)
+    size = numel * torch.empty(0, dtype=dtype).element_size()
+    if device.type != "cpu" or size > _SCRATCH_MAX_BYTES:
+        return torch.empty(shape, dtype=dtype, device=device)
+    buf = _scratch.buffers.get((name, dtype))
+    if buf is None or buf.numel() < numel:
+        buf = _scratch.buffers[(name, dtype)] = torch.empty(numel, dtype=dtype)
+    return buf[:numel].view(shape)
+
+
+def _abs1_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """|re| + |im| for complex (LAPACK's pivot measure), |x| for real, written into ``out``."""
+    if x.is_complex():
+        parts = torch.abs(torch.view_as_real(x),
+                          out=_buffer("abs1", (*x.shape, 2), out.dtype, x.device))
+        return torch.sum(parts, -1, out=out)
+    return torch.abs(x, out=out)
+
+
 def _abs1(x: torch.Tensor) -> torch.Tensor:
     """|re| + |im| for complex (LAPACK's pivot measure), |x| for real."""
     if x.is_complex():
@@ -86,20 +141,24 @@ def _workspace(A: torch.Tensor, rhs: torch.Tensor | None, m: int):
     row operation is a single kernel launch. Returns (U, R, M or None)."""
     n = A.shape[-1]
     batch = _batch_numel(A)
-    # Transposing through (batch, n*n, 1) -> (1, n*n, batch) with .contiguous() takes torch's
-    # fast transpose path (2-4x faster on CPU than copying a permuted view into place).
-    T = _transpose(A, batch, n * n).view(n, n, batch)
-    if m == 0 or A.device.type == "cpu":
+    # Copying a (batch, n*n, 1) -> (1, n*n, batch) transposed view into a contiguous tensor takes
+    # torch's fast transpose path (2-4x faster on CPU than copying a permuted (n, n, batch) view).
+    if A.device.type == "cpu":
+        U = _buffer("U", (n, n, batch), A.dtype, A.device)
+        U.view(1, n * n, batch).copy_(A.reshape(batch, n * n, 1).transpose(0, 2))
+    elif m == 0:
+        U = _transpose(A, batch, n * n).view(n, n, batch)
         # Factored in place: never in the caller's memory.
-        shared = T.untyped_storage().data_ptr() == A.untyped_storage().data_ptr()
-        U = T.clone() if shared else T
-        if m == 0:
-            return U, None, None
+        if U.untyped_storage().data_ptr() == A.untyped_storage().data_ptr():
+            U = U.clone()
+    if m == 0:
+        return U, None, None
+    if A.device.type == "cpu":
         R = torch.empty((n, m, batch), dtype=A.dtype, device=A.device)
         M = None
     else:
         M = torch.empty((n, n + m, batch), dtype=A.dtype, device=A.device)
-        M[:, :n].copy_(T)
+        M[:, :n].copy_(_transpose(A, batch, n * n).view(n, n, batch))
         U, R = M[:, :n], M[:, n:]
     if rhs is None:
         R.zero_()
@@ -157,10 +216,13 @@ def _eliminate(M: torch.Tensor, k: int, R: torch.Tensor | None = None) -> None:
     """Step k of the elimination below the (already interchanged) pivot M[k, k], applied to the
     columns k+1.. of M and to all columns of R."""
     piv = M[k, k]
+    n, batch, dev = M.shape[0], M.shape[-1], M.device
     # A zero pivot means the column below it is zero too: LAPACK skips the scaling, so the
     # multipliers are 0, not 0/0.
-    safe = piv + (piv == 0)
-    mult = (M[k + 1:, k] / safe).unsqueeze(1)
+    zero = torch.eq(piv, 0, out=_buffer("zero", (batch,), torch.bool, dev))
+    safe = torch.add(piv, zero, out=_buffer("safe", (batch,), M.dtype, dev))
+    mult = torch.div(M[k + 1:, k], safe, out=_buffer("mult", (n - k - 1, batch), M.dtype, dev))
+    mult = mult.unsqueeze(1)
     M[k + 1:, k + 1:].addcmul_(mult, M[k:k + 1, k + 1:], value=-1)
     if R is not None:
         R[k + 1:].addcmul_(mult, R[k:k + 1], value=-1)
@@ -172,28 +234,32 @@ def _factor_select(M: torch.Tensor, R: torch.Tensor | None, n: int) -> torch.Ten
     (so the right-hand sides become L^-1 P B), the multipliers are not stored. Pivots are those
     ``getrf`` chooses: the first row of largest |a| (complex: |re| + |im|), lowest index on
     ties. Returns the number of row interchanges per batch element (integer)."""
-    batch = M.shape[-1]
-    ibits = _BITS[M.real.dtype] if M.is_complex() else _BITS[M.dtype]
-    swaps = torch.zeros(batch, dtype=ibits, device=M.device)
+    batch, dev = M.shape[-1], M.device
+    real = M.real.dtype if M.is_complex() else M.dtype
+    ibits = _BITS[real]
+    swaps = torch.zeros(batch, dtype=ibits, device=dev)
     for k in range(n - 1):
-        mag = _abs1(M[k:, k])  # (n - k, batch)
         cands = n - k - 1
+        mag = _abs1_into(M[k:, k], _buffer("mag", (n - k, batch), real, dev))
         # g[i] = 1 where row k+1+i is strictly larger than every row above it (a NaN never
         # is); the pivot is the last such row: onehot[i] = g[i] * prod_{j > i} (1 - g[j]).
-        g = torch.empty((cands, batch), dtype=ibits, device=M.device)
+        g = _buffer("g", (cands, batch), ibits, dev)
         best = mag[0]
         for i in range(cands):
             torch.gt(mag[i + 1], best, out=g[i])
             if i + 1 < cands:
-                best = torch.maximum(best, mag[i + 1])
+                best = torch.maximum(best, mag[i + 1], out=_buffer("best", (batch,), real, dev))
         onehot = g
         if cands > 1:
-            keep = 1 - g[cands - 1]
+            keep = torch.neg(g[cands - 1], out=_buffer("keep", (batch,), ibits, dev)).add_(1)
+            nxt = _buffer("next", (batch,), ibits, dev)
             for i in range(cands - 2, -1, -1):
-                nxt = keep * (1 - g[i]) if i > 0 else None
+                if i > 0:
+                    torch.neg(g[i], out=nxt).add_(1).mul_(keep)
                 onehot[i].mul_(keep)
-                keep = nxt
-        swaps.add_(onehot.sum(0, dtype=ibits) if cands > 1 else onehot[0])
+                keep, nxt = nxt, keep
+        for i in range(cands):
+            swaps.add_(onehot[i])
         # Interchange row k with the pivot row by an exact bitwise select (xor swap under an
         # all-ones mask): no arithmetic on the values, so Inf and NaN move like any number.
         mask = onehot.neg_().unsqueeze(1)  # (cands, 1, batch): 0 or all bits set
@@ -203,7 +269,7 @@ def _factor_select(M: torch.Tensor, R: torch.Tensor | None, n: int) -> torch.Ten
             if part is None:
                 continue
             rows = _bits(part)  # (n - k, width, batch[, 2])
-            diff = torch.empty_like(rows[0])
+            diff = _buffer("diff", tuple(rows.shape[1:]), rows.dtype, dev)
             for i in range(cands):
                 torch.bitwise_xor(rows[i + 1], rows[0], out=diff).bitwise_and_(mask[i])
                 rows[i + 1].bitwise_xor_(diff)
@@ -227,9 +293,11 @@ def _diag(M: torch.Tensor) -> list[torch.Tensor]:
 
 def _info(diag: list[torch.Tensor]) -> torch.Tensor:
     """1-based index of the first zero pivot, 0 when none (int32, per batch element)."""
-    info = torch.zeros(diag[0].shape, dtype=torch.int32, device=diag[0].device)
+    batch, dev = diag[0].shape[0], diag[0].device
+    info = torch.zeros(batch, dtype=torch.int32, device=dev)
+    zero = _buffer("zero", (batch,), torch.bool, dev)
     for k in range(len(diag) - 1, -1, -1):
-        info = torch.where(diag[k] == 0, k + 1, info)
+        info.masked_fill_(torch.eq(diag[k], 0, out=zero), k + 1)
     return info
 
 
@@ -238,21 +306,34 @@ def _perm_sign(swaps: torch.Tensor, dtype) -> torch.Tensor:
     return (1 - 2 * (swaps & 1)).to(dtype)
 
 
+def _chunks(U: torch.Tensor) -> list[slice]:
+    """Batch ranges processed one after the other: on CPU, chunks whose workspace stays in cache
+    across the ~100 passes of the elimination (a fixed number of chunks per call, not a loop
+    over matrices); elsewhere the whole batch at once."""
+    batch = U.shape[-1]
+    step = _CPU_CHUNK if U.device.type == "cpu" else max(batch, 1)
+    return [slice(start, min(start + step, batch)) for start in range(0, batch, step)]
+
+
 def _torch_solve(A: torch.Tensor, B: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     n = A.shape[-1]
     batch_shape = A.shape[:-2]
     batch = _batch_numel(A)
     m = n if B is None else B.shape[-1]
     U, R, M = _workspace(A, B, m)
-    if batch == 0:
-        X = R.permute(2, 0, 1)
-        info = torch.zeros(0, dtype=torch.int32, device=A.device)
-    else:
-        _factor(U, R, M, n)
-        info = _info(_diag(U))
-        # (n, m, batch) -> (batch, n, m): returned as a view (batch-innermost strides) rather
-        # than paying for a transposing copy.
-        X = _back_substitute(U, R, n).permute(2, 0, 1)
+    info = torch.empty(batch, dtype=torch.int32, device=A.device)
+    for part in _chunks(U):
+        Uc = U[..., part]
+        Rc = None if R is None else R[..., part]
+        _factor(Uc, Rc, None if M is None else M[..., part], n)
+        info[part] = _info(_diag(Uc))
+        if Rc is not None:
+            _back_substitute(Uc, Rc, n)
+    if R is None:  # no right-hand sides: only info
+        R = torch.empty((n, 0, batch), dtype=A.dtype, device=A.device)
+    # (n, m, batch) -> (batch, n, m): returned as a view (batch-innermost strides) rather than
+    # paying for a transposing copy.
+    X = R.permute(2, 0, 1)
     return X.reshape(*batch_shape, n, m), info.reshape(batch_shape)
 
 
@@ -260,7 +341,9 @@ def _torch_lu_diag(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The diagonal of U (batch, n) and the permutation sign (batch,)."""
     n = A.shape[-1]
     U, _, _ = _workspace(A, None, 0)
-    swaps = _factor(U, None, None, n)
+    swaps = torch.empty(U.shape[-1], dtype=torch.int64, device=A.device)
+    for part in _chunks(U):
+        swaps[part] = _factor(U[..., part], None, None, n)
     return torch.diagonal(U, dim1=0, dim2=1), _perm_sign(swaps, A.dtype)
 
 
@@ -278,45 +361,97 @@ def _torch_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # ------------------------------------------------------------------------------ metal backend
 
-def _metal_run(op: str, fn: str, A: torch.Tensor, *args) -> None:
-    """One launch of ``<op>_<dtype>_n<N>`` over the batch of A: thread t handles matrix t.
-    ``args`` follow A in buffer order (tensors contiguous, then the batch size is appended)."""
+def _metal_run(op: str, fn: str, A: torch.Tensor, tensors: list[torch.Tensor],
+               scalars: tuple[int, ...] = (), parts: int = 1) -> None:
+    """Launch ``<op>_<dtype>_n<N>`` over the batch of A: thread t handles matrix t. Kernel
+    arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``.
+
+    ``parts`` > 1 (CPU tensors only) splits the batch into that many contiguous ranges run by
+    concurrent launches, one per CPU thread; the metal backend always launches once."""
     from ._copy import contiguous
 
     batch = _batch_numel(A)
     if batch == 0:
         return
     kern = _metal.kernel(_SOURCE, op, A.dtype, A.device, fn=fn, n=A.shape[-1])
-    tensors = [contiguous(A, fn)] + [contiguous(x, fn) if isinstance(x, torch.Tensor) else x
-                                     for x in args]
-    kern(*tensors, threads=batch, group_size=min(_GROUP, batch))
+    rows = [contiguous(t, fn).reshape(batch, -1) for t in [A, *tensors]]
+    step = _metal.ceil_div(batch, max(1, parts))
+
+    def launch(start: int) -> None:
+        count = min(step, batch - start)
+        kern(*(r[start:start + count] for r in rows), count, *scalars,
+             threads=count, group_size=min(_GROUP, count))
+
+    if step >= batch:
+        launch(0)
+    else:
+        for done in [_cpu_pool().submit(launch, s) for s in range(0, batch, step)]:
+            done.result()
 
 
-def _metal_inv(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_inv(A: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.empty(A.shape, dtype=A.dtype, device=A.device)
     info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
-    _metal_run("small_inv", "inv_ex", A, X, info, _batch_numel(A))
+    _metal_run("small_inv", "inv_ex", A, [X, info], parts=parts)
     return X, info
 
 
-def _metal_solve(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_solve(A: torch.Tensor, B: torch.Tensor, parts: int = 1
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.empty(B.shape, dtype=A.dtype, device=A.device)
     info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
-    _metal_run("small_solve", "solve_ex", A, B, X, info, _batch_numel(A), B.shape[-1])
+    _metal_run("small_solve", "solve_ex", A, [B, X, info], (B.shape[-1],), parts=parts)
     return X, info
 
 
-def _metal_det(A: torch.Tensor) -> torch.Tensor:
+def _metal_det(A: torch.Tensor, parts: int = 1) -> torch.Tensor:
     det = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
-    _metal_run("small_det", "det", A, det, _batch_numel(A))
+    _metal_run("small_det", "det", A, [det], parts=parts)
     return det
 
 
-def _metal_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_slogdet(A: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     sign = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
     logabs = torch.empty(A.shape[:-2], dtype=torch.float32, device=A.device)
-    _metal_run("small_slogdet", "slogdet", A, sign, logabs, _batch_numel(A))
+    _metal_run("small_slogdet", "slogdet", A, [sign, logabs], parts=parts)
     return sign, logabs
+
+
+# ------------------------------------------------------------------ torch backend, CPU kernel
+
+#: Smallest batch range worth a CPU thread of its own (below it, thread hand-off costs more).
+_MIN_PART = 16384
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _cpu_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                       thread_name_prefix="mpslinalg-small")
+        return _pool
+
+
+@functools.cache
+def _have_cxx() -> bool:
+    from .emulator import find_compiler
+
+    return find_compiler() is not None
+
+
+def _cpu_kernel_parts(A: torch.Tensor) -> int:
+    """How many concurrent launches run the Metal kernel itself on the CPU for the torch backend
+    (0: use the tensor-op path). The kernel, compiled for the CPU by mpslinalg.emulator, keeps
+    each matrix in registers like on the GPU, which no sequence of whole-batch tensor ops can;
+    it needs float32/complex64 (Metal has no 64-bit float) and a C++ compiler."""
+    if A.device.type != "cpu" or A.dtype not in (torch.float32, torch.complex64):
+        return 0
+    if not _have_cxx():
+        return 0
+    return max(1, min(torch.get_num_threads(), _batch_numel(A) // _MIN_PART))
 
 
 # ------------------------------------------------------------------------------ entry points
@@ -325,6 +460,8 @@ def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based)."""
     if resolve_backend(A.device, "inv_ex") == "metal":
         return _metal_inv(A)
+    if parts := _cpu_kernel_parts(A):
+        return _metal_inv(A, parts)
     return _torch_solve(A, None)
 
 
@@ -332,6 +469,8 @@ def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
     """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape."""
     if resolve_backend(A.device, "solve_ex") == "metal":
         return _metal_solve(A, B)
+    if parts := _cpu_kernel_parts(A):
+        return _metal_solve(A, B, parts)
     return _torch_solve(A, B)
 
 
@@ -339,6 +478,8 @@ def small_det(A: torch.Tensor) -> torch.Tensor:
     """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
     if resolve_backend(A.device, "det") == "metal":
         return _metal_det(A)
+    if parts := _cpu_kernel_parts(A):
+        return _metal_det(A, parts)
     return _torch_det(A)
 
 
@@ -346,4 +487,6 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf)."""
     if resolve_backend(A.device, "slogdet") == "metal":
         return _metal_slogdet(A)
+    if parts := _cpu_kernel_parts(A):
+        return _metal_slogdet(A, parts)
     return _torch_slogdet(A)

@@ -56,7 +56,7 @@ def test_use_small_path_shapes():
         assert not si.use_small_path(torch.zeros(3, 3, 4))
         assert not si.use_small_path(torch.zeros(3, 3, 3, dtype=torch.float64))
     with mpslinalg.use_backend("torch"):
-        big = torch.zeros(1 << 16, 4, 4)
+        big = torch.zeros(1 << 17, 4, 4)
         assert si.use_small_path(big)
         assert si.use_small_path(big.double())
         assert not si.use_small_path(torch.zeros(2, 4, 4))  # torch.linalg is faster there
@@ -279,12 +279,10 @@ def test_camera_known_inverse(backend, case):
 
 
 @pytest.mark.slow
-def test_camera_large_batch_metal(backend):
+def test_camera_large_batch_metal(metal_backend):
     """One 100000-matrix launch through the kernel (the torch backend already runs it above)."""
-    if not backend.is_metal:
-        pytest.skip("covered by test_camera_known_inverse on the torch backend")
     T, Ti = _rigid(100000, seed=5)
-    X, info = si.small_inv_ex(backend.tensor(T.float()))
+    X, info = si.small_inv_ex(metal_backend.tensor(T.float()))
     assert (info == 0).all()
     assert ((wide(X) - Ti).abs().amax() < 1e-4)
 
@@ -303,6 +301,15 @@ def test_empty_batches(backend, n):
         assert sign.shape == logabs.shape == shape[:-2]
         X, info = si.small_solve_ex(A, backend.tensor(torch.zeros(*shape[:-1], 2)))
         assert X.shape == (*shape[:-1], 2)
+
+
+def test_solve_without_right_hand_sides(backend):
+    """B of shape (*, n, 0): an empty X, but info still flags singular matrices."""
+    A = random_matrix(3, torch.float32, (4,), seed=111)
+    A[2, :, 1] = 0
+    X, info = si.small_solve_ex(backend.tensor(A), backend.tensor(torch.zeros(4, 3, 0)))
+    assert X.shape == (4, 3, 0)
+    assert info.tolist() == [0, 0, 2, 0]
 
 
 def test_unbatched_and_noncontiguous(backend):
@@ -344,14 +351,12 @@ def test_accelerator_variant_matches_cpu_variant():
 
 
 @pytest.mark.parametrize("batch", (1, 37, 1000))
-def test_metal_single_launch_no_sync(backend, batch):
-    if not backend.is_metal:
-        pytest.skip("launch counting is a metal-backend property")
+def test_metal_single_launch_no_sync(metal_backend, batch):
     from mpslinalg import emulator
 
     for dtype in (torch.float32, torch.complex64):
-        A = backend.tensor(random_matrix(4, dtype, (batch,), seed=71))
-        B = backend.tensor(random_matrix(2, dtype, (batch,), seed=72, m=4))
+        A = metal_backend.tensor(random_matrix(4, dtype, (batch,), seed=71))
+        B = metal_backend.tensor(random_matrix(2, dtype, (batch,), seed=72, m=4))
         for call, args in ((si.small_inv_ex, (A,)), (si.small_det, (A,)),
                            (si.small_slogdet, (A,)), (si.small_solve_ex, (A, B))):
             call(*args)  # compile outside the counted region
@@ -377,9 +382,7 @@ def test_torch_path_no_sync():
 
 @pytest.mark.parametrize("n", (2, 4))
 def test_public_api_uses_small_path(backend, n):
-    if not all(hasattr(mpslinalg, name) for name in ("inv", "inv_ex", "det", "solve")):
-        pytest.skip("the public API (mpslinalg.inv ...) is not there yet")
-    batch = 1000 if backend.is_metal else 32768  # the torch backend's small-path threshold
+    batch = 1000 if backend.is_metal else 65536  # the torch backend's small-path threshold
     A = backend.tensor(random_matrix(n, torch.float32, (batch,), seed=91))
     assert si.use_small_path(A)
     X, info = si.small_inv_ex(A)
@@ -390,3 +393,62 @@ def test_public_api_uses_small_path(backend, n):
     assert torch.equal(mpslinalg.solve(A, B), si.small_solve_ex(A, B)[0])
     with pytest.raises(torch.linalg.LinAlgError, match="Batch element 1"):
         mpslinalg.inv(backend.tensor(_singular_batch(n, torch.float32)))
+
+
+def test_cpu_chunks(monkeypatch):
+    """Batches larger than a CPU chunk are processed chunk by chunk with the same results."""
+    A = torch.cat([random_matrix(4, torch.float32, (40,), seed=101),
+                   _singular_batch(4, torch.float32)])
+    B = random_matrix(2, torch.float32, (A.shape[0],), seed=102, m=4)
+    with mpslinalg.use_backend("torch"):
+        whole = si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A)
+        monkeypatch.setattr(si, "_CPU_CHUNK", 7)
+        chunked = si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A)
+    for a, b in zip(whole, chunked, strict=True):
+        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,),
+                        strict=True):
+            assert torch.equal(torch.nan_to_num(x), torch.nan_to_num(y))
+
+
+def test_outputs_do_not_alias_work_buffers():
+    """The CPU path reuses its work buffers between calls; results must not live in them."""
+    A = random_matrix(4, torch.float32, (64,), seed=121)
+    B = random_matrix(4, torch.float32, (64,), seed=122)
+    with mpslinalg.use_backend("torch"):
+        outs = [si.small_inv_ex(A)[0], si.small_det(A), *si.small_slogdet(A),
+                si.small_solve_ex(A, B)[0]]
+        kept = [o.clone() for o in outs]
+        si.small_inv_ex(B), si.small_det(B), si.small_slogdet(B), si.small_solve_ex(B, A)
+    for o, k in zip(outs, kept, strict=True):
+        assert torch.equal(o, k)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.complex64))
+def test_torch_backend_cpu_kernel_matches_metal_backend(dtype, monkeypatch):
+    """On CPU the torch backend runs the Metal kernel itself, split over CPU threads: the results
+    are bit-identical to the metal backend's single launch, whatever the split."""
+    monkeypatch.setattr(si, "_MIN_PART", 100)
+    A = random_matrix(4, dtype, (1001,), seed=5)
+    A[17] = 0  # a singular element keeps its info in its own range
+    B = random_matrix(2, dtype, (1001,), seed=6, m=4)
+    with mpslinalg.use_backend("metal"):
+        want = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A))
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
+        assert si._cpu_kernel_parts(A) == threads
+        with mpslinalg.use_backend("torch"):
+            got = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A),
+                   si.small_slogdet(A))
+        for g, w in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want),
+                        strict=True):
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    assert want[0][1][17] == 1
+
+
+def test_torch_backend_without_compiler_uses_tensor_ops(monkeypatch):
+    monkeypatch.setattr(si, "_have_cxx", lambda: False)
+    A = random_matrix(3, torch.float32, (50,), seed=8)
+    assert si._cpu_kernel_parts(A) == 0
+    X, info = si.small_inv_ex(A)
+    torch.testing.assert_close(X, torch.linalg.inv(A), rtol=1e-4, atol=1e-4)
+    assert si._cpu_kernel_parts(A.double()) == 0  # Metal has no float64
