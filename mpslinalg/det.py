@@ -180,7 +180,7 @@ _slogdet_op.register_autograd(_slogdet_bwd, setup_context=_slogdet_setup)
 def det(A: Tensor) -> Tensor:
     r"""Determinant of a square matrix; like :func:`torch.linalg.det`.
 
-    ``A`` (*, n, n); the result has shape (*). Singular input gives 0 (no error). Never
+    ``A`` ``(*, n, n)``; the result has shape ``(*)``. Singular input gives 0 (no error). Never
     synchronises with the device. Differentiable, also at singular matrices (through the
     adjugate; torch's own rule returns 0 at exactly singular ones) and for complex input.
     """

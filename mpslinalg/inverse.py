@@ -90,13 +90,13 @@ def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvExResult:
     r"""Inverse of a square matrix and ``info``; like :func:`torch.linalg.inv_ex`.
 
     Args:
-        A: tensor of shape (*, n, n).
+        A: tensor of shape ``(*, n, n)``.
 
     Keyword args:
         check_errors: raise :class:`mpslinalg.LinAlgError` for singular input (one device read).
 
     Returns:
-        ``(inverse, info)``: ``info`` (*) int32 is 0, or the 1-based index of the first exactly
+        ``(inverse, info)``: ``info`` ``(*)`` int32 is 0, or the 1-based index of the first exactly
         zero pivot of the LU factorisation (the inverse is then unspecified). Never synchronises
         with the device unless ``check_errors``.
     """

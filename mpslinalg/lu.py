@@ -165,7 +165,7 @@ def _no_pivot_error(fn: str, A: Tensor, backend: str) -> None:
 
 @torch.library.custom_op("mpslinalg::lu_factor_ex", mutates_args=())
 def _lu_factor_ex_op(A: Tensor, backend: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(LU, pivots, info) of ``A`` (*, m, n) in its compute dtype, LAPACK getrf semantics."""
+    """(LU, pivots, info) of ``A`` ``(*, m, n)`` in its compute dtype, LAPACK getrf semantics."""
     if backend == "metal":
         return lu_factor_metal(A, "lu_factor")
     LU, pivots, info = torch.linalg.lu_factor_ex(A)
@@ -317,7 +317,7 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False
     ``info``; like :func:`torch.linalg.lu_factor_ex`.
 
     Args:
-        A: tensor of shape (*, m, n), float32 / complex64 (metal) or also float64 / complex128
+        A: tensor of shape ``(*, m, n)``, float32 / complex64 (metal) or also float64 / complex128
             (torch backend); float16 / bfloat16 are computed in float32 and cast back.
 
     Keyword args:
@@ -326,9 +326,9 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False
             (one device read); by default nothing synchronises with the device.
 
     Returns:
-        ``(LU, pivots, info)``: ``LU`` (*, m, n) holds L (unit diagonal, strictly below) and U;
-        ``pivots`` (*, min(m, n)) int32, 1-based row interchanges; ``info`` (*) int32, 0 or the
-        1-based index of the first zero pivot.
+        ``(LU, pivots, info)``: ``LU`` ``(*, m, n)`` holds L (unit diagonal, strictly below)
+        and U; ``pivots`` ``(*, min(m, n))`` int32, 1-based row interchanges; ``info`` ``(*)``
+        int32, 0 or the 1-based index of the first zero pivot.
     """
     LU, pivots, info = _lu_factor("lu_factor_ex", A, pivot)
     if check_errors:
@@ -350,8 +350,8 @@ def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactorResult:
 def lu(A: Tensor, *, pivot: bool = True) -> LUResult:
     r"""LU factorisation with partial pivoting, ``A = P L U``; like :func:`torch.linalg.lu`.
 
-    ``P`` (*, m, m) is a permutation matrix, ``L`` (*, m, k) unit lower triangular, ``U``
-    (*, k, n) upper triangular, k = min(m, n). Never raises for singular input and never
+    ``P`` ``(*, m, m)`` is a permutation matrix, ``L`` ``(*, m, k)`` unit lower triangular, ``U``
+    ``(*, k, n)`` upper triangular, k = min(m, n). Never raises for singular input and never
     synchronises with the device. Differentiable (also for complex input) through the LU factor.
     """
     fn = "lu"
@@ -372,9 +372,9 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     :func:`torch.linalg.lu_solve`.
 
     ``left=False`` solves ``X A = B``; ``adjoint=True`` uses ``A^H`` instead of ``A``. ``LU``
-    (*, n, n) and ``B`` (*, n, k) (or (*, k, n) when ``left=False``) broadcast over their batch
-    dimensions; ``pivots`` has shape ``LU.shape[:-1]``. Never synchronises with the device.
-    Differentiable with respect to ``LU`` and ``B``.
+    ``(*, n, n)`` and ``B`` ``(*, n, k)`` (or ``(*, k, n)`` when ``left=False``) broadcast over
+    their batch dimensions; ``pivots`` has shape ``LU.shape[:-1]``. Never synchronises with the
+    device. Differentiable with respect to ``LU`` and ``B``.
     """
     fn = "lu_solve"
     LU = _checks.check_matrix(fn, "LU", LU)

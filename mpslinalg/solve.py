@@ -133,8 +133,8 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     :func:`torch.linalg.solve_ex`.
 
     Args:
-        A: (*, n, n) square matrices.
-        B: (*, n, k) matrices, or (*, n) vectors when ``B.ndim == 1`` or
+        A: ``(*, n, n)`` square matrices.
+        B: ``(*, n, k)`` matrices, or ``(*, n)`` vectors when ``B.ndim == 1`` or
             ``B.shape == A.shape[:-1]``; batch dimensions broadcast with ``A``'s.
 
     Keyword args:
