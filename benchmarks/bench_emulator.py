@@ -15,6 +15,7 @@ elementwise <= 50 ms, first compile <= 1.5 s, cached load <= 50 ms.
 
 Usage: python benchmarks/bench_emulator.py [--runs N]
 """
+
 import argparse
 import os
 import shutil
@@ -180,6 +181,10 @@ SWITCH_CPP = r"""
 #include <cstdlib>
 #include "emu_fiber.h"
 
+#ifdef EMU_DEFINE_FIBER_ASM
+EMU_DEFINE_FIBER_ASM()  // the switch routine is emitted once per library
+#endif
+
 static void* main_sp;
 static void* fib_sp;
 static long n_iter;
@@ -203,7 +208,7 @@ int main(int argc, char** argv) {
 }
 """
 
-CHILD = textwrap.dedent(r'''
+CHILD = textwrap.dedent(r"""
     import sys, time
     sys.path.insert(0, sys.argv[1])
     src = open(sys.argv[2]).read()
@@ -217,7 +222,7 @@ CHILD = textwrap.dedent(r'''
     k(y, torch.ones(16), 2.0, 3.0)
     assert torch.all(y == 5.0)
     print(t1 - t0)
-''')
+""")
 
 
 def median_time(fn, runs, warmup=1):
@@ -241,11 +246,16 @@ def raw_switch_ns(runs):
         src = Path(d) / "switch.cpp"
         exe = Path(d) / "switch"
         src.write_text(SWITCH_CPP)
-        r = subprocess.run([cxx, "-O2", "-std=c++17", f"-I{inc}", str(src), "-o", str(exe)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [cxx, "-O2", "-std=c++17", f"-I{inc}", str(src), "-o", str(exe)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
-            print("  (raw switch benchmark did not build: "
-                  f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else '?'})")
+            print(
+                "  (raw switch benchmark did not build: "
+                f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else '?'})"
+            )
             return None
         vals = []
         for _ in range(runs):
@@ -265,8 +275,13 @@ def compile_times(runs):
             cache = Path(d) / f"cache{r}"
             env = dict(os.environ, MPSLINALG_CACHE_DIR=str(cache))
             for bucket in (first, cached):
-                out = subprocess.run([sys.executable, str(script), str(REPO), str(src_path)],
-                                     env=env, capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [sys.executable, str(script), str(REPO), str(src_path)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 bucket.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(first), statistics.median(cached)
 
@@ -277,23 +292,32 @@ def main():
     args = ap.parse_args()
     runs = args.runs
 
-    print(f"mpslinalg.emulator benchmark: {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"median of {runs} runs")
+    print(
+        f"mpslinalg.emulator benchmark: {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"median of {runs} runs"
+    )
     rows = []
 
     sw = raw_switch_ns(runs)
-    rows.append(("fiber switch (raw, emulator's switch routine)",
-                 f"{sw:.1f} ns" if sw is not None else "n/a", "<= 20 ns"))
+    rows.append(
+        (
+            "fiber switch (raw, emulator's switch routine)",
+            f"{sw:.1f} ns" if sw is not None else "n/a",
+            "<= 20 ns",
+        )
+    )
 
     lib = emu.compile_shader(BARRIER_SRC)
 
     # Per lane-barrier cost inside a kernel: one group of 32 lanes, many barriers.
     rounds = 20000
     out = torch.zeros(32)
-    t = median_time(lambda: lib.barriers_many(out, rounds, group_size=32,
-                                              arg_casts={1: "int32"}), runs)
-    rows.append(("lane-barrier (32 lanes x 20000 barriers)", f"{t / (32 * rounds) * 1e9:.1f} ns",
-                 ""))
+    t = median_time(
+        lambda: lib.barriers_many(out, rounds, group_size=32, arg_casts={1: "int32"}), runs
+    )
+    rows.append(
+        ("lane-barrier (32 lanes x 20000 barriers)", f"{t / (32 * rounds) * 1e9:.1f} ns", "")
+    )
 
     out = torch.zeros(1000 * 256)
     t = median_time(lambda: lib.barriers64(out, group_size=256), runs)
@@ -305,15 +329,17 @@ def main():
     t = median_time(lambda: lib.axpb(x, y, 2.0), max(runs, 11))
     assert torch.equal(y, 2.0 * x + 1.0)
     rows.append(("1024x1024 elementwise (1-D grid)", f"{t * 1e3:.1f} ms", "<= 50 ms"))
-    t = median_time(lambda: lib.axpb2d(x, y, 3.0, threads=[1024, 1024], group_size=[32, 32]),
-                    max(runs, 11))
+    t = median_time(
+        lambda: lib.axpb2d(x, y, 3.0, threads=[1024, 1024], group_size=[32, 32]), max(runs, 11)
+    )
     assert torch.equal(y, 3.0 * x + 1.0)
     rows.append(("1024x1024 elementwise (2-D grid, 32x32 groups)", f"{t * 1e3:.1f} ms", ""))
 
     first, cached = compile_times(runs)
     rows.append(("first compile of a typical .metal (empty cache)", f"{first:.2f} s", "<= 1.5 s"))
-    rows.append(("cached load of the same source (new process)", f"{cached * 1e3:.1f} ms",
-                 "<= 50 ms"))
+    rows.append(
+        ("cached load of the same source (new process)", f"{cached * 1e3:.1f} ms", "<= 50 ms")
+    )
 
     w = max(len(r[0]) for r in rows)
     for name, val, target in rows:

@@ -1,8 +1,9 @@
 """Run Metal Shading Language compute kernels on the CPU with Metal's semantics.
 
-``compile_shader(source)`` mirrors ``torch.mps.compile_shader``: the returned library exposes each kernel by
-host name, and kernels are called with torch's exact argument marshalling and ``dispatchThreads`` geometry.
-CPU tensors stand in for MPS tensors. Importing this module compiles nothing.
+``compile_shader(source)`` mirrors ``torch.mps.compile_shader``: the returned library exposes
+each kernel by host name, and kernels are called with torch's exact argument marshalling and
+``dispatchThreads`` geometry. CPU tensors stand in for MPS tensors. Importing this module
+compiles nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ import threading
 from .build import cache_dir, clear_cache, find_compiler
 from .runtime import launch_counts, reset_launch_counts, total_launches
 
-__all__ = ["compile_shader", "launch_counts", "total_launches", "reset_launch_counts", "cache_dir", "clear_cache",
-           "find_compiler"]
+__all__ = [
+    "compile_shader",
+    "launch_counts",
+    "total_launches",
+    "reset_launch_counts",
+    "cache_dir",
+    "clear_cache",
+    "find_compiler",
+]
 
 _memo: dict = {}
 _memo_lock = threading.Lock()
@@ -24,16 +32,29 @@ _key_locks: dict = {}
 
 def _index_key(source, debug, metal_version, cxx):
     from . import build
-    blob = json.dumps([source, debug, metal_version, build.compile_flags(debug), build.EMULATOR_VERSION,
-                       build.shim_hash(), cxx])
+
+    blob = json.dumps(
+        [
+            source,
+            debug,
+            metal_version,
+            build.compile_flags(debug),
+            build.EMULATOR_VERSION,
+            build.shim_hash(),
+            cxx,
+        ]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def compile_shader(source: str, *, debug: bool = False, metal_version: int = 320):
-    """Compile MSL ``source`` for the CPU emulator; raises SyntaxError with ``metal/<file>:line`` diagnostics.
+    """Compile MSL ``source`` for the CPU emulator.
 
-    ``debug=True`` bounds-checks every device/constant pointer access (a separate cached build).
-    ``metal_version`` is ``__METAL_VERSION__``: 320 (MSL 3.2, C++14 rules) or 400 (MSL 4.0, C++17).
+    Compile errors raise SyntaxError with ``metal/<file>:line`` diagnostics, as torch does.
+    device/constant pointer accesses are bounds-checked in every build; ``debug=True`` (a separate
+    cached build) also checks indices into fixed-size threadgroup and thread arrays.
+    ``metal_version`` is ``__METAL_VERSION__``: 320 (MSL 3.2, C++14 rules) or 400 (MSL 4.0,
+    C++17).
     """
     from . import build, runtime, translate
 
@@ -54,26 +75,46 @@ def compile_shader(source: str, *, debug: bool = False, metal_version: int = 320
             if lib is not None:
                 return lib
         # A source seen before (by any process) maps straight to its library without re-translating.
-        index = build.cache_dir() / "index" / f"{_index_key(source, bool(debug), metal_version, cxx)}.json"
+        index = (
+            build.cache_dir()
+            / "index"
+            / f"{_index_key(source, bool(debug), metal_version, cxx)}.json"
+        )
         lib = None
         try:
             meta = json.loads(index.read_text())
             so = build.cache_dir() / "lib" / meta["so"]
             if so.is_file():
-                kernels = [translate.KernelInfo(k["host_name"], k["function"],
-                                                [translate.ParamInfo(**p) for p in k["params"]], k["sync"])
-                           for k in meta["kernels"]]
+                kernels = [
+                    translate.KernelInfo(
+                        k["host_name"],
+                        k["function"],
+                        [translate.ParamInfo(**p) for p in k["params"]],
+                        k["sync"],
+                    )
+                    for k in meta["kernels"]
+                ]
                 lib = runtime.Library(so, kernels, debug)
         except (OSError, ValueError, KeyError, TypeError):
             lib = None
         if lib is None:
-            tr = translate.translate(source, cxx, metal_version=metal_version, debug=debug)
+            tr = translate.translate(source, cxx, metal_version=metal_version)
             so = build.build_library(tr, bool(debug), cxx)
             lib = runtime.Library(so, tr.kernels, debug)
-            meta = {"so": so.name, "kernels": [
-                {"host_name": k.host_name, "function": k.function, "sync": k.sync,
-                 "params": [{"name": p.name, "attr": p.attr, "buffer": p.buffer} for p in k.params]}
-                for k in tr.kernels]}
+            meta = {
+                "so": so.name,
+                "kernels": [
+                    {
+                        "host_name": k.host_name,
+                        "function": k.function,
+                        "sync": k.sync,
+                        "params": [
+                            {"name": p.name, "attr": p.attr, "buffer": p.buffer} for p in k.params
+                        ],
+                    }
+                    for k in tr.kernels
+                ],
+            }
             try:
                 build._atomic_write(index, json.dumps(meta).encode())
             except OSError:

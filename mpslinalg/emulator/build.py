@@ -11,15 +11,36 @@ import subprocess
 import tempfile
 import threading
 
-__all__ = ["EMULATOR_VERSION", "find_compiler", "cache_dir", "clear_cache", "compile_flags", "build_library",
-           "shim_hash", "CompilerNotFoundError"]
+__all__ = [
+    "EMULATOR_VERSION",
+    "find_compiler",
+    "cache_dir",
+    "clear_cache",
+    "compile_flags",
+    "build_library",
+    "shim_hash",
+    "CompilerNotFoundError",
+]
 
 EMULATOR_VERSION = "0.1.0"
 INCLUDE_DIR = pathlib.Path(__file__).resolve().parent / "include"
-_BASE_FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-fsingle-precision-constant", "-ffp-contract=off",
-               "-fwrapv", "-fno-math-errno", "-fno-exceptions", "-fno-rtti", "-fno-strict-aliasing", "-fvisibility=hidden", "-w",
-               # large thread-private arrays probe page by page, so they hit the lane stack's guard page
-               "-fstack-clash-protection"]
+_BASE_FLAGS = [
+    "-std=c++17",
+    "-O2",
+    "-shared",
+    "-fPIC",
+    "-fsingle-precision-constant",
+    "-ffp-contract=off",
+    "-fwrapv",
+    "-fno-math-errno",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-fno-strict-aliasing",
+    "-fvisibility=hidden",
+    "-w",
+    # large thread-private arrays probe page by page, so they hit the lane stack's guard page
+    "-fstack-clash-protection",
+]
 
 
 class CompilerNotFoundError(RuntimeError):
@@ -27,7 +48,10 @@ class CompilerNotFoundError(RuntimeError):
 
 
 def find_compiler() -> str | None:
-    """The C++ compiler the emulator uses: $CXX, else the first of c++, g++, clang++ on PATH; None if none."""
+    """The C++ compiler the emulator uses: $CXX, else the first of c++, g++, clang++ on PATH.
+
+    None if there is none.
+    """
     env = os.environ.get("CXX")
     if env:
         path = shutil.which(env)
@@ -42,11 +66,16 @@ def find_compiler() -> str | None:
 def require_compiler() -> str:
     cxx = find_compiler()
     if cxx is None:
-        where = f"$CXX={os.environ['CXX']!r} was not found" if os.environ.get("CXX") else \
-            "none of c++, g++, clang++ is on PATH"
+        where = (
+            f"$CXX={os.environ['CXX']!r} was not found"
+            if os.environ.get("CXX")
+            else "none of c++, g++, clang++ is on PATH"
+        )
         raise CompilerNotFoundError(
-            f"mpslinalg.emulator needs a C++17 compiler to run Metal kernels on the CPU, but {where}. "
-            "Install g++ or clang++ (e.g. `apt-get install g++`) or set $CXX.")
+            f"mpslinalg.emulator needs a C++17 compiler to run Metal kernels on the CPU, but "
+            f"{where}. "
+            "Install g++ or clang++ (e.g. `apt-get install g++`) or set $CXX."
+        )
     return cxx
 
 
@@ -69,7 +98,10 @@ _shim_lock = threading.Lock()
 
 
 def shim_hash() -> str:
-    """Fingerprint of the shim headers and the translator: a cache entry is only valid for the code that made it."""
+    """Fingerprint of the shim headers and the translator.
+
+    A cache entry is only valid for the code that made it.
+    """
     global _shim_hash
     with _shim_lock:
         if _shim_hash is None:
@@ -83,10 +115,14 @@ def shim_hash() -> str:
 
 
 def compile_flags(debug: bool) -> list:
-    # debug: also check indices into fixed-size arrays (threadgroup and thread-private); a violation traps
+    # debug: also check indices into fixed-size arrays (threadgroup and thread-private); a
+    # violation traps
     # (SIGILL), which the runtime turns into an exception
-    return _BASE_FLAGS + (["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error"]
-                          if debug else [])
+    return _BASE_FLAGS + (
+        ["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error"]
+        if debug
+        else []
+    )
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
@@ -95,6 +131,7 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -104,49 +141,26 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
-def _pch_dir(cxx: str, flags: list) -> pathlib.Path | None:
-    """A precompiled shim header for these flags (built once per cache dir; None if it cannot be built)."""
-    key = hashlib.sha256(json.dumps([cxx, flags, shim_hash(), EMULATOR_VERSION]).encode()).hexdigest()[:24]
-    d = cache_dir() / "pch" / key
-    gch = d / "emu_shim.h.gch"
-    if gch.is_file():
-        return d
-    d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".gch")
-    os.close(fd)
-    cmd = [cxx] + [f for f in flags if f != "-shared"] + ["-x", "c++-header", str(INCLUDE_DIR / "emu_shim.h"),
-                                                           "-o", tmp]
-    proc = subprocess.run(cmd, capture_output=True)
-    if proc.returncode != 0:
-        os.unlink(tmp)
-        return None
-    os.replace(tmp, gch)
-    return d
-
-
 def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
     """Compile a translation to a shared library in the cache (or return the cached one).
 
-    Kernels are spread over one translation unit per CPU (at most 4), compiled in parallel and linked.
+    Kernels are spread over one translation unit per CPU (at most 4), compiled in parallel and
+    linked.
     """
     from .translate import assemble
+
     flags = compile_flags(debug)
-    nparts = max(1, min(os.cpu_count() or 1, 4, len(tr.kernels)))
+    nparts = max(1, min(len(os.sched_getaffinity(0)), 4, len(tr.kernels)))
     sources = assemble(tr, nparts)
-    key = hashlib.sha256(json.dumps([sources, flags, EMULATOR_VERSION, shim_hash(), os.path.basename(cxx)]).encode())
+    key = hashlib.sha256(
+        json.dumps([sources, flags, EMULATOR_VERSION, shim_hash(), os.path.basename(cxx)]).encode()
+    )
     key = key.hexdigest()
     out = cache_dir() / "lib" / f"{key}.so"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     incs = ["-I", str(INCLUDE_DIR)]
-    if os.environ.get("MPSLINALG_EMULATOR_NO_PCH") != "1":
-        try:
-            pch = _pch_dir(cxx, flags)
-        except OSError:
-            pch = None
-        if pch is not None:
-            incs = ["-I", str(pch)] + incs
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
         tmp = pathlib.Path(tmp)
         so = tmp / "kernels.so"
@@ -156,12 +170,20 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
             src.write_text(text)
             srcs.append(src)
         if len(srcs) == 1:
-            _run([[cxx] + flags + incs + [str(srcs[0]), "-o", str(so)]], srcs)
+            _run([[cxx] + flags + incs + [str(srcs[0]), "-o", str(so), "-lrt"]], srcs)
         else:
             objs = [s.with_suffix(".o") for s in srcs]
             cflags = [f for f in flags if f != "-shared"]
-            _run([[cxx] + cflags + incs + ["-c", str(s), "-o", str(o)] for s, o in zip(srcs, objs)], srcs)
-            _run([[cxx, "-shared", "-fPIC"] + [str(o) for o in objs] + ["-o", str(so)]], srcs)
+            _run(
+                [
+                    [cxx] + cflags + incs + ["-c", str(s), "-o", str(o)]
+                    for s, o in zip(srcs, objs, strict=True)
+                ],
+                srcs,
+            )
+            _run(
+                [[cxx, "-shared", "-fPIC"] + [str(o) for o in objs] + ["-o", str(so), "-lrt"]], srcs
+            )
         os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
     return out
 

@@ -1,9 +1,11 @@
-"""Library/kernel objects mirroring torch's ``_mps_ShaderLibrary``/``_mps_MetalKernel``, argument marshalling
+"""Library/kernel objects mirroring torch's ``_mps_ShaderLibrary``/``_mps_MetalKernel``, argument
+marshalling
 exactly as ``torch.mps.compile_shader`` does it, and the ctypes launch."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import random
 import struct
 import threading
@@ -16,20 +18,42 @@ SIMD_WIDTH = 32
 
 
 class _ParamDesc(ctypes.Structure):
-    _fields_ = [("buf", ctypes.c_int), ("kind", ctypes.c_int), ("code", ctypes.c_int), ("lanes", ctypes.c_int),
-                ("size", ctypes.c_uint64), ("is_const", ctypes.c_int), ("name", ctypes.c_char_p)]
+    _fields_ = [
+        ("buf", ctypes.c_int),
+        ("kind", ctypes.c_int),
+        ("code", ctypes.c_int),
+        ("lanes", ctypes.c_int),
+        ("size", ctypes.c_uint64),
+        ("is_const", ctypes.c_int),
+        ("name", ctypes.c_char_p),
+    ]
 
 
 class _KernelDesc(ctypes.Structure):
-    _fields_ = [("fn", ctypes.c_void_p), ("sync", ctypes.c_int), ("nparams", ctypes.c_int),
-                ("params", ctypes.POINTER(_ParamDesc)), ("max_threads", ctypes.c_uint64),
-                ("tg_mem", ctypes.c_uint64), ("name", ctypes.c_char_p)]
+    _fields_ = [
+        ("fn", ctypes.c_void_p),
+        ("sync", ctypes.c_int),
+        ("nparams", ctypes.c_int),
+        ("params", ctypes.POINTER(_ParamDesc)),
+        ("max_threads", ctypes.c_uint64),
+        ("tg_mem", ctypes.c_uint64),
+        ("name", ctypes.c_char_p),
+    ]
 
 
 class _Launch(ctypes.Structure):
-    _fields_ = [("bufs", ctypes.POINTER(ctypes.c_void_p)), ("sizes", ctypes.POINTER(ctypes.c_uint64)),
-                ("nbufs", ctypes.c_int), ("order", ctypes.c_int), ("strict", ctypes.c_int), ("pad_", ctypes.c_int),
-                ("grid", ctypes.c_uint64 * 3), ("group", ctypes.c_uint64 * 3), ("seed", ctypes.c_uint64)]
+    _fields_ = [
+        ("bufs", ctypes.POINTER(ctypes.c_void_p)),
+        ("sizes", ctypes.POINTER(ctypes.c_uint64)),
+        ("nbufs", ctypes.c_int),
+        ("order", ctypes.c_int),
+        ("strict", ctypes.c_int),
+        ("pad_", ctypes.c_int),
+        ("grid", ctypes.c_uint64 * 3),
+        ("group", ctypes.c_uint64 * 3),
+        ("seed", ctypes.c_uint64),
+        ("timeout", ctypes.c_double),
+    ]
 
 
 # ---- launch counters ----
@@ -60,25 +84,82 @@ def _count(name):
 
 # ---- scalar type codes shared with emu_runtime.h (scal<T>::code) ----
 _FLOAT, _HALF, _BF16, _I8, _U8, _I16, _U16, _I32, _U32, _I64, _U64, _BOOL = range(1, 13)
-_CODE_NAMES = {0: "struct", _FLOAT: "float", _HALF: "half", _BF16: "bfloat", _I8: "char", _U8: "uchar",
-               _I16: "short", _U16: "ushort", _I32: "int", _U32: "uint", _I64: "long", _U64: "ulong", _BOOL: "bool"}
-_INT_RANGE = {_I8: (-2**7, 2**7 - 1), _U8: (0, 2**8 - 1), _I16: (-2**15, 2**15 - 1), _U16: (0, 2**16 - 1),
-              _I32: (-2**31, 2**31 - 1), _U32: (0, 2**32 - 1), _I64: (-2**63, 2**63 - 1), _U64: (0, 2**64 - 1),
-              _BOOL: (0, 1)}
-_SAME_SIZE = {_I8: _U8, _U8: _I8, _I16: _U16, _U16: _I16, _I32: _U32, _U32: _I32, _I64: _U64, _U64: _I64}
-_CASTS = {"fp16": ("float16", _HALF), "bf16": ("bfloat16", _BF16), "int32": ("int32", _I32),
-          "int16": ("int16", _I16), "int8": ("int8", _I8), "uint8": ("uint8", _U8)}
+_CODE_NAMES = {
+    0: "struct",
+    _FLOAT: "float",
+    _HALF: "half",
+    _BF16: "bfloat",
+    _I8: "char",
+    _U8: "uchar",
+    _I16: "short",
+    _U16: "ushort",
+    _I32: "int",
+    _U32: "uint",
+    _I64: "long",
+    _U64: "ulong",
+    _BOOL: "bool",
+}
+_INT_RANGE = {
+    _I8: (-(2**7), 2**7 - 1),
+    _U8: (0, 2**8 - 1),
+    _I16: (-(2**15), 2**15 - 1),
+    _U16: (0, 2**16 - 1),
+    _I32: (-(2**31), 2**31 - 1),
+    _U32: (0, 2**32 - 1),
+    _I64: (-(2**63), 2**63 - 1),
+    _U64: (0, 2**64 - 1),
+    _BOOL: (0, 1),
+}
+_SAME_SIZE = {
+    _I8: _U8,
+    _U8: _I8,
+    _I16: _U16,
+    _U16: _I16,
+    _I32: _U32,
+    _U32: _I32,
+    _I64: _U64,
+    _U64: _I64,
+}
+_CASTS = {
+    "fp16": ("float16", _HALF),
+    "bf16": ("bfloat16", _BF16),
+    "int32": ("int32", _I32),
+    "int16": ("int16", _I16),
+    "int8": ("int8", _I8),
+    "uint8": ("uint8", _U8),
+}
+
+
+_DTYPE_CODES: dict = {}
 
 
 def _dtype_code(dtype):
+    if not _DTYPE_CODES:
+        _DTYPE_CODES.update(_dtype_table())
+    return _DTYPE_CODES.get(dtype)
+
+
+def _dtype_table():
     import torch
-    table = {torch.float32: _FLOAT, torch.float16: _HALF, torch.bfloat16: _BF16, torch.int8: _I8,
-             torch.uint8: _U8, torch.int16: _I16, torch.int32: _I32, torch.int64: _I64, torch.bool: _BOOL,
-             torch.complex64: _FLOAT, torch.float64: _FLOAT, torch.complex128: _FLOAT}
+
+    table = {
+        torch.float32: _FLOAT,
+        torch.float16: _HALF,
+        torch.bfloat16: _BF16,
+        torch.int8: _I8,
+        torch.uint8: _U8,
+        torch.int16: _I16,
+        torch.int32: _I32,
+        torch.int64: _I64,
+        torch.bool: _BOOL,
+        torch.complex64: _FLOAT,
+        torch.float64: _FLOAT,
+        torch.complex128: _FLOAT,
+    }
     for name, code in (("uint16", _U16), ("uint32", _U32), ("uint64", _U64)):
         if hasattr(torch, name):
             table[getattr(torch, name)] = code
-    return table.get(dtype)
+    return table
 
 
 def _compatible(pcode, vcode):
@@ -91,11 +172,34 @@ def _compatible(pcode, vcode):
 
 class _Bound:
     """One Python argument turned into the bytes Metal would see."""
-    __slots__ = ("ptr", "size", "keep", "what", "code", "is_float_scalar", "int_value")
 
-    def __init__(self, ptr, size, keep, what, code, is_float_scalar=False, int_value=None):
+    __slots__ = (
+        "ptr",
+        "size",
+        "keep",
+        "what",
+        "code",
+        "is_float_scalar",
+        "int_value",
+        "is_buffer",
+        "is_list",
+    )
+
+    def __init__(
+        self,
+        ptr,
+        size,
+        keep,
+        what,
+        code,
+        is_float_scalar=False,
+        int_value=None,
+        is_buffer=False,
+        is_list=False,
+    ):
         self.ptr, self.size, self.keep, self.what, self.code = ptr, size, keep, what, code
         self.is_float_scalar, self.int_value = is_float_scalar, int_value
+        self.is_buffer, self.is_list = is_buffer, is_list  # a tensor's storage / a list of values
 
 
 def _blob(data: bytes, what, code, **kw):
@@ -105,18 +209,26 @@ def _blob(data: bytes, what, code, **kw):
 
 def _cast_values(values, is_float, cast):
     import torch
+
     tname, code = _CASTS[cast]
-    t = torch.tensor(values, dtype=torch.float32 if is_float else torch.int64).to(getattr(torch, tname))
+    t = torch.tensor(values, dtype=torch.float32 if is_float else torch.int64).to(
+        getattr(torch, tname)
+    )
     return t.contiguous().view(torch.uint8).numpy().tobytes(), code
 
 
 def _marshal(idx, arg, cast, param=None):
     """torch's OptionalArgCaster::setValue, as bytes."""
     import torch
+
     if isinstance(arg, torch.Tensor):
-        # A 0-dim CPU tensor stands for a 0-dim MPS tensor when the kernel takes a pointer (or a writable
-        # reference): bind its storage so writes are visible. For `constant T&` torch's CPU-scalar rule applies.
-        as_buffer = param is not None and (param.kind == 1 or (param.kind == 2 and not param.is_const))
+        # A 0-dim CPU tensor stands for a 0-dim MPS tensor when the kernel takes a pointer (or a
+        # writable
+        # reference): bind its storage so writes are visible. For `constant T&` torch's CPU-scalar
+        # rule applies.
+        as_buffer = param is not None and (
+            param.kind == 1 or (param.kind == 2 and not param.is_const)
+        )
         if arg.dim() == 0 and not as_buffer:
             t = arg.detach().cpu()
             if t.dtype == torch.float64:
@@ -126,51 +238,82 @@ def _marshal(idx, arg, cast, param=None):
             data = t.reshape(1).contiguous().view(torch.uint8).numpy().tobytes()
             return _blob(data, f"a 0-dim {t.dtype} tensor (bound by value)", _dtype_code(t.dtype))
         if arg.device.type != "cpu":
-            raise TypeError(f"argument {idx}: the Metal emulator runs on the CPU and needs CPU tensors (the "
-                            f"stand-in for MPS tensors), got a tensor on {arg.device}")
+            raise TypeError(
+                f"argument {idx}: the Metal emulator runs on the CPU and needs CPU tensors (the "
+                f"stand-in for MPS tensors), got a tensor on {arg.device}"
+            )
         if arg.is_contiguous():
             nbytes = arg.numel() * arg.element_size()  # the view's extent: reading past it is a bug
         else:
             nbytes = arg.untyped_storage().nbytes() - arg.storage_offset() * arg.element_size()
-        return _Bound(arg.data_ptr(), max(nbytes, 0), arg, f"a {arg.dtype} tensor", _dtype_code(arg.dtype))
+        what = f"a {arg.dtype} tensor"
+        return _Bound(
+            arg.data_ptr(), max(nbytes, 0), arg, what, _dtype_code(arg.dtype), is_buffer=True
+        )
     if isinstance(arg, float):
         if cast:
             data, code = _cast_values([arg], True, cast)
             return _blob(data, f"a Python float cast to {cast}", code)
-        return _blob(struct.pack("<f", arg), "a Python float (bound as 4-byte float32)", _FLOAT, is_float_scalar=True)
+        return _blob(
+            struct.pack("<f", arg),
+            "a Python float (bound as 4-byte float32)",
+            _FLOAT,
+            is_float_scalar=True,
+        )
     if isinstance(arg, int):
-        if not -2**63 <= int(arg) < 2**63:
+        if not -(2**63) <= int(arg) < 2**63:
             raise TypeError(f"argument {idx}: Python int {arg} does not fit in int64")
         if cast:
             data, code = _cast_values([int(arg)], False, cast)
-            return _blob(data, f"a Python int cast to {cast}", code,
-                         int_value=None if code in (_HALF, _BF16) else int(arg))
-        return _blob(struct.pack("<q", int(arg)), "a Python int (bound as 8-byte int64)", _I64, int_value=int(arg))
+            return _blob(
+                data,
+                f"a Python int cast to {cast}",
+                code,
+                int_value=None if code in (_HALF, _BF16) else int(arg),
+            )
+        return _blob(
+            struct.pack("<q", int(arg)),
+            "a Python int (bound as 8-byte int64)",
+            _I64,
+            int_value=int(arg),
+        )
     if isinstance(arg, (list, tuple)):
         if len(arg) == 0:
             raise RuntimeError("Empty list/tuple can not be an argument to metal kernel")
         first = arg[0]
         if isinstance(first, torch.Tensor):
             addrs = [t.data_ptr() for t in arg]
-            return _blob(struct.pack(f"<{len(addrs)}Q", *addrs), "a list of tensors (bound as 8-byte addresses)", 0)
+            return _blob(
+                struct.pack(f"<{len(addrs)}Q", *addrs),
+                "a list of tensors (bound as 8-byte addresses)",
+                0,
+            )
         if isinstance(first, (list, tuple)):
             raise RuntimeError("Unexpected argument types")
         if isinstance(first, float):
             vals = [float(v) for v in arg]
             if cast:
                 data, code = _cast_values(vals, True, cast)
-                return _blob(data, f"a list of floats cast to {cast}", code)
-            return _blob(struct.pack(f"<{len(vals)}f", *vals), "a list of floats (bound as float32 array)", _FLOAT)
+                return _blob(data, f"a list of floats cast to {cast}", code, is_list=True)
+            return _blob(
+                struct.pack(f"<{len(vals)}f", *vals),
+                "a list of floats (bound as float32 array)",
+                _FLOAT,
+                is_list=True,
+            )
         if isinstance(first, int):
             for v in arg:
                 if isinstance(v, float) or not isinstance(v, int):
-                    raise TypeError(f"argument {idx}: a list starting with an int must contain only ints, "
-                                    f"got {type(v).__name__}")
+                    raise TypeError(
+                        f"argument {idx}: a list starting with an int must contain only ints, "
+                        f"got {type(v).__name__}"
+                    )
             vals = [int(v) for v in arg]
             if cast:
                 data, code = _cast_values(vals, False, cast)
-                return _blob(data, f"a list of ints cast to {cast}", code)
-            return _blob(struct.pack(f"<{len(vals)}q", *vals), "a list of ints (bound as int64 array)", _I64)
+                return _blob(data, f"a list of ints cast to {cast}", code, is_list=True)
+            what = "a list of ints (bound as int64 array)"
+            return _blob(struct.pack(f"<{len(vals)}q", *vals), what, _I64, is_list=True)
         raise TypeError(f"argument {idx}: Unsupported argument type {type(first).__name__} in list")
     raise TypeError(f"argument {idx}: Unsupported argument type {type(arg).__name__}")
 
@@ -197,29 +340,53 @@ def _casts_for(arg_casts, nargs):
 
 def _dims(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
-        raise TypeError(f"{what} must be an int or a list/tuple of 1 to 3 ints, got {type(value).__name__}")
+        raise TypeError(
+            f"{what} must be an int or a list/tuple of 1 to 3 ints, got {type(value).__name__}"
+        )
     dims = [value] if isinstance(value, int) else list(value)
-    if not 0 < len(dims) < 4 or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+    if not 0 < len(dims) < 4 or not all(
+        isinstance(d, int) and not isinstance(d, bool) for d in dims
+    ):
         raise RuntimeError(f"{what} must have 1 to 3 integer dimensions, got {value!r}")
     if any(d < 0 for d in dims):
         raise ValueError(f"{what} must be non-negative, got {value!r}")
     return dims
 
 
+_tls = threading.local()
+
+
+def _err_buffer():
+    buf = getattr(_tls, "err", None)
+    if buf is None:
+        buf = _tls.err = ctypes.create_string_buffer(4096)
+    return buf
+
+
+def _default_timeout():
+    return float(os.environ.get("MPSLINALG_EMULATOR_TIMEOUT", "300"))
+
+
 class KernelNotFoundError(RuntimeError, AttributeError):
-    """torch raises RuntimeError for an unknown kernel name; also an AttributeError so that hasattr() and
+    """torch raises RuntimeError for an unknown kernel name; also an AttributeError so that
+    hasattr() and
     introspection tools behave."""
 
 
 class Kernel:
-    """A compute pipeline: ``kernel(*args, threads=, group_size=, arg_casts=)`` like torch's MetalKernel."""
+    """A compute pipeline, called like torch's MetalKernel.
+
+    ``kernel(*args, threads=, group_size=, arg_casts=)``
+    """
 
     def __init__(self, library, index, info):
         self._lib = library
         self._index = index
         self._info = info
         desc = library._cdll.emu_kernel_desc(index).contents
-        self._max = int(desc.max_threads)
+        self._max = min(
+            int(desc.max_threads), DEFAULT_MAX_THREADS
+        )  # the scheduler holds at most 1024 lanes
         self._tg = int(desc.tg_mem)
         self._params = [desc.params[i] for i in range(desc.nparams)]
         self._by_buf = {p.buf: p for p in self._params}
@@ -245,34 +412,55 @@ class Kernel:
 
     def _check(self, p, b):
         """Validation torch does not do: catch bindings that would read garbage on the GPU."""
-        if p.kind == 1:  # device/constant pointer
-            if not _compatible(p.code, b.code):
+        if p.kind == 1:  # device/constant pointer; char/uchar pointers view any buffer as bytes
+            if p.code not in (_I8, _U8) and not _compatible(p.code, b.code):
                 pt = _CODE_NAMES.get(p.code, "?") + (str(p.lanes) if p.lanes > 1 else "")
                 hint = ""
-                if b.code == _I64 and b.what.startswith("a list"):
+                if b.code == _I64 and b.is_list:
                     hint = f"; pass arg_casts={{{p.buf}: 'int32'}} for an int32 array"
                 raise self._err(p, f"points to {pt} but got {b.what}{hint}")
         elif p.kind in (2, 3):  # constant T& / by value
             if b.is_float_scalar and p.code not in (_FLOAT, 0):
-                raise self._err(p, f"is {_CODE_NAMES.get(p.code)} but got {b.what}; use arg_casts for half/bfloat "
-                                   "or pass the right Python type")
+                raise self._err(
+                    p,
+                    f"is {_CODE_NAMES.get(p.code)} but got {b.what}; use arg_casts for half/bfloat "
+                    "or pass the right Python type",
+                )
             if b.int_value is not None and p.code in (_FLOAT, _HALF, _BF16):
-                raise self._err(p, f"is {_CODE_NAMES[p.code]} but got {b.what}, which the GPU would read as "
-                                   "garbage; pass a Python float")
+                raise self._err(
+                    p,
+                    f"is {_CODE_NAMES[p.code]} but got {b.what}, which the GPU would read as "
+                    "garbage; pass a Python float",
+                )
             if not b.is_float_scalar and b.int_value is None and not _compatible(p.code, b.code):
                 raise self._err(p, f"is {_CODE_NAMES.get(p.code)} but got {b.what}")
             if b.int_value is not None and p.code in _INT_RANGE and p.lanes == 1:
                 lo, hi = _INT_RANGE[p.code]
                 if not lo <= b.int_value <= hi:
-                    raise self._err(p, f"value {b.int_value} does not fit in {_CODE_NAMES[p.code]}", ValueError)
+                    raise self._err(
+                        p, f"value {b.int_value} does not fit in {_CODE_NAMES[p.code]}", ValueError
+                    )
         if b.size < p.size and p.kind != 1:
             raise self._err(p, f"needs {p.size} bytes but got {b.what} with {b.size} bytes")
-        if p.kind == 1 and b.size < p.size and b.size > 0 and p.code != 0 and not b.what.endswith("tensor"):
-            raise self._err(p, f"needs at least one {p.size}-byte element but got {b.what} with {b.size} bytes")
+        if p.kind == 1 and b.size < p.size and b.size > 0 and p.code != 0 and not b.is_buffer:
+            raise self._err(
+                p, f"needs at least one {p.size}-byte element but got {b.what} with {b.size} bytes"
+            )
 
-    def __call__(self, *args, threads=None, group_size=None, arg_casts=None, order="forward", strict=True,
-                 seed=None, error_buf_idx=None):
+    def __call__(
+        self,
+        *args,
+        threads=None,
+        group_size=None,
+        arg_casts=None,
+        order="forward",
+        strict=True,
+        seed=None,
+        timeout=None,
+        error_buf_idx=None,
+    ):
         import torch
+
         if error_buf_idx is not None:
             raise NotImplementedError("error_buf_idx is not supported by the emulator")
         casts = _casts_for(arg_casts, len(args))
@@ -282,8 +470,11 @@ class Kernel:
             bound.append(_marshal(i, a, cast, self._by_buf.get(i)))
         for p in self._params:
             if p.buf >= len(bound):
-                raise self._err(p, f"the kernel reads buffer {p.buf} but only {len(bound)} arguments were passed",
-                                RuntimeError)
+                raise self._err(
+                    p,
+                    f"the kernel reads buffer {p.buf} but only {len(bound)} arguments were passed",
+                    RuntimeError,
+                )
             self._check(p, bound[p.buf])
         # dispatch geometry, as MetalKernelFunction::dispatch
         if threads is None:
@@ -299,8 +490,10 @@ class Kernel:
         else:
             group = _dims(group_size, "group_size")
             if len(group) != len(grid):
-                raise RuntimeError(f"kernel '{self.name}': group_size {group_size!r} has {len(group)} dimensions "
-                                   f"but threads {threads!r} has {len(grid)}; they must match")
+                raise RuntimeError(
+                    f"kernel '{self.name}': group_size {group_size!r} has {len(group)} dimensions "
+                    f"but threads {threads!r} has {len(grid)}; they must match"
+                )
         prod = 1
         for g in group:
             prod *= g
@@ -309,8 +502,10 @@ class Kernel:
         grid += [1] * (3 - len(grid))
         group += [1] * (3 - len(group))
         if self._tg > TG_MEMORY_LIMIT:
-            raise RuntimeError(f"kernel '{self.name}': threadgroup memory use {self._tg} bytes exceeds the "
-                               f"{TG_MEMORY_LIMIT}-byte limit of Apple GPUs")
+            raise RuntimeError(
+                f"kernel '{self.name}': threadgroup memory use {self._tg} bytes exceeds the "
+                f"{TG_MEMORY_LIMIT}-byte limit of Apple GPUs"
+            )
         orders = {"forward": 0, "reverse": 1, "random": 2}
         if order not in orders:
             raise ValueError(f"order must be one of {sorted(orders)}, got {order!r}")
@@ -318,15 +513,28 @@ class Kernel:
         if 0 in grid:
             return None
         if 0 in group:
-            raise ValueError(f"kernel '{self.name}': group_size must be positive, got {group_size!r}")
+            raise ValueError(
+                f"kernel '{self.name}': group_size must be positive, got {group_size!r}"
+            )
         n = max(len(bound), 1)
         ptrs = (ctypes.c_void_p * n)(*[b.ptr for b in bound]) if bound else (ctypes.c_void_p * 1)()
-        sizes = (ctypes.c_uint64 * n)(*[b.size for b in bound]) if bound else (ctypes.c_uint64 * 1)()
-        la = _Launch(ptrs, sizes, len(bound), orders[order], int(bool(strict)), 0,
-                     (ctypes.c_uint64 * 3)(*grid), (ctypes.c_uint64 * 3)(*group),
-                     seed if seed is not None else random.getrandbits(63))
-        err = ctypes.create_string_buffer(4096)
-        rc = self._lib._cdll.emu_launch(self._index, ctypes.byref(la), err, 4096)
+        sizes = (
+            (ctypes.c_uint64 * n)(*[b.size for b in bound]) if bound else (ctypes.c_uint64 * 1)()
+        )
+        la = _Launch(
+            ptrs,
+            sizes,
+            len(bound),
+            orders[order],
+            int(bool(strict)),
+            0,
+            (ctypes.c_uint64 * 3)(*grid),
+            (ctypes.c_uint64 * 3)(*group),
+            seed if seed is not None else random.getrandbits(63),
+            float(timeout if timeout is not None else _default_timeout()),
+        )
+        err = _err_buffer()
+        rc = self._lib._cdll.emu_launch(self._index, ctypes.byref(la), err, len(err))
         del bound
         if rc != 0:
             raise RuntimeError(err.value.decode(errors="replace"))
@@ -341,7 +549,12 @@ class Library:
         cdll.emu_kernel_desc.restype = ctypes.POINTER(_KernelDesc)
         cdll.emu_kernel_desc.argtypes = [ctypes.c_int]
         cdll.emu_launch.restype = ctypes.c_int
-        cdll.emu_launch.argtypes = [ctypes.c_int, ctypes.POINTER(_Launch), ctypes.c_char_p, ctypes.c_int]
+        cdll.emu_launch.argtypes = [
+            ctypes.c_int,
+            ctypes.POINTER(_Launch),
+            ctypes.c_char_p,
+            ctypes.c_int,
+        ]
         cdll.emu_kernel_count.restype = ctypes.c_int
         object.__setattr__(self, "_cdll", cdll)
         object.__setattr__(self, "_so", str(so_path))
@@ -350,7 +563,9 @@ class Library:
         object.__setattr__(self, "_kernels", {})
         object.__setattr__(self, "_lock", threading.Lock())
         if cdll.emu_kernel_count() != len(kernels):
-            raise RuntimeError(f"emulator cache entry {so_path} does not match its metadata; clear_cache()")
+            raise RuntimeError(
+                f"emulator cache entry {so_path} does not match its metadata; clear_cache()"
+            )
 
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
@@ -361,8 +576,10 @@ class Library:
                 entry = self._infos.get(name)
                 if entry is None:
                     avail = ", ".join(sorted(self._infos)) or "(none)"
-                    raise KernelNotFoundError(f"Failed to create function state object for: {name} "
-                                       f"(available kernels: {avail})")
+                    raise KernelNotFoundError(
+                        f"Failed to create function state object for: {name} "
+                        f"(available kernels: {avail})"
+                    )
                 k = Kernel(self, entry[0], entry[1])
                 self._kernels[name] = k
             return k

@@ -1,7 +1,9 @@
 """MSL -> C++ translation: a token-level rewriter over preprocessed Metal source.
 
-The source is first run through the C preprocessor (macros such as the project's instantiation macro must be
-expanded before kernels can be found); line markers are kept and the rewriter never adds or removes newlines,
+The source is first run through the C preprocessor (macros such as the project's instantiation
+macro must be
+expanded before kernels can be found); line markers are kept and the rewriter never adds or
+removes newlines,
 so every diagnostic of the C++ compiler points at the original ``metal/<file>:<line>``.
 """
 
@@ -11,11 +13,22 @@ import dataclasses
 import re
 import subprocess
 
-__all__ = ["TranslateError", "Translation", "KernelInfo", "ParamInfo", "translate", "assemble", "preprocess_command"]
+__all__ = [
+    "TranslateError",
+    "Translation",
+    "KernelInfo",
+    "ParamInfo",
+    "translate",
+    "assemble",
+    "preprocess_command",
+]
 
 
 class TranslateError(SyntaxError):
-    """A Metal source the emulator cannot (or must not) accept; message is ``file:line: error: ...``."""
+    """A Metal source the emulator cannot (or must not) accept.
+
+    The message is ``file:line: error: ...``.
+    """
 
 
 @dataclasses.dataclass
@@ -45,7 +58,7 @@ class Translation:
         return assemble(self, 1)[0]
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # tokenizer
 
 _TOKEN_RE = re.compile(
@@ -76,7 +89,10 @@ class Tok:
 
 
 def tokenize(text: str) -> list:
-    """Tokens of preprocessed text. Whole preprocessor lines (markers, pragmas) become one 'pp' token."""
+    """Tokens of preprocessed text.
+
+    Whole preprocessor lines (markers, pragmas) become one 'pp' token.
+    """
     toks = []
     file, line = "program_source", 1
     ws = ""
@@ -109,7 +125,9 @@ def tokenize(text: str) -> list:
             at_line_start = True
             continue
         if kind in ("ws", "comment"):
-            ws += s if "\n" not in s else s  # comments keep their newlines so line numbers stay right
+            ws += (
+                s if "\n" not in s else s
+            )  # comments keep their newlines so line numbers stay right
             line += s.count("\n")
             continue
         at_line_start = False
@@ -119,7 +137,7 @@ def tokenize(text: str) -> list:
     return toks
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # raw-source checks and preprocessing
 
 _METAL_HEADER_RE = re.compile(r"^metal_[a-z_]+$")
@@ -143,14 +161,19 @@ def _raw_lines(source: str):
 
 
 def check_raw(source: str) -> str:
-    """Reject non-ASCII text and foreign includes; blank out Metal's own includes (the shim provides them)."""
+    """Reject non-ASCII text and foreign includes.
+
+    Metal's own includes are blanked out (the shim provides them).
+    """
     out = []
     for file, line, text in _raw_lines(source):
         bad = next((c for c in text if ord(c) > 127), None)
         if bad is not None:
             raise TranslateError(
-                f"{file}:{line}: error: non-ASCII character {bad!r} (U+{ord(bad):04X}); Metal sources must be "
-                "ASCII (torch hands them to Metal as an ASCII string)")
+                f"{file}:{line}: error: non-ASCII character {bad!r} (U+{ord(bad):04X}); "
+                "Metal sources must be "
+                "ASCII (torch hands them to Metal as an ASCII string)"
+            )
         m = _INCLUDE_RE.match(text)
         if m:
             name = m.group(2).strip()
@@ -158,43 +181,77 @@ def check_raw(source: str) -> str:
                 out.append("")
                 continue
             raise TranslateError(
-                f"{file}:{line}: error: #include {m.group(1)}{name}{'>' if m.group(1) == '<' else chr(34)} is not "
-                "available: only Metal's own headers (<metal_stdlib>, <metal_simdgroup>, ...) may remain after the "
-                "loader has inlined the project's headers")
+                f"{file}:{line}: error: #include {m.group(1)}{name}"
+                f"{'>' if m.group(1) == '<' else chr(34)} is not available: only Metal's own "
+                "headers (<metal_stdlib>, <metal_simdgroup>, ...) may remain after the "
+                "loader has inlined the project's headers"
+            )
         out.append(text)
     return "\n".join(out)
 
 
 def preprocess_command(cxx: str, metal_version: int) -> list:
-    return [cxx, "-E", "-x", "c++", "-std=c++17", "-undef", "-nostdinc",
-            f"-D__METAL_VERSION__={int(metal_version)}", "-D__METAL__=1", "-D__METAL_MACOS__=1",
-            "-D__HAVE_BFLOAT__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1", "-"]
+    return [
+        cxx,
+        "-E",
+        "-x",
+        "c++",
+        "-std=c++17",
+        "-undef",
+        "-nostdinc",
+        f"-D__METAL_VERSION__={int(metal_version)}",
+        "-D__METAL__=1",
+        "-D__METAL_MACOS__=1",
+        "-D__HAVE_BFLOAT__=1",
+        "-D__HAVE_SIMDGROUP_MATRIX__=1",
+        "-",
+    ]
 
 
 def preprocess(source: str, cxx: str, metal_version: int) -> str:
     text = '#line 1 "program_source"\n' + source
-    proc = subprocess.run(preprocess_command(cxx, metal_version), input=text.encode(), capture_output=True)
+    proc = subprocess.run(
+        preprocess_command(cxx, metal_version), input=text.encode(), capture_output=True
+    )
     if proc.returncode != 0:
-        raise TranslateError(proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip())
+        raise TranslateError(
+            proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip()
+        )
     return proc.stdout.decode()
 
 
-# ---------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # structure scan
 
-_KEYWORDS = frozenset("""
-    alignas alignof auto bool break case char const constexpr const_cast continue decltype default delete do
-    else enum explicit extern false float for friend if inline int long mutable namespace noexcept nullptr
-    operator private protected public return short signed sizeof static static_assert static_cast struct switch
-    template this true typedef typename union unsigned using void volatile while class reinterpret_cast
-    device constant threadgroup thread kernel half uint ushort uchar""".split())
+_KEYWORDS = frozenset(
+    """
+    alignas alignof auto bool break case char const constexpr const_cast continue decltype default
+    delete do
+    else enum explicit extern false float for friend if inline int long mutable namespace noexcept
+    nullptr
+    operator private protected public return short signed sizeof static static_assert static_cast
+    struct switch
+    template this true typedef typename union unsigned using void volatile while class
+    reinterpret_cast
+    device constant threadgroup thread kernel half uint ushort uchar""".split()
+)
 _ADDRESS_SPACES = ("device", "constant", "threadgroup", "thread")
-SYNC_NAMES = frozenset("""
-    threadgroup_barrier simdgroup_barrier simd_sum simd_product simd_max simd_min simd_and simd_or simd_xor
-    simd_prefix_inclusive_sum simd_prefix_exclusive_sum simd_prefix_inclusive_product simd_prefix_exclusive_product
-    simd_shuffle simd_shuffle_up simd_shuffle_down simd_shuffle_xor simd_shuffle_rotate_up simd_shuffle_rotate_down
-    simd_broadcast simd_broadcast_first simd_ballot simd_vote simd_all simd_any simd_is_first simd_active_threads_mask
-    simdgroup_load simdgroup_store quad_sum quad_shuffle quad_broadcast""".split())
+SYNC_NAMES = frozenset(
+    """
+    threadgroup_barrier simdgroup_barrier simd_sum simd_product simd_max simd_min simd_and simd_or
+    simd_xor
+    simd_prefix_inclusive_sum simd_prefix_exclusive_sum simd_prefix_inclusive_product
+    simd_prefix_exclusive_product
+    simd_shuffle simd_shuffle_up simd_shuffle_down simd_shuffle_xor simd_shuffle_rotate_up
+    simd_shuffle_rotate_down
+    simd_broadcast simd_broadcast_first simd_ballot simd_vote simd_all simd_any simd_is_first
+    simd_active_threads_mask
+    simdgroup_load simdgroup_store quad_sum quad_product quad_max quad_min quad_and quad_or
+    quad_xor quad_shuffle
+    quad_shuffle_up quad_shuffle_down quad_shuffle_xor quad_shuffle_rotate_up
+    quad_shuffle_rotate_down
+    quad_broadcast quad_all quad_any""".split()
+)
 BUILTINS = {
     "thread_position_in_grid": "L.tid",
     "thread_position_in_threadgroup": "L.lid",
@@ -229,6 +286,7 @@ class _Func:
     close: int  # index of matching '}'
     free: bool  # defined at namespace scope
     ns: tuple
+    paren: int = -1  # '(' of the parameter list (the name is the token before it)
 
 
 @dataclasses.dataclass
@@ -246,10 +304,9 @@ class _KernelDef:
 
 
 class _Translator:
-    def __init__(self, toks, metal_version, debug):
+    def __init__(self, toks, metal_version):
         self.toks = toks
         self.mv = metal_version
-        self.debug = debug
         self.out = [t.t for t in toks]
         self.after = {}  # token index -> text appended after the token
         self.before = {}  # token index -> text inserted before the token
@@ -260,7 +317,8 @@ class _Translator:
         self.kdefs = {}
         self.kdef_list = []
         self.insts = []
-        self.class_idents = set()
+        # '{' of a class body -> data members named like swizzles (xy, rgb, ...)
+        self.swz_members = {}
         self.attr_spans = []  # (start, end) inclusive token indices of [[...]]
         self.dead = bytearray(n)  # tokens removed from the output (explicit instantiations)
         self.tg_site = 0
@@ -379,8 +437,14 @@ class _Translator:
                 i = self.attr_at[i] + 1
                 continue
             s = tok.t
-            if cur == "class" and tok.k == "id":
-                self.class_idents.add(s)
+            if (
+                cur == "class"
+                and tok.k == "id"
+                and _SWIZZLE_RE.match(s)
+                and self.t(i + 1) in (";", ",", "=", "[", "{")
+                and self.t(i - 1) not in (".", "->", "::")
+            ):
+                self.swz_members.setdefault(stack[-1][2], set()).add(s)
             if s == ";" and tok.k == "punct":
                 if cur in ("ns", "class"):
                     self.statement(stmt, i, stack)
@@ -391,18 +455,22 @@ class _Translator:
                     self.function(stmt, i, stack)
                 ns_name = None
                 if kind == "ns":
-                    ids = [self.t(j) for j in range(stmt, i) if self.k(j) == "id" and self.t(j) != "namespace"]
+                    ids = [
+                        self.t(j)
+                        for j in range(stmt, i)
+                        if self.k(j) == "id" and self.t(j) != "namespace"
+                    ]
                     ns_name = ids[-1] if ids and self.t(stmt) == "namespace" else ""
-                stack.append((kind, ns_name))
+                stack.append((kind, ns_name, i))
                 if kind in ("ns", "class", "func", "block"):
                     stmt = i + 1
             elif s == "}":
                 kind = stack.pop()[0] if stack else "ns"
                 if kind in ("ns", "class", "func", "block"):
                     stmt = i + 1
-                    if kind == "class" and self.t(i + 1) != ";":
-                        pass
-            elif s == ":" and cur == "class" and self.t(i - 1) in ("public", "private", "protected"):
+            elif (
+                s == ":" and cur == "class" and self.t(i - 1) in ("public", "private", "protected")
+            ):
                 stmt = i + 1
             i += 1
 
@@ -414,7 +482,11 @@ class _Translator:
             return "init"
         if words[:1] == ["namespace"] or (words[:1] == ["extern"] and len(words) == 2):
             return "ns"
-        tail = [w for w in words if w not in ("const", "noexcept", "override", "final", "mutable") + _ADDRESS_SPACES]
+        tail = [
+            w
+            for w in words
+            if w not in ("const", "noexcept", "override", "final", "mutable") + _ADDRESS_SPACES
+        ]
         if tail and tail[-1] == ")":
             return "func"
         if any(w in ("struct", "class", "union", "enum") for w in words):
@@ -422,7 +494,7 @@ class _Translator:
         return "init"
 
     def ns_path(self, stack):
-        return tuple(name for kind, name in stack if kind == "ns" and name)
+        return tuple(name for kind, name, _ in stack if kind == "ns" and name)
 
     def function(self, stmt, brace, stack):
         name = None
@@ -440,6 +512,8 @@ class _Translator:
             j += 1
         cur = stack[-1][0] if stack else "ns"
         f = _Func(name or "?", stmt, brace, self.match[brace], cur == "ns", self.ns_path(stack))
+        if name and name != "operator":
+            f.paren = j
         self.funcs.append(f)
         kernel_attr = self.kernel_markers(stmt, brace)
         if kernel_attr is not None:
@@ -528,11 +602,21 @@ class _Translator:
                         elif nm in BUILTINS:
                             attr = nm
                         elif nm in ("threadgroup", "stage_in", "texture", "sampler"):
-                            self.err(j, f"kernel parameters with [[{nm}(...)]] cannot be bound through "
-                                        "torch.mps.compile_shader; declare threadgroup arrays in the kernel body")
+                            self.err(
+                                j,
+                                f"kernel parameters with [[{nm}(...)]] cannot be bound through "
+                                "torch.mps.compile_shader; declare threadgroup arrays in the "
+                                "kernel body",
+                            )
                         elif nm in ("function_constant",):
-                            self.err(j, "[[function_constant]] is not reachable through compile_shader")
-            ids = [j for j in p if self.k(j) == "id" and not self.in_attr[j] and self.t(j) not in _KEYWORDS]
+                            self.err(
+                                j, "[[function_constant]] is not reachable through compile_shader"
+                            )
+            ids = [
+                j
+                for j in p
+                if self.k(j) == "id" and not self.in_attr[j] and self.t(j) not in _KEYWORDS
+            ]
             if ids:
                 name = self.t(ids[-1])
             if self.t(p[0]) == "void" and len(p) == 1:
@@ -547,7 +631,7 @@ class _Translator:
         return out
 
     def statement(self, a, b, stack):
-        """A ';'-terminated statement at namespace scope: explicit kernel instantiations are recorded."""
+        """A ';'-terminated statement at namespace scope; records explicit kernel instantiations."""
         if self.t(a) != "template" or self.t(a + 1) == "<":
             return
         items = self.kernel_markers(a, b)
@@ -612,8 +696,11 @@ class _Translator:
                 elif s == "delete" and self.t(i - 1) != "=":
                     self.err(i, "'delete' is not available in Metal")
                 elif s == "std" and self.t(i + 1) == "::":
-                    self.err(i, "the C++ standard library (std::) is not available in Metal; use metal:: "
-                                "equivalents")
+                    self.err(
+                        i,
+                        "the C++ standard library (std::) is not available in Metal; use metal:: "
+                        "equivalents",
+                    )
                 elif s in ("struct", "class") and self.t(i - 1) != "enum":
                     j = i + 1
                     while self.k(j) == "id" or self.t(j) == "::":
@@ -626,26 +713,64 @@ class _Translator:
                     if self.t(j) == ":" and self.scope[i] in ("ns", "class") and j > i + 1:
                         self.err(i, "derived classes (inheritance) are not available in Metal")
                 elif s == "if" and self.t(i + 1) == "constexpr" and self.mv < 400:
-                    self.err(i, f"'if constexpr' is C++17 and needs Metal 4.0 (__METAL_VERSION__ >= 400; "
-                                f"compiling for {self.mv}); use overloads, enable_if or tag dispatch")
+                    self.err(
+                        i,
+                        f"'if constexpr' is C++17 and needs Metal 4.0 (__METAL_VERSION__ >= 400; "
+                        f"compiling for {self.mv}); use overloads, enable_if or tag dispatch",
+                    )
                 elif s == "auto" and self.mv < 400:
                     j = i + 1
                     while self.t(j) in ("&", "&&", "const"):
                         j += 1
                     if self.t(j) == "[" and self.scope[i] in ("func", "block"):
-                        self.err(i, f"structured bindings are C++17 and need Metal 4.0 (compiling for {self.mv})")
+                        self.err(
+                            i,
+                            "structured bindings are C++17 and need Metal 4.0 "
+                            f"(compiling for {self.mv})",
+                        )
             elif tok.k == "num":
                 if _LONG_DOUBLE_LIT_RE.match(tok.t) and not tok.t.lower().startswith("0x"):
                     self.err(i, f"long double literal {tok.t} is not supported in Metal")
             elif tok.t == "..." and self.mv < 400:
-                # `pack op ...` / `... op pack` (pack expansions have `...` after a name, `)` or `>`, or before `)`)
-                ops = {"+", "-", "*", "/", "%", "^", "&", "|", "<<", ">>", "&&", "||", "==", "!=", "<", ">", "<=",
-                       ">=", "=", "+=", "-=", "*=", "/=", ","}
+                # `pack op ...` / `... op pack` (pack expansions have `...` after a name, `)` or
+                # `>`, or before `)`)
+                ops = {
+                    "+",
+                    "-",
+                    "*",
+                    "/",
+                    "%",
+                    "^",
+                    "&",
+                    "|",
+                    "<<",
+                    ">>",
+                    "&&",
+                    "||",
+                    "==",
+                    "!=",
+                    "<",
+                    ">",
+                    "<=",
+                    ">=",
+                    "=",
+                    "+=",
+                    "-=",
+                    "*=",
+                    "/=",
+                    ",",
+                }
                 decl_like = {",", "<", ">", "*", "&", "&&"}
                 prev, nxt = self.t(i - 1), self.t(i + 1)
-                if (prev in ops - decl_like and self.k(i - 1) == "punct") or \
-                        (prev == "(" and nxt in ops - {","}) or (nxt in ops - decl_like - {"="} and prev in ops):
-                    self.err(i, f"fold expressions are C++17 and need Metal 4.0 (compiling for {self.mv})")
+                if (
+                    (prev in ops - decl_like and self.k(i - 1) == "punct")
+                    or (prev == "(" and nxt in ops - {","})
+                    or (nxt in ops - decl_like - {"="} and prev in ops)
+                ):
+                    self.err(
+                        i,
+                        f"fold expressions are C++17 and need Metal 4.0 (compiling for {self.mv})",
+                    )
         # direct self-recursion of a free function that has a single definition
         counts = {}
         for f in self.funcs:
@@ -654,8 +779,12 @@ class _Translator:
             if not f.free or counts[f.name] != 1 or f.name in ("?", "operator"):
                 continue
             for j in range(f.open + 1, f.close):
-                if toks[j].t == f.name and toks[j].k == "id" and self.t(j + 1) == "(" and \
-                        self.t(j - 1) not in (".", "->", "::"):
+                if (
+                    toks[j].t == f.name
+                    and toks[j].k == "id"
+                    and self.t(j + 1) == "("
+                    and self.t(j - 1) not in (".", "->", "::")
+                ):
                     self.err(j, f"recursion ('{f.name}' calls itself) is not allowed in Metal")
 
     # -- sync analysis --
@@ -720,7 +849,9 @@ class _Translator:
                 elif s in _ADDRESS_SPACES:
                     i = self.address_space(i, active_k[-1][1] if active_k else None)
                     continue
-                elif s in ("reinterpret_cast", "static_cast", "const_cast") and self.t(i + 1) == "<":
+                elif (
+                    s in ("reinterpret_cast", "static_cast", "const_cast") and self.t(i + 1) == "<"
+                ):
                     e = self.angle_end(i + 1)
                     if e > 0 and any(self.t(j) in ("device", "constant") for j in range(i + 2, e)):
                         self.out[i] = "::emu::reinterpret_cast_"
@@ -729,17 +860,177 @@ class _Translator:
             elif tok.k == "num":
                 m = _HALF_LIT_RE.match(s)
                 if m and not s.lower().startswith("0x"):
-                    self.out[i] = f"((half)({m.group(1)}f))" if "." in m.group(1) or "e" in m.group(1).lower() \
+                    self.out[i] = (
+                        f"((half)({m.group(1)}f))"
+                        if "." in m.group(1) or "e" in m.group(1).lower()
                         else f"((half)({m.group(1)}.0f))"
+                    )
             elif s in (".", "->") and tok.k == "punct":
                 nm = self.t(i + 1)
-                if self.k(i + 1) == "id" and _SWIZZLE_RE.match(nm) and nm not in self.class_idents:
-                    idx = ",".join(str("xyzw".find(c) if c in "xyzw" else "rgba".find(c)) for c in nm)
+                if self.k(i + 1) == "id" and _SWIZZLE_RE.match(nm) and self.t(i + 2) != "(":
+                    idx = _swizzle_indices(nm)
                     write = self.t(i + 2) in ("=", "+=", "-=", "*=", "/=")
                     self.out[i + 1] = f"template swz{'w' if write else ''}<{idx}>()"
                     i += 2
                     continue
             i += 1
+
+    def address_space_overloads(self):
+        """Overloads that differ only in `thread` vs `threadgroup` pointers/references collide
+        once the
+        address spaces are erased; one of them is renamed and the other dispatches to it at run
+        time on
+        whether the pointer lies in threadgroup memory."""
+        groups = {}
+        for f in self.funcs:
+            if not f.free or f.paren < 0 or self.dead[f.start]:
+                continue
+            params = self.split_params(f.paren)
+            erased = []
+            spaces = []
+            for p in params:
+                words = [self.t(j) for j in p if not self.in_attr[j]]
+                names = [j for j in p if self.k(j) == "id" and self.t(j) not in _KEYWORDS]
+                name = self.t(names[-1]) if names else None
+                is_ref = "&" in words and "*" not in words
+                spaces.append(("threadgroup" in words, ("&" if is_ref else "") + (name or "")))
+                erased.append(
+                    " ".join(w for w in words if w not in ("thread", "threadgroup") and w != name)
+                )
+            head = " ".join(self.t(j) for j in range(f.start, f.paren - 1))
+            key = (f.ns, f.name, head, tuple(erased))
+            groups.setdefault(key, []).append((f, spaces))
+        for members in groups.values():
+            if len(members) != 2:
+                continue
+            (f1, s1), (f2, s2) = sorted(members, key=lambda m: m[0].start)
+            diff = [k for k, (a, b) in enumerate(zip(s1, s2, strict=True)) if a[0] != b[0]]
+            if not diff or any(n in ("", "&") for _, n in s2):
+                continue
+            k = diff[0]
+            # the first definition is renamed; the second keeps the name and forwards to the first
+            first_is_tg = s1[k][0]
+            suffix = "__emu_tg" if first_is_tg else "__emu_thread"
+            self.out[f1.paren - 1] = f1.name + suffix
+            targs = ""
+            if self.t(f2.start) == "template" and self.t(f2.start + 1) == "<":
+                e = self.angle_end(f2.start + 1)
+                targs = "<" + ", ".join(self.template_param_names(f2.start + 2, e)) + ">"
+            args = ", ".join(
+                n.lstrip("&") + ("..." if self.is_pack(f2, i) else "")
+                for i, (_, n) in enumerate(s2)
+            )
+            test = "" if first_is_tg else "!"
+            call = f"{f1.name}{suffix}{targs}({args})"
+            self.after[f2.open] = (
+                f" if ({test}::emu::in_threadgroup({s2[k][1]})) return {call}; "
+                + self.after.get(f2.open, "")
+            )
+
+    def split_params(self, paren):
+        params, cur, depth = [], [], 0
+        for j in range(paren + 1, self.match[paren]):
+            s = self.t(j)
+            if s in ("<", "(", "[", "{") and not self.in_attr[j]:
+                depth += 1
+            elif s in (">", ")", "]", "}") and not self.in_attr[j]:
+                depth -= 1
+            if s == "," and depth == 0:
+                params.append(cur)
+                cur = []
+            else:
+                cur.append(j)
+        if cur and not (len(cur) == 1 and self.t(cur[0]) == "void"):
+            params.append(cur)
+        return params
+
+    def template_param_names(self, a, b):
+        names, cur = [], []
+        depth = 0
+        for j in range(a, b + 1):
+            s = self.t(j)
+            if s in ("<", "(") and j < b:
+                depth += 1
+            elif s in (">", ")") and j < b:
+                depth -= 1
+            if (s == "," and depth == 0) or j == b:
+                eq = next((i for i, x in enumerate(cur) if self.t(x) == "="), len(cur))
+                ids = [x for x in cur[:eq] if self.k(x) == "id" and self.t(x) not in _KEYWORDS]
+                pack = any(self.t(x) == "..." for x in cur[:eq])
+                if ids:
+                    names.append(self.t(ids[-1]) + ("..." if pack else ""))
+                cur = []
+            else:
+                cur.append(j)
+        return names
+
+    def is_pack(self, f, i):
+        p = self.split_params(f.paren)[i]
+        return any(self.t(j) == "..." for j in p)
+
+    def frame_calls(self, reaches_sync):
+        """Wrap calls of user functions that can reach a SIMD-group function or barrier in a frame
+        guard, so the
+        scheduler knows each lane's call path: `f(x)` -> `(::emu::Frame(::emu::here()), f(x))`.
+        Lanes waiting at
+        different collectives are ordered by their call paths (program order), which gives SIMT
+        reconvergence
+        also when a helper is defined after its caller."""
+        names = {
+            f.name for f in self.funcs if f.name not in ("?", "operator") and reaches_sync(f.name)
+        }
+        if not names:
+            return
+        bodies = sorted((f.open, f.close) for f in self.funcs)
+        in_body = bytearray(len(self.toks))
+        for a, b in bodies:
+            for j in range(a + 1, b):
+                in_body[j] = 1
+        for i, tok in enumerate(self.toks):
+            if tok.k != "id" or tok.t not in names or not in_body[i] or self.dead[i]:
+                continue
+            j = i + 1
+            if self.t(j) == "<":
+                e = self.angle_end(j)
+                if e < 0:
+                    continue
+                j = e + 1
+            if self.t(j) != "(":
+                continue
+            start = i
+            while self.t(start - 1) == "::" and (self.k(start - 2) == "id" or start - 1 == 0):
+                start -= 2 if self.k(start - 2) == "id" else 1
+            prev = self.t(start - 1)
+            if (
+                prev in (".", "->")
+                or self.k(start - 1) == "id"
+                and prev not in ("return", "else", "do", "case")
+            ):
+                continue  # member call, or a declaration `T f(...)`
+            if prev == "(" and self.t(start - 2) in ("decltype", "sizeof", "alignof", "noexcept"):
+                continue
+            close = self.match[j]
+            self.before[start] = "(::emu::Frame(::emu::here()), " + self.before.get(start, "")
+            self.after[close] = ")" + self.after.get(close, "")
+
+    def swizzle_members(self):
+        """A struct member named like a swizzle (`float xy;`) is reached through the same
+        `swz<...>()` call that
+        `.xy` is rewritten to, so the rewrite needs no type information."""
+        for open_i, names in self.swz_members.items():
+            fns = []
+            for nm in sorted(names):
+                seq = f"::emu::iseq<{_swizzle_indices(nm)}>"
+                cond = (
+                    f"::std::enable_if_t<::std::is_same<::emu::iseq<I...>, {seq}>::value, int> = 0"
+                )
+                for fn in ("swz", "swzw"):
+                    fns.append(f"template <int... I, {cond}> auto& {fn}() {{ return {nm}; }}")
+                    fns.append(
+                        f"template <int... I, {cond}> const auto& {fn}() const {{ return {nm}; }}"
+                    )
+            close = self.match[open_i]
+            self.before[close] = " " + " ".join(fns) + " " + self.before.get(close, "")
 
     def address_space(self, i, kd):
         """Rewrite the address-space keyword at i; returns the next index."""
@@ -752,8 +1043,12 @@ class _Translator:
                 return i + 1
             return self.drop_member(i)
         scope = self.scope[i]
-        if s == "threadgroup" and prev in (";", "{", "}", ")", ":") and scope in ("func", "block") \
-                and self.t(i + 1) != "*":
+        if (
+            s == "threadgroup"
+            and prev in (";", "{", "}", ")", ":")
+            and scope in ("func", "block")
+            and self.t(i + 1) != "*"
+        ):
             return self.tg_decl(i, kd)
         if s in ("threadgroup", "thread"):
             self.out[i] = ""  # thread/threadgroup pointers and references stay raw C++ pointers
@@ -803,10 +1098,16 @@ class _Translator:
         return i + 1
 
     def drop_member(self, i):
-        """Remove a member function declared for a non-thread address space (only `thread` objects exist)."""
+        """Remove a member function declared for a non-thread address space.
+
+        Only `thread` objects exist in the emulator.
+        """
         a = i
-        while a > 0 and self.t(a - 1) not in (";", "{", "}") and not (
-                self.t(a - 1) == ":" and self.t(a - 2) in ("public", "private", "protected")):
+        while (
+            a > 0
+            and self.t(a - 1) not in (";", "{", "}")
+            and not (self.t(a - 1) == ":" and self.t(a - 2) in ("public", "private", "protected"))
+        ):
             a -= 1
         b = i
         while b < len(self.toks) and self.t(b) not in (";", "{"):
@@ -824,7 +1125,8 @@ class _Translator:
             if self.t(end) in ("(", "[", "{"):
                 end = self.match[end]
             end += 1
-        # declarators split at depth-0 commas; the type is everything before the first declarator name
+        # declarators split at depth-0 commas; the type is everything before the first declarator
+        # name
         parts = []
         cur = []
         depth = 0
@@ -834,7 +1136,7 @@ class _Translator:
                 depth += 1
             elif sx == ">":
                 depth -= 1
-            if sx in ("(", "[", "{") :
+            if sx in ("(", "[", "{"):
                 depth += 1
             elif sx in (")", "]", "}"):
                 depth -= 1
@@ -873,7 +1175,10 @@ class _Translator:
         return end + 1
 
     def local_constexprs(self, kd):
-        """Top-level `constexpr`/`using`/`typedef` statements of a kernel body (tg sizes may use them)."""
+        """Top-level `constexpr`/`using`/`typedef` statements of a kernel body.
+
+        Threadgroup array sizes may use them.
+        """
         f = kd.func
         out = []
         j = f.open + 1
@@ -889,8 +1194,10 @@ class _Translator:
                 continue
             if s == ";":
                 words = [self.t(x) for x in range(start, j)]
-                if words and (words[0] in ("constexpr", "using", "typedef") or
-                              words[:2] == ["static", "constexpr"]):
+                if words and (
+                    words[0] in ("constexpr", "using", "typedef")
+                    or words[:2] == ["static", "constexpr"]
+                ):
                     if words[0] == "static":
                         words = words[1:]
                     txt = " ".join(w for w in words if w)
@@ -907,11 +1214,14 @@ class _Translator:
             mt = kd.max_threads or "1024"
             head = f"template <{kd.template}> " if kd.template else ""
             self.after[kd.func.close] = (
-                f" {head}struct __emu_ki_{kd.index} {{ static constexpr unsigned long tg() {{ {decls} return {tg}; }}"
-                f" static constexpr unsigned long maxt() {{ return {mt}; }} }};")
+                f" {head}struct __emu_ki_{kd.index} {{ static constexpr unsigned long tg() "
+                f"{{ {decls} return {tg}; }}"
+                f" static constexpr unsigned long maxt() {{ return {mt}; }} }};"
+            )
 
     def inline_free_functions(self):
-        """Non-template functions at namespace scope become inline, so that several translation units may
+        """Non-template functions at namespace scope become inline, so that several translation
+        units may
         include the same source (and unused kernels are not compiled in every unit)."""
         for f in self.funcs:
             if not f.free or self.dead[f.start]:
@@ -940,8 +1250,15 @@ class _Translator:
         return "".join(parts)
 
 
+_EXPORT = 'extern "C" __attribute__((visibility("default")))'
+
+
+def _swizzle_indices(name):
+    return ",".join(str("xyzw".find(c) if c in "xyzw" else "rgba".find(c)) for c in name)
+
+
 def _unescape(lit):
-    body = lit[lit.index('"') + 1:-1]
+    body = lit[lit.index('"') + 1 : -1]
     return bytes(body, "ascii").decode("unicode_escape")
 
 
@@ -952,7 +1269,11 @@ def _launchers(tr: _Translator, reaches_sync) -> tuple:
     for host, name, args, a, _ in tr.insts:
         kd = tr.kdefs.get(name)
         if kd is None:
-            tr.err(a, f"explicit instantiation of '{name}', which is not a kernel template defined in this source")
+            tr.err(
+                a,
+                f"explicit instantiation of '{name}', which is not a kernel template defined "
+                "in this source",
+            )
         hosts.append((host, kd, args, a))
     for kd in tr.kdef_list:
         if kd.template is None:
@@ -966,7 +1287,11 @@ def _launchers(tr: _Translator, reaches_sync) -> tuple:
     for h, (host, kd, args, _) in enumerate(hosts):
         q = "::" + "::".join(kd.ns + (kd.name,)) if kd.ns else kd.name
         fn = f"{q}<{args}>" if args is not None else q
-        ki = f"::__emu_ki_{kd.index}" if not kd.ns else "::" + "::".join(kd.ns) + f"::__emu_ki_{kd.index}"
+        ki = (
+            f"::__emu_ki_{kd.index}"
+            if not kd.ns
+            else "::" + "::".join(kd.ns) + f"::__emu_ki_{kd.index}"
+        )
         ki = f"{ki}<{args}>" if args is not None else ki
         call = []
         pdescs = []
@@ -977,30 +1302,45 @@ def _launchers(tr: _Translator, reaches_sync) -> tuple:
             else:
                 call.append(f"::emu::builtin<::emu::arg_t<F{h},{k}>>({BUILTINS[p.attr]})")
         sync = reaches_sync(kd.name)
-        snippets.append("\n".join([
-            f"namespace emu_gen {{ using F{h} = decltype(&{fn});",
-            f"static void lane{h}(::emu::Lane& L) {{ ::emu::Runtime& R = ::emu::rt(); (void)R; (void)L; "
-            f"{fn}({', '.join(call)}); }}",
-            f"static const ::emu::ParamDesc params{h}[] = {{ {', '.join(pdescs + ['{}'])} }}; }}",
-            f'extern const ::emu::KernelDesc emu_kd{h} = {{&emu_gen::lane{h}, {int(sync)}, {len(pdescs)}, '
-            f'emu_gen::params{h}, {ki}::maxt(), {ki}::tg(), "{host}"}};']))
+        snippets.append(
+            "\n".join(
+                [
+                    f"namespace emu_gen {{ using F{h} = decltype(&{fn});",
+                    f"static void lane{h}(::emu::Lane& L) {{ "
+                    "::emu::Runtime& R = ::emu::rt(); (void)R; (void)L; "
+                    f"{fn}({', '.join(call)}); }}",
+                    f"static const ::emu::ParamDesc params{h}[] = "
+                    f"{{ {', '.join(pdescs + ['{}'])} }}; }}",
+                    f"extern const ::emu::KernelDesc emu_kd{h} = "
+                    f"{{&emu_gen::lane{h}, {int(sync)}, {len(pdescs)}, "
+                    f'emu_gen::params{h}, {ki}::maxt(), {ki}::tg(), "{host}"}};',
+                ]
+            )
+        )
         kernels.append(KernelInfo(host, kd.name, kd.params, sync))
     n = len(hosts)
-    table = "\n".join([
-        "EMU_DEFINE_FIBER_ASM()",
-        "".join(f"extern const ::emu::KernelDesc emu_kd{h};\n" for h in range(n)),
-        f"static const ::emu::KernelDesc* const emu_kdescs[] = {{ {', '.join([f'&emu_kd{h}' for h in range(n)] + ['nullptr'])} }};",
-        f'extern "C" __attribute__((visibility("default"))) int emu_kernel_count() {{ return {n}; }}',
-        'extern "C" __attribute__((visibility("default"))) const ::emu::KernelDesc* emu_kernel_desc(int i) '
-        '{ return emu_kdescs[i]; }',
-        'extern "C" __attribute__((visibility("default"))) int emu_launch(int i, const ::emu::Launch* la, '
-        'char* err, int n) { return ::emu::launch(emu_kdescs[i], la, err, n); }'])
+    table = "\n".join(
+        [
+            "EMU_DEFINE_FIBER_ASM()",
+            "".join(f"extern const ::emu::KernelDesc emu_kd{h};\n" for h in range(n)),
+            "static const ::emu::KernelDesc* const emu_kdescs[] = { "
+            + ", ".join([f"&emu_kd{h}" for h in range(n)] + ["nullptr"])
+            + " };",
+            f"{_EXPORT} int emu_kernel_count() {{ return {n}; }}",
+            f"{_EXPORT} const ::emu::KernelDesc* emu_kernel_desc(int i) "
+            "{ return emu_kdescs[i]; }",
+            f"{_EXPORT} int emu_launch(int i, const ::emu::Launch* la, "
+            "char* err, int n) { return ::emu::launch(emu_kdescs[i], la, err, n); }",
+        ]
+    )
     return snippets, table, kernels
 
 
 def assemble(tr: Translation, parts: int) -> list:
-    """Split a translation into `parts` C++ sources that compile in parallel; kernels are spread over them
-    (every part sees the whole Metal source: free functions were made inline, templates instantiate on use)."""
+    """Split a translation into `parts` C++ sources that compile in parallel; kernels are spread
+    over them
+    (every part sees the whole Metal source: free functions were made inline, templates
+    instantiate on use)."""
     parts = max(1, min(parts, len(tr.snippets) or 1))
     head = '#include "emu_shim.h"\n' + tr.body + '\n#line 1 "<emulator-launchers>"\n'
     out = []
@@ -1010,21 +1350,26 @@ def assemble(tr: Translation, parts: int) -> list:
     return out
 
 
-def translate(source: str, cxx: str, *, metal_version: int = 320, debug: bool = False) -> Translation:
+def translate(source: str, cxx: str, *, metal_version: int = 320) -> Translation:
     if not isinstance(source, str):
-        raise TypeError(f"compile_shader expects the Metal source as str, got {type(source).__name__}")
+        raise TypeError(
+            f"compile_shader expects the Metal source as str, got {type(source).__name__}"
+        )
     clean = check_raw(source)
     pp = preprocess(clean, cxx, metal_version)
     toks = tokenize(pp)
-    tr = _Translator(toks, metal_version, debug)
+    tr = _Translator(toks, metal_version)
     tr.pair_brackets()
     tr.find_attributes()
     tr.scan_structure()
     tr.check_forbidden()
     reaches_sync = tr.sync_kernels()
+    tr.address_space_overloads()
     tr.rewrite()
     tr.companions()
     tr.inline_free_functions()
+    tr.swizzle_members()
+    tr.frame_calls(reaches_sync)
     body = tr.emit()
     snippets, table, kernels = _launchers(tr, reaches_sync)
     return Translation(body, snippets, table, kernels)

@@ -3,6 +3,7 @@
 Each test module compiles its kernels once (module-scoped fixtures), because
 every distinct source costs a C++ compiler run on a cold cache.
 """
+
 import faulthandler
 import sys
 

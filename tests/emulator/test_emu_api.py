@@ -1,4 +1,5 @@
 """The calling convention of torch.mps.compile_shader, mirrored by the emulator."""
+
 import re
 
 import numpy as np
@@ -202,6 +203,52 @@ template [[host_name("axpy_float")]] kernel void axpy<float>(
 template [[host_name("axpy_half")]] kernel void axpy<half>(
     device half*, device const half*, constant float&, uint);
 
+// Buffer indices with a gap: Python positions 1 and 2 are bound but unused.
+kernel void gapped(device float* out [[buffer(0)]],
+                   constant float& v [[buffer(3)]],
+                   uint i [[thread_position_in_grid]]) {
+    out[i] = v;
+}
+
+// Many arguments of mixed kinds (Metal allows 31 buffers).
+kernel void many_args(device float* out [[buffer(0)]],
+                      constant float& a1 [[buffer(1)]], constant long& a2 [[buffer(2)]],
+                      constant float& a3 [[buffer(3)]], constant long& a4 [[buffer(4)]],
+                      constant float& a5 [[buffer(5)]], constant long& a6 [[buffer(6)]],
+                      constant float& a7 [[buffer(7)]], constant long& a8 [[buffer(8)]],
+                      constant float& a9 [[buffer(9)]], constant long& a10 [[buffer(10)]],
+                      constant float& a11 [[buffer(11)]], constant long& a12 [[buffer(12)]],
+                      constant float& a13 [[buffer(13)]], constant long& a14 [[buffer(14)]],
+                      constant float& a15 [[buffer(15)]], constant long& a16 [[buffer(16)]],
+                      constant float& a17 [[buffer(17)]], constant long& a18 [[buffer(18)]],
+                      constant float& a19 [[buffer(19)]], constant long& a20 [[buffer(20)]],
+                      constant float& a21 [[buffer(21)]], constant long& a22 [[buffer(22)]],
+                      constant float& a23 [[buffer(23)]], constant long& a24 [[buffer(24)]],
+                      constant float& a25 [[buffer(25)]], constant long& a26 [[buffer(26)]],
+                      constant float& a27 [[buffer(27)]], constant long& a28 [[buffer(28)]],
+                      constant float* a29 [[buffer(29)]],
+                      device const long* a30 [[buffer(30)]],
+                      uint i [[thread_position_in_grid]]) {
+    float f = a1 + a3 + a5 + a7 + a9 + a11 + a13 + a15 + a17 + a19 + a21 + a23 + a25 + a27;
+    long l = a2 + a4 + a6 + a8 + a10 + a12 + a14 + a16 + a18 + a20 + a22 + a24 + a26 + a28;
+    out[i] = f + float(l) * 100.0f + a29[i] * 10000.0f + float(a30[i]) * 1000000.0f;
+}
+
+// Vector-typed constant references filled from Python lists.
+kernel void vec_refs(device float* out [[buffer(0)]],
+                     constant float4& f [[buffer(1)]],
+                     constant int3& n [[buffer(2)]],
+                     constant long2& l [[buffer(3)]],
+                     uint i [[thread_position_in_grid]]) {
+    out[i] = f[i] + float(n[i % 3]) * 10.0f + float(l[i % 2]) * 100.0f;
+}
+
+// Byte access to a tensor of any dtype (as torch allows).
+kernel void flip_sign_bytes(device uchar* bytes [[buffer(0)]],
+                            uint i [[thread_position_in_grid]]) {
+    if (i % 4 == 3) bytes[i] ^= uchar(0x80);
+}
+
 kernel void version_probe(device int* out [[buffer(0)]],
                           uint i [[thread_position_in_grid]]) {
     out[i] = __METAL_VERSION__;
@@ -209,11 +256,36 @@ kernel void version_probe(device int* out [[buffer(0)]],
 """
 
 HOST_NAMES = {
-    "fill_index", "reordered", "implicit_index", "read_long", "read_int", "read_float",
-    "read_half", "read_bfloat", "read_short", "read_char", "read_uchar", "read_bool",
-    "copy_longs", "copy_floats", "copy_ints", "copy_halfs", "mixed_casts", "strided_scale",
-    "dtypes", "geometry1", "geometry2", "capped", "uses_tg_memory", "axpy_float",
-    "axpy_half", "version_probe",
+    "fill_index",
+    "reordered",
+    "implicit_index",
+    "read_long",
+    "read_int",
+    "read_float",
+    "read_half",
+    "read_bfloat",
+    "read_short",
+    "read_char",
+    "read_uchar",
+    "read_bool",
+    "copy_longs",
+    "copy_floats",
+    "copy_ints",
+    "copy_halfs",
+    "mixed_casts",
+    "strided_scale",
+    "dtypes",
+    "geometry1",
+    "geometry2",
+    "capped",
+    "uses_tg_memory",
+    "axpy_float",
+    "axpy_half",
+    "version_probe",
+    "gapped",
+    "many_args",
+    "flip_sign_bytes",
+    "vec_refs",
 }
 
 
@@ -223,6 +295,7 @@ def lib():
 
 
 # ---------------------------------------------------------------- library object
+
 
 def test_dir_lists_exactly_the_host_names(lib):
     names = set(dir(lib))
@@ -235,6 +308,9 @@ def test_unknown_kernel_raises_runtime_error_naming_it(lib):
     with pytest.raises(RuntimeError) as ei:
         _ = lib.no_such_kernel_xyz
     assert "no_such_kernel_xyz" in str(ei.value)
+    # Documented extension: the error is also an AttributeError, so hasattr works.
+    assert not hasattr(lib, "no_such_kernel_xyz")
+    assert hasattr(lib, "fill_index")
 
 
 def test_kernel_properties(lib):
@@ -266,6 +342,7 @@ def test_compile_shader_without_kernels_lists_nothing():
 
 
 # ---------------------------------------------------------------- argument binding
+
 
 def test_position_is_buffer_index(lib):
     x = torch.arange(10, dtype=torch.float32)
@@ -350,6 +427,17 @@ def test_zero_dim_tensors_are_bound_by_value(lib):
     assert outh.item() == torch.tensor(0.333, dtype=torch.float16).item()
 
 
+def test_zero_dim_tensor_bound_to_pointer_is_a_buffer(lib):
+    # An MPS 0-dim tensor is a device buffer: writes through a pointer are visible.
+    out = torch.full((), -1.0)
+    lib.fill_index(out, threads=1)
+    assert out.item() == 0.0
+    out = torch.full((), 5.0)
+    lib.read_float(out, 2.5)
+    assert out.item() == 2.5
+    assert out.dim() == 0
+
+
 def test_first_tensor_after_a_scalar_sets_default_threads(lib):
     # reordered: buffer 0 is `out`; the first *tensor* argument decides threads.
     x = torch.arange(12, dtype=torch.float32)
@@ -374,19 +462,55 @@ def test_explicit_threads_limit_the_grid(lib):
     assert torch.equal(out[:9], torch.arange(9.0)) and torch.all(out[9:] == -1)
 
 
+def test_buffer_index_gaps(lib):
+    out = torch.zeros(4)
+    lib.gapped(out, 111, [1.0, 2.0], 2.5)
+    assert torch.all(out == 2.5)
+
+
+def test_thirty_one_buffers(lib):
+    out = torch.zeros(3)
+    scalars = []
+    for k in range(1, 29):
+        scalars.append(float(k) * 0.5 if k % 2 else k)
+    lib.many_args(out, *scalars, [1.0, 2.0, 3.0], torch.tensor([4, 5, 6]))
+    f = sum(float(k) * 0.5 for k in range(1, 29, 2))
+    l = sum(range(2, 29, 2))
+    exp = [f + l * 100 + a * 10000 + b * 1000000 for a, b in ((1, 4), (2, 5), (3, 6))]
+    np.testing.assert_array_equal(out.numpy(), np.array(exp, np.float32))
+
+
+def test_threads_and_group_as_tuples_and_ints(lib):
+    tpt, dtpt, tgs = (torch.zeros(50, dtype=torch.int32) for _ in range(3))
+    lib.geometry1(tpt, dtpt, tgs, threads=(50,), group_size=16)
+    assert torch.all(tgs == 4) and torch.all(dtpt == 16)
+    lib.geometry1(tpt, dtpt, tgs, threads=50, group_size=(25,))
+    assert torch.all(tgs == 2) and torch.all(tpt == 25)
+
+
 # ---------------------------------------------------------------- arg_casts
 
-@pytest.mark.parametrize("cast,kernel,dtype,value,expected", [
-    ("fp16", "read_half", torch.float16, 0.1, torch.tensor(0.1, dtype=torch.float16).item()),
-    ("fp16", "read_half", torch.float16, 3, 3.0),  # int -> half goes through float
-    ("bf16", "read_bfloat", torch.bfloat16, 0.1, torch.tensor(0.1, dtype=torch.bfloat16).item()),
-    ("int32", "read_int", torch.int32, 2.7, 2),     # float -> int truncates
-    ("int32", "read_int", torch.int32, -2.7, -2),
-    ("int32", "read_int", torch.int32, -123456, -123456),
-    ("int16", "read_short", torch.int16, -300, -300),
-    ("int8", "read_char", torch.int8, -5, -5),
-    ("uint8", "read_uchar", torch.uint8, 250, 250),
-])
+
+@pytest.mark.parametrize(
+    "cast,kernel,dtype,value,expected",
+    [
+        ("fp16", "read_half", torch.float16, 0.1, torch.tensor(0.1, dtype=torch.float16).item()),
+        ("fp16", "read_half", torch.float16, 3, 3.0),  # int -> half goes through float
+        (
+            "bf16",
+            "read_bfloat",
+            torch.bfloat16,
+            0.1,
+            torch.tensor(0.1, dtype=torch.bfloat16).item(),
+        ),
+        ("int32", "read_int", torch.int32, 2.7, 2),  # float -> int truncates
+        ("int32", "read_int", torch.int32, -2.7, -2),
+        ("int32", "read_int", torch.int32, -123456, -123456),
+        ("int16", "read_short", torch.int16, -300, -300),
+        ("int8", "read_char", torch.int8, -5, -5),
+        ("uint8", "read_uchar", torch.uint8, 250, 250),
+    ],
+)
 def test_arg_casts_string(lib, cast, kernel, dtype, value, expected):
     out = torch.zeros(1, dtype=dtype)
     getattr(lib, kernel)(out, value, arg_casts=cast)
@@ -423,6 +547,7 @@ def test_unsupported_cast_is_rejected(lib):
 
 
 # ---------------------------------------------------------------- tensor bindings
+
 
 def test_storage_offset_view_is_bound_at_its_first_element(lib):
     base = torch.arange(100, dtype=torch.float32)
@@ -464,6 +589,27 @@ def test_tensor_dtypes_map_to_metal_types(lib):
     assert torch.equal(s16, -s0)
 
 
+def test_vector_constant_references_from_lists(lib):
+    out = torch.zeros(4)
+    # int3 occupies 16 bytes: four int32 values (the fourth is padding).
+    lib.vec_refs(out, [1.0, 2.0, 3.0, 4.0], [1, 2, 3, 0], [5, 6], arg_casts={2: "int32"})
+    assert out.tolist() == [1 + 10 + 500, 2 + 20 + 600, 3 + 30 + 500, 4 + 10 + 600]
+    # Without the cast the ints are int64: the wrong layout for an int3.
+    with pytest.raises((TypeError, ValueError, RuntimeError), match=r"(?i)\bn\b|buffer.?2"):
+        lib.vec_refs(out, [1.0, 2.0, 3.0, 4.0], [1, 2, 3], [5, 6])
+    with pytest.raises((TypeError, ValueError, RuntimeError), match=r"(?i)\bf\b|buffer.?1"):
+        lib.vec_refs(out, [1.0, 2.0, 3.0], [1, 2, 3, 0], [5, 6], arg_casts={2: "int32"})
+
+
+def test_any_tensor_can_be_bound_as_bytes(lib):
+    x = torch.tensor([1.5, -2.0, 0.0, 3.25])
+    lib.flip_sign_bytes(x, threads=16)
+    assert x.tolist() == [-1.5, 2.0, -0.0, -3.25]
+    c = torch.tensor([1 + 2j], dtype=torch.complex64)
+    lib.flip_sign_bytes(c, threads=8)
+    assert c.item() == -1 - 2j
+
+
 def test_template_instantiations_by_host_name(lib):
     y = torch.arange(8, dtype=torch.float32)
     x = torch.ones(8)
@@ -475,6 +621,7 @@ def test_template_instantiations_by_host_name(lib):
 
 
 # ---------------------------------------------------------------- dispatch geometry
+
 
 def _geometry1(lib, threads, group_size=None, kernel="geometry1"):
     n = threads
@@ -563,6 +710,7 @@ def test_group_at_max_is_accepted(lib):
 
 # ---------------------------------------------------------------- launch counters
 
+
 def test_launch_counters(lib):
     emu.reset_launch_counts()
     assert emu.total_launches() == 0
@@ -589,6 +737,7 @@ def test_failed_launch_is_not_counted(lib):
 
 
 # ---------------------------------------------------------------- language version
+
 
 def test_metal_version_macro(lib):
     out = torch.zeros(1, dtype=torch.int32)
@@ -627,17 +776,20 @@ def test_if_constexpr_accepted_at_400():
 
 # ---------------------------------------------------------------- compile errors
 
+
 def test_compile_error_is_syntax_error_with_line():
-    src = "\n".join([
-        "#include <metal_stdlib>",
-        "using namespace metal;",
-        "",
-        "kernel void broken(device float* out [[buffer(0)]],",
-        "                   uint i [[thread_position_in_grid]]) {",
-        "    float a = 1.0f;",
-        "    out[i] = a + undeclared_thing;",
-        "}",
-    ])
+    src = "\n".join(
+        [
+            "#include <metal_stdlib>",
+            "using namespace metal;",
+            "",
+            "kernel void broken(device float* out [[buffer(0)]],",
+            "                   uint i [[thread_position_in_grid]]) {",
+            "    float a = 1.0f;",
+            "    out[i] = a + undeclared_thing;",
+            "}",
+        ]
+    )
     with pytest.raises(SyntaxError) as ei:
         emu.compile_shader(src)
     msg = str(ei.value)

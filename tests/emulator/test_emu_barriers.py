@@ -1,4 +1,5 @@
 """threadgroup_barrier / simdgroup_barrier, threadgroup memory and atomics."""
+
 import numpy as np
 import pytest
 import torch
@@ -246,21 +247,30 @@ def test_group_scan(lib, group, order):
     np.testing.assert_array_equal(out.numpy(), exp)
 
 
-@pytest.mark.parametrize("rows,cols,gx,gy", [(23, 37, 8, 4), (16, 16, 16, 16), (10, 7, 3, 5),
-                                             (5, 33, 16, 2)])
+@pytest.mark.parametrize(
+    "rows,cols,gx,gy", [(23, 37, 8, 4), (16, 16, 16, 16), (10, 7, 3, 5), (5, 33, 16, 2)]
+)
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 def test_tile_flip_2d_partial_tiles(lib, rows, cols, gx, gy, order):
     a = torch.arange(rows * cols, dtype=torch.float32) * 0.5
     b = torch.zeros(rows * cols)
     tags = torch.zeros(rows * cols, dtype=torch.int32)
-    lib.tile_flip(a, b, tags, cols, threads=[cols, rows], group_size=[gx, gy],
-                  arg_casts={3: "int32"}, order=order)
+    lib.tile_flip(
+        a,
+        b,
+        tags,
+        cols,
+        threads=[cols, rows],
+        group_size=[gx, gy],
+        arg_casts={3: "int32"},
+        order=order,
+    )
     A = a.numpy().reshape(rows, cols)
     E = np.empty_like(A)
     for y0 in range(0, rows, gy):
         for x0 in range(0, cols, gx):
-            blk = A[y0:y0 + gy, x0:x0 + gx]
-            E[y0:y0 + gy, x0:x0 + gx] = blk[::-1, ::-1]
+            blk = A[y0 : y0 + gy, x0 : x0 + gx]
+            E[y0 : y0 + gy, x0 : x0 + gx] = blk[::-1, ::-1]
     np.testing.assert_array_equal(b.numpy().reshape(rows, cols), E)
     np.testing.assert_array_equal(tags.numpy().reshape(rows, cols), (E * 2).astype(np.int32))
 
@@ -318,8 +328,9 @@ def test_atomics_device_and_threadgroup(lib, group):
     per_group = torch.zeros(3 * ngroups, dtype=torch.int32)
     fsum = torch.zeros(1)
     dmin = torch.full((1,), 2**31 - 1, dtype=torch.int32)
-    lib.atomics(torch.from_numpy(x), total, hist, per_group, fsum, dmin,
-                threads=n, group_size=group)
+    lib.atomics(
+        torch.from_numpy(x), total, hist, per_group, fsum, dmin, threads=n, group_size=group
+    )
     assert total.item() == x.sum() - n
     np.testing.assert_array_equal(hist.numpy(), np.bincount(x.view(np.uint32) & 7, minlength=8))
     assert fsum.item() == float(x.sum())
@@ -339,7 +350,8 @@ def test_barriers_in_data_dependent_loop(lib, rounds):
     group = 100
     n = 2 * group
     out = torch.zeros(n, dtype=torch.int32)
-    lib.ping_pong(torch.tensor([rounds], dtype=torch.int32), out, threads=n, group_size=group,
-                  order="random")
+    lib.ping_pong(
+        torch.tensor([rounds], dtype=torch.int32), out, threads=n, group_size=group, order="random"
+    )
     tid = np.arange(n) % group
     np.testing.assert_array_equal(out.numpy(), (tid + rounds) % group)

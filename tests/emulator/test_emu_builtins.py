@@ -3,6 +3,7 @@
 Each variant exists twice: sync-free (runs as a plain loop) and with a barrier
 (runs on fibers), because the two execution paths compute builtins separately.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -111,18 +112,41 @@ def model(threads, group):
         a[:, ndim:] = 0
         return a
 
-    cols = [vec(p), vec(g), vec(l), vec(tpt), vec(G), vec(T), vec(tgpg),
-            tid[:, None], (tid % 32)[:, None], (tid // 32)[:, None],
-            np.full((n, 1), 32), np.full((n, 1), 32), (-(-nthreads // 32))[:, None]]
+    cols = [
+        vec(p),
+        vec(g),
+        vec(l),
+        vec(tpt),
+        vec(G),
+        vec(T),
+        vec(tgpg),
+        tid[:, None],
+        (tid % 32)[:, None],
+        (tid // 32)[:, None],
+        np.full((n, 1), 32),
+        np.full((n, 1), 32),
+        (-(-nthreads // 32))[:, None],
+    ]
     return np.concatenate(cols, axis=1).astype(np.uint32)
 
 
-NAMES = ["thread_position_in_grid"] * 3 + ["threadgroup_position_in_grid"] * 3 + \
-        ["thread_position_in_threadgroup"] * 3 + ["threads_per_threadgroup"] * 3 + \
-        ["dispatch_threads_per_threadgroup"] * 3 + ["threads_per_grid"] * 3 + \
-        ["threadgroups_per_grid"] * 3 + ["thread_index_in_threadgroup",
-        "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
-        "threads_per_simdgroup", "thread_execution_width", "simdgroups_per_threadgroup"]
+NAMES = (
+    ["thread_position_in_grid"] * 3
+    + ["threadgroup_position_in_grid"] * 3
+    + ["thread_position_in_threadgroup"] * 3
+    + ["threads_per_threadgroup"] * 3
+    + ["dispatch_threads_per_threadgroup"] * 3
+    + ["threads_per_grid"] * 3
+    + ["threadgroups_per_grid"] * 3
+    + [
+        "thread_index_in_threadgroup",
+        "thread_index_in_simdgroup",
+        "simdgroup_index_in_threadgroup",
+        "threads_per_simdgroup",
+        "thread_execution_width",
+        "simdgroups_per_threadgroup",
+    ]
+)
 
 
 def run_and_check(lib, name, threads, group, **kw):
@@ -141,11 +165,16 @@ def run_and_check(lib, name, threads, group, **kw):
         raise AssertionError(
             f"{name} threads={threads} group={group}: {len(bad)} mismatches; first at "
             f"grid index {r}, {NAMES[c]} (col {c}): got {got[r, c]}, expected {exp[r, c]}; "
-            f"row got {got[r].tolist()} expected {exp[r].tolist()}")
+            f"row got {got[r].tolist()} expected {exp[r].tolist()}"
+        )
 
 
-GRIDS_3D = [((7, 6, 5), (4, 4, 2)), ((9, 5, 3), (3, 5, 3)), ((33, 2, 2), (32, 1, 2)),
-            ((5, 4, 3), (8, 8, 8))]
+GRIDS_3D = [
+    ((7, 6, 5), (4, 4, 2)),
+    ((9, 5, 3), (3, 5, 3)),
+    ((33, 2, 2), (32, 1, 2)),
+    ((5, 4, 3), (8, 8, 8)),
+]
 GRIDS_2D = [((37, 23), (8, 4)), ((19, 11), (5, 7)), ((40, 3), (40, 1)), ((3, 70), (1, 64))]
 GRIDS_1D = [((250,), (100,)), ((1000,), (96,)), ((45,), (45,)), ((5,), (64,)), ((70,), (32,))]
 
@@ -168,9 +197,17 @@ def test_builtins_1d(lib, name, threads, group):
     run_and_check(lib, name, threads, group)
 
 
-@pytest.mark.parametrize("name,threads", [("b1_uint", (3000,)), ("b1_uint_sync", (1500,)),
-                                          ("b2_uint", (37, 5)), ("b2_uint_sync", (1100, 2)),
-                                          ("b3_uint", (3, 4, 5))])
+@pytest.mark.parametrize(
+    "name,threads",
+    [
+        ("b1_uint", (3000,)),
+        ("b1_uint_sync", (1500,)),
+        ("b1_uint", (70001,)),
+        ("b2_uint", (37, 5)),
+        ("b2_uint_sync", (1100, 2)),
+        ("b3_uint", (3, 4, 5)),
+    ],
+)
 def test_builtins_default_group(lib, name, threads):
     run_and_check(lib, name, threads, None)
 

@@ -1,5 +1,6 @@
 """Metal's undefined behaviour and non-MSL source become Python exceptions with
 clear messages: never a hang, never a crash of the process."""
+
 import re
 
 import pytest
@@ -157,6 +158,17 @@ kernel void oob_list(device long* out [[buffer(0)]],
     out[i] = shape[i];
 }
 
+kernel void tg_array_oob(device float* out [[buffer(0)]],
+                         constant int& k [[buffer(1)]],
+                         uint i [[thread_position_in_grid]],
+                         uint t [[thread_index_in_threadgroup]]) {
+    threadgroup float sh[32];
+    thread float local[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    sh[t] = local[(t + uint(k)) % 4];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = sh[(t + uint(k)) % 64];        // k = 32 reads past sh in lane 0
+}
+
 kernel void in_bounds(device const float* x [[buffer(0)]],
                       device float* y [[buffer(1)]],
                       uint i [[thread_position_in_grid]]) {
@@ -215,6 +227,7 @@ class _Raises:
 
 # ------------------------------------------------------------------ barriers
 
+
 @pytest.mark.usefixtures("still_works")
 def test_barrier_divergence_lanes_returned(lib):
     out = torch.zeros(256)
@@ -256,6 +269,7 @@ def test_uniform_single_lane_groups_are_fine(lib):
 
 # ------------------------------------------------------------------ SIMD operands
 
+
 @pytest.mark.usefixtures("still_works")
 def test_nonuniform_shuffle_delta(lib):
     out = torch.zeros(64)
@@ -292,6 +306,7 @@ def test_nonuniform_simdgroup_store(lib):
 
 # ------------------------------------------------------------------ limits
 
+
 def test_exactly_32k_of_threadgroup_memory_is_allowed(lib):
     assert lib.tg_exactly_32k.static_thread_group_memory_length == 32768
     out = torch.zeros(256)
@@ -299,8 +314,10 @@ def test_exactly_32k_of_threadgroup_memory_is_allowed(lib):
     assert torch.equal(out, torch.arange(256, dtype=torch.float32))
 
 
-@pytest.mark.parametrize("decl", ["threadgroup float big[8193];",
-                                  "threadgroup float a[5000];\n    threadgroup int big[4000];"])
+@pytest.mark.parametrize(
+    "decl",
+    ["threadgroup float big[8193];", "threadgroup float a[5000];\n    threadgroup int big[4000];"],
+)
 def test_threadgroup_memory_over_32k(decl):
     src = f"""
 #include <metal_stdlib>
@@ -328,8 +345,9 @@ def test_group_size_over_limit(lib):
         lib.with_barrier(torch.zeros(4096), threads=[64, 64, 1], group_size=[32, 32, 2])
 
 
-@pytest.mark.parametrize("threads,group", [([64, 2], [32]), ([64], [32, 1]), (64, [8, 8, 1]),
-                                           ([8, 8, 8], [8, 8])])
+@pytest.mark.parametrize(
+    "threads,group", [([64, 2], [32]), ([64], [32, 1]), (64, [8, 8, 1]), ([8, 8, 8], [8, 8])]
+)
 def test_group_size_of_wrong_dimensionality(lib, threads, group):
     with pytest.raises((RuntimeError, ValueError, TypeError)):
         lib.with_barrier(torch.zeros(4096), threads=threads, group_size=group)
@@ -353,11 +371,13 @@ def test_bad_threads_and_arguments(lib):
 
 # ------------------------------------------------------------------ argument kinds
 
+
 @pytest.mark.usefixtures("still_works")
 def test_python_int_for_float_parameter(lib):
     out = torch.zeros(4)
-    with raises((TypeError, ValueError, RuntimeError), r"alpha|buffer\(?1|index 1|argument 1",
-                r"float"):
+    with raises(
+        (TypeError, ValueError, RuntimeError), r"alpha|buffer\(?1|index 1|argument 1", r"float"
+    ):
         lib.scalar_float(out, 3)
     lib.scalar_float(out, 3.0)
     assert torch.all(out == 3.0)
@@ -389,6 +409,7 @@ def test_int_list_for_float_array(lib):
 
 # ------------------------------------------------------------------ debug bounds checks
 
+
 def test_oob_read_names_buffer_index_and_thread(dbg):
     x = torch.zeros(100)
     y = torch.zeros(100)
@@ -409,10 +430,92 @@ def test_oob_on_list_argument(dbg):
 
 def test_oob_on_view_extent(dbg):
     base = torch.zeros(200)
-    x = base[10:60]                 # 50 elements; storage continues past them
+    x = base[10:60]  # 50 elements; storage continues past them
     y = torch.zeros(50)
     with raises(Exception, r"\bx\b", r"\b50\b", r"bound|range"):
         dbg.oob_read(x, y)
+
+
+def test_threadgroup_array_oob_in_debug_build(dbg):
+    out = torch.zeros(32)
+    dbg.tg_array_oob(out, 0, arg_casts={1: "int32"})
+    assert torch.equal(out, torch.tensor([1.0, 2.0, 3.0, 4.0]).repeat(8))
+    with raises(RuntimeError, r"tg_array_oob"):
+        dbg.tg_array_oob(out, 32, arg_casts={1: "int32"})
+
+
+def test_release_build_checks_buffer_bounds_too():
+    rel = emu.compile_shader(DEBUG_SRC)
+    with raises(RuntimeError, r"\bx\b", r"\b100\b", r"bound|range"):
+        rel.oob_read(torch.zeros(100), torch.zeros(100))
+    y = torch.zeros(10)
+    rel.in_bounds(torch.ones(10), y)
+    assert torch.all(y == 2.0)
+
+
+FAULTS_CHILD = r'''
+import torch
+from mpslinalg import emulator as emu
+SRC = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void null_write(device int* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    thread int* p = (thread int*)(out[0] == 12345 ? 0x20 : 0x10);
+    *p = int(i);
+    out[i] = 1;
+}
+kernel void div_zero(device int* out [[buffer(0)]], constant int& d [[buffer(1)]],
+                     uint i [[thread_position_in_grid]]) {
+    out[i] = 100 / (d - 1);
+}
+kernel void big_stack(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    thread float big[400000];
+    for (int k = 0; k < 400000; ++k) big[k] = float(k + int(i));
+    threadgroup_barrier(mem_flags::mem_none);
+    out[i] = big[out[i] > 0.0f ? 399999 : 7];
+}
+kernel void ok(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    threadgroup_barrier(mem_flags::mem_none);
+    out[i] = 5.0f;
+}
+"""
+lib = emu.compile_shader(SRC)
+for name, args in [("null_write", (torch.zeros(4, dtype=torch.int32),)),
+                   ("div_zero", (torch.zeros(4, dtype=torch.int32), 1)),
+                   ("big_stack", (torch.zeros(2),))]:
+    try:
+        kw = {"arg_casts": {1: "int32"}} if name == "div_zero" else {}
+        getattr(lib, name)(*args, group_size=args[0].numel(), **kw)
+        print(name, "NO ERROR")
+    except RuntimeError as e:
+        print(name, "RuntimeError", str(e).replace("\\n", " ")[:300])
+out = torch.zeros(64)
+lib.ok(out, group_size=64)
+print("ok", bool(torch.all(out == 5.0)))
+'''
+
+
+def test_faults_in_kernels_do_not_kill_the_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    script = tmp_path / "faults.py"
+    script.write_text(FAULTS_CHILD)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo)] + [p for p in [env.get("PYTHONPATH")] if p])
+    r = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.strip()}
+    for name in ("null_write", "div_zero", "big_stack"):
+        assert "RuntimeError" in lines[name] and name in lines[name], lines[name]
+    assert re.search(r"stack", lines["big_stack"], re.IGNORECASE), lines["big_stack"]
+    assert re.search(r"divi|zero|SIGFPE|arithmetic", lines["div_zero"], re.IGNORECASE)
+    assert lines["ok"] == "ok True"
 
 
 def test_debug_build_runs_correct_kernels(dbg):
@@ -426,6 +529,7 @@ def test_debug_build_runs_correct_kernels(dbg):
 
 
 # ------------------------------------------------------------------ not MSL
+
 
 def test_keyword_lookalikes_compile(lib):
     out = torch.zeros(3)
@@ -450,13 +554,15 @@ NOT_MSL = {
 @pytest.mark.parametrize("kind", sorted(NOT_MSL))
 def test_cpp_but_not_msl_is_rejected(kind):
     stmt, pattern = NOT_MSL[kind]
-    src = ("#include <metal_stdlib>\n"
-           "using namespace metal;\n"
-           "kernel void k(device float* out [[buffer(0)]],\n"
-           "              uint i [[thread_position_in_grid]]) {\n"
-           f"    {stmt}\n"
-           "    out[i] = 0.0f;\n"
-           "}\n")
+    src = (
+        "#include <metal_stdlib>\n"
+        "using namespace metal;\n"
+        "kernel void k(device float* out [[buffer(0)]],\n"
+        "              uint i [[thread_position_in_grid]]) {\n"
+        f"    {stmt}\n"
+        "    out[i] = 0.0f;\n"
+        "}\n"
+    )
     with raises(SyntaxError, pattern, r":5\b"):
         emu.compile_shader(src)
 
@@ -465,8 +571,11 @@ NOT_MSL_TOP = {
     "virtual": ("struct S { virtual float f() { return 1.0f; } };", r"virtual"),
     "recursion": ("int fact(int n) { return n <= 1 ? 1 : n * fact(n - 1); }", r"recurs"),
     "include": ("#include <vector>", r"include"),
-    "dynamic_cast": ("struct A { int a; }; float g(thread A* p) "
-                     "{ return float(dynamic_cast<thread A*>(p)->a); }", r"dynamic_cast"),
+    "dynamic_cast": (
+        "struct A { int a; }; float g(thread A* p) "
+        "{ return float(dynamic_cast<thread A*>(p)->a); }",
+        r"dynamic_cast",
+    ),
     "typeid": ("struct B { int b; }; int h() { return int(sizeof(typeid(B))); }", r"typeid"),
 }
 
@@ -474,25 +583,29 @@ NOT_MSL_TOP = {
 @pytest.mark.parametrize("kind", sorted(NOT_MSL_TOP))
 def test_cpp_declarations_not_msl_are_rejected(kind):
     decl, pattern = NOT_MSL_TOP[kind]
-    src = ("#include <metal_stdlib>\n"
-           "using namespace metal;\n"
-           "\n"
-           f"{decl}\n"
-           "kernel void k(device float* out [[buffer(0)]],\n"
-           "              uint i [[thread_position_in_grid]]) {\n"
-           "    out[i] = 0.0f;\n"
-           "}\n")
+    src = (
+        "#include <metal_stdlib>\n"
+        "using namespace metal;\n"
+        "\n"
+        f"{decl}\n"
+        "kernel void k(device float* out [[buffer(0)]],\n"
+        "              uint i [[thread_position_in_grid]]) {\n"
+        "    out[i] = 0.0f;\n"
+        "}\n"
+    )
     with raises(SyntaxError, pattern, r":4\b"):
         emu.compile_shader(src)
 
 
 def test_metal_headers_are_accepted():
-    src = ("#include <metal_stdlib>\n#include <metal_math>\n#include <metal_atomic>\n"
-           "#include <metal_simdgroup>\n#include <metal_simdgroup_matrix>\n"
-           "#include <metal_compute>\n#include <metal_integer>\n"
-           "using namespace metal;\n"
-           "kernel void k(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
-           "    out[i] = sqrt(4.0f);\n}\n")
+    src = (
+        "#include <metal_stdlib>\n#include <metal_math>\n#include <metal_atomic>\n"
+        "#include <metal_simdgroup>\n#include <metal_simdgroup_matrix>\n"
+        "#include <metal_compute>\n#include <metal_integer>\n"
+        "using namespace metal;\n"
+        "kernel void k(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+        "    out[i] = sqrt(4.0f);\n}\n"
+    )
     lib = emu.compile_shader(src)
     out = torch.zeros(2)
     lib.k(out)
@@ -505,18 +618,23 @@ CPP17 = {
         "inline float f(P p) {\n"
         "    auto [x, y] = p;\n"
         "    return x + y;\n"
-        "}\n", r"structured", 5),
+        "}\n",
+        r"structured",
+        5,
+    ),
     "fold_expression": (
-        "template <typename... T>\n"
-        "inline float f(T... v) {\n"
-        "    return (v + ... + 0.0f);\n"
-        "}\n", r"fold", 5),
+        "template <typename... T>\ninline float f(T... v) {\n    return (v + ... + 0.0f);\n}\n",
+        r"fold",
+        5,
+    ),
 }
 
-CPP17_KERNEL = ("kernel void k(device float* out [[buffer(0)]],\n"
-                "              uint i [[thread_position_in_grid]]) {\n"
-                "    out[i] = 1.0f;\n"
-                "}\n")
+CPP17_KERNEL = (
+    "kernel void k(device float* out [[buffer(0)]],\n"
+    "              uint i [[thread_position_in_grid]]) {\n"
+    "    out[i] = 1.0f;\n"
+    "}\n"
+)
 
 
 @pytest.mark.parametrize("kind", sorted(CPP17))

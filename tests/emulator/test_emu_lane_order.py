@@ -1,5 +1,6 @@
 """Lane and threadgroup order: a correct kernel gives bit-identical results in
 every order; a racy one does not."""
+
 import numpy as np
 import pytest
 import torch
@@ -108,7 +109,7 @@ def test_correct_kernel_identical_in_every_order(lib, group):
     xs = x.double()
     exp = []
     for s in range(0, x.numel(), group):
-        blk = xs[s:s + group]
+        blk = xs[s : s + group]
         exp.append(torch.cumsum(blk, 0) + torch.roll(blk * blk, -1))
     torch.testing.assert_close(ref_out.double(), torch.cat(exp), rtol=1e-5, atol=1e-4)
 
@@ -128,8 +129,9 @@ def test_racy_kernel_differs_between_orders(lib):
         out = torch.zeros(n)
         lib.racy(x, out, group_size=group, order="random")
         outs.append(out)
-    assert any(not torch.equal(o, res["forward"]) and not torch.equal(o, res["reverse"])
-               for o in outs)
+    assert any(
+        not torch.equal(o, res["forward"]) and not torch.equal(o, res["reverse"]) for o in outs
+    )
 
 
 def test_racy_sync_free_kernel_differs_between_orders(lib):
@@ -175,3 +177,17 @@ def test_random_order_varies_between_launches(lib):
         lib.racy(x, out, group_size=group, order="random")
         results.add(tuple(np.asarray(out).tolist()))
     assert len(results) >= 2
+
+
+def test_seed_reproduces_a_random_order(lib):
+    n = 256
+    x = torch.arange(n, dtype=torch.float32) + 1
+
+    def run(seed):
+        out = torch.zeros(n)
+        lib.racy(x, out, group_size=n, order="random", seed=seed)
+        return out
+
+    a, b = run(1234), run(1234)
+    assert torch.equal(a, b)
+    assert any(not torch.equal(run(s), a) for s in (1, 2, 3))

@@ -1,5 +1,6 @@
 """MSL language features used by library kernels: templates, structs, program
 scope constants, address-space overloads, math/relational/integer functions."""
+
 import math
 
 import numpy as np
@@ -253,7 +254,7 @@ def test_language_features(lib):
     v = x.double()
     w = torch.tensor([0.5, 1, 2, 4, 8], dtype=torch.float64)[torch.arange(n) % 5] * 3
     torch.testing.assert_close(got[:, 0], w)
-    re = v * 2 + v + v          # (v + i)(2 - iv) + (v + i)
+    re = v * 2 + v + v  # (v + i)(2 - iv) + (v + i)
     im = -v * v + 2 + 1
     tol = {"rtol": 1e-6, "atol": 1e-5}
     torch.testing.assert_close(got[:, 1], re, **tol)
@@ -283,17 +284,18 @@ def test_math_functions(lib):
         0: np.sqrt(np.abs(af)),
         3: np.clip(af, F(-0.5), F(0.5)),
         5: np.floor(af) + np.ceil(bf),
-        6: np.where(np.abs(af - np.trunc(af)) == 0.5, np.trunc(af) + np.sign(af),
-                    np.round(af)) + np.trunc(bf),        # round: half away from zero
+        6: np.where(np.abs(af - np.trunc(af)) == 0.5, np.trunc(af) + np.sign(af), np.round(af))
+        + np.trunc(bf),  # round: half away from zero
         15: np.sqrt(np.abs(bf)),
         17: np.copysign(F(2), bf),
         18: np.sign(af),
         21: np.abs(af - bf),
-        22: af + bf,                                      # NaN operands are ignored
+        22: af + bf,  # NaN operands are ignored
     }
     for k, e in exact.items():
-        np.testing.assert_array_equal(got[:, k], np.asarray(e, F).astype(np.float64),
-                                      err_msg=f"column {k}")
+        np.testing.assert_array_equal(
+            got[:, k], np.asarray(e, F).astype(np.float64), err_msg=f"column {k}"
+        )
     approx = {
         1: 1 / np.sqrt(np.abs(a) + 1),
         2: a * b + 1,
@@ -322,8 +324,12 @@ def test_relational_functions(lib):
     got = out.view(-1, 5).tolist()
     xs = x.numpy()
     for k, v in enumerate(xs):
-        assert got[k][:4] == [int(np.isnan(v)), int(np.isinf(v)), int(np.isfinite(v)),
-                              int(np.signbit(v))], (k, v, got[k])
+        assert got[k][:4] == [
+            int(np.isnan(v)),
+            int(np.isinf(v)),
+            int(np.isfinite(v)),
+            int(np.signbit(v)),
+        ], (k, v, got[k])
         assert got[k][4] == (2 if v > 0 else 1)
 
 
@@ -338,12 +344,61 @@ def test_integer_functions(lib):
     got = out.numpy().view(np.uint32).reshape(n, 8).astype(np.int64)
     for k in range(n):
         v, w = int(a[k]), int(b[k])
-        exp = [bin(v).count("1"),
-               32 if v == 0 else 32 - v.bit_length(),
-               32 if v == 0 else (v & -v).bit_length() - 1,
-               (v * w) >> 32,
-               (v >> 4) & 0xFF,
-               int(f"{v:032b}"[::-1], 2),
-               abs(np.int32(np.uint32(v).view(np.int32)).astype(np.int64)) % 2**32,
-               (min(v, w) + max(v, w) // 2) % 2**32]
+        exp = [
+            bin(v).count("1"),
+            32 if v == 0 else 32 - v.bit_length(),
+            32 if v == 0 else (v & -v).bit_length() - 1,
+            (v * w) >> 32,
+            (v >> 4) & 0xFF,
+            int(f"{v:032b}"[::-1], 2),
+            abs(np.int32(np.uint32(v).view(np.int32)).astype(np.int64)) % 2**32,
+            (min(v, w) + max(v, w) // 2) % 2**32,
+        ]
         assert got[k].tolist() == exp, (k, hex(v), hex(w), got[k].tolist(), exp)
+
+
+# Separate sources: each construct compiles on its own.
+
+MEMBER_NAMED_LIKE_SWIZZLE = r"""
+#include <metal_stdlib>
+using namespace metal;
+struct Seg { float xy; };
+kernel void k(device float4* v [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    Seg s;
+    s.xy = 1.0f;
+    float4 w = v[i];
+    w.xy = float2(s.xy, 2.0f);
+    v[i] = w;
+}
+"""
+
+
+def test_struct_member_named_like_a_swizzle():
+    lib = emu.compile_shader(MEMBER_NAMED_LIKE_SWIZZLE)
+    v = torch.full((2, 4), 7.0)
+    lib.k(v, threads=2)
+    assert v.tolist() == [[1.0, 2.0, 7.0, 7.0]] * 2
+
+
+THREAD_VS_THREADGROUP_OVERLOADS = r"""
+#include <metal_stdlib>
+using namespace metal;
+inline float first(threadgroup const float* p) { return p[0] + 100.0f; }
+inline float first(thread const float* p) { return p[0] + 200.0f; }
+kernel void k(device float* out [[buffer(0)]],
+              uint i [[thread_position_in_grid]],
+              uint t [[thread_index_in_threadgroup]]) {
+    threadgroup float sh[64];
+    sh[t] = 1.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    thread float loc[1] = {2.0f};
+    out[i] = first(&sh[t]) + first(loc);
+}
+"""
+
+
+def test_thread_vs_threadgroup_pointer_overloads():
+    lib = emu.compile_shader(THREAD_VS_THREADGROUP_OVERLOADS)
+    out = torch.zeros(8)
+    lib.k(out)
+    assert torch.all(out == 303.0)

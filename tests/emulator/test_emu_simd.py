@@ -5,6 +5,7 @@ thread_index_in_threadgroup values (the last one may be partial, and so may the
 last threadgroup of the grid); a collective sees exactly the lanes of its
 simdgroup that execute the call (the active lanes).
 """
+
 import numpy as np
 import pytest
 import torch
@@ -140,6 +141,27 @@ kernel void shuffles_partial(device const float* x [[buffer(0)]],
     out[4 * i + 3] = simd_broadcast(v, ushort(4));
 }
 
+// Shuffles and reductions of other element types.
+kernel void typed_shuffles(device const half* h [[buffer(0)]],
+                           device const int* x [[buffer(1)]],
+                           device half* hout [[buffer(2)]],
+                           device int* iout [[buffer(3)]],
+                           device float* fout [[buffer(4)]],
+                           uint i [[thread_position_in_grid]],
+                           ushort lane [[thread_index_in_simdgroup]]) {
+    hout[2 * i + 0] = simd_shuffle_xor(h[i], ushort(1));
+    hout[2 * i + 1] = simd_max(h[i]);
+    uint2 u = uint2(uint(x[i]), uint(lane));
+    uint2 su = simd_shuffle_down(u, ushort(2));
+    iout[3 * i + 0] = int(su.x);
+    iout[3 * i + 1] = int(su.y);
+    int3 v = int3(x[i], -x[i], int(lane));
+    iout[3 * i + 2] = simd_sum(v).y + simd_broadcast(v, ushort(3)).z;
+    float3 f = float3(float(lane), 1.0f, 2.0f);
+    float3 g = simd_shuffle(f, ushort(31 - lane));
+    fout[i] = g.x + g.y * 100.0f + g.z * 1000.0f;
+}
+
 kernel void int_shuffle(device const int* x [[buffer(0)]],
                         device int* out [[buffer(1)]],
                         uint i [[thread_position_in_grid]],
@@ -217,6 +239,7 @@ def lib():
 
 # ------------------------------------------------------------------ model
 
+
 def simdgroups(n, group):
     """Global indices of each simdgroup, in lane order."""
     out = []
@@ -243,6 +266,7 @@ def model(op, x, active, group):
 def np_float_ops():
     def pf(f):
         return lambda v, j, lanes: f(v, j)
+
     return {
         "f_sum": pf(lambda v, j: v.sum(dtype=np.float64)),
         "f_metal_ns_sum": pf(lambda v, j: v.sum(dtype=np.float64)),
@@ -260,6 +284,7 @@ def np_float_ops():
 def np_int_ops():
     def pf(f):
         return lambda v, j, lanes: f(v, j)
+
     red = np.bitwise_and.reduce
     return {
         "i_sum": pf(lambda v, j: v.sum()),
@@ -321,8 +346,9 @@ def test_float_collectives(lib, n, group, activity):
     for name, op in np_float_ops().items():
         x = x_prod if "product" in name else x_sum
         out = torch.full((n,), -777.0)
-        getattr(lib, name)(torch.from_numpy(x), torch.from_numpy(active), out,
-                           threads=n, group_size=group)
+        getattr(lib, name)(
+            torch.from_numpy(x), torch.from_numpy(active), out, threads=n, group_size=group
+        )
         check(out.numpy(), model(op, x, active, group), -777.0, active, name)
 
 
@@ -338,8 +364,9 @@ def test_int_collectives(lib, n, group, activity):
         if name in ("i_and", "i_or", "i_xor"):
             xs = rng.integers(0, 2**31 - 1, n).astype(np.int32)
         out = torch.full((n,), -777, dtype=torch.int32)
-        getattr(lib, name)(torch.from_numpy(xs), torch.from_numpy(active), out,
-                           threads=n, group_size=group)
+        getattr(lib, name)(
+            torch.from_numpy(xs), torch.from_numpy(active), out, threads=n, group_size=group
+        )
         check(out.numpy(), model(op, xs, active, group), -777, active, name)
 
 
@@ -363,10 +390,14 @@ def test_uint_collectives(lib):
     lib.uint_ops(torch.from_numpy(x.view(np.int32)), out, group_size=64, threads=n)
     got = out.numpy().view(np.uint32).reshape(n, 4)
     for s in range(0, n, 32):
-        v = x[s:s + 32]
-        exp = [v.max(), v.min(), np.uint32(v.astype(np.uint64).sum() % 2**32),
-               np.bitwise_or.reduce(v)]
-        np.testing.assert_array_equal(got[s:s + 32], np.tile(np.array(exp, np.uint32), (32, 1)))
+        v = x[s : s + 32]
+        exp = [
+            v.max(),
+            v.min(),
+            np.uint32(v.astype(np.uint64).sum() % 2**32),
+            np.bitwise_or.reduce(v),
+        ]
+        np.testing.assert_array_equal(got[s : s + 32], np.tile(np.array(exp, np.uint32), (32, 1)))
 
 
 @pytest.mark.parametrize("n,group", GEOMETRIES)
@@ -412,8 +443,9 @@ def test_vector_collectives(lib):
     assert torch.equal(out2, x[src, :2])
 
 
-@pytest.mark.parametrize("delta,mask,bcast", [(1, 1, 0), (3, 16, 31), (0, 0, 7), (31, 31, 16),
-                                              (16, 7, 5)])
+@pytest.mark.parametrize(
+    "delta,mask,bcast", [(1, 1, 0), (3, 16, 31), (0, 0, 7), (31, 31, 16), (16, 7, 5)]
+)
 @pytest.mark.parametrize("group", [32, 64, 96])
 def test_shuffles_full_simdgroups(lib, delta, mask, bcast, group):
     n = 192
@@ -421,12 +453,21 @@ def test_shuffles_full_simdgroups(lib, delta, mask, bcast, group):
     x = rng.standard_normal(n).astype(np.float32)
     src_lane = rng.integers(0, 32, n).astype(np.int16)
     out = torch.zeros(7 * n)
-    lib.shuffles(torch.from_numpy(x), torch.from_numpy(src_lane), delta, mask, bcast, out,
-                 threads=n, group_size=group, arg_casts={2: "int16", 3: "int16", 4: "int16"})
+    lib.shuffles(
+        torch.from_numpy(x),
+        torch.from_numpy(src_lane),
+        delta,
+        mask,
+        bcast,
+        out,
+        threads=n,
+        group_size=group,
+        arg_casts={2: "int16", 3: "int16", 4: "int16"},
+    )
     got = out.numpy().reshape(n, 7)
     exp = np.zeros((n, 7), np.float32)
     for base in range(0, n, 32):
-        v = x[base:base + 32]
+        v = x[base : base + 32]
         for l in range(32):
             e = exp[base + l]
             e[0] = v[src_lane[base + l]]
@@ -436,8 +477,15 @@ def test_shuffles_full_simdgroups(lib, delta, mask, bcast, group):
             e[4] = v[(l - delta) % 32]
             e[5] = v[(l + delta) % 32]
             e[6] = v[bcast]
-    names = ["shuffle", "shuffle_up", "shuffle_down", "shuffle_xor", "rotate_up",
-             "rotate_down", "broadcast"]
+    names = [
+        "shuffle",
+        "shuffle_up",
+        "shuffle_down",
+        "shuffle_xor",
+        "rotate_up",
+        "rotate_down",
+        "broadcast",
+    ]
     for c, name in enumerate(names):
         np.testing.assert_array_equal(got[:, c], exp[:, c], err_msg=name)
 
@@ -448,14 +496,43 @@ def test_shuffles_in_partial_simdgroup(lib):
     x = np.arange(n, dtype=np.float32) * 1.5
     src_lane = np.arange(n, dtype=np.int16)[::-1].copy()  # lane l reads lane 19-l
     out = torch.zeros(4 * n)
-    lib.shuffles_partial(torch.from_numpy(x), torch.from_numpy(src_lane), delta, out,
-                         threads=n, group_size=n, arg_casts={2: "int16"})
+    lib.shuffles_partial(
+        torch.from_numpy(x),
+        torch.from_numpy(src_lane),
+        delta,
+        out,
+        threads=n,
+        group_size=n,
+        arg_casts={2: "int16"},
+    )
     got = out.numpy().reshape(n, 4)
     l = np.arange(n)
     np.testing.assert_array_equal(got[:, 0], x[19 - l])
     np.testing.assert_array_equal(got[:, 1], np.where(l >= delta, x[np.maximum(l - delta, 0)], x))
     np.testing.assert_array_equal(got[:, 2], x[l ^ 1])
     np.testing.assert_array_equal(got[:, 3], np.full(n, x[4]))
+
+
+def test_typed_shuffles_and_reductions(lib):
+    n = 64
+    h = (torch.arange(n) * 0.25 - 3).to(torch.float16)
+    x = (torch.arange(n, dtype=torch.int32) * 7) % 23 - 11
+    hout = torch.zeros(2 * n, dtype=torch.float16)
+    iout = torch.zeros(3 * n, dtype=torch.int32)
+    fout = torch.zeros(n)
+    lib.typed_shuffles(h, x, hout, iout, fout, group_size=64)
+    lanes = torch.arange(n) % 32
+    base = torch.arange(n) - lanes
+    hh = hout.view(n, 2)
+    assert torch.equal(hh[:, 0], h[base + (lanes ^ 1)])
+    assert torch.equal(hh[:, 1], h.view(2, 32).max(1).values.repeat_interleave(32))
+    ii = iout.view(n, 3)
+    src = torch.where(lanes + 2 < 32, torch.arange(n) + 2, torch.arange(n))
+    assert torch.equal(ii[:, 0], x[src])
+    assert torch.equal(ii[:, 1], lanes[src].int())
+    exp2 = -x.view(2, 32).sum(1).repeat_interleave(32) + 3
+    assert torch.equal(ii[:, 2], exp2.int())
+    assert torch.equal(fout, (31 - lanes).float() + 100 + 2000)
 
 
 def test_shuffle_down_tree_reduction(lib):
@@ -469,12 +546,15 @@ def test_shuffle_down_tree_reduction(lib):
 
 @pytest.mark.parametrize("n,group", [(64, 64), (100, 100), (45, 45), (250, 96), (13, 13)])
 @pytest.mark.parametrize("activity", ["odd", "random", "first_only", "all"])
-def test_divergent_branches_and_loops(lib, n, group, activity):
+@pytest.mark.parametrize("order", ["forward", "random"])
+def test_divergent_branches_and_loops(lib, n, group, activity, order):
     rng = np.random.default_rng(group + n)
     x = rng.integers(-100, 100, n).astype(np.int32)
     active = make_active(activity, n, rng)
     out = torch.full((4 * n,), -555, dtype=torch.int32)
-    lib.divergent(torch.from_numpy(x), torch.from_numpy(active), out, threads=n, group_size=group)
+    lib.divergent(
+        torch.from_numpy(x), torch.from_numpy(active), out, threads=n, group_size=group, order=order
+    )
     got = out.numpy().reshape(n, 4)
     for sg in simdgroups(n, group):
         lanes = np.arange(len(sg))
@@ -504,7 +584,7 @@ def test_two_level_reduction_in_helper(lib, group):
     x = (torch.arange(n) % 11 - 5).to(torch.float32)
     out = torch.zeros(n)
     lib.two_level(x, out, threads=n, group_size=group)
-    exp = torch.cat([x[s:s + group].sum().repeat(min(group, n - s)) for s in range(0, n, group)])
+    exp = torch.cat([x[s : s + group].sum().repeat(min(group, n - s)) for s in range(0, n, group)])
     assert torch.equal(out, exp)
 
 
@@ -515,8 +595,7 @@ def test_property_divergent_collectives(lib, data, n, group):
     x = np.array(data.draw(st.lists(st.integers(-1000, 1000), min_size=n, max_size=n)), np.int32)
     out = torch.full((6 * n,), -9, dtype=torch.int32)
     vote = torch.full((n,), -1, dtype=torch.int64)
-    lib.multi(torch.from_numpy(x), torch.from_numpy(active), out, vote,
-              threads=n, group_size=group)
+    lib.multi(torch.from_numpy(x), torch.from_numpy(active), out, vote, threads=n, group_size=group)
     got = out.numpy().reshape(n, 6)
     gv = vote.numpy().view(np.uint64)
     for sg in simdgroups(n, group):
@@ -537,3 +616,36 @@ def test_property_divergent_collectives(lib, data, n, group):
             assert got[gi, 4] == v[0]
             assert int(gv[gi]) == ballot
             k += 1
+
+
+LATE_HELPER = r"""
+#include <metal_stdlib>
+using namespace metal;
+float helper(float v);
+kernel void k(device float* out [[buffer(0)]],
+              uint i [[thread_position_in_grid]],
+              ushort lane [[thread_index_in_simdgroup]]) {
+    float v = float(lane);
+    float r;
+    if (lane < 16) {
+        r = helper(v);
+    } else {
+        r = simd_max(v);
+    }
+    out[2 * i] = r;
+    out[2 * i + 1] = simd_sum(1.0f);   // after reconvergence: all 32 lanes
+}
+float helper(float v) {             // defined below its caller
+    return simd_sum(v);
+}
+"""
+
+
+def test_collective_in_helper_defined_after_the_kernel():
+    lib = emu.compile_shader(LATE_HELPER)
+    out = torch.zeros(64)
+    lib.k(out, threads=32)
+    got = out.view(32, 2)
+    lanes = torch.arange(32.0)
+    assert torch.equal(got[:, 0], torch.where(lanes < 16, lanes[:16].sum(), 31.0))
+    assert torch.equal(got[:, 1], torch.full((32,), 32.0))

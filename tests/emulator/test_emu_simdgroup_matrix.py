@@ -1,5 +1,6 @@
 """simdgroup_matrix 8x8: load/store (stride, origin, transpose), multiply,
 multiply_accumulate, filled and diagonal constructors; GEMM in float/half/bfloat."""
+
 import pytest
 import torch
 
@@ -109,14 +110,16 @@ def gemm_inputs(M, N, K, dtype, seed=0):
     return A, B
 
 
-@pytest.mark.parametrize("M,N,K,group", [(32, 24, 40, 32), (8, 8, 8, 32), (16, 64, 24, 64),
-                                         (40, 16, 8, 96)])
+@pytest.mark.parametrize(
+    "M,N,K,group", [(32, 24, 40, 32), (8, 8, 8, 32), (16, 64, 24, 64), (40, 16, 8, 96)]
+)
 def test_float_gemm(lib, M, N, K, group):
     A, B = gemm_inputs(M, N, K, torch.float32)
     C = torch.full((M, N), float("nan"))
     tiles = (M // 8) * (N // 8)
-    lib.sg_gemm_float(A, B, C, N, K, threads=32 * tiles, group_size=group,
-                      arg_casts={3: "int32", 4: "int32"})
+    lib.sg_gemm_float(
+        A, B, C, N, K, threads=32 * tiles, group_size=group, arg_casts={3: "int32", 4: "int32"}
+    )
     ref = (A.double() @ B.double()).float()
     torch.testing.assert_close(C, ref, rtol=1e-5, atol=1e-5 * K)
 
@@ -127,19 +130,30 @@ def test_float_gemm_exact_on_integers(lib):
     A = torch.randint(-8, 8, (M, K), generator=g).float()
     B = torch.randint(-8, 8, (K, N), generator=g).float()
     C = torch.zeros(M, N)
-    lib.sg_gemm_float(A, B, C, N, K, threads=32 * 4, group_size=32,
-                      arg_casts={3: "int32", 4: "int32"})
+    lib.sg_gemm_float(
+        A, B, C, N, K, threads=32 * 4, group_size=32, arg_casts={3: "int32", 4: "int32"}
+    )
     assert torch.equal(C, A @ B)
 
 
-@pytest.mark.parametrize("name,dtype,tol", [("sg_gemm_half", torch.float16, 2e-2),
-                                            ("sg_gemm_bfloat", torch.bfloat16, 1e-1)])
+@pytest.mark.parametrize(
+    "name,dtype,tol",
+    [("sg_gemm_half", torch.float16, 2e-2), ("sg_gemm_bfloat", torch.bfloat16, 1e-1)],
+)
 def test_narrow_gemm(lib, name, dtype, tol):
     M, N, K = 16, 24, 32
     A, B = gemm_inputs(M, N, K, dtype, seed=2)
     C = torch.zeros(M, N, dtype=dtype)
-    getattr(lib, name)(A, B, C, N, K, threads=32 * (M // 8) * (N // 8), group_size=64,
-                       arg_casts={3: "int32", 4: "int32"})
+    getattr(lib, name)(
+        A,
+        B,
+        C,
+        N,
+        K,
+        threads=32 * (M // 8) * (N // 8),
+        group_size=64,
+        arg_casts={3: "int32", 4: "int32"},
+    )
     ref = A.double() @ B.double()
     err = (C.double() - ref).abs().max() / ref.abs().max()
     assert err < tol, float(err)
@@ -150,8 +164,17 @@ def test_gemm_through_threadgroup_memory(lib, order):
     M, N, K = 24, 16, 48
     A, B = gemm_inputs(M, N, K, torch.float32, seed=3)
     C = torch.zeros(M, N)
-    lib.sg_gemm_tg(A, B, C, N, K, threads=32 * (M // 8) * (N // 8), group_size=32,
-                   arg_casts={3: "int32", 4: "int32"}, order=order)
+    lib.sg_gemm_tg(
+        A,
+        B,
+        C,
+        N,
+        K,
+        threads=32 * (M // 8) * (N // 8),
+        group_size=32,
+        arg_casts={3: "int32", 4: "int32"},
+        order=order,
+    )
     torch.testing.assert_close(C, (A.double() @ B.double()).float(), rtol=1e-5, atol=1e-4)
 
 

@@ -1,5 +1,6 @@
 """Concurrent launches from Python threads, and the on-disk build cache shared
 by several processes (MPSLINALG_CACHE_DIR)."""
+
 import os
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def lib():
 
 
 def expected_sums(x, group):
-    return torch.stack([x[s:s + group].double().sum() for s in range(0, x.numel(), group)])
+    return torch.stack([x[s : s + group].double().sum() for s in range(0, x.numel(), group)])
 
 
 def test_two_threads_launch_at_once(lib):
@@ -206,14 +207,17 @@ def child_env(cache_dir, **extra):
 def run_child(tmp_path, cache_dir, token, mode="plain", **extra):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    return subprocess.run([sys.executable, str(script), str(token), mode],
-                          env=child_env(cache_dir, **extra), capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run(
+        [sys.executable, str(script), str(token), mode],
+        env=child_env(cache_dir, **extra),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def snapshot(d):
-    return {str(p.relative_to(d)): p.stat().st_mtime_ns
-            for p in Path(d).rglob("*") if p.is_file()}
+    return {str(p.relative_to(d)): p.stat().st_mtime_ns for p in Path(d).rglob("*") if p.is_file()}
 
 
 def test_cache_shared_by_two_processes_compiling_at_once(tmp_path):
@@ -225,9 +229,15 @@ def test_cache_shared_by_two_processes_compiling_at_once(tmp_path):
     procs = []
     for k in range(2):
         mode = f"wait:{tmp_path / f'ready{k}'},{tmp_path / 'go'}"
-        procs.append(subprocess.Popen([sys.executable, str(script), str(token), mode],
-                                      env=child_env(shared), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(token), mode],
+                env=child_env(shared),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     t0 = time.time()
     while not all((tmp_path / f"ready{k}").exists() for k in range(2)):
         if time.time() - t0 > 120 or any(p.poll() is not None for p in procs):
@@ -279,8 +289,9 @@ def test_missing_compiler_is_a_clear_error(tmp_path):
     token = uuid.uuid4().int % 100000 + 3
     empty = tmp_path / "empty_bin"
     empty.mkdir()
-    r = run_child(tmp_path, tmp_path / "c", token, CXX=str(tmp_path / "no-such-c++"),
-                  PATH=str(empty))
+    r = run_child(
+        tmp_path, tmp_path / "c", token, CXX=str(tmp_path / "no-such-c++"), PATH=str(empty)
+    )
     assert r.returncode != 0
     tail = r.stderr[-2000:]
     assert "Traceback" in tail and "Segmentation" not in tail
@@ -293,3 +304,29 @@ def test_cache_dir_default_is_a_directory_path():
     assert d.is_absolute()
     if "MPSLINALG_CACHE_DIR" not in os.environ:
         assert "mpslinalg" in str(d).lower()
+
+
+def test_two_threads_compile_the_same_new_source_at_once():
+    token = uuid.uuid4().int % 100000 + 3
+    src = SRC.replace("out[g] = sh[0] + simd_sum(0.0f);", f"out[g] = sh[0] + {token}.0f;")
+    start = threading.Barrier(2)
+    libs, errors = [], []
+
+    def work():
+        try:
+            start.wait()
+            libs.append(emu.compile_shader(src))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors, errors
+    x = torch.ones(512)
+    for lib in libs:
+        out = torch.zeros(2)
+        lib.group_sum(x, out, group_size=256)
+        assert out.tolist() == [256.0 + token] * 2

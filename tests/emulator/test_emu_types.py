@@ -1,5 +1,6 @@
 """Scalar types (half/bfloat bit-exact against torch CPU), literals, vectors,
 swizzles, packed vectors and as_type."""
+
 import numpy as np
 import pytest
 import torch
@@ -98,14 +99,16 @@ kernel void int_semantics(device const int* a [[buffer(0)]],
                           uint i [[thread_position_in_grid]]) {
     int x = a[i], y = b[i];
     uint ux = uint(x), uy = uint(y);
-    out[8 * i + 0] = x / y;
-    out[8 * i + 1] = x % y;
-    out[8 * i + 2] = int(ux * uy);                 // wraps
-    out[8 * i + 3] = int(ux >> (uy & 31u));
-    out[8 * i + 4] = x >> (y & 31);                 // arithmetic shift
-    out[8 * i + 5] = int(ushort(x) + ushort(y));    // promoted to int
-    out[8 * i + 6] = int(char(x));                  // truncates
-    out[8 * i + 7] = int(uchar(x) * uchar(y));
+    out[10 * i + 0] = x / y;
+    out[10 * i + 1] = x % y;
+    out[10 * i + 2] = int(ux * uy);                 // wraps
+    out[10 * i + 3] = int(ux >> (uy & 31u));
+    out[10 * i + 4] = x >> (y & 31);                 // arithmetic shift
+    out[10 * i + 5] = int(ushort(x) + ushort(y));    // promoted to int
+    out[10 * i + 6] = int(char(x));                  // truncates
+    out[10 * i + 7] = int(uchar(x) * uchar(y));
+    out[10 * i + 8] = x * y + x;                    // signed overflow wraps
+    out[10 * i + 9] = -x;
 }
 
 // Up to 48 float results per thread.
@@ -242,8 +245,9 @@ def bits(t):
     return t.view(torch.int16) if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-@pytest.mark.parametrize("name,dtype", [("arith_half", torch.float16),
-                                        ("arith_bfloat", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "name,dtype", [("arith_half", torch.float16), ("arith_bfloat", torch.bfloat16)]
+)
 def test_narrow_arithmetic_bit_exact(lib, name, dtype):
     n = 4096
     a = rand_narrow(n, dtype, 1)
@@ -251,16 +255,26 @@ def test_narrow_arithmetic_bit_exact(lib, name, dtype):
     b[b == 0] = 1
     c = rand_narrow(n, dtype, 3, -100, 100)
     # Include large/small magnitudes to reach overflow and subnormals.
-    a[:64] = torch.tensor([6.0e4, -6.0e4, 1e-6, -1e-6] * 16).to(dtype) if dtype == torch.float16 \
+    a[:64] = (
+        torch.tensor([6.0e4, -6.0e4, 1e-6, -1e-6] * 16).to(dtype)
+        if dtype == torch.float16
         else torch.tensor([3e38, -3e38, 1e-38, -1e-38] * 16).to(dtype)
+    )
     out = torch.zeros(6 * n, dtype=dtype)
     getattr(lib, name)(a, b, c, out)
     got = out.view(n, 6)
     exp = [a + b, a - b, a * b, a / b, a * b + c, -a]
     for k, e in enumerate(exp):
         mism = (bits(got[:, k]) != bits(e)) & ~(torch.isnan(got[:, k]) & torch.isnan(e))
-        assert not mism.any(), (name, k, int(mism.sum()), a[mism][:3], b[mism][:3],
-                                got[:, k][mism][:3], e[mism][:3])
+        assert not mism.any(), (
+            name,
+            k,
+            int(mism.sum()),
+            a[mism][:3],
+            b[mism][:3],
+            got[:, k][mism][:3],
+            e[mism][:3],
+        )
 
 
 def test_float_arithmetic_exact(lib):
@@ -274,8 +288,9 @@ def test_float_arithmetic_exact(lib):
         assert torch.equal(got[:, k], e), k
 
 
-@pytest.mark.parametrize("name,dtype", [("horner_half", torch.float16),
-                                        ("horner_bfloat", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "name,dtype", [("horner_half", torch.float16), ("horner_bfloat", torch.bfloat16)]
+)
 def test_horner_loop_bit_exact(lib, name, dtype):
     n = 2048
     x = rand_narrow(n, dtype, 11, -1.2, 1.2)
@@ -296,9 +311,34 @@ def test_half_sqrt_correctly_rounded(lib):
 
 
 def special_floats():
-    vals = [0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 65519.99, 1e10, -1e10, 6.1e-5, 5.96e-8,
-            2.98e-8, 2.99e-8, 1e-9, 3.4e38, -3.4e38, float("inf"), float("-inf"), 1.0009765625,
-            1.00048828125, 1.00146484375, 1.00390625, 1.001953125, 1.005859375, 1e-40, -1e-45]
+    vals = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        65520.0,
+        65519.99,
+        1e10,
+        -1e10,
+        6.1e-5,
+        5.96e-8,
+        2.98e-8,
+        2.99e-8,
+        1e-9,
+        3.4e38,
+        -3.4e38,
+        float("inf"),
+        float("-inf"),
+        1.0009765625,
+        1.00048828125,
+        1.00146484375,
+        1.00390625,
+        1.001953125,
+        1.005859375,
+        1e-40,
+        -1e-45,
+    ]
     return np.array(vals, dtype=np.float32)
 
 
@@ -307,8 +347,8 @@ def test_float_to_half_and_bfloat_rounding(lib):
     raw = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     # Values in the normal half range and exact ties of both formats.
     mid = (rng.standard_normal(50_000) * 100).astype(np.float32)
-    ties_h = (np.arange(1, 2049, dtype=np.float32) + 0.5) * np.float32(2.0 ** -10) + 1
-    ties_b = np.float32(1) + (np.arange(1, 257, dtype=np.float32) + 0.5) * np.float32(2.0 ** -7)
+    ties_h = (np.arange(1, 2049, dtype=np.float32) + 0.5) * np.float32(2.0**-10) + 1
+    ties_b = np.float32(1) + (np.arange(1, 257, dtype=np.float32) + 0.5) * np.float32(2.0**-7)
     f = np.concatenate([special_floats(), raw, mid, ties_h, ties_b]).astype(np.float32)
     f = f[~np.isnan(f)]
     ft = torch.from_numpy(f)
@@ -373,15 +413,15 @@ def test_literals_are_single_precision(lib):
 def test_integer_semantics(lib):
     rng = np.random.default_rng(8)
     n = 5000
-    a = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
-    b = rng.integers(-2**31, 2**31, n, dtype=np.int64).astype(np.int32)
+    a = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
     a[:100] = rng.integers(-300, 300, 100)
     b[:100] = rng.integers(-40, 40, 100)
     b[b == 0] = 3
-    b[(a == -2**31) & (b == -1)] = 5
-    out = torch.zeros(8 * n, dtype=torch.int32)
+    b[(a == -(2**31)) & (b == -1)] = 5
+    out = torch.zeros(10 * n, dtype=torch.int32)
     lib.int_semantics(torch.from_numpy(a), torch.from_numpy(b), out)
-    got = out.numpy().reshape(n, 8)
+    got = out.numpy().reshape(n, 10)
     a64, b64 = a.astype(np.int64), b.astype(np.int64)
     # truncating division, computed exactly
     q = np.sign(a64) * np.sign(b64) * (np.abs(a64) // np.abs(b64))
@@ -394,6 +434,9 @@ def test_integer_semantics(lib):
     np.testing.assert_array_equal(got[:, 5], (ua % 2**16) + (ub % 2**16))
     np.testing.assert_array_equal(got[:, 6], a.astype(np.int8))
     np.testing.assert_array_equal(got[:, 7], (ua % 256) * (ub % 256))
+    wrap = ((a64 * b64 + a64) % 2**32).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(got[:, 8], wrap)
+    np.testing.assert_array_equal(got[:, 9], ((-a64) % 2**32).astype(np.uint32).view(np.int32))
 
 
 def test_vectors_and_swizzles(lib):

@@ -32,7 +32,6 @@ inline void* fiber_init(void* stack_top, FiberFn fn, void* arg) {
   return sp;
 }
 inline void fiber_switch(void** save, void* to) { emu_switch_ctx(save, to); }
-#define EMU_FIBER_ASM 1
 #elif defined(__aarch64__) && !defined(EMU_USE_UCONTEXT)
 extern "C" void emu_switch_ctx(void** save_sp, void* new_sp);
 extern "C" void emu_fiber_start();
@@ -61,7 +60,6 @@ inline void* fiber_init(void* stack_top, FiberFn fn, void* arg) {
   return sp;
 }
 inline void fiber_switch(void** save, void* to) { emu_switch_ctx(save, to); }
-#define EMU_FIBER_ASM 1
 #else
 #include <ucontext.h>
 #define EMU_DEFINE_FIBER_ASM()

@@ -1,5 +1,5 @@
-// Lane scheduler: threadgroups run one after another on the calling OS thread; the lanes of a group are
-// fibers (or a plain loop for kernels that can never reach a barrier or SIMD-group function).
+// Per-thread runtime state, lanes, device/constant pointer wrappers, threadgroup memory and argument
+// binding. The scheduler itself is in emu_sched.h.
 #pragma once
 #include <csignal>
 #include <csetjmp>
@@ -18,6 +18,7 @@ inline bool same_site(const Site& a, const Site& b) {
 }
 
 struct u3 { uint32_t v[3]; };
+template <int...> struct iseq {};
 enum LaneState : int { L_NEW, L_READY, L_BAR, L_SIMD, L_DONE };
 struct Lane;
 typedef void (*CollOp)(Lane** parts, int n);
@@ -30,6 +31,8 @@ struct Lane {
   void* stack;
   u3 tid, lid;
   uint32_t lidx, slane, sgid;
+  int depth;          // call path of user functions that reach collectives (see Frame)
+  Site frames[16];
   alignas(64) unsigned char slot[256];  // operands in, results out of SIMD-group collectives
 };
 
@@ -47,6 +50,7 @@ struct KernelDesc {
 struct Launch {
   void** bufs; const uint64_t* sizes; int nbufs; int order; int strict; int pad_;
   uint64_t grid[3]; uint64_t group[3]; uint64_t seed;
+  double timeout;  // seconds of wall time before the launch is aborted (0: none)
 };
 
 static const size_t kTgLimit = 32768;
@@ -202,12 +206,9 @@ template <class T> struct ptr_cast_t<dptr<T>> {
   static dptr<T> cast(unsigned long f) { return dptr<T>((T*)f); }
 };
 template <class To, class F> To reinterpret_cast_(F f) { return ptr_cast_t<To>::cast(f); }
-template <class P> inline auto raw(P p) { return p; }
-template <class T> inline T* raw(const dptr<T>& p) { return p.get(); }
-template <class T> inline const T* raw(const dptr<const T>& p) { return p.get(); }
 
 // ---- threadgroup memory ----
-inline int new_slot() { static int n = 0; return n++; }
+inline int new_slot() { static int n = 0; return __atomic_fetch_add(&n, 1, __ATOMIC_RELAXED); }
 // One allocation per (declaration site, type): all lanes of a group get the same storage, poisoned with 0xFF
 // (NaN for floats) when the group first touches it.
 template <int Site_, class T> T& tg_alloc() {
@@ -226,6 +227,25 @@ template <int Site_, class T> T& tg_alloc() {
     R.slot_gen[slot] = R.tg_gen;
   }
   return *reinterpret_cast<T*>(R.tg + R.slot_off[slot]);
+}
+
+// Pushed for the duration of a call of a user function that can reach a collective (the translator wraps such
+// calls); the scheduler orders waiting lanes by their call paths.
+struct Frame {
+  Lane* l;
+  explicit Frame(Site s) {
+    Runtime& R = rt();
+    l = R.fibers ? R.cur : nullptr;
+    if (l) { if (l->depth < 16) l->frames[l->depth] = s; ++l->depth; }
+  }
+  ~Frame() { if (l) --l->depth; }
+  Frame(const Frame&) = delete;
+};
+
+inline bool in_threadgroup(const volatile void* p) {
+  const unsigned char* c = (const unsigned char*)p;
+  Runtime& R = rt();
+  return c >= R.tg && c < R.tg + sizeof R.tg;
 }
 
 // ---- blocking (fiber mode only) ----

@@ -1,5 +1,8 @@
 // Threadgroup scheduling, barrier resolution and the launch entry point.
 #pragma once
+#include <ctime>
+#include <unistd.h>
+#include <sys/syscall.h>
 #include "emu_runtime.h"
 
 namespace emu {
@@ -20,7 +23,7 @@ inline void make_perm(int* p, int n, int order, uint64_t& seed) {
 
 inline void set_lane(Runtime& R, Lane& l, uint32_t idx) {
   uint32_t tx = R.tpg.v[0], ty = R.tpg.v[1];
-  l.lidx = idx; l.slane = idx & 31; l.sgid = idx >> 5;
+  l.lidx = idx; l.slane = idx & 31; l.sgid = idx >> 5; l.depth = 0;
   l.lid = u3{{idx % tx, (idx / tx) % ty, idx / (tx * ty)}};
   for (int d = 0; d < 3; ++d) l.tid.v[d] = R.tgid.v[d] * R.dtpg.v[d] + l.lid.v[d];
 }
@@ -29,6 +32,32 @@ inline const char* tgstr(Runtime& R) {
   static thread_local char b[64];
   snprintf(b, sizeof b, "(%u,%u,%u)", R.tgid.v[0], R.tgid.v[1], R.tgid.v[2]);
   return b;
+}
+
+// Program-order position of a waiting lane: its call path, then the collective's own site.
+inline int cmp_site(const Site& a, const Site& b) {
+  if (a.line != b.line) return a.line < b.line ? -1 : 1;
+  if (a.file == b.file) return 0;
+  int c = __builtin_strcmp(a.file, b.file);
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+inline int cmp_position(const Lane* a, const Lane* b) {
+  int da = a->depth < 16 ? a->depth : 16, db = b->depth < 16 ? b->depth : 16;
+  for (int k = 0;; ++k) {
+    const Site& sa = k < da ? a->frames[k] : a->site;
+    const Site& sb = k < db ? b->frames[k] : b->site;
+    int c = cmp_site(sa, sb);
+    if (c) return c;
+    if (k >= da || k >= db) {
+      if (da != db) return 0;  // a collective and a call on the same line: keep order by line only
+      return (size_t)a->op < (size_t)b->op ? -1 : ((size_t)a->op > (size_t)b->op ? 1 : 0);
+    }
+  }
+}
+inline bool same_position(const Lane* a, const Lane* b) {
+  if (a->depth != b->depth || a->op != b->op || !same_site(a->site, b->site)) return false;
+  for (int k = 0; k < a->depth && k < 16; ++k) if (!same_site(a->frames[k], b->frames[k])) return false;
+  return true;
 }
 
 // All lanes are blocked or done. Fire one SIMD-group collective per simdgroup (the lanes waiting at the
@@ -42,16 +71,13 @@ inline void resolve(Runtime& R) {
     for (int i = g * 32; i < hi; ++i) {
       Lane* l = &R.lanes[i];
       if (l->state != L_SIMD) continue;
-      if (!best || l->site.line < best->site.line ||
-          (l->site.line == best->site.line && (__builtin_strcmp(l->site.file, best->site.file) < 0 ||
-           (same_site(l->site, best->site) && (size_t)l->op < (size_t)best->op))))
-        best = l;
+      if (!best || cmp_position(l, best) < 0) best = l;
     }
     if (!best) continue;
     Lane* parts[32]; int np = 0;
     for (int i = g * 32; i < hi; ++i) {
       Lane* l = &R.lanes[i];
-      if (l->state == L_SIMD && l->op == best->op && same_site(l->site, best->site)) parts[np++] = l;
+      if (l->state == L_SIMD && same_position(l, best)) parts[np++] = l;
     }
     best->op(parts, np);
     for (int i = 0; i < np; ++i) parts[i]->state = L_READY;
@@ -68,6 +94,14 @@ inline void resolve(Runtime& R) {
       fail("kernel '%s': lanes of threadgroup %s wait at different threadgroup_barrier calls: %s:%u (e.g. "
            "thread_index_in_threadgroup %u) and %s:%u (e.g. %u); undefined behaviour on Metal",
            kname(), tgstr(R), first->site.file, first->site.line, first->lidx, l->site.file, l->site.line, l->lidx);
+    if (!same_position(l, first)) {
+      // the same barrier in a helper, reached through different calls (e.g. from both arms of an if)
+      const Site& a = first->depth ? first->frames[0] : first->site;
+      const Site& b = l->depth ? l->frames[0] : l->site;
+      fail("kernel '%s': lanes of threadgroup %s wait at threadgroup_barrier %s:%u reached through different "
+           "calls (%s:%u for thread_index_in_threadgroup %u, %s:%u for %u); undefined behaviour on Metal",
+           kname(), tgstr(R), l->site.file, l->site.line, a.file, a.line, first->lidx, b.file, b.line, l->lidx);
+    }
   }
   if (done && R.la->strict)
     fail("kernel '%s': barrier divergence in threadgroup %s: %d of %u lanes returned (e.g. "
@@ -117,9 +151,12 @@ inline void run_group_plain(Runtime& R, uint64_t& seed) {
 
 // A fault inside a kernel (release build overrun, stack overflow into a guard page) returns to the launch
 // instead of killing the interpreter; other faults go to the handler that was installed before.
-static const int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-inline struct sigaction* prev_actions() { static struct sigaction a[4]; return a; }
-inline int sig_index(int sig) { for (int i = 0; i < 4; ++i) if (kFaultSignals[i] == sig) return i; return 0; }
+// The watchdog is a per-thread timer delivering a real-time signal (Python itself uses none of them).
+inline int watchdog_signal() { return SIGRTMIN + 3; }
+static const int kNumSignals = 5;
+inline int fault_signal(int i) { static const int s[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL}; return i < 4 ? s[i] : watchdog_signal(); }
+inline struct sigaction* prev_actions() { static struct sigaction a[kNumSignals]; return a; }
+inline int sig_index(int sig) { for (int i = 0; i < kNumSignals; ++i) if (fault_signal(i) == sig) return i; return 0; }
 inline void on_fault(int sig, siginfo_t* si, void* uc) {
   Runtime& R = rt();
   if (R.in_launch) {
@@ -127,7 +164,11 @@ inline void on_fault(int sig, siginfo_t* si, void* uc) {
     const char* a = (const char*)si->si_addr;
     const char* st = R.cur && R.fibers ? (const char*)R.cur->stack : nullptr;
     const u3 t = R.cur ? R.cur->tid : R.tgid;
-    if (sig == SIGFPE)
+    if (sig == watchdog_signal())
+      snprintf(R.err, sizeof R.err, "kernel '%s' did not finish within %g s (an endless loop? e.g. a loop on a "
+               "NaN comparison); the launch was aborted (timeout= or MPSLINALG_EMULATOR_TIMEOUT change the limit)",
+               kname(), R.la ? R.la->timeout : 0.0);
+    else if (sig == SIGFPE)
       snprintf(R.err, sizeof R.err, "kernel '%s': integer division by zero (or INT_MIN / -1) in "
                "thread_position_in_grid=(%u,%u,%u); undefined behaviour on Metal", kname(), t.v[0], t.v[1], t.v[2]);
     else if (sig == SIGILL)
@@ -146,6 +187,7 @@ inline void on_fault(int sig, siginfo_t* si, void* uc) {
     R.failed = true;
     siglongjmp(R.jb, 1);
   }
+  if (sig == watchdog_signal()) return;  // a late tick after the launch ended
   struct sigaction& p = prev_actions()[sig_index(sig)];
   if (p.sa_flags & SA_SIGINFO) { if (p.sa_sigaction) { p.sa_sigaction(sig, si, uc); return; } }
   else if (p.sa_handler != SIG_DFL && p.sa_handler != SIG_IGN) { p.sa_handler(sig); return; }
@@ -166,7 +208,7 @@ inline void install_fault_handler() {
   static bool done = [] {
     struct sigaction sa; __builtin_memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fault; sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER; sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 4; ++i) sigaction(kFaultSignals[i], &sa, &prev_actions()[i]);
+    for (int i = 0; i < kNumSignals; ++i) sigaction(fault_signal(i), &sa, &prev_actions()[i]);
     return true;
   }();
   (void)done;
@@ -184,6 +226,20 @@ inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen) 
   uint32_t dn = R.dtpg.v[0] * R.dtpg.v[1] * R.dtpg.v[2];
   R.dnsg = (dn + 31) / 32;
   install_fault_handler();
+  static thread_local timer_t timer;
+  static thread_local bool have_timer = false;
+  if (la->timeout > 0 && !have_timer) {
+    struct sigevent ev; __builtin_memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD_ID; ev.sigev_signo = watchdog_signal();
+    ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    have_timer = timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0;
+  }
+  auto arm = [&](double secs) {
+    if (!have_timer) return;
+    struct itimerspec its; __builtin_memset(&its, 0, sizeof its);
+    its.it_value.tv_sec = (time_t)secs; its.it_value.tv_nsec = (long)((secs - (double)(time_t)secs) * 1e9);
+    timer_settime(timer, 0, &its, nullptr);
+  };
   // Random group order: an affine walk k -> (k*step + off) % total with step coprime to total.
   uint64_t step = 1, off = 0;
   if (la->order == 2 && total > 1) {
@@ -195,6 +251,7 @@ inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen) 
   int rc = 0;
   if (sigsetjmp(R.jb, 1) == 0) {
     R.in_launch = 1;
+    if (la->timeout > 0) arm(la->timeout);
     {
       for (uint64_t k = 0; k < total; ++k) {
         uint64_t g = k;
@@ -216,6 +273,7 @@ inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen) 
     rc = 1;
   }
   R.in_launch = 0;
+  if (la->timeout > 0) arm(0.0);
   R.cur = nullptr;
   // Lanes abandoned by an error keep their stacks; give them back.
   for (uint32_t i = 0; i < 1024 && R.fibers; ++i) if (R.lanes[i].stack) { R.pool.put(R.lanes[i].stack); R.lanes[i].stack = nullptr; }

@@ -5,6 +5,7 @@
 #include "emu_runtime.h"
 #include "emu_sched.h"
 #include "emu_simd.h"
+#include "emu_matrix.h"
 
 namespace metal {
 using ::half;

@@ -44,18 +44,19 @@ inline bool and_(bool a, bool b) { return a && b; }
 inline bool or_(bool a, bool b) { return a || b; }
 inline bool xor_(bool a, bool b) { return a != b; }
 
-// Butterfly order (xor 16, 8, 4, 2, 1) over the active lanes: the same value in every lane.
-template <class T, T (*F)(T, T)> void op_reduce(emu::Lane** p, int n) {
+// Butterfly order (xor W/2 ... 1) over the active lanes: the same value in every lane of a W-lane block
+// (W = 32 for simd_*, 4 for quad_*).
+template <class T, T (*F)(T, T), int W = 32> void op_reduce(emu::Lane** p, int n) {
   T v[32]; bool has[32] = {};
   for (int i = 0; i < n; ++i) { v[p[i]->slane] = slot_val<In<T>>(p[i]).x; has[p[i]->slane] = true; }
-  for (int off = 16; off; off >>= 1)
+  for (int off = W / 2; off; off >>= 1)
     for (int i = 0; i < 32; ++i) {
       if (i & off) continue;
       int j = i | off;
       if (has[i] && has[j]) v[i] = F(v[i], v[j]);
       else if (has[j]) { v[i] = v[j]; has[i] = true; }
     }
-  for (int i = 0; i < n; ++i) slot_val<T>(p[i]) = v[0];
+  for (int i = 0; i < n; ++i) slot_val<T>(p[i]) = v[p[i]->slane & ~(W - 1)];
 }
 template <class T, T (*F)(T, T), bool Excl> void op_prefix(emu::Lane** p, int n) {
   T acc{};
@@ -72,7 +73,7 @@ inline const char* shuf_name(int k) {
                              "simd_shuffle_rotate_up", "simd_shuffle_rotate_down", "simd_broadcast"};
   return nm[k];
 }
-template <class T, int K> void op_shuffle(emu::Lane** p, int n) {
+template <class T, int K, int W = 32> void op_shuffle(emu::Lane** p, int n) {
   emu::Lane* by[32] = {};
   In<T> in[32];
   for (int i = 0; i < n; ++i) { by[p[i]->slane] = p[i]; in[p[i]->slane] = slot_val<In<T>>(p[i]); }
@@ -84,15 +85,16 @@ template <class T, int K> void op_shuffle(emu::Lane** p, int n) {
                   p[0]->site.file, p[0]->site.line, p[0]->sgid, emu::tgstr(emu::rt()), p[0]->slane, slot_val<In<T>>(p[0]).a, p[i]->slane,
                   slot_val<In<T>>(p[i]).a);
   for (int i = 0; i < n; ++i) {
-    int me = (int)p[i]->slane; long long a = in[me].a, src;
+    int lane = (int)p[i]->slane, me = lane % W, base = lane - me; long long a = in[lane].a, src;
     switch (K) {
       case SH_IDX: case SH_BCAST: src = a; break;
       case SH_UP: src = me - a; if (src < 0) src = me; break;
-      case SH_DOWN: src = me + a; if (src > 31) src = me; break;
-      case SH_XOR: src = me ^ (a & 31); break;
-      case SH_ROT_UP: src = ((me - a) % 32 + 32) % 32; break;
-      default: src = (me + a) % 32; break;
+      case SH_DOWN: src = me + a; if (src > W - 1) src = me; break;
+      case SH_XOR: src = me ^ (a & (W - 1)); break;
+      case SH_ROT_UP: src = ((me - a) % W + W) % W; break;
+      default: src = ((me + a) % W + W) % W; break;
     }
+    src = (src >= 0 && src < W) ? base + src : -1;
     T r;
     if (src >= 0 && src < 32 && by[src]) r = in[src].x; else poison(r);
     slot_val<T>(p[i]) = r;
@@ -139,6 +141,23 @@ EMU_SIMD_SHUF(simd_shuffle, SH_IDX) EMU_SIMD_SHUF(simd_shuffle_up, SH_UP) EMU_SI
 EMU_SIMD_SHUF(simd_shuffle_xor, SH_XOR) EMU_SIMD_SHUF(simd_shuffle_rotate_up, SH_ROT_UP)
 EMU_SIMD_SHUF(simd_shuffle_rotate_down, SH_ROT_DOWN) EMU_SIMD_SHUF(simd_broadcast, SH_BCAST)
 #undef EMU_SIMD_SHUF
+#define EMU_QUAD_RED(name, F)                                                                     \
+  template <class T> inline T name(T x, emu::Site s = emu::here()) {                              \
+    return detail::coll<T>(x, 0, s, &detail::op_reduce<T, &detail::F<T>, 4>, #name); }
+EMU_QUAD_RED(quad_sum, sum_) EMU_QUAD_RED(quad_product, prod_) EMU_QUAD_RED(quad_max, max_)
+EMU_QUAD_RED(quad_min, min_) EMU_QUAD_RED(quad_and, and_) EMU_QUAD_RED(quad_or, or_) EMU_QUAD_RED(quad_xor, xor_)
+#undef EMU_QUAD_RED
+#define EMU_QUAD_SHUF(name, K)                                                                    \
+  template <class T, class I> inline T name(T x, I a, emu::Site s = emu::here()) {                \
+    return detail::coll<T>(x, (long long)a, s, &detail::op_shuffle<T, detail::K, 4>, #name); }
+EMU_QUAD_SHUF(quad_shuffle, SH_IDX) EMU_QUAD_SHUF(quad_shuffle_up, SH_UP) EMU_QUAD_SHUF(quad_shuffle_down, SH_DOWN)
+EMU_QUAD_SHUF(quad_shuffle_xor, SH_XOR) EMU_QUAD_SHUF(quad_shuffle_rotate_up, SH_ROT_UP)
+EMU_QUAD_SHUF(quad_shuffle_rotate_down, SH_ROT_DOWN) EMU_QUAD_SHUF(quad_broadcast, SH_BCAST)
+#undef EMU_QUAD_SHUF
+inline bool quad_all(bool b, emu::Site s = emu::here()) {
+  return detail::coll<bool>(b, 0, s, &detail::op_reduce<bool, &detail::and_, 4>, "quad_all"); }
+inline bool quad_any(bool b, emu::Site s = emu::here()) {
+  return detail::coll<bool>(b, 0, s, &detail::op_reduce<bool, &detail::or_, 4>, "quad_any"); }
 template <class T> inline T simd_broadcast_first(T x, emu::Site s = emu::here()) {
   return detail::coll<T>(x, 0, s, &detail::op_first<T>, "simd_broadcast_first"); }
 inline simd_vote simd_ballot(bool b, emu::Site s = emu::here()) {

@@ -128,7 +128,6 @@ template <class T, int N> struct packed_vec {
   const T& operator[](int i) const { return v[i]; }
 };
 
-template <class T, int N> using vec_t = vec<T, N>;
 
 // ---- operators ----
 #define EMU_VBIN(op)                                                                                   \
