@@ -49,13 +49,11 @@ def check_errors(info: torch.Tensor, api_name: str) -> None:
     if info.numel() == 0:
         return
     flat = info.reshape(-1)
-    # One transfer: the index of the first non-zero entry and its value, reduced on the device.
-    nonzero = flat != 0
-    first = torch.argmax(nonzero.to(torch.int32))
-    packed = torch.stack([nonzero.any().to(torch.int64), first.to(torch.int64),
-                          flat[first].to(torch.int64)]).tolist()
-    failed, index, value = packed
-    if not failed:
+    # One transfer: the first non-zero entry's index (argmax returns the first maximum; 0 when
+    # all are zero) and its value, both computed on the device.
+    first = torch.argmax((flat != 0).to(torch.uint8))
+    index, value = torch.stack([first, flat[first].to(first.dtype)]).tolist()
+    if value == 0:
         return
     if value < 0:
         raise RuntimeError(
