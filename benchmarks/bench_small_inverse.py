@@ -79,6 +79,16 @@ def main() -> int:
             else platform.processor() or platform.machine())
     print(f"device {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} CPU "
           f"threads, {args.dtype}, median of {args.repeats} runs, ms")
+    probe = torch.zeros(1, 4, 4, dtype=dtype, device=device)
+    path = si.torch_path(probe)
+    if path == "triton":
+        import triton
+
+        from mpslinalg import _small_triton
+
+        path += (f" {triton.__version__} (fused kernel, load={_small_triton._LOAD}, "
+                 f"BLOCK={_small_triton._BLOCK}, num_warps={_small_triton._WARPS})")
+    print(f"small path: {path}")
     print()
     cols = ["n", "batch", "small path", "torch.linalg.inv", "torch/ours", "public inv_ex"]
     if device.type == "cpu":

@@ -9,7 +9,9 @@ factorisation for the whole batch at once:
 - torch backend on CPU, float32/complex64: the same Metal kernels compiled for the CPU by
   :mod:`mpslinalg.emulator` (a matrix per lane, in registers), the batch split into one
   launch per CPU thread; needs a C++ compiler;
-- torch backend otherwise (CUDA, float64/complex128, no compiler): the batch in
+- torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
+  (:mod:`mpslinalg._small_triton`, the same arithmetic as the Metal kernel, a matrix per lane);
+- torch backend otherwise (complex on CUDA, float64/complex128 on CPU, no compiler): the batch in
   structure-of-arrays layout ``(n, width, batch)`` and the same unrolled elimination written as
   whole-batch tensor ops (no Python loop over the batch).
 
@@ -56,14 +58,20 @@ _CPU_CHUNK = 131072
 _SCRATCH_MAX_BYTES = 16 << 20
 
 #: Smallest batch for which the torch fast path beats torch.linalg, per device type and n
-#: (measured with benchmarks/bench_small_inverse.py, results in benchmarks/results/: the fast
-#: path issues a fixed number of whole-batch tensor ops, ~70-90 for n = 4, so below these sizes
-#: per-op dispatch costs more than LAPACK's / cuSOLVER's per-matrix work). Chosen on the safe
-#: side of the measured crossovers so the small path is never the slower one. n = 1 and device
-#: types not listed always use torch.linalg.
+#: (measured with benchmarks/bench_small_inverse.py, results in benchmarks/results/: the
+#: tensor-op path issues a fixed number of whole-batch tensor ops, ~70-90 for n = 4, so below
+#: these sizes per-op dispatch costs more than LAPACK's / cuSOLVER's per-matrix work). Chosen on
+#: the safe side of the measured crossovers so the small path is never the slower one. n = 1 and
+#: device types not listed always use torch.linalg.
+#: "cuda": the fused Triton kernel (float32/float64 with triton installed). ESTIMATES, not yet
+#: measured: one launch (~20-40 us of host time) against ~100-130 us for torch.linalg.inv at
+#: every batch size on the H200 (benchmarks/results/small_inverse.md), so the kernel should win
+#: from batch 1; 64 leaves a margin until the bench confirms it.
+#: "cuda-soa": the tensor-op path on CUDA (complex, or no triton), measured.
 _TORCH_MIN_BATCH = {
     "cpu": {2: 4096, 3: 8192, 4: 65536},
-    "cuda": {2: 786432, 3: 524288, 4: 786432},
+    "cuda": {2: 64, 3: 64, 4: 64},
+    "cuda-soa": {2: 786432, 3: 524288, 4: 786432},
 }
 
 
@@ -84,8 +92,43 @@ def use_small_path(A: torch.Tensor, fn: str = "inv") -> bool:
         return A.dtype in (torch.float32, torch.complex64)
     if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
         return False
-    limit = _TORCH_MIN_BATCH.get(A.device.type, {}).get(A.shape[-1])
+    device = A.device.type
+    if device == "cuda" and _triton_module(A) is None:
+        device = "cuda-soa"
+    limit = _TORCH_MIN_BATCH.get(device, {}).get(A.shape[-1])
     return limit is not None and _batch_numel(A) >= limit
+
+
+@functools.cache
+def _import_triton_kernels():
+    """mpslinalg._small_triton, or None when triton is not installed (or fails to import)."""
+    try:
+        from . import _small_triton
+    except ImportError:
+        return None
+    return _small_triton
+
+
+def _triton_module(A: torch.Tensor):
+    """The fused Triton kernels when they serve ``A`` (a CUDA float32/float64 tensor, triton
+    importable), else None. Complex dtypes stay on the tensor-op path (Triton has no complex
+    type)."""
+    if A.device.type != "cuda" or A.dtype not in (torch.float32, torch.float64):
+        return None
+    return _import_triton_kernels()
+
+
+def torch_path(A: torch.Tensor) -> str:
+    """Which implementation the small_* functions run for ``A`` (for benchmarks and logs):
+    "metal kernel", "metal kernel on CPU" (emulator), "triton" (fused CUDA kernel) or
+    "tensor ops" (the structure-of-arrays path)."""
+    if resolve_backend(A.device, "inv_ex") == "metal":
+        return "metal kernel"
+    if _cpu_kernel_parts(A):
+        return "metal kernel on CPU"
+    if _triton_module(A) is not None:
+        return "triton"
+    return "tensor ops"
 
 
 # ------------------------------------------------------------------------------ torch backend
@@ -462,6 +505,8 @@ def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _metal_inv(A)
     if parts := _cpu_kernel_parts(A):
         return _metal_inv(A, parts)
+    if tri := _triton_module(A):
+        return tri.small_inv_ex(A)
     return _torch_solve(A, None)
 
 
@@ -471,6 +516,8 @@ def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
         return _metal_solve(A, B)
     if parts := _cpu_kernel_parts(A):
         return _metal_solve(A, B, parts)
+    if tri := _triton_module(A):
+        return tri.small_solve_ex(A, B)
     return _torch_solve(A, B)
 
 
@@ -480,6 +527,8 @@ def small_det(A: torch.Tensor) -> torch.Tensor:
         return _metal_det(A)
     if parts := _cpu_kernel_parts(A):
         return _metal_det(A, parts)
+    if tri := _triton_module(A):
+        return tri.small_det(A)
     return _torch_det(A)
 
 
@@ -489,4 +538,6 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _metal_slogdet(A)
     if parts := _cpu_kernel_parts(A):
         return _metal_slogdet(A, parts)
+    if tri := _triton_module(A):
+        return tri.small_slogdet(A)
     return _torch_slogdet(A)
