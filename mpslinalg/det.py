@@ -94,9 +94,11 @@ def det_backward(g: Tensor, det: Tensor, A: Tensor, backend: str, small: bool) -
     is_singular = det.abs() < 100 * eps
     # Under tracing (torch.compile, opcheck) the flag cannot be read: take both formulas.
     if torch._guards.detect_fake_mode((A,)) is None:
-        if not bool(is_singular.any()):  # the one device read of this backward
+        any_singular, all_singular = torch.stack(  # the one device read of this backward
+            [is_singular.any(), is_singular.all()]).tolist()
+        if not any_singular:
             return nonsingular(A)
-        if bool(is_singular.all()):
+        if all_singular:
             return singular(A)
     mask = is_singular[..., None, None]
     eye = torch.eye(n, dtype=A.dtype, device=A.device)
