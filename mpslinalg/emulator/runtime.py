@@ -5,6 +5,7 @@ exactly as ``torch.mps.compile_shader`` does it, and the ctypes launch."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import random
 import struct
@@ -338,15 +339,22 @@ def _casts_for(arg_casts, nargs):
     raise TypeError(f"Unexpected caster arg type {type(arg_casts).__name__}")
 
 
+def _as_int(v):
+    """An int or anything with __index__ (numpy/torch integer scalars), as pybind takes; no bool."""
+    if isinstance(v, bool):
+        raise TypeError("bool")
+    return operator.index(v)
+
+
 def _dims(value, what):
-    if isinstance(value, bool) or not isinstance(value, (int, list, tuple)):
+    seq = list(value) if isinstance(value, (list, tuple)) else [value]
+    try:
+        dims = [_as_int(d) for d in seq]
+    except TypeError:
         raise TypeError(
-            f"{what} must be an int or a list/tuple of 1 to 3 ints, got {type(value).__name__}"
-        )
-    dims = [value] if isinstance(value, int) else list(value)
-    if not 0 < len(dims) < 4 or not all(
-        isinstance(d, int) and not isinstance(d, bool) for d in dims
-    ):
+            f"{what} must be an int or a list/tuple of 1 to 3 ints, got {value!r}"
+        ) from None
+    if not 0 < len(dims) < 4:
         raise RuntimeError(f"{what} must have 1 to 3 integer dimensions, got {value!r}")
     if any(d < 0 for d in dims):
         raise ValueError(f"{what} must be non-negative, got {value!r}")
@@ -354,6 +362,17 @@ def _dims(value, what):
 
 
 _tls = threading.local()
+_active = 0  # launches in progress in this process
+_active_lock = threading.Lock()
+
+
+def _threads():
+    """OS threads for large launches of barrier-free kernels ($MPSLINALG_EMULATOR_THREADS, default:
+    the CPUs this process may use, at most 8)."""
+    env = os.environ.get("MPSLINALG_EMULATOR_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(len(os.sched_getaffinity(0)), 8))
 
 
 def _err_buffer():
@@ -457,6 +476,7 @@ class Kernel:
         strict=True,
         seed=None,
         timeout=None,
+        cpu_threads=None,
         error_buf_idx=None,
     ):
         import torch
@@ -534,7 +554,16 @@ class Kernel:
             float(timeout if timeout is not None else _default_timeout()),
         )
         err = _err_buffer()
-        rc = self._lib._cdll.emu_launch(self._index, ctypes.byref(la), err, len(err))
+        global _active
+        with _active_lock:
+            _active += 1
+            # launches running at once (e.g. from a thread pool) share the CPUs
+            threads = max(1, (cpu_threads or _threads()) // _active)
+        try:
+            rc = self._lib._cdll.emu_launch(self._index, ctypes.byref(la), err, len(err), threads)
+        finally:
+            with _active_lock:
+                _active -= 1
         del bound
         if rc != 0:
             raise RuntimeError(err.value.decode(errors="replace"))
@@ -553,6 +582,7 @@ class Library:
             ctypes.c_int,
             ctypes.POINTER(_Launch),
             ctypes.c_char_p,
+            ctypes.c_int,
             ctypes.c_int,
         ]
         cdll.emu_kernel_count.restype = ctypes.c_int

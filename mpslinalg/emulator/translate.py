@@ -161,9 +161,10 @@ def _raw_lines(source: str):
 
 
 def check_raw(source: str) -> str:
-    """Reject non-ASCII text and foreign includes.
+    """Reject non-ASCII text; blank out Metal's own includes (the shim provides them).
 
-    Metal's own includes are blanked out (the shim provides them).
+    Other includes are left to the preprocessor, so that includes in inactive `#if` branches (the
+    `#ifndef __METAL__ #include <array>` idiom of torch's c10/metal headers) are harmless.
     """
     out = []
     for file, line, text in _raw_lines(source):
@@ -175,17 +176,9 @@ def check_raw(source: str) -> str:
                 "ASCII (torch hands them to Metal as an ASCII string)"
             )
         m = _INCLUDE_RE.match(text)
-        if m:
-            name = m.group(2).strip()
-            if m.group(1) == "<" and _METAL_HEADER_RE.match(name):
-                out.append("")
-                continue
-            raise TranslateError(
-                f"{file}:{line}: error: #include {m.group(1)}{name}"
-                f"{'>' if m.group(1) == '<' else chr(34)} is not available: only Metal's own "
-                "headers (<metal_stdlib>, <metal_simdgroup>, ...) may remain after the "
-                "loader has inlined the project's headers"
-            )
+        if m and m.group(1) == "<" and _METAL_HEADER_RE.match(m.group(2).strip()):
+            out.append("")
+            continue
         out.append(text)
     return "\n".join(out)
 
@@ -214,9 +207,21 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
         preprocess_command(cxx, metal_version), input=text.encode(), capture_output=True
     )
     if proc.returncode != 0:
-        raise TranslateError(
-            proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip()
+        err = proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip()
+        m = re.search(
+            r"^(.*?:\d+):\d+: (?:fatal )?error: (?:no include path in which to search for (\S+)"
+            r"|(.*?): No such file or directory)",
+            err,
+            re.M,
         )
+        if m:
+            raise TranslateError(
+                f"{m.group(1)}: error: #include of '{m.group(2) or m.group(3)}' is not available: "
+                "only Metal's own "
+                "headers (<metal_stdlib>, <metal_simdgroup>, ...) may remain after the loader has "
+                "inlined the project's headers"
+            )
+        raise TranslateError(err)
     return proc.stdout.decode()
 
 
@@ -244,9 +249,11 @@ SYNC_NAMES = frozenset(
     simd_prefix_exclusive_product
     simd_shuffle simd_shuffle_up simd_shuffle_down simd_shuffle_xor simd_shuffle_rotate_up
     simd_shuffle_rotate_down
+    simd_shuffle_and_fill_up simd_shuffle_and_fill_down
     simd_broadcast simd_broadcast_first simd_ballot simd_vote simd_all simd_any simd_is_first
     simd_active_threads_mask
-    simdgroup_load simdgroup_store quad_sum quad_product quad_max quad_min quad_and quad_or
+    simdgroup_load simdgroup_store simdgroup_multiply simdgroup_multiply_accumulate
+    thread_elements quad_sum quad_product quad_max quad_min quad_and quad_or
     quad_xor quad_shuffle
     quad_shuffle_up quad_shuffle_down quad_shuffle_xor quad_shuffle_rotate_up
     quad_shuffle_rotate_down
@@ -771,12 +778,16 @@ class _Translator:
                         i,
                         f"fold expressions are C++17 and need Metal 4.0 (compiling for {self.mv})",
                     )
-        # direct self-recursion of a free function that has a single definition
+        # direct self-recursion of a non-template free function with a single definition (templates
+        # are left alone: Apple's compiler accepts e.g. c10's `if (x < 0) return -f(-x);`, which it
+        # can inline away)
         counts = {}
         for f in self.funcs:
             counts[f.name] = counts.get(f.name, 0) + 1
         for f in self.funcs:
             if not f.free or counts[f.name] != 1 or f.name in ("?", "operator"):
+                continue
+            if self.t(f.start) == "template":
                 continue
             for j in range(f.open + 1, f.close):
                 if (
@@ -853,7 +864,9 @@ class _Translator:
                     s in ("reinterpret_cast", "static_cast", "const_cast") and self.t(i + 1) == "<"
                 ):
                     e = self.angle_end(i + 1)
-                    if e > 0 and any(self.t(j) in ("device", "constant") for j in range(i + 2, e)):
+                    if s == "reinterpret_cast" or (
+                        e > 0 and any(self.t(j) in ("device", "constant") for j in range(i + 2, e))
+                    ):
                         self.out[i] = "::emu::reinterpret_cast_"
                 elif s == "volatile":
                     self.out[i] = ""
@@ -998,8 +1011,14 @@ class _Translator:
             if self.t(j) != "(":
                 continue
             start = i
-            while self.t(start - 1) == "::" and (self.k(start - 2) == "id" or start - 1 == 0):
-                start -= 2 if self.k(start - 2) == "id" else 1
+            while (
+                self.t(start - 1) == "::"
+                and self.k(start - 2) == "id"
+                and self.t(start - 2) not in _KEYWORDS
+            ):
+                start -= 2
+            if self.t(start - 1) == "::":  # ::metal::f(...)
+                start -= 1
             prev = self.t(start - 1)
             if (
                 prev in (".", "->")
@@ -1080,7 +1099,11 @@ class _Translator:
             cv.append(j)
             j += 1
         is_const = s == "constant" or any(self.t(c) == "const" for c in cv + lead_cv)
-        if self.t(j) == "*" and te > ts:
+        if self.t(j) == "*" and te == ts + 1 and self.t(ts) == "auto":
+            self.out[i] = ""
+            self.out[j] = ""  # `device auto* p = ...`: let auto deduce the wrapper (or raw) pointer
+            return j + 1
+        if self.t(j) == "*" and te > ts and self.t(te - 1) != "void":
             typ = self.text(ts, te - 1)
             for c in lead_cv:
                 self.out[c] = ""
@@ -1307,7 +1330,7 @@ def _launchers(tr: _Translator, reaches_sync) -> tuple:
                 [
                     f"namespace emu_gen {{ using F{h} = decltype(&{fn});",
                     f"static void lane{h}(::emu::Lane& L) {{ "
-                    "::emu::Runtime& R = ::emu::rt(); (void)R; (void)L; "
+                    "::emu::Runtime& R = *L.rt; (void)R; "
                     f"{fn}({', '.join(call)}); }}",
                     f"static const ::emu::ParamDesc params{h}[] = "
                     f"{{ {', '.join(pdescs + ['{}'])} }}; }}",
@@ -1330,7 +1353,8 @@ def _launchers(tr: _Translator, reaches_sync) -> tuple:
             f"{_EXPORT} const ::emu::KernelDesc* emu_kernel_desc(int i) "
             "{ return emu_kdescs[i]; }",
             f"{_EXPORT} int emu_launch(int i, const ::emu::Launch* la, "
-            "char* err, int n) { return ::emu::launch(emu_kdescs[i], la, err, n); }",
+            "char* err, int n, int threads) "
+            "{ return ::emu::launch(emu_kdescs[i], la, err, n, threads); }",
         ]
     )
     return snippets, table, kernels

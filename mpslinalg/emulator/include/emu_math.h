@@ -103,6 +103,20 @@ template <class To, class From> inline To as_type(const From& f) {
   To t; __builtin_memcpy(&t, &f, sizeof(To)); return t;
 }
 
+// metal::array<T, N> (<metal_array>)
+template <class T, size_t N> struct array {
+  T elems[N];
+  T& operator[](size_t i) { return elems[i]; }
+  constexpr const T& operator[](size_t i) const { return elems[i]; }
+  static constexpr size_t size() { return N; }
+  T* data() { return elems; }
+  const T* data() const { return elems; }
+  T* begin() { return elems; }
+  T* end() { return elems + N; }
+  const T* begin() const { return elems; }
+  const T* end() const { return elems + N; }
+};
+
 // ---- elementwise lifting of scalar functions to vectors ----
 #define EMU_LIFT1(name)                                                                 \
   template <class T, int N> inline vec<T, N> name(const vec<T, N>& a) {                 \
@@ -191,6 +205,12 @@ inline float modf(float x, float& ip) { return __builtin_modff(x, &ip); }
 inline int ilogb(float x) { return __builtin_ilogbf(x); }
 
 // ---- relational ----
+inline bool isunordered(float a, float b) { return __builtin_isunordered(a, b); }
+inline bool isordered(float a, float b) { return !__builtin_isunordered(a, b); }
+inline bool isunordered(half a, half b) { return __builtin_isunordered(float(a), float(b)); }
+inline bool isordered(half a, half b) { return !__builtin_isunordered(float(a), float(b)); }
+inline bool isunordered(bfloat a, bfloat b) { return __builtin_isunordered(float(a), float(b)); }
+inline bool isordered(bfloat a, bfloat b) { return !__builtin_isunordered(float(a), float(b)); }
 inline bool isnan(float x) { return __builtin_isnan(x); }
 inline bool isnan(half x) { return __builtin_isnan(float(x)); }
 inline bool isnan(bfloat x) { return __builtin_isnan(float(x)); }
@@ -265,3 +285,5 @@ using metal::acosh; using metal::atanh; using metal::ldexp; using metal::frexp; 
 }  // namespace precise
 namespace fast { using namespace precise; }
 }  // namespace metal
+// as_type<T>(x) is an operator of the language, usable without metal::
+using metal::as_type;

@@ -21,9 +21,11 @@ struct u3 { uint32_t v[3]; };
 template <int...> struct iseq {};
 enum LaneState : int { L_NEW, L_READY, L_BAR, L_SIMD, L_DONE };
 struct Lane;
+struct Runtime;
 typedef void (*CollOp)(Lane** parts, int n);
 
 struct Lane {
+  Runtime* rt;  // the lane's runtime, so that launchers need no thread-local lookup per lane
   void* sp;
   int state;
   Site site;
@@ -137,6 +139,12 @@ template <class T> struct dptr<const T> {
   dptr() = default;
   dptr(std::nullptr_t) {}
   dptr(const T* q) : p(const_cast<T*>(q)) {}
+  explicit dptr(const void* q) : p((T*)q) {}  // (device T*)void_pointer
+  // GPU addresses (a list of tensors is bound as 64-bit addresses); such pointers carry no bounds
+  template <class I, std::enable_if_t<std::is_integral<I>::value && sizeof(I) == 8, int> = 0>
+  explicit dptr(I addr) : p((T*)(uintptr_t)addr) {}
+  explicit operator unsigned long() const { return (unsigned long)(uintptr_t)p; }
+  explicit operator long() const { return (long)(uintptr_t)p; }
   // pointer casts (reinterpret_cast<device U*>(...), C-style casts) keep the bounds of the source buffer
   template <class U, std::enable_if_t<!std::is_same<std::remove_cv_t<U>, std::remove_cv_t<T>>::value, int> = 0>
   explicit dptr(const dptr<U>& o) : p((T*)(void*)o.p) { copy_bounds(o); }
@@ -195,17 +203,28 @@ template <class T, class U> long long operator-(const dptr<T>& a, const dptr<U>&
   template <class T> bool operator op(const dptr<T>& a, std::nullptr_t) { return a.p op (decltype(a.p))nullptr; }
 EMU_PCMP(==) EMU_PCMP(!=) EMU_PCMP(<) EMU_PCMP(>) EMU_PCMP(<=) EMU_PCMP(>=)
 #undef EMU_PCMP
-template <class To> struct ptr_cast_t { template <class F> static To cast(F f) { return reinterpret_cast<To>(f); } };
+// reinterpret_cast<...>(x) is rewritten to reinterpret_cast_<...>(x): casts to device/constant pointers keep
+// the source buffer's bounds, casts of a device pointer to an integer see the raw address.
+template <class To> struct ptr_cast_t {
+  template <class F> static To cast(F& f) { return reinterpret_cast<To>(f); }
+  template <class T> static To cast(const dptr<T>& f) { return reinterpret_cast<To>(f.p); }
+  template <class T> static To cast(dptr<T>& f) { return reinterpret_cast<To>(f.p); }
+  template <class T> static To cast(const cptr<T>& f) { return reinterpret_cast<To>(f.p); }
+  template <class T> static To cast(cptr<T>& f) { return reinterpret_cast<To>(f.p); }
+};
 template <class T> struct ptr_cast_t<cptr<T>> {
   template <class U> static cptr<T> cast(const dptr<U>& f) { return cptr<T>(dptr<const T>(f)); }
   static cptr<T> cast(const void* f) { return cptr<T>((const T*)f); }
+  template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+  static cptr<T> cast(I f) { return cptr<T>((const T*)(uintptr_t)f); }
 };
 template <class T> struct ptr_cast_t<dptr<T>> {
   template <class U> static dptr<T> cast(const dptr<U>& f) { return dptr<T>(f); }
   static dptr<T> cast(const void* f) { return dptr<T>((T*)f); }
-  static dptr<T> cast(unsigned long f) { return dptr<T>((T*)f); }
+  template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
+  static dptr<T> cast(I f) { return dptr<T>((T*)(uintptr_t)f); }
 };
-template <class To, class F> To reinterpret_cast_(F f) { return ptr_cast_t<To>::cast(f); }
+template <class To, class F> To reinterpret_cast_(F&& f) { return ptr_cast_t<To>::cast(f); }
 
 // ---- threadgroup memory ----
 inline int new_slot() { static int n = 0; return __atomic_fetch_add(&n, 1, __ATOMIC_RELAXED); }
@@ -275,6 +294,9 @@ template <class T> struct binder<dptr<T>> {
 template <class T> struct binder<cptr<T>> {
   static cptr<T> get(Runtime& R, int b) { return cptr<T>(binder<dptr<const T>>::get(R, b)); }
 };
+template <class T> struct binder<T*> {  // `device void*` stays a raw pointer
+  static T* get(Runtime& R, int b) { return (T*)R.la->bufs[b]; }
+};
 template <class P> inline P bind(Runtime& R, int b) { return binder<P>::get(R, b); }
 
 template <class P> struct bconv { static P get(const u3& u) { return P(u.v[0]); } };
@@ -307,10 +329,14 @@ template <class T> struct pinfo { static constexpr int kind = 3; using E = T; };
 template <class T> struct pinfo<T&> { static constexpr int kind = 2; using E = T; };
 template <class T> struct pinfo<dptr<T>> { static constexpr int kind = 1; using E = T; };
 template <class T> struct pinfo<cptr<T>> { static constexpr int kind = 1; using E = const T; };
+template <class T> struct pinfo<T*> { static constexpr int kind = 1; using E = T; };
+template <class T> constexpr uint64_t size_of() { return sizeof(T); }
+template <> constexpr uint64_t size_of<void>() { return 0; }
 template <class E> struct elem_info { using S = std::remove_cv_t<E>; };
 template <class P> ParamDesc pdesc(int buf, const char* name) {
   using E = typename pinfo<P>::E;
   using S = typename elem_info<E>::S;
-  return ParamDesc{buf, pinfo<P>::kind, scal<S>::code, scal<S>::lanes, sizeof(S), (int)std::is_const<E>::value, name};
+  return ParamDesc{buf, pinfo<P>::kind, scal<S>::code, scal<S>::lanes, size_of<S>(), (int)std::is_const<E>::value,
+                   name};
 }
 }  // namespace emu

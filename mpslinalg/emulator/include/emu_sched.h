@@ -1,6 +1,7 @@
 // Threadgroup scheduling, barrier resolution and the launch entry point.
 #pragma once
 #include <ctime>
+#include <pthread.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 #include "emu_runtime.h"
@@ -23,7 +24,7 @@ inline void make_perm(int* p, int n, int order, uint64_t& seed) {
 
 inline void set_lane(Runtime& R, Lane& l, uint32_t idx) {
   uint32_t tx = R.tpg.v[0], ty = R.tpg.v[1];
-  l.lidx = idx; l.slane = idx & 31; l.sgid = idx >> 5; l.depth = 0;
+  l.lidx = idx; l.slane = idx & 31; l.sgid = idx >> 5; l.depth = 0; l.rt = &R;
   l.lid = u3{{idx % tx, (idx / tx) % ty, idx / (tx * ty)}};
   for (int d = 0; d < 3; ++d) l.tid.v[d] = R.tgid.v[d] * R.dtpg.v[d] + l.lid.v[d];
 }
@@ -140,8 +141,19 @@ inline void run_group_plain(Runtime& R, uint64_t& seed) {
   int n = (int)R.nlanes;
   Lane& l = R.lanes[0];
   R.cur = &l;
+  l.rt = &R; l.depth = 0;
+  void (*fn)(Lane&) = R.desc->fn;
   if (R.la->order == 0) {
-    for (int i = 0; i < n; ++i) { set_lane(R, l, (uint32_t)i); R.desc->fn(l); }
+    // incremental coordinates: no divisions per lane
+    uint32_t idx = 0;
+    for (uint32_t z = 0; z < R.tpg.v[2]; ++z)
+      for (uint32_t y = 0; y < R.tpg.v[1]; ++y)
+        for (uint32_t x = 0; x < R.tpg.v[0]; ++x, ++idx) {
+          l.lidx = idx; l.slane = idx & 31; l.sgid = idx >> 5;
+          l.lid = u3{{x, y, z}};
+          l.tid = u3{{R.tgid.v[0] * R.dtpg.v[0] + x, R.tgid.v[1] * R.dtpg.v[1] + y, R.tgid.v[2] * R.dtpg.v[2] + z}};
+          fn(l);
+        }
   } else {
     make_perm(R.perm, n, R.la->order, seed);
     for (int i = 0; i < n; ++i) { set_lane(R, l, (uint32_t)R.perm[i]); R.desc->fn(l); }
@@ -214,72 +226,121 @@ inline void install_fault_handler() {
   (void)done;
 }
 
-inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen) {
-  Runtime& R = rt();
-  R.desc = d; R.la = la; R.failed = false; R.err[0] = 0; R.fibers = d->sync != 0; R.cur = nullptr;
-  uint64_t seed = la->seed | 1;
-  for (int i = 0; i < 3; ++i) {
-    R.grid.v[i] = (uint32_t)la->grid[i]; R.dtpg.v[i] = (uint32_t)la->group[i];
-    R.ngroups.v[i] = (uint32_t)((la->grid[i] + la->group[i] - 1) / la->group[i]);
-  }
-  uint64_t total = (uint64_t)R.ngroups.v[0] * R.ngroups.v[1] * R.ngroups.v[2];
-  uint32_t dn = R.dtpg.v[0] * R.dtpg.v[1] * R.dtpg.v[2];
-  R.dnsg = (dn + 31) / 32;
-  install_fault_handler();
+inline void arm_watchdog(double secs) {
   static thread_local timer_t timer;
-  static thread_local bool have_timer = false;
-  if (la->timeout > 0 && !have_timer) {
+  static thread_local bool have_timer = false, tried = false;
+  if (!tried && secs > 0) {
+    tried = true;
     struct sigevent ev; __builtin_memset(&ev, 0, sizeof ev);
     ev.sigev_notify = SIGEV_THREAD_ID; ev.sigev_signo = watchdog_signal();
     ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
     have_timer = timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0;
   }
-  auto arm = [&](double secs) {
-    if (!have_timer) return;
-    struct itimerspec its; __builtin_memset(&its, 0, sizeof its);
-    its.it_value.tv_sec = (time_t)secs; its.it_value.tv_nsec = (long)((secs - (double)(time_t)secs) * 1e9);
-    timer_settime(timer, 0, &its, nullptr);
-  };
-  // Random group order: an affine walk k -> (k*step + off) % total with step coprime to total.
-  uint64_t step = 1, off = 0;
-  if (la->order == 2 && total > 1) {
-    step = rng_next(seed) % total; if (step == 0) step = 1;
-    auto gcd = [](uint64_t a, uint64_t b) { while (b) { uint64_t t = a % b; a = b; b = t; } return a; };
-    while (gcd(step, total) != 1) step = step % total + 1;
-    off = rng_next(seed) % total;
+  if (!have_timer) return;
+  struct itimerspec its; __builtin_memset(&its, 0, sizeof its);
+  its.it_value.tv_sec = (time_t)secs; its.it_value.tv_nsec = (long)((secs - (double)(time_t)secs) * 1e9);
+  timer_settime(timer, 0, &its, nullptr);
+}
+
+// The threadgroups of one launch, shared by the threads that run them.
+struct Job {
+  const KernelDesc* d;
+  const Launch* la;
+  uint64_t total, step, off, chunk;
+  uint64_t next;      // next group index to claim (atomic)
+  int abort;          // set by the first thread that fails (atomic)
+  char err[2048];
+};
+
+inline void run_one_group(Runtime& R, uint64_t g, uint64_t& seed) {
+  const Launch* la = R.la;
+  uint64_t gx = g % R.ngroups.v[0], gy = (g / R.ngroups.v[0]) % R.ngroups.v[1];
+  uint64_t gz = g / ((uint64_t)R.ngroups.v[0] * R.ngroups.v[1]);
+  R.tgid = u3{{(uint32_t)gx, (uint32_t)gy, (uint32_t)gz}};
+  for (int i = 0; i < 3; ++i) {
+    uint64_t rem = la->grid[i] - (uint64_t)R.tgid.v[i] * la->group[i];
+    R.tpg.v[i] = (uint32_t)(rem < la->group[i] ? rem : la->group[i]);
   }
+  R.nlanes = R.tpg.v[0] * R.tpg.v[1] * R.tpg.v[2];
+  R.nsg = (R.nlanes + 31) / 32;
+  R.tg_top = 0; ++R.tg_gen;
+  if (R.fibers) run_group_fibers(R, seed); else run_group_plain(R, seed);
+}
+
+// Runs groups of the job on the calling thread until none is left; returns 1 on error.
+inline int work(Job* job) {
+  Runtime& R = rt();
+  const Launch* la = job->la;
+  R.desc = job->d; R.la = la; R.failed = false; R.err[0] = 0; R.fibers = job->d->sync != 0; R.cur = nullptr;
+  uint64_t seed = la->seed | 1;
+  for (int i = 0; i < 3; ++i) {
+    R.grid.v[i] = (uint32_t)la->grid[i]; R.dtpg.v[i] = (uint32_t)la->group[i];
+    R.ngroups.v[i] = (uint32_t)((la->grid[i] + la->group[i] - 1) / la->group[i]);
+  }
+  R.dnsg = (R.dtpg.v[0] * R.dtpg.v[1] * R.dtpg.v[2] + 31) / 32;
+  install_fault_handler();
   int rc = 0;
   if (sigsetjmp(R.jb, 1) == 0) {
     R.in_launch = 1;
-    if (la->timeout > 0) arm(la->timeout);
-    {
-      for (uint64_t k = 0; k < total; ++k) {
+    if (la->timeout > 0) arm_watchdog(la->timeout);
+    for (;;) {
+      if (__atomic_load_n(&job->abort, __ATOMIC_RELAXED)) break;
+      uint64_t k0 = __atomic_fetch_add(&job->next, job->chunk, __ATOMIC_RELAXED);
+      if (k0 >= job->total) break;
+      uint64_t k1 = k0 + job->chunk < job->total ? k0 + job->chunk : job->total;
+      for (uint64_t k = k0; k < k1; ++k) {
         uint64_t g = k;
-        if (la->order == 1) g = total - 1 - k;
-        else if (la->order == 2) g = (uint64_t)(((unsigned __int128)k * step + off) % total);
-        uint64_t gx = g % R.ngroups.v[0], gy = (g / R.ngroups.v[0]) % R.ngroups.v[1], gz = g / ((uint64_t)R.ngroups.v[0] * R.ngroups.v[1]);
-        R.tgid = u3{{(uint32_t)gx, (uint32_t)gy, (uint32_t)gz}};
-        for (int i = 0; i < 3; ++i) {
-          uint64_t rem = la->grid[i] - (uint64_t)R.tgid.v[i] * la->group[i];
-          R.tpg.v[i] = (uint32_t)(rem < la->group[i] ? rem : la->group[i]);
-        }
-        R.nlanes = R.tpg.v[0] * R.tpg.v[1] * R.tpg.v[2];
-        R.nsg = (R.nlanes + 31) / 32;
-        R.tg_top = 0; ++R.tg_gen;
-        if (R.fibers) run_group_fibers(R, seed); else run_group_plain(R, seed);
+        if (la->order == 1) g = job->total - 1 - k;
+        else if (la->order == 2) g = (uint64_t)(((unsigned __int128)k * job->step + job->off) % job->total);
+        run_one_group(R, g, seed);
       }
     }
   } else {
     rc = 1;
   }
   R.in_launch = 0;
-  if (la->timeout > 0) arm(0.0);
+  if (la->timeout > 0) arm_watchdog(0.0);
   R.cur = nullptr;
   // Lanes abandoned by an error keep their stacks; give them back.
-  for (uint32_t i = 0; i < 1024 && R.fibers; ++i) if (R.lanes[i].stack) { R.pool.put(R.lanes[i].stack); R.lanes[i].stack = nullptr; }
+  for (uint32_t i = 0; i < 1024 && R.fibers; ++i)
+    if (R.lanes[i].stack) { R.pool.put(R.lanes[i].stack); R.lanes[i].stack = nullptr; }
   R.pool.trim();
-  if (rc) { snprintf(err, (size_t)errlen, "%s", R.err[0] ? R.err : "kernel failed"); }
+  if (rc && !__atomic_exchange_n(&job->abort, 1, __ATOMIC_ACQ_REL))
+    snprintf(job->err, sizeof job->err, "%s", R.err[0] ? R.err : "kernel failed");
   R.desc = nullptr; R.la = nullptr;
   return rc;
+}
+
+inline void* work_thread(void* job) { work((Job*)job); return nullptr; }
+
+// Threadgroups of a sync-free kernel are independent (as on the GPU), so large forward-order launches
+// spread them over `threads` OS threads; everything else runs on the calling thread.
+inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen, int threads) {
+  Job job;
+  job.d = d; job.la = la; job.next = 0; job.abort = 0; job.err[0] = 0;
+  uint64_t ng[3];
+  for (int i = 0; i < 3; ++i) ng[i] = (la->grid[i] + la->group[i] - 1) / la->group[i];
+  job.total = ng[0] * ng[1] * ng[2];
+  // Random group order: an affine walk k -> (k*step + off) % total with step coprime to total.
+  uint64_t seed = la->seed | 1;
+  job.step = 1; job.off = 0;
+  if (la->order == 2 && job.total > 1) {
+    job.step = rng_next(seed) % job.total; if (job.step == 0) job.step = 1;
+    auto gcd = [](uint64_t a, uint64_t b) { while (b) { uint64_t t = a % b; a = b; b = t; } return a; };
+    while (gcd(job.step, job.total) != 1) job.step = job.step % job.total + 1;
+    job.off = rng_next(seed) % job.total;
+  }
+  uint64_t lanes = la->grid[0] * la->grid[1] * la->grid[2];
+  int nt = (d->sync || la->order != 0 || lanes < 32768 || job.total < 2) ? 1 : threads;
+  if ((uint64_t)nt > job.total) nt = (int)job.total;
+  job.chunk = nt > 1 ? (job.total / ((uint64_t)nt * 8) > 0 ? job.total / ((uint64_t)nt * 8) : 1) : job.total;
+  pthread_t tids[64];
+  int started = 0;
+  for (int t = 1; t < nt && t < 64; ++t)
+    if (pthread_create(&tids[started], nullptr, &work_thread, &job) == 0) ++started;
+  work(&job);
+  for (int t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
+  if (job.abort) { snprintf(err, (size_t)errlen, "%s", job.err); return 1; }
+  return 0;
 }
 }  // namespace emu

@@ -7,8 +7,4 @@
 #include "emu_simd.h"
 #include "emu_matrix.h"
 
-namespace metal {
-using ::half;
-}
 #define METAL_FUNC inline __attribute__((always_inline))
-#define EMU_KINFO_TG(...) sizeof(__VA_ARGS__)

@@ -158,6 +158,52 @@ inline bool quad_all(bool b, emu::Site s = emu::here()) {
   return detail::coll<bool>(b, 0, s, &detail::op_reduce<bool, &detail::and_, 4>, "quad_all"); }
 inline bool quad_any(bool b, emu::Site s = emu::here()) {
   return detail::coll<bool>(b, 0, s, &detail::op_reduce<bool, &detail::or_, 4>, "quad_any"); }
+// simd_shuffle_and_fill_{up,down}(data, filling, delta[, modulo]): lanes shifted out are taken from `filling`
+namespace detail {
+template <class T> struct Fill { T x, f; long long a, m; };
+template <class T, bool Up> void op_shuffle_fill(emu::Lane** p, int n) {
+  emu::Lane* by[32] = {};
+  Fill<T> in[32];
+  for (int i = 0; i < n; ++i) { by[p[i]->slane] = p[i]; in[p[i]->slane] = slot_val<Fill<T>>(p[i]); }
+  for (int i = 1; i < n; ++i)
+    if (slot_val<Fill<T>>(p[i]).a != slot_val<Fill<T>>(p[0]).a || slot_val<Fill<T>>(p[i]).m != slot_val<Fill<T>>(p[0]).m)
+      emu::fail("kernel '%s': non-uniform simd_shuffle_and_fill operands at %s:%u in simdgroup %u of threadgroup %s",
+                emu::kname(), p[0]->site.file, p[0]->site.line, p[0]->sgid, emu::tgstr(emu::rt()));
+  for (int i = 0; i < n; ++i) {
+    int lane = (int)p[i]->slane;
+    long long d = in[lane].a, m = in[lane].m > 0 ? in[lane].m : 32;
+    int me = (int)(lane % m), base = (int)(lane - me);
+    long long src = Up ? me - d : me + d;
+    T r;
+    if (src >= 0 && src < m) {
+      int s = base + (int)src;
+      if (by[s]) r = in[s].x; else poison(r);
+    } else {
+      int s = base + (int)(Up ? src + m : src - m);
+      if (s >= 0 && s < 32 && by[s]) r = in[s].f; else poison(r);
+    }
+    slot_val<T>(p[i]) = r;
+  }
+}
+template <class T, bool Up> inline T shuffle_fill(T x, T f, long long d, long long m, emu::Site s, const char* what) {
+  static_assert(sizeof(Fill<T>) <= 256, "SIMD-group operand too large");
+  emu::Lane* l = emu::coll_lane(what);
+  slot_val<Fill<T>>(l) = Fill<T>{x, f, d, m};
+  emu::block(l, emu::L_SIMD, s, &op_shuffle_fill<T, Up>);
+  return slot_val<T>(l);
+}
+}  // namespace detail
+template <class T, class I> inline T simd_shuffle_and_fill_up(T x, T fill, I d, emu::Site s = emu::here()) {
+  return detail::shuffle_fill<T, true>(x, fill, (long long)d, 32, s, "simd_shuffle_and_fill_up"); }
+template <class T, class I> inline T simd_shuffle_and_fill_down(T x, T fill, I d, emu::Site s = emu::here()) {
+  return detail::shuffle_fill<T, false>(x, fill, (long long)d, 32, s, "simd_shuffle_and_fill_down"); }
+template <class T, class I, class M>
+inline T simd_shuffle_and_fill_up(T x, T fill, I d, M m, emu::Site s = emu::here()) {
+  return detail::shuffle_fill<T, true>(x, fill, (long long)d, (long long)m, s, "simd_shuffle_and_fill_up"); }
+template <class T, class I, class M>
+inline T simd_shuffle_and_fill_down(T x, T fill, I d, M m, emu::Site s = emu::here()) {
+  return detail::shuffle_fill<T, false>(x, fill, (long long)d, (long long)m, s, "simd_shuffle_and_fill_down"); }
+
 template <class T> inline T simd_broadcast_first(T x, emu::Site s = emu::here()) {
   return detail::coll<T>(x, 0, s, &detail::op_first<T>, "simd_broadcast_first"); }
 inline simd_vote simd_ballot(bool b, emu::Site s = emu::here()) {
@@ -176,11 +222,31 @@ inline bool simd_is_first(emu::Site s = emu::here()) {
 
 // ---- simdgroup_matrix: every lane holds the full 8x8 tile; load/store are collectives that check the
 // operands are uniform, so the tile is the same in every lane ----
+namespace detail {
+// The two elements lane `l` holds of an 8x8 simdgroup matrix: row r, columns c and c+1 (the layout MLX
+// relies on in BaseMMAFrag::get_coord).
+inline void owned(unsigned l, int& r, int& c) {
+  unsigned q = l / 4;
+  r = (int)((q & 4) + ((l / 2) % 4));
+  c = (int)((q & 2) * 2 + (l % 2) * 2);
+}
+inline unsigned my_lane() { emu::Runtime& R = emu::rt(); return R.cur ? R.cur->slane : 0; }
+}  // namespace detail
 template <class T, int R, int C> struct simdgroup_matrix {
   static_assert(R == 8 && C == 8, "only 8x8 simdgroup matrices exist");
-  T e[8][8];
+  T e[8][8];  // every lane holds the whole tile
+  vec<T, 2> te;  // thread_elements(): this lane's two elements while `dirty`
+  bool dirty = false;
   simdgroup_matrix() = default;
   explicit simdgroup_matrix(T d) { for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) e[i][j] = i == j ? d : T(0); }
+  vec<T, 2>& thread_elements() {
+    if (!dirty) { int r, c; detail::owned(detail::my_lane(), r, c); te = vec<T, 2>(e[r][c], e[r][c + 1]); dirty = true; }
+    return te;
+  }
+  vec<T, 2> thread_elements() const {
+    if (dirty) return te;
+    int r, c; detail::owned(detail::my_lane(), r, c); return vec<T, 2>(e[r][c], e[r][c + 1]);
+  }
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
@@ -200,7 +266,28 @@ inline void op_matuni(emu::Lane** p, int n) {
   }
   for (int i = 0; i < n; ++i) p[i]->slot[200] = i == 0;  // the first active lane performs a store
 }
-template <class P> inline const void* addr(const P& p) { return (const void*)&p[0]; }
+template <class T> void op_matsync(emu::Lane** p, int n) {
+  typedef simdgroup_matrix<T, 8, 8> M;
+  for (int i = 0; i < n; ++i) {
+    M* src = *reinterpret_cast<M**>(p[i]->slot);
+    int r, c; owned(p[i]->slane, r, c);
+    for (int j = 0; j < n; ++j) {
+      M* dst = *reinterpret_cast<M**>(p[j]->slot);
+      dst->e[r][c] = src->e[r][c]; dst->e[r][c + 1] = src->e[r][c + 1];
+    }
+  }
+  for (int i = 0; i < n; ++i) (*reinterpret_cast<M**>(p[i]->slot))->dirty = false;
+}
+// After thread_elements() writes, each lane's copy is only right in its own two elements: gather them.
+template <class T> inline void sync(const simdgroup_matrix<T, 8, 8>& cm, emu::Site s) {
+  simdgroup_matrix<T, 8, 8>& m = const_cast<simdgroup_matrix<T, 8, 8>&>(cm);
+  if (!m.dirty) return;
+  emu::Lane* l = emu::coll_lane("simdgroup_matrix thread_elements() merge");
+  int r, c; owned(l->slane, r, c);
+  m.e[r][c] = m.te.x; m.e[r][c + 1] = m.te.y;
+  *reinterpret_cast<simdgroup_matrix<T, 8, 8>**>(l->slot) = &m;
+  emu::block(l, emu::L_SIMD, s, &op_matsync<T>);
+}
 }  // namespace detail
 template <class T, class P>
 inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, ulong elements_per_row = 8,
@@ -208,6 +295,7 @@ inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, ulong elements_p
   emu::Lane* l = emu::coll_lane("simdgroup_load");
   detail::slot_val<detail::MatOp>(l) = detail::MatOp{(const void*)&*(src + 0), elements_per_row, origin.x, origin.y, transpose};
   emu::block(l, emu::L_SIMD, s, &detail::op_matuni);
+  d.dirty = false;
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c)
       d.e[r][c] = transpose ? T(src[(long long)((origin.y + c) * elements_per_row + origin.x + r)])
@@ -216,6 +304,7 @@ inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, ulong elements_p
 template <class T, class P>
 inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P dst, ulong elements_per_row = 8,
                             ulong2 origin = ulong2(0, 0), bool transpose = false, emu::Site s = emu::here()) {
+  detail::sync(m, s);
   emu::Lane* l = emu::coll_lane("simdgroup_store");
   detail::slot_val<detail::MatOp>(l) = detail::MatOp{(const void*)&*(dst + 0), elements_per_row, origin.x, origin.y, transpose};
   emu::block(l, emu::L_SIMD, s, &detail::op_matuni);
@@ -229,7 +318,9 @@ inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P dst, ulong ele
 }
 template <class T, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
-                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c) {
+                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c,
+                                          emu::Site s = emu::here()) {
+  detail::sync(a, s); detail::sync(b, s); detail::sync(c, s);
   simdgroup_matrix<T, 8, 8> r;
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 8; ++j) {
@@ -241,12 +332,13 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const si
 }
 template <class T, class TA, class TB>
 inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
-                               const simdgroup_matrix<TB, 8, 8>& b) {
+                               const simdgroup_matrix<TB, 8, 8>& b, emu::Site s = emu::here()) {
   simdgroup_matrix<T, 8, 8> z = make_filled_simdgroup_matrix<T, 8, 8>(T(0));
-  simdgroup_multiply_accumulate(d, a, b, z);
+  simdgroup_multiply_accumulate(d, a, b, z, s);
 }
 
-// ---- atomics: one OS thread runs a whole launch, so plain read-modify-write is atomic here ----
+// ---- atomics: real atomic read-modify-writes (threadgroups of barrier-free kernels may run on several
+// OS threads), done as compare-and-swap on the value's bits so float/half atomics work too ----
 enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
 template <class T> struct atomic { T v; };
 typedef atomic<int> atomic_int;
@@ -258,24 +350,43 @@ typedef atomic<long> atomic_long;
 namespace detail {
 template <class A> inline A* aptr(A* p) { return p; }
 template <class A> inline A* aptr(const emu::dptr<A>& p) { return p.get(); }
+template <class T> using ubits = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 2, uint16_t,
+                                 std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+template <class T> inline ubits<T> to_bits(T v) { ubits<T> u; __builtin_memcpy(&u, &v, sizeof(T)); return u; }
+template <class T> inline T from_bits(ubits<T> u) { T v; __builtin_memcpy(&v, &u, sizeof(T)); return v; }
+template <class T, class F> inline T atomic_update(T* p, F f) {
+  ubits<T>* up = reinterpret_cast<ubits<T>*>(p);
+  ubits<T> old = __atomic_load_n(up, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(up, &old, to_bits<T>(f(from_bits<T>(old))), true, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+  }
+  return from_bits<T>(old);
 }
+}  // namespace detail
 #define EMU_ATOMIC_RMW(name, expr)                                                                  \
   template <class P, class U> inline auto name(P obj, U val, memory_order = memory_order_relaxed) { \
-    auto* a = detail::aptr(obj); using T = decltype(a->v); T old = a->v; T x = T(val); a->v = expr; return old; }
-EMU_ATOMIC_RMW(atomic_fetch_add_explicit, T(old + x)) EMU_ATOMIC_RMW(atomic_fetch_sub_explicit, T(old - x))
-EMU_ATOMIC_RMW(atomic_fetch_and_explicit, T(old & x)) EMU_ATOMIC_RMW(atomic_fetch_or_explicit, T(old | x))
-EMU_ATOMIC_RMW(atomic_fetch_xor_explicit, T(old ^ x)) EMU_ATOMIC_RMW(atomic_fetch_min_explicit, (x < old ? x : old))
-EMU_ATOMIC_RMW(atomic_fetch_max_explicit, (old < x ? x : old)) EMU_ATOMIC_RMW(atomic_exchange_explicit, x)
+    auto* a = detail::aptr(obj); using T = decltype(a->v); T x = T(val);                            \
+    return detail::atomic_update<T>(&a->v, [x](T old) { return T(expr); }); }
+EMU_ATOMIC_RMW(atomic_fetch_add_explicit, old + x) EMU_ATOMIC_RMW(atomic_fetch_sub_explicit, old - x)
+EMU_ATOMIC_RMW(atomic_fetch_and_explicit, old & x) EMU_ATOMIC_RMW(atomic_fetch_or_explicit, old | x)
+EMU_ATOMIC_RMW(atomic_fetch_xor_explicit, old ^ x) EMU_ATOMIC_RMW(atomic_fetch_min_explicit, (x < old ? x : old))
+EMU_ATOMIC_RMW(atomic_fetch_max_explicit, (old < x ? x : old)) EMU_ATOMIC_RMW(atomic_exchange_explicit, ((void)old, x))
 #undef EMU_ATOMIC_RMW
-template <class P> inline auto atomic_load_explicit(P obj, memory_order = memory_order_relaxed) { return detail::aptr(obj)->v; }
+template <class P> inline auto atomic_load_explicit(P obj, memory_order = memory_order_relaxed) {
+  auto* a = detail::aptr(obj); using T = decltype(a->v);
+  return detail::from_bits<T>(__atomic_load_n(reinterpret_cast<detail::ubits<T>*>(&a->v), __ATOMIC_SEQ_CST)); }
 template <class P, class U> inline void atomic_store_explicit(P obj, U val, memory_order = memory_order_relaxed) {
-  auto* a = detail::aptr(obj); a->v = decltype(a->v)(val); }
+  auto* a = detail::aptr(obj); using T = decltype(a->v);
+  __atomic_store_n(reinterpret_cast<detail::ubits<T>*>(&a->v), detail::to_bits<T>(T(val)), __ATOMIC_SEQ_CST); }
 template <class P, class E, class U>
 inline bool atomic_compare_exchange_weak_explicit(P obj, E* expected, U desired, memory_order = memory_order_relaxed,
                                                   memory_order = memory_order_relaxed) {
   auto* a = detail::aptr(obj); using T = decltype(a->v);
-  if (a->v == *expected) { a->v = T(desired); return true; }
-  *expected = a->v; return false;
+  detail::ubits<T> exp = detail::to_bits<T>(T(*expected));
+  bool ok = __atomic_compare_exchange_n(reinterpret_cast<detail::ubits<T>*>(&a->v), &exp, detail::to_bits<T>(T(desired)),
+                                        false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  if (!ok) *expected = E(detail::from_bits<T>(exp));
+  return ok;
 }
 template <class P, class E, class U>
 inline bool atomic_compare_exchange_strong_explicit(P obj, E* expected, U desired, memory_order m1 = memory_order_relaxed,
