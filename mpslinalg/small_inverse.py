@@ -7,8 +7,8 @@ factorisation for the whole batch at once:
 - metal backend: one launch of ``metal/linalg/small_inverse.metal`` per op, one thread per matrix,
   the matrix in registers;
 - torch backend on CPU, float32/complex64: the same Metal kernels compiled for the CPU by
-  :mod:`mpslinalg.emulator` (a matrix per lane, in registers), the batch split into one
-  launch per CPU thread; needs a C++ compiler;
+  :mod:`mpslinalg.emulator` (a matrix per lane, in registers), one launch run on torch's
+  intra-op threads; needs a C++ compiler;
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
   (:mod:`mpslinalg._small_triton`, the same arithmetic as the Metal kernel, a matrix per lane);
 - torch backend otherwise (complex on CUDA, float64/complex128 on CPU, no compiler): the batch in
@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -124,7 +122,7 @@ def torch_path(A: torch.Tensor) -> str:
     "tensor ops" (the structure-of-arrays path)."""
     if resolve_backend(A.device, "inv_ex") == "metal":
         return "metal kernel"
-    if _cpu_kernel_parts(A):
+    if _cpu_kernel_threads(A):
         return "metal kernel on CPU"
     if _triton_module(A) is not None:
         return "triton"
@@ -405,78 +403,52 @@ def _torch_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # ------------------------------------------------------------------------------ metal backend
 
 def _metal_run(op: str, fn: str, A: torch.Tensor, tensors: list[torch.Tensor],
-               scalars: tuple[int, ...] = (), parts: int = 1) -> None:
-    """Launch ``<op>_<dtype>_n<N>`` over the batch of A: thread t handles matrix t. Kernel
-    arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``.
-
-    ``parts`` > 1 (CPU tensors only) splits the batch into that many contiguous ranges run by
-    concurrent launches, one per CPU thread; the metal backend always launches once."""
+               scalars: tuple[int, ...] = (), cpu_threads: int | None = None) -> None:
+    """One launch of ``<op>_<dtype>_n<N>`` over the batch of A: thread t handles matrix t.
+    Kernel arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``.
+    ``cpu_threads`` (the emulator only) bounds the OS threads running the launch."""
     from ._copy import contiguous
 
     batch = _batch_numel(A)
     if batch == 0:
         return
     kern = _metal.kernel(_SOURCE, op, A.dtype, A.device, fn=fn, n=A.shape[-1])
-    rows = [contiguous(t, fn).reshape(batch, -1) for t in [A, *tensors]]
-    step = _metal.ceil_div(batch, max(1, parts))
-
-    def launch(start: int) -> None:
-        count = min(step, batch - start)
-        kern(*(r[start:start + count] for r in rows), count, *scalars,
-             threads=count, group_size=min(_GROUP, count))
-
-    if step >= batch:
-        launch(0)
-    else:
-        for done in [_cpu_pool().submit(launch, s) for s in range(0, batch, step)]:
-            done.result()
+    extra = {} if cpu_threads is None else {"cpu_threads": cpu_threads}
+    kern(*(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
+         threads=batch, group_size=min(_GROUP, batch), **extra)
 
 
-def _metal_inv(A: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_inv(A: torch.Tensor, cpu_threads: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.empty(A.shape, dtype=A.dtype, device=A.device)
     info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
-    _metal_run("small_inv", "inv_ex", A, [X, info], parts=parts)
+    _metal_run("small_inv", "inv_ex", A, [X, info], cpu_threads=cpu_threads)
     return X, info
 
 
-def _metal_solve(A: torch.Tensor, B: torch.Tensor, parts: int = 1
+def _metal_solve(A: torch.Tensor, B: torch.Tensor, cpu_threads: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.empty(B.shape, dtype=A.dtype, device=A.device)
     info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
-    _metal_run("small_solve", "solve_ex", A, [B, X, info], (B.shape[-1],), parts=parts)
+    _metal_run("small_solve", "solve_ex", A, [B, X, info], (B.shape[-1],), cpu_threads=cpu_threads)
     return X, info
 
 
-def _metal_det(A: torch.Tensor, parts: int = 1) -> torch.Tensor:
+def _metal_det(A: torch.Tensor, cpu_threads: int | None = None) -> torch.Tensor:
     det = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
-    _metal_run("small_det", "det", A, [det], parts=parts)
+    _metal_run("small_det", "det", A, [det], cpu_threads=cpu_threads)
     return det
 
 
-def _metal_slogdet(A: torch.Tensor, parts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_slogdet(A: torch.Tensor, cpu_threads: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     sign = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
     logabs = torch.empty(A.shape[:-2], dtype=torch.float32, device=A.device)
-    _metal_run("small_slogdet", "slogdet", A, [sign, logabs], parts=parts)
+    _metal_run("small_slogdet", "slogdet", A, [sign, logabs], cpu_threads=cpu_threads)
     return sign, logabs
 
 
 # ------------------------------------------------------------------ torch backend, CPU kernel
-
-#: Smallest batch range worth a CPU thread of its own (below it, thread hand-off costs more).
-_MIN_PART = 16384
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _cpu_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
-                                       thread_name_prefix="mpslinalg-small")
-        return _pool
-
 
 @functools.cache
 def _have_cxx() -> bool:
@@ -485,16 +457,17 @@ def _have_cxx() -> bool:
     return find_compiler() is not None
 
 
-def _cpu_kernel_parts(A: torch.Tensor) -> int:
-    """How many concurrent launches run the Metal kernel itself on the CPU for the torch backend
-    (0: use the tensor-op path). The kernel, compiled for the CPU by mpslinalg.emulator, keeps
-    each matrix in registers like on the GPU, which no sequence of whole-batch tensor ops can;
-    it needs float32/complex64 (Metal has no 64-bit float) and a C++ compiler."""
+def _cpu_kernel_threads(A: torch.Tensor) -> int:
+    """CPU threads for running the Metal kernel itself on the CPU for the torch backend (0: use
+    the tensor-op path): torch's intra-op thread count, as torch.linalg would use. The kernel,
+    compiled for the CPU by mpslinalg.emulator, keeps each matrix in registers like on the GPU,
+    which no sequence of whole-batch tensor ops can; it needs float32/complex64 (Metal has no
+    64-bit float) and a C++ compiler."""
     if A.device.type != "cpu" or A.dtype not in (torch.float32, torch.complex64):
         return 0
     if not _have_cxx():
         return 0
-    return max(1, min(torch.get_num_threads(), _batch_numel(A) // _MIN_PART))
+    return torch.get_num_threads()
 
 
 # ------------------------------------------------------------------------------ entry points
@@ -503,8 +476,8 @@ def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based)."""
     if resolve_backend(A.device, "inv_ex") == "metal":
         return _metal_inv(A)
-    if parts := _cpu_kernel_parts(A):
-        return _metal_inv(A, parts)
+    if threads := _cpu_kernel_threads(A):
+        return _metal_inv(A, threads)
     if tri := _triton_module(A):
         return tri.small_inv_ex(A)
     return _torch_solve(A, None)
@@ -514,8 +487,8 @@ def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
     """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape."""
     if resolve_backend(A.device, "solve_ex") == "metal":
         return _metal_solve(A, B)
-    if parts := _cpu_kernel_parts(A):
-        return _metal_solve(A, B, parts)
+    if threads := _cpu_kernel_threads(A):
+        return _metal_solve(A, B, threads)
     if tri := _triton_module(A):
         return tri.small_solve_ex(A, B)
     return _torch_solve(A, B)
@@ -525,8 +498,8 @@ def small_det(A: torch.Tensor) -> torch.Tensor:
     """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
     if resolve_backend(A.device, "det") == "metal":
         return _metal_det(A)
-    if parts := _cpu_kernel_parts(A):
-        return _metal_det(A, parts)
+    if threads := _cpu_kernel_threads(A):
+        return _metal_det(A, threads)
     if tri := _triton_module(A):
         return tri.small_det(A)
     return _torch_det(A)
@@ -536,8 +509,8 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf)."""
     if resolve_backend(A.device, "slogdet") == "metal":
         return _metal_slogdet(A)
-    if parts := _cpu_kernel_parts(A):
-        return _metal_slogdet(A, parts)
+    if threads := _cpu_kernel_threads(A):
+        return _metal_slogdet(A, threads)
     if tri := _triton_module(A):
         return tri.small_slogdet(A)
     return _torch_slogdet(A)

@@ -425,17 +425,18 @@ def test_outputs_do_not_alias_work_buffers():
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.complex64))
 def test_torch_backend_cpu_kernel_matches_metal_backend(dtype, monkeypatch):
-    """On CPU the torch backend runs the Metal kernel itself, split over CPU threads: the results
-    are bit-identical to the metal backend's single launch, whatever the split."""
-    monkeypatch.setattr(si, "_MIN_PART", 100)
-    A = random_matrix(4, dtype, (1001,), seed=5)
-    A[17] = 0  # a singular element keeps its info in its own range
-    B = random_matrix(2, dtype, (1001,), seed=6, m=4)
+    """On CPU the torch backend runs the Metal kernel itself on torch's intra-op threads: the
+    results are bit-identical to the metal backend's, whatever the number of threads (40000
+    lanes is above the emulator's threshold for running threadgroups on several threads)."""
+    A = random_matrix(4, dtype, (40000,), seed=5)
+    A[17] = 0  # a singular element keeps its info
+    B = random_matrix(2, dtype, (40000,), seed=6, m=4)
     with mpslinalg.use_backend("metal"):
         want = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A))
     for threads in (1, 2, 3):
         monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
-        assert si._cpu_kernel_parts(A) == threads
+        assert si._cpu_kernel_threads(A) == threads
+        assert si.torch_path(A) == "metal kernel on CPU"
         with mpslinalg.use_backend("torch"):
             got = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A),
                    si.small_slogdet(A))
@@ -448,7 +449,8 @@ def test_torch_backend_cpu_kernel_matches_metal_backend(dtype, monkeypatch):
 def test_torch_backend_without_compiler_uses_tensor_ops(monkeypatch):
     monkeypatch.setattr(si, "_have_cxx", lambda: False)
     A = random_matrix(3, torch.float32, (50,), seed=8)
-    assert si._cpu_kernel_parts(A) == 0
+    assert si._cpu_kernel_threads(A) == 0
     X, info = si.small_inv_ex(A)
     torch.testing.assert_close(X, torch.linalg.inv(A), rtol=1e-4, atol=1e-4)
-    assert si._cpu_kernel_parts(A.double()) == 0  # Metal has no float64
+    monkeypatch.undo()
+    assert si._cpu_kernel_threads(A.double()) == 0  # Metal has no float64
