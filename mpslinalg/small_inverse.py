@@ -6,9 +6,13 @@ factorisation for the whole batch at once:
 
 - metal backend: one launch of ``metal/linalg/small_inverse.metal`` per op, one thread per matrix,
   the matrix in registers;
-- torch backend on CPU, float32/complex64: the same Metal kernels compiled for the CPU by
-  :mod:`mpslinalg.emulator` (a matrix per lane, in registers), one launch run on torch's
-  intra-op threads; needs a C++ compiler;
+- torch backend on CPU, float32: generated SIMD C++ kernels (:mod:`mpslinalg._small_cpu`, the
+  Metal kernel's arithmetic over blocks of 8 matrices, one vector instruction per operation for
+  the whole block, bit-identical to the emulator path below) on torch's intra-op threads;
+  needs a C++ compiler;
+- torch backend on CPU, complex64 (or float32 if the SIMD library fails to build): the same
+  Metal kernels compiled for the CPU by :mod:`mpslinalg.emulator` (a matrix per lane, in
+  registers), one launch run on torch's intra-op threads; needs a C++ compiler;
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
   (:mod:`mpslinalg._small_triton`, the same arithmetic as the Metal kernel, a matrix per lane);
 - torch backend otherwise (complex on CUDA, float64/complex128 on CPU, no compiler): the batch in
@@ -66,8 +70,14 @@ _SCRATCH_MAX_BYTES = 16 << 20
 #: every batch size on the H200 (benchmarks/results/small_inverse.md), so the kernel should win
 #: from batch 1; 64 leaves a margin until the bench confirms it.
 #: "cuda-soa": the tensor-op path on CUDA (complex, or no triton), measured.
+#: "cpu-simd": the SIMD CPU kernels (float32, :mod:`mpslinalg._small_cpu`), measured with 2
+#: threads through the public API: the kernel alone beats torch.linalg from batch 16 (11 us
+#: against 14-17 us), but the custom op that carries the small path's autograd costs ~15 us
+#: more per call than the direct torch.linalg call, which is recovered from batch 256 (n = 2)
+#: and 128 (n = 3, 4).
 _TORCH_MIN_BATCH = {
     "cpu": {2: 4096, 3: 8192, 4: 65536},
+    "cpu-simd": {2: 256, 3: 128, 4: 128},
     "cuda": {2: 64, 3: 64, 4: 64},
     "cuda-soa": {2: 786432, 3: 524288, 4: 786432},
 }
@@ -93,6 +103,8 @@ def use_small_path(A: torch.Tensor, fn: str = "inv") -> bool:
     device = A.device.type
     if device == "cuda" and _triton_module(A) is None:
         device = "cuda-soa"
+    elif device == "cpu" and _simd_cpu(A) is not None:
+        device = "cpu-simd"
     limit = _TORCH_MIN_BATCH.get(device, {}).get(A.shape[-1])
     return limit is not None and _batch_numel(A) >= limit
 
@@ -118,10 +130,12 @@ def _triton_module(A: torch.Tensor):
 
 def torch_path(A: torch.Tensor) -> str:
     """Which implementation the small_* functions run for ``A`` (for benchmarks and logs):
-    "metal kernel", "metal kernel on CPU" (emulator), "triton" (fused CUDA kernel) or
-    "tensor ops" (the structure-of-arrays path)."""
+    "metal kernel", "simd kernel on CPU" (:mod:`mpslinalg._small_cpu`), "metal kernel on CPU"
+    (emulator), "triton" (fused CUDA kernel) or "tensor ops" (the structure-of-arrays path)."""
     if resolve_backend(A.device, "inv_ex") == "metal":
         return "metal kernel"
+    if _simd_cpu(A) is not None:
+        return "simd kernel on CPU"
     if _cpu_kernel_threads(A):
         return "metal kernel on CPU"
     if _triton_module(A) is not None:
@@ -470,12 +484,31 @@ def _cpu_kernel_threads(A: torch.Tensor) -> int:
     return torch.get_num_threads()
 
 
+@functools.cache
+def _import_simd_kernels():
+    """mpslinalg._small_cpu when its library builds and loads here, else None."""
+    from . import _small_cpu
+
+    return _small_cpu if _small_cpu.available() else None
+
+
+def _simd_cpu(A: torch.Tensor):
+    """The SIMD CPU kernels when they serve ``A`` on the torch backend (CPU float32, a C++
+    compiler), else None: measured 7x faster than the emulator-compiled Metal kernel at
+    (1e5, 4, 4) with 2 threads, bit-identical to it (benchmarks/results/small_inverse.md)."""
+    if A.device.type != "cpu" or A.dtype != torch.float32 or not _have_cxx():
+        return None
+    return _import_simd_kernels()
+
+
 # ------------------------------------------------------------------------------ entry points
 
 def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based)."""
     if resolve_backend(A.device, "inv_ex") == "metal":
         return _metal_inv(A)
+    if simd := _simd_cpu(A):
+        return simd.small_inv_ex(A, torch.get_num_threads())
     if threads := _cpu_kernel_threads(A):
         return _metal_inv(A, threads)
     if tri := _triton_module(A):
@@ -487,6 +520,8 @@ def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
     """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape."""
     if resolve_backend(A.device, "solve_ex") == "metal":
         return _metal_solve(A, B)
+    if simd := _simd_cpu(A):
+        return simd.small_solve_ex(A, B, torch.get_num_threads())
     if threads := _cpu_kernel_threads(A):
         return _metal_solve(A, B, threads)
     if tri := _triton_module(A):
@@ -498,6 +533,8 @@ def small_det(A: torch.Tensor) -> torch.Tensor:
     """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
     if resolve_backend(A.device, "det") == "metal":
         return _metal_det(A)
+    if simd := _simd_cpu(A):
+        return simd.small_det(A, torch.get_num_threads())
     if threads := _cpu_kernel_threads(A):
         return _metal_det(A, threads)
     if tri := _triton_module(A):
@@ -509,6 +546,8 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf)."""
     if resolve_backend(A.device, "slogdet") == "metal":
         return _metal_slogdet(A)
+    if simd := _simd_cpu(A):
+        return simd.small_slogdet(A, torch.get_num_threads())
     if threads := _cpu_kernel_threads(A):
         return _metal_slogdet(A, threads)
     if tri := _triton_module(A):

@@ -425,9 +425,10 @@ def test_outputs_do_not_alias_work_buffers():
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.complex64))
 def test_torch_backend_cpu_kernel_matches_metal_backend(dtype, monkeypatch):
-    """On CPU the torch backend runs the Metal kernel itself on torch's intra-op threads: the
-    results are bit-identical to the metal backend's, whatever the number of threads (40000
-    lanes is above the emulator's threshold for running threadgroups on several threads)."""
+    """On CPU the torch backend runs the small-matrix algorithm on torch's intra-op threads
+    (float32: the SIMD kernel of mpslinalg._small_cpu; complex64: the Metal kernel itself through
+    the emulator): results are bit-identical to the metal backend's, whatever the number of
+    threads (40000 lanes is above the emulator's threshold for several OS threads)."""
     A = random_matrix(4, dtype, (40000,), seed=5)
     A[17] = 0  # a singular element keeps its info
     B = random_matrix(2, dtype, (40000,), seed=6, m=4)
@@ -436,7 +437,8 @@ def test_torch_backend_cpu_kernel_matches_metal_backend(dtype, monkeypatch):
     for threads in (1, 2, 3):
         monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
         assert si._cpu_kernel_threads(A) == threads
-        assert si.torch_path(A) == "metal kernel on CPU"
+        assert si.torch_path(A) == ("simd kernel on CPU" if dtype == torch.float32
+                                    else "metal kernel on CPU")
         with mpslinalg.use_backend("torch"):
             got = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A),
                    si.small_slogdet(A))
