@@ -7,11 +7,12 @@ form: every matrix entry is one GCC/Clang vector (``vector_size``) holding that 
 matrices of the block, so each operation of the elimination is one SIMD instruction for the whole
 block (blocks of 8 with AVX2, of 4 with the SSE2/NEON baseline).
 
-The code generator follows the loops of ``metal/linalg/small_inverse.h`` one for one, like
-:mod:`mpslinalg._small_triton` (the same operations in the same order, every branch on data a
-vector select), and the library is compiled with ``-ffp-contract=off`` and without fast-math,
-so each lane rounds exactly like the emulator-compiled Metal kernel: the results are
-bit-identical (tests/test_small_cpu.py compares them exactly):
+The code generator (:mod:`mpslinalg._small_codegen`, shared with :mod:`mpslinalg._small_triton`;
+the C++ dialect is :class:`_Cpp` below) follows the loops of ``metal/linalg/small_inverse.h`` one
+for one (the same operations in the same order, every branch on data a vector select), and the
+library is compiled with ``-ffp-contract=off`` and without fast-math, so each lane rounds exactly
+like the emulator-compiled Metal kernel: the results are bit-identical (tests/test_small_cpu.py
+compares them exactly):
 
 - pivot = the first row of largest |a| (strict ``>``: lowest row on ties, a NaN never wins),
   full-row interchanges by selects (exact bit moves);
@@ -35,11 +36,15 @@ there, float64 stays on the tensor-op path).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import platform
+from collections.abc import Iterator
 
 import torch
+
+from . import _small_codegen as _codegen
 
 #: Matrices per block = lanes per vector with AVX2: 8 float32 fill one register (the SSE2
 #: baseline uses blocks of _W // 2).
@@ -73,57 +78,60 @@ class _Writer:
         self.lines.append("  " * indent + line)
 
 
-def _emit_factor(w: _Writer, n: int) -> None:
-    """getf2 (small_factor) on the vectors a{i}{j}; p{k} = pivot row of step k, info."""
-    w("vi info = splat_i(0);")
-    for k in range(n):
-        if k < n - 1:
-            # Pivot search: strict '>' keeps the lowest row on ties and never selects a NaN.
-            w(f"vi p{k} = splat_i({k});")
-            w(f"vf best{k} = vabs(a{k}{k});")
-            for i in range(k + 1, n):
-                w(f"{{ vf v = vabs(a{i}{k}); vi gt = v > best{k};")
-                if i + 1 < n:
-                    w(f"  best{k} = gt ? v : best{k};")
-                w(f"  p{k} = gt ? splat_i({i}) : p{k}; }}")
-            # Interchange rows k and p of the whole row (L part included), by selects.
-            for i in range(k + 1, n):
-                w(f"{{ vi sw = p{k} == {i};")
-                for j in range(n):
-                    w(f"  {{ vf up = a{k}{j}; a{k}{j} = sw ? a{i}{j} : up; "
-                      f"a{i}{j} = sw ? up : a{i}{j}; }}")
-                w("}")
-        # A zero pivot: the column below is zero too, no scaling; the first one is recorded.
-        w(f"{{ vi zero = a{k}{k} == 0.0f;")
-        w(f"  info = (zero & (info == 0)) ? splat_i({k + 1}) : info;")
-        for i in range(k + 1, n):
-            w(f"  a{i}{k} = zero ? a{i}{k} : a{i}{k} / a{k}{k};")
-        w("}")
-        for i in range(k + 1, n):
-            for j in range(k + 1, n):
-                w(f"a{i}{j} = a{i}{j} - a{i}{k} * a{k}{j};")
+class _Cpp(_codegen.Dialect):
+    """C++ syntax for :mod:`mpslinalg._small_codegen`: ``vf`` / ``vi`` vectors (W lanes of float
+    / int32), temporaries in brace scopes, ``c ? a : b`` selects on vectors."""
 
+    def __init__(self, w: _Writer) -> None:
+        self.w, self.depth = w, 1
 
-def _emit_solve_vector(w: _Writer, n: int) -> None:
-    """getrs for one right-hand side x0..x{n-1} in place (small_solve_vector)."""
-    for k in range(n - 1):
-        for i in range(k + 1, n):
-            w(f"{{ vi sw = p{k} == {i}; vf up = x{k}; x{k} = sw ? x{i} : up; "
-              f"x{i} = sw ? up : x{i}; }}")
-    for k in range(n):
-        for i in range(k + 1, n):
-            w(f"x{i} = x{i} - a{i}{k} * x{k};")
-    for k in range(n - 1, -1, -1):
-        w(f"x{k} = x{k} / a{k}{k};")
-        for i in range(k):
-            w(f"x{i} = x{i} - a{i}{k} * x{k};")
+    def declare(self, kind: str, name: str, expr: str) -> None:
+        self.w(f"{'vi' if kind == _codegen.INT else 'vf'} {name} = {expr};", self.depth)
 
+    def assign(self, name: str, expr: str) -> None:
+        self.w(f"{name} = {expr};", self.depth)
 
-def _emit_perm_sign(w: _Writer, n: int) -> None:
-    """sgn = (-1)^(number of row interchanges) (small_perm_sign)."""
-    w("vf sgn = splat_f(1.0f);")
-    for k in range(n - 1):
-        w(f"sgn = (p{k} != {k}) ? -sgn : sgn;")
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        self.w("{", self.depth)
+        self.depth += 1
+        yield
+        self.depth -= 1
+        self.w("}", self.depth)
+
+    def add_log(self, acc: str, x: str) -> None:
+        # log per lane with the C library's logf, like the emulator's metal::log.
+        with self.scope():
+            self.declare(_codegen.FLOAT, "m", x)
+            self.w(f"for (int l = 0; l < W; ++l) {acc}[l] += __builtin_logf(m[l]);", self.depth)
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        if not cond.isidentifier():
+            cond = f"({cond})"
+        return f"{cond} ? {a} : {b}"
+
+    def abs(self, x: str) -> str:
+        return f"vabs({x})"
+
+    def div(self, a: str, b: str) -> str:
+        return f"{a} / {b}"
+
+    def full(self, kind: str, value: float) -> str:
+        return f"splat_i({value})" if kind == _codegen.INT else f"splat_f({float(value)!r}f)"
+
+    def int_operand(self, value: int) -> str:
+        return f"splat_i({value})"
+
+    def float_operand(self, value: float) -> str:
+        return f"splat_f({float(value)!r}f)"
+
+    def float_literal(self, value: float) -> str:
+        return f"{float(value)!r}f"
+
+    def mul_unit(self, s: str, d: str) -> str:
+        unit = self.select(f"{d} > {self.float_literal(0.0)}", self.float_operand(1.0),
+                           self.float_operand(-1.0))
+        return f"{s} * ({unit})"
 
 
 def _loop(w: _Writer, body: str) -> None:
@@ -136,23 +144,22 @@ def _loop(w: _Writer, body: str) -> None:
 def _emit_block(w: _Writer, op: str, n: int) -> None:
     """The body of ``<op>_block``: cnt (<= W) matrices starting at matrix ``base``."""
     nn = n * n
+    dl = _Cpp(w)
     # Transpose the block into structure of arrays (lanes past cnt are zeros, never stored).
     w(f"alignas(64) float t[{nn}][W] = {{}};")
     _loop(w, f"for (int e = 0; e < {nn}; ++e) t[e][l] = A[(base + l) * {nn} + e];")
     for i in range(n):
         for j in range(n):
             w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[{i * n + j}], sizeof(vf));")
-    _emit_factor(w, n)
+    _codegen.emit_factor(dl, n)
     if op == "inv":
         w(f"alignas(64) float o[{nn}][W];")
-        for j in range(n):
-            w("{")
+
+        def keep(j: int) -> None:
             for i in range(n):
-                w(f"vf x{i} = splat_f({1.0 if i == j else 0.0}f);")
-            _emit_solve_vector(w, n)
-            for i in range(n):
-                w(f"__builtin_memcpy(o[{i * n + j}], &x{i}, sizeof(vf));")
-            w("}")
+                w(f"__builtin_memcpy(o[{i * n + j}], &x{i}, sizeof(vf));", dl.depth)
+
+        _codegen.emit_inverse(dl, n, keep)
         _loop(w, f"{{ for (int e = 0; e < {nn}; ++e) X[(base + l) * {nn} + e] = o[e][l]; "
               "INFO[base + l] = info[l]; }")
     elif op == "solve":
@@ -161,30 +168,21 @@ def _emit_block(w: _Writer, op: str, n: int) -> None:
         _loop(w, f"for (int i = 0; i < {n}; ++i) b[i][l] = B[((base + l) * {n} + i) * nrhs + j];")
         for i in range(n):
             w(f"vf x{i}; __builtin_memcpy(&x{i}, b[{i}], sizeof(vf));")
-        _emit_solve_vector(w, n)
+        _codegen.emit_solve_vector(dl, n)
         for i in range(n):
             w(f"__builtin_memcpy(b[{i}], &x{i}, sizeof(vf));")
         _loop(w, f"for (int i = 0; i < {n}; ++i) X[((base + l) * {n} + i) * nrhs + j] = b[i][l];")
         w("}")
         w("for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];")
     elif op == "det":
-        w("vf d = a00;")
-        for k in range(1, n):
-            w(f"d = d * a{k}{k};")
-        _emit_perm_sign(w, n)
-        w("d = d * sgn;")
+        det = _codegen.emit_det(dl, n)
+        w(f"d = {det};")
         w("for (int l = 0; l < cnt; ++l) DET[base + l] = d[l];")
     else:
-        _emit_perm_sign(w, n)
+        _codegen.emit_perm_sign(dl, n)
         w("vf s = splat_f(1.0f) * sgn;")
         w("alignas(64) float logabs[W] = {};")
-        for k in range(n):
-            # log per lane with the C library's logf, like the emulator's metal::log.
-            w(f"{{ vf m = vabs(a{k}{k}); for (int l = 0; l < W; ++l) "
-              f"logabs[l] += __builtin_logf(m[l]); }}")
-            # unit(d) = d > 0 ? 1 : -1 (a NaN counts as negative, like the Metal kernel).
-            w(f"s = (a{k}{k} == 0.0f) ? splat_f(0.0f) : "
-              f"s * ((a{k}{k} > 0.0f) ? splat_f(1.0f) : splat_f(-1.0f));")
+        _codegen.emit_slogdet(dl, n, "s", "logabs")
         w("for (int l = 0; l < cnt; ++l) { SIGN[base + l] = s[l]; LOGABS[base + l] = logabs[l]; }")
 
 

@@ -15,11 +15,12 @@ results, ``info`` and error semantics match the Metal kernel and the tensor-op p
   (0, -inf) when singular.
 
 Each program handles ``BLOCK`` consecutive matrices, one per lane. Triton has no per-lane
-arrays, so the kernels are written out as straight-line code: for every (op, n) a generator
-below emits one scalar variable per matrix entry (``a12`` is row 1, column 2), following the
-loops of the Metal kernel one for one (the same operations in the same order; every branch on
-data is a ``tl.where``). The generated source is compiled with ``triton.jit`` (registered in
-:mod:`linecache` so that Triton can read it back); :func:`kernel_source` shows it.
+arrays, so the kernels are written out as straight-line code: for every (op, n) the generator
+of :mod:`mpslinalg._small_codegen` (shared with :mod:`mpslinalg._small_cpu`; its Triton dialect
+is :class:`_Triton` below) emits one scalar variable per matrix entry (``a12`` is row 1, column
+2), following the loops of the Metal kernel one for one (the same operations in the same order;
+every branch on data is a ``tl.where``). The generated source is compiled with ``triton.jit``
+(registered in :mod:`linecache` so that Triton can read it back); :func:`kernel_source` shows it.
 
 Loads and stores (``MPSLINALG_TRITON_LOAD``, read once at import; the default ``auto`` is
 ``vec``): ``vec`` has each lane load its own matrix 16 bytes at a time (a ``[BLOCK, c]`` vector
@@ -54,6 +55,8 @@ import os
 import torch
 import triton
 import triton.language as tl
+
+from . import _small_codegen as _codegen
 
 #: dtypes served by these kernels.
 DTYPES = (torch.float32, torch.float64)
@@ -187,67 +190,53 @@ def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
         w(f"tl.store({ptr} + rows[:, None] * {nn} + cols[None, :], t, mask={mask})")
 
 
-def _emit_factor(w: _Writer, n: int, div: str) -> None:
-    """getf2 (small_factor): LU with partial pivoting of a{i}{j} in place; p{k} = pivot row of
-    step k (k < n - 1), info = first zero pivot (1-based, 0 = none)."""
-    w("info = tl.zeros([BLOCK], tl.int32)")
-    for k in range(n):
-        if k < n - 1:
-            # Pivot search: strict '>' keeps the lowest row on ties and never selects a NaN.
-            w(f"p{k} = tl.full([BLOCK], {k}, tl.int32)")
-            w(f"best = tl.abs(a{k}{k})")
-            for i in range(k + 1, n):
-                w(f"v = tl.abs(a{i}{k})")
-                w("gt = v > best")
-                if i + 1 < n:
-                    w("best = tl.where(gt, v, best)")
-                w(f"p{k} = tl.where(gt, {i}, p{k})")
-            # Interchange rows k and p of the whole row, by selects.
-            for i in range(k + 1, n):
-                w(f"sw = p{k} == {i}")
-                for j in range(n):
-                    w(f"up = a{k}{j}")
-                    w(f"a{k}{j} = tl.where(sw, a{i}{j}, up)")
-                    w(f"a{i}{j} = tl.where(sw, up, a{i}{j})")
-        # A zero pivot: the column below is zero too, no scaling; the first one is recorded.
-        w(f"zero = a{k}{k} == 0")
-        w(f"info = tl.where(zero & (info == 0), {k + 1}, info)")
-        for i in range(k + 1, n):
-            w(f"a{i}{k} = tl.where(zero, a{i}{k}, {div.format(f'a{i}{k}', f'a{k}{k}')})")
-        for i in range(k + 1, n):
-            for j in range(k + 1, n):
-                w(f"a{i}{j} = a{i}{j} - a{i}{k} * a{k}{j}")
+class _Triton(_codegen.Dialect):
+    """Triton syntax for :mod:`mpslinalg._small_codegen`: plain assignments (no declarations,
+    no scopes), ``tl.where`` selects on [BLOCK] vectors of ``dtype``."""
 
+    def __init__(self, w: _Writer, dtype: str) -> None:
+        self.w, self.dtype = w, dtype
 
-def _emit_solve_vector(w: _Writer, n: int, div: str) -> None:
-    """getrs for one right-hand side x0..x{n-1} in place (small_solve_vector)."""
-    for k in range(n - 1):
-        for i in range(k + 1, n):
-            w(f"sw = p{k} == {i}")
-            w(f"up = x{k}")
-            w(f"x{k} = tl.where(sw, x{i}, up)")
-            w(f"x{i} = tl.where(sw, up, x{i})")
-    for k in range(n):
-        for i in range(k + 1, n):
-            w(f"x{i} = x{i} - a{i}{k} * x{k}")
-    for k in range(n - 1, -1, -1):
-        w(f"x{k} = {div.format(f'x{k}', f'a{k}{k}')}")
-        for i in range(k):
-            w(f"x{i} = x{i} - a{i}{k} * x{k}")
+    def declare(self, kind: str, name: str, expr: str) -> None:
+        self.w(f"{name} = {expr}")
 
+    def assign(self, name: str, expr: str) -> None:
+        self.w(f"{name} = {expr}")
 
-def _emit_perm_sign(w: _Writer, n: int) -> None:
-    """sgn = (-1)^(number of row interchanges), in the matrix dtype (small_perm_sign)."""
-    w("sgn = tl.full([BLOCK], 1.0, A.dtype.element_ty)")
-    for k in range(n - 1):
-        w(f"sgn = tl.where(p{k} != {k}, -sgn, sgn)")
+    def add_log(self, acc: str, x: str) -> None:
+        self.w(f"{acc} = {acc} + tl.log({x})")
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"tl.where({cond}, {a}, {b})"
+
+    def abs(self, x: str) -> str:
+        return f"tl.abs({x})"
+
+    def div(self, a: str, b: str) -> str:
+        # IEEE division: Triton's '/' on float32 is div.full.f32 (approximate, 2 ulp) on NVIDIA.
+        return f"tl.math.div_rn({a}, {b})" if self.dtype == "float32" else f"{a} / {b}"
+
+    def full(self, kind: str, value: float) -> str:
+        ty = "tl.int32" if kind == _codegen.INT else "A.dtype.element_ty"
+        return f"tl.full([BLOCK], {value!r}, {ty})"
+
+    def int_operand(self, value: int) -> str:
+        return str(value)
+
+    def float_operand(self, value: float) -> str:
+        return repr(float(value))
+
+    def float_literal(self, value: float) -> str:
+        return f"{value:g}"
+
+    def mul_unit(self, s: str, d: str) -> str:
+        # A select of s or -s: the bits of the product, s being +-1 or +-0.
+        return self.select(f"{d} > {self.float_literal(0.0)}", s, f"-{s}")
 
 
 def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     """(function name, source) of the kernel for ``op``, ``n``, ``dtype`` ("float32" or
     "float64") and the ``load`` layout."""
-    # IEEE division: Triton's '/' on float32 is div.full.f32 (approximate, 2 ulp) on NVIDIA.
-    div = "tl.math.div_rn({}, {})" if dtype == "float32" else "{} / {}"
     args = {
         "inv": "A, X, INFO, batch",
         "solve": "A, B, X, INFO, batch, nrhs",
@@ -256,19 +245,20 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     }[op]
     name = f"small_{op}_n{n}_{dtype}_{_mode(n, load)}"
     w = _Writer()
+    dl = _Triton(w, dtype)
     w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
     w("live = rows < batch")
     _emit_load(w, "A", n, load, _chunk(n, dtype))
-    _emit_factor(w, n, div)
+    _codegen.emit_factor(dl, n)
     if op == "inv":
         out = {}
-        for j in range(n):
-            for i in range(n):
-                w(f"x{i} = tl.full([BLOCK], {1.0 if i == j else 0.0}, A.dtype.element_ty)")
-            _emit_solve_vector(w, n, div)
+
+        def keep(j: int) -> None:
             for i in range(n):
                 w(f"r{i}{j} = x{i}")
                 out[i * n + j] = f"r{i}{j}"
+
+        _codegen.emit_inverse(dl, n, keep)
         _emit_store(w, "X", out, n, load, _chunk(n, dtype))
         w("tl.store(INFO + rows, info, mask=live)")
     elif op == "solve":
@@ -277,24 +267,18 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
         inner = _Writer()
         for i in range(n):
             inner(f"x{i} = tl.load(B + base + {i} * nrhs + j, mask=live, other=0.0)")
-        _emit_solve_vector(inner, n, div)
+        _codegen.emit_solve_vector(_Triton(inner, dtype), n)
         for i in range(n):
             inner(f"tl.store(X + base + {i} * nrhs + j, x{i}, mask=live)")
         w.lines += ["    " + line for line in inner.lines]
         w("tl.store(INFO + rows, info, mask=live)")
     elif op == "det":
-        w("d = a00")
-        for k in range(1, n):
-            w(f"d = d * a{k}{k}")
-        _emit_perm_sign(w, n)
-        w("tl.store(DET + rows, d * sgn, mask=live)")
+        det = _codegen.emit_det(dl, n)
+        w(f"tl.store(DET + rows, {det}, mask=live)")
     else:
-        _emit_perm_sign(w, n)
+        _codegen.emit_perm_sign(dl, n)
         w("logabs = tl.zeros([BLOCK], LOGABS.dtype.element_ty)")
-        for k in range(n):
-            w(f"logabs = logabs + tl.log(tl.abs(a{k}{k}))")
-            # unit(d) = d > 0 ? 1 : -1 (a NaN counts as negative, like the Metal kernel).
-            w(f"sgn = tl.where(a{k}{k} == 0, 0.0, tl.where(a{k}{k} > 0, sgn, -sgn))")
+        _codegen.emit_slogdet(dl, n, "sgn", "logabs")
         w("tl.store(SIGN + rows, sgn, mask=live)")
         w("tl.store(LOGABS + rows, logabs, mask=live)")
     head = f"def {name}({args}, BLOCK: tl.constexpr):"
