@@ -11,6 +11,7 @@ target module defines next to its own load/store, block and launch code.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Callable, Iterator
 
@@ -18,62 +19,63 @@ from collections.abc import Callable, Iterator
 FLOAT, INT = "f", "i"
 
 
-class Dialect:
+class Dialect(abc.ABC):
     """How a target writes the statements and expressions of the generated code. A dialect
     writes its statements itself (to the target's writer); expression methods return source."""
 
     # ---------------------------------------------------------------------------- statements
 
+    @abc.abstractmethod
     def declare(self, kind: str, name: str, expr: str) -> None:
         """A new variable ``name`` (of ``kind``, FLOAT or INT) = ``expr``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def assign(self, name: str, expr: str) -> None:
         """``name`` = ``expr`` for a variable declared before."""
-        raise NotImplementedError
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         """A scope for the temporaries declared inside (none in dialects without scopes)."""
         yield
 
+    @abc.abstractmethod
     def add_log(self, acc: str, x: str) -> None:
         """``acc`` += log(``x``), lane by lane."""
-        raise NotImplementedError
 
     # ---------------------------------------------------------------------------- expressions
 
+    @abc.abstractmethod
     def select(self, cond: str, a: str, b: str) -> str:
         """``cond ? a : b`` lane by lane."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def abs(self, x: str) -> str:
-        raise NotImplementedError
+        """|x| lane by lane."""
 
+    @abc.abstractmethod
     def div(self, a: str, b: str) -> str:
         """a / b, correctly rounded."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def full(self, kind: str, value: float) -> str:
         """A vector (of ``kind``) with every lane ``value``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def int_operand(self, value: int) -> str:
         """The int32 constant ``value`` as an operand of :meth:`select`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def float_operand(self, value: float) -> str:
         """The float constant ``value`` as an operand of :meth:`select`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def float_literal(self, value: float) -> str:
         """The float constant ``value`` as the right operand of a comparison with a vector."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def mul_unit(self, s: str, d: str) -> str:
         """``s * unit(d)`` for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 (a NaN
         counts as negative, like the Metal kernel)."""
-        raise NotImplementedError
 
 
 def emit_factor(dl: Dialect, n: int) -> None:
