@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import mpslinalg  # noqa: E402
-from mpslinalg import small_inverse as si  # noqa: E402
+from mpslinalg.small import dispatch as si  # noqa: E402
 
 
 def sync(device: torch.device) -> None:

@@ -3,14 +3,18 @@
 The same functions run everywhere: on MPS tensors through mpslinalg's Metal kernels, on CPU and
 CUDA tensors through torch.linalg (or, with ``use_backend("metal")`` on CPU tensors, through the
 Metal kernels in the CPU emulator). See ``python -m mpslinalg info``.
+
+Layout: :mod:`mpslinalg.linalg` (the op families), :mod:`mpslinalg.small` (the n <= 4 path),
+:mod:`mpslinalg.ops` (the companion inference kernels), :mod:`mpslinalg.testing` (test helpers),
+:mod:`mpslinalg.emulator` (Metal on the CPU); ``mpslinalg._core`` holds the shared machinery.
 """
 
-from ._backend import get_backend, set_backend, use_backend
-from ._errors import LinAlgError, check_errors
-from .det import det, logdet, slogdet
-from .inverse import inv, inv_ex
-from .lu import lu, lu_factor, lu_factor_ex, lu_solve
-from .solve import solve, solve_ex
+from ._core.backend import get_backend, set_backend, use_backend
+from ._core.errors import LinAlgError, check_errors
+from .linalg.det import det, logdet, slogdet
+from .linalg.inverse import inv, inv_ex
+from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
+from .linalg.solve import solve, solve_ex
 
 __version__ = "0.1.0"
 

@@ -10,8 +10,10 @@ from collections.abc import Sequence
 
 import torch
 
-from . import __version__, _platform, _registry
-from ._backend import use_backend
+from . import __version__
+from ._core import platform as _platform
+from ._core import registry as _registry
+from ._core.backend import use_backend
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 import mpslinalg
-from mpslinalg import _platform
+from mpslinalg._core import platform as _platform
 
 settings.register_profile(
     "ci",

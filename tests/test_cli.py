@@ -4,7 +4,9 @@ import sys
 import pytest
 import torch
 
-from mpslinalg import _platform, _registry, cli
+from mpslinalg import cli
+from mpslinalg._core import platform as _platform
+from mpslinalg._core import registry as _registry
 
 
 def run_cli(*args):

@@ -1,6 +1,6 @@
 // Instantiation macros and hardware limits shared by every mpslinalg kernel.
 //
-// Kernel host names follow one rule, mirrored by mpslinalg._metal.kernel_name:
+// Kernel host names follow one rule, mirrored by mpslinalg._core.metal.kernel_name:
 //   <op>_<dtype>[_<param><value>...]
 // e.g. lu_panel_complex64_bs32. The template function is named <op>, so the macro never repeats
 // a kernel signature (decltype of the instantiation).
@@ -24,9 +24,5 @@ namespace mpsl {
 constant constexpr int kSimdWidth = 32;
 constant constexpr int kMaxThreadsPerGroup = 1024;
 constant constexpr int kMaxThreadgroupMemoryBytes = 32768;
-
-// Threads per group for element-wise kernels: large enough to hide latency, small enough to keep
-// several groups resident per core.
-constant constexpr int kElementwiseGroup = 256;
 
 }  // namespace mpsl

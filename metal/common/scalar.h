@@ -18,9 +18,6 @@ template <typename T> inline T one();
 template <> inline float one<float>() { return 1.0f; }
 template <> inline float2 one<float2>() { return float2(1.0f, 0.0f); }
 
-inline float real_part(float a) { return a; }
-inline float real_part(float2 a) { return a.x; }
-
 // ---- arithmetic ----
 inline float mul(float a, float b) { return a * b; }
 inline float2 mul(float2 a, float2 b) {

@@ -1,7 +1,7 @@
 // Blocked right-looking LU factorization with partial pivoting (LAPACK getrf semantics).
 //
 // Matrices are contiguous row-major (batch, m, n); the batch index is the last grid dimension of
-// every kernel, so one launch sequence covers the whole batch. The host (mpslinalg/_lu_metal.py)
+// every kernel, so one launch sequence covers the whole batch. The host (mpslinalg/linalg/lu_metal.py)
 // runs, for each panel of kLuPanelWidth columns starting at column k0:
 //   lu_panel      getf2 on rows [k0, m) x columns [k0, k0 + w): pivot search, row interchanges,
 //                 scaling, rank-1 updates; writes 1-based pivots and the first zero pivot (info);
@@ -19,6 +19,7 @@
 #pragma once
 
 #include "../common/defines.h"
+#include "../common/pivots.h"
 #include "../common/scalar.h"
 
 namespace mpsl {
@@ -57,11 +58,6 @@ inline float lu_pivot_key(T x) {
 template <typename T>
 inline T lu_scale(T x, T pivot, T inv_pivot, bool use_recip) {
   return use_recip ? mul(x, inv_pivot) : div(x, pivot);
-}
-
-// A pivot row kept inside [lo, hi], so corrupt pivots never index out of bounds.
-inline long clamp_row(long p, long lo, long hi) {
-  return p < lo ? lo : (p > hi ? hi : p);
 }
 
 }  // namespace mpsl

@@ -1,6 +1,7 @@
-// Triangular solves with the factor of lu_factor, for lu_solve (LAPACK getrs).
+// Triangular solves M X = B in place (LAPACK trsm / trsv) with one triangle M of a packed square
+// matrix, e.g. the L or U of lu_factor for lu_solve (getrs), or a triangular factor of QR.
 //
-// lu_trsm solves M X = B in place for one triangle M of a packed LU factor (row-major, n x n):
+// trsm solves for one triangle M of the packed matrix (row-major, n x n), flags in TriSolveParams:
 //   lower = 1: M lower triangular, forward substitution; lower = 0: upper, backward;
 //   unit  = 1: the diagonal of M is taken as 1 (L is unit lower);
 //   trans = 1: M is the conjugate transpose of the stored triangle (M[i][j] = conj(LU[j][i])),
@@ -15,12 +16,27 @@
 #pragma once
 
 #include "../common/defines.h"
+#include "../common/pivots.h"
 #include "../common/scalar.h"
+#include "../common/simd.h"
 
 namespace mpsl {
 
+// Arguments of trsm / trsv, passed by the host as one list of int64 (the layout is checked by
+// tests/linalg/test_lu_metal.py against mpslinalg.linalg.triangular_metal.TRI_SOLVE_PARAMS).
+struct TriSolveParams {
+  long n;       // order of the matrix
+  long k;       // right-hand sides (columns of B)
+  long lower;   // 1: the lower triangle (forward substitution), 0: upper (backward)
+  long unit;    // 1: unit diagonal, not read
+  long trans;   // 1: the conjugate transpose of the stored triangle
+  long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
+};
+
 // Rows per diagonal block of the solve; a block of the triangle is staged as a square tile.
 constant constexpr int kTriBlock = 32;
+static_assert(kTriBlock * kTriBlock * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
+              "a staged tile must fit in threadgroup memory");
 
 // Stage the tile M[i0 : i0 + kTriBlock, j0 : j0 + kTriBlock] into ms (row-major). Entries past n
 // are padding: the identity on a diagonal tile, zero elsewhere, so padded rows solve to zero.
@@ -40,31 +56,23 @@ inline void tri_stage(threadgroup T* ms, device const T* lu, long n, long i0, lo
   }
 }
 
-// A pivot row kept inside [lo, hi], so corrupt pivots never index out of bounds.
-inline long tri_clamp_row(long p, long lo, long hi) {
-  return p < lo ? lo : (p > hi ? hi : p);
-}
-
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
 template <typename T>
-[[kernel]] void lu_trsm(
+[[kernel]] void trsm(
     device const T* lu [[buffer(0)]],
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
-    constant long& n [[buffer(3)]],
-    constant long& k [[buffer(4)]],
-    constant long& lower [[buffer(5)]],
-    constant long& unit [[buffer(6)]],
-    constant long& trans [[buffer(7)]],
-    constant long& swaps [[buffer(8)]],
+    constant mpsl::TriSolveParams& params [[buffer(3)]],
     uint2 gid [[thread_position_in_grid]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
+  const long n = params.n, k = params.k, lower = params.lower, unit = params.unit;
+  const long trans = params.trans, swaps = params.swaps;
   threadgroup T ms[kTriBlock * kTriBlock];
 
   const long batch = long(group.y);
@@ -75,12 +83,7 @@ template <typename T>
   device T* x = b + batch * n * k + (active ? long(gid.x) : 0);
 
   if (swaps == 1 && active) {
-    for (long i = 0; i < n; ++i) {
-      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
-      const T t = x[p * k];
-      x[p * k] = x[i * k];
-      x[i * k] = t;
-    }
+    apply_row_swaps(x, k, piv, n, true);
   }
 
   const long nblk = (n + kTriBlock - 1) / kTriBlock;
@@ -138,28 +141,13 @@ template <typename T>
   }
 
   if (swaps == 2 && active) {
-    for (long i = n - 1; i >= 0; --i) {
-      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
-      const T t = x[p * k];
-      x[p * k] = x[i * k];
-      x[i * k] = t;
-    }
+    apply_row_swaps(x, k, piv, n, false);
   }
 }
 
 namespace mpsl {
 
-// Simdgroup-wide sum and broadcast of a real or complex value.
-inline float tri_simd_sum(float v) { return metal::simd_sum(v); }
-inline float2 tri_simd_sum(float2 v) {
-  return float2(metal::simd_sum(v.x), metal::simd_sum(v.y));
-}
-inline float tri_simd_broadcast(float v, ushort lane) { return metal::simd_broadcast(v, lane); }
-inline float2 tri_simd_broadcast(float2 v, ushort lane) {
-  return float2(metal::simd_broadcast(v.x, lane), metal::simd_broadcast(v.y, lane));
-}
-
-// Element M[i][j] of the triangle lu_trsm/lu_trsv solve with (see the flags above).
+// Element M[i][j] of the triangle trsm/trsv solve with (see the flags above).
 template <typename T>
 inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
   return trans ? conj(lu[j * n + i]) : lu[i * n + j];
@@ -167,7 +155,7 @@ inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
 
 }  // namespace mpsl
 
-// The same solve as lu_trsm (same flags) for few right-hand sides: one threadgroup per column,
+// The same solve as trsm (same flags) for few right-hand sides: one threadgroup per column,
 // so a single right-hand side still uses the whole group. Per block of kTriBlock rows, every
 // simdgroup reduces the block's rows by a share of the solved entries (lanes along the solved
 // entries, a simd_sum per row, partial sums across simdgroups in threadgroup memory); then
@@ -175,22 +163,19 @@ inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
 // Grid: (group width, k, batch), group width a multiple of kSimdWidth, at most kTriBlock
 // simdgroups.
 template <typename T>
-[[kernel]] void lu_trsv(
+[[kernel]] void trsv(
     device const T* lu [[buffer(0)]],
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
-    constant long& n [[buffer(3)]],
-    constant long& k [[buffer(4)]],
-    constant long& lower [[buffer(5)]],
-    constant long& unit [[buffer(6)]],
-    constant long& trans [[buffer(7)]],
-    constant long& swaps [[buffer(8)]],
+    constant mpsl::TriSolveParams& params [[buffer(3)]],
     uint tid [[thread_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
     ushort sg [[simdgroup_index_in_threadgroup]],
     ushort nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
+  const long n = params.n, k = params.k, lower = params.lower, unit = params.unit;
+  const long trans = params.trans, swaps = params.swaps;
   threadgroup T partial[kTriBlock * kTriBlock];  // [simdgroup][row of the block]
 
   const long batch = long(group.z);
@@ -200,12 +185,7 @@ template <typename T>
   const bool tr = trans != 0;
 
   if (swaps == 1 && tid == 0) {
-    for (long i = 0; i < n; ++i) {
-      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
-      const T t = x[p * k];
-      x[p * k] = x[i * k];
-      x[i * k] = t;
-    }
+    apply_row_swaps(x, k, piv, n, true);
   }
   threadgroup_barrier(metal::mem_flags::mem_device);
 
@@ -229,7 +209,7 @@ template <typename T>
       }
     }
     for (int ii = 0; ii < kTriBlock; ++ii) {
-      const T total = tri_simd_sum(acc[ii]);
+      const T total = simd_sum(acc[ii]);
       if (lane == 0) {
         partial[sg * kTriBlock + ii] = total;
       }
@@ -250,7 +230,7 @@ template <typename T>
           if (lane == jj && unit == 0) {
             v = div(v, tri_elem(L, n, i, i, tr));
           }
-          const T xj = tri_simd_broadcast(v, ushort(jj));
+          const T xj = simd_broadcast(v, ushort(jj));
           const bool below = lower != 0 ? int(lane) > jj : int(lane) < jj;
           if (below && lane < rows) {
             v = sub_mul(v, tri_elem(L, n, i, i0 + jj, tr), xj);
@@ -266,11 +246,6 @@ template <typename T>
   }
 
   if (swaps == 2 && tid == 0) {
-    for (long i = n - 1; i >= 0; --i) {
-      const long p = tri_clamp_row(long(piv[i]) - 1, i, n - 1);
-      const T t = x[p * k];
-      x[p * k] = x[i * k];
-      x[i * k] = t;
-    }
+    apply_row_swaps(x, k, piv, n, false);
   }
 }

@@ -15,7 +15,7 @@ import torch
 
 import mpslinalg
 
-from .._registry import bench_case, check_case, median_time
+from .._core.registry import bench_case, check_case, median_time
 
 _WIDE = {torch.float32: torch.float64, torch.complex64: torch.complex128}
 

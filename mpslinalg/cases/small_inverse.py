@@ -12,8 +12,8 @@ import math
 import numpy as np
 import torch
 
-from .. import small_inverse as si
-from .._registry import bench_case, check_case, median_time
+from ..small import dispatch as si
+from .._core.registry import bench_case, check_case, median_time
 
 _EPS32 = torch.finfo(torch.float32).eps
 

@@ -1,0 +1,165 @@
+"""Backend choice: which implementation runs a call.
+
+``"torch"`` delegates to torch.linalg; ``"metal"`` runs mpslinalg's Metal kernels, on the Apple
+GPU for MPS tensors and in :mod:`mpslinalg.emulator` for CPU tensors; ``"auto"`` picks metal for
+MPS tensors and torch otherwise. The choice is process-wide (``set_backend``, the
+``MPSLINALG_BACKEND`` variable) with a thread-local override (``use_backend``).
+
+Every public call asks :func:`torch_fast_path` first, so it is written to cost a few hundred
+nanoseconds: it reads two module globals, and the thread-local stack only while some thread is
+inside a ``use_backend`` block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
+import torch
+
+BACKENDS = ("auto", "torch", "metal")
+ENV_VAR = "MPSLINALG_BACKEND"
+
+_local = threading.local()
+_global_backend: str | None = None  # None: not set in this process, read the environment
+#: ``$MPSLINALG_BACKEND`` as read when mpslinalg was imported (``read_environment`` again).
+_env_backend: str | None = None
+#: Number of ``use_backend`` blocks open in any thread; while 0 the thread-local stack is empty
+#: everywhere and the process-wide choice decides alone.
+_open_blocks = 0
+_count_lock = threading.Lock()
+
+
+def _validate(name: object, where: str) -> str:
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise ValueError(
+            f"mpslinalg.{where}: unknown backend {name!r}; valid backends are "
+            + ", ".join(repr(b) for b in BACKENDS)
+        )
+    return name
+
+
+def set_backend(name: str) -> None:
+    """Set the process-wide backend.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"`` (the default: metal for MPS tensors, torch otherwise), ``"torch"`` or
+        ``"metal"``. Overrides ``$MPSLINALG_BACKEND``; ``use_backend`` blocks override it.
+
+    Examples
+    --------
+    >>> import mpslinalg
+    >>> mpslinalg.set_backend("torch")
+    >>> mpslinalg.get_backend()
+    'torch'
+    >>> mpslinalg.set_backend("auto")
+    """
+    global _global_backend
+    _global_backend = _validate(name, "set_backend")
+
+
+def read_environment() -> None:
+    """Read ``$MPSLINALG_BACKEND`` (done once at import; a per-call read would cost more than
+    the rest of the backend choice)."""
+    global _env_backend
+    env = os.environ.get(ENV_VAR, "").strip().lower()
+    _env_backend = env or None
+
+
+def _process_backend() -> str:
+    if _global_backend is not None:
+        return _global_backend
+    if _env_backend is not None:
+        return _validate(_env_backend, f"get_backend (from ${ENV_VAR})")
+    return "auto"
+
+
+def get_backend() -> str:
+    """The backend in force for this thread.
+
+    Returns
+    -------
+    str
+        The innermost ``use_backend`` block's, else the process-wide choice
+        (``set_backend``), else ``$MPSLINALG_BACKEND``, else ``"auto"``.
+
+    Examples
+    --------
+    >>> import mpslinalg
+    >>> with mpslinalg.use_backend("metal"):
+    ...     mpslinalg.get_backend()
+    'metal'
+    """
+    if _open_blocks:
+        stack = getattr(_local, "stack", None)
+        if stack:
+            return stack[-1]
+    return _process_backend()
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Use ``name`` for the calls this thread makes inside the ``with`` block (nestable).
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"torch"`` or ``"metal"``.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.eye(3)
+    >>> with mpslinalg.use_backend("metal"):   # the Metal kernels, here in the CPU emulator
+    ...     mpslinalg.det(A)
+    tensor(1.)
+    """
+    global _open_blocks
+    _validate(name, "use_backend")
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(name)
+    with _count_lock:
+        _open_blocks += 1
+    try:
+        yield
+    finally:
+        stack.pop()
+        with _count_lock:
+            _open_blocks -= 1
+
+
+def resolve_backend(device: torch.device, fn: str) -> str:
+    """The concrete backend ("torch" or "metal") for a call of ``fn`` on a tensor on ``device``."""
+    name = get_backend()
+    if name == "auto":
+        return "metal" if device.type == "mps" else "torch"
+    if name == "metal" and device.type not in ("mps", "cpu", "meta"):
+        raise RuntimeError(
+            f"mpslinalg.{fn}: the metal backend runs on MPS tensors (Apple GPU) or CPU tensors "
+            f"(the emulator), got a tensor on {device.type!r}; use the torch backend for it"
+        )
+    return name
+
+
+#: dtypes torch.linalg computes in natively (the others are upcast by mpslinalg).
+_TORCH_NATIVE = frozenset((torch.float32, torch.float64, torch.complex64, torch.complex128))
+
+
+def torch_fast_path(x: object) -> bool:
+    """True when a call whose first tensor is ``x`` runs on the torch backend in a dtype torch
+    computes natively: the public function may then hand it to torch.linalg unchanged."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in _TORCH_NATIVE:
+        return False
+    name = get_backend() if _open_blocks else (_global_backend or _env_backend or "auto")
+    if name == "auto":
+        return not x.is_mps
+    return name == "torch"
+
+
+read_environment()

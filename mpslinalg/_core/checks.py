@@ -1,0 +1,96 @@
+"""Input validation with uniform messages, and the dtype policy.
+
+Every message starts with ``mpslinalg.<fn>:`` and shows what was received.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: dtypes each backend computes in natively.
+METAL_DTYPES = (torch.float32, torch.complex64)
+TORCH_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+#: low-precision inputs are computed in float32 and cast back (Metal and torch alike).
+UPCAST_DTYPES = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _names(dtypes) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
+def shape_str(x: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+
+
+def check_tensor(fn: str, name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"mpslinalg.{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def check_matrix(fn: str, name: str, x: object, *, square: bool = True) -> torch.Tensor:
+    """``x`` is a tensor of shape (*, m, n), with m == n when ``square``."""
+    x = check_tensor(fn, name, x)
+    if x.dim() < 2:
+        raise RuntimeError(
+            f"mpslinalg.{fn}: {name} must have at least 2 dimensions, got shape {shape_str(x)}"
+        )
+    if square and x.shape[-1] != x.shape[-2]:
+        raise RuntimeError(
+            f"mpslinalg.{fn}: {name} must be batches of square matrices, got shape {shape_str(x)}"
+        )
+    return x
+
+
+def check_same_device(fn: str, **tensors: torch.Tensor) -> None:
+    devices = {name: t.device for name, t in tensors.items()}
+    if len(set(devices.values())) > 1:
+        got = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise RuntimeError(f"mpslinalg.{fn}: expected all tensors on one device, got {got}")
+
+
+def check_same_dtype(fn: str, **tensors: torch.Tensor) -> None:
+    dtypes = {name: t.dtype for name, t in tensors.items()}
+    if len(set(dtypes.values())) > 1:
+        got = ", ".join(f"{n} of dtype {str(d).removeprefix('torch.')}" for n, d in dtypes.items())
+        raise RuntimeError(f"mpslinalg.{fn}: expected all inputs to have one dtype, got {got}")
+
+
+def compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """The dtype ``fn`` computes in for an input of ``dtype`` on ``backend``; raises TypeError for
+    dtypes the backend cannot compute in. Results are cast back to ``dtype``."""
+    dtype_in = dtype
+    dtype = UPCAST_DTYPES.get(dtype, dtype)
+    if dtype in METAL_DTYPES or (backend == "torch" and dtype in TORCH_DTYPES):
+        return dtype
+    if backend == "metal" and dtype in TORCH_DTYPES:
+        raise TypeError(
+            f"mpslinalg.{fn}: the metal backend supports {_names(METAL_DTYPES)} "
+            f"(and float16/bfloat16, computed in float32), got {_names([dtype_in])}; Metal has no "
+            "64-bit floating point: use the torch backend (mpslinalg.use_backend('torch')) "
+            "for float64/complex128"
+        )
+    raise TypeError(
+        f"mpslinalg.{fn}: expected a floating point or complex tensor of dtype "
+        f"{_names(TORCH_DTYPES + tuple(UPCAST_DTYPES))}, got {_names([dtype_in])}"
+    )
+
+
+def broadcast_batch(fn: str, *shapes_named: tuple[str, torch.Size]) -> torch.Size:
+    """Broadcast batch shapes like torch, naming the inputs when they do not broadcast."""
+    try:
+        return torch.broadcast_shapes(*(s for _, s in shapes_named))
+    except RuntimeError:
+        got = ", ".join(f"{n} batch shape {tuple(s)}" for n, s in shapes_named)
+        raise RuntimeError(f"mpslinalg.{fn}: batch dimensions do not broadcast: {got}") from None
+
+
+def prepare(fn: str, A: object, *, square: bool = True) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Validate the matrix argument ``A`` of ``fn``: returns (A, A in its compute dtype, the
+    concrete backend)."""
+    from .backend import resolve_backend
+
+    A = check_matrix(fn, "A", A, square=square)
+    backend = resolve_backend(A.device, fn)
+    dtype = compute_dtype(fn, A.dtype, backend)
+    return A, (A if A.dtype == dtype else A.to(dtype)), backend

@@ -1,0 +1,99 @@
+"""LinAlgError and the one place where ``info`` is read back from the device."""
+
+from __future__ import annotations
+
+import torch
+
+
+class LinAlgError(torch.linalg.LinAlgError):
+    """A numerical failure (singular matrix, ...) reported through ``info``.
+
+    Subclasses :class:`torch.linalg.LinAlgError`, so ``except torch.linalg.LinAlgError`` catches it.
+    """
+
+
+def _failure_text(api_name: str, info: int) -> str:
+    # torch's wordings (aten/src/ATen/native/BatchLinearAlgebra.cpp, _linalg_check_errors),
+    # chosen by the op's name as torch does.
+    if "solve" in api_name:
+        return "The solver failed because the input matrix is singular."
+    if "inv" in api_name:
+        return (
+            f"The diagonal element {info} is zero, the inversion could not be completed "
+            "because the input matrix is singular."
+        )
+    if "lu_factor" in api_name:
+        return (
+            f"U[{info},{info}] is zero and using it on lu_solve would result in a division by "
+            "zero. If you still want to perform the factorization, consider calling "
+            "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"
+        )
+    if "cholesky" in api_name:
+        return (
+            "The factorization could not be completed because the input is not positive-definite "
+            f"(the leading minor of order {info} is not positive-definite)."
+        )
+    return (
+        "The algorithm failed to converge because the input matrix is ill-conditioned or has too "
+        f"many repeated singular values (error code: {info})."
+    )
+
+
+def check_errors(info: torch.Tensor, api_name: str) -> None:
+    """Raise :class:`LinAlgError` if any entry of ``info`` is non-zero.
+
+    Parameters
+    ----------
+    info : Tensor
+        The int32 tensor (batch shape) an ``*_ex`` function returned.
+    api_name : str
+        The function named in the message, e.g. ``"mpslinalg.solve"``.
+
+    Notes
+    -----
+    Reads the device once (a single host synchronisation) and runs no torch kernel on the host,
+    so it never competes with a running kernel for CPU threads. For batched input
+    (``info.dim() > 0``) the message names the first failing batch element, in torch's wording.
+    Meta tensors hold no values and are not checked.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> mpslinalg.check_errors(torch.tensor([0, 2], dtype=torch.int32), "mpslinalg.inv")
+    Traceback (most recent call last):
+        ...
+    mpslinalg.LinAlgError: mpslinalg.inv: (Batch element 1): The diagonal element 2 is zero, \
+the inversion could not be completed because the input matrix is singular.
+    """
+    if info.numel() == 0 or info.device.type == "meta":
+        return
+    values = info.detach().reshape(-1).numpy(force=True)  # the one device read
+    failing = values.nonzero()[0]
+    if failing.size == 0:
+        return
+    index = int(failing[0])
+    value = int(values[index])
+    if value < 0:
+        raise RuntimeError(
+            f"{api_name}: internal error: info={value} (an argument had an illegal value)"
+        )
+    where = f": (Batch element {index})" if info.dim() > 0 else ""
+    raise LinAlgError(f"{api_name}{where}: {_failure_text(api_name, value)}")
+
+
+def translate(error: Exception, torch_name: str, fn: str) -> Exception:
+    """``error`` raised by ``torch.<torch_name>`` for a call of ``mpslinalg.<fn>``, reworded to
+    name ``mpslinalg.<fn>``, with the same type (``torch.linalg.LinAlgError`` becomes
+    :class:`LinAlgError`). Types that do not take a message are returned as they are."""
+    text = str(error)
+    for prefix in (f"torch.{torch_name}", torch_name):
+        if text.startswith(prefix):
+            text = text[len(prefix):].lstrip(":").lstrip()
+            break
+    text = f"mpslinalg.{fn}: {text}"
+    kind = LinAlgError if isinstance(error, torch.linalg.LinAlgError) else type(error)
+    try:
+        new = kind(text)
+    except Exception:
+        return error
+    return new.with_traceback(error.__traceback__)

@@ -1,0 +1,162 @@
+"""Loading and launching the project's Metal sources.
+
+Host code is written once against the ``torch.mps.compile_shader`` calling convention; the
+executor is chosen by the tensor's device: the Apple GPU for MPS tensors, the CPU emulator for CPU
+tensors. torch inlines only its own headers, so our ``#include "..."`` lines are inlined here,
+with ``#line`` markers so that diagnostics point at ``metal/<file>:<line>``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+_PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
+
+#: Metal spelling of each torch dtype in kernel host names (mirrors the .metal instantiations).
+DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.complex64: "complex64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+
+def metal_root() -> Path:
+    """The directory holding the ``.metal`` sources: inside the installed wheel
+    (``mpslinalg/metal``) or, in a source checkout / editable install, ``<repo>/metal``."""
+    for candidate in (_PACKAGE_DIR / "metal", _PACKAGE_DIR.parent / "metal"):
+        if (candidate / "common" / "defines.h").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"mpslinalg: Metal sources not found next to {_PACKAGE_DIR}; the installation is broken"
+    )
+
+
+def kernel_name(op: str, dtype: torch.dtype, **params: int | bool) -> str:
+    """Host name of an instantiated kernel: ``<op>_<dtype>[_<param><value>...]``, parameters in
+    the order given (the same order as in the ``MPSL_KERNEL_P`` line that instantiates it)."""
+    name = f"{op}_{DTYPE_NAMES[dtype]}"
+    for key, value in params.items():
+        name += f"_{key}{int(value)}"
+    return name
+
+
+def load_source(path: str) -> str:
+    """The ASCII text of ``metal/<path>`` with our own ``#include "..."`` headers inlined once
+    each (like ``#pragma once``), Metal's ``<...>`` includes left to the compiler."""
+    root = metal_root()
+    seen: set[Path] = set()
+    out: list[str] = []
+
+    def emit(file: Path) -> None:
+        rel = file.relative_to(root).as_posix()
+        raw = file.read_bytes()
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise SyntaxError(
+                f"metal/{rel}:{line}: non-ASCII byte in a Metal source (Metal reads sources as "
+                "ASCII)"
+            ) from None
+        out.append(f'#line 1 "metal/{rel}"')
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            match = _INCLUDE.match(line)
+            if match:
+                target = (file.parent / match.group(1)).resolve()
+                if not target.is_file():
+                    raise FileNotFoundError(
+                        f"metal/{rel}:{lineno}: #include \"{match.group(1)}\" not found"
+                    )
+                if target not in seen:
+                    seen.add(target)
+                    emit(target)
+                out.append(f'#line {lineno + 1} "metal/{rel}"')
+            elif _PRAGMA_ONCE.match(line):
+                out.append("")
+            else:
+                out.append(line)
+
+    start = (root / path).resolve()
+    seen.add(start)
+    emit(start)
+    return "\n".join(out) + "\n"
+
+
+def _compiler_for(device: torch.device, fn: str) -> tuple[str, Any]:
+    if device.type == "mps":
+        compile_fn = getattr(torch.mps, "compile_shader", None) or getattr(
+            torch.mps, "_compile_shader", None
+        )
+        if compile_fn is None:
+            raise RuntimeError(
+                f"mpslinalg.{fn}: this torch ({torch.__version__}) cannot compile Metal shaders; "
+                "torch >= 2.6 is required"
+            )
+        return "mps", compile_fn
+    if device.type == "cpu":
+        from .. import emulator
+
+        return "emulator", emulator.compile_shader
+    raise RuntimeError(
+        f"mpslinalg.{fn}: the metal backend runs on MPS tensors (Apple GPU) or CPU tensors "
+        f"(the emulator), got a tensor on {device.type!r}; use the torch backend for it"
+    )
+
+
+_libraries: dict[tuple[str, str], Any] = {}
+_kernels: dict[tuple[str, str, str], Any] = {}
+_lock = threading.Lock()
+
+
+def library(path: str, device: torch.device, fn: str = "metal") -> Any:
+    """The compiled library of ``metal/<path>`` for the executor serving ``device``; compiled
+    once per (source, executor) and process."""
+    executor, compile_fn = _compiler_for(device, fn)
+    key = (path, executor)
+    lib = _libraries.get(key)
+    if lib is None:
+        with _lock:
+            lib = _libraries.get(key)
+            if lib is None:
+                lib = _libraries[key] = compile_fn(load_source(path))
+    return lib
+
+
+def kernel(path: str, op: str, dtype: torch.dtype, device: torch.device, *,
+           fn: str = "metal", **params: int | bool) -> Any:
+    """The kernel ``kernel_name(op, dtype, **params)`` from ``metal/<path>``."""
+    name = kernel_name(op, dtype, **params)
+    executor, _ = _compiler_for(device, fn)
+    key = (path, executor, name)
+    k = _kernels.get(key)
+    if k is None:
+        k = _kernels[key] = getattr(library(path, device, fn), name)
+    return k
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+#: Test hook: the lane order forwarded as ``order=`` to the emulator's kernels (e.g.
+#: ``"reverse"``), so tests can show results do not depend on it. Never passed on MPS.
+LANE_ORDER: str | None = None
+
+
+def launch(kernel: Any, *args: Any, threads: Any, group_size: Any) -> None:
+    """Run ``kernel(*args, threads=, group_size=)``, in the lane order of :data:`LANE_ORDER`
+    on the emulator."""
+    if LANE_ORDER is not None and args[0].device.type == "cpu":
+        kernel(*args, threads=threads, group_size=group_size, order=LANE_ORDER)
+    else:
+        kernel(*args, threads=threads, group_size=group_size)

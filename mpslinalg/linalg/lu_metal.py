@@ -1,0 +1,145 @@
+"""Host side of metal/linalg/lu.metal: LAPACK getrf, and getrs through the triangular solves of
+:mod:`mpslinalg.linalg.triangular_metal`.
+
+Building blocks of the LU-based families (lu, solve, det, inverse). They take float32 / complex64
+tensors on MPS (the Apple GPU) or the CPU (the emulator), any layout (gathered into contiguous
+buffers by one copy kernel when needed), whose validation and dtype policy the caller has done;
+they never read device values on the host: the launch sequence depends on shapes only, and the
+batch is a grid dimension of every kernel (no loop over batch elements).
+
+Launches per call:
+  lu_factor_metal   n <= PANEL_MAX_COLS: 1 (one panel spans the whole matrix); otherwise, per
+                    panel of PANEL_WIDTH columns, lu_panel + lu_swap_trsm + lu_update (the last
+                    panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most.
+  lu_solve_metal    2 (forward and backward solves, pivots applied inside them; see
+                    triangular_metal), plus a gather per non-contiguous input.
+  pivots_to_permutation_metal  1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core import metal as _metal
+from .._core.copy import contiguous
+from .._core.metal import launch
+from . import triangular_metal
+from .triangular_metal import SIMD_WIDTH
+
+_LU_SOURCE = "linalg/lu.metal"
+
+# Mirrors of the named constants of metal/linalg/lu.h (tests/linalg/test_lu_metal.py checks them).
+PANEL_WIDTH = 32  # kLuPanelWidth: columns per panel of the blocked factorization
+PANEL_MAX_COLS = 64  # kLuPanelMaxCols: widest panel of one lu_panel launch
+UPDATE_TILE = 64  # kLuTile: trailing-update output tile (rows and columns)
+UPDATE_THREADS = 256  # kLuTileThreads: threads of a trailing-update threadgroup
+
+# Host-side launch geometry (not seen by the kernels, which read their group size).
+PANEL_MAX_THREADS = 256  # rows beyond this many threads are dealt cyclically
+SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
+PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
+
+_SUPPORTED = (torch.float32, torch.complex64)
+
+
+def _check(fn: str, **tensors: torch.Tensor) -> None:
+    """Internal contract checks (shapes only: no device reads)."""
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be contiguous")
+        if name != "pivots" and t.dtype not in _SUPPORTED:
+            raise TypeError(
+                f"mpslinalg.{fn}: internal error: {name} has dtype {t.dtype}; the LU kernels "
+                "take float32 or complex64"
+            )
+
+
+def _panel(kernel, LU, pivots, info, m, n, k0, w, ncols, batch) -> None:
+    threads = min(PANEL_MAX_THREADS, _metal.ceil_div(m - k0, SIMD_WIDTH) * SIMD_WIDTH)
+    launch(kernel, LU, pivots, info, m, n, k0, w, ncols,
+            threads=[threads, batch], group_size=[threads, 1])
+
+
+def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LAPACK getrf of each matrix of the contiguous (*, m, n) tensor ``A``.
+
+    Returns ``(LU, pivots, info)``: LU (*, m, n) a new tensor holding the unit-lower L below the
+    diagonal and U on and above it; pivots (*, min(m, n)) int32, 1-based (row i was interchanged
+    with row pivots[i]); info (*) int32, the 1-based index of the first exactly-zero pivot or 0.
+    A = P L U as in torch.linalg.lu_factor. ``A`` is not modified.
+    """
+    A = contiguous(A, fn)
+    _check(fn, A=A)
+    *batch_shape, m, n = A.shape
+    kmax = min(m, n)
+    LU = A.clone()
+    pivots = torch.zeros((*batch_shape, kmax), dtype=torch.int32, device=A.device)
+    info = torch.zeros(batch_shape, dtype=torch.int32, device=A.device)
+    batch = math.prod(batch_shape)
+    if batch == 0 or kmax == 0:
+        return LU, pivots, info
+
+    panel = _metal.kernel(_LU_SOURCE, "lu_panel", A.dtype, A.device, fn=fn)
+    info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
+    if n <= PANEL_MAX_COLS:
+        _panel(panel, LU, pivots, info_flat, m, n, 0, kmax, n, batch)
+        return LU, pivots, info
+
+    swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", A.dtype, A.device, fn=fn)
+    update = _metal.kernel(_LU_SOURCE, "lu_update", A.dtype, A.device, fn=fn)
+    for k0 in range(0, kmax, PANEL_WIDTH):
+        w = min(PANEL_WIDTH, kmax - k0)
+        _panel(panel, LU, pivots, info_flat, m, n, k0, w, w, batch)
+        # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
+        launch(swap_trsm, LU, pivots, m, n, k0, w,
+                threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
+                group_size=[SWAP_GROUP, 1])
+        s = k0 + w
+        if s < m and s < n:
+            launch(update, LU, m, n, k0, w,
+                    threads=[_metal.ceil_div(n - s, UPDATE_TILE) * UPDATE_THREADS,
+                             _metal.ceil_div(m - s, UPDATE_TILE), batch],
+                    group_size=[UPDATE_THREADS, 1, 1])
+    return LU, pivots, info
+
+
+def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_unpack"
+                                ) -> torch.Tensor:
+    """The permutation of LAPACK pivots (*, k) for matrices of ``n`` rows: int64 (*, n) with
+    ``A[..., perm, :] == L @ U``, i.e. ``P = eye(n)[:, perm]`` in A = P L U."""
+    if pivots.dtype != torch.int32:
+        pivots = pivots.to(torch.int32)
+    pivots = contiguous(pivots, fn)
+    *batch_shape, k = pivots.shape
+    perm = torch.empty((*batch_shape, n), dtype=torch.int64, device=pivots.device)
+    batch = math.prod(batch_shape)
+    if batch == 0 or n == 0:
+        return perm
+    if k == 0:
+        perm.copy_(torch.arange(n, device=pivots.device).expand_as(perm))
+        return perm
+    kernel = _metal.kernel(_LU_SOURCE, "lu_pivots_to_perm", torch.int32, pivots.device, fn=fn)
+    group = min(PERM_GROUP, batch)
+    launch(kernel, pivots, perm, n, k, batch,
+            threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
+    return perm
+
+
+def lu_solve_metal(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *,
+                   left: bool = True, adjoint: bool = False, fn: str = "lu_solve"
+                   ) -> torch.Tensor:
+    """Solve with the factor of :func:`lu_factor_metal` (LAPACK getrs), A = P L U.
+
+    LU (*, n, n) and pivots (*, n) are broadcast to the batch shape of B, (*, n, k) when
+    ``left`` else (*, k, n). left: A X = B (adjoint: A^H X = B); right: X A = B (adjoint:
+    X A^H = B). Returns a new contiguous X shaped like B; no input is modified.
+    """
+    batch = B.shape[:-2]
+    LU = contiguous(LU.expand(*batch, *LU.shape[-2:]), fn)
+    pivots = contiguous(pivots.expand(*batch, pivots.shape[-1]).to(torch.int32), fn)
+    _check(fn, LU=LU, pivots=pivots)
+    return triangular_metal.solve_packed(LU, pivots, B, left=left, adjoint=adjoint,
+                                         steps=triangular_metal.LU_STEPS, fn=fn)

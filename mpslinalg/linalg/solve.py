@@ -1,0 +1,199 @@
+"""Linear systems: ``solve`` and ``solve_ex`` with torch.linalg semantics.
+
+``B`` is a batch of vectors when ``B.ndim == 1`` or ``B.shape == A.shape[:-1]`` (torch's rule),
+otherwise a batch of matrices; batch dimensions broadcast, and ``info`` has ``A``'s batch shape
+(A is factored once, before broadcasting). Op ``mpslinalg::solve_ex``: on the metal backend LU
+factors by the LU kernels and their triangular solves; n <= 4 takes the small path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import small
+from .._core import checks
+from .._core.op import Op, call_torch, cast_back, public, to_dtype, write_out
+from . import lu_metal
+
+__all__ = ["solve", "solve_ex"]
+
+
+def _first_of_broadcast(t: Tensor, shape: torch.Size) -> Tensor:
+    """The entries of ``t`` (shape broadcast from ``shape``) at index 0 of every broadcast
+    dimension, i.e. ``t`` brought back to ``shape`` where all broadcast copies are equal."""
+    while t.dim() > len(shape):
+        t = t[0]
+    for dim, size in enumerate(shape):
+        if size == 1 and t.shape[dim] != 1:
+            t = t.narrow(dim, 0, 1)
+    return t
+
+
+def _solve_small(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    Ab = A.expand(*B.shape[:-2], *A.shape[-2:]).contiguous()
+    if left:
+        X, info = small.small_solve_ex(Ab, B.contiguous())
+    else:
+        # X A = B: multiply by the inverse so that info describes A itself, as on the general
+        # path (solving A^T X^T = B^T would report the pivots of A^T).
+        Ainv, info = small.small_inv_ex(Ab)
+        X = B @ Ainv
+    return X, _first_of_broadcast(info, A.shape[:-2])
+
+
+def _solve_metal(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    LU, pivots, info = lu_metal.lu_factor_metal(A, fn="solve")
+    return lu_metal.lu_solve_metal(LU, pivots, B, left=left, fn="solve"), info
+
+
+def _solve_torch(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    LU, pivots, info = torch.linalg.lu_factor_ex(A)
+    batch = B.shape[:-2]
+    X = torch.linalg.lu_solve(LU.expand(*batch, *LU.shape[-2:]),
+                              pivots.expand(*batch, pivots.shape[-1]), B, left=left)
+    return X, info
+
+
+def _solve_fake(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(B, memory_format=torch.contiguous_format), A.new_empty(
+        A.shape[:-2], dtype=torch.int32)
+
+
+def _solve_save(ctx, inputs, outputs) -> None:
+    A, _, left = inputs
+    ctx.save_for_backward(A, outputs[0])
+    ctx.left = left
+
+
+def _solve_backward(ctx, gX: Tensor, ginfo):
+    """A X = B: dX = A^-1 (dB - dA X), so gB = A^-H gX and gA = -gB X^H; for X A = B,
+    gB = gX A^-H and gA = -X^H gB (Giles 2008, "An extended collection of matrix derivative
+    results for forward and reverse mode AD", sec. 2.3.1; conjugate Wirtinger for complex).
+    The adjoint system is solved through the op itself, so the rule is differentiable again."""
+    A, X = ctx.saved_tensors
+    gB, _ = solve_ex_op(A.mH, gX, ctx.left, ctx.backend, ctx.small, "")
+    gA = -(gB @ X.mH) if ctx.left else -(X.mH @ gB)
+    return gA, gB, None
+
+
+#: (X, info) for A X = B (left) or X A = B; B a batch of matrices already broadcast to the
+#: common batch shape, A with its own batch shape (info has it; gA is summed back to it).
+solve_ex_op = Op(
+    "solve_ex", "(Tensor A, Tensor B, bool left) -> (Tensor, Tensor)",
+    forward={"metal": _solve_metal, "torch": _solve_torch, "small": _solve_small},
+    fake=_solve_fake, info=1, save=_solve_save, backward=_solve_backward)
+
+
+def _takes_general_path(A, B, *, left=True, check_errors=False, out=None) -> bool:
+    return small.may_use_small_path(A)
+
+
+def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Tensor, Tensor]:
+    A, Ac, backend = checks.prepare(fn, A)
+    B = checks.check_tensor(fn, "B", B)
+    checks.check_same_device(fn, A=A, B=B)
+    checks.check_same_dtype(fn, A=A, B=B)
+    if B.dim() == 0:
+        raise RuntimeError(f"mpslinalg.{fn}: B must have at least 1 dimension, got a scalar")
+    # torch's rule (linalg_solve_is_vector_rhs): a vector, or a batch of vectors with A's
+    # batch shape exactly.
+    vector = B.dim() == 1 or (B.dim() == A.dim() - 1 and B.shape == A.shape[:-1])
+    Bm = B.unsqueeze(-1) if vector else B
+    n = A.shape[-1]
+    if (Bm.shape[-2] if left else Bm.shape[-1]) != n:
+        equation = "AX = B" if left else "XA = B"
+        raise RuntimeError(f"mpslinalg.{fn}: incompatible shapes of A and B for the equation "
+                           f"{equation} ({n}x{n} and {Bm.shape[-2]}x{Bm.shape[-1]})")
+    batch = checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
+    Bc = to_dtype(Bm, Ac.dtype).expand(*batch, *Bm.shape[-2:])
+    use_small = small.use_small_path(Ac, backend)
+    if backend == "torch" and not use_small and Ac.dtype == A.dtype:
+        if fn == "solve":
+            return call_torch(fn, torch.linalg.solve, A, B, left=left), None
+        return tuple(call_torch(fn, torch.linalg.solve_ex, A, B, left=left,
+                                check_errors=bool(check)))
+    X, info = solve_ex_op(Ac, Bc, left, backend, use_small, check)
+    if vector:
+        X = X.squeeze(-1)
+    return cast_back(X, B.dtype), info
+
+
+@public(torch.linalg.solve_ex, general_when=_takes_general_path)
+def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False,
+             out: tuple[Tensor, Tensor] | None = None):
+    r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``) and ``info``; like
+    :func:`torch.linalg.solve_ex`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, n, n)`` square matrices.
+    B : Tensor
+        ``(*, n, k)`` matrices, or ``(*, n)`` vectors when ``B.ndim == 1`` or
+        ``B.shape == A.shape[:-1]``; batch dimensions broadcast with ``A``'s.
+    left : bool, optional
+        Solve ``A X = B`` (True) or ``X A = B``.
+    check_errors : bool, optional
+        Raise :class:`mpslinalg.LinAlgError` for singular ``A`` (one device read); by default
+        nothing synchronises with the device.
+    out : tuple of Tensor, optional
+        ``(result, info)`` to write the results into.
+
+    Returns
+    -------
+    result : Tensor
+        X, with the broadcast batch shape.
+    info : Tensor
+        ``A``'s batch shape, int32: 0, or the 1-based index of the first exactly zero pivot of
+        ``A``'s LU factorisation (``result`` is then unspecified).
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[2., 0.], [0., 4.]])
+    >>> mpslinalg.solve_ex(A, torch.tensor([2., 2.]))
+    torch.return_types.linalg_solve_ex(
+    result=tensor([1.0000, 0.5000]),
+    info=tensor(0, dtype=torch.int32))
+    """
+    api = "mpslinalg.solve_ex" if check_errors else ""
+    result = torch.return_types.linalg_solve_ex(_solve_ex("solve_ex", A, B, left, api))
+    return write_out("solve_ex", out, result)
+
+
+@public(torch.linalg.solve, general_when=_takes_general_path)
+def solve(A: Tensor, B: Tensor, *, left: bool = True, out: Tensor | None = None) -> Tensor:
+    r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``); like
+    :func:`torch.linalg.solve`.
+
+    Parameters
+    ----------
+    A, B : Tensor
+        As :func:`solve_ex`.
+    left : bool, optional
+        Solve ``A X = B`` (True) or ``X A = B``.
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        X. Differentiable with respect to ``A`` and ``B``.
+
+    Raises
+    ------
+    mpslinalg.LinAlgError
+        "The solver failed because the input matrix is singular." ("(Batch element i)" for
+        batches), reading ``info`` from the device once.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[2., 0.], [0., 4.]])
+    >>> mpslinalg.solve(A, torch.tensor([[2.], [2.]]))
+    tensor([[1.0000],
+            [0.5000]])
+    """
+    X, _ = _solve_ex("solve", A, B, left, "mpslinalg.solve")
+    return write_out("solve", out, X)

@@ -1,0 +1,74 @@
+"""Host side of metal/linalg/triangular.metal: in-place triangular solves (LAPACK trsm / trsv)
+with the triangles of a packed square matrix, optionally applying LAPACK row interchanges.
+
+``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
+of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (a list of
+int64 on the host, :data:`TRI_SOLVE_PARAMS` gives its field order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core import metal as _metal
+from .._core.metal import launch
+
+_SOURCE = "linalg/triangular.metal"
+
+#: Fields of the kernels' TriSolveParams struct, in order (each an int64).
+TRI_SOLVE_PARAMS = ("n", "k", "lower", "unit", "trans", "swaps")
+
+SIMD_WIDTH = 32
+SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at most 32)
+TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
+TRSV_MIN_N = 128  # ... on matrices at least this large; trsm otherwise
+TRSV_GROUP = 256  # trsv threads per group (at most kTriBlock simdgroups)
+
+#: (lower, unit, trans, swaps) of the two solves of LAPACK getrs with packed LU factors, A = P L U:
+#: A X = B is X = U^-1 L^-1 P^T B; A^H X = B is X = P L^-H U^-H B.
+LU_STEPS = {
+    False: ((1, 1, 0, 1), (0, 0, 0, 0)),
+    True: ((1, 0, 1, 0), (0, 1, 1, 2)),
+}
+
+
+def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
+    """A new contiguous tensor holding x^H (x^T for real dtypes); never a view of x (the
+    transpose of a (*, 1, 1) tensor is already contiguous, so .contiguous() would alias)."""
+    out = x.transpose(-2, -1).clone(memory_format=torch.contiguous_format)
+    if out.is_complex():
+        out = out.conj_physical_()
+    return out
+
+
+def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
+    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M."""
+    n, k = X.shape[-2], X.shape[-1]
+    batch = math.prod(X.shape[:-2])
+    if n == 0 or k == 0 or batch == 0:
+        return X
+    if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N:
+        kernel = _metal.kernel(_SOURCE, "trsv", X.dtype, X.device, fn=fn)
+        group = min(TRSV_GROUP, _metal.ceil_div(n, SIMD_WIDTH) * SIMD_WIDTH)
+        grid = {"threads": [group, k, batch], "group_size": [group, 1, 1]}
+    else:
+        kernel = _metal.kernel(_SOURCE, "trsm", X.dtype, X.device, fn=fn)
+        group = SIMD_WIDTH if k <= SIMD_WIDTH else SOLVE_GROUP
+        grid = {"threads": [_metal.ceil_div(k, group) * group, batch], "group_size": [group, 1]}
+    for lower, unit, trans, swaps in steps:
+        launch(kernel, M, pivots, X, [n, k, lower, unit, trans, swaps], **grid)
+    return X
+
+
+def solve_packed(M: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool,
+                 adjoint: bool, steps: dict, fn: str) -> torch.Tensor:
+    """X with op(A) X = B (``left``) or X op(A) = B, where A^-1 is the product of the triangular
+    solves ``steps[False]`` with the packed matrix M and op(A) = A^H when ``adjoint``; M and
+    pivots contiguous with B's batch shape. Returns a new contiguous X; B is not modified."""
+    if left:
+        X = B.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+        return _solve_left(M, pivots, X, steps[adjoint], fn)
+    # X A = B <=> A^H X^H = B^H and X A^H = B <=> A X^H = B^H.
+    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn))

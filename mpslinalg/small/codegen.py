@@ -1,0 +1,171 @@
+"""The algorithm of the n <= 4 small path, written once for the code generators of
+:mod:`mpslinalg.small.triton_kernels` (Triton) and :mod:`mpslinalg.small.cpu_simd` (C++ vector extensions).
+
+The loops below follow ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``) one for
+one: the same operations in the same order, so every target rounds like the Metal kernel. They
+emit straight-line code with one variable per matrix entry (``a12`` is row 1, column 2;
+``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and every branch
+on data is a select. The syntax is left to a :class:`Dialect`, one per target, which each
+target module defines next to its own load/store, block and launch code.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator
+
+#: Kind of a declared variable: "f" (a value of the matrix dtype) or "i" (an int32).
+FLOAT, INT = "f", "i"
+
+
+class Dialect(abc.ABC):
+    """How a target writes the statements and expressions of the generated code. A dialect
+    writes its statements itself (to the target's writer); expression methods return source."""
+
+    # ---------------------------------------------------------------------------- statements
+
+    @abc.abstractmethod
+    def declare(self, kind: str, name: str, expr: str) -> None:
+        """A new variable ``name`` (of ``kind``, FLOAT or INT) = ``expr``."""
+
+    @abc.abstractmethod
+    def assign(self, name: str, expr: str) -> None:
+        """``name`` = ``expr`` for a variable declared before."""
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """A scope for the temporaries declared inside (none in dialects without scopes)."""
+        yield
+
+    @abc.abstractmethod
+    def add_log(self, acc: str, x: str) -> None:
+        """``acc`` += log(``x``), lane by lane."""
+
+    # ---------------------------------------------------------------------------- expressions
+
+    @abc.abstractmethod
+    def select(self, cond: str, a: str, b: str) -> str:
+        """``cond ? a : b`` lane by lane."""
+
+    @abc.abstractmethod
+    def abs(self, x: str) -> str:
+        """|x| lane by lane."""
+
+    @abc.abstractmethod
+    def div(self, a: str, b: str) -> str:
+        """a / b, correctly rounded."""
+
+    @abc.abstractmethod
+    def full(self, kind: str, value: float) -> str:
+        """A vector (of ``kind``) with every lane ``value``."""
+
+    @abc.abstractmethod
+    def int_operand(self, value: int) -> str:
+        """The int32 constant ``value`` as an operand of :meth:`select`."""
+
+    @abc.abstractmethod
+    def float_operand(self, value: float) -> str:
+        """The float constant ``value`` as an operand of :meth:`select`."""
+
+    @abc.abstractmethod
+    def float_literal(self, value: float) -> str:
+        """The float constant ``value`` as the right operand of a comparison with a vector."""
+
+    @abc.abstractmethod
+    def mul_unit(self, s: str, d: str) -> str:
+        """``s * unit(d)`` for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 (a NaN
+        counts as negative, like the Metal kernel)."""
+
+
+def emit_factor(dl: Dialect, n: int) -> None:
+    """getf2 (small_factor): LU with partial pivoting of a{i}{j} in place; p{k} = pivot row of
+    step k (k < n - 1), info = first zero pivot (1-based, 0 = none)."""
+    dl.declare(INT, "info", dl.full(INT, 0))
+    for k in range(n):
+        if k < n - 1:
+            # Pivot search: strict '>' keeps the lowest row on ties and never selects a NaN.
+            dl.declare(INT, f"p{k}", dl.full(INT, k))
+            with dl.scope():
+                dl.declare(FLOAT, "best", dl.abs(f"a{k}{k}"))
+                for i in range(k + 1, n):
+                    with dl.scope():
+                        dl.declare(FLOAT, "v", dl.abs(f"a{i}{k}"))
+                        dl.declare(INT, "gt", "v > best")
+                        if i + 1 < n:
+                            dl.assign("best", dl.select("gt", "v", "best"))
+                        dl.assign(f"p{k}", dl.select("gt", dl.int_operand(i), f"p{k}"))
+            # Interchange rows k and p of the whole row (L part included), by selects.
+            for i in range(k + 1, n):
+                with dl.scope():
+                    dl.declare(INT, "sw", f"p{k} == {i}")
+                    for j in range(n):
+                        with dl.scope():
+                            dl.declare(FLOAT, "up", f"a{k}{j}")
+                            dl.assign(f"a{k}{j}", dl.select("sw", f"a{i}{j}", "up"))
+                            dl.assign(f"a{i}{j}", dl.select("sw", "up", f"a{i}{j}"))
+        # A zero pivot: the column below is zero too, no scaling; the first one is recorded.
+        with dl.scope():
+            dl.declare(INT, "zero", f"a{k}{k} == {dl.float_literal(0.0)}")
+            dl.assign("info", dl.select("zero & (info == 0)", dl.int_operand(k + 1), "info"))
+            for i in range(k + 1, n):
+                dl.assign(f"a{i}{k}", dl.select("zero", f"a{i}{k}", dl.div(f"a{i}{k}", f"a{k}{k}")))
+        for i in range(k + 1, n):
+            for j in range(k + 1, n):
+                dl.assign(f"a{i}{j}", f"a{i}{j} - a{i}{k} * a{k}{j}")
+
+
+def emit_solve_vector(dl: Dialect, n: int) -> None:
+    """getrs for one right-hand side x0..x{n-1} in place (small_solve_vector)."""
+    for k in range(n - 1):
+        for i in range(k + 1, n):
+            with dl.scope():
+                dl.declare(INT, "sw", f"p{k} == {i}")
+                dl.declare(FLOAT, "up", f"x{k}")
+                dl.assign(f"x{k}", dl.select("sw", f"x{i}", "up"))
+                dl.assign(f"x{i}", dl.select("sw", "up", f"x{i}"))
+    for k in range(n):
+        for i in range(k + 1, n):
+            dl.assign(f"x{i}", f"x{i} - a{i}{k} * x{k}")
+    for k in range(n - 1, -1, -1):
+        dl.assign(f"x{k}", dl.div(f"x{k}", f"a{k}{k}"))
+        for i in range(k):
+            dl.assign(f"x{i}", f"x{i} - a{i}{k} * x{k}")
+
+
+def emit_inverse(dl: Dialect, n: int, store_column: Callable[[int], None]) -> None:
+    """The inverse column by column: x0..x{n-1} = column j of the identity, solved, then
+    ``store_column(j)`` (which writes the statements that keep x)."""
+    for j in range(n):
+        with dl.scope():
+            for i in range(n):
+                dl.declare(FLOAT, f"x{i}", dl.full(FLOAT, 1.0 if i == j else 0.0))
+            emit_solve_vector(dl, n)
+            store_column(j)
+
+
+def emit_perm_sign(dl: Dialect, n: int) -> None:
+    """sgn = (-1)^(number of row interchanges), in the matrix dtype (small_perm_sign)."""
+    dl.declare(FLOAT, "sgn", dl.full(FLOAT, 1.0))
+    for k in range(n - 1):
+        dl.assign("sgn", dl.select(f"p{k} != {k}", "-sgn", "sgn"))
+
+
+def emit_det(dl: Dialect, n: int) -> str:
+    """d = product of U's diagonal, sgn = the permutation sign; returns the determinant's
+    expression (d * sgn)."""
+    dl.declare(FLOAT, "d", "a00")
+    for k in range(1, n):
+        dl.assign("d", f"d * a{k}{k}")
+    emit_perm_sign(dl, n)
+    return "d * sgn"
+
+
+def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
+    """The loop of small_slogdet over U's diagonal, after the caller declared the sign ``s``
+    (from :func:`emit_perm_sign`) and the sum ``logabs`` = 0: logabs += log|u_kk|, s = 0 for a
+    zero pivot, else s * unit(u_kk)."""
+    for k in range(n):
+        dl.add_log(logabs, dl.abs(f"a{k}{k}"))
+        is_zero = f"a{k}{k} == {dl.float_literal(0.0)}"
+        dl.assign(s, dl.select(is_zero, dl.float_operand(0.0), dl.mul_unit(s, f"a{k}{k}")))

@@ -1,0 +1,569 @@
+"""Batched inverse, determinant and solve for n <= 4 (camera geometry), in one pass over the batch:
+the choice of path and the entry points.
+
+Camera-geometry code inverts millions of 2x2 / 3x3 / 4x4 matrices per step (poses, intrinsics,
+homographies). A general LU pays per-matrix overhead; this module computes the same LAPACK-style
+factorisation for the whole batch at once:
+
+- metal backend: one launch of ``metal/linalg/small_inverse.metal`` per op, one thread per matrix,
+  the matrix in registers;
+- torch backend on CPU, float32: generated SIMD C++ kernels (:mod:`mpslinalg.small.cpu_simd`, the
+  Metal kernel's arithmetic over blocks of 8 matrices, one vector instruction per operation for
+  the whole block, bit-identical to the emulator path below) on torch's intra-op threads;
+  needs a C++ compiler;
+- torch backend on CPU, complex64 (or float32 if the SIMD library fails to build): the same
+  Metal kernels compiled for the CPU by :mod:`mpslinalg.emulator` (a matrix per lane, in
+  registers), one launch run on torch's intra-op threads; needs a C++ compiler;
+- torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
+  (:mod:`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per lane);
+- torch backend otherwise (complex on CUDA, float64/complex128 on CPU, no compiler): the batch in
+  structure-of-arrays layout ``(n, width, batch)`` and the same unrolled elimination written as
+  whole-batch tensor ops (no Python loop over the batch).
+
+Both follow LAPACK ``getrf`` + ``getrs``: partial pivoting with pivot = argmax |a| (complex:
+|re| + |im|, like ``icamax``), lowest row on ties, elimination carried on past a zero pivot,
+which is recorded in ``info`` (1-based index of the first zero pivot, 0 = ok); the inverse is
+the solution of ``A X = I`` (forward elimination, then column-oriented back substitution like
+``trsm``). So results, ``info`` and error semantics match the general LU path.
+
+The public API (``mpslinalg.inv``/``det``/``solve``...) validates, broadcasts, casts and calls
+these functions when :func:`use_small_path` says so; they only compute (forward only, no host
+synchronisation, inputs never modified).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+
+import torch
+
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+
+#: Largest n served by the small path (the Metal kernels are instantiated for n = 1..4).
+MAX_N = 4
+
+#: Metal source of the kernels.
+_SOURCE = "linalg/small_inverse.metal"
+
+#: Threads per threadgroup of the one-thread-per-matrix kernels.
+_GROUP = 256
+
+#: Matrices per chunk on CPU (see _chunks): 131072 4x4 float32 systems with identity right-hand
+#: sides are 16 MiB of workspace, which L3 holds through the elimination; smaller chunks pay
+#: more per-op dispatch than they save (measured: 8192-65536 at batch 1e5 and 1e6).
+_CPU_CHUNK = 131072
+
+#: Largest work buffer kept between calls on CPU (see _buffer): covers batch 1e5 at n = 4 while
+#: bounding what an idle thread holds (a few buffers of at most this size).
+_SCRATCH_MAX_BYTES = 16 << 20
+
+#: Smallest batch for which the torch fast path beats torch.linalg, per device type and n
+#: (measured with benchmarks/bench_small_inverse.py, results in benchmarks/results/: the
+#: tensor-op path issues a fixed number of whole-batch tensor ops, ~70-90 for n = 4, so below
+#: these sizes per-op dispatch costs more than LAPACK's / cuSOLVER's per-matrix work). Chosen on
+#: the safe side of the measured crossovers so the small path is never the slower one. n = 1 and
+#: device types not listed always use torch.linalg.
+#: "cuda": the fused Triton kernel (float32/float64 with triton installed). ESTIMATES, not yet
+#: measured: one launch (~20-40 us of host time) against ~100-130 us for torch.linalg.inv at
+#: every batch size on the H200 (benchmarks/results/small_inverse.md), so the kernel should win
+#: from batch 1; 64 leaves a margin until the bench confirms it.
+#: "cuda-soa": the tensor-op path on CUDA (complex, or no triton), measured.
+#: "cpu-simd": the SIMD CPU kernels (float32, :mod:`mpslinalg.small.cpu_simd`), measured with 2
+#: threads through the public API: the kernel alone beats torch.linalg from batch 16 (11 us
+#: against 14-17 us), but the custom op that carries the small path's autograd costs ~15 us
+#: more per call than the direct torch.linalg call, which is recovered from batch 256 (n = 2)
+#: and 128 (n = 3, 4).
+_TORCH_MIN_BATCH = {
+    "cpu": {2: 4096, 3: 8192, 4: 65536},
+    "cpu-simd": {2: 256, 3: 128, 4: 128},
+    "cuda": {2: 64, 3: 64, 4: 64},
+    "cuda-soa": {2: 786432, 3: 524288, 4: 786432},
+}
+
+
+def _batch_numel(A: torch.Tensor) -> int:
+    b = 1
+    for s in A.shape[:-2]:
+        b *= s
+    return b
+
+
+#: Fewest matrices for which the torch backend may take the small path on any device.
+MIN_TORCH_BATCH = min(min(limits.values()) for limits in _TORCH_MIN_BATCH.values())
+
+
+def may_use_small_path(A: torch.Tensor) -> bool:
+    """A cheap necessary condition of :func:`use_small_path` on the torch backend (the public
+    functions' fast path asks it on every call)."""
+    shape = A.shape
+    return len(shape) > 2 and shape[-1] <= MAX_N and A.numel() >= MIN_TORCH_BATCH * shape[-1] ** 2
+
+
+def use_small_path(A: torch.Tensor, backend: str | None = None) -> bool:
+    """True when the small path should compute ``A``'s inverse, solve or determinant on
+    ``backend`` (default: the one in force; square, 1 <= n <= 4; on the torch backend only
+    where it is measured to beat torch.linalg for this device and batch)."""
+    if A.dim() < 2 or A.shape[-1] != A.shape[-2] or not 1 <= A.shape[-1] <= MAX_N:
+        return False
+    if backend is None:
+        backend = resolve_backend(A.device, "inv")
+    if backend == "metal":
+        return A.dtype in (torch.float32, torch.complex64)
+    if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        return False
+    device = A.device.type
+    if device == "cuda" and _triton_module(A) is None:
+        device = "cuda-soa"
+    elif device == "cpu" and _simd_cpu(A) is not None:
+        device = "cpu-simd"
+    limit = _TORCH_MIN_BATCH.get(device, {}).get(A.shape[-1])
+    return limit is not None and _batch_numel(A) >= limit
+
+
+@functools.cache
+def _import_triton_kernels():
+    """mpslinalg.small.triton_kernels, or None when triton is not installed (or fails to import)."""
+    try:
+        from . import triton_kernels as _small_triton
+    except ImportError:
+        return None
+    return _small_triton
+
+
+def _triton_module(A: torch.Tensor):
+    """The fused Triton kernels when they serve ``A`` (a CUDA float32/float64 tensor, triton
+    importable), else None. Complex dtypes stay on the tensor-op path (Triton has no complex
+    type)."""
+    if A.device.type != "cuda" or A.dtype not in (torch.float32, torch.float64):
+        return None
+    return _import_triton_kernels()
+
+
+def torch_path(A: torch.Tensor) -> str:
+    """Which implementation the small_* functions run for ``A`` (for benchmarks and logs):
+    "metal kernel", "simd kernel on CPU" (:mod:`mpslinalg.small.cpu_simd`), "metal kernel on CPU"
+    (emulator), "triton" (fused CUDA kernel) or "tensor ops" (the structure-of-arrays path)."""
+    if resolve_backend(A.device, "inv_ex") == "metal":
+        return "metal kernel"
+    if _simd_cpu(A) is not None:
+        return "simd kernel on CPU"
+    if _cpu_kernel_threads(A):
+        return "metal kernel on CPU"
+    if _triton_module(A) is not None:
+        return "triton"
+    return "tensor ops"
+
+
+# ------------------------------------------------------------------------------ torch backend
+
+class _Scratch(threading.local):
+    """Per-thread CPU work buffers kept between calls. Freshly allocated multi-megabyte buffers
+    cost a page fault per 4 KiB on first touch, which measured 25-60 % of the CPU path's time at
+    batch 1e5; the small path's ~20 temporaries are therefore reused (never returned to the
+    caller: outputs are always fresh tensors)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+
+_scratch = _Scratch()
+
+
+def _buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """An uninitialised work tensor: reused per (name, dtype) and thread on CPU, fresh elsewhere
+    (accelerators have caching allocators) or when larger than _SCRATCH_MAX_BYTES."""
+    numel = math.prod(shape)
+    size = numel * torch.empty(0, dtype=dtype).element_size()
+    if device.type != "cpu" or size > _SCRATCH_MAX_BYTES:
+        return torch.empty(shape, dtype=dtype, device=device)
+    buf = _scratch.buffers.get((name, dtype))
+    if buf is None or buf.numel() < numel:
+        buf = _scratch.buffers[(name, dtype)] = torch.empty(numel, dtype=dtype)
+    return buf[:numel].view(shape)
+
+
+def _abs1_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """|re| + |im| for complex (LAPACK's pivot measure), |x| for real, written into ``out``."""
+    if x.is_complex():
+        parts = torch.abs(torch.view_as_real(x),
+                          out=_buffer("abs1", (*x.shape, 2), out.dtype, x.device))
+        return torch.sum(parts, -1, out=out)
+    return torch.abs(x, out=out)
+
+
+def _abs1(x: torch.Tensor) -> torch.Tensor:
+    """|re| + |im| for complex (LAPACK's pivot measure), |x| for real."""
+    if x.is_complex():
+        return torch.view_as_real(x).abs().sum(-1)
+    return x.abs()
+
+
+def _workspace(A: torch.Tensor, rhs: torch.Tensor | None, m: int):
+    """The system in structure-of-arrays layout, each matrix entry a batch vector: U = A as a
+    contiguous (n, n, batch) tensor and R = the m right-hand sides (None: the identity) as
+    (n, m, batch), or None when m = 0. On CPU they are separate tensors (saves a pass over A);
+    elsewhere they are views into one (n, n + m, batch) tensor M, also returned, so that each
+    row operation is a single kernel launch. Returns (U, R, M or None)."""
+    n = A.shape[-1]
+    batch = _batch_numel(A)
+    # Copying a (batch, n*n, 1) -> (1, n*n, batch) transposed view into a contiguous tensor takes
+    # torch's fast transpose path (2-4x faster on CPU than copying a permuted (n, n, batch) view).
+    if A.device.type == "cpu":
+        U = _buffer("U", (n, n, batch), A.dtype, A.device)
+        U.view(1, n * n, batch).copy_(A.reshape(batch, n * n, 1).transpose(0, 2))
+    elif m == 0:
+        U = _transpose(A, batch, n * n).view(n, n, batch)
+        # Factored in place: never in the caller's memory.
+        if U.untyped_storage().data_ptr() == A.untyped_storage().data_ptr():
+            U = U.clone()
+    if m == 0:
+        return U, None, None
+    if A.device.type == "cpu":
+        R = torch.empty((n, m, batch), dtype=A.dtype, device=A.device)
+        M = None
+    else:
+        M = torch.empty((n, n + m, batch), dtype=A.dtype, device=A.device)
+        M[:, :n].copy_(_transpose(A, batch, n * n).view(n, n, batch))
+        U, R = M[:, :n], M[:, n:]
+    if rhs is None:
+        R.zero_()
+        for i in range(n):
+            R[i, i].fill_(1)
+    else:
+        R.copy_(_transpose(rhs, batch, n * m).view(n, m, batch))
+    return U, R, M
+
+
+def _transpose(x: torch.Tensor, batch: int, size: int) -> torch.Tensor:
+    """(*, ...) with ``size`` entries per batch element -> contiguous (size, batch)."""
+    return x.reshape(batch, size, 1).transpose(0, 2).contiguous().view(size, batch)
+
+
+#: Integer type of the same width as each dtype's real part (for exact bitwise selects).
+_BITS = {torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """The same memory as integers (complex: (..., 2) real/imag), for branch-free selects."""
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    return x.view(_BITS[x.dtype])
+
+
+def _factor(U: torch.Tensor, R: torch.Tensor | None, M: torch.Tensor | None,
+            n: int) -> torch.Tensor:
+    """Factor the workspace of :func:`_workspace` in place; returns the row-interchange count."""
+    if U.device.type == "cpu":
+        return _factor_select(U, R, n)
+    return _factor_gather(U if M is None else M, n)
+
+
+def _factor_gather(M: torch.Tensor, n: int) -> torch.Tensor:
+    """:func:`_factor_select` in fewer, larger ops for accelerators, where each op costs a kernel
+    launch: the pivot row by argmax (first maximum, like idamax) and gather, the interchange by
+    one select. (On CPU argmax over a short leading dimension and gather are slow.)"""
+    w, batch = M.shape[1], M.shape[-1]
+    swaps = torch.zeros(batch, dtype=torch.int32, device=M.device)
+    offsets = torch.arange(n, device=M.device).view(-1, 1, 1)
+    for k in range(n - 1):
+        blk = M[k:, k:]  # (n - k, w - k, batch)
+        p = torch.argmax(_abs1(blk[:, 0]), dim=0).view(1, 1, -1)
+        swaps.add_(p[0, 0] != 0)
+        pivot_row = torch.gather(blk, 0, p.expand(1, w - k, batch))
+        # The row that held the pivot receives the old row k, the others stay.
+        torch.where(p == offsets[1:n - k], blk[:1], blk[1:], out=blk[1:])
+        blk[:1].copy_(pivot_row)
+        _eliminate(M, k)
+    return swaps
+
+
+def _eliminate(M: torch.Tensor, k: int, R: torch.Tensor | None = None) -> None:
+    """Step k of the elimination below the (already interchanged) pivot M[k, k], applied to the
+    columns k+1.. of M and to all columns of R."""
+    piv = M[k, k]
+    n, batch, dev = M.shape[0], M.shape[-1], M.device
+    # A zero pivot means the column below it is zero too: LAPACK skips the scaling, so the
+    # multipliers are 0, not 0/0.
+    zero = torch.eq(piv, 0, out=_buffer("zero", (batch,), torch.bool, dev))
+    safe = torch.add(piv, zero, out=_buffer("safe", (batch,), M.dtype, dev))
+    mult = torch.div(M[k + 1:, k], safe, out=_buffer("mult", (n - k - 1, batch), M.dtype, dev))
+    mult = mult.unsqueeze(1)
+    M[k + 1:, k + 1:].addcmul_(mult, M[k:k + 1, k + 1:], value=-1)
+    if R is not None:
+        R[k + 1:].addcmul_(mult, R[k:k + 1], value=-1)
+
+
+def _factor_select(M: torch.Tensor, R: torch.Tensor | None, n: int) -> torch.Tensor:
+    """Gaussian elimination with partial pivoting of the first n columns of ``M`` (n, w, batch),
+    in place; row operations act on all w columns of M and on all of R (n, m, batch) if given
+    (so the right-hand sides become L^-1 P B), the multipliers are not stored. Pivots are those
+    ``getrf`` chooses: the first row of largest |a| (complex: |re| + |im|), lowest index on
+    ties. Returns the number of row interchanges per batch element (integer)."""
+    batch, dev = M.shape[-1], M.device
+    real = M.real.dtype if M.is_complex() else M.dtype
+    ibits = _BITS[real]
+    swaps = torch.zeros(batch, dtype=ibits, device=dev)
+    for k in range(n - 1):
+        cands = n - k - 1
+        mag = _abs1_into(M[k:, k], _buffer("mag", (n - k, batch), real, dev))
+        # g[i] = 1 where row k+1+i is strictly larger than every row above it (a NaN never
+        # is); the pivot is the last such row: onehot[i] = g[i] * prod_{j > i} (1 - g[j]).
+        g = _buffer("g", (cands, batch), ibits, dev)
+        best = mag[0]
+        for i in range(cands):
+            torch.gt(mag[i + 1], best, out=g[i])
+            if i + 1 < cands:
+                best = torch.maximum(best, mag[i + 1], out=_buffer("best", (batch,), real, dev))
+        onehot = g
+        if cands > 1:
+            keep = torch.neg(g[cands - 1], out=_buffer("keep", (batch,), ibits, dev)).add_(1)
+            nxt = _buffer("next", (batch,), ibits, dev)
+            for i in range(cands - 2, -1, -1):
+                if i > 0:
+                    torch.neg(g[i], out=nxt).add_(1).mul_(keep)
+                onehot[i].mul_(keep)
+                keep, nxt = nxt, keep
+        for i in range(cands):
+            swaps.add_(onehot[i])
+        # Interchange row k with the pivot row by an exact bitwise select (xor swap under an
+        # all-ones mask): no arithmetic on the values, so Inf and NaN move like any number.
+        mask = onehot.neg_().unsqueeze(1)  # (cands, 1, batch): 0 or all bits set
+        if M.is_complex():
+            mask = mask.unsqueeze(-1)
+        for part in (M[k:, k:], None if R is None else R[k:]):
+            if part is None:
+                continue
+            rows = _bits(part)  # (n - k, width, batch[, 2])
+            diff = _buffer("diff", tuple(rows.shape[1:]), rows.dtype, dev)
+            for i in range(cands):
+                torch.bitwise_xor(rows[i + 1], rows[0], out=diff).bitwise_and_(mask[i])
+                rows[i + 1].bitwise_xor_(diff)
+                rows[0].bitwise_xor_(diff)
+        _eliminate(M, k, R)
+    return swaps
+
+
+def _back_substitute(U: torch.Tensor, R: torch.Tensor, n: int) -> torch.Tensor:
+    """Solve U X = R in place, column-oriented like LAPACK ``trsm``."""
+    for k in range(n - 1, -1, -1):
+        R[k].div_(U[k, k].unsqueeze(0))
+        if k > 0:
+            R[:k].addcmul_(U[:k, k].unsqueeze(1), R[k].unsqueeze(0), value=-1)
+    return R
+
+
+def _diag(M: torch.Tensor) -> list[torch.Tensor]:
+    return [M[k, k] for k in range(M.shape[0])]
+
+
+def _info(diag: list[torch.Tensor]) -> torch.Tensor:
+    """1-based index of the first zero pivot, 0 when none (int32, per batch element)."""
+    batch, dev = diag[0].shape[0], diag[0].device
+    info = torch.zeros(batch, dtype=torch.int32, device=dev)
+    zero = _buffer("zero", (batch,), torch.bool, dev)
+    for k in range(len(diag) - 1, -1, -1):
+        info.masked_fill_(torch.eq(diag[k], 0, out=zero), k + 1)
+    return info
+
+
+def _perm_sign(swaps: torch.Tensor, dtype) -> torch.Tensor:
+    """(-1)^(number of row interchanges)."""
+    return (1 - 2 * (swaps & 1)).to(dtype)
+
+
+def _chunks(U: torch.Tensor) -> list[slice]:
+    """Batch ranges processed one after the other: on CPU, chunks whose workspace stays in cache
+    across the ~100 passes of the elimination (a fixed number of chunks per call, not a loop
+    over matrices); elsewhere the whole batch at once."""
+    batch = U.shape[-1]
+    step = _CPU_CHUNK if U.device.type == "cpu" else max(batch, 1)
+    return [slice(start, min(start + step, batch)) for start in range(0, batch, step)]
+
+
+def _torch_solve(A: torch.Tensor, B: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    n = A.shape[-1]
+    batch_shape = A.shape[:-2]
+    batch = _batch_numel(A)
+    m = n if B is None else B.shape[-1]
+    U, R, M = _workspace(A, B, m)
+    info = torch.empty(batch, dtype=torch.int32, device=A.device)
+    for part in _chunks(U):
+        Uc = U[..., part]
+        Rc = None if R is None else R[..., part]
+        _factor(Uc, Rc, None if M is None else M[..., part], n)
+        info[part] = _info(_diag(Uc))
+        if Rc is not None:
+            _back_substitute(Uc, Rc, n)
+    if R is None:  # no right-hand sides: only info
+        R = torch.empty((n, 0, batch), dtype=A.dtype, device=A.device)
+    # (n, m, batch) -> (batch, n, m): returned as a view (batch-innermost strides) rather than
+    # paying for a transposing copy.
+    X = R.permute(2, 0, 1)
+    return X.reshape(*batch_shape, n, m), info.reshape(batch_shape)
+
+
+def _torch_lu_diag(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The diagonal of U (batch, n) and the permutation sign (batch,)."""
+    n = A.shape[-1]
+    U, _, _ = _workspace(A, None, 0)
+    swaps = torch.empty(U.shape[-1], dtype=torch.int64, device=A.device)
+    for part in _chunks(U):
+        swaps[part] = _factor(U[..., part], None, None, n)
+    return torch.diagonal(U, dim1=0, dim2=1), _perm_sign(swaps, A.dtype)
+
+
+def _torch_det(A: torch.Tensor) -> torch.Tensor:
+    diag, sign = _torch_lu_diag(A)
+    return (diag.prod(-1) * sign).reshape(A.shape[:-2])
+
+
+def _torch_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    diag, sign = _torch_lu_diag(A)
+    sign = torch.sgn(diag).prod(-1) * sign  # sgn(0) = 0: singular -> sign 0
+    logabs = diag.abs().log().sum(-1)  # log 0 = -inf: singular -> -inf
+    return sign.reshape(A.shape[:-2]), logabs.reshape(A.shape[:-2])
+
+
+# ------------------------------------------------------------------------------ metal backend
+
+def _metal_run(op: str, fn: str, A: torch.Tensor, tensors: list[torch.Tensor],
+               scalars: tuple[int, ...] = (), cpu_threads: int | None = None) -> None:
+    """One launch of ``<op>_<dtype>_n<N>`` over the batch of A: thread t handles matrix t.
+    Kernel arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``.
+    ``cpu_threads`` (the emulator only) bounds the OS threads running the launch."""
+    from .._core.copy import contiguous
+
+    batch = _batch_numel(A)
+    if batch == 0:
+        return
+    kern = _metal.kernel(_SOURCE, op, A.dtype, A.device, fn=fn, n=A.shape[-1])
+    extra = {} if cpu_threads is None else {"cpu_threads": cpu_threads}
+    kern(*(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
+         threads=batch, group_size=min(_GROUP, batch), **extra)
+
+
+def _metal_inv(A: torch.Tensor, cpu_threads: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    X = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
+    _metal_run("small_inv", "inv_ex", A, [X, info], cpu_threads=cpu_threads)
+    return X, info
+
+
+def _metal_solve(A: torch.Tensor, B: torch.Tensor, cpu_threads: int | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    X = torch.empty(B.shape, dtype=A.dtype, device=A.device)
+    info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
+    _metal_run("small_solve", "solve_ex", A, [B, X, info], (B.shape[-1],), cpu_threads=cpu_threads)
+    return X, info
+
+
+def _metal_det(A: torch.Tensor, cpu_threads: int | None = None) -> torch.Tensor:
+    det = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
+    _metal_run("small_det", "det", A, [det], cpu_threads=cpu_threads)
+    return det
+
+
+def _metal_slogdet(A: torch.Tensor, cpu_threads: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    sign = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
+    logabs = torch.empty(A.shape[:-2], dtype=torch.float32, device=A.device)
+    _metal_run("small_slogdet", "slogdet", A, [sign, logabs], cpu_threads=cpu_threads)
+    return sign, logabs
+
+
+# ------------------------------------------------------------------ torch backend, CPU kernel
+
+@functools.cache
+def _have_cxx() -> bool:
+    from ..emulator import find_compiler
+
+    return find_compiler() is not None
+
+
+def _cpu_kernel_threads(A: torch.Tensor) -> int:
+    """CPU threads for running the Metal kernel itself on the CPU for the torch backend (0: use
+    the tensor-op path): torch's intra-op thread count, as torch.linalg would use. The kernel,
+    compiled for the CPU by mpslinalg.emulator, keeps each matrix in registers like on the GPU,
+    which no sequence of whole-batch tensor ops can; it needs float32/complex64 (Metal has no
+    64-bit float) and a C++ compiler."""
+    if A.device.type != "cpu" or A.dtype not in (torch.float32, torch.complex64):
+        return 0
+    if not _have_cxx():
+        return 0
+    return torch.get_num_threads()
+
+
+@functools.cache
+def _import_simd_kernels():
+    """mpslinalg.small.cpu_simd when its library builds and loads here, else None."""
+    from . import cpu_simd as _small_cpu
+
+    return _small_cpu if _small_cpu.available() else None
+
+
+def _simd_cpu(A: torch.Tensor):
+    """The SIMD CPU kernels when they serve ``A`` on the torch backend (CPU float32, a C++
+    compiler), else None: measured 7x faster than the emulator-compiled Metal kernel at
+    (1e5, 4, 4) with 2 threads, bit-identical to it (benchmarks/results/small_inverse.md)."""
+    if A.device.type != "cpu" or A.dtype != torch.float32 or not _have_cxx():
+        return None
+    return _import_simd_kernels()
+
+
+# ------------------------------------------------------------------------------ entry points
+
+def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based)."""
+    if resolve_backend(A.device, "inv_ex") == "metal":
+        return _metal_inv(A)
+    if simd := _simd_cpu(A):
+        return simd.small_inv_ex(A, torch.get_num_threads())
+    if threads := _cpu_kernel_threads(A):
+        return _metal_inv(A, threads)
+    if tri := _triton_module(A):
+        return tri.small_inv_ex(A)
+    return _torch_solve(A, None)
+
+
+def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape."""
+    if resolve_backend(A.device, "solve_ex") == "metal":
+        return _metal_solve(A, B)
+    if simd := _simd_cpu(A):
+        return simd.small_solve_ex(A, B, torch.get_num_threads())
+    if threads := _cpu_kernel_threads(A):
+        return _metal_solve(A, B, threads)
+    if tri := _triton_module(A):
+        return tri.small_solve_ex(A, B)
+    return _torch_solve(A, B)
+
+
+def small_det(A: torch.Tensor) -> torch.Tensor:
+    """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
+    if resolve_backend(A.device, "det") == "metal":
+        return _metal_det(A)
+    if simd := _simd_cpu(A):
+        return simd.small_det(A, torch.get_num_threads())
+    if threads := _cpu_kernel_threads(A):
+        return _metal_det(A, threads)
+    if tri := _triton_module(A):
+        return tri.small_det(A)
+    return _torch_det(A)
+
+
+def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf)."""
+    if resolve_backend(A.device, "slogdet") == "metal":
+        return _metal_slogdet(A)
+    if simd := _simd_cpu(A):
+        return simd.small_slogdet(A, torch.get_num_threads())
+    if threads := _cpu_kernel_threads(A):
+        return _metal_slogdet(A, threads)
+    if tri := _triton_module(A):
+        return tri.small_slogdet(A)
+    return _torch_slogdet(A)

@@ -1,0 +1,378 @@
+"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet in
+exactly one launch per op, the matrices held in registers.
+
+The arithmetic is that of ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``), so
+results, ``info`` and error semantics match the Metal kernel and the tensor-op path of
+:mod:`mpslinalg.small.dispatch`:
+
+- pivot = the first row of largest |a| in the column (strict ``>`` keeps the lowest row on ties
+  and never selects a NaN), rows interchanged in full (L part included) by selects;
+- a zero pivot skips the scaling of the column below it (multipliers stay 0), elimination goes
+  on, ``info`` = 1-based index of the first zero pivot (0 = ok);
+- solve: the row interchanges, unit-lower forward substitution, then column-oriented back
+  substitution like ``trsm``; the inverse is the solution of ``A X = I``;
+- det = product of U's diagonal times (-1)^(interchanges); slogdet = (sign, sum of log|u_kk|),
+  (0, -inf) when singular.
+
+Each program handles ``BLOCK`` consecutive matrices, one per lane. Triton has no per-lane
+arrays, so the kernels are written out as straight-line code: for every (op, n) the generator
+of :mod:`mpslinalg.small.codegen` (shared with :mod:`mpslinalg.small.cpu_simd`; its Triton dialect
+is :class:`_Triton` below) emits one scalar variable per matrix entry (``a12`` is row 1, column
+2), following the loops of the Metal kernel one for one (the same operations in the same order;
+every branch on data is a ``tl.where``). The generated source is compiled with ``triton.jit``
+(registered in :mod:`linecache` so that Triton can read it back); :func:`kernel_source` shows it.
+
+Loads and stores (``MPSLINALG_TRITON_LOAD``, read once at import; the default ``auto`` is
+``vec``): ``vec`` has each lane load its own matrix 16 bytes at a time (a ``[BLOCK, c]`` vector
+load, c = 4 float32 or 2 float64 entries of a row, split into entry vectors with ``tl.reshape``
++ ``tl.split`` inside the thread: no shared memory), the n*n/c accesses of a warp sharing their
+cache lines; ``tile`` loads the program's whole block as one perfectly coalesced ``[BLOCK, P]``
+tile (P = n*n rounded up to a power of two) and lets Triton redistribute it through shared
+memory; ``strided`` loads each entry as its own vector (stride n*n elements). n = 1 and n = 3
+(rows of 12 or 24 bytes) always use ``strided``. Compiled for sm_90 with triton 3.9: ``vec``
+gives 4 ld.global.v4 + 4 st.global.v4 per float32 4x4 inverse, 53 registers, no shared memory.
+``MPSLINALG_TRITON_BLOCK`` / ``MPSLINALG_TRITON_WARPS`` override the block size and warp count.
+
+Floating-point contraction is off (``enable_fp_fusion=False``) and float32 division is
+``tl.math.div_rn`` (Triton's ``/`` is the approximate ``div.full.f32``), so every operation
+rounds like the Metal kernel compiled for the CPU by :mod:`mpslinalg.emulator`: the results are
+bit-identical to the CPU path (checked in the interpreter by tests/test_small_triton.py).
+
+dtypes: float32 and float64. Complex inputs stay on the tensor-op path (Triton has no complex
+type; splitting re/im by hand is possible but not done here).
+
+With ``TRITON_INTERPRET=1`` in the environment before triton is imported, the same kernels run
+on CPU tensors through Triton's interpreter (numpy semantics, slow): that is how
+tests/test_small_triton.py checks them on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from . import codegen as _codegen
+
+#: dtypes served by these kernels.
+DTYPES = (torch.float32, torch.float64)
+
+#: Largest n (the Metal kernels' kSmallMaxN).
+MAX_N = 4
+
+_LOAD = os.environ.get("MPSLINALG_TRITON_LOAD", "auto")
+if _LOAD not in ("auto", "vec", "tile", "strided"):
+    raise ValueError(f"MPSLINALG_TRITON_LOAD: auto, vec, tile or strided, not {_LOAD!r}")
+#: Matrices per program: one per lane with 4 warps (registers: ~40 live values per matrix for
+#: n = 4 in float32, twice that in float64).
+_BLOCK = int(os.environ.get("MPSLINALG_TRITON_BLOCK", "128"))
+_WARPS = int(os.environ.get("MPSLINALG_TRITON_WARPS", "4"))
+
+_OPS = ("inv", "solve", "det", "slogdet")
+
+
+# ------------------------------------------------------------------------------ code generation
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+
+def _tile_width(n: int) -> int:
+    return 1 << max(0, (n * n - 1).bit_length())
+
+
+def _mode(n: int, load: str) -> str:
+    """The load/store layout used for n (see the module docstring): "vec" needs a power-of-two
+    row length, "tile" does not vectorise for n = 3 (rows of 36 bytes)."""
+    if load == "auto":
+        load = "vec"
+    if n == 1 or (load in ("vec", "tile") and n == 3):
+        return "strided"
+    return load
+
+
+def _chunk(n: int, dtype: str) -> int:
+    """Entries per vector access in "vec" mode: 16 bytes at most (the widest global access)."""
+    return min(n, 4 if dtype == "float32" else 2)
+
+
+def _emit_split(w: _Writer, t: str, bits: int) -> dict[int, str]:
+    """Split ``t`` ([BLOCK, 2 * bits]) into its 2**bits vectors: {flat index: name}. Each split
+    takes the last dimension, i.e. the lowest remaining bit of the flat index."""
+    names = {0: t}
+    for bit in range(bits):
+        nxt = {}
+        for idx, name in names.items():
+            lo, hi = f"{name}_0", f"{name}_1"
+            w(f"{lo}, {hi} = tl.split({name})")
+            nxt[idx], nxt[idx | (1 << bit)] = lo, hi
+        names = nxt
+    return names
+
+
+def _emit_join(w: _Writer, names: dict[int, str], bits: int, prefix: str) -> str:
+    """Join 2**bits vectors {flat index: name} into one [BLOCK, 2, ..., 2] tensor whose
+    dimensions read in row-major order (so: the highest bit first)."""
+    for bit in range(bits - 1, -1, -1):
+        nxt = {}
+        for idx in sorted(names):
+            if not idx & (1 << bit):
+                name = f"{prefix}{bit}_{idx}"
+                w(f"{name} = tl.join({names[idx]}, {names[idx | (1 << bit)]})")
+                nxt[idx] = name
+        names = nxt
+    return names[0]
+
+
+def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int) -> None:
+    """a{i}{j} = entry (i, j) of this program's matrices in ``ptr`` (contiguous (batch, n, n))."""
+    nn, mode = n * n, _mode(n, load)
+    if mode == "strided":
+        for i in range(n):
+            for j in range(n):
+                w(f"a{i}{j} = tl.load({ptr} + rows * {nn} + {i * n + j}, mask=live, other=0.0)")
+    elif mode == "vec":
+        # Each thread loads its own matrix, c entries of a row at a time (one vector access).
+        bits = c.bit_length() - 1
+        w(f"cols = tl.arange(0, {c})")
+        for start in range(0, nn, c):
+            i, j0 = divmod(start, n)
+            w(f"t = tl.load({ptr} + rows[:, None] * {nn} + ({start} + cols[None, :]), "
+              f"mask=live[:, None], other=0.0)")
+            w(f"t{start} = tl.reshape(t, [BLOCK{', 2' * bits}])")
+            for j, name in _emit_split(w, f"t{start}", bits).items():
+                w(f"a{i}{j0 + j} = {name}")
+    else:
+        p = _tile_width(n)
+        bits = p.bit_length() - 1
+        w(f"cols = tl.arange(0, {p})")
+        mask = "live[:, None]" + ("" if p == nn else f" & (cols[None, :] < {nn})")
+        w(f"t = tl.load({ptr} + rows[:, None] * {nn} + cols[None, :], mask={mask}, other=0.0)")
+        w(f"t = tl.reshape(t, [BLOCK{', 2' * bits}])")
+        names = _emit_split(w, "t", bits)
+        for i in range(n):
+            for j in range(n):
+                w(f"a{i}{j} = {names[i * n + j]}")
+
+
+def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
+                c: int) -> None:
+    """Store values[i * n + j] as entry (i, j) of this program's matrices in ``ptr``."""
+    nn, mode = n * n, _mode(n, load)
+    if mode == "strided":
+        for idx in range(nn):
+            w(f"tl.store({ptr} + rows * {nn} + {idx}, {values[idx]}, mask=live)")
+    elif mode == "vec":
+        bits = c.bit_length() - 1
+        w(f"cols = tl.arange(0, {c})")
+        for start in range(0, nn, c):
+            t = _emit_join(w, {j: values[start + j] for j in range(c)}, bits, f"o{start}_")
+            w(f"t = tl.reshape({t}, [BLOCK, {c}])")
+            w(f"tl.store({ptr} + rows[:, None] * {nn} + ({start} + cols[None, :]), t, "
+              f"mask=live[:, None])")
+    else:
+        p = _tile_width(n)
+        bits = p.bit_length() - 1
+        if p > nn:
+            w(f"pad = tl.zeros([BLOCK], {ptr}.dtype.element_ty)")
+        t = _emit_join(w, {idx: values.get(idx, "pad") for idx in range(p)}, bits, "o")
+        w(f"t = tl.reshape({t}, [BLOCK, {p}])")
+        w(f"cols = tl.arange(0, {p})")
+        mask = "live[:, None]" + ("" if p == nn else f" & (cols[None, :] < {nn})")
+        w(f"tl.store({ptr} + rows[:, None] * {nn} + cols[None, :], t, mask={mask})")
+
+
+class _Triton(_codegen.Dialect):
+    """Triton syntax for :mod:`mpslinalg.small.codegen`: plain assignments (no declarations,
+    no scopes), ``tl.where`` selects on [BLOCK] vectors of ``dtype``."""
+
+    def __init__(self, w: _Writer, dtype: str) -> None:
+        self.w, self.dtype = w, dtype
+
+    def declare(self, kind: str, name: str, expr: str) -> None:
+        self.w(f"{name} = {expr}")
+
+    def assign(self, name: str, expr: str) -> None:
+        self.w(f"{name} = {expr}")
+
+    def add_log(self, acc: str, x: str) -> None:
+        self.w(f"{acc} = {acc} + tl.log({x})")
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"tl.where({cond}, {a}, {b})"
+
+    def abs(self, x: str) -> str:
+        return f"tl.abs({x})"
+
+    def div(self, a: str, b: str) -> str:
+        # IEEE division: Triton's '/' on float32 is div.full.f32 (approximate, 2 ulp) on NVIDIA.
+        return f"tl.math.div_rn({a}, {b})" if self.dtype == "float32" else f"{a} / {b}"
+
+    def full(self, kind: str, value: float) -> str:
+        ty = "tl.int32" if kind == _codegen.INT else "A.dtype.element_ty"
+        return f"tl.full([BLOCK], {value!r}, {ty})"
+
+    def int_operand(self, value: int) -> str:
+        return str(value)
+
+    def float_operand(self, value: float) -> str:
+        return repr(float(value))
+
+    def float_literal(self, value: float) -> str:
+        return f"{value:g}"
+
+    def mul_unit(self, s: str, d: str) -> str:
+        # A select of s or -s: the bits of the product, s being +-1 or +-0.
+        return self.select(f"{d} > {self.float_literal(0.0)}", s, f"-{s}")
+
+
+def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
+    """(function name, source) of the kernel for ``op``, ``n``, ``dtype`` ("float32" or
+    "float64") and the ``load`` layout."""
+    args = {
+        "inv": "A, X, INFO, batch",
+        "solve": "A, B, X, INFO, batch, nrhs",
+        "det": "A, DET, batch",
+        "slogdet": "A, SIGN, LOGABS, batch",
+    }[op]
+    name = f"small_{op}_n{n}_{dtype}_{_mode(n, load)}"
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", n, load, _chunk(n, dtype))
+    _codegen.emit_factor(dl, n)
+    if op == "inv":
+        out = {}
+
+        def keep(j: int) -> None:
+            for i in range(n):
+                w(f"r{i}{j} = x{i}")
+                out[i * n + j] = f"r{i}{j}"
+
+        _codegen.emit_inverse(dl, n, keep)
+        _emit_store(w, "X", out, n, load, _chunk(n, dtype))
+        w("tl.store(INFO + rows, info, mask=live)")
+    elif op == "solve":
+        w(f"base = rows * {n} * nrhs")
+        w("for j in range(0, nrhs):")
+        inner = _Writer()
+        for i in range(n):
+            inner(f"x{i} = tl.load(B + base + {i} * nrhs + j, mask=live, other=0.0)")
+        _codegen.emit_solve_vector(_Triton(inner, dtype), n)
+        for i in range(n):
+            inner(f"tl.store(X + base + {i} * nrhs + j, x{i}, mask=live)")
+        w.lines += ["    " + line for line in inner.lines]
+        w("tl.store(INFO + rows, info, mask=live)")
+    elif op == "det":
+        det = _codegen.emit_det(dl, n)
+        w(f"tl.store(DET + rows, {det}, mask=live)")
+    else:
+        _codegen.emit_perm_sign(dl, n)
+        w("logabs = tl.zeros([BLOCK], LOGABS.dtype.element_ty)")
+        _codegen.emit_slogdet(dl, n, "sgn", "logabs")
+        w("tl.store(SIGN + rows, sgn, mask=live)")
+        w("tl.store(LOGABS + rows, logabs, mask=live)")
+    head = f"def {name}({args}, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def kernel_source(op: str, n: int, dtype: str = "float32", load: str | None = None) -> str:
+    """The generated Triton source of the ``op`` kernel for n x n matrices (for reading)."""
+    return _source(op, n, dtype, load or _LOAD)[1]
+
+
+@functools.cache
+def _function(op: str, n: int, dtype: str, load: str):
+    """The plain Python function of the generated kernel, its source registered in linecache
+    (Triton's JIT and interpreter read kernels back with ``inspect.getsource``)."""
+    name, src = _source(op, n, dtype, load)
+    filename = f"<mpslinalg-small-triton-{name}>"
+    lines = src.splitlines(keepends=True)
+    # mtime None: linecache.checkcache keeps the entry although no such file exists.
+    linecache.cache[filename] = (len(src), None, lines, filename)
+    scope = {"tl": tl, "triton": triton, "__name__": __name__}
+    exec(compile(src, filename, "exec"), scope)
+    return scope[name]
+
+
+@functools.cache
+def _kernel(op: str, n: int, dtype: str, load: str):
+    # Under TRITON_INTERPRET=1 (set before triton is imported) triton.jit gives the interpreter.
+    no_spec = ["batch", "nrhs"] if op == "solve" else ["batch"]
+    return triton.jit(_function(op, n, dtype, load), do_not_specialize=no_spec)
+
+
+# ------------------------------------------------------------------------------ entry points
+
+def supports(A: torch.Tensor) -> bool:
+    """Whether these kernels serve ``A`` (dtype and n; the caller checks the device)."""
+    return A.dtype in DTYPES and A.dim() >= 2 and 1 <= A.shape[-1] == A.shape[-2] <= MAX_N
+
+
+def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    n = A.shape[-1]
+    batch = 1
+    for s in A.shape[:-2]:
+        batch *= s
+    # The kernels read raw memory: contiguous, and no lazy negation (inputs are never modified).
+    return A.resolve_neg().contiguous(), n, batch
+
+
+def _launch(op: str, n: int, batch: int, *args, extra: tuple[int, ...] = ()) -> None:
+    """One launch of the ``op`` kernel over ``batch`` matrices: args (tensors), batch, extra."""
+    if batch == 0:
+        return
+    A = args[0]
+    kern = _kernel(op, n, str(A.dtype).removeprefix("torch."), _LOAD)
+    grid = (triton.cdiv(batch, _BLOCK),)
+    if A.device.type == "cpu":  # Triton's interpreter (TRITON_INTERPRET=1), for tests
+        kern[grid](*args, batch, *extra, BLOCK=_BLOCK)
+        return
+    with torch.cuda.device(A.device):
+        kern[grid](*args, batch, *extra, BLOCK=_BLOCK, num_warps=_WARPS,
+                   enable_fp_fusion=False)
+
+
+def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inverse, info) of A (*, n, n): one launch."""
+    A, n, batch = _prepare(A)
+    X = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
+    _launch("inv", n, batch, A, X, info)
+    return X, info
+
+
+def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape: one launch."""
+    A, n, batch = _prepare(A)
+    B = B.to(A.dtype).resolve_neg().contiguous()
+    X = torch.empty(B.shape, dtype=A.dtype, device=A.device)
+    info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
+    _launch("solve", n, batch, A, B, X, info, extra=(B.shape[-1],))
+    return X, info
+
+
+def small_det(A: torch.Tensor) -> torch.Tensor:
+    """det(A) for A (*, n, n): one launch."""
+    A, n, batch = _prepare(A)
+    det = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
+    _launch("det", n, batch, A, det)
+    return det
+
+
+def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sign, log|det|) for A (*, n, n): one launch; singular gives (0, -inf)."""
+    A, n, batch = _prepare(A)
+    sign = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
+    logabs = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
+    _launch("slogdet", n, batch, A, sign, logabs)
+    return sign, logabs

@@ -1,0 +1,326 @@
+"""Kernel-level tests of the LU kernels (metal/linalg/lu.metal, triangular.metal) through their
+host dispatch (mpslinalg/_lu_metal.py): on CPU tensors (the emulator) and, when present, on MPS.
+
+The public ops (mpslinalg.lu_factor, solve, ...) are tested in their own files; here the
+factorization is compared with LAPACK's getrf (SciPy) element for element where LAPACK's result is
+determined (pivots, info) and by LAPACK's test ratios where rounding may differ.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+
+from mpslinalg import emulator
+from mpslinalg.linalg import lu_metal as _lu_metal
+from mpslinalg._core import metal as _metal
+
+from mpslinalg.testing import (
+    THRESH,
+    count_host_syncs,
+    lu_ratio,
+    matrix_with_spread,
+    random_matrix,
+    singular_matrix,
+    solve_ratio,
+    wide,
+)
+
+DEVICES = ["cpu"] + (["mps"] if torch.backends.mps.is_available() else [])
+DTYPES = [torch.float32, torch.complex64]
+SIZES = [0, 1, 2, 31, 32, 33, 127, 128, 129, 200]
+
+
+# ---------------------------------------------------------------- references and helpers
+
+def lapack_getrf(A: torch.Tensor):
+    """SciPy's getrf in A's own precision (sgetrf / cgetrf) per batch element: 1-based pivots
+    (*, min(m, n)) and info (*) as numpy arrays."""
+    a = A.detach().cpu().numpy()
+    batch = a.shape[:-2]
+    k = min(a.shape[-2:])
+    piv = np.zeros((*batch, k), dtype=np.int64)
+    info = np.zeros(batch, dtype=np.int64)
+    if k == 0:
+        return piv, info
+    for idx in np.ndindex(*batch):
+        getrf = scipy.linalg.lapack.get_lapack_funcs("getrf", (a[idx],))
+        _, p, inf = getrf(a[idx])
+        piv[idx] = p[:k] + 1
+        info[idx] = inf
+    return piv, info
+
+
+def unpack(LU: torch.Tensor, pivots: torch.Tensor):
+    """P, L, U of A = P L U, computed by torch on the CPU in float64 / complex128."""
+    return torch.lu_unpack(wide(LU), pivots.cpu())
+
+
+def factor(A: torch.Tensor, device: str):
+    LU, piv, info = _lu_metal.lu_factor_metal(A.to(device))
+    assert LU.device.type == device and LU.dtype == A.dtype and LU.shape == A.shape
+    assert piv.dtype == torch.int32 and info.dtype == torch.int32
+    assert piv.shape == (*A.shape[:-2], min(A.shape[-2:])) and info.shape == A.shape[:-2]
+    return LU.cpu(), piv.cpu(), info.cpu()
+
+
+def check_factor(A: torch.Tensor, device: str, *, pivots_like_lapack: bool = True) -> float:
+    LU, piv, info = factor(A, device)
+    P, L, U = unpack(LU, piv)
+    ratio = lu_ratio(A, P, L, U, dtype=A.dtype)
+    assert ratio < THRESH, ratio
+    ref_piv, ref_info = lapack_getrf(A)
+    if pivots_like_lapack:
+        np.testing.assert_array_equal(piv.numpy(), ref_piv)
+    np.testing.assert_array_equal(info.numpy(), ref_info)
+    return ratio
+
+
+def expected_launches(m: int, n: int) -> int:
+    kmax = min(m, n)
+    if kmax == 0:
+        return 0
+    if n <= _lu_metal.PANEL_MAX_COLS:
+        return 1
+    panels = math.ceil(kmax / _lu_metal.PANEL_WIDTH)
+    last = (panels - 1) * _lu_metal.PANEL_WIDTH + min(_lu_metal.PANEL_WIDTH,
+                                                      kmax - (panels - 1) * _lu_metal.PANEL_WIDTH)
+    has_last_update = last < m and last < n
+    return 3 * panels - (0 if has_last_update else 1)
+
+
+# ---------------------------------------------------------------- factorization
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_factor_square(n, dtype, device):
+    check_factor(random_matrix(n, dtype, seed=n), device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_factor_and_solve_large(dtype, device):
+    """n = 512: 16 panels; the solve with one right-hand side (lu_trsv) and with many."""
+    A = random_matrix(512, dtype, seed=5)
+    check_factor(A, device)
+    LU, piv, _ = _lu_metal.lu_factor_metal(A.to(device))
+    for k in (1, 40):
+        B = random_matrix(k, dtype, seed=6, m=512)
+        X = _lu_metal.lu_solve_metal(LU, piv, B.to(device))
+        assert solve_ratio(A, X.cpu(), B, dtype=dtype) < THRESH
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(50, 20), (20, 50), (300, 7), (130, 70), (70, 130), (40, 200),
+                                 (97, 96)])
+def test_factor_rectangular(m, n, dtype, device):
+    check_factor(random_matrix(n, dtype, seed=m + n, m=m), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [5, 70])
+def test_factor_batched(n, dtype, device):
+    check_factor(random_matrix(n, dtype, batch=(3, 2), seed=n), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(0, 4, 4), (2, 0, 3), (2, 3, 0), (0, 0)])
+def test_factor_empty(shape, device):
+    A = torch.randn(shape).to(device)
+    emulator.reset_launch_counts()
+    LU, piv, info = _lu_metal.lu_factor_metal(A)
+    assert LU.shape == A.shape
+    assert piv.shape == (*shape[:-2], min(shape[-2:])) and info.shape == shape[:-2]
+    assert emulator.total_launches() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,rank", [(6, 4), (100, 90)])
+def test_factor_singular_trailing(n, rank, dtype, device):
+    """Zero trailing columns: info = rank + 1, pivots and info like LAPACK."""
+    A = singular_matrix(n, rank, dtype, batch=(2,), seed=1)
+    A[1] = random_matrix(n, dtype, seed=2)
+    check_factor(A, device)
+    _, _, info = factor(A, device)
+    assert info.tolist() == [rank + 1, 0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,col", [(10, 3), (100, 40), (70, 0)])
+def test_factor_zero_pivot_inside(n, col, dtype, device):
+    """A zero column in the middle: getrf records it and goes on past it."""
+    A = random_matrix(n, dtype, seed=3)
+    A[:, col] = 0
+    A[:, col + 5] = 0
+    check_factor(A, device)
+    _, _, info = factor(A, device)
+    assert int(info) == col + 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [8, 100])
+@pytest.mark.parametrize("bad", ["nan_entry", "all_nan", "inf_entry"])
+def test_factor_nonfinite_finishes(bad, n, dtype, device):
+    A = random_matrix(n, dtype, batch=(2,), seed=4)
+    if bad == "nan_entry":
+        A[0, n // 2, n // 3] = float("nan")
+    elif bad == "all_nan":
+        A[0] = float("nan")
+    else:
+        A[0, 1, 1] = float("inf")
+    LU, piv, info = factor(A, device)
+    # A lone Inf pivot scales its column to 0 and may leave no NaN (as in LAPACK).
+    assert not torch.isfinite(LU[0]).all()
+    if bad != "inf_entry":
+        assert torch.isnan(LU[0]).any()
+    assert ((piv[0] >= 1) & (piv[0] <= n)).all()
+    P, L, U = unpack(LU[1:], piv[1:])  # the finite batch element is unaffected
+    assert lu_ratio(A[1:], P, L, U, dtype=dtype) < THRESH
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_factor_ill_conditioned(device):
+    A = matrix_with_spread(100, 1e6, torch.complex64, seed=6)
+    check_factor(A, device, pivots_like_lapack=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [20, 100])
+def test_factor_does_not_modify_input_or_sync(n, device):
+    A = random_matrix(n, torch.complex64, batch=(2,), seed=7).to(device)
+    before = A.clone()
+    with count_host_syncs() as syncs:
+        LU, piv, info = _lu_metal.lu_factor_metal(A)
+    assert syncs.calls == []
+    assert torch.equal(A, before) and LU.data_ptr() != A.data_ptr()
+
+
+@pytest.mark.parametrize("m,n", [(20, 20), (100, 100), (130, 70), (70, 130), (40, 200)])
+def test_factor_launches_grow_with_panels_not_batch(m, n):
+    counts = []
+    for batch in (1, 7):
+        A = random_matrix(n, torch.float32, batch=(batch,), seed=8, m=m)
+        emulator.reset_launch_counts()
+        _lu_metal.lu_factor_metal(A)
+        counts.append(emulator.total_launches())
+    assert counts[0] == counts[1] == expected_launches(m, n)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [40, 100])
+def test_factor_lane_order_independent(n, dtype, monkeypatch):
+    A = random_matrix(n, dtype, batch=(2,), seed=9)
+    ref = _lu_metal.lu_factor_metal(A)
+    monkeypatch.setattr(_lu_metal, "LANE_ORDER", "reverse")
+    out = _lu_metal.lu_factor_metal(A)
+    for r, o in zip(ref, out, strict=True):
+        assert torch.equal(r, o)
+
+
+# ---------------------------------------------------------------- solve
+
+def _solve_case(n, k, dtype, left, adjoint, device, batch=(2,)):
+    A = random_matrix(n, dtype, batch=batch, seed=10 + n)
+    B = random_matrix(k, dtype, batch=batch, seed=11 + k, m=n)
+    if not left:
+        B = B.mT.contiguous()
+    LU, piv, _ = _lu_metal.lu_factor_metal(A.to(device))
+    return A, B, LU, piv
+
+
+def _solve_residual_ratio(A, X, B, left, adjoint):
+    op = A.mH if adjoint else A
+    if left:
+        return solve_ratio(op, X, B, dtype=X.dtype)
+    # X op = B  <=>  op^T X^T = B^T
+    return solve_ratio(op.mT, X.mT, B.mT, dtype=X.dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("n,k", [(1, 1), (7, 3), (33, 40), (129, 5), (129, 1), (200, 3)])
+def test_solve(n, k, left, adjoint, dtype, device):
+    A, B, LU, piv = _solve_case(n, k, dtype, left, adjoint, device)
+    Bd = B.to(device)
+    before = Bd.clone()
+    LU_before = LU.clone()
+    with count_host_syncs() as syncs:
+        X = _lu_metal.lu_solve_metal(LU, piv, Bd, left=left, adjoint=adjoint)
+    assert syncs.calls == []
+    assert torch.equal(Bd, before) and torch.equal(LU, LU_before)
+    assert X.shape == B.shape and X.dtype == dtype and X.device.type == device
+    ratio = _solve_residual_ratio(A, X.cpu(), B, left, adjoint)
+    assert ratio < THRESH, ratio
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(0, 3, 3, 2), (2, 0, 0, 2), (2, 3, 3, 0)])
+def test_solve_empty(shape, device):
+    b, n, _, k = shape
+    LU = torch.randn(b, n, n).to(device)
+    piv = torch.ones(b, n, dtype=torch.int32).to(device)
+    B = torch.randn(b, n, k).to(device)
+    emulator.reset_launch_counts()
+    X = _lu_metal.lu_solve_metal(LU, piv, B)
+    assert X.shape == B.shape
+    assert emulator.total_launches() == 0
+
+
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("n,k", [(70, 3), (200, 1)])  # lu_trsm, lu_trsv
+def test_solve_launches_and_lane_order(n, k, adjoint, monkeypatch):
+    counts, results = [], []
+    for batch in (1, 7):
+        A, B, LU, piv = _solve_case(n, k, torch.complex64, True, adjoint, "cpu", batch=(batch,))
+        emulator.reset_launch_counts()
+        results.append(_lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint))
+        counts.append(emulator.total_launches())
+    assert counts == [2, 2]
+    monkeypatch.setattr(_lu_metal, "LANE_ORDER", "reverse")
+    assert torch.equal(_lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint), results[-1])
+
+
+# ---------------------------------------------------------------- pivots -> permutation
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,n", [(6, 6), (9, 4), (4, 9), (70, 70)])
+def test_pivots_to_permutation(m, n, device):
+    A = random_matrix(n, torch.float32, batch=(3,), seed=12, m=m)
+    LU, piv, _ = _lu_metal.lu_factor_metal(A.to(device))
+    perm = _lu_metal.pivots_to_permutation_metal(piv, m)
+    assert perm.dtype == torch.int64 and perm.shape == (3, m)
+    P, _, _ = unpack(LU, piv)
+    eye = torch.eye(m, dtype=P.dtype)
+    assert torch.equal(torch.stack([eye[:, p] for p in perm.cpu()]), P)  # P = eye[:, perm]
+
+
+# ---------------------------------------------------------------- header mirrors
+
+def test_host_constants_mirror_header():
+    text = (_metal.metal_root() / "linalg" / "lu.h").read_text()
+
+    def const(name):
+        match = re.search(rf"constexpr int {name} = ([^;]+);", text)
+        assert match, name
+        return match.group(1).strip()
+
+    assert int(const("kLuPanelWidth")) == _lu_metal.PANEL_WIDTH
+    assert int(const("kLuPanelMaxCols")) == _lu_metal.PANEL_MAX_COLS
+    assert int(const("kLuTile")) == _lu_metal.UPDATE_TILE
+    lanes = int(const("kLuTileLanes"))
+    assert lanes * lanes == _lu_metal.UPDATE_THREADS
+    assert _lu_metal.PANEL_MAX_THREADS <= 1024 and _lu_metal.PANEL_MAX_THREADS % 32 == 0
