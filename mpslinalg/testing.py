@@ -1,8 +1,22 @@
-"""Test helpers: LAPACK-style test ratios, matrix generators, host-synchronisation counting.
+"""Helpers for testing linear algebra, used by mpslinalg's own tests, ``python -m mpslinalg
+check`` and the benchmarks, and public for users who test code built on mpslinalg.
 
-Ratios follow LAPACK's testing programs (xGET01, xGET02, xGET03): a residual scaled by
-``n * ||A|| * eps`` of the compute dtype; a correct factorisation stays below 30 (DESIGN.md 7).
-Norms are 1-norms computed in float64/complex128.
+- LAPACK's test ratios (``*_ratio``), as in its testing programs xGET01 / xGET02 / xGET03: a
+  residual scaled by ``n * ||A|| * eps`` of the compute dtype, with 1-norms computed in
+  float64 / complex128. A correct factorisation stays below :data:`THRESH` (30, LAPACK's).
+- Matrix generators in the style of LAPACK's ``xLATMS``: a chosen condition number, scale and
+  rank, real or complex, batched, reproducible from a seed (:func:`matrix_with_spread`,
+  :func:`random_matrix`, :func:`singular_matrix`, :func:`noncontiguous`).
+- :func:`count_host_syncs`: counts the reads that force a device-to-host synchronisation.
+
+Examples
+--------
+>>> import torch, mpslinalg
+>>> from mpslinalg.testing import matrix_with_spread, solve_ratio, THRESH
+>>> A = matrix_with_spread(8, cond=1e4, dtype=torch.float32, seed=1)
+>>> B = torch.ones(8, 2)
+>>> solve_ratio(A, mpslinalg.solve(A, B), B) < THRESH
+True
 """
 
 from __future__ import annotations
@@ -13,6 +27,8 @@ import math
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
+
+from ._core import errors as _errors
 
 THRESH = 30.0
 
@@ -48,7 +64,17 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
 
 
 def lu_ratio(A, P, L, U, dtype=None) -> float:
-    """||P A - L U|| / (n ||A|| eps) for torch.linalg.lu's convention A = P L U."""
+    """||A - P L U|| / (n ||A|| eps) for torch.linalg.lu's convention A = P L U (xGET01); the
+    maximum over the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import lu_ratio, random_matrix
+    >>> A = random_matrix(5, seed=3)
+    >>> lu_ratio(A, *mpslinalg.lu(A)) < 30
+    True
+    """
     dtype = dtype or L.dtype
     A, P, L, U = map(wide, (A, P, L, U))
     n = max(A.shape[-1], A.shape[-2], 1)
@@ -57,7 +83,16 @@ def lu_ratio(A, P, L, U, dtype=None) -> float:
 
 
 def solve_ratio(A, X, B, dtype=None) -> float:
-    """||A X - B|| / (||A|| ||X|| n eps) (xGET02, 1-norms)."""
+    """||A X - B|| / (||A|| ||X|| n eps) (xGET02, 1-norms); the maximum over the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import random_matrix, solve_ratio
+    >>> A, B = random_matrix(4, seed=1), random_matrix(4, seed=2)
+    >>> solve_ratio(A, mpslinalg.solve(A, B), B) < 30
+    True
+    """
     dtype = dtype or X.dtype
     A, X, B = map(wide, (A, X, B))
     n = max(A.shape[-1], 1)
@@ -66,7 +101,16 @@ def solve_ratio(A, X, B, dtype=None) -> float:
 
 
 def inv_ratio(A, Ainv, dtype=None) -> float:
-    """||A inv(A) - I|| / (n ||A|| ||inv(A)|| eps) (xGET03)."""
+    """||A inv(A) - I|| / (n ||A|| ||inv(A)|| eps) (xGET03); the maximum over the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import inv_ratio, random_matrix
+    >>> A = random_matrix(4, seed=1)
+    >>> inv_ratio(A, mpslinalg.inv(A)) < 30
+    True
+    """
     dtype = dtype or Ainv.dtype
     A, Ainv = map(wide, (A, Ainv))
     n = max(A.shape[-1], 1)
@@ -91,7 +135,14 @@ def _haar(rng: np.random.Generator, n: int, complex_: bool, batch: tuple) -> np.
 
 
 def random_matrix(n: int, dtype=torch.float32, batch: tuple = (), seed: int = 0, m=None):
-    """Standard normal entries (complex: both parts), shape (*batch, m or n, n)."""
+    """Standard normal entries (complex: both parts), shape (*batch, m or n, n).
+
+    Examples
+    --------
+    >>> from mpslinalg.testing import random_matrix
+    >>> random_matrix(3, batch=(2,), m=4).shape
+    torch.Size([2, 4, 3])
+    """
     rng = _rng(seed)
     m = n if m is None else m
     a = rng.standard_normal((*batch, m, n))
@@ -101,28 +152,56 @@ def random_matrix(n: int, dtype=torch.float32, batch: tuple = (), seed: int = 0,
 
 
 def matrix_with_spread(n: int, cond: float, dtype=torch.float32, batch: tuple = (),
-                       seed: int = 0, scale: float = 1.0):
+                       seed: int = 0, scale: float = 1.0, rank: int | None = None):
     """U diag(s) V^H with Haar U, V and singular values spread geometrically from ``scale`` down
-    to ``scale / cond`` (LAPACK xLATMS mode 3)."""
+    to ``scale / cond`` (LAPACK xLATMS mode 3); with ``rank``, the singular values past the
+    first ``rank`` are exactly zero.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.testing import matrix_with_spread
+    >>> A = matrix_with_spread(6, cond=1e3, dtype=torch.float64, seed=0)
+    >>> round(float(torch.linalg.cond(A)))
+    1000
+    """
     rng = _rng(seed)
     u = _haar(rng, n, dtype.is_complex, batch)
     v = _haar(rng, n, dtype.is_complex, batch)
     s = scale * cond ** (-np.arange(n) / max(n - 1, 1))
+    if rank is not None:
+        s[rank:] = 0
     a = (u * s[..., None, :]) @ np.conj(np.swapaxes(v, -1, -2))
     return torch.from_numpy(a).to(dtype)
 
 
 def singular_matrix(n: int, rank: int, dtype=torch.float32, batch: tuple = (), seed: int = 0):
-    """An exactly rank-deficient matrix: the last ``n - rank`` columns are zero after a row
-    permutation-free construction, so LU meets an exact zero pivot."""
+    """An exactly rank-deficient matrix: the last ``n - rank`` columns are zero, so LU meets an
+    exact zero pivot.
+
+    Examples
+    --------
+    >>> import mpslinalg
+    >>> from mpslinalg.testing import singular_matrix
+    >>> mpslinalg.lu_factor_ex(singular_matrix(4, rank=2)).info
+    tensor(3, dtype=torch.int32)
+    """
     a = random_matrix(n, dtype, batch, seed)
     a[..., :, rank:] = 0
     return a
 
 
 def noncontiguous(x: torch.Tensor) -> torch.Tensor:
-    """The same values as ``x`` in a non-contiguous view (every other column of a wider buffer,
-    batch and matrix dims transposed in storage)."""
+    """The same values as ``x`` in a non-contiguous view (every other column of a wider
+    buffer).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.testing import noncontiguous
+    >>> noncontiguous(torch.eye(3)).is_contiguous()
+    False
+    """
     wide_buf = torch.zeros((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
     wide_buf[..., ::2] = x
     view = wide_buf[..., ::2]
@@ -151,8 +230,21 @@ class _SyncCounter(TorchFunctionMode):
 @contextlib.contextmanager
 def count_host_syncs():
     """Counts tensor reads that force a device->host synchronisation (``.item()``,
-    ``.tolist()``, ``.cpu()``, ``bool(t)``, ...) inside the block: ``with count_host_syncs() as
-    syncs: ...; assert syncs.calls == []``."""
+    ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool(t)``, ...) inside the block.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import count_host_syncs
+    >>> with count_host_syncs() as syncs:
+    ...     _ = mpslinalg.inv_ex(torch.eye(3))
+    >>> syncs.calls
+    []
+    """
     counter = _SyncCounter()
-    with counter:
-        yield counter
+    _errors.read_listeners.append(counter.calls.append)
+    try:
+        with counter:
+            yield counter
+    finally:
+        _errors.read_listeners.remove(counter.calls.append)

@@ -53,7 +53,7 @@ def check_same_dtype(fn: str, **tensors: torch.Tensor) -> None:
     dtypes = {name: t.dtype for name, t in tensors.items()}
     if len(set(dtypes.values())) > 1:
         got = ", ".join(f"{n} of dtype {str(d).removeprefix('torch.')}" for n, d in dtypes.items())
-        raise RuntimeError(f"mpslinalg.{fn}: expected all inputs to have one dtype, got {got}")
+        raise RuntimeError(f"mpslinalg.{fn}: expected all inputs to have the same dtype, got {got}")
 
 
 def compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:

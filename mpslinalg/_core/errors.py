@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
+
+#: Callbacks told of every device read ``check_errors`` makes (``mpslinalg.testing
+#: .count_host_syncs`` listens: the read may happen inside a registered op, where torch
+#: function modes do not reach).
+read_listeners: list = []
 
 
 class LinAlgError(torch.linalg.LinAlgError):
@@ -67,7 +74,10 @@ the inversion could not be completed because the input matrix is singular.
     """
     if info.numel() == 0 or info.device.type == "meta":
         return
-    values = info.detach().reshape(-1).numpy(force=True)  # the one device read
+    for listener in read_listeners:
+        listener("check_errors")
+    with torch._C.DisableTorchFunction():  # counted once, by the listeners above
+        values = info.detach().reshape(-1).numpy(force=True)  # the one device read
     failing = values.nonzero()[0]
     if failing.size == 0:
         return
@@ -81,17 +91,22 @@ the inversion could not be completed because the input matrix is singular.
     raise LinAlgError(f"{api_name}{where}: {_failure_text(api_name, value)}")
 
 
+#: The op name torch puts before its messages ("linalg.solve: ", "torch.lu_factor: ").
+_TORCH_PREFIX = re.compile(r"^(torch\.)?(linalg\.)?\w+: ")
+#: Phrases of torch's numerical-failure messages (_linalg_check_errors), as _failure_text.
+_FAILURE_MARKERS = ("is zero", "singular", "not positive-definite", "failed to converge")
+
+
 def translate(error: Exception, torch_name: str, fn: str) -> Exception:
     """``error`` raised by ``torch.<torch_name>`` for a call of ``mpslinalg.<fn>``, reworded to
     name ``mpslinalg.<fn>``, with the same type (``torch.linalg.LinAlgError`` becomes
-    :class:`LinAlgError`). Types that do not take a message are returned as they are."""
-    text = str(error)
-    for prefix in (f"torch.{torch_name}", torch_name):
-        if text.startswith(prefix):
-            text = text[len(prefix):].lstrip(":").lstrip()
-            break
+    :class:`LinAlgError`, as do numerical failures torch raises as RuntimeError). Types that
+    do not take a message are returned as they are."""
+    text = _TORCH_PREFIX.sub("", str(error), count=1)
     text = f"mpslinalg.{fn}: {text}"
-    kind = LinAlgError if isinstance(error, torch.linalg.LinAlgError) else type(error)
+    # torch raises some numerical failures (a zero pivot of lu_factor) as plain RuntimeError.
+    numerical = isinstance(error, RuntimeError) and any(m in text for m in _FAILURE_MARKERS)
+    kind = LinAlgError if isinstance(error, torch.linalg.LinAlgError) or numerical else type(error)
     try:
         new = kind(text)
     except Exception:

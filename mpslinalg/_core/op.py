@@ -209,7 +209,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     """
 
     def wrap(general: Callable[..., Any]) -> Callable[..., Any]:
+        nonlocal torch_name
         name = general.__name__
+        torch_name = torch_name or f"linalg.{name}"
         sig = inspect.signature(general)
         first = next(iter(sig.parameters))
         passed = ", ".join(
@@ -233,7 +235,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"        try:\n"
             f"            return _torch_fn({passed})\n"
             f"        except Exception as error:\n"
-            f"            raise _translate(error, {torch_name or 'linalg.' + name!r}, {name!r}) from None\n"
+            f"            raise _translate(error, {torch_name!r}, {name!r}) from None\n"
             f"    return _general({passed})\n"
         )
         namespace = dict(defaults, _fast=_backend.torch_fast_path, _torch_fn=torch_fn,

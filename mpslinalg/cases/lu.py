@@ -16,63 +16,11 @@ import torch
 import mpslinalg
 
 from .._core.registry import bench_case, check_case, median_time
-
-_WIDE = {torch.float32: torch.float64, torch.complex64: torch.complex128}
-
-
-def _wide(x: torch.Tensor) -> torch.Tensor:
-    x = x.detach().cpu()
-    return x.to(_WIDE.get(x.dtype, x.dtype))
-
-
-def _eps(dtype: torch.dtype) -> float:
-    return torch.finfo(dtype.to_real() if dtype.is_complex else dtype).eps
-
-
-def _norm1(x: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.matrix_norm(_wide(x), ord=1)
-
-
-def _max_ratio(num: torch.Tensor, den: torch.Tensor) -> float:
-    r = torch.where(num == 0, torch.zeros_like(num), num / den)
-    return float(r.max()) if r.numel() else 0.0
+from ..testing import eps, inv_ratio, lu_ratio, matrix_with_spread, solve_ratio, wide
 
 
 def _matrix(n: int, cond: float, dtype: torch.dtype, batch=(), seed: int = 0) -> torch.Tensor:
-    """U diag(s) V^H with Haar U, V and singular values from 1 down to 1/cond."""
-    rng = np.random.default_rng(seed)
-
-    def haar():
-        z = rng.standard_normal((*batch, n, n))
-        if dtype.is_complex:
-            z = z + 1j * rng.standard_normal((*batch, n, n))
-        q, r = np.linalg.qr(z)
-        d = np.diagonal(r, axis1=-2, axis2=-1)
-        return q * (d / np.abs(d))[..., None, :]
-
-    s = cond ** (-np.arange(n) / max(n - 1, 1))
-    return torch.from_numpy((haar() * s[..., None, :]) @ np.conj(np.swapaxes(haar(), -1, -2))
-                            ).to(dtype)
-
-
-def _lu_ratio(A, LU, pivots) -> float:
-    P, L, U = torch.lu_unpack(_wide(LU), pivots.cpu())
-    A = _wide(A)
-    n = max(A.shape[-2:])
-    return _max_ratio(_norm1(A - P @ L @ U), n * _norm1(A) * _eps(LU.dtype))
-
-
-def _solve_ratio(A, X, B) -> float:
-    A, Xw, B = _wide(A), _wide(X), _wide(B)
-    n = A.shape[-1]
-    return _max_ratio(_norm1(A @ Xw - B), _norm1(A) * _norm1(Xw) * n * _eps(X.dtype))
-
-
-def _inv_ratio(A, Ainv) -> float:
-    A, Xw = _wide(A), _wide(Ainv)
-    n = A.shape[-1]
-    eye = torch.eye(n, dtype=A.dtype)
-    return _max_ratio(_norm1(A @ Xw - eye), n * _norm1(A) * _norm1(Xw) * _eps(Ainv.dtype))
+    return matrix_with_spread(n, cond, dtype, batch, seed)
 
 
 _HARD = {
@@ -91,28 +39,28 @@ def _register_accuracy(name: str, spec: dict) -> None:
     @check_case("lu_factor", name)
     def _lu(device):
         A, _ = inputs(device)
-        return _lu_ratio(A, *mpslinalg.lu_factor(A))
+        return lu_ratio(A, *torch.lu_unpack(*mpslinalg.lu_factor(A)))
 
     @check_case("solve", name)
     def _solve(device):
         A, B = inputs(device)
-        return _solve_ratio(A, mpslinalg.solve(A, B), B)
+        return solve_ratio(A, mpslinalg.solve(A, B), B)
 
     @check_case("inv", name)
     def _inv(device):
         A, _ = inputs(device)
-        return _inv_ratio(A, mpslinalg.inv(A))
+        return inv_ratio(A, mpslinalg.inv(A))
 
     @check_case("slogdet", name)
     def _slogdet(device):
         # |log|det| error| / (n cond eps): the first-order bound, as a ratio.
         A, _ = inputs(device)
         sign, logabsdet = mpslinalg.slogdet(A)
-        ref_sign, ref_log = np.linalg.slogdet(_wide(A).numpy())
+        ref_sign, ref_log = np.linalg.slogdet(wide(A).numpy())
         n, cond = spec["n"], spec["cond"]
-        err = (_wide(logabsdet) - torch.as_tensor(ref_log)).abs().max()
-        err = max(float(err), float((_wide(sign) - torch.as_tensor(ref_sign)).abs().max()))
-        return err / (n * cond * _eps(A.dtype))
+        err = (wide(logabsdet) - torch.as_tensor(ref_log)).abs().max()
+        err = max(float(err), float((wide(sign) - torch.as_tensor(ref_sign)).abs().max()))
+        return err / (n * cond * eps(A.dtype))
 
 
 for _name, _spec in _HARD.items():
@@ -137,10 +85,10 @@ def _det_singular(device) -> float:
             raise
     else:
         raise AssertionError("solve did not raise for a singular matrix")
-    ref = torch.as_tensor(np.linalg.det(_wide(A).numpy()))
+    ref = torch.as_tensor(np.linalg.det(wide(A).numpy()))
     keep = [0, 2]
-    return float(((_wide(d)[keep] - ref[keep]).abs() / ref[keep].abs()).max()
-                 / (40 * 10.0 * _eps(A.dtype)))
+    return float(((wide(d)[keep] - ref[keep]).abs() / ref[keep].abs()).max()
+                 / (40 * 10.0 * eps(A.dtype)))
 
 
 # ---------------------------------------------------------------- benchmarks

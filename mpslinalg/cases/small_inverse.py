@@ -1,4 +1,4 @@
-"""Check and bench cases of the n <= 4 small path (mpslinalg/small_inverse.py).
+"""Check and bench cases of the n <= 4 small path (mpslinalg/small).
 
 Checks call the small-path functions directly (the public API picks them for n <= 4), so the
 kernels themselves are validated on whichever backend ``check`` runs; ratios are LAPACK's xGET03
@@ -12,32 +12,9 @@ import math
 import numpy as np
 import torch
 
-from ..small import dispatch as si
 from .._core.registry import bench_case, check_case, median_time
-
-_EPS32 = torch.finfo(torch.float32).eps
-
-
-def _norm1(x: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.matrix_norm(x, ord=1)
-
-
-def _wide(x: torch.Tensor) -> torch.Tensor:
-    x = x.detach().cpu()
-    return x.to(torch.complex128 if x.is_complex() else torch.float64)
-
-
-def _inv_ratio(A: torch.Tensor, X: torch.Tensor) -> float:
-    A, X = _wide(A), _wide(X)
-    n = A.shape[-1]
-    res = _norm1(A @ X - torch.eye(n, dtype=A.dtype))
-    return float((res / (n * _norm1(A) * _norm1(X) * _EPS32)).max())
-
-
-def _solve_ratio(A: torch.Tensor, X: torch.Tensor, B: torch.Tensor) -> float:
-    A, X, B = _wide(A), _wide(X), _wide(B)
-    res = _norm1(A @ X - B)
-    return float((res / (A.shape[-1] * _norm1(A) * _norm1(X) * _EPS32)).max())
+from ..small import dispatch as si
+from ..testing import eps, inv_ratio, solve_ratio, wide
 
 
 def _require_ok(info: torch.Tensor) -> None:
@@ -93,10 +70,10 @@ def _check_rigid(device: torch.device) -> float:
     R, t = T[:, :3, :3], T[:, :3, 3:]
     known = torch.zeros_like(T)
     known[:, :3, :3], known[:, :3, 3:], known[:, 3, 3] = R.mT, -R.mT @ t, 1
-    err = float((_wide(X) - known).abs().max() / known.abs().max())
+    err = float((wide(X) - known).abs().max() / known.abs().max())
     if err > 1e-5:
         raise AssertionError(f"relative error {err:.3g} against the known inverse")
-    return _inv_ratio(T.float(), X)
+    return inv_ratio(T.float(), X)
 
 
 @check_case("inv (n<=4)", "camera intrinsics K, 1000 x 3x3")
@@ -104,7 +81,7 @@ def _check_intrinsics(device: torch.device) -> float:
     K = _intrinsics(1000).float()
     X, info = si.small_inv_ex(K.to(device))
     _require_ok(info)
-    return _inv_ratio(K, X)
+    return inv_ratio(K, X)
 
 
 @check_case("inv (n<=4)", "homographies, 1000 x 3x3")
@@ -112,7 +89,7 @@ def _check_homographies(device: torch.device) -> float:
     H = _homographies(1000).float()
     X, info = si.small_inv_ex(H.to(device))
     _require_ok(info)
-    return _inv_ratio(H, X)
+    return inv_ratio(H, X)
 
 
 @check_case("inv (n<=4)", "ill-conditioned 4x4, cond 1e6, float32")
@@ -120,7 +97,7 @@ def _check_ill4(device: torch.device) -> float:
     A = _spread(4, 1e6, 512).float()
     X, info = si.small_inv_ex(A.to(device))
     _require_ok(info)
-    return _inv_ratio(A, X)
+    return inv_ratio(A, X)
 
 
 @check_case("inv (n<=4)", "ill-conditioned 3x3, cond 1e6, complex64")
@@ -128,7 +105,7 @@ def _check_ill3_complex(device: torch.device) -> float:
     A = (_spread(3, 1e6, 256) * (1 + 1j) / math.sqrt(2)).to(torch.complex64)
     X, info = si.small_inv_ex(A.to(device))
     _require_ok(info)
-    return _inv_ratio(A, X)
+    return inv_ratio(A, X)
 
 
 @check_case("solve (n<=4)", "ill-conditioned 4x4, cond 1e6, 2 right-hand sides")
@@ -137,7 +114,7 @@ def _check_solve(device: torch.device) -> float:
     B = torch.randn(512, 4, 2, generator=torch.Generator().manual_seed(0))
     X, info = si.small_solve_ex(A.to(device), B.to(device))
     _require_ok(info)
-    return _solve_ratio(A, X, B)
+    return solve_ratio(A, X, B)
 
 
 @check_case("det (n<=4)", "singular: info and det = 0 like getrf, first zero pivot 1..4")
@@ -163,7 +140,7 @@ def _check_singular(device: torch.device) -> float:
     if not (logabs.cpu()[singular] == -math.inf).all():
         raise AssertionError("logabsdet of a singular matrix is not -inf")
     ref = torch.linalg.det(A[~singular].double())
-    return float(((_wide(det[~singular]) - ref).abs() / (ref.abs() * 4 * _EPS32)).max())
+    return float(((wide(det[~singular]) - ref).abs() / (ref.abs() * 4 * eps(torch.float32))).max())
 
 
 # ------------------------------------------------------------------------- benchmarks

@@ -341,7 +341,7 @@ def _check_lu_solve(fn: str, LU: object, pivots: object, B: object, left: bool) 
     n = LU.shape[-1]
     if (B.shape[-2] if left else B.shape[-1]) != n:
         equation = "AX = B" if left else "XA = B"
-        raise RuntimeError(f"mpslinalg.{fn}: incompatible shapes of A and B for the equation "
+        raise RuntimeError(f"mpslinalg.{fn}: Incompatible shapes of A and B for the equation "
                            f"{equation} ({n}x{n} and {B.shape[-2]}x{B.shape[-1]})")
     checks.check_same_device(fn, LU=LU, pivots=pivots, B=B)
     checks.check_same_dtype(fn, LU=LU, B=B)

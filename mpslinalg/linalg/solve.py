@@ -30,7 +30,14 @@ def _first_of_broadcast(t: Tensor, shape: torch.Size) -> Tensor:
     return t
 
 
+def _rhs(A: Tensor, B: Tensor) -> Tensor:
+    """B broadcast to the batch shape it shares with A."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    return B.expand(*batch, *B.shape[-2:])
+
+
 def _solve_small(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    B = _rhs(A, B)
     Ab = A.expand(*B.shape[:-2], *A.shape[-2:]).contiguous()
     if left:
         X, info = small.small_solve_ex(Ab, B.contiguous())
@@ -44,11 +51,12 @@ def _solve_small(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
 
 def _solve_metal(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
     LU, pivots, info = lu_metal.lu_factor_metal(A, fn="solve")
-    return lu_metal.lu_solve_metal(LU, pivots, B, left=left, fn="solve"), info
+    return lu_metal.lu_solve_metal(LU, pivots, _rhs(A, B), left=left, fn="solve"), info
 
 
 def _solve_torch(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
     LU, pivots, info = torch.linalg.lu_factor_ex(A)
+    B = _rhs(A, B)
     batch = B.shape[:-2]
     X = torch.linalg.lu_solve(LU.expand(*batch, *LU.shape[-2:]),
                               pivots.expand(*batch, pivots.shape[-1]), B, left=left)
@@ -56,7 +64,7 @@ def _solve_torch(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
 
 
 def _solve_fake(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
-    return torch.empty_like(B, memory_format=torch.contiguous_format), A.new_empty(
+    return torch.empty_like(_rhs(A, B), memory_format=torch.contiguous_format), A.new_empty(
         A.shape[:-2], dtype=torch.int32)
 
 
@@ -77,8 +85,8 @@ def _solve_backward(ctx, gX: Tensor, ginfo):
     return gA, gB, None
 
 
-#: (X, info) for A X = B (left) or X A = B; B a batch of matrices already broadcast to the
-#: common batch shape, A with its own batch shape (info has it; gA is summed back to it).
+#: (X, info) for A X = B (left) or X A = B; B a batch of matrices; batches broadcast, info has
+#: A's batch shape (the factory sums gA and gB back to their inputs' shapes).
 solve_ex_op = Op(
     "solve_ex", "(Tensor A, Tensor B, bool left) -> (Tensor, Tensor)",
     forward={"metal": _solve_metal, "torch": _solve_torch, "small": _solve_small},
@@ -103,10 +111,10 @@ def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Te
     n = A.shape[-1]
     if (Bm.shape[-2] if left else Bm.shape[-1]) != n:
         equation = "AX = B" if left else "XA = B"
-        raise RuntimeError(f"mpslinalg.{fn}: incompatible shapes of A and B for the equation "
+        raise RuntimeError(f"mpslinalg.{fn}: Incompatible shapes of A and B for the equation "
                            f"{equation} ({n}x{n} and {Bm.shape[-2]}x{Bm.shape[-1]})")
-    batch = checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
-    Bc = to_dtype(Bm, Ac.dtype).expand(*batch, *Bm.shape[-2:])
+    checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
+    Bc = to_dtype(Bm, Ac.dtype)
     use_small = small.use_small_path(Ac, backend)
     if backend == "torch" and not use_small and Ac.dtype == A.dtype:
         if fn == "solve":

@@ -1,5 +1,6 @@
 """The algorithm of the n <= 4 small path, written once for the code generators of
-:mod:`mpslinalg.small.triton_kernels` (Triton) and :mod:`mpslinalg.small.cpu_simd` (C++ vector extensions).
+:mod:`mpslinalg.small.triton_kernels` (Triton) and :mod:`mpslinalg.small.cpu_simd` (C++ vector
+extensions).
 
 The loops below follow ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``) one for
 one: the same operations in the same order, so every target rounds like the Metal kernel. They
@@ -17,6 +18,10 @@ from collections.abc import Callable, Iterator
 
 #: Kind of a declared variable: "f" (a value of the matrix dtype) or "i" (an int32).
 FLOAT, INT = "f", "i"
+
+#: Largest n served by the small path (the Metal kernels are instantiated for n = 1..4, the
+#: generated CPU and Triton kernels likewise).
+MAX_N = 4
 
 
 class Dialect(abc.ABC):

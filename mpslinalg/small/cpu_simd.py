@@ -7,12 +7,12 @@ form: every matrix entry is one GCC/Clang vector (``vector_size``) holding that 
 matrices of the block, so each operation of the elimination is one SIMD instruction for the whole
 block (blocks of 8 with AVX2, of 4 with the SSE2/NEON baseline).
 
-The code generator (:mod:`mpslinalg.small.codegen`, shared with :mod:`mpslinalg.small.triton_kernels`;
-the C++ dialect is :class:`_Cpp` below) follows the loops of ``metal/linalg/small_inverse.h`` one
-for one (the same operations in the same order, every branch on data a vector select), and the
-library is compiled with ``-ffp-contract=off`` and without fast-math, so each lane rounds exactly
-like the emulator-compiled Metal kernel: the results are bit-identical (tests/test_small_cpu.py
-compares them exactly):
+The code generator (:mod:`mpslinalg.small.codegen`, shared with
+:mod:`mpslinalg.small.triton_kernels`; the C++ dialect is :class:`_Cpp` below) follows the
+loops of ``metal/linalg/small_inverse.h`` one for one (the same operations in the same order,
+every branch on data a vector select), and the library is compiled with ``-ffp-contract=off``
+and without fast-math, so each lane rounds exactly like the emulator-compiled Metal kernel: the
+results are bit-identical (tests/small/test_small_cpu.py compares them exactly):
 
 - pivot = the first row of largest |a| (strict ``>``: lowest row on ties, a NaN never wins),
   full-row interchanges by selects (exact bit moves);
@@ -45,13 +45,12 @@ from collections.abc import Iterator
 import torch
 
 from . import codegen as _codegen
+from .codegen import MAX_N
 
 #: Matrices per block = lanes per vector with AVX2: 8 float32 fill one register (the SSE2
 #: baseline uses blocks of _W // 2).
 _W = 8
 
-#: Largest n (the Metal kernels' kSmallMaxN).
-MAX_N = 4
 
 _OPS = ("inv", "solve", "det", "slogdet")
 

@@ -15,7 +15,8 @@ factorisation for the whole batch at once:
   Metal kernels compiled for the CPU by :mod:`mpslinalg.emulator` (a matrix per lane, in
   registers), one launch run on torch's intra-op threads; needs a C++ compiler;
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
-  (:mod:`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per lane);
+  (:mod:`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per
+  lane);
 - torch backend otherwise (complex on CUDA, float64/complex128 on CPU, no compiler): the batch in
   structure-of-arrays layout ``(n, width, batch)`` and the same unrolled elimination written as
   whole-batch tensor ops (no Python loop over the batch).
@@ -41,9 +42,7 @@ import torch
 
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-
-#: Largest n served by the small path (the Metal kernels are instantiated for n = 1..4).
-MAX_N = 4
+from .codegen import MAX_N
 
 #: Metal source of the kernels.
 _SOURCE = "linalg/small_inverse.metal"

@@ -57,12 +57,11 @@ import triton
 import triton.language as tl
 
 from . import codegen as _codegen
+from .codegen import MAX_N
 
 #: dtypes served by these kernels.
 DTYPES = (torch.float32, torch.float64)
 
-#: Largest n (the Metal kernels' kSmallMaxN).
-MAX_N = 4
 
 _LOAD = os.environ.get("MPSLINALG_TRITON_LOAD", "auto")
 if _LOAD not in ("auto", "vec", "tile", "strided"):

@@ -14,6 +14,10 @@ from mpslinalg._core import backend as _backend
 def _restore_global_backend(monkeypatch):
     monkeypatch.setattr(_backend, "_global_backend", None)
     monkeypatch.delenv(_backend.ENV_VAR, raising=False)
+    _backend.read_environment()
+    yield
+    monkeypatch.undo()
+    _backend.read_environment()
 
 
 def test_default_is_auto():
@@ -46,11 +50,13 @@ def test_use_backend_nests_and_restores_on_exception():
 
 def test_environment_variable(monkeypatch):
     monkeypatch.setenv(_backend.ENV_VAR, "metal")
+    _backend.read_environment()  # read once, at import
     assert mpslinalg.get_backend() == "metal"
     mpslinalg.set_backend("torch")  # an explicit choice wins over the environment
     assert mpslinalg.get_backend() == "torch"
     monkeypatch.setattr(_backend, "_global_backend", None)
     monkeypatch.setenv(_backend.ENV_VAR, "vulkan")
+    _backend.read_environment()
     with pytest.raises(ValueError, match="MPSLINALG_BACKEND"):
         mpslinalg.get_backend()
 

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import mpslinalg
-
 from mpslinalg.testing import count_host_syncs
 
 

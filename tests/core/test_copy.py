@@ -4,7 +4,6 @@ import torch
 import mpslinalg
 from mpslinalg import emulator
 from mpslinalg._core import copy as _copy
-
 from mpslinalg.testing import count_host_syncs
 
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from test_lu import _grad_pair, dtypes, sizes
 
 import mpslinalg
-
 from mpslinalg.testing import (
     count_host_syncs,
     matrix_with_spread,
@@ -23,7 +22,7 @@ from mpslinalg.testing import (
     wide,
 )
 
-det_module = importlib.import_module("mpslinalg.det")
+det_module = importlib.import_module("mpslinalg.linalg.det")
 FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -138,14 +137,14 @@ def test_no_host_syncs(metal_backend):
 def test_rules_match_torch_autograd_float64(small):
     for dtype in (torch.float64, torch.complex128):
         A = random_matrix(4, dtype, (3,), seed=5)
-        for ours_fn, ref_fn in ((det_module._det_op, torch.linalg.det),
-                                (det_module._slogdet_op, torch.linalg.slogdet)):
-            ours, ref = _grad_pair(lambda A: ours_fn(A, "torch", small), ref_fn, [A])  # noqa: B023 (called at once)
+        for ours_fn, ref_fn in ((det_module.det_op, torch.linalg.det),
+                                (det_module.slogdet_op, torch.linalg.slogdet)):
+            ours, ref = _grad_pair(lambda A: ours_fn(A, "torch", small, ""), ref_fn, [A])  # noqa: B023 (called at once)
             torch.testing.assert_close(ours[0], ref[0])
         # numerically singular (rank-deficient product): the SVD branch, as torch
         S = random_matrix(4, dtype, (2,), seed=6, m=4)[..., :3] @ random_matrix(
             4, dtype, (2,), seed=7, m=3)
-        ours, ref = _grad_pair(lambda A: det_module._det_op(A, "torch", small),
+        ours, ref = _grad_pair(lambda A: det_module.det_op(A, "torch", small, ""),
                                torch.linalg.det, [S])
         torch.testing.assert_close(ours[0], ref[0])
 
@@ -158,17 +157,17 @@ def test_det_gradient_at_exactly_singular_matrices():
         A[0, :, -1] = 0  # rank 3: adjugate non-zero
         A[1, :, -2:] = 0  # rank 2: adjugate zero
         for small in (False, True):
-            torch.autograd.gradcheck(lambda A: det_module._det_op(A, "torch", small),  # noqa: B023 (called at once)
+            torch.autograd.gradcheck(lambda A: det_module.det_op(A, "torch", small, ""),  # noqa: B023 (called at once)
                                      (A.requires_grad_(),))
 
 
 def test_gradcheck_and_opcheck():
     A = random_matrix(3, torch.complex128, (2,), seed=9).requires_grad_()
     for small in (False, True):
-        torch.autograd.gradcheck(lambda A: det_module._det_op(A, "torch", small), (A,))  # noqa: B023 (called at once)
-        torch.autograd.gradcheck(lambda A: det_module._slogdet_op(A, "torch", small), (A,))  # noqa: B023 (called at once)
-        torch.library.opcheck(det_module._det_op, (A, "torch", small))
-        torch.library.opcheck(det_module._slogdet_op, (A, "torch", small))
+        torch.autograd.gradcheck(lambda A: det_module.det_op(A, "torch", small, ""), (A,))  # noqa: B023 (called at once)
+        torch.autograd.gradcheck(lambda A: det_module.slogdet_op(A, "torch", small, ""), (A,))  # noqa: B023 (called at once)
+        torch.library.opcheck(det_module.det_op.overload, (A, "torch", small, ""))
+        torch.library.opcheck(det_module.slogdet_op.overload, (A, "torch", small, ""))
     with mpslinalg.use_backend("torch"):
         torch.autograd.gradcheck(mpslinalg.logdet, (A,))
         torch.autograd.gradcheck(mpslinalg.det, (A,))
@@ -190,5 +189,5 @@ def test_gradients_on_backend(backend):
         d = S.detach().requires_grad_()
         mpslinalg.det(d).real.sum().backward()
         ref = wide(S).requires_grad_()
-        det_module._det_op(ref, "torch", False).real.sum().backward()
+        det_module.det_op(ref, "torch", False, "").real.sum().backward()
         torch.testing.assert_close(wide(d.grad), ref.grad, rtol=1e-4, atol=1e-4)

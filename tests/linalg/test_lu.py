@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mpslinalg
-
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -30,7 +29,7 @@ from mpslinalg.testing import (
     wide,
 )
 
-lu_module = importlib.import_module("mpslinalg.lu")
+lu_module = importlib.import_module("mpslinalg.linalg.lu")
 
 #: Sizes across the kernels' block boundaries (the emulator runs them all in well under a
 #: second each); test_boundary_sizes runs 127..200 and 512 on every backend.
@@ -237,14 +236,16 @@ def test_validation_messages(backend):
     A = backend.tensor(torch.randn(3, 3))
     LU, pivots = mpslinalg.lu_factor(A)
     cases = [
-        (lambda: mpslinalg.lu_factor(A[0]), RuntimeError, "at least 2 dimensions"),
+        (lambda: mpslinalg.lu_factor(A[0]), RuntimeError,
+         "at least 2 dimensions|2 or more dimensions"),
         (lambda: mpslinalg.lu_factor(A, pivot=False), RuntimeError,
          "LU without pivoting is not implemented"),
         (lambda: mpslinalg.lu(A, pivot=False), RuntimeError, "LU without pivoting"),
         (lambda: mpslinalg.lu_factor(A.int()), TypeError, "int32"),
         (lambda: mpslinalg.lu_solve(LU, pivots, A[0]), RuntimeError, "at least 2 dimensions"),
         (lambda: mpslinalg.lu_solve(LU, pivots.long(), A), RuntimeError, "torch.int32"),
-        (lambda: mpslinalg.lu_solve(LU, pivots[:2], A), RuntimeError, "pivots.shape"),
+        (lambda: mpslinalg.lu_solve(LU, pivots[:2], A), RuntimeError,
+         "pivots.shape|Number of pivots"),
         (lambda: mpslinalg.lu_solve(LU, pivots, A[:2]), RuntimeError,
          r"equation AX = B \(3x3 and 2x3\)"),
         (lambda: mpslinalg.lu_solve(LU, pivots, A[:, :2], left=False),
@@ -298,7 +299,7 @@ def test_rules_match_torch_autograd_float64():
     for dtype in (torch.float64, torch.complex128):
         for m, n in ((5, 5), (3, 6), (6, 3)):
             A = random_matrix(n, dtype, (2,), seed=m, m=m)
-            ours, ref = _grad_pair(lambda A: lu_module._lu_factor_ex_op(A, "torch")[0],
+            ours, ref = _grad_pair(lambda A: lu_module.lu_factor_ex_op(A, "torch", False, "")[0],
                                    lambda A: torch.linalg.lu_factor_ex(A)[0], [A])
             torch.testing.assert_close(ours[0], ref[0])
         A = random_matrix(5, dtype, (2,), seed=1)
@@ -308,7 +309,8 @@ def test_rules_match_torch_autograd_float64():
                 B = random_matrix(3, dtype, (2,), seed=2, m=5)
                 B = B if left else B.mT
                 ours, ref = _grad_pair(
-                    lambda LU, B: lu_module._lu_solve_op(LU, pivots, B, left, adjoint, "torch"),  # noqa: B023 (called at once)
+                    lambda LU, B: lu_module.lu_solve_op(  # noqa: B023 (called at once)
+                    LU, pivots, B, left, adjoint, "torch", False, ""),  # noqa: B023
                     lambda LU, B: torch.linalg.lu_solve(LU, pivots, B, left=left,  # noqa: B023 (called at once)
                                                         adjoint=adjoint), [LU, B])  # noqa: B023 (called at once)
                 for a, b in zip(ours, ref, strict=True):
@@ -317,12 +319,12 @@ def test_rules_match_torch_autograd_float64():
 
 def test_gradcheck_rules():
     A = random_matrix(4, torch.complex128, (2,), seed=3, m=5).requires_grad_()
-    torch.autograd.gradcheck(lambda A: lu_module._lu_factor_ex_op(A, "torch")[0], (A,))
+    torch.autograd.gradcheck(lambda A: lu_module.lu_factor_ex_op(A, "torch", False, "")[0], (A,))
     A = random_matrix(4, torch.float64, seed=4).requires_grad_()
     LU, pivots = torch.linalg.lu_factor(A.detach())
     B = random_matrix(2, torch.float64, seed=5, m=4).requires_grad_()
     torch.autograd.gradcheck(
-        lambda LU, B: lu_module._lu_solve_op(LU, pivots, B, True, True, "torch"),
+        lambda LU, B: lu_module.lu_solve_op(LU, pivots, B, True, True, "torch", False, ""),
         (LU.requires_grad_(), B))
 
 
@@ -330,9 +332,9 @@ def test_opcheck():
     A = random_matrix(4, torch.float64, (2,), seed=6).requires_grad_()
     LU, pivots = torch.linalg.lu_factor(A.detach())
     B = random_matrix(2, torch.float64, (2,), seed=7, m=4).requires_grad_()
-    torch.library.opcheck(lu_module._lu_factor_ex_op, (A, "torch"))
-    torch.library.opcheck(lu_module._lu_solve_op,
-                          (LU.requires_grad_(), pivots, B, True, False, "torch"))
+    torch.library.opcheck(lu_module.lu_factor_ex_op.overload, (A, "torch", False, ""))
+    torch.library.opcheck(lu_module.lu_solve_op.overload,
+                          (LU.requires_grad_(), pivots, B, True, False, "torch", False, ""))
 
 
 def test_gradients_on_backend(backend):
@@ -354,19 +356,19 @@ def test_gradients_on_backend(backend):
 
 def test_opcheck_metal_ops(metal_backend):
     """The custom ops on the metal backend (schema, fake tensors, autograd registration, AOT)."""
-    ops = {m: importlib.import_module(f"mpslinalg.{m}") for m in ("det", "inverse", "solve")}
+    ops = {m: importlib.import_module(f"mpslinalg.linalg.{m}") for m in ("det", "inverse", "solve")}
     A = metal_backend.tensor(random_matrix(6, torch.complex64, (2,), seed=11)).requires_grad_()
     B = metal_backend.tensor(random_matrix(2, torch.complex64, (2,), seed=12, m=6)).requires_grad_()
     LU, pivots = mpslinalg.lu_factor(A.detach())
     for op, args in [
-        (lu_module._lu_factor_ex_op, (A, "metal")),
-        (lu_module._lu_solve_op, (LU.requires_grad_(), pivots, B, True, True, "metal")),
-        (ops["solve"]._solve_ex_op, (A, B, True, "metal", False)),
-        (ops["inverse"]._inv_ex_op, (A, "metal", False)),
-        (ops["det"]._det_op, (A, "metal", False)),
-        (ops["det"]._slogdet_op, (A, "metal", False)),
+        (lu_module.lu_factor_ex_op, (A, "metal", False, "")),
+        (lu_module.lu_solve_op, (LU.requires_grad_(), pivots, B, True, True, "metal", False, "")),
+        (ops["solve"].solve_ex_op, (A, B, True, "metal", False, "")),
+        (ops["inverse"].inv_ex_op, (A, "metal", False, "")),
+        (ops["det"].det_op, (A, "metal", False, "")),
+        (ops["det"].slogdet_op, (A, "metal", False, "")),
     ]:
-        torch.library.opcheck(op, args, atol=1e-4, rtol=1e-4)
+        torch.library.opcheck(op.overload, args, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("n", [6, 40, 100])

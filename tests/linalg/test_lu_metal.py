@@ -17,9 +17,8 @@ import scipy.linalg
 import torch
 
 from mpslinalg import emulator
-from mpslinalg.linalg import lu_metal as _lu_metal
 from mpslinalg._core import metal as _metal
-
+from mpslinalg.linalg import lu_metal as _lu_metal
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -223,7 +222,7 @@ def test_factor_launches_grow_with_panels_not_batch(m, n):
 def test_factor_lane_order_independent(n, dtype, monkeypatch):
     A = random_matrix(n, dtype, batch=(2,), seed=9)
     ref = _lu_metal.lu_factor_metal(A)
-    monkeypatch.setattr(_lu_metal, "LANE_ORDER", "reverse")
+    monkeypatch.setattr(_metal, "LANE_ORDER", "reverse")
     out = _lu_metal.lu_factor_metal(A)
     for r, o in zip(ref, out, strict=True):
         assert torch.equal(r, o)
@@ -290,7 +289,7 @@ def test_solve_launches_and_lane_order(n, k, adjoint, monkeypatch):
         results.append(_lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint))
         counts.append(emulator.total_launches())
     assert counts == [2, 2]
-    monkeypatch.setattr(_lu_metal, "LANE_ORDER", "reverse")
+    monkeypatch.setattr(_metal, "LANE_ORDER", "reverse")
     assert torch.equal(_lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint), results[-1])
 
 

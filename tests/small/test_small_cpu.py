@@ -16,7 +16,6 @@ import torch
 import mpslinalg
 from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import dispatch as si
-
 from mpslinalg.testing import matrix_with_spread, noncontiguous, random_matrix, singular_matrix
 
 pytestmark = pytest.mark.skipif(not sc.available(), reason="no C++ compiler")

@@ -15,7 +15,6 @@ import torch
 
 import mpslinalg
 from mpslinalg.small import dispatch as si
-
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -426,8 +425,8 @@ def test_outputs_do_not_alias_work_buffers():
 @pytest.mark.parametrize("dtype", (torch.float32, torch.complex64))
 def test_torch_backend_cpu_kernel_matches_metal_backend(dtype, monkeypatch):
     """On CPU the torch backend runs the small-matrix algorithm on torch's intra-op threads
-    (float32: the SIMD kernel of mpslinalg.small.cpu_simd; complex64: the Metal kernel itself through
-    the emulator): results are bit-identical to the metal backend's, whatever the number of
+    (float32: the SIMD kernel of mpslinalg.small.cpu_simd; complex64: the Metal kernel itself
+    through the emulator): results are bit-identical to the metal backend's, whatever the number of
     threads (40000 lanes is above the emulator's threshold for several OS threads)."""
     A = random_matrix(4, dtype, (40000,), seed=5)
     A[17] = 0  # a singular element keeps its info

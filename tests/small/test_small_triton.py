@@ -26,7 +26,6 @@ import pytest
 import torch
 
 from mpslinalg.small import dispatch as si
-
 from mpslinalg.testing import random_matrix, singular_matrix
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -298,7 +297,7 @@ def test_bit_identical_to_metal_kernel_on_cpu(runs):
 def test_generated_source_and_dispatch():
     """The generated kernels are straight-line code with tl.where selects; small_inverse finds
     the module (CUDA dispatch itself needs a GPU: benchmarks/bench_small_inverse.py prints it)."""
-    from mpslinalg import _small_triton as st
+    from mpslinalg.small import triton_kernels as st
 
     src = st.kernel_source("inv", 4)
     assert "tl.where" in src and "tl.math.div_rn" in src and " if " not in src
