@@ -38,6 +38,8 @@ def _rhs(A: Tensor, B: Tensor) -> Tensor:
 
 def _solve_small(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
     B = _rhs(A, B)
+    if B.numel() == 0:  # nothing to solve, but info still describes A
+        return torch.empty_like(B), small.small_inv_ex(A.contiguous())[1]
     Ab = A.expand(*B.shape[:-2], *A.shape[-2:]).contiguous()
     if left:
         X, info = small.small_solve_ex(Ab, B.contiguous())

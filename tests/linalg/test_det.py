@@ -191,3 +191,18 @@ def test_gradients_on_backend(backend):
         ref = wide(S).requires_grad_()
         det_module.det_op(ref, "torch", False, "").real.sum().backward()
         torch.testing.assert_close(wide(d.grad), ref.grad, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- op database
+
+from opdb import OpInfo, instantiate_generic_tests, square_bad_samples, square_samples  # noqa: E402
+
+OPS = [
+    OpInfo("det", mpslinalg.det, torch.linalg.det, square_samples,
+           bad_samples=square_bad_samples),
+    OpInfo("slogdet", mpslinalg.slogdet, torch.linalg.slogdet, square_samples,
+           bad_samples=square_bad_samples),
+    OpInfo("logdet", mpslinalg.logdet, torch.logdet, square_samples,
+           bad_samples=square_bad_samples, supports_out=False),
+]
+instantiate_generic_tests(globals(), OPS)

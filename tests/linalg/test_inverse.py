@@ -134,3 +134,16 @@ def test_gradients_on_backend(backend):
             A = backend.tensor(random_matrix(n, dtype, (2,), seed=10) + 3 * torch.eye(n))
             ours, ref = _grad_pair(mpslinalg.inv, torch.linalg.inv, [A])
             torch.testing.assert_close(wide(ours[0]), ref[0], rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------- op database
+
+from opdb import OpInfo, instantiate_generic_tests, square_bad_samples, square_samples  # noqa: E402
+
+OPS = [
+    OpInfo("inv", mpslinalg.inv, torch.linalg.inv, square_samples,
+           bad_samples=square_bad_samples, device_reads=1),
+    OpInfo("inv_ex", mpslinalg.inv_ex, torch.linalg.inv_ex, square_samples,
+           bad_samples=square_bad_samples),
+]
+instantiate_generic_tests(globals(), OPS)

@@ -396,3 +396,59 @@ def test_launches_grow_with_panels_not_with_batch(n):
         assert counts[1] == counts[9] > 0, (name, counts)
     panels = -(-n // 32)
     assert launches(ops["lu_factor_ex"], 1) == (1 if n <= 64 else 3 * panels - 1)
+
+
+# ---------------------------------------------------------------- op database
+
+from opdb import (  # noqa: E402,I001
+    BadSample, OpInfo, Sample, instantiate_generic_tests, solve_samples, square_samples,
+    well_conditioned)
+
+
+def _rectangular_samples(complex_: bool) -> list[Sample]:
+    c = complex_
+    return square_samples(c) + [
+        Sample((well_conditioned(3, (2,), c, 11, m=5),), desc="tall (2, 5, 3)"),
+        Sample((well_conditioned(5, (), c, 12, m=3),), desc="wide (3, 5)"),
+    ]
+
+
+def _lu_solve_samples(complex_: bool) -> list[Sample]:
+    out = []
+    for sample in solve_samples(complex_):
+        A, B = sample.args
+        if B.dim() < max(A.dim(), 2) or A.shape[-1] == 0:  # lu_solve takes no vectors
+            continue
+        LU, pivots = torch.linalg.lu_factor(A)
+        out.append(Sample((LU, pivots, B), sample.kwargs, sample.desc))
+        out.append(Sample((LU, pivots, B), {**sample.kwargs,
+                          "adjoint": True}, sample.desc + ", adjoint"))
+    return out
+
+
+def _lu_solve_bad() -> list[BadSample]:
+    LU, pivots = torch.linalg.lu_factor(torch.eye(3, dtype=torch.float64))
+    return [
+        BadSample((LU, pivots, LU[0]), match="dimensions"),
+        BadSample((LU, pivots.long(), LU), match="int32"),
+        BadSample((LU, pivots[:2], LU), match="pivots"),
+        BadSample((LU, pivots, LU[:2]), match="AX = B"),
+    ]
+
+
+def _rectangular_bad() -> list[BadSample]:
+    return [BadSample((torch.zeros(3),), match="dimensions"),
+            BadSample((torch.zeros(3, 3, dtype=torch.int32),), error=(TypeError, RuntimeError))]
+
+
+OPS = [
+    OpInfo("lu_factor", mpslinalg.lu_factor, torch.linalg.lu_factor, _rectangular_samples,
+           bad_samples=_rectangular_bad, device_reads=1),
+    OpInfo("lu_factor_ex", mpslinalg.lu_factor_ex, torch.linalg.lu_factor_ex,
+           _rectangular_samples, bad_samples=_rectangular_bad),
+    OpInfo("lu", mpslinalg.lu, torch.linalg.lu, _rectangular_samples,
+           bad_samples=_rectangular_bad),
+    OpInfo("lu_solve", mpslinalg.lu_solve, torch.linalg.lu_solve, _lu_solve_samples,
+           bad_samples=_lu_solve_bad, grad_args=(0, 2), nonfinite_args=(2,)),
+]
+instantiate_generic_tests(globals(), OPS)

@@ -229,3 +229,27 @@ def test_gradients_on_backend(backend):
             ours, ref = _grad_pair(mpslinalg.solve, torch.linalg.solve, [A, B])
             for a, b in zip(ours, ref, strict=True):
                 torch.testing.assert_close(wide(a), b, rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------- op database
+
+from opdb import BadSample, OpInfo, instantiate_generic_tests, solve_samples  # noqa: E402,I001
+
+
+def _solve_bad() -> list[BadSample]:
+    A = torch.eye(3, dtype=torch.float64)
+    return [
+        BadSample((A[0], A[0]), match="dimensions"),
+        BadSample((A[:, :2], A), match="square"),
+        BadSample((A, torch.zeros(4)), match="AX = B"),
+        BadSample((A.expand(2, 3, 3), torch.zeros(4, 3, 1)), match="broadcast|must match"),
+    ]
+
+
+OPS = [
+    OpInfo("solve", mpslinalg.solve, torch.linalg.solve, solve_samples,
+           bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,), device_reads=1),
+    OpInfo("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex, solve_samples,
+           bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,)),
+]
+instantiate_generic_tests(globals(), OPS)

@@ -1,0 +1,487 @@
+"""The op database: each public op registers, in its family's test file, its sample inputs
+(good and bad), its torch reference and its tolerances; :func:`instantiate_generic_tests` then
+adds the generic tests below to that file, one per (op, backend) (learned from PyTorch's OpInfo
+and instantiate_device_type_tests).
+
+Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the reason):
+
+- ``parity``: every sample, in every supported dtype, against the torch reference computed in
+  float64 / complex128 on the CPU (the outputs mapped through ``OpInfo.compare`` first);
+- ``noncontiguous`` / ``conj_view``: non-contiguous and lazily conjugated inputs give the same
+  results as their contiguous, resolved copies;
+- ``upcast``: float16 / bfloat16 inputs compute in float32 and come back in their own dtype;
+- ``inputs_unmodified``: no input is written to;
+- ``out``: torch's ``out=`` semantics;
+- ``gradients``: gradcheck in float64 on the torch backend, and on the metal backend gradients
+  against torch's own autograd in float64;
+- ``compile``: ``torch.compile(fullgraph=True)`` (aot_eager) matches eager, forward and backward;
+- ``meta``: meta tensors give meta results of the right shapes;
+- ``bad_input``: every bad sample raises the error torch raises (type), the message names
+  ``mpslinalg.<fn>``;
+- ``nonfinite``: NaN / Inf in one element, everywhere, or one batch element: no hang, no crash,
+  the result is non-finite where torch's is, and a poisoned batch element leaves the others
+  as they were;
+- ``no_host_sync`` (metal backend): no device read, except the one of a checking form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from mpslinalg.testing import count_host_syncs
+
+_WIDE = {torch.float32: torch.float64, torch.complex64: torch.complex128,
+         torch.float16: torch.float64, torch.bfloat16: torch.float64}
+#: Relative tolerance of a result against the float64 reference, by compute dtype.
+DEFAULT_RTOL = {torch.float32: 1e-4, torch.complex64: 1e-4, torch.float64: 1e-10,
+                torch.complex128: 1e-10}
+
+
+@dataclass
+class Sample:
+    """One call: ``op(*args, **kwargs)``; tensors in ``args`` are made on the CPU in float64 /
+    complex128 and converted by the generic tests."""
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    desc: str = ""
+
+
+@dataclass
+class BadSample(Sample):
+    """A call that must raise ``error`` on every backend (with a message naming the function);
+    ``match`` is a regular expression the message must also match."""
+
+    error: type[BaseException] = RuntimeError
+    match: str | None = None
+
+
+@dataclass
+class OpInfo:
+    """What the generic tests need to know of one public function."""
+
+    name: str
+    op: Callable[..., Any]
+    ref: Callable[..., Any]
+    #: Good inputs, as float64 / complex128 CPU tensors: ``samples(complex_)``.
+    samples: Callable[[bool], list[Sample]]
+    bad_samples: Callable[[], list[BadSample]] = lambda: []
+    #: dtypes every backend computes in (the torch backend adds their 64-bit counterparts).
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.complex64)
+    #: Maps an output (tuple or tensor) to what is compared (e.g. drop ``info``).
+    compare: Callable[[Any], Sequence[torch.Tensor]] = lambda out: (
+        (out,) if isinstance(out, torch.Tensor) else tuple(out))
+    #: Indices into Sample.args of the differentiable inputs (empty: not differentiable).
+    grad_args: tuple[int, ...] = (0,)
+    rtol: dict[torch.dtype, float] = field(default_factory=lambda: dict(DEFAULT_RTOL))
+    supports_out: bool = True
+    #: The positional tensor arguments that get NaN / Inf in the nonfinite test.
+    nonfinite_args: tuple[int, ...] = (0,)
+    #: Device reads of one call on the metal backend (1 for the checking forms).
+    device_reads: int = 0
+    #: Generic test name -> why this op opts out.
+    skips: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fn_name(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _convert(x: Any, dtype: torch.dtype, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+        target = dtype if x.is_complex() == dtype.is_complex else (
+            dtype.to_real() if dtype.is_complex else dtype)
+        return x.to(device=device, dtype=target)
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_convert(v, dtype, device) for v in x)
+    return x
+
+
+def _call(info: OpInfo, sample: Sample, dtype: torch.dtype, device: torch.device,
+          transform: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    args = [_convert(a, dtype, device) for a in sample.args]
+    if transform is not None:
+        args = [transform(a) if isinstance(a, torch.Tensor) else a for a in args]
+    return info.op(*args, **sample.kwargs), args
+
+
+def _reference(info: OpInfo, sample: Sample, dtype: torch.dtype):
+    """The torch reference in float64 / complex128 on the CPU, from the inputs rounded to
+    ``dtype`` (so that both see the same numbers)."""
+    wide = _WIDE.get(dtype, dtype)
+    cpu = torch.device("cpu")
+    args = [_convert(_convert(a, dtype, cpu), wide, cpu) for a in sample.args]
+    return info.ref(*args, **sample.kwargs)
+
+
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    x = x.detach().cpu()
+    return x.to(_WIDE.get(x.dtype, x.dtype)) if x.is_floating_point() or x.is_complex() else x
+
+
+def assert_close(ours: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], rtol: float,
+                 what: str) -> None:
+    """Each pair equal in shape, and close relative to the reference's largest magnitude."""
+    assert len(ours) == len(ref), what
+    for a, b in zip(ours, ref, strict=True):
+        a, b = _wide(a), _wide(b)
+        assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
+        if not (a.is_floating_point() or a.is_complex()):
+            assert torch.equal(a, b.to(a.dtype)), f"{what}: {a} != {b}"
+            continue
+        both_nan = a.isnan() & b.to(a.dtype).isnan()
+        scale = b[b.isfinite()].abs().max().item() if b.isfinite().any() else 1.0
+        err = (a - b.to(a.dtype)).abs()
+        err = torch.where(both_nan | (a == b.to(a.dtype)), torch.zeros_like(err), err)
+        assert not err.isnan().any(), f"{what}: NaN where the reference has none"
+        if err.numel():
+            assert err.max().item() <= rtol * max(scale, 1.0), (
+                f"{what}: max error {err.max().item():.3g} > {rtol:g} * {max(scale, 1.0):.3g}")
+
+
+def _dtypes(info: OpInfo, backend) -> list[torch.dtype]:
+    if backend.is_metal:
+        return list(info.dtypes)
+    return list(info.dtypes) + [_WIDE[d] for d in info.dtypes if d in _WIDE]
+
+
+def _samples(info: OpInfo, dtype: torch.dtype) -> list[Sample]:
+    return info.samples(dtype.is_complex)
+
+
+# ---------------------------------------------------------------- the generic tests
+
+
+def check_parity(info: OpInfo, backend) -> None:
+    for dtype in _dtypes(info, backend):
+        rtol = info.rtol.get(dtype, 1e-4)
+        for sample in _samples(info, dtype):
+            ours, _ = _call(info, sample, dtype, backend.device)
+            ref = _reference(info, sample, dtype)
+            assert_close(info.compare(ours), info.compare(ref), rtol,
+                         f"{info.name} {sample.desc} {dtype}")
+
+
+def _noncontiguous(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 0 or x.numel() == 0:
+        return x
+    buf = torch.zeros((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
+    buf[..., ::2] = x
+    return buf[..., ::2]
+
+
+def check_layouts(info: OpInfo, backend) -> None:
+    """Non-contiguous and lazily conjugated inputs give the contiguous inputs' results."""
+    for dtype in info.dtypes:
+        for sample in _samples(info, dtype):
+            plain, _ = _call(info, sample, dtype, backend.device)
+            strided, _ = _call(info, sample, dtype, backend.device, _noncontiguous)
+            assert_close(info.compare(strided), info.compare(plain), info.rtol[dtype],
+                         f"{info.name} {sample.desc} non-contiguous")
+            if dtype.is_complex:
+                def conj_view(x):
+                    return x.conj_physical().conj() if x.is_complex() else x
+                lazy, args = _call(info, sample, dtype, backend.device, conj_view)
+                assert any(a.is_conj() for a in args if isinstance(a, torch.Tensor))
+                assert_close(info.compare(lazy), info.compare(plain), info.rtol[dtype],
+                             f"{info.name} {sample.desc} conjugate view")
+
+
+def check_upcast(info: OpInfo, backend) -> None:
+    for low in (torch.float16, torch.bfloat16):
+        for sample in _samples(info, torch.float32):
+            ours, _ = _call(info, sample, low, backend.device)
+            args32 = [_convert(a, low, backend.device) for a in sample.args]
+            args32 = [a.float() if isinstance(a, torch.Tensor) and a.dtype == low else a
+                      for a in args32]
+            ref = info.op(*args32, **sample.kwargs)
+            for a, b in zip(info.compare(ours), info.compare(ref), strict=True):
+                if b.is_floating_point():
+                    assert a.dtype == low, f"{info.name}: {a.dtype} for {low} input"
+                    torch.testing.assert_close(a.float(), b.to(low).float(), equal_nan=True)
+
+
+def check_inputs_unmodified(info: OpInfo, backend) -> None:
+    for dtype in info.dtypes:
+        for sample in _samples(info, dtype):
+            args = [_convert(a, dtype, backend.device) for a in sample.args]
+            before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            info.op(*args, **sample.kwargs)
+            for a, b in zip(args, before, strict=True):
+                if isinstance(a, torch.Tensor):
+                    assert torch.equal(a, b), f"{info.name} {sample.desc} modified an input"
+
+
+def check_out(info: OpInfo, backend) -> None:
+    dtype = info.dtypes[0]
+    sample = _samples(info, dtype)[0]
+    result, args = _call(info, sample, dtype, backend.device)
+    single = isinstance(result, torch.Tensor)
+    results = (result,) if single else tuple(result)
+    outs = tuple(torch.empty(0, dtype=r.dtype, device=r.device) for r in results)
+    got = info.op(*args, **sample.kwargs, out=outs[0] if single else outs)
+    got = (got,) if single else tuple(got)
+    for g, o, r in zip(got, outs, results, strict=True):
+        assert g is o or g.data_ptr() == o.data_ptr()
+        torch.testing.assert_close(o, r, equal_nan=True)
+    wrong = tuple(torch.empty(0, dtype=torch.int8, device=r.device) for r in results)
+    with pytest.raises(RuntimeError, match=f"mpslinalg.{info.fn_name}"):
+        info.op(*args, **sample.kwargs, out=wrong[0] if single else wrong)
+
+
+def check_gradients(info: OpInfo, backend) -> None:
+    for dtype in info.dtypes:
+        wide = _WIDE[dtype]
+        for sample in _samples(info, dtype)[:2]:
+            if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in sample.args):
+                continue
+            if not backend.is_metal:
+                args = [_convert(a, wide, backend.device) for a in sample.args]
+
+                def f(*diff, args=args, sample=sample):
+                    full = list(args)
+                    for i, d in zip(info.grad_args, diff, strict=True):
+                        full[i] = d
+                    return tuple(o for o in info.compare(info.op(*full, **sample.kwargs))
+                                 if o.is_floating_point() or o.is_complex())
+                diff = [args[i].clone().requires_grad_() for i in info.grad_args]
+                torch.autograd.gradcheck(f, diff, nondet_tol=1e-10)
+                continue
+            ours = _grads(info, info.op, sample, dtype, backend.device)
+            ref = _grads(info, info.ref, sample, wide, torch.device("cpu"))
+            assert_close(ours, ref, 1e-3, f"{info.name} {sample.desc} gradient")
+
+
+def _grads(info: OpInfo, fn, sample: Sample, dtype, device) -> list[torch.Tensor]:
+    args = [_convert(a, dtype, device) for a in sample.args]
+    diff = [args[i].clone().requires_grad_() for i in info.grad_args]
+    for i, d in zip(info.grad_args, diff, strict=True):
+        args[i] = d
+    outputs = [o for o in info.compare(fn(*args, **sample.kwargs))
+               if o.is_floating_point() or o.is_complex()]
+    gen = torch.Generator().manual_seed(0)
+    weight_dtype = torch.complex128 if dtype.is_complex else torch.float64
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=weight_dtype).to(o)).real.sum()
+               for o in outputs)
+    return list(torch.autograd.grad(loss, diff, allow_unused=True))
+
+
+def check_compile(info: OpInfo, backend) -> None:
+    torch._dynamo.reset()
+    dtype = info.dtypes[-1]
+    sample = _samples(info, dtype)[0]
+    args = [_convert(a, dtype, backend.device) for a in sample.args]
+
+    def f(*args):
+        return info.compare(info.op(*args, **sample.kwargs))
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    eager = f(*args)
+    assert_close(compiled(*args), eager, info.rtol[dtype], f"{info.name} compiled")
+    if info.grad_args:
+        diff = [args[i].clone().requires_grad_() for i in info.grad_args]
+        full = list(args)
+        for i, d in zip(info.grad_args, diff, strict=True):
+            full[i] = d
+        loss = sum(o.abs().sum() for o in compiled(*full) if o.is_floating_point()
+                   or o.is_complex())
+        grads = torch.autograd.grad(loss, diff)
+        eager_loss = sum(o.abs().sum() for o in f(*full) if o.is_floating_point()
+                         or o.is_complex())
+        assert_close(grads, torch.autograd.grad(eager_loss, diff), 1e-3,
+                     f"{info.name} compiled backward")
+
+
+def check_meta(info: OpInfo, backend) -> None:
+    dtype = info.dtypes[0]
+    for sample in _samples(info, dtype):
+        ours, _ = _call(info, sample, dtype, torch.device("meta"))
+        ref, _ = _call(info, sample, dtype, backend.device)
+        for a, b in zip(info.compare(ours), info.compare(ref), strict=True):
+            assert a.device.type == "meta"
+            assert a.shape == b.shape and a.dtype == b.dtype, info.name
+
+
+def check_bad_input(info: OpInfo, backend) -> None:
+    for bad in info.bad_samples():
+        args = [_convert(a, info.dtypes[0], backend.device) for a in bad.args]
+        with pytest.raises(bad.error, match=bad.match) as err:
+            info.op(*args, **bad.kwargs)
+        assert str(err.value).startswith(f"mpslinalg.{info.fn_name}"), str(err.value)
+        if "bad_input_torch" not in info.skips:  # torch raises the same kind of error
+            cpu = [_convert(a, info.dtypes[0], torch.device("cpu")) for a in bad.args]
+            with pytest.raises(bad.error):
+                info.ref(*cpu, **bad.kwargs)
+
+
+def _poison(x: torch.Tensor, how: str, value: float) -> torch.Tensor:
+    x = x.clone()
+    if how == "everywhere":
+        x.fill_(value)
+    elif how == "one element":
+        x.view(-1)[0] = value
+    else:  # the first batch element
+        x[0] = value
+    return x
+
+
+def check_nonfinite(info: OpInfo, backend) -> None:
+    for dtype in info.dtypes:
+        samples = [s for s in _samples(info, dtype)
+                   if all(s.args[i].numel() and s.args[i].dim() > 2 for i in info.nonfinite_args)]
+        for sample in samples[:1]:
+            clean, _ = _call(info, sample, dtype, backend.device)
+            for how in ("one element", "everywhere", "batch element"):
+                for value in (math.nan, math.inf):
+                    bad = Sample(tuple(_poison(a, how, value) if i in info.nonfinite_args else a
+                                       for i, a in enumerate(sample.args)), sample.kwargs)
+                    ours, _ = _call(info, bad, dtype, backend.device)
+                    ref = _reference(info, bad, dtype)
+                    for o, r, c in zip(info.compare(ours), info.compare(ref),
+                                       info.compare(clean), strict=True):
+                        if not (o.is_floating_point() or o.is_complex()):
+                            continue
+                        o, r = _wide(o), _wide(r)
+                        where = f"{info.name} {how} {value}"
+                        # non-finite wherever torch's is (finite values may differ)
+                        assert (~r.isfinite() <= ~o.isfinite()).all() or how != "everywhere", where
+                        if how == "batch element" and o.dim() > 0 and o.shape[0] > 1:
+                            assert_close([o[1:]], [_wide(c)[1:]], info.rtol[dtype],
+                                         f"{where}: other batch elements changed")
+
+
+def check_no_host_sync(info: OpInfo, backend) -> None:
+    dtype = info.dtypes[0]
+    for sample in _samples(info, dtype):
+        args = [_convert(a, dtype, backend.device) for a in sample.args]
+        with count_host_syncs() as syncs:
+            info.op(*args, **sample.kwargs)
+        assert len(syncs.calls) <= info.device_reads, (info.name, syncs.calls)
+
+
+GENERIC_TESTS = {
+    "parity": check_parity,
+    "layouts": check_layouts,
+    "upcast": check_upcast,
+    "inputs_unmodified": check_inputs_unmodified,
+    "out": check_out,
+    "gradients": check_gradients,
+    "compile": check_compile,
+    "meta": check_meta,
+    "bad_input": check_bad_input,
+    "nonfinite": check_nonfinite,
+    "no_host_sync": check_no_host_sync,
+}
+
+
+#: Generic tests that are properties of the metal path alone (run on its executors only).
+METAL_ONLY = {"no_host_sync"}
+
+
+def _applies(info: OpInfo, test_name: str) -> bool:
+    if test_name in info.skips:
+        return False
+    if test_name == "out":
+        return info.supports_out
+    if test_name == "gradients":
+        return bool(info.grad_args)
+    if test_name == "upcast":
+        return any(not d.is_complex for d in info.dtypes)
+    return True
+
+
+def instantiate_generic_tests(namespace: dict, ops: Sequence[OpInfo]) -> None:
+    """Add ``test_generic_<name>`` to a test module for its registered ``ops``, parametrized
+    by op (and by backend through the ``backend`` / ``metal_backend`` fixtures). An op takes
+    part in each test that applies to it; ``OpInfo.skips`` records, with the reason, where it
+    opts out (``skipped_generic_tests`` lists them, so they stay visible)."""
+    for test_name, check in GENERIC_TESTS.items():
+        chosen = [op for op in ops if _applies(op, test_name)]
+        if not chosen:
+            continue
+        if test_name in METAL_ONLY:
+            def test(metal_backend, info, check=check):
+                check(info, metal_backend)
+        else:
+            def test(backend, info, check=check):
+                check(info, backend)
+        test.__name__ = f"test_generic_{test_name}"
+        test.__doc__ = check.__doc__
+        namespace[test.__name__] = pytest.mark.parametrize(
+            "info", chosen, ids=[op.name for op in chosen])(test)
+
+
+def skipped_generic_tests(ops: Sequence[OpInfo]) -> dict[tuple[str, str], str]:
+    """(op, generic test) -> the reason it opts out."""
+    return {(op.name, test): why for op in ops for test, why in op.skips.items()}
+
+
+# ---------------------------------------------------------------- shared sample inputs
+
+
+def well_conditioned(n: int, batch: tuple = (), complex_: bool = False, seed: int = 0,
+                     m: int | None = None) -> torch.Tensor:
+    """A float64 / complex128 matrix batch with condition number 10 (square) or a random
+    rectangular one (``m`` rows)."""
+    from mpslinalg.testing import matrix_with_spread, random_matrix
+
+    dtype = torch.complex128 if complex_ else torch.float64
+    if m is not None and m != n:
+        return random_matrix(n, dtype, batch, seed, m=m)
+    return matrix_with_spread(n, 10.0, dtype, batch, seed)
+
+
+def square_samples(complex_: bool) -> list[Sample]:
+    """Square inputs across the small path (n <= 4), the general path, batches, broadcastable
+    and empty shapes."""
+    c = complex_
+    return [
+        Sample((well_conditioned(3, (), c, 1),), desc="3x3"),
+        Sample((well_conditioned(6, (2,), c, 2),), desc="(2, 6, 6)"),
+        Sample((well_conditioned(4, (2, 3), c, 3),), desc="(2, 3, 4, 4)"),
+        Sample((well_conditioned(1, (3,), c, 4),), desc="(3, 1, 1)"),
+        Sample((torch.zeros(0, 5, 5, dtype=torch.complex128 if c else torch.float64),),
+               desc="empty batch"),
+        Sample((torch.zeros(2, 0, 0, dtype=torch.complex128 if c else torch.float64),),
+               desc="0x0"),
+    ]
+
+
+def square_bad_samples() -> list[BadSample]:
+    """What every function of one square matrix must refuse, as torch does."""
+    return [
+        BadSample((torch.zeros(3),), error=RuntimeError, match="dimensions"),
+        BadSample((torch.zeros(2, 3, 4),), error=RuntimeError, match="square"),
+        BadSample((torch.zeros(3, 3, dtype=torch.int32),), error=(TypeError, RuntimeError),
+                  match="int"),
+        BadSample(([[1.0, 0.0], [0.0, 1.0]],), error=(TypeError, AttributeError)),
+    ]
+
+
+def solve_samples(complex_: bool) -> list[Sample]:
+    """Right-hand sides of every kind torch accepts: matrices, vectors, batches of vectors,
+    broadcast batches, ``left=False``, empty."""
+    c = complex_
+    A3, A6 = well_conditioned(3, (), c, 1), well_conditioned(6, (2,), c, 2)
+    return [
+        Sample((A3, well_conditioned(3, (), c, 5, m=3)[:, :2]), desc="3x3, 2 right-hand sides"),
+        Sample((A6, well_conditioned(6, (2,), c, 6)[..., :3]), desc="(2, 6, 6), 3 rhs"),
+        Sample((A6, well_conditioned(6, (2,), c, 7)[..., 0]), desc="batched vectors"),
+        Sample((A3, well_conditioned(3, (), c, 8)[0]), desc="one vector"),
+        Sample((well_conditioned(4, (2, 1), c, 3), well_conditioned(4, (3,), c, 9)[..., :2]),
+               desc="broadcast (2, 1, 4, 4) with (3, 4, 2)"),
+        Sample((A6, well_conditioned(6, (2,), c, 10)[..., :2].mT), {"left": False},
+               desc="X A = B"),
+        Sample((A3, torch.zeros(0, 3, 2, dtype=A3.dtype)), desc="empty batch of B"),
+    ]
