@@ -204,6 +204,8 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     is on the torch backend in a dtype torch.linalg computes natively and ``general_when`` (same
     arguments) is false or absent, it calls ``torch_fn`` with the same arguments instead:
     torch's results, torch's ``out=``, torch's errors reworded to name ``mpslinalg.<fn>``.
+    Under torch.compile the general path runs, so that a checking form raises
+    :class:`~mpslinalg.LinAlgError` from inside its op (traced code cannot catch and reword).
     The wrapper is generated from the signature so that the fast path passes arguments
     without packing them (a drop-in has about a microsecond to spend on a 3x3 call).
     """
@@ -217,7 +219,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
         passed = ", ".join(
             p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}"
             for p in sig.parameters.values())
-        condition = f"_fast({first})"
+        condition = f"not _compiling() and _fast({first})"
         if general_when is not None:
             condition += f" and not _general_when({passed})"
         defaults = {f"_d_{p.name}": p.default for p in sig.parameters.values()
@@ -238,7 +240,8 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"            raise _translate(error, {torch_name!r}, {name!r}) from None\n"
             f"    return _general({passed})\n"
         )
-        namespace = dict(defaults, _fast=_backend.torch_fast_path, _torch_fn=torch_fn,
+        namespace = dict(defaults, _compiling=torch.compiler.is_compiling,
+                         _fast=_backend.torch_fast_path, _torch_fn=torch_fn,
                          _translate=translate, _general=general, _general_when=general_when)
         exec(compile(source, f"<mpslinalg.{name}>", "exec"), namespace)  # noqa: S102
         function = namespace[name]

@@ -3,8 +3,8 @@
 Ops ``mpslinalg::det`` and ``mpslinalg::slogdet``: on the metal backend from the LU
 factorisation, det = sign(P) prod(diag U), with tensor ops on the device (no host
 synchronisation); n <= 4 takes the small path. A differentiated ``det`` takes the op on the
-torch backend too: torch's own rule returns 0 at exactly singular matrices (torch 2.13), ours
-the adjugate.
+torch backend too (torch's own rule returns 0 at exactly singular matrices in torch 2.13; ours
+is the adjugate).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, call_torch, cast_back, public, write_out
+from .._core.op import Op, cast_back, public, write_out
 from . import lu_metal
 from .inverse import inv_ex_op
 
@@ -188,9 +188,6 @@ def det(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     """
     A, Ac, backend = checks.prepare("det", A)
     use_small = small.use_small_path(Ac, backend)
-    differentiated = torch.is_grad_enabled() and Ac.requires_grad
-    if backend == "torch" and not use_small and not differentiated and Ac.dtype == A.dtype:
-        return call_torch("det", torch.linalg.det, A, out=out)
     d = cast_back(det_op(Ac, backend, use_small, ""), A.dtype)
     return write_out("det", out, d)
 
@@ -198,10 +195,7 @@ def det(A: Tensor, *, out: Tensor | None = None) -> Tensor:
 def _slogdet(fn: str, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     A, Ac, backend = checks.prepare(fn, A)
     use_small = small.use_small_path(Ac, backend)
-    if backend == "torch" and not use_small:
-        sign, logabsdet = call_torch(fn, torch.linalg.slogdet, Ac)
-    else:
-        sign, logabsdet = slogdet_op(Ac, backend, use_small, "")
+    sign, logabsdet = slogdet_op(Ac, backend, use_small, "")
     return A, sign, logabsdet
 
 

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, call_torch, cast_back, public, write_out
+from .._core.op import Op, cast_back, public, write_out
 from . import lu_metal
 
 __all__ = ["inv", "inv_ex"]
@@ -55,10 +55,6 @@ def _takes_general_path(A, *, check_errors=False, out=None) -> bool:
 def _inv_ex(fn: str, A: Tensor, check: str) -> tuple[Tensor, Tensor]:
     A, Ac, backend = checks.prepare(fn, A)
     use_small = small.use_small_path(Ac, backend)
-    if backend == "torch" and not use_small and Ac.dtype == A.dtype:
-        if fn == "inv":
-            return call_torch(fn, torch.linalg.inv, A), None
-        return tuple(call_torch(fn, torch.linalg.inv_ex, A, check_errors=bool(check)))
     X, info = inv_ex_op(Ac, backend, use_small, check)
     return cast_back(X, A.dtype), info
 

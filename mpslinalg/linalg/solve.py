@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, call_torch, cast_back, public, to_dtype, write_out
+from .._core.op import Op, cast_back, public, to_dtype, write_out
 from . import lu_metal
 
 __all__ = ["solve", "solve_ex"]
@@ -118,11 +118,6 @@ def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Te
     checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
     Bc = to_dtype(Bm, Ac.dtype)
     use_small = small.use_small_path(Ac, backend)
-    if backend == "torch" and not use_small and Ac.dtype == A.dtype:
-        if fn == "solve":
-            return call_torch(fn, torch.linalg.solve, A, B, left=left), None
-        return tuple(call_torch(fn, torch.linalg.solve_ex, A, B, left=left,
-                                check_errors=bool(check)))
     X, info = solve_ex_op(Ac, Bc, left, backend, use_small, check)
     if vector:
         X = X.squeeze(-1)

@@ -90,15 +90,23 @@ def _batch_numel(A: torch.Tensor) -> int:
     return b
 
 
-#: Fewest matrices for which the torch backend may take the small path on any device.
-MIN_TORCH_BATCH = min(min(limits.values()) for limits in _TORCH_MIN_BATCH.values())
+#: Fewest matrices (per device type and n) for which the torch backend may take the small path.
+_FEWEST = {
+    device: {n: min(limits[n] for kind, limits in _TORCH_MIN_BATCH.items()
+                    if kind.split("-")[0] == device and n in limits)
+             for n in range(2, MAX_N + 1)}
+    for device in ("cpu", "cuda")
+}
 
 
 def may_use_small_path(A: torch.Tensor) -> bool:
-    """A cheap necessary condition of :func:`use_small_path` on the torch backend (the public
-    functions' fast path asks it on every call)."""
+    """A cheap necessary condition of :func:`use_small_path` on the torch backend: the public
+    functions' fast path asks it on every call, so it reads shapes only."""
     shape = A.shape
-    return len(shape) > 2 and shape[-1] <= MAX_N and A.numel() >= MIN_TORCH_BATCH * shape[-1] ** 2
+    if len(shape) < 3 or shape[-1] > MAX_N or shape[-1] < 2:
+        return False
+    fewest = _FEWEST.get(A.device.type)
+    return fewest is not None and A.numel() >= fewest[shape[-1]] * shape[-1] * shape[-1]
 
 
 def use_small_path(A: torch.Tensor, backend: str | None = None) -> bool:
@@ -114,9 +122,9 @@ def use_small_path(A: torch.Tensor, backend: str | None = None) -> bool:
     if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
         return False
     device = A.device.type
-    if device == "cuda" and _triton_module(A) is None:
+    if device == "cuda" and not (A.dtype in _TRITON_DTYPES and _triton_available()):
         device = "cuda-soa"
-    elif device == "cpu" and _simd_cpu(A) is not None:
+    elif device == "cpu" and A.dtype == torch.float32 and _simd_available():
         device = "cpu-simd"
     limit = _TORCH_MIN_BATCH.get(device, {}).get(A.shape[-1])
     return limit is not None and _batch_numel(A) >= limit
@@ -132,11 +140,26 @@ def _import_triton_kernels():
     return _small_triton
 
 
+#: dtypes the fused Triton kernels serve (Triton has no complex type).
+_TRITON_DTYPES = (torch.float32, torch.float64)
+
+
+# Traced code (torch.compile) takes these as constants instead of tracing the import / build.
+@torch.compiler.assume_constant_result
+def _triton_available() -> bool:
+    return _import_triton_kernels() is not None
+
+
+@torch.compiler.assume_constant_result
+def _simd_available() -> bool:
+    return _have_cxx() and _import_simd_kernels() is not None
+
+
 def _triton_module(A: torch.Tensor):
     """The fused Triton kernels when they serve ``A`` (a CUDA float32/float64 tensor, triton
     importable), else None. Complex dtypes stay on the tensor-op path (Triton has no complex
     type)."""
-    if A.device.type != "cuda" or A.dtype not in (torch.float32, torch.float64):
+    if A.device.type != "cuda" or A.dtype not in _TRITON_DTYPES:
         return None
     return _import_triton_kernels()
 

@@ -1,0 +1,145 @@
+"""Drop-in cost: every public function on the torch backend against the matching torch call.
+
+Self-contained: ``python benchmarks/bench_overhead.py [--device cpu|cuda] [--rounds R]
+[--calls C] [--markdown]``. For each (function, shape, dtype) the two contenders run
+interleaved: each round times ``C`` calls of mpslinalg, then ``C`` calls of torch (the order
+alternates between rounds), and the table reports, over ``R`` rounds, the min / median / max of
+the per-call time of each and the ratio of the medians (ours / torch: the goal is <= 1.25).
+Shapes: one 3x3, one 64x64, a batch of 100 3x3 and 64x64; float32 and complex64. The checking
+forms (inv, solve, lu_factor) are timed on the same inputs as torch's, which check too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import mpslinalg  # noqa: E402
+
+#: (public name, mpslinalg call, torch call); each takes (A, B).
+CASES: list[tuple[str, Callable, Callable]] = [
+    ("solve", mpslinalg.solve, torch.linalg.solve),
+    ("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex),
+    ("inv", lambda A, B: mpslinalg.inv(A), lambda A, B: torch.linalg.inv(A)),
+    ("inv_ex", lambda A, B: mpslinalg.inv_ex(A), lambda A, B: torch.linalg.inv_ex(A)),
+    ("det", lambda A, B: mpslinalg.det(A), lambda A, B: torch.linalg.det(A)),
+    ("slogdet", lambda A, B: mpslinalg.slogdet(A), lambda A, B: torch.linalg.slogdet(A)),
+    ("logdet", lambda A, B: mpslinalg.logdet(A), lambda A, B: torch.logdet(A)),
+    ("lu_factor", lambda A, B: mpslinalg.lu_factor(A), lambda A, B: torch.linalg.lu_factor(A)),
+    ("lu_factor_ex", lambda A, B: mpslinalg.lu_factor_ex(A),
+     lambda A, B: torch.linalg.lu_factor_ex(A)),
+    ("lu", lambda A, B: mpslinalg.lu(A), lambda A, B: torch.linalg.lu(A)),
+    ("lu_solve", None, None),  # filled in per input below (needs the factors)
+]
+
+SHAPES = [((), 3), ((), 64), ((100,), 3), ((100,), 64)]
+DTYPES = [torch.float32, torch.complex64]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _per_call(fn: Callable[[], object], calls: int, device: torch.device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - start) / calls
+
+
+def measure(ours: Callable[[], object], theirs: Callable[[], object], rounds: int, calls: int,
+            device: torch.device) -> tuple[list[float], list[float]]:
+    """Per-call seconds of each contender in every round, interleaved (order alternating)."""
+    for fn in (ours, theirs):  # warm-up: caches, first-call costs
+        for _ in range(max(3, calls // 10)):
+            fn()
+    a, b = [], []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a.append(_per_call(ours, calls, device))
+            b.append(_per_call(theirs, calls, device))
+        else:
+            b.append(_per_call(theirs, calls, device))
+            a.append(_per_call(ours, calls, device))
+    return a, b
+
+
+def _inputs(batch: tuple, n: int, dtype: torch.dtype, device: torch.device):
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(*batch, n, n, generator=gen, dtype=dtype) + n * torch.eye(n, dtype=dtype)
+    B = torch.randn(*batch, n, 2, generator=gen, dtype=dtype)
+    return A.to(device), B.to(device)
+
+
+def _fmt_us(xs: list[float]) -> str:
+    return (f"{min(xs) * 1e6:.1f} / {statistics.median(xs) * 1e6:.1f} / "
+            f"{max(xs) * 1e6:.1f}")
+
+
+def run(device: torch.device, rounds: int, calls: int, names: set[str] | None) -> list[list[str]]:
+    rows = []
+    for name, ours_fn, torch_fn in CASES:
+        if names and name not in names:
+            continue
+        for dtype in DTYPES:
+            for batch, n in SHAPES:
+                A, B = _inputs(batch, n, dtype, device)
+                if name == "lu_solve":
+                    LU, piv = torch.linalg.lu_factor(A)
+
+                    def ours(LU=LU, piv=piv, B=B):
+                        return mpslinalg.lu_solve(LU, piv, B)
+
+                    def theirs(LU=LU, piv=piv, B=B):
+                        return torch.linalg.lu_solve(LU, piv, B)
+                else:
+                    def ours(A=A, B=B, f=ours_fn):
+                        return f(A, B)
+
+                    def theirs(A=A, B=B, f=torch_fn):
+                        return f(A, B)
+                scale = max(1, calls // (1 if n < 64 else 10))
+                a, b = measure(ours, theirs, rounds, scale, device)
+                ratio = statistics.median(a) / statistics.median(b)
+                shape = f"({', '.join(map(str, (*batch, n, n)))})"
+                rows.append([name, shape, str(dtype).removeprefix("torch."), _fmt_us(a),
+                             _fmt_us(b), f"{ratio:.2f}"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--only", default="", help="comma-separated function names")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    names = {n for n in args.only.split(",") if n} or None
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# Drop-in cost on the torch backend: {platform.machine()}, {os.cpu_count()} cores, "
+          f"{torch.get_num_threads()} torch threads, load average {load:.1f}, torch "
+          f"{torch.__version__}, device {device}; {args.rounds} interleaved rounds of "
+          f"{args.calls} calls (64x64: {max(1, args.calls // 10)})\n")
+    print("| function | shape | dtype | mpslinalg us/call min / median / max | "
+          "torch us/call min / median / max | ratio of medians |")
+    print("|---|---|---|---|---|---|")
+    for row in run(device, args.rounds, args.calls, names):
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
