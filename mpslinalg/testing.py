@@ -37,20 +37,44 @@ _WIDE = {torch.float32: torch.float64, torch.complex64: torch.complex128,
 
 
 def wide(x: torch.Tensor) -> torch.Tensor:
-    """``x`` on the CPU in float64 / complex128."""
+    """``x`` detached, on the CPU, in float64 / complex128 (other dtypes kept).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.testing import wide
+    >>> wide(torch.ones(2, dtype=torch.complex64)).dtype
+    torch.complex128
+    """
     x = x.detach().cpu()
     return x.to(_WIDE.get(x.dtype, x.dtype))
 
 
 def eps(dtype: torch.dtype) -> float:
-    """Machine epsilon of the compute dtype (float16/bfloat16 compute in float32)."""
+    """Machine epsilon of the compute dtype (float16/bfloat16 compute in float32).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.testing import eps
+    >>> eps(torch.complex64) == torch.finfo(torch.float32).eps
+    True
+    """
     real = {torch.complex64: torch.float32, torch.complex128: torch.float64,
             torch.float16: torch.float32, torch.bfloat16: torch.float32}.get(dtype, dtype)
     return torch.finfo(real).eps
 
 
 def norm1(x: torch.Tensor) -> torch.Tensor:
-    """Matrix 1-norm per batch element (float64)."""
+    """Matrix 1-norm per batch element, in float64 / complex128's real type.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.testing import norm1
+    >>> norm1(torch.tensor([[1., -2.], [3., 4.]]))
+    tensor(6., dtype=torch.float64)
+    """
     return torch.linalg.matrix_norm(wide(x), ord=1)
 
 
@@ -135,7 +159,7 @@ def _haar(rng: np.random.Generator, n: int, complex_: bool, batch: tuple) -> np.
 
 
 def random_matrix(n: int, dtype=torch.float32, batch: tuple = (), seed: int = 0, m=None):
-    """Standard normal entries (complex: both parts), shape (*batch, m or n, n).
+    """Standard normal entries (complex: both parts), shape ``(*batch, m or n, n)``.
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""Backend fixture and hypothesis profiles shared by every test module (DESIGN.md section 7).
+"""Backend fixture and hypothesis profiles shared by every test module.
 
 The ``backend`` fixture runs a test on each available executor: ``torch`` (torch.linalg),
 ``emulator`` (the Metal kernels on CPU tensors through mpslinalg.emulator) and ``mps`` (the Metal

@@ -18,6 +18,8 @@ class LinAlgError(torch.linalg.LinAlgError):
     Subclasses :class:`torch.linalg.LinAlgError`, so ``except torch.linalg.LinAlgError`` catches it.
     """
 
+    __module__ = "mpslinalg"  # where users import it from
+
 
 def _failure_text(api_name: str, info: int) -> str:
     # torch's wordings (aten/src/ATen/native/BatchLinearAlgebra.cpp, _linalg_check_errors),

@@ -184,7 +184,7 @@ def det(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     --------
     >>> import torch, mpslinalg
     >>> mpslinalg.det(torch.tensor([[1., 2.], [3., 4.]]))
-    tensor(-2.0000)
+    tensor(-2.)
     """
     A, Ac, backend = checks.prepare("det", A)
     use_small = small.use_small_path(Ac, backend)

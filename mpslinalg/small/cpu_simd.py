@@ -316,12 +316,6 @@ def available() -> bool:
     return _library() is not None
 
 
-def supports(A: torch.Tensor) -> bool:
-    """Whether these kernels serve ``A``: a CPU float32 tensor with 1 <= n <= 4."""
-    return (A.device.type == "cpu" and A.dtype == torch.float32 and A.dim() >= 2
-            and 1 <= A.shape[-1] == A.shape[-2] <= MAX_N)
-
-
 def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     batch = 1
     for s in A.shape[:-2]:

@@ -57,7 +57,6 @@ import triton
 import triton.language as tl
 
 from . import codegen as _codegen
-from .codegen import MAX_N
 
 #: dtypes served by these kernels.
 DTYPES = (torch.float32, torch.float64)
@@ -311,11 +310,6 @@ def _kernel(op: str, n: int, dtype: str, load: str):
 
 
 # ------------------------------------------------------------------------------ entry points
-
-def supports(A: torch.Tensor) -> bool:
-    """Whether these kernels serve ``A`` (dtype and n; the caller checks the device)."""
-    return A.dtype in DTYPES and A.dim() >= 2 and 1 <= A.shape[-1] == A.shape[-2] <= MAX_N
-
 
 def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     n = A.shape[-1]
