@@ -64,7 +64,7 @@ kernel void lang(device float4* out [[buffer(0)]], device half* h [[buffer(1)]],
   h[gid.x] = half(v.x) * 1.5h;
   b[gid.x] = bfloat(v.y);
   atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
-  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float>(1.0f), r;
+  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(1.0f), r;
   simdgroup_multiply(r, m, m);
   simdgroup_store(r, &tile[0], 8);
 }
@@ -271,7 +271,7 @@ _MATRIX = r"""
 using namespace metal;
 kernel void mm(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
                device float* c [[buffer(2)]], uint sg [[simdgroup_index_in_threadgroup]]) {
-  simdgroup_float8x8 x, y, z = make_filled_simdgroup_matrix<float>(0.5f);
+  simdgroup_float8x8 x, y, z = make_filled_simdgroup_matrix<float, 8, 8>(0.5f);
   simdgroup_load(x, a + sg * 64, 8);
   simdgroup_load(y, b + sg * 64, 8, ulong2(0, 0), true);
   simdgroup_multiply_accumulate(z, x, y, z);

@@ -446,8 +446,8 @@ template <class T, int R, int C> struct simdgroup_matrix {
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<mtl_half, 8, 8> simdgroup_half8x8;
-template <class T> inline simdgroup_matrix<T, 8, 8> make_filled_simdgroup_matrix(T v) {
-  simdgroup_matrix<T, 8, 8> r; for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) r.m[i][j] = v; return r; }
+template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T v) {
+  simdgroup_matrix<T, R, C> r; for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) r.m[i][j] = v; return r; }
 template <class T, class P> inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, unsigned long elements_per_row = 8,
                                                        vec<unsigned long, 2> = vec<unsigned long, 2>(0ul), bool transpose = false) {
   for (int i = 0; i < 8; ++i)
@@ -477,7 +477,7 @@ template <class T> inline void simdgroup_multiply_accumulate(simdgroup_matrix<T,
 }
 template <class T> inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<T, 8, 8>& a,
                                                  const simdgroup_matrix<T, 8, 8>& b) {
-  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<T>(T(0)));
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<T, 8, 8>(T(0)));
 }
 }  // namespace metal
 using metal::as_type;
