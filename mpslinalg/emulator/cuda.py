@@ -30,6 +30,7 @@ import json
 import os
 import pathlib
 import re
+import struct
 import threading
 
 from . import build, runtime, translate
@@ -439,9 +440,26 @@ class _Args(ctypes.Structure):
         ("grid", ctypes.c_uint32 * 3),
         ("group", ctypes.c_uint32 * 3),
         ("ngroups", ctypes.c_uint32 * 3),
-        ("pad_", ctypes.c_uint32 * 2),  # blob is 16-byte aligned (alignas(16) in the prelude)
         ("blob", ctypes.c_char * _BLOB_BYTES),
     ]
+
+
+# emu::Args (cuda_prelude.cuh static_asserts the same numbers).
+_ARGS_SIZE = ctypes.sizeof(_Args)
+_IN_BLOB_OFFSET = _Args.in_blob.offset
+_BLOB_OFFSET = _Args.blob.offset
+assert (_ARGS_SIZE, _IN_BLOB_OFFSET, _BLOB_OFFSET) == (2336, 248, 288)
+_pack_into = struct.pack_into
+
+
+def _current_stream(index: int) -> int:
+    """torch's current stream on device `index` (the raw CUstream)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
@@ -470,6 +488,7 @@ class Kernel:
         )
         self._tg = v.value
         self.name = info.host_name
+        self._nbufs = max((p.buffer + 1 for p in info.params if p.attr == "buffer"), default=0)
 
     max_threads_per_threadgroup = property(lambda self: self._max)
     thread_execution_width = property(lambda self: runtime.SIMD_WIDTH)
@@ -486,13 +505,15 @@ class Kernel:
         if len(args) > _MAX_BUFFERS:
             raise RuntimeError(f"kernel '{self.name}': at most {_MAX_BUFFERS} arguments")
         casts = runtime._casts_for(arg_casts, len(args))
-        la = _Args()
+        # The parameter block is filled in place (struct.pack_into): the host side of a launch
+        # is what bounds small kernels, so the common arguments take the shortest path.
+        buf = bytearray(_ARGS_SIZE)
         keep = []
+        in_blob = 0
         used = 0
         for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and a.dim() > 0 or (
-                isinstance(a, torch.Tensor) and a.device.type == "cuda"
-            ):
+            kind = type(a)
+            if kind is torch.Tensor and (a.dim() > 0 or a.device.type == "cuda"):
                 if a.device.type != "cuda":
                     raise TypeError(
                         f"argument {i}: Passed {a.device.type.upper()} tensor to a CUDA-executed "
@@ -503,28 +524,38 @@ class Kernel:
                         f"argument {i}: tensor on {a.device}, kernel '{self.name}' was loaded "
                         f"for cuda:{self._device}"
                     )
-                la.addr[i] = a.data_ptr()  # the view's first element: its storage offset
+                _pack_into("<Q", buf, 8 * i, a.data_ptr())  # the view's first element
                 keep.append(a)
                 continue
-            cast = None if isinstance(a, torch.Tensor) else casts[i]
-            # torch's bytes for a scalar, list or 0-dim CPU tensor: the emulator's marshalling
-            b = runtime._marshal(i, a, cast)
             off = (used + 15) & ~15
-            if off + b.size > _BLOB_BYTES:
+            if kind is int and casts[i] is None and -(2**63) <= a < 2**63:
+                _pack_into("<q", buf, _BLOB_OFFSET + off, a)  # torch: int -> int64
+                size = 8
+            elif kind is float and casts[i] is None:
+                _pack_into("<f", buf, _BLOB_OFFSET + off, a)  # torch: float -> float32
+                size = 4
+            else:
+                # lists, casts, bools, 0-dim CPU tensors: the emulator's marshalling
+                b = runtime._marshal(i, a, None if isinstance(a, torch.Tensor) else casts[i])
+                size = b.size
+                if off + size <= _BLOB_BYTES:
+                    buf[_BLOB_OFFSET + off : _BLOB_OFFSET + off + size] = ctypes.string_at(
+                        b.ptr, size
+                    )
+            if off + size > _BLOB_BYTES:
                 raise RuntimeError(
                     f"kernel '{self.name}': the scalars and lists passed by value exceed the "
                     f"CUDA executor's {_BLOB_BYTES} bytes; pass large arrays as tensors"
                 )
-            ctypes.memmove(ctypes.addressof(la) + _Args.blob.offset + off, b.ptr, b.size)
-            la.addr[i] = off
-            la.in_blob |= 1 << i
-            used = off + b.size
-        for p in self._info.params:
-            if p.attr == "buffer" and p.buffer >= len(args):
-                raise RuntimeError(
-                    f"kernel '{self.name}': parameter '{p.name}' (buffer {p.buffer}): the kernel "
-                    f"reads buffer {p.buffer} but only {len(args)} arguments were passed"
-                )
+            _pack_into("<Q", buf, 8 * i, off)
+            in_blob |= 1 << i
+            used = off + size
+        if self._nbufs > len(args):
+            p = next(p for p in self._info.params if p.attr == "buffer" and p.buffer >= len(args))
+            raise RuntimeError(
+                f"kernel '{self.name}': parameter '{p.name}' (buffer {p.buffer}): the kernel "
+                f"reads buffer {p.buffer} but only {len(args)} arguments were passed"
+            )
         grid, group = _geometry(self, args, threads, group_size)
         runtime._count(self.name)
         if 0 in grid:
@@ -534,26 +565,26 @@ class Kernel:
                 f"kernel '{self.name}': threadgroup memory use {self._tg} bytes exceeds the "
                 f"{runtime.TG_MEMORY_LIMIT}-byte limit of Apple GPUs"
             )
-        nblocks = 1
-        for i in range(3):
-            if grid[i] >= 2**32:
-                raise ValueError(f"kernel '{self.name}': threads[{i}] = {grid[i]} exceeds 2^32 - 1")
-            la.grid[i], la.group[i] = grid[i], group[i]
-            la.ngroups[i] = -(-grid[i] // group[i])
-            nblocks *= la.ngroups[i]
-        if nblocks >= 2**31:
-            raise ValueError(f"kernel '{self.name}': {nblocks} threadgroups exceed CUDA's 2^31 - 1")
+        ngroups = [-(-grid[i] // group[i]) for i in range(3)]
+        nblocks = ngroups[0] * ngroups[1] * ngroups[2]
+        if max(grid) >= 2**32 or nblocks >= 2**31:
+            raise ValueError(
+                f"kernel '{self.name}': threads {grid[:3]} in {nblocks} threadgroups exceed the "
+                "CUDA executor's limits (2^32 - 1 threads per dimension, 2^31 - 1 groups)"
+            )
+        _pack_into("<I9I", buf, _IN_BLOB_OFFSET, in_blob, *grid, *group, *ngroups)
         drv = _get_driver()
         drv.context(self._device)
-        stream = torch.cuda.current_stream(self._device).cuda_stream
-        params = (ctypes.c_void_p * 1)(ctypes.addressof(la))
+        block = (ctypes.c_char * _ARGS_SIZE).from_buffer(buf)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(block))
         drv.check(
             drv.lib.cuLaunchKernel(
                 self._func, nblocks, 1, 1, group[0] * group[1] * group[2], 1, 1, 0,
-                ctypes.c_void_p(stream), params, None,
+                ctypes.c_void_p(_current_stream(self._device)), params, None,
             ),
             f"launch of kernel '{self.name}'",
         )  # fmt: skip
+        del block, params
         return None
 
 

@@ -304,10 +304,15 @@ def test_kernel_properties_and_errors():
     assert dir(lib) == ["tg_reverse"]
     with pytest.raises(RuntimeError, match="Failed to create function state object for: nope"):
         lib.nope  # noqa: B018
+    bufs = [torch.zeros(4, device="cuda"), torch.zeros(4, dtype=torch.float16, device="cuda"),
+            torch.zeros(4, dtype=torch.bfloat16, device="cuda"),
+            torch.zeros(1, dtype=torch.int32, device="cuda")]
     with pytest.raises(ValueError, match="Threadgroup size exceeds 1024 limit"):
-        k(torch.zeros(4, device="cuda"), threads=4, group_size=2048)
+        k(*bufs, threads=4, group_size=2048)
+    with pytest.raises(RuntimeError, match="reads buffer 1 but only 1 arguments"):
+        k(bufs[0], threads=4)
     with pytest.raises(TypeError, match="CUDA tensors"):
-        k(torch.zeros(4), threads=4)
+        k(torch.zeros(4), *bufs[1:], threads=4)
 
 
 # ---------------------------------------------------------------- the library's kernels
@@ -394,3 +399,17 @@ def test_copy_strided_matches_emulator(cuda_metal, dtype):
         _matrices((6, 7, 5), dtype, 1)
     view = x.transpose(0, 2)[:, 1:6:2]
     _same_bits(contiguous(view), contiguous(view.cuda()).cpu())
+
+
+@pytest.mark.cuda
+def test_pivots_to_permutation_matches_emulator(cuda_metal):
+    from mpslinalg import _lu_metal
+
+    _, piv, _ = _lu_metal.lu_factor_metal(_matrices((300, 9, 7), torch.float32, 2))
+    ref = _lu_metal.pivots_to_permutation_metal(piv, 9)
+    _same_bits(ref, _lu_metal.pivots_to_permutation_metal(piv.cuda(), 9).cpu())
+
+
+def test_parameter_block_layout():
+    # cuda_prelude.cuh static_asserts the same numbers for emu::Args
+    assert (cuda._ARGS_SIZE, cuda._IN_BLOB_OFFSET, cuda._BLOB_OFFSET) == (2336, 248, 288)

@@ -356,19 +356,21 @@ template <class T, T (*F)(T, T)> inline T reduce(T x) {
   }
   return x;
 }
-// Prefix operations in lane order over the active lanes (the emulator's order).
+// Prefix operations in lane order over the active lanes (the emulator's order). Every lane runs
+// every shuffle: a lane leaving the loop early would desert the others' __shfl_sync.
 template <class T, T (*F)(T, T)> inline T prefix(T x, bool exclusive, T ident) {
   const unsigned mask = __activemask(), me = lane_id();
-  T acc = ident;
+  T acc = ident, mine = ident;
   bool first = true;
   for (unsigned l = 0; l < 32u; ++l) {
     if (!(mask & (1u << l))) continue;
     const T y = shfl(mask, x, int(l));
-    if (l == me) return exclusive ? (first ? ident : acc) : (first ? y : F(acc, y));
-    acc = first ? y : F(acc, y);
+    const T next = first ? y : F(acc, y);
+    if (l == me) mine = exclusive ? acc : next;
+    acc = next;
     first = false;
   }
-  return acc;
+  return mine;
 }
 }  // namespace detail
 #define EMU_SIMD_RED(name, F) \
@@ -530,6 +532,9 @@ struct Args {
   unsigned int ngroups[3];
   alignas(16) char blob[kBlobBytes];
 };
+// The Python side (cuda.py, _Args) packs these offsets; both sides check them.
+static_assert(sizeof(Args) == 2336 && __builtin_offsetof(Args, in_blob) == 248 &&
+              __builtin_offsetof(Args, blob) == 288, "emu::Args layout changed: update cuda.py");
 struct u3 { unsigned int v[3]; };
 inline u3 U(unsigned int a) { u3 r = {{a, 0u, 0u}}; return r; }
 struct Ctx { u3 tid, lid, tgid, tpg, dtpg, grid, ngroups; unsigned int lidx, nlanes, nsg, dnsg; };
