@@ -246,6 +246,14 @@ def _load_nvrtc():
             return _nvrtc
         tried = []
         for cand in _nvrtc_candidates():
+            # libnvrtc dlopens libnvrtc-builtins by name at compile time; a wheel's copy beside
+            # it is not on the loader's path, so it is loaded first (global) from there.
+            for b in sorted(pathlib.Path(cand).parent.glob("libnvrtc-builtins.so.*")):
+                if "alt" not in b.name and os.path.isabs(cand):
+                    try:
+                        ctypes.CDLL(str(b), mode=ctypes.RTLD_GLOBAL)
+                    except OSError:
+                        pass
             try:
                 lib = ctypes.CDLL(cand)
             except OSError:

