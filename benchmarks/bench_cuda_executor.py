@@ -119,13 +119,67 @@ def cases():
     A = _matrices((batch, n, n), torch.float32, 3) + 2 * torch.eye(n, device="cuda")
     ours = lambda: si._metal_inv(A)  # noqa: E731
     theirs = lambda: torch.linalg.inv(A)  # noqa: E731
-    X, _ = ours()
-    diff = ((X - theirs()).abs().max() / theirs().abs().max()).item()
+    eye = torch.eye(n, device="cuda")
+
+    def residual(X):  # max over the batch of |A X - I| / (|A| |X|), max-norms
+        r = (A @ X - eye).abs().amax((-2, -1))
+        return (r / (A.abs().amax((-2, -1)) * X.abs().amax((-2, -1)))).max().item()
+
+    agree = f"max relative residual: CUDA executor {residual(ours()[0]):.1e}, torch " \
+            f"{residual(theirs()):.1e}"
     # per matrix: getrf 2/3 n^3 + getri-like solve with n right-hand sides 4/3 n^3
     out.append((f"inv ({batch:.0e}, {n}, {n}) float32", {
         "CUDA executor (small_inverse.metal)": ours, "torch.linalg.inv": theirs},
-        _roofline_us(2 * batch * n * n * 4, batch * 2 * n**3),
-        f"max |X - X_torch| / max |X_torch| = {diff:.1e}"))
+        _roofline_us(2 * batch * n * n * 4, batch * 2 * n**3), agree))
+    return out
+
+
+def _breakdown(fn, calls=3):
+    """Device time per call of each kernel fn launches, from torch's profiler (CUPTI sees the
+    driver-API launches; wrappers are named emu_k<i>_<host name>)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            name = e.name.split("_", 2)[-1] if e.name.startswith("emu_k") else e.name
+            t, c = per.get(name, (0.0, 0))
+            per[name] = (t + e.device_time / calls, c + 1 / calls)
+    return per
+
+
+_NOP = """
+kernel void bump(device float* x [[buffer(0)]], constant long& n [[buffer(1)]],
+                 uint i [[thread_position_in_grid]]) {
+  if (long(i) < n) { x[i] += 1.0f; }
+}
+"""
+
+
+def _launch_overhead(calls=2000):
+    """Host microseconds per launch of a trivial kernel: the CUDA executor (Python marshalling +
+    cuLaunchKernel) vs a torch in-place op on the same tensor."""
+    import time
+
+    x = torch.zeros(32, device="cuda")
+    bump = cuda.compile_shader(_NOP).bump
+    out = {}
+    for who, fn in [("CUDA executor", lambda: bump(x, 32, threads=32)),
+                    ("torch x.add_(1)", lambda: x.add_(1.0))]:
+        for _ in range(100):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        out[who] = (time.perf_counter() - t0) / calls * 1e6
     return out
 
 
@@ -155,15 +209,31 @@ def main():
         "| --- | --- | ---: | --- | ---: |",
     ]
     notes = []
+    breakdown = []
     for name, contenders, roof, agree in cases():
         times = _bench(contenders, args.reps)
+        ours = next(iter(contenders.values()))
+        try:
+            per = _breakdown(ours)
+        except Exception as exc:  # noqa: BLE001 - the profiler is optional here
+            per = {f"(profiler failed: {exc})": (0.0, 0)}
+        for kname, (t, c) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+            breakdown.append(f"| {name} | {kname} | {c:.0f} | {t:.1f} |")
         for who, ts in times.items():
             med = statistics.median(ts)
             lines.append(f"| {name} | {who} | {med:.1f} | [{min(ts):.1f}, {max(ts):.1f}] | "
                          f"{med / roof:.1f} |")
         lines.append(f"| {name} | roofline | {roof:.1f} | | 1.0 |")
         notes.append(f"- {name}: {agree}")
-    lines += ["", "Agreement with torch on the benchmarked inputs:", "", *notes, ""]
+    over = _launch_overhead()
+    notes.append("- host time per launch of a trivial kernel: " + ", ".join(
+        f"{who} {us:.1f} us" for who, us in over.items()))
+    lines += ["", "Agreement with torch on the benchmarked inputs, and launch cost:", "", *notes,
+              "",
+              "Device time per call of the CUDA executor's contender, by kernel (torch profiler; "
+              "the rest of the median above is host time between launches):", "",
+              "| case | kernel | launches | device us |", "| --- | --- | ---: | ---: |",
+              *breakdown, ""]
     text = "\n".join(lines)
     print(text)
     if args.out:

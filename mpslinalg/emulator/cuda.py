@@ -156,8 +156,14 @@ class CudaTranslation:
         self.kernels = kernels  # KernelInfo, in the order of the wrappers emu_k0, emu_k1, ...
 
 
+def _entry_name(index: int, host: str) -> str:
+    """The wrapper of kernel `index`: unique, and named after the host name so that profilers
+    show which Metal kernel ran."""
+    return f"emu_k{index}_" + re.sub(r"[^A-Za-z0-9_]", "_", host)
+
+
 def translate_to_cuda(source: str, *, metal_version: int = 320) -> CudaTranslation:
-    """Metal source -> CUDA C++ (the kernels' wrappers are ``extern "C" emu_k<i>``)."""
+    """Metal source -> CUDA C++ (kernel i's wrapper is ``extern "C" emu_k<i>_<host name>``)."""
     if not isinstance(source, str):
         raise TypeError(f"compile_shader expects str source, got {type(source).__name__}")
     cxx = build.require_compiler()  # its preprocessor is the emulator's front end
@@ -182,7 +188,7 @@ def translate_to_cuda(source: str, *, metal_version: int = 320) -> CudaTranslati
     hosts = [(host, tr.kdefs[name], args) for host, name, args, _, _ in tr.insts]
     hosts += [(kd.host_name or kd.name, kd, None) for kd in tr.kdef_list if kd.template is None]
     wrappers = []
-    for h, (_host, kd, args) in enumerate(hosts):
+    for h, (host, kd, args) in enumerate(hosts):
         q = "::" + "::".join(kd.ns + (kd.name,)) if kd.ns else kd.name
         fn = f"{q}<{args}>" if args is not None else q
         ki = "::" + "::".join(kd.ns + (f"__emu_ki_{kd.index}",))
@@ -202,7 +208,7 @@ def translate_to_cuda(source: str, *, metal_version: int = 320) -> CudaTranslati
         wrappers.append(
             f"using F{h} = decltype(&{fn});\n"
             f'extern "C" __global__ void __launch_bounds__({ki}::maxt()) '
-            f"emu_k{h}(const __grid_constant__ ::emu::Args A) {{\n"
+            f"{_entry_name(h, host)}(const __grid_constant__ ::emu::Args A) {{\n"
             f"  ::emu::Ctx C;\n  if (!::emu::setup(A, C)) return;\n"
             f"  {fn}({', '.join(call)});\n}}\n"
         )
@@ -683,7 +689,9 @@ class Library:
                 func = ctypes.c_void_p()
                 drv = _get_driver()
                 drv.check(
-                    drv.lib.cuModuleGetFunction(ctypes.byref(func), mod, f"emu_k{h}".encode()),
+                    drv.lib.cuModuleGetFunction(
+                        ctypes.byref(func), mod, _entry_name(h, name).encode()
+                    ),
                     "cuModuleGetFunction",
                 )
                 k = Kernel(self, h, self._tr.kernels[h], func, index)

@@ -346,9 +346,11 @@ template <class T, T (*F)(T, T)> inline T reduce(T x) {
   bool have = true;
   for (int off = 16; off; off >>= 1) {
     const unsigned partner = me ^ unsigned(off);
-    // lanes congruent to the partner modulo `off`, as far as the earlier rounds gathered them
+    // what the partner holds after the rounds 16 .. 2 * off: the lanes congruent to it modulo
+    // 2 * off (the bits above those were gathered)
+    const unsigned step = 2u * unsigned(off);
     unsigned cls = 0;
-    for (unsigned l = partner % unsigned(off); l < 32u; l += unsigned(off)) cls |= 1u << l;
+    for (unsigned l = partner % step; l < 32u; l += step) cls |= 1u << l;
     const bool partner_has = (mask & cls) != 0;
     const T y = shfl(mask, x, int(partner));
     if (have && partner_has) x = F(x, y);
