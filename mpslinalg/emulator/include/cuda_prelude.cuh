@@ -338,25 +338,34 @@ template <class T> inline T xor_(T a, T b) { return a ^ b; }
 inline bool and_(bool a, bool b) { return a && b; }
 inline bool or_(bool a, bool b) { return a || b; }
 inline bool xor_(bool a, bool b) { return a != b; }
-// Butterfly over offsets 16..1, the emulator's order: with commutative operations every lane
-// ends with the bits the emulator gives. A lane whose partner is inactive keeps its value; one
-// with no active lane in its class so far takes the partner's.
+// The emulator's reduction: a butterfly over offsets 16..1 where slot i takes F(v[i], v[i|off]),
+// an empty slot takes its partner's value, and lane 0's slot is the result. A full warp runs it
+// as a shuffle butterfly, operands in lane order, so every lane computes lane 0's bits. A partial
+// warp cannot: its inactive lanes, which carry values in the emulator's slots, hold nothing; so
+// each lane gathers the active values and runs the emulator's loop itself.
 template <class T, T (*F)(T, T)> inline T reduce(T x) {
   const unsigned mask = __activemask(), me = lane_id();
-  bool have = true;
-  for (int off = 16; off; off >>= 1) {
-    const unsigned partner = me ^ unsigned(off);
-    // what the partner holds after the rounds 16 .. 2 * off: the lanes congruent to it modulo
-    // 2 * off (the bits above those were gathered)
-    const unsigned step = 2u * unsigned(off);
-    unsigned cls = 0;
-    for (unsigned l = partner % step; l < 32u; l += step) cls |= 1u << l;
-    const bool partner_has = (mask & cls) != 0;
-    const T y = shfl(mask, x, int(partner));
-    if (have && partner_has) x = F(x, y);
-    else if (partner_has) { x = y; have = true; }
+  if (mask == 0xffffffffu) {
+    for (unsigned off = 16u; off; off >>= 1) {
+      const T y = shfl(mask, x, int(me ^ off));
+      x = (me & off) ? F(y, x) : F(x, y);
+    }
+    return x;
   }
-  return x;
+  T v[32];
+  bool has[32];
+  for (int l = 0; l < 32; ++l) {
+    has[l] = (mask >> l) & 1u;
+    if (has[l]) v[l] = shfl(mask, x, l);
+  }
+  for (int off = 16; off; off >>= 1)
+    for (int i = 0; i < 32; ++i) {
+      if (i & off) continue;
+      const int j = i | off;
+      if (has[i] && has[j]) v[i] = F(v[i], v[j]);
+      else if (has[j]) { v[i] = v[j]; has[i] = true; }
+    }
+  return v[0];
 }
 // Prefix operations in lane order over the active lanes (the emulator's order). Every lane runs
 // every shuffle: a lane leaving the loop early would desert the others' __shfl_sync.
