@@ -19,3 +19,23 @@ def _hang_guard():
     faulthandler.dump_traceback_later(_HANG_LIMIT_S, exit=True, file=sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+def _have_cuda_device() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - a broken CUDA install means no device to test on
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a GPU: where there is none they are deselected (not skipped),
+    so a CPU-only run reports only what it really ran."""
+    if _have_cuda_device():
+        return
+    deselected = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.get_closest_marker("cuda") is None]

@@ -1,0 +1,245 @@
+"""mpslinalg's Metal kernels run by the CUDA executor (mpslinalg.emulator.cuda) on an NVIDIA GPU,
+against torch's own CUDA implementation of the same op and against a roofline.
+
+These are NVIDIA numbers: they say how the Metal kernels' algorithms fare on a GPU that exists
+here, and nothing about Apple GPUs.
+
+    python benchmarks/bench_cuda_executor.py [--reps 21] [--out results.md]
+
+Each case times the contenders interleaved (one call of each per round, CUDA events around each
+call, the stream synchronized between calls) after warm-up calls, and reports the median with
+the min and max over the rounds. The roofline time is max(bytes / bandwidth, flops / fp32 peak)
+with the bytes that must move at least once (the input read, the result written) and LAPACK's
+flop counts; it ignores launch latency, which dominates the small cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+
+import torch
+
+from mpslinalg import _lu_metal, _metal
+from mpslinalg import small_inverse as si
+from mpslinalg.emulator import cuda
+
+H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
+H200_FP32_PEAK = 67e12  # flop/s, fp32 without tensor cores
+
+
+def _route_cuda_tensors_to_the_cuda_executor():
+    """Benchmark-only wiring: the metal host code, given CUDA tensors, compiles its kernels with
+    the CUDA executor (the library's backend does not do this)."""
+    original = _metal._compiler_for
+
+    def compiler_for(device, fn):
+        if device.type == "cuda":
+            return "cuda", cuda.compile_shader
+        return original(device, fn)
+
+    _metal._compiler_for = compiler_for
+
+
+def _time(fn, reps_out, start, end):
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    reps_out.append(start.elapsed_time(end) * 1e3)  # microseconds
+
+
+def _bench(contenders, reps, warmup=3):
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in contenders}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        for name, fn in contenders.items():  # interleaved: drift hits every contender alike
+            _time(fn, times[name], start, end)
+    return times
+
+
+def _roofline_us(nbytes, flops):
+    return max(nbytes / H200_BANDWIDTH, flops / H200_FP32_PEAK) * 1e6
+
+
+def _matrices(shape, dtype, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    if dtype.is_complex:
+        return torch.complex(torch.randn(shape, generator=gen, device="cuda"),
+                             torch.randn(shape, generator=gen, device="cuda"))
+    return torch.randn(shape, generator=gen, device="cuda")
+
+
+def _lu_flops(batch, n, complex_):
+    return batch * (2 / 3) * n**3 * (4 if complex_ else 1)
+
+
+def cases():
+    out = []
+
+    for batch, n, dtype in [(64, 64, torch.complex64), (1, 1024, torch.float32)]:
+        A = _matrices((batch, n, n), dtype) + n * torch.eye(n, device="cuda")
+        es = A.element_size()
+        ours = lambda A=A: _lu_metal.lu_factor_metal(A)  # noqa: E731
+        theirs = lambda A=A: torch.linalg.lu_factor(A)  # noqa: E731
+        LU, piv, _ = ours()
+        ref, ref_piv = theirs()
+        agree = f"pivots equal: {bool(torch.equal(piv, ref_piv))}, max |LU - LU_torch| = " \
+                f"{(LU - ref).abs().max().item():.1e}"
+        out.append((f"lu_factor {batch}x({n}x{n}) {str(dtype)[6:]}", {
+            "CUDA executor (lu.metal)": ours, "torch.linalg.lu_factor": theirs},
+            _roofline_us(2 * batch * n * n * es, _lu_flops(batch, n, dtype.is_complex)), agree))
+
+    for batch, n, k, dtype in [(1, 1024, 1, torch.float32), (64, 64, 1, torch.complex64)]:
+        A = _matrices((batch, n, n), dtype, 1) + n * torch.eye(n, device="cuda")
+        B = _matrices((batch, n, k), dtype, 2)
+        es = A.element_size()
+
+        def ours(A=A, B=B):
+            LU, piv, _ = _lu_metal.lu_factor_metal(A)
+            return _lu_metal.lu_solve_metal(LU, piv, B)
+
+        theirs = lambda A=A, B=B: torch.linalg.solve(A, B)  # noqa: E731
+        X = ours()
+        res = ((A @ X - B).abs().max() / B.abs().max()).item()
+        flops = _lu_flops(batch, n, dtype.is_complex) + batch * 2 * n * n * k * (
+            4 if dtype.is_complex else 1)
+        out.append((f"solve {batch}x({n}x{n}), {k} rhs, {str(dtype)[6:]}", {
+            "CUDA executor (lu.metal + triangular.metal)": ours, "torch.linalg.solve": theirs},
+            _roofline_us((batch * n * n + 2 * batch * n * k) * es, flops),
+            f"max |A X - B| / max |B| = {res:.1e}"))
+
+    batch, n = 10**6, 4
+    A = _matrices((batch, n, n), torch.float32, 3) + 2 * torch.eye(n, device="cuda")
+    ours = lambda: si._metal_inv(A)  # noqa: E731
+    theirs = lambda: torch.linalg.inv(A)  # noqa: E731
+    eye = torch.eye(n, device="cuda")
+
+    def residual(X):  # max over the batch of |A X - I| / (|A| |X|), max-norms
+        r = (A @ X - eye).abs().amax((-2, -1))
+        return (r / (A.abs().amax((-2, -1)) * X.abs().amax((-2, -1)))).max().item()
+
+    agree = f"max relative residual: CUDA executor {residual(ours()[0]):.1e}, torch " \
+            f"{residual(theirs()):.1e}"
+    # per matrix: getrf 2/3 n^3 + getri-like solve with n right-hand sides 4/3 n^3
+    out.append((f"inv ({batch:.0e}, {n}, {n}) float32", {
+        "CUDA executor (small_inverse.metal)": ours, "torch.linalg.inv": theirs},
+        _roofline_us(2 * batch * n * n * 4, batch * 2 * n**3), agree))
+    return out
+
+
+def _breakdown(fn, calls=3):
+    """Device time per call of each kernel fn launches, from torch's profiler (CUPTI sees the
+    driver-API launches; wrappers are named emu_k<i>_<host name>)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            name = e.name.split("_", 2)[-1] if e.name.startswith("emu_k") else e.name
+            t, c = per.get(name, (0.0, 0))
+            per[name] = (t + e.device_time / calls, c + 1 / calls)
+    return per
+
+
+_NOP = """
+kernel void bump(device float* x [[buffer(0)]], constant long& n [[buffer(1)]],
+                 uint i [[thread_position_in_grid]]) {
+  if (long(i) < n) { x[i] += 1.0f; }
+}
+"""
+
+
+def _launch_overhead(calls=2000):
+    """Host microseconds per launch of a trivial kernel: the CUDA executor (Python marshalling +
+    cuLaunchKernel) vs a torch in-place op on the same tensor."""
+    import time
+
+    x = torch.zeros(32, device="cuda")
+    bump = cuda.compile_shader(_NOP).bump
+    out = {}
+    for who, fn in [("CUDA executor", lambda: bump(x, 32, threads=32)),
+                    ("torch x.add_(1)", lambda: x.add_(1.0))]:
+        for _ in range(100):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        out[who] = (time.perf_counter() - t0) / calls * 1e6
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--out", help="also write the markdown report here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_cuda_executor: no CUDA device")
+    _route_cuda_tensors_to_the_cuda_executor()
+    props = torch.cuda.get_device_properties(0)
+    lines = [
+        "# mpslinalg Metal kernels through the CUDA executor (NVIDIA GPU, not an Apple GPU)",
+        "",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        f"- GPU: {props.name}, {props.multi_processor_count} SMs; host {platform.machine()}",
+        f"- torch {torch.__version__} (CUDA {torch.version.cuda}), NVRTC "
+        f"{'.'.join(map(str, cuda.nvrtc_version()))}, torch linalg library: "
+        f"{torch.backends.cuda.preferred_linalg_library()}",
+        f"- {args.reps} interleaved rounds after 3 warm-up calls; CUDA events per call; times in "
+        "microseconds, median [min, max]",
+        f"- roofline: max(bytes / {H200_BANDWIDTH / 1e12:.1f} TB/s, flops / "
+        f"{H200_FP32_PEAK / 1e12:.0f} TFLOP/s fp32), launch latency ignored",
+        "",
+        "| case | contender | median us | [min, max] | x roofline |",
+        "| --- | --- | ---: | --- | ---: |",
+    ]
+    notes = []
+    breakdown = []
+    for name, contenders, roof, agree in cases():
+        times = _bench(contenders, args.reps)
+        ours = next(iter(contenders.values()))
+        try:
+            per = _breakdown(ours)
+        except Exception as exc:  # noqa: BLE001 - the profiler is optional here
+            per = {f"(profiler failed: {exc})": (0.0, 0)}
+        for kname, (t, c) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+            breakdown.append(f"| {name} | {kname} | {c:.0f} | {t:.1f} |")
+        for who, ts in times.items():
+            med = statistics.median(ts)
+            lines.append(f"| {name} | {who} | {med:.1f} | [{min(ts):.1f}, {max(ts):.1f}] | "
+                         f"{med / roof:.1f} |")
+        lines.append(f"| {name} | roofline | {roof:.1f} | | 1.0 |")
+        notes.append(f"- {name}: {agree}")
+    over = _launch_overhead()
+    notes.append("- host time per launch of a trivial kernel: " + ", ".join(
+        f"{who} {us:.1f} us" for who, us in over.items()))
+    lines += ["", "Agreement with torch on the benchmarked inputs, and launch cost:", "", *notes,
+              "",
+              "Device time per call of the CUDA executor's contender, by kernel (torch profiler; "
+              "the rest of the median above is host time between launches):", "",
+              "| case | kernel | launches | device us |", "| --- | --- | ---: | ---: |",
+              *breakdown, ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+"""The CUDA executor (mpslinalg.emulator.cuda): Metal sources translated to CUDA by the
+emulator's front end, compiled with NVRTC, launched on CUDA tensors.
+
+Tests without the ``cuda`` marker need only NVRTC (no GPU) and run in CI; ``cuda`` tests run
+each kernel on the GPU and compare with the CPU emulator on the same inputs. The conftest
+deselects them where torch sees no CUDA device.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpslinalg import _metal
+from mpslinalg.emulator import compile_shader as cpu_compile_shader
+from mpslinalg.emulator import cuda, translate
+
+try:
+    cuda._load_nvrtc()
+except cuda.NvrtcNotFoundError as exc:  # the test extra installs it on Linux
+    pytest.skip(f"NVRTC is not available: {exc}", allow_module_level=True)
+
+SOURCES = sorted(p.relative_to(_metal.metal_root()).as_posix()
+                 for p in _metal.metal_root().rglob("*.metal"))
+
+
+# ---------------------------------------------------------------- translation and NVRTC (no GPU)
+
+@pytest.mark.parametrize("path", SOURCES)
+def test_every_library_source_compiles_to_ptx(path):
+    src = _metal.load_source(path)
+    ptx = cuda.compile_ptx(src)
+    kernels = cuda.translate_to_cuda(src).kernels
+    assert kernels
+    for h, k in enumerate(kernels):
+        assert f".entry emu_k{h}_{k.host_name}(" in ptx
+    # Metal has no double: nothing of the translation may compute in double precision.
+    assert ".f64" not in ptx
+
+
+def test_library_kernel_names_match_the_emulator():
+    for path in SOURCES:
+        src = _metal.load_source(path)
+        names = [k.host_name for k in cuda.translate_to_cuda(src).kernels]
+        assert names == [k.host_name for k in translate.translate(
+            src, cuda.build.require_compiler()).kernels]
+
+
+_LANGUAGE = r"""
+#include <metal_stdlib>
+using namespace metal;
+struct Pair { float2 a; int n; };
+template <typename T> T twice(T x) { return x + x; }
+kernel void lang(device float4* out [[buffer(0)]], device half* h [[buffer(1)]],
+                 device bfloat* b [[buffer(2)]], constant Pair& p [[buffer(3)]],
+                 device atomic_int* counter [[buffer(4)]],
+                 uint2 gid [[thread_position_in_grid]], ushort lane [[thread_index_in_simdgroup]],
+                 uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float tile[64];
+  tile[lane] = float(gid.x) * 0.5;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float4 v = float4(tile[lane ^ 1u], simd_sum(1.0f), simd_prefix_exclusive_sum(float(lane)),
+                    float(ulong(simd_ballot(lane < 3u))));
+  v.xy = v.yx + twice(p.a);
+  v.z += float(simd_shuffle_down(int(lane), 1u)) + simd_max(v.w) + float(sg);
+  out[gid.x] = v;
+  h[gid.x] = half(v.x) * 1.5h;
+  b[gid.x] = bfloat(v.y);
+  atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(1.0f), r;
+  simdgroup_multiply(r, m, m);
+  simdgroup_store(r, &tile[0], 8);
+}
+"""
+
+
+def test_translation_renames_metal_types_and_single_precision_literals():
+    src = cuda.translate_to_cuda(_LANGUAGE).source
+    assert "mtl_float4(" in src and "mtl_half(" in src
+    assert "float(gid.x) * 0.5f" in src.replace("  ", " ")
+    assert "1.5h" not in src
+    ptx = cuda.compile_ptx(_LANGUAGE)
+    assert ".entry emu_k0_lang(" in ptx and ".f64" not in ptx
+
+
+@pytest.mark.parametrize("construct, body", [
+    ("quad_sum", "out[0] = quad_sum(out[0]);"),
+    ("simd_shuffle_and_fill_up", "out[0] = simd_shuffle_and_fill_up(out[0], 0.0f, 1u);"),
+    ("texture2d", "texture2d<float> t;"),
+])
+def test_unmapped_construct_is_named(construct, body):
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+           "kernel void k(device float* out [[buffer(0)]]) {\n  " + body + "\n}\n")
+    with pytest.raises(cuda.CudaUnsupportedError, match=rf"program_source:4: error: '{construct}'"):
+        cuda.translate_to_cuda(src)
+
+
+def test_nvrtc_errors_point_at_the_metal_source():
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+           "kernel void k(device float* out [[buffer(0)]]) {\n"
+           "  out[0] = metal::not_a_function(out[0]);\n}\n")
+    with pytest.raises(SyntaxError, match=r"program_source:4: error: .*not_a_function"):
+        cuda.compile_ptx(src)
+
+
+def test_metal_rules_are_the_emulators():
+    src = "kernel void k(device double* out [[buffer(0)]]) { out[0] = 1; }\n"
+    with pytest.raises(SyntaxError, match="'double' is not supported in Metal"):
+        cuda.translate_to_cuda(src)
+
+
+# ---------------------------------------------------------------- on the GPU, against the emulator
+
+def _both(source, name, make_args, **launch):
+    """Run kernel `name` on CPU tensors (emulator) and CUDA tensors (CUDA executor) built by
+    make_args(device); returns the argument lists after the launches, CUDA ones moved to CPU."""
+    cpu_args = make_args("cpu")
+    cuda_args = make_args("cuda")
+    getattr(cpu_compile_shader(source), name)(*cpu_args, **launch)
+    getattr(cuda.compile_shader(source), name)(*cuda_args, **launch)
+    torch.cuda.synchronize()
+    return cpu_args, [a.cpu() if isinstance(a, torch.Tensor) else a for a in cuda_args]
+
+
+def _same_bits(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    if a.dtype.is_floating_point:
+        a = a.view({2: torch.int16, 4: torch.int32}[a.element_size()])
+        b = b.view(a.dtype)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+_GEOMETRY = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void geometry(device uint* out [[buffer(0)]], constant long& nx [[buffer(1)]],
+                     constant long& ny [[buffer(2)]],
+                     uint2 tid [[thread_position_in_grid]],
+                     uint2 lid [[thread_position_in_threadgroup]],
+                     uint2 tg [[threadgroup_position_in_grid]],
+                     uint2 tpg [[threads_per_threadgroup]],
+                     uint2 dtpg [[dispatch_threads_per_threadgroup]],
+                     uint lidx [[thread_index_in_threadgroup]],
+                     ushort lane [[thread_index_in_simdgroup]],
+                     ushort sg [[simdgroup_index_in_threadgroup]],
+                     ushort nsg [[simdgroups_per_threadgroup]],
+                     uint2 grid [[threads_per_grid]]) {
+  device uint* o = out + (long(tid.y) * nx + long(tid.x)) * 14;
+  o[0] = tid.x; o[1] = tid.y; o[2] = lid.x; o[3] = lid.y; o[4] = tg.x; o[5] = tg.y;
+  o[6] = tpg.x; o[7] = tpg.y; o[8] = dtpg.x * 1000u + dtpg.y; o[9] = lidx; o[10] = lane;
+  o[11] = sg; o[12] = nsg; o[13] = grid.x * 1000u + grid.y + uint(ny) * 0u;
+}
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("threads, group",
+                         [((37, 5), (8, 4)), ((70, 3), (64, 1)), ((33, 1), (32, 1))])
+def test_dispatch_geometry_with_partial_groups(threads, group):
+    nx, ny = threads
+
+    def args(dev):
+        return [torch.full((nx * ny * 14,), 0xFFFFFFFF, dtype=torch.int64, device=dev)
+                .to(torch.int32), nx, ny]
+
+    cpu, gpu = _both(_GEOMETRY, "geometry", args, threads=list(threads), group_size=list(group))
+    _same_bits(cpu[0], gpu[0])
+
+
+_SIMD = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void simd(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                 device int* iout [[buffer(2)]],
+                 uint i [[thread_position_in_grid]], ushort lane [[thread_index_in_simdgroup]],
+                 uint lidx [[thread_index_in_threadgroup]],
+                 uint tpg [[threads_per_threadgroup]]) {
+  float v = x[i];
+  device float* o = out + i * 8;
+  // lanes of this simdgroup (the last one of a group may be partial): shuffles from lanes past
+  // them read undefined values, which the test does not compare
+  const uint live = min(32u, tpg - (lidx & ~31u));
+  o[0] = simd_sum(v); o[1] = simd_max(v); o[2] = simd_min(v);
+  o[3] = simd_prefix_inclusive_sum(v); o[4] = simd_prefix_exclusive_sum(v);
+  o[5] = simd_broadcast(v, ushort(2));
+  const float x5 = simd_shuffle_xor(v, ushort(5));
+  o[6] = (lane ^ 5u) < live ? x5 : 0.0f;
+  o[7] = simd_shuffle_up(v, ushort(3));
+  device int* io = iout + i * 4;
+  io[0] = int(uint(uint64_t(simd_ballot(v > 0.0f))));
+  io[1] = simd_all(v > -10.0f) ? 1 : 0;
+  io[2] = simd_any(v > 1.5f) ? 1 : 0;
+  io[3] = simd_sum(int(lane));
+  if (lane % 3u == 0u) {  // a divergent branch: the collectives see a third of the lanes
+    o[0] = simd_sum(v) + simd_prefix_inclusive_sum(v);
+    io[1] = int(uint(ulong(simd_active_threads_mask())));
+  }
+}
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n, group", [(64, 64), (70, 70), (45, 32), (45, 45)])
+def test_simd_functions_match_emulator_bits(n, group):
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=gen)
+
+    def args(dev):
+        return [x.to(dev), torch.zeros(n * 8, device=dev), torch.zeros(n * 4, dtype=torch.int32,
+                                                                       device=dev)]
+
+    cpu, gpu = _both(_SIMD.replace("uint64_t", "ulong"), "simd", args, threads=n,
+                     group_size=group)
+    # column by column, so that a failure names the function
+    for col, what in enumerate(["ballot", "all / divergent-branch mask", "any", "int sum"]):
+        c, g = cpu[2].view(-1, 4)[:, col], gpu[2].view(-1, 4)[:, col]
+        assert torch.equal(c, g), f"{what}: emulator {c.tolist()} CUDA {g.tolist()}"
+    for col, what in enumerate(["sum (divergent lanes: sum + prefix)", "max", "min",
+                                "inclusive prefix", "exclusive prefix", "broadcast",
+                                "shuffle_xor", "shuffle_up"]):
+        c, g = cpu[1].view(-1, 8)[:, col].contiguous(), gpu[1].view(-1, 8)[:, col].contiguous()
+        assert torch.equal(c.view(torch.int32), g.view(torch.int32)), \
+            f"{what}: emulator {c.tolist()} CUDA {g.tolist()}"
+
+
+_MARSHAL = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void marshal(device float* out [[buffer(0)]], constant long& i64 [[buffer(1)]],
+                    constant float& f32 [[buffer(2)]], constant long* ints [[buffer(3)]],
+                    constant float* floats [[buffer(4)]], constant int& i32 [[buffer(5)]],
+                    constant float& scalar_tensor [[buffer(6)]],
+                    device const float* view [[buffer(7)]], uint i [[thread_position_in_grid]]) {
+  out[i] = float(i64) + f32 + float(ints[i % 3]) + floats[i % 2] + float(i32) + scalar_tensor
+           + view[i];
+}
+"""
+
+
+@pytest.mark.cuda
+def test_argument_marshalling():
+    base = torch.arange(20, dtype=torch.float32)
+
+    def args(dev):
+        return [torch.zeros(5, device=dev), 7, 0.25, [1, 2, 3], [0.5, 1.5], 11,
+                torch.tensor(100.0), base.to(dev)[10:15]]  # a view: bound at its storage offset
+
+    cpu, gpu = _both(_MARSHAL, "marshal", args, threads=5, arg_casts={5: "int32"})
+    _same_bits(cpu[0], gpu[0])
+
+
+_TG = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void tg_reverse(device float* x [[buffer(0)]], device half* h [[buffer(1)]],
+                       device bfloat* b [[buffer(2)]], device atomic_uint* count [[buffer(3)]],
+                       uint i [[thread_position_in_grid]], uint l [[thread_index_in_threadgroup]],
+                       uint n [[threads_per_threadgroup]]) {
+  threadgroup float t[256];
+  t[l] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  x[i] = t[n - 1 - l] * 3.0 + 0.1;
+  h[i] = half(x[i]) * half(0.3);
+  b[i] = bfloat(x[i]) / bfloat(7.0f);
+  atomic_fetch_add_explicit(count, 1u, memory_order_relaxed);
+}
+"""
+
+
+@pytest.mark.cuda
+def test_threadgroup_memory_barrier_half_bfloat_atomics():
+    n = 1000
+    x = torch.randn(n, generator=torch.Generator().manual_seed(3))
+
+    def args(dev):
+        return [x.to(dev), torch.zeros(n, dtype=torch.float16, device=dev),
+                torch.zeros(n, dtype=torch.bfloat16, device=dev),
+                torch.zeros(1, dtype=torch.int32, device=dev)]
+
+    cpu, gpu = _both(_TG, "tg_reverse", args, threads=n, group_size=256)
+    for c, g in zip(cpu, gpu, strict=True):
+        _same_bits(c, g)
+    assert int(gpu[3]) == n
+
+
+_MATRIX = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void mm(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+               device float* c [[buffer(2)]], uint sg [[simdgroup_index_in_threadgroup]]) {
+  simdgroup_float8x8 x, y, z = make_filled_simdgroup_matrix<float, 8, 8>(0.5f);
+  simdgroup_load(x, a + sg * 64, 8);
+  simdgroup_load(y, b + sg * 64, 8, ulong2(0, 0), true);
+  simdgroup_multiply_accumulate(z, x, y, z);
+  simdgroup_store(z, c + sg * 64, 8);
+}
+"""
+
+
+@pytest.mark.cuda
+def test_simdgroup_matrix_8x8():
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(128, generator=gen), torch.randn(128, generator=gen)
+
+    def args(dev):
+        return [a.to(dev), b.to(dev), torch.zeros(128, device=dev)]
+
+    cpu, gpu = _both(_MATRIX, "mm", args, threads=64, group_size=64)
+    torch.testing.assert_close(cpu[2], gpu[2], rtol=1e-6, atol=1e-6)
+    ref = a.view(2, 8, 8) @ b.view(2, 8, 8).transpose(1, 2) + 0.5
+    torch.testing.assert_close(gpu[2].view(2, 8, 8), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_kernel_properties_and_errors():
+    lib = cuda.compile_shader(_TG)
+    k = lib.tg_reverse
+    assert k.thread_execution_width == 32
+    assert k.max_threads_per_threadgroup == 1024
+    assert k.static_thread_group_memory_length >= 1024
+    assert dir(lib) == ["tg_reverse"]
+    with pytest.raises(RuntimeError, match="Failed to create function state object for: nope"):
+        lib.nope  # noqa: B018
+    bufs = [torch.zeros(4, device="cuda"), torch.zeros(4, dtype=torch.float16, device="cuda"),
+            torch.zeros(4, dtype=torch.bfloat16, device="cuda"),
+            torch.zeros(1, dtype=torch.int32, device="cuda")]
+    with pytest.raises(ValueError, match="Threadgroup size exceeds 1024 limit"):
+        k(*bufs, threads=4, group_size=2048)
+    with pytest.raises(RuntimeError, match="reads buffer 1 but only 1 arguments"):
+        k(bufs[0], threads=4)
+    with pytest.raises(TypeError, match="CUDA tensors"):
+        k(torch.zeros(4), *bufs[1:], threads=4)
+
+
+# ---------------------------------------------------------------- the library's kernels
+
+def _cuda_compiler_for(original):
+    def compiler_for(device, fn):
+        if device.type == "cuda":
+            return "cuda", cuda.compile_shader
+        return original(device, fn)
+    return compiler_for
+
+
+@pytest.fixture
+def cuda_metal(monkeypatch):
+    """mpslinalg's metal host code running CUDA tensors through the CUDA executor (a test-only
+    wiring; the backend itself does not route CUDA tensors to Metal kernels)."""
+    monkeypatch.setattr(_metal, "_compiler_for", _cuda_compiler_for(_metal._compiler_for))
+    monkeypatch.setattr(_metal, "_kernels", {})
+    monkeypatch.setattr(_metal, "_libraries", {})
+
+
+def _matrices(shape, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    if dtype.is_complex:
+        return torch.complex(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen))
+    return torch.randn(shape, generator=gen)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("shape", [(3, 5, 5), (2, 64, 64), (2, 100, 70), (1, 130, 130),
+                                   (64, 64, 64), (1, 300, 300)])
+def test_lu_factor_matches_emulator(cuda_metal, shape, dtype):
+    from mpslinalg import _lu_metal
+
+    A = _matrices(shape, dtype, sum(shape))
+    ref = _lu_metal.lu_factor_metal(A)
+    got = [t.cpu() for t in _lu_metal.lu_factor_metal(A.cuda())]
+    _same_bits(ref[1], got[1])  # pivots
+    _same_bits(ref[2], got[2])  # info
+    torch.testing.assert_close(ref[0], got[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("n, k", [(5, 3), (40, 1), (130, 2), (130, 40), (300, 1)])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
+    from mpslinalg import _lu_metal
+
+    A = _matrices((2, n, n), dtype, n) + 4 * torch.eye(n)
+    B = _matrices((2, n, k), dtype, n + k)
+    LU, piv, _ = _lu_metal.lu_factor_metal(A)
+    ref = _lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint)
+    got = _lu_metal.lu_solve_metal(LU.cuda(), piv.cuda(), B.cuda(), adjoint=adjoint).cpu()
+    torch.testing.assert_close(ref, got, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_small_kernels_match_emulator(cuda_metal, n, dtype):
+    from mpslinalg import small_inverse as si
+
+    A = _matrices((1000, n, n), dtype, n)
+    A[0] = 0  # a singular matrix: info and the zero-pivot paths
+    B = _matrices((1000, n, 3), dtype, n + 1)
+    for op, args in [(si._metal_inv, (A,)), (si._metal_solve, (A, B)), (si._metal_det, (A,)),
+                     (si._metal_slogdet, (A,))]:
+        ref = op(*args)
+        got = op(*(a.cuda() for a in args))
+        ref = ref if isinstance(ref, tuple) else (ref,)
+        got = got if isinstance(got, tuple) else (got,)
+        for r, g in zip(ref, got, strict=True):
+            torch.testing.assert_close(r, g.cpu(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.int32])
+def test_copy_strided_matches_emulator(cuda_metal, dtype):
+    from mpslinalg._copy import contiguous
+
+    x = _matrices((6, 7, 5), torch.float32, 1).to(dtype) if dtype != torch.complex64 else \
+        _matrices((6, 7, 5), dtype, 1)
+    view = x.transpose(0, 2)[:, 1:6:2]
+    _same_bits(contiguous(view), contiguous(view.cuda()).cpu())
+
+
+@pytest.mark.cuda
+def test_pivots_to_permutation_matches_emulator(cuda_metal):
+    from mpslinalg import _lu_metal
+
+    _, piv, _ = _lu_metal.lu_factor_metal(_matrices((300, 9, 7), torch.float32, 2))
+    ref = _lu_metal.pivots_to_permutation_metal(piv, 9)
+    _same_bits(ref, _lu_metal.pivots_to_permutation_metal(piv.cuda(), 9).cpu())
+
+
+def test_parameter_block_layout():
+    # cuda_prelude.cuh static_asserts the same numbers for emu::Args
+    assert (cuda._ARGS_SIZE, cuda._IN_BLOB_OFFSET, cuda._BLOB_OFFSET) == (2336, 248, 288)
