@@ -17,30 +17,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 
 import torch
 
-from mpslinalg import _lu_metal, _metal
-from mpslinalg import small_inverse as si
-from mpslinalg.emulator import cuda
+os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")  # the metal backend on CUDA tensors
+
+from mpslinalg.emulator import cuda  # noqa: E402
+from mpslinalg.linalg import lu_metal as _lu_metal  # noqa: E402
+from mpslinalg.small import dispatch as si  # noqa: E402
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
 H200_FP32_PEAK = 67e12  # flop/s, fp32 without tensor cores
-
-
-def _route_cuda_tensors_to_the_cuda_executor():
-    """Benchmark-only wiring: the metal host code, given CUDA tensors, compiles its kernels with
-    the CUDA executor (the library's backend does not do this)."""
-    original = _metal._compiler_for
-
-    def compiler_for(device, fn):
-        if device.type == "cuda":
-            return "cuda", cuda.compile_shader
-        return original(device, fn)
-
-    _metal._compiler_for = compiler_for
 
 
 def _time(fn, reps_out, start, end):
@@ -190,7 +180,6 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_cuda_executor: no CUDA device")
-    _route_cuda_tensors_to_the_cuda_executor()
     props = torch.cuda.get_device_properties(0)
     lines = [
         "# mpslinalg Metal kernels through the CUDA executor (NVIDIA GPU, not an Apple GPU)",

@@ -3,8 +3,9 @@
 Self-contained: ``python benchmarks/bench_small_inverse.py [--device cpu|cuda|mps]``. Prints a
 markdown table of median times (synchronised) and ratios ``torch / ours`` (> 1: ours is faster),
 measured side by side in one run, for batch sizes 1 .. 1e6 and n = 2, 3, 4. The column
-``public`` times ``mpslinalg.inv_ex`` itself, which falls back to torch.linalg where the small
-path would be slower (``use_small_path``).
+``public inv_ex`` times ``mpslinalg.inv_ex`` itself, which falls back to torch.linalg where the
+small path would be slower (``use_small_path``), and ``public inv`` times ``mpslinalg.inv`` (the
+checking form: ``inv_ex`` plus one read of ``info``), the figure quoted in the README.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def median_ms(fn, device: torch.device, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def _inv_or_nan(A: torch.Tensor) -> torch.Tensor | None:
+    try:
+        return mpslinalg.inv(A)
+    except mpslinalg.LinAlgError:  # a numerically singular matrix in a random batch
+        return None
+
+
 def measure(A: torch.Tensor, device: torch.device, repeats: int) -> list[str]:
     """One table row: small path, torch.linalg.inv, public mpslinalg.inv_ex (NumPy on CPU)."""
     n, batch = A.shape[-1], A.shape[0]
@@ -52,7 +60,9 @@ def measure(A: torch.Tensor, device: torch.device, repeats: int) -> list[str]:
     # inv_ex: random float32 batches of 1e6 contain a few numerically singular matrices (a pivot
     # that rounds to exactly 0, implementation-dependent), on which inv would raise.
     public = median_ms(lambda: mpslinalg.inv_ex(A), device, repeats)
-    row = [str(n), str(batch), f"{ours:.3f}", f"{ref:.3f}", f"{ref / ours:.2f}x", f"{public:.3f}"]
+    checked = median_ms(lambda: _inv_or_nan(A), device, repeats)
+    row = [str(n), str(batch), f"{ours:.3f}", f"{ref:.3f}", f"{ref / ours:.2f}x", f"{public:.3f}",
+           f"{checked:.3f}", f"{ref / checked:.2f}x"]
     if device.type == "cpu":
         a = A.numpy()
         npy = median_ms(lambda: np.linalg.inv(a), device, repeats)
@@ -84,13 +94,14 @@ def main() -> int:
     if path == "triton":
         import triton
 
-        from mpslinalg import _small_triton
+        from mpslinalg.small import triton_kernels
 
-        path += (f" {triton.__version__} (fused kernel, load={_small_triton._LOAD}, "
-                 f"BLOCK={_small_triton._BLOCK}, num_warps={_small_triton._WARPS})")
+        path += (f" {triton.__version__} (fused kernel, load={triton_kernels._LOAD}, "
+                 f"BLOCK={triton_kernels._BLOCK}, num_warps={triton_kernels._WARPS})")
     print(f"small path: {path}")
     print()
-    cols = ["n", "batch", "small path", "torch.linalg.inv", "torch/ours", "public inv_ex"]
+    cols = ["n", "batch", "small path", "torch.linalg.inv", "torch/ours", "public inv_ex",
+            "public inv", "torch/public inv"]
     if device.type == "cpu":
         cols += ["numpy.linalg.inv", "numpy/ours"]
     print("| " + " | ".join(cols) + " |")

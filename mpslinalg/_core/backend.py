@@ -30,6 +30,15 @@ _env_backend: str | None = None
 #: everywhere and the process-wide choice decides alone.
 _open_blocks = 0
 _count_lock = threading.Lock()
+#: What the fast path may assume of every thread: "auto" or "torch" when no ``use_backend``
+#: block is open anywhere and that is the process-wide choice, else None (ask get_backend).
+fast_mode: str | None = "auto"
+
+
+def _update_fast_mode() -> None:
+    global fast_mode
+    name = _global_backend or _env_backend or "auto"
+    fast_mode = name if _open_blocks == 0 and name in ("auto", "torch") else None
 
 
 def _validate(name: object, where: str) -> str:
@@ -60,6 +69,7 @@ def set_backend(name: str) -> None:
     """
     global _global_backend
     _global_backend = _validate(name, "set_backend")
+    _update_fast_mode()
 
 
 def read_environment() -> None:
@@ -68,6 +78,7 @@ def read_environment() -> None:
     global _env_backend
     env = os.environ.get(ENV_VAR, "").strip().lower()
     _env_backend = env or None
+    _update_fast_mode()
 
 
 def _process_backend() -> str:
@@ -126,12 +137,14 @@ def use_backend(name: str) -> Iterator[None]:
     stack.append(name)
     with _count_lock:
         _open_blocks += 1
+        _update_fast_mode()
     try:
         yield
     finally:
         stack.pop()
         with _count_lock:
             _open_blocks -= 1
+            _update_fast_mode()
 
 
 def resolve_backend(device: torch.device, fn: str) -> str:
@@ -140,26 +153,29 @@ def resolve_backend(device: torch.device, fn: str) -> str:
     if name == "auto":
         return "metal" if device.type == "mps" else "torch"
     if name == "metal" and device.type not in ("mps", "cpu", "meta"):
-        raise RuntimeError(
-            f"mpslinalg.{fn}: the metal backend runs on MPS tensors (Apple GPU) or CPU tensors "
-            f"(the emulator), got a tensor on {device.type!r}; use the torch backend for it"
-        )
+        from .metal import metal_on_cuda
+
+        if not (device.type == "cuda" and metal_on_cuda()):
+            raise RuntimeError(
+                f"mpslinalg.{fn}: the metal backend runs on MPS tensors (Apple GPU) or CPU "
+                f"tensors (the emulator), got a tensor on {device.type!r}; use the torch "
+                "backend for it (or set MPSLINALG_METAL_ON_CUDA=1 to run the Metal kernels "
+                "through the CUDA executor)")
     return name
 
 
 #: dtypes torch.linalg computes in natively (the others are upcast by mpslinalg).
-_TORCH_NATIVE = frozenset((torch.float32, torch.float64, torch.complex64, torch.complex128))
+TORCH_NATIVE = frozenset((torch.float32, torch.float64, torch.complex64, torch.complex128))
 
 
 def torch_fast_path(x: object) -> bool:
     """True when a call whose first tensor is ``x`` runs on the torch backend in a dtype torch
-    computes natively: the public function may then hand it to torch.linalg unchanged."""
-    if not isinstance(x, torch.Tensor) or x.dtype not in _TORCH_NATIVE:
+    computes natively: the public function may then hand it to torch.linalg unchanged. (The
+    public wrappers inline this test; this is its readable form.)"""
+    if not isinstance(x, torch.Tensor) or x.dtype not in TORCH_NATIVE:
         return False
-    name = get_backend() if _open_blocks else (_global_backend or _env_backend or "auto")
-    if name == "auto":
-        return not x.is_mps
-    return name == "torch"
+    mode = fast_mode or get_backend()
+    return mode == "torch" or (mode == "auto" and not x.is_mps)
 
 
 read_environment()

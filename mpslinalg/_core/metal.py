@@ -8,6 +8,7 @@ with ``#line`` markers so that diagnostics point at ``metal/<file>:<line>``.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from pathlib import Path
@@ -92,6 +93,16 @@ def load_source(path: str) -> str:
     return "\n".join(out) + "\n"
 
 
+#: Opt-in: the metal backend accepts CUDA tensors and runs the Metal kernels through the CUDA
+#: executor (:mod:`mpslinalg.emulator.cuda`), to test them under real concurrency on a GPU.
+METAL_ON_CUDA_VAR = "MPSLINALG_METAL_ON_CUDA"
+
+
+def metal_on_cuda() -> bool:
+    """Whether ``$MPSLINALG_METAL_ON_CUDA`` is ``1``."""
+    return os.environ.get(METAL_ON_CUDA_VAR) == "1"
+
+
 def _compiler_for(device: torch.device, fn: str) -> tuple[str, Any]:
     if device.type == "mps":
         compile_fn = getattr(torch.mps, "compile_shader", None) or getattr(
@@ -107,6 +118,10 @@ def _compiler_for(device: torch.device, fn: str) -> tuple[str, Any]:
         from .. import emulator
 
         return "emulator", emulator.compile_shader
+    if device.type == "cuda" and metal_on_cuda():
+        from ..emulator import cuda
+
+        return "cuda", cuda.compile_shader
     raise RuntimeError(
         f"mpslinalg.{fn}: the metal backend runs on MPS tensors (Apple GPU) or CPU tensors "
         f"(the emulator), got a tensor on {device.type!r}; use the torch backend for it"

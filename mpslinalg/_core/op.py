@@ -196,7 +196,7 @@ def call_torch(fn: str, torch_fn: Callable[..., Any], *args: Any, **kwargs: Any)
 
 
 def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
-           general_when: Callable[..., bool] | None = None):
+           general_when: Callable[..., bool] | None = None, checks: bool | str = False):
     """Decorator for a public function whose body is the general path (validation, upcast,
     metal and small paths, ``out=``).
 
@@ -204,8 +204,10 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     is on the torch backend in a dtype torch.linalg computes natively and ``general_when`` (same
     arguments) is false or absent, it calls ``torch_fn`` with the same arguments instead:
     torch's results, torch's ``out=``, torch's errors reworded to name ``mpslinalg.<fn>``.
-    Under torch.compile the general path runs, so that a checking form raises
-    :class:`~mpslinalg.LinAlgError` from inside its op (traced code cannot catch and reword).
+    ``checks`` says whether the function reads ``info`` and raises: True, or the name of the
+    argument that decides it (``"check_errors"``). Under torch.compile such a call takes the
+    general path, so that it raises :class:`~mpslinalg.LinAlgError` from inside its op (traced
+    code cannot catch and reword); the others are traced through torch.linalg.
     The wrapper is generated from the signature so that the fast path passes arguments
     without packing them (a drop-in has about a microsecond to spend on a 3x3 call).
     """
@@ -219,9 +221,19 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
         passed = ", ".join(
             p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}"
             for p in sig.parameters.values())
-        condition = f"not _compiling() and _fast({first})"
+        # torch_fast_path, inlined (a function call costs a tenth of a 3x3 LU factorisation).
+        condition = (f"isinstance({first}, _Tensor) and {first}.dtype in _NATIVE "
+                     f"and ((_m := _b.fast_mode or _b.get_backend()) == 'torch' or "
+                     f"(_m == 'auto' and not {first}.is_mps))")
+        if checks:
+            condition += (" and not _compiling()" if checks is True
+                          else f" and (not {checks} or not _compiling())")
         if general_when is not None:
             condition += f" and not _general_when({passed})"
+        required = ", ".join(p.name for p in sig.parameters.values() if p.default is p.empty)
+        optional = [p.name for p in sig.parameters.values() if p.default is not p.empty]
+        # All optional arguments at their defaults: pass none (torch parses keywords slowly).
+        all_default = " and ".join(f"{n} is _d_{n}" for n in optional) or "True"
         defaults = {f"_d_{p.name}": p.default for p in sig.parameters.values()
                     if p.default is not p.empty}
         params = []
@@ -235,13 +247,15 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"def {name}({', '.join(params)}):\n"
             f"    if {condition}:\n"
             f"        try:\n"
+            f"            if {all_default}:\n"
+            f"                return _torch_fn({required})\n"
             f"            return _torch_fn({passed})\n"
             f"        except Exception as error:\n"
             f"            raise _translate(error, {torch_name!r}, {name!r}) from None\n"
             f"    return _general({passed})\n"
         )
-        namespace = dict(defaults, _compiling=torch.compiler.is_compiling,
-                         _fast=_backend.torch_fast_path, _torch_fn=torch_fn,
+        namespace = dict(defaults, _compiling=torch.compiler.is_compiling, _b=_backend,
+                         _Tensor=Tensor, _NATIVE=_backend.TORCH_NATIVE, _torch_fn=torch_fn,
                          _translate=translate, _general=general, _general_when=general_when)
         exec(compile(source, f"<mpslinalg.{name}>", "exec"), namespace)  # noqa: S102
         function = namespace[name]

@@ -59,7 +59,7 @@ def _inv_ex(fn: str, A: Tensor, check: str) -> tuple[Tensor, Tensor]:
     return cast_back(X, A.dtype), info
 
 
-@public(torch.linalg.inv_ex, general_when=_takes_general_path)
+@public(torch.linalg.inv_ex, general_when=_takes_general_path, checks="check_errors")
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] | None = None):
     r"""Inverse of a square matrix and ``info``; like :func:`torch.linalg.inv_ex`.
 
@@ -93,7 +93,7 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] 
     return write_out("inv_ex", out, result)
 
 
-@public(torch.linalg.inv, general_when=_takes_general_path)
+@public(torch.linalg.inv, general_when=_takes_general_path, checks=True)
 def inv(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     r"""Inverse of a square matrix; like :func:`torch.linalg.inv`.
 

@@ -198,7 +198,7 @@ def _lu_factor(fn: str, A: Tensor, pivot: bool, check: str) -> tuple[Tensor, Ten
     return cast_back(LU, A.dtype), pivots, info
 
 
-@public(torch.linalg.lu_factor_ex)
+@public(torch.linalg.lu_factor_ex, checks="check_errors")
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
                  out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``, in LAPACK's packed form, plus
@@ -239,7 +239,7 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
     return write_out("lu_factor_ex", out, result)
 
 
-@public(torch.linalg.lu_factor)
+@public(torch.linalg.lu_factor, checks=True)
 def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting in packed form; like
     :func:`torch.linalg.lu_factor`.

@@ -124,7 +124,7 @@ def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Te
     return cast_back(X, B.dtype), info
 
 
-@public(torch.linalg.solve_ex, general_when=_takes_general_path)
+@public(torch.linalg.solve_ex, general_when=_takes_general_path, checks="check_errors")
 def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False,
              out: tuple[Tensor, Tensor] | None = None):
     r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``) and ``info``; like
@@ -167,7 +167,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     return write_out("solve_ex", out, result)
 
 
-@public(torch.linalg.solve, general_when=_takes_general_path)
+@public(torch.linalg.solve, general_when=_takes_general_path, checks=True)
 def solve(A: Tensor, B: Tensor, *, left: bool = True, out: Tensor | None = None) -> Tensor:
     r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``); like
     :func:`torch.linalg.solve`.

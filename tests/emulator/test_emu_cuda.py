@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpslinalg import _metal
+from mpslinalg._core import metal as _metal
 from mpslinalg.emulator import compile_shader as cpu_compile_shader
 from mpslinalg.emulator import cuda, translate
 
@@ -336,21 +336,11 @@ def test_kernel_properties_and_errors():
 
 # ---------------------------------------------------------------- the library's kernels
 
-def _cuda_compiler_for(original):
-    def compiler_for(device, fn):
-        if device.type == "cuda":
-            return "cuda", cuda.compile_shader
-        return original(device, fn)
-    return compiler_for
-
-
 @pytest.fixture
 def cuda_metal(monkeypatch):
-    """mpslinalg's metal host code running CUDA tensors through the CUDA executor (a test-only
-    wiring; the backend itself does not route CUDA tensors to Metal kernels)."""
-    monkeypatch.setattr(_metal, "_compiler_for", _cuda_compiler_for(_metal._compiler_for))
-    monkeypatch.setattr(_metal, "_kernels", {})
-    monkeypatch.setattr(_metal, "_libraries", {})
+    """mpslinalg's metal host code running CUDA tensors through the CUDA executor (the
+    opt-in $MPSLINALG_METAL_ON_CUDA)."""
+    monkeypatch.setenv(_metal.METAL_ON_CUDA_VAR, "1")
 
 
 def _matrices(shape, dtype, seed):
@@ -365,7 +355,7 @@ def _matrices(shape, dtype, seed):
 @pytest.mark.parametrize("shape", [(3, 5, 5), (2, 64, 64), (2, 100, 70), (1, 130, 130),
                                    (64, 64, 64), (1, 300, 300)])
 def test_lu_factor_matches_emulator(cuda_metal, shape, dtype):
-    from mpslinalg import _lu_metal
+    from mpslinalg.linalg import lu_metal as _lu_metal
 
     A = _matrices(shape, dtype, sum(shape))
     ref = _lu_metal.lu_factor_metal(A)
@@ -380,7 +370,7 @@ def test_lu_factor_matches_emulator(cuda_metal, shape, dtype):
 @pytest.mark.parametrize("n, k", [(5, 3), (40, 1), (130, 2), (130, 40), (300, 1)])
 @pytest.mark.parametrize("adjoint", [False, True])
 def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
-    from mpslinalg import _lu_metal
+    from mpslinalg.linalg import lu_metal as _lu_metal
 
     A = _matrices((2, n, n), dtype, n) + 4 * torch.eye(n)
     B = _matrices((2, n, k), dtype, n + k)
@@ -394,7 +384,7 @@ def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_small_kernels_match_emulator(cuda_metal, n, dtype):
-    from mpslinalg import small_inverse as si
+    from mpslinalg.small import dispatch as si
 
     A = _matrices((1000, n, n), dtype, n)
     A[0] = 0  # a singular matrix: info and the zero-pivot paths
@@ -412,7 +402,7 @@ def test_small_kernels_match_emulator(cuda_metal, n, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.int32])
 def test_copy_strided_matches_emulator(cuda_metal, dtype):
-    from mpslinalg._copy import contiguous
+    from mpslinalg._core.copy import contiguous
 
     x = _matrices((6, 7, 5), torch.float32, 1).to(dtype) if dtype != torch.complex64 else \
         _matrices((6, 7, 5), dtype, 1)
@@ -422,7 +412,7 @@ def test_copy_strided_matches_emulator(cuda_metal, dtype):
 
 @pytest.mark.cuda
 def test_pivots_to_permutation_matches_emulator(cuda_metal):
-    from mpslinalg import _lu_metal
+    from mpslinalg.linalg import lu_metal as _lu_metal
 
     _, piv, _ = _lu_metal.lu_factor_metal(_matrices((300, 9, 7), torch.float32, 2))
     ref = _lu_metal.pivots_to_permutation_metal(piv, 9)
