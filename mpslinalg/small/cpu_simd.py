@@ -30,21 +30,23 @@ other architectures only the baseline is emitted.) The batch is split over ``nth
 std::threads inside the library (at most one per 4096 matrices: a thread start costs about as
 much as inverting 2000-3000 matrices); ctypes releases the GIL for the call.
 
-dtype: float32 only (the emulator path it replaces serves float32/complex64; complex64 stays
-there, float64 stays on the tensor-op path).
+dtype: float32 only (complex64 and float64 take the tensor-op path or torch.linalg).
+
+The library is built by :mod:`mpslinalg.small.native` on a background thread; until it is
+loaded, calls do not wait for it (see :func:`ready`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import platform
 from collections.abc import Iterator
 
 import torch
 
 from . import codegen as _codegen
+from . import native
 from .codegen import MAX_N
 
 #: Matrices per block = lanes per vector with AVX2: 8 float32 fill one register (the SSE2
@@ -288,19 +290,7 @@ def source() -> str:
 
 # ------------------------------------------------------------------------------ build and load
 
-@functools.cache
-def _library():
-    """The compiled library (ctypes), or None without a C++ compiler or when it fails to build."""
-    from ..emulator.build import build_source_library, find_compiler
-
-    cxx = find_compiler()
-    if cxx is None:
-        return None
-    try:
-        path = build_source_library(source(), _FLAGS, cxx, name="small_cpu")
-    except (OSError, RuntimeError):
-        return None
-    lib = ctypes.CDLL(str(path))
+def _bind(lib: ctypes.CDLL) -> None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
     nptr = {"inv": 3, "solve": 4, "det": 2, "slogdet": 3}
     for op in _OPS:
@@ -308,12 +298,20 @@ def _library():
             fn = getattr(lib, f"mpsl_small_{op}_n{n}")
             fn.restype = None
             fn.argtypes = [p] * nptr[op] + ([i64] if op == "solve" else []) + [i64, i32, i32]
-    return lib
+
+
+#: The compiled library, built in the background (see :mod:`mpslinalg.small.native`).
+LIBRARY = native.NativeLibrary("small_cpu", source, _FLAGS, _bind)
+
+
+def ready() -> bool:
+    """Whether the library is loaded now (never waits for a build)."""
+    return LIBRARY.get() is not None
 
 
 def available() -> bool:
-    """Whether the kernels can run here (a C++ compiler and a successful build)."""
-    return _library() is not None
+    """Whether the kernels can run here, waiting for the build if it is under way."""
+    return LIBRARY.wait() is not None
 
 
 def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
@@ -327,7 +325,7 @@ def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
 def _call(op: str, n: int, batch: int, *args, threads: int) -> None:
     if batch == 0:
         return
-    fn = getattr(_library(), f"mpsl_small_{op}_n{n}")
+    fn = getattr(LIBRARY.wait(), f"mpsl_small_{op}_n{n}")
     ptrs = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
     fn(*ptrs, batch, max(1, threads), int(_BASELINE))
 

@@ -9,15 +9,12 @@ factorisation for the whole batch at once:
   the matrix in registers;
 - torch backend on CPU, float32: generated SIMD C++ kernels (:mod:`mpslinalg.small.cpu_simd`, the
   Metal kernel's arithmetic over blocks of 8 matrices, one vector instruction per operation for
-  the whole block, bit-identical to the emulator path below) on torch's intra-op threads;
-  needs a C++ compiler;
-- torch backend on CPU, complex64 (or float32 if the SIMD library fails to build): the same
-  Metal kernels compiled for the CPU by :mod:`mpslinalg.emulator` (a matrix per lane, in
-  registers), one launch run on torch's intra-op threads; needs a C++ compiler;
+  the whole block, bit-identical to the Metal kernel in the emulator) on torch's intra-op
+  threads, once the library (built in the background from import, :mod:`.native`) is loaded;
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
   (:mod:`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per
   lane);
-- torch backend otherwise (complex on CUDA, float64/complex128 on CPU, no compiler): the batch in
+- torch backend otherwise (complex, float64 on CPU, no compiler yet): the batch in
   structure-of-arrays layout ``(n, width, batch)`` and the same unrolled elimination written as
   whole-batch tensor ops (no Python loop over the batch).
 
@@ -27,22 +24,30 @@ which is recorded in ``info`` (1-based index of the first zero pivot, 0 = ok); t
 the solution of ``A X = I`` (forward elimination, then column-oriented back substitution like
 ``trsm``). So results, ``info`` and error semantics match the general LU path.
 
-The public API (``mpslinalg.inv``/``det``/``solve``...) validates, broadcasts, casts and calls
-these functions when :func:`use_small_path` says so; they only compute (forward only, no host
-synchronisation, inputs never modified).
+The choice is one table (:data:`_TABLE`, :func:`choose_path`; the ``mpslinalg.small`` logger
+says at DEBUG level which path served a call). The public API (``mpslinalg.inv``/``det``/
+``solve``...) validates, broadcasts, casts and calls these functions when :func:`use_small_path`
+says so; they only compute (forward only, no host synchronisation, inputs never modified).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import logging
 import math
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from . import cpu_simd
 from .codegen import MAX_N
+
+log = logging.getLogger("mpslinalg.small")
 
 #: Metal source of the kernels.
 _SOURCE = "linalg/small_inverse.metal"
@@ -144,15 +149,19 @@ def _import_triton_kernels():
 _TRITON_DTYPES = (torch.float32, torch.float64)
 
 
-# Traced code (torch.compile) takes these as constants instead of tracing the import / build.
-@torch.compiler.assume_constant_result
+#: Whether triton is installed (found without importing it, which takes a second; a triton that
+#: then fails to import sends calls to the tensor-op path).
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
 def _triton_available() -> bool:
-    return _import_triton_kernels() is not None
+    return _TRITON_INSTALLED
 
 
-@torch.compiler.assume_constant_result
 def _simd_available() -> bool:
-    return _have_cxx() and _import_simd_kernels() is not None
+    """Whether the native CPU library is loaded (never waits for its build; an attribute read,
+    so torch.compile traces it without a graph break)."""
+    return cpu_simd.LIBRARY.loaded is not None
 
 
 def _triton_module(A: torch.Tensor):
@@ -162,21 +171,6 @@ def _triton_module(A: torch.Tensor):
     if A.device.type != "cuda" or A.dtype not in _TRITON_DTYPES:
         return None
     return _import_triton_kernels()
-
-
-def torch_path(A: torch.Tensor) -> str:
-    """Which implementation the small_* functions run for ``A`` (for benchmarks and logs):
-    "metal kernel", "simd kernel on CPU" (:mod:`mpslinalg.small.cpu_simd`), "metal kernel on CPU"
-    (emulator), "triton" (fused CUDA kernel) or "tensor ops" (the structure-of-arrays path)."""
-    if resolve_backend(A.device, "inv_ex") == "metal":
-        return "metal kernel"
-    if _simd_cpu(A) is not None:
-        return "simd kernel on CPU"
-    if _cpu_kernel_threads(A):
-        return "metal kernel on CPU"
-    if _triton_module(A) is not None:
-        return "triton"
-    return "tensor ops"
 
 
 # ------------------------------------------------------------------------------ torch backend
@@ -453,139 +447,128 @@ def _torch_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # ------------------------------------------------------------------------------ metal backend
 
 def _metal_run(op: str, fn: str, A: torch.Tensor, tensors: list[torch.Tensor],
-               scalars: tuple[int, ...] = (), cpu_threads: int | None = None) -> None:
+               scalars: tuple[int, ...] = ()) -> None:
     """One launch of ``<op>_<dtype>_n<N>`` over the batch of A: thread t handles matrix t.
-    Kernel arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``.
-    ``cpu_threads`` (the emulator only) bounds the OS threads running the launch."""
+    Kernel arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``."""
     from .._core.copy import contiguous
 
     batch = _batch_numel(A)
     if batch == 0:
         return
     kern = _metal.kernel(_SOURCE, op, A.dtype, A.device, fn=fn, n=A.shape[-1])
-    extra = {} if cpu_threads is None else {"cpu_threads": cpu_threads}
     kern(*(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
-         threads=batch, group_size=min(_GROUP, batch), **extra)
+         threads=batch, group_size=min(_GROUP, batch))
 
 
-def _metal_inv(A: torch.Tensor, cpu_threads: int | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_inv(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.empty(A.shape, dtype=A.dtype, device=A.device)
     info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
-    _metal_run("small_inv", "inv_ex", A, [X, info], cpu_threads=cpu_threads)
+    _metal_run("small_inv", "inv_ex", A, [X, info])
     return X, info
 
 
-def _metal_solve(A: torch.Tensor, B: torch.Tensor, cpu_threads: int | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_solve(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     X = torch.empty(B.shape, dtype=A.dtype, device=A.device)
     info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
-    _metal_run("small_solve", "solve_ex", A, [B, X, info], (B.shape[-1],), cpu_threads=cpu_threads)
+    _metal_run("small_solve", "solve_ex", A, [B, X, info], (B.shape[-1],))
     return X, info
 
 
-def _metal_det(A: torch.Tensor, cpu_threads: int | None = None) -> torch.Tensor:
+def _metal_det(A: torch.Tensor) -> torch.Tensor:
     det = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
-    _metal_run("small_det", "det", A, [det], cpu_threads=cpu_threads)
+    _metal_run("small_det", "det", A, [det])
     return det
 
 
-def _metal_slogdet(A: torch.Tensor, cpu_threads: int | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def _metal_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     sign = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
     logabs = torch.empty(A.shape[:-2], dtype=torch.float32, device=A.device)
-    _metal_run("small_slogdet", "slogdet", A, [sign, logabs], cpu_threads=cpu_threads)
+    _metal_run("small_slogdet", "slogdet", A, [sign, logabs])
     return sign, logabs
 
 
-# ------------------------------------------------------------------ torch backend, CPU kernel
-
-@functools.cache
-def _have_cxx() -> bool:
-    from ..emulator import find_compiler
-
-    return find_compiler() is not None
+# ------------------------------------------------------------------------------ path table
 
 
-def _cpu_kernel_threads(A: torch.Tensor) -> int:
-    """CPU threads for running the Metal kernel itself on the CPU for the torch backend (0: use
-    the tensor-op path): torch's intra-op thread count, as torch.linalg would use. The kernel,
-    compiled for the CPU by mpslinalg.emulator, keeps each matrix in registers like on the GPU,
-    which no sequence of whole-batch tensor ops can; it needs float32/complex64 (Metal has no
-    64-bit float) and a C++ compiler."""
-    if A.device.type != "cpu" or A.dtype not in (torch.float32, torch.complex64):
-        return 0
-    if not _have_cxx():
-        return 0
-    return torch.get_num_threads()
+@dataclass(frozen=True)
+class Path:
+    """One implementation of the four small-path functions."""
+
+    name: str
+    inv_ex: Callable
+    solve_ex: Callable
+    det: Callable
+    slogdet: Callable
 
 
-@functools.cache
-def _import_simd_kernels():
-    """mpslinalg.small.cpu_simd when its library builds and loads here, else None."""
-    from . import cpu_simd as _small_cpu
+def _simd_path() -> Path:
+    def threads() -> int:
+        return torch.get_num_threads()
 
-    return _small_cpu if _small_cpu.available() else None
+    return Path("simd kernel on CPU",
+                lambda A: cpu_simd.small_inv_ex(A, threads()),
+                lambda A, B: cpu_simd.small_solve_ex(A, B, threads()),
+                lambda A: cpu_simd.small_det(A, threads()),
+                lambda A: cpu_simd.small_slogdet(A, threads()))
 
 
-def _simd_cpu(A: torch.Tensor):
-    """The SIMD CPU kernels when they serve ``A`` on the torch backend (CPU float32, a C++
-    compiler), else None: measured 7x faster than the emulator-compiled Metal kernel at
-    (1e5, 4, 4) with 2 threads, bit-identical to it (benchmarks/results/small_inverse.md)."""
-    if A.device.type != "cpu" or A.dtype != torch.float32 or not _have_cxx():
-        return None
-    return _import_simd_kernels()
+def _triton_path() -> Path:
+    tri = _import_triton_kernels()
+    return Path("triton", tri.small_inv_ex, tri.small_solve_ex, tri.small_det, tri.small_slogdet)
+
+
+_METAL = Path("metal kernel", _metal_inv, _metal_solve, _metal_det, _metal_slogdet)
+_TENSOR_OPS = Path("tensor ops", lambda A: _torch_solve(A, None), _torch_solve, _torch_det,
+                   _torch_slogdet)
+
+#: The choice, first match wins: (path, when it serves A on the backend in force). The
+#: thresholds of :data:`_TORCH_MIN_BATCH` decide separately whether the small path is taken at
+#: all on the torch backend.
+_TABLE: list[tuple[Callable[[], Path], Callable[[torch.Tensor, str], bool]]] = [
+    (lambda: _METAL, lambda A, backend: backend == "metal"),
+    (_simd_path, lambda A, backend: A.device.type == "cpu" and A.dtype == torch.float32
+     and _simd_available()),
+    (_triton_path, lambda A, backend: A.device.type == "cuda" and A.dtype in _TRITON_DTYPES
+     and _import_triton_kernels() is not None),
+    (lambda: _TENSOR_OPS, lambda A, backend: True),
+]
+
+
+def choose_path(A: torch.Tensor, backend: str | None = None) -> Path:
+    """The implementation that serves ``A`` (see :data:`_TABLE`)."""
+    backend = backend or resolve_backend(A.device, "inv")
+    for make, serves in _TABLE:
+        if serves(A, backend):
+            path = make()
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("small path for %s %s on the %s backend: %s", tuple(A.shape),
+                          A.dtype, backend, path.name)
+            return path
+    raise AssertionError("the last row of the table serves every input")
+
+
+def torch_path(A: torch.Tensor) -> str:
+    """Which implementation the small_* functions run for ``A`` (for benchmarks and logs)."""
+    return choose_path(A).name
 
 
 # ------------------------------------------------------------------------------ entry points
 
 def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based)."""
-    if resolve_backend(A.device, "inv_ex") == "metal":
-        return _metal_inv(A)
-    if simd := _simd_cpu(A):
-        return simd.small_inv_ex(A, torch.get_num_threads())
-    if threads := _cpu_kernel_threads(A):
-        return _metal_inv(A, threads)
-    if tri := _triton_module(A):
-        return tri.small_inv_ex(A)
-    return _torch_solve(A, None)
+    return choose_path(A).inv_ex(A)
 
 
 def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape."""
-    if resolve_backend(A.device, "solve_ex") == "metal":
-        return _metal_solve(A, B)
-    if simd := _simd_cpu(A):
-        return simd.small_solve_ex(A, B, torch.get_num_threads())
-    if threads := _cpu_kernel_threads(A):
-        return _metal_solve(A, B, threads)
-    if tri := _triton_module(A):
-        return tri.small_solve_ex(A, B)
-    return _torch_solve(A, B)
+    return choose_path(A).solve_ex(A, B)
 
 
 def small_det(A: torch.Tensor) -> torch.Tensor:
     """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
-    if resolve_backend(A.device, "det") == "metal":
-        return _metal_det(A)
-    if simd := _simd_cpu(A):
-        return simd.small_det(A, torch.get_num_threads())
-    if threads := _cpu_kernel_threads(A):
-        return _metal_det(A, threads)
-    if tri := _triton_module(A):
-        return tri.small_det(A)
-    return _torch_det(A)
+    return choose_path(A).det(A)
 
 
 def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf)."""
-    if resolve_backend(A.device, "slogdet") == "metal":
-        return _metal_slogdet(A)
-    if simd := _simd_cpu(A):
-        return simd.small_slogdet(A, torch.get_num_threads())
-    if threads := _cpu_kernel_threads(A):
-        return _metal_slogdet(A, threads)
-    if tri := _triton_module(A):
-        return tri.small_slogdet(A)
-    return _torch_slogdet(A)
+    return choose_path(A).slogdet(A)

@@ -35,8 +35,7 @@ def _all_ops(mod_or_ref, A, B, threads):
     if mod_or_ref is sc:
         return (sc.small_inv_ex(A, threads), sc.small_solve_ex(A, B, threads),
                 sc.small_det(A, threads), sc.small_slogdet(A, threads))
-    return (si._metal_inv(A, threads), si._metal_solve(A, B, threads),
-            si._metal_det(A, threads), si._metal_slogdet(A, threads))
+    return (si._metal_inv(A), si._metal_solve(A, B), si._metal_det(A), si._metal_slogdet(A))
 
 
 def _hard_batch(n: int) -> torch.Tensor:
@@ -138,20 +137,20 @@ def test_inputs_not_modified():
 def test_torch_backend_dispatch(monkeypatch):
     A = random_matrix(4, torch.float32, (100,), seed=71)
     assert si.torch_path(A) == "simd kernel on CPU"
-    assert si.torch_path(A.to(torch.complex64)) == "metal kernel on CPU"
+    assert si.torch_path(A.to(torch.complex64)) == "tensor ops"  # never the emulator
     with mpslinalg.use_backend("torch"):
         _exact(si.small_inv_ex(A), si._metal_inv(A))
         _exact(si.small_slogdet(A), si._metal_slogdet(A))
-    monkeypatch.setattr(si, "_have_cxx", lambda: False)
+    monkeypatch.setattr(si, "_simd_available", lambda: False)  # still building, or failed
     assert si.torch_path(A) == "tensor ops"
 
 
 def test_library_cached():
     """The library is built once per source, flags and compiler, then loaded from the cache."""
-    from mpslinalg.emulator.build import build_source_library, find_compiler
+    from mpslinalg.small import native
 
-    path = build_source_library(sc.source(), sc._FLAGS, find_compiler(), name="small_cpu")
+    path = native.build(sc.source(), sc._FLAGS, native.find_compiler(), name="small_cpu")
     assert path.is_file()
-    assert build_source_library(sc.source(), sc._FLAGS, find_compiler(), name="small_cpu") == path
+    assert native.build(sc.source(), sc._FLAGS, native.find_compiler(), name="small_cpu") == path
     # Contraction stays off: an FMA would round products differently from the emulator.
     assert "-ffp-contract=off" in sc._FLAGS and not any("march" in f for f in sc._FLAGS)

@@ -1,0 +1,131 @@
+"""Building and loading the small path's native CPU library (the generated C++ of
+:mod:`mpslinalg.small.cpu_simd`), without ever making a call wait for the compiler.
+
+The library is built once per (source, flags, compiler) into the cache directory
+(``$MPSLINALG_CACHE_DIR``, else the user cache), atomically, so concurrent processes are safe.
+:func:`start` runs the build on a daemon thread; it is started when :mod:`mpslinalg` is
+imported (``MPSLINALG_NATIVE=0`` turns it off), so with a warm cache the library is loaded
+within milliseconds and with a cold one within the compile time (about 7 s of CPU), while calls
+in the meantime take torch.linalg. A failed build warns once, saying why, and the small path
+then runs without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+
+log = logging.getLogger("mpslinalg.small")
+
+#: Environment switch: "0" disables building the native library (the small path then uses
+#: whole-batch tensor ops or torch.linalg on CPU).
+ENABLE_VAR = "MPSLINALG_NATIVE"
+
+
+def find_compiler() -> str | None:
+    """``$CXX``, else the first of c++, g++, clang++ on the PATH."""
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def cache_dir() -> pathlib.Path:
+    root = os.environ.get("MPSLINALG_CACHE_DIR")
+    if root:
+        return pathlib.Path(root)
+    if sys.platform == "darwin":
+        return pathlib.Path.home() / "Library" / "Caches" / "mpslinalg"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache") / "mpslinalg"
+
+
+def build(source: str, flags: list[str], cxx: str, name: str) -> pathlib.Path:
+    """Compile one self-contained C++ source into a shared library in the cache (or return the
+    cached one). Raises RuntimeError with the compiler's messages when compilation fails."""
+    key = hashlib.sha256(json.dumps([source, flags, os.path.basename(cxx)]).encode()).hexdigest()
+    out = cache_dir() / "native" / f"{name}-{key[:24]}.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+        src = pathlib.Path(tmp) / f"{name}.cpp"
+        so = pathlib.Path(tmp) / f"{name}.so"
+        src.write_text(source)
+        proc = subprocess.run([cxx, *flags, str(src), "-o", str(so)], capture_output=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cxx} failed:\n" + proc.stderr.decode(errors="replace")[:2000])
+        os.replace(so, out)  # atomic: a concurrent builder of the same key writes the same bytes
+    return out
+
+
+class NativeLibrary:
+    """One library built in the background: ``get()`` never waits, ``wait()`` does."""
+
+    def __init__(self, name: str, make_source: Callable[[], str], flags: list[str],
+                 bind: Callable[[ctypes.CDLL], None]) -> None:
+        self.name = name
+        self._make_source, self._flags, self._bind = make_source, flags, bind
+        #: The loaded library, or None (read directly by code that torch.compile traces).
+        self.loaded: ctypes.CDLL | None = None
+        self._done = threading.Event()
+        self._started = False
+        self._lock = threading.Lock()
+        self.status = "not started"
+
+    def start(self) -> None:
+        """Build (or load from the cache) on a daemon thread, once."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        if os.environ.get(ENABLE_VAR) == "0":
+            self._finish(None, f"disabled by {ENABLE_VAR}=0")
+            return
+        self.status = "building"
+        threading.Thread(target=self._build, name=f"mpslinalg-{self.name}", daemon=True).start()
+
+    def _build(self) -> None:
+        cxx = find_compiler()
+        if cxx is None:
+            self._finish(None, "no C++ compiler ($CXX, c++, g++ or clang++)", warn=True)
+            return
+        try:
+            lib = ctypes.CDLL(str(build(self._make_source(), self._flags, cxx, self.name)))
+            self._bind(lib)
+        except (OSError, RuntimeError, AttributeError) as exc:
+            self._finish(None, f"the build failed: {exc}", warn=True)
+            return
+        self._finish(lib, "ready")
+
+    def _finish(self, lib: ctypes.CDLL | None, status: str, warn: bool = False) -> None:
+        self.loaded, self.status = lib, status
+        log.debug("native library %s: %s", self.name, status)
+        if warn:
+            warnings.warn(f"mpslinalg: the native small-matrix CPU kernels are not available "
+                          f"({status}); torch.linalg serves those calls instead",
+                          RuntimeWarning, stacklevel=2)
+        self._done.set()
+
+    def get(self) -> ctypes.CDLL | None:
+        """The library if it is loaded, else None (and the build is started)."""
+        if self.loaded is None and not self._started:
+            self.start()
+        return self.loaded
+
+    def wait(self, timeout: float | None = None) -> ctypes.CDLL | None:
+        """The library, waiting for the build (None if it failed or timed out)."""
+        self.start()
+        self._done.wait(timeout)
+        return self.loaded
