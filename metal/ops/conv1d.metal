@@ -1,0 +1,10 @@
+#include "conv1d.h"
+
+// clang-format off
+MPSL_KERNEL(conv1d_depthwise, float32, float)
+MPSL_KERNEL(conv1d_depthwise, float16, half)
+MPSL_KERNEL(conv1d_depthwise, bfloat16, bfloat)
+MPSL_KERNEL(conv1d_gemm, float32, float)
+MPSL_KERNEL(conv1d_gemm, float16, half)
+MPSL_KERNEL(conv1d_gemm, bfloat16, bfloat)
+// clang-format on
