@@ -122,16 +122,15 @@ def params(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[
 
 def _pad_metal(x: Tensor, pad: list[int], value) -> Tensor:
     out_shape = _padded_shape("pad", x.shape, pad)
-    out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
-    if out.numel() == 0:
-        return out
+    if math.prod(out_shape) == 0:
+        return x.new_empty(out_shape)
+    arguments = params(out_shape, x.shape, x.stride(), pad, fill_bits(value, x.dtype))
+    out = x.new_empty(out_shape)
     x = x.resolve_conj().resolve_neg()
-    storage = _STORAGE[x.element_size()]
     # An empty input (a padded empty dimension) is never read: bind the output in its place.
     source = _as_storage(x if x.numel() else out)
-    kernel = _metal.kernel(_SOURCE, "pad", storage, x.device, fn="pad")
-    _metal.launch(kernel, source, _as_storage(out),
-                  params(out_shape, x.shape, x.stride(), pad, fill_bits(value, x.dtype)),
+    kernel = _metal.kernel(_SOURCE, "pad", _STORAGE[x.element_size()], x.device, fn="pad")
+    _metal.launch(kernel, source, _as_storage(out), arguments,
                   threads=min(out.numel(), MAX_GRID), group_size=None)
     return out
 
