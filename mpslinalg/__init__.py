@@ -16,6 +16,8 @@ from .linalg.inverse import inv, inv_ex
 from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
 from .linalg.solve import solve, solve_ex
 
+from . import ops  # noqa: E402 - the companion module, as mpslinalg.ops
+
 __version__ = "0.1.0"
 
 __all__ = [
