@@ -110,8 +110,10 @@ def main() -> None:
                     results[name][0].append(seconds * 1e3)
                     results[name][1].append(peak / 2**20)
             for name, (times, peaks) in results.items():
-                print(f"| {label} {tuple(shape)} | {name} | {min(times):.3f} / {statistics.median(times):.3f} /"
-                      f" {max(times):.3f} | {max(peaks):.2f} | {out_mib:.2f} |")
+                spread = (f"{min(times):.3f} / {statistics.median(times):.3f} / "
+                          f"{max(times):.3f}")
+                print(f"| {label} {tuple(shape)} | {name} | {spread} | {max(peaks):.2f} | "
+                      f"{out_mib:.2f} |")
 
 
 if __name__ == "__main__":

@@ -9,14 +9,13 @@ Layout: :mod:`mpslinalg.linalg` (the op families), :mod:`mpslinalg.small` (the n
 :mod:`mpslinalg.emulator` (Metal on the CPU); ``mpslinalg._core`` holds the shared machinery.
 """
 
+from . import ops as ops  # the companion module, mpslinalg.ops (documented on its own)
 from ._core.backend import get_backend, set_backend, use_backend
 from ._core.errors import LinAlgError, check_errors
 from .linalg.det import det, logdet, slogdet
 from .linalg.inverse import inv, inv_ex
 from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
 from .linalg.solve import solve, solve_ex
-
-from . import ops  # noqa: E402 - the companion module, as mpslinalg.ops
 
 __version__ = "0.1.0"
 

@@ -131,7 +131,8 @@ _PROBE = """
                                  uint i [[thread_position_in_grid]]) {
   offsets[i] = mpsl::pad_source_offset(indices[i], p);
 }
-[[kernel]] void pad_params_size(device long* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+[[kernel]] void pad_params_size(device long* out [[buffer(0)]],
+                                uint i [[thread_position_in_grid]]) {
   out[0] = long(sizeof(mpsl::PadParams));
 }
 """
