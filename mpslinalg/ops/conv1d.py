@@ -49,7 +49,7 @@ def _conv1d_metal(x, weight, bias, stride, pad_left, pad_right, dilation, groups
     out = torch.empty((n, c_out, l_out), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    if c_in == 0 or taps == 0:  # an empty sum: the output is the bias
+    if c_in == 0:  # an empty sum: the output is the bias
         return out.copy_((bias if bias is not None else out.new_zeros(c_out))[:, None])
     x, weight = x.resolve_conj().resolve_neg(), weight.resolve_conj().resolve_neg()
     params = [n, c_in, l_in, c_out, l_out, taps, stride, pad_left, dilation, groups,
@@ -162,6 +162,13 @@ def _validate(fn, x, weight, bias, stride, padding, dilation, groups):
         raise RuntimeError(f"mpslinalg.{fn}: weight must be 3-dimensional (out_channels, "
                            f"in_channels / groups, kernel_size), got {list(weight.shape)}")
     c_in, c_out, taps = x.shape[-2], weight.shape[0], weight.shape[2]
+    if c_out == 0:
+        raise RuntimeError(f"mpslinalg.{fn}: Given groups={groups}, expected weight to be at "
+                           f"least 1 at dimension 0, but got weight of size {list(weight.shape)}"
+                           " instead")
+    if taps == 0:
+        raise RuntimeError(f"mpslinalg.{fn}: kernel size should be greater than zero, but got "
+                           f"weight of size {list(weight.shape)}")
     if c_out % groups:
         raise RuntimeError(f"mpslinalg.{fn}: Given groups={groups}, expected weight to be "
                            f"divisible by {groups} at dimension 0, but got weight of size "

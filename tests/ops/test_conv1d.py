@@ -207,6 +207,8 @@ def _conv_bad_samples() -> list[BadSample]:
         BadSample((x, w, b), {"groups": 4}, error=RuntimeError, match="groups"),
         BadSample((x[..., :1], w, b), error=RuntimeError, match="Kernel size"),
         BadSample((x[None], w, b), error=RuntimeError, match="input"),
+        BadSample((x, w[:0], b[:0]), error=RuntimeError, match="at least 1"),
+        BadSample((x, w[..., :0], b), error=RuntimeError),
     ]
 
 
