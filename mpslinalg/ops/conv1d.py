@@ -3,7 +3,9 @@
 Op ``mpslinalg::conv1d``: on the metal backend one launch of ``metal/ops/conv1d.metal``, the
 depthwise kernel when every group has one input channel, the implicit-GEMM kernel otherwise,
 with the bias fused. float32, float16 and bfloat16 compute natively (float accumulation, one
-rounding at the end). The derivative is aten's ``convolution_backward`` on the same device.
+rounding at the end). Gradients: on the metal backend the input and weight gradients are
+implicit GEMMs of their own (one launch each), on the torch backend aten's
+``convolution_backward``.
 """
 
 from __future__ import annotations
@@ -52,21 +54,62 @@ def _conv1d_metal(x, weight, bias, stride, pad_left, pad_right, dilation, groups
     if c_in == 0:  # an empty sum: the output is the bias
         return out.copy_((bias if bias is not None else out.new_zeros(c_out))[:, None])
     x, weight = x.resolve_conj().resolve_neg(), weight.resolve_conj().resolve_neg()
-    params = [n, c_in, l_in, c_out, l_out, taps, stride, pad_left, dilation, groups,
-              int(bias is not None), *x.stride(), *weight.stride()]
+    params = _params(x, weight, l_out, stride, pad_left, dilation, groups, bias is not None)
     bias_arg = bias.contiguous() if bias is not None else weight  # not read without a bias
     if c_in == groups:
         kernel = _metal.kernel(_SOURCE, "conv1d_depthwise", x.dtype, x.device, fn="conv1d")
         runs = _metal.ceil_div(l_out, DEPTHWISE_RUN)
-        grid = {"threads": [runs, c_out, n], "group_size": [min(runs, DEPTHWISE_GROUP), 1, 1]}
+        _metal.launch(kernel, x, weight, bias_arg, out, params, threads=[runs, c_out, n],
+                      group_size=[min(runs, DEPTHWISE_GROUP), 1, 1])
     else:
-        kernel = _metal.kernel(_SOURCE, "conv1d_gemm", x.dtype, x.device, fn="conv1d")
-        tiles_l = _metal.ceil_div(l_out, GEMM_TILE)
-        tiles_c = _metal.ceil_div(c_out // groups, GEMM_TILE)
-        grid = {"threads": [tiles_l * GEMM_SIDE, tiles_c * GEMM_SIDE, n * groups],
-                "group_size": [GEMM_SIDE, GEMM_SIDE, 1]}
-    _metal.launch(kernel, x, weight, bias_arg, out, params, **grid)
+        _gemm("conv1d_gemm", x, weight, bias_arg, out, params,
+              rows=c_out // groups, cols=l_out, slices=n * groups)
     return out
+
+
+def _params(x, weight, l_out, stride, pad_left, dilation, groups, has_bias) -> list[int]:
+    """The Conv1dParams list (x and weight read through their strides)."""
+    n, c_in, l_in = x.shape
+    c_out, _, taps = weight.shape
+    return [n, c_in, l_in, c_out, l_out, taps, stride, pad_left, dilation, groups,
+            int(has_bias), *x.stride(), *weight.stride()]
+
+
+def _gemm(name, x, weight, aux, out, params, *, rows, cols, slices) -> None:
+    """One launch of an implicit-GEMM kernel: a threadgroup per output tile and slice."""
+    kernel = _metal.kernel(_SOURCE, name, x.dtype, x.device, fn="conv1d")
+    tiles = [_metal.ceil_div(cols, GEMM_TILE) * GEMM_SIDE,
+             _metal.ceil_div(rows, GEMM_TILE) * GEMM_SIDE, slices]
+    _metal.launch(kernel, x, weight, aux, out, params, threads=tiles,
+                  group_size=[GEMM_SIDE, GEMM_SIDE, 1])
+
+
+def _conv1d_grads_metal(grad, x, weight, stride, pad_left, pad_right, dilation, groups,
+                        needs_input, needs_weight):
+    """(dx, dw) by the conv1d_input_grad and conv1d_weight_grad kernels, one launch each."""
+    n, c_in, l_in = x.shape
+    c_out, cin_g, taps = weight.shape
+    grad = grad.resolve_conj().resolve_neg().contiguous()
+    x, weight = x.resolve_conj().resolve_neg(), weight.resolve_conj().resolve_neg()
+    params = _params(x, weight, grad.shape[-1], stride, pad_left, dilation, groups, False)
+    dx = dw = None
+    if needs_input:
+        dx = x.new_empty(x.shape)
+        if dx.numel():
+            if grad.numel():
+                _gemm("conv1d_input_grad", x, weight, grad, dx, params,
+                      rows=cin_g, cols=l_in, slices=n * groups)
+            else:
+                dx.zero_()
+    if needs_weight:
+        dw = weight.new_empty(weight.shape)
+        if dw.numel():
+            if grad.numel() and x.numel():
+                _gemm("conv1d_weight_grad", x, weight, grad, dw, params,
+                      rows=c_out // groups, cols=cin_g * taps, slices=groups)
+            else:
+                dw.zero_()
+    return dx, dw
 
 
 def _conv1d_torch(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
@@ -87,22 +130,57 @@ def _conv1d_save(ctx, inputs, output) -> None:
     ctx.geometry = rest
 
 
-def _conv1d_backward(ctx, grad: Tensor):
-    """aten's convolution_backward (the transposed convolution for the input, the correlation
-    of input and gradient for the weight, the sum over batch and length for the bias), on the
-    input padded by the asymmetric extra of padding="same" (PyTorch, aten/src/ATen/native/
-    Convolution.cpp); the pad's derivative then crops it back."""
-    x, weight = ctx.saved_tensors
-    stride, pad_left, pad_right, dilation, groups = ctx.geometry
+def _grads_torch(grad, x, weight, stride, pad_left, pad_right, dilation, groups, needs_input,
+                 needs_weight):
+    """(dx, dw) by aten's convolution_backward, on the input padded by the asymmetric extra of
+    padding="same" and cropped back."""
     extra = pad_right - pad_left
     xp = torch.constant_pad_nd(x, [0, extra]) if extra else x
-    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias]
-    gx, gw, gb = torch.ops.aten.convolution_backward(
-        grad, xp, weight, [weight.shape[0]] if ctx.has_bias else None, [stride], [pad_left],
-        [dilation], False, [0], groups, mask)
-    if gx is not None and extra:
-        gx = torch.constant_pad_nd(gx, [0, -extra])
-    return gx, gw, gb, None, None, None, None, None
+    dx, dw, _ = torch.ops.aten.convolution_backward(
+        grad, xp, weight, None, [stride], [pad_left], [dilation], False, [0], groups,
+        [needs_input, needs_weight, False])
+    if dx is not None and extra:
+        dx = torch.constant_pad_nd(dx, [0, -extra])
+    return dx, dw
+
+
+def _grads_fake(grad, x, weight, stride, pad_left, pad_right, dilation, groups, needs_input,
+                needs_weight):
+    return (x.new_empty(x.shape if needs_input else (0,)),
+            weight.new_empty(weight.shape if needs_weight else (0,)))
+
+
+def _unused_as_empty(fn):
+    """A (dx, dw) implementation for the op, an empty tensor standing for an unneeded one."""
+    def run(grad, x, weight, *geometry):
+        dx, dw = fn(grad, x, weight, *geometry)
+        return (x.new_empty(0) if dx is None else dx, weight.new_empty(0) if dw is None else dw)
+    return run
+
+
+#: (dx, dw) of conv1d for the output gradient ``grad`` (empty where not needed).
+conv1d_backward_op = Op(
+    "conv1d_backward",
+    "(Tensor grad, Tensor x, Tensor weight, int stride, int pad_left, int pad_right, "
+    "int dilation, int groups, bool needs_input, bool needs_weight) -> (Tensor, Tensor)",
+    forward={"metal": _unused_as_empty(_conv1d_grads_metal),
+             "torch": _unused_as_empty(_grads_torch)},
+    fake=_grads_fake)
+
+
+def _conv1d_backward(ctx, grad: Tensor):
+    """dx is the transposed convolution of dy with w, dw the correlation of dy with x summed
+    over batch and positions, db the sum of dy over batch and positions (e.g. Dumoulin &
+    Visin 2016, "A guide to convolution arithmetic for deep learning", sec. 4). The metal
+    backend computes dx and dw with its own implicit-GEMM kernels (op conv1d_backward), the
+    torch backend with aten's convolution_backward."""
+    x, weight = ctx.saved_tensors
+    needs_input, needs_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    gx, gw = conv1d_backward_op(grad, x, weight, *ctx.geometry, needs_input, needs_weight,
+                                ctx.backend, False, "")
+    gb = grad.sum((0, 2)) if ctx.has_bias else None
+    return (gx if needs_input else None, gw if needs_weight else None, gb,
+            None, None, None, None, None)
 
 
 #: F.conv1d of batched ``x`` with explicit (left, right) zero padding.

@@ -104,6 +104,24 @@ def test_one_launch_of_the_right_kernel(metal_backend, groups, c_in, c_out, kern
     _check(y, x, w, b, RTOL[torch.float32], padding="same", groups=groups)
 
 
+def test_backward_is_one_launch_per_gradient(metal_backend):
+    if metal_backend.name != "emulator":
+        pytest.skip("launch counters exist in the emulator only")
+    x, w, b = (t.requires_grad_() for t in _conv_inputs(2, 6, 4, 30, 3, 2, torch.float32))
+    y = mpslinalg.ops.conv1d(x, w, b, stride=2, groups=2)
+    emulator.reset_launch_counts()
+    with count_host_syncs() as syncs:
+        y.backward(torch.ones_like(y))
+    assert emulator.launch_counts() == {"conv1d_input_grad_float32": 1,
+                                        "conv1d_weight_grad_float32": 1}
+    assert syncs.calls == []
+    emulator.reset_launch_counts()
+    x2 = x.detach().requires_grad_()
+    mpslinalg.ops.conv1d(x2, w.detach(), None, stride=2, groups=2).sum().backward()
+    assert emulator.launch_counts() == {"conv1d_gemm_float32": 1,
+                                        "conv1d_input_grad_float32": 1}
+
+
 def test_large_tiles_and_lane_orders(metal_backend, monkeypatch):
     """Several GEMM tiles along every axis (channels past 32, positions past 32, a reduction
     past 16), in forward and reverse lane order: the result must not depend on it."""
@@ -111,10 +129,12 @@ def test_large_tiles_and_lane_orders(metal_backend, monkeypatch):
     results = []
     for order in ("forward", "reverse"):
         monkeypatch.setattr(_metal, "LANE_ORDER", order)
-        results.append(mpslinalg.ops.conv1d(metal_backend.tensor(x), metal_backend.tensor(w),
-                                            metal_backend.tensor(b), stride=2, dilation=2))
-    assert torch.equal(results[0], results[1])
-    _check(results[0], x, w, b, RTOL[torch.float32], stride=2, dilation=2)
+        inputs = [metal_backend.tensor(t).requires_grad_() for t in (x, w, b)]
+        y = mpslinalg.ops.conv1d(*inputs, stride=2, dilation=2)
+        results.append([y, *torch.autograd.grad(y, inputs, torch.ones_like(y))])
+    for a, b_ in zip(*results, strict=True):
+        assert torch.equal(a, b_)
+    _check(results[0][0], x, w, b, RTOL[torch.float32], stride=2, dilation=2)
 
 
 def test_unbatched_and_tuple_arguments(backend):
