@@ -6,8 +6,10 @@
 // value's bit pattern in PadParams. So every dtype torch pads is covered, and the fill value is
 // exact in the input's dtype (an int64 beyond 2^53, a bfloat16, a complex number).
 //
-// All index arithmetic is 64-bit: output sizes, input strides and the linear index may each pass
-// 2^31, and the grid-stride loop lets a bounded grid cover outputs past 2^32 elements.
+// Index arithmetic is 64-bit (the "wide1" kernels): output sizes, input strides and the linear
+// index may each pass 2^31, and the grid-stride loop lets a bounded grid cover outputs past 2^32
+// elements. Calls whose sizes, indices and offsets all fit in 31 bits take the "wide0" kernels,
+// the same code in 32-bit integers.
 #pragma once
 
 #include "../common/defines.h"
@@ -53,24 +55,29 @@ inline PadBits128 pad_fill<PadBits128>(long value_lo, long value_hi) {
 }
 
 // Offset in elements into the input of output element `index`, or -1 when that element lies in
-// the padding.
-inline long pad_source_offset(long index, constant PadParams& p) {
-  long offset = 0;
+// the padding. Index is long, or int when the host has checked that every size, index and
+// offset of the call fits (GPUs divide 64-bit integers far more slowly than 32-bit ones).
+template <typename Index>
+inline Index pad_source_offset(Index index, constant PadParams& p) {
+  Index offset = 0;
   bool inside = true;
-  for (long d = p.ndim - 1; d >= 0; --d) {
-    const long size = p.out_sizes[d];
-    const long coord = index % size;
+  for (int d = int(p.ndim) - 1; d >= 0; --d) {
+    const Index size = Index(p.out_sizes[d]);
+    const Index source = index % size - Index(p.before[d]);
     index /= size;
-    const long source = coord - p.before[d];
-    inside = inside && source >= 0 && source < p.in_sizes[d];
-    offset += source * p.in_strides[d];
+    if (source >= 0 && source < Index(p.in_sizes[d])) {
+      offset += source * Index(p.in_strides[d]);  // within the input: no overflow
+    } else {
+      inside = false;
+    }
   }
-  return inside ? offset : -1;
+  return inside ? offset : Index(-1);
 }
 
 }  // namespace mpsl
 
-template <typename T>
+// Grid: any size; the loop strides over the output by the grid size.
+template <typename T, typename Index>
 [[kernel]] void pad(
     device const T* x [[buffer(0)]],
     device T* out [[buffer(1)]],
@@ -80,7 +87,7 @@ template <typename T>
   using namespace mpsl;
   const T fill = pad_fill<T>(params.value_lo, params.value_hi);
   for (long i = long(gid); i < params.numel; i += long(grid_size)) {
-    const long source = pad_source_offset(i, params);
+    const Index source = pad_source_offset<Index>(Index(i), params);
     out[i] = source >= 0 ? x[source] : fill;
   }
 }

@@ -32,6 +32,9 @@ PAD_PARAMS = ("ndim", "numel", "value_lo", "value_hi", "out_sizes", "in_sizes", 
 MAX_DIMS = 16
 #: Upper bound on the grid; larger outputs are covered by the kernel's grid-stride loop.
 MAX_GRID = 1 << 22
+#: Calls whose sizes, linear indices and input offsets are all below this take the 32-bit
+#: ("wide0") kernels.
+NARROW_LIMIT = 1 << 31
 #: The kernel's storage type (as a torch dtype naming its instantiation) for each element size.
 _STORAGE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64,
             16: torch.complex128}
@@ -120,6 +123,17 @@ def params(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[
     return [len(dims), math.prod(out_shape), *bits, *out_sizes, *in_sizes, *in_strides, *before]
 
 
+def needs_wide_indices(arguments: list[int]) -> bool:
+    """Whether a call (its PadParams list) needs the 64-bit kernels: some size, linear index,
+    padding or input offset reaches 2**31."""
+    ndim, numel = arguments[0], arguments[1]
+    fields = [arguments[4 + k * MAX_DIMS: 4 + k * MAX_DIMS + ndim] for k in range(4)]
+    out_sizes, in_sizes, in_strides, before = fields
+    last_offset = sum((s - 1) * t for s, t in zip(in_sizes, in_strides, strict=True) if s > 0)
+    largest = max([numel, last_offset, *out_sizes, *in_sizes, *(abs(b) for b in before)])
+    return largest >= NARROW_LIMIT
+
+
 def _pad_metal(x: Tensor, pad: list[int], value) -> Tensor:
     out_shape = _padded_shape("pad", x.shape, pad)
     if math.prod(out_shape) == 0:
@@ -129,7 +143,8 @@ def _pad_metal(x: Tensor, pad: list[int], value) -> Tensor:
     x = x.resolve_conj().resolve_neg()
     # An empty input (a padded empty dimension) is never read: bind the output in its place.
     source = _as_storage(x if x.numel() else out)
-    kernel = _metal.kernel(_SOURCE, "pad", _STORAGE[x.element_size()], x.device, fn="pad")
+    kernel = _metal.kernel(_SOURCE, "pad", _STORAGE[x.element_size()], x.device, fn="pad",
+                           wide=needs_wide_indices(arguments))
     _metal.launch(kernel, source, _as_storage(out), arguments,
                   threads=min(out.numel(), MAX_GRID), group_size=None)
     return out
@@ -200,7 +215,7 @@ def pad(x: Tensor, pad: Sequence[int], value: float = 0.0) -> Tensor:
     -----
     On the metal backend a single kernel launch reads ``x`` through its strides and writes
     every output element, so a call needs no memory beyond its output; index arithmetic is
-    64-bit throughout.
+    64-bit whenever a size, index or offset of the call reaches 2**31.
 
     Examples
     --------

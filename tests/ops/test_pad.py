@@ -103,7 +103,7 @@ def test_one_launch_no_copies_and_a_crop_is_not_a_view(metal_backend):
             emulator.reset_launch_counts()
             with count_host_syncs() as syncs:
                 y = mpslinalg.ops.pad(v, pads, 0.5)
-            assert emulator.launch_counts() == {"pad_int32": 1}, (name, pads)
+            assert emulator.launch_counts() == {"pad_int32_wide0": 1}, (name, pads)
             assert syncs.calls == []
             _same(y, F.pad(v, pads, value=0.5))
             assert y.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
@@ -122,6 +122,42 @@ def test_crop_to_a_few_elements_of_a_dimension_past_2_pow_32(backend):
     _same(mpslinalg.ops.pad(backend.tensor(x), pads), ref)
     y = torch.zeros(2, 1).expand(2, 2**31 + 1)
     _same(mpslinalg.ops.pad(backend.tensor(y), [-(2**31 - 1), -1], 7.0), torch.zeros(2, 1))
+    if backend.name == "emulator":
+        emulator.reset_launch_counts()
+        mpslinalg.ops.pad(x, pads)
+        assert emulator.launch_counts() == {"pad_int32_wide1": 1}
+
+
+def _call_params(shape, strides, pads):
+    out_shape = pad_module._padded_shape("pad", shape, pads)
+    return pad_module.params(out_shape, shape, strides, pads, (0, 0))
+
+
+def test_the_32_bit_kernels_are_taken_only_when_everything_fits():
+    assert not pad_module.needs_wide_indices(_call_params([4, 5], [5, 1], [1, 1]))
+    limit = pad_module.NARROW_LIMIT
+    assert not pad_module.needs_wide_indices(_call_params([limit - 1], [1], []))
+    assert pad_module.needs_wide_indices(_call_params([limit - 1], [1], [0, 1]))  # numel
+    assert pad_module.needs_wide_indices(_call_params([2, 3], [limit - 1, 1], [1, 0]))  # offset
+    assert pad_module.needs_wide_indices(_call_params([5], [1], [-limit, limit]))  # padding
+    assert pad_module.needs_wide_indices(_call_params([limit, 1], [0, 1], [0, 0, 1 - limit, 0]))
+
+
+def test_the_64_bit_kernels_agree_with_the_32_bit_ones(monkeypatch):
+    gen = torch.Generator().manual_seed(7)
+    cases = [((3, 4, 5), [1, 2, -1, 1, 0, 2]), ((2, 3, 4, 8, 8), [0, 0, 0, 0, 2, 1]),
+             ((7,), [-2, 3])]
+    with mpslinalg.use_backend("metal"):
+        narrow = [mpslinalg.ops.pad(torch.randn(shape, generator=gen).transpose(0, -1), pads,
+                                    0.25) for shape, pads in cases]
+        monkeypatch.setattr(pad_module, "NARROW_LIMIT", 0)
+        emulator.reset_launch_counts()
+        gen.manual_seed(7)
+        wide = [mpslinalg.ops.pad(torch.randn(shape, generator=gen).transpose(0, -1), pads,
+                                  0.25) for shape, pads in cases]
+    assert set(emulator.launch_counts()) == {"pad_int32_wide1"}
+    for a, b in zip(narrow, wide, strict=True):
+        assert torch.equal(a, b)
 
 
 _PROBE = """
@@ -129,7 +165,7 @@ _PROBE = """
                                  device const long* indices [[buffer(1)]],
                                  device long* offsets [[buffer(2)]],
                                  uint i [[thread_position_in_grid]]) {
-  offsets[i] = mpsl::pad_source_offset(indices[i], p);
+  offsets[i] = mpsl::pad_source_offset<long>(indices[i], p);
 }
 [[kernel]] void pad_params_size(device long* out [[buffer(0)]],
                                 uint i [[thread_position_in_grid]]) {

@@ -123,7 +123,7 @@ def test_a_missing_dependency_is_reported():
 
 def _write_into(out: torch.Tensor, x: torch.Tensor) -> None:
     """Launch the pad kernel with ``out`` as its output (a kernel writing an existing tensor)."""
-    kernel = _metal.kernel("ops/pad.metal", "pad", torch.int32, x.device)
+    kernel = _metal.kernel("ops/pad.metal", "pad", torch.int32, x.device, wide=False)
     params = pad_module.params(list(out.shape), list(x.shape), list(x.stride()), [0, 0], (0, 0))
     _metal.launch(kernel, x.view(torch.int32), out.view(torch.int32), params,
                   threads=out.numel(), group_size=None)
@@ -138,7 +138,7 @@ def test_a_write_after_an_unordered_read_is_reported_and_two_readers_are_not():
     with streams.stream(writer):
         mpslinalg.ops.pad(x, (2, 2))  # reads x too: no race
         with pytest.raises(streams.StreamRaceError, match="writes an allocation that kernel "
-                                                          "'pad_int32' .* reads"):
+                                                          "'pad_int32_wide0' .* reads"):
             _write_into(x, torch.zeros(5))
     writer.wait_stream(reader)
     with streams.stream(writer):
