@@ -120,3 +120,19 @@ _bench_conv("depthwise k=31 float32, 2x64x1000 on cpu, 8x512x16000 on gpu",
             (2, 64, 1000, 31, 64), (8, 512, 16000, 31, 512), lambda c: c)
 _bench_conv("dense k=3 float32, 2x64x512 -> 64 on cpu, 8x256x4096 -> 256 on gpu",
             (2, 64, 512, 3, 64), (8, 256, 4096, 3, 256), lambda c: 1)
+
+
+@bench_case("conv1d", "backward (input and weight gradients), grouped k=5 float32, "
+            "2x32x256 on cpu, 8x256x4096 on gpu")
+def _bench_conv_backward(device, repeats):
+    n, c, length = (2, 32, 256) if device.type == "cpu" else (8, 256, 4096)
+    x, w, b = _conv_inputs(n, c, c, length, 5, 4, torch.float32, device)
+    x.requires_grad_()
+    w.requires_grad_()
+
+    def backward(conv):
+        y = conv(x, w, b, padding="same", groups=4)
+        return torch.autograd.grad(y, (x, w), torch.ones_like(y))
+
+    return {"mpslinalg": median_time(lambda: backward(mpslinalg.ops.conv1d), device, repeats),
+            "torch": median_time(lambda: backward(F.conv1d), device, repeats)}
