@@ -9,6 +9,7 @@ Layout: :mod:`mpslinalg.linalg` (the op families), :mod:`mpslinalg.small` (the n
 :mod:`mpslinalg.emulator` (Metal on the CPU); ``mpslinalg._core`` holds the shared machinery.
 """
 
+from . import ops as ops  # the companion module, mpslinalg.ops (documented on its own)
 from ._core.backend import get_backend, set_backend, use_backend
 from ._core.errors import LinAlgError, check_errors
 from .linalg.det import det, logdet, slogdet

@@ -28,5 +28,6 @@ def contiguous(x: torch.Tensor, fn: str = "contiguous") -> torch.Tensor:
     kernel = _metal.kernel("common/copy.metal", "copy_strided", x.dtype, x.device, fn=fn)
     sizes = list(x.shape) or [1]
     strides = list(x.stride()) or [1]
-    kernel(x, out, sizes, strides, len(sizes), numel, threads=min(numel, _MAX_GRID))
+    _metal.launch(kernel, x, out, sizes, strides, len(sizes), numel,
+                  threads=min(numel, _MAX_GRID), group_size=None)
     return out

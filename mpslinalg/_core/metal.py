@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ DTYPE_NAMES = {
     torch.bfloat16: "bfloat16",
     torch.int32: "int32",
     torch.int64: "int64",
+    # storage widths of the bit-moving kernels (ops/pad.metal)
+    torch.uint8: "uint8",
+    torch.int16: "int16",
+    torch.complex128: "complex128",
 }
 
 
@@ -168,10 +173,20 @@ def ceil_div(a: int, b: int) -> int:
 LANE_ORDER: str | None = None
 
 
+#: Set by mpslinalg.ops.streams once an emulator stream exists: ``stream_submit(kernel, args,
+#: kwargs)`` runs a launch of CPU tensors on the thread's current stream (queued, or at once on
+#: the default stream, checked for races either way). None: launches run in the calling thread.
+stream_submit: Callable[[Any, tuple, dict], None] | None = None
+
+
 def launch(kernel: Any, *args: Any, threads: Any, group_size: Any) -> None:
-    """Run ``kernel(*args, threads=, group_size=)``, in the lane order of :data:`LANE_ORDER`
-    on the emulator."""
-    if LANE_ORDER is not None and args[0].device.type == "cpu":
-        kernel(*args, threads=threads, group_size=group_size, order=LANE_ORDER)
-    else:
-        kernel(*args, threads=threads, group_size=group_size)
+    """Run ``kernel(*args, threads=, group_size=)`` on the current stream, in the lane order
+    of :data:`LANE_ORDER` on the emulator."""
+    kwargs = {"threads": threads, "group_size": group_size}
+    if args[0].device.type == "cpu":
+        if LANE_ORDER is not None:
+            kwargs["order"] = LANE_ORDER
+        if stream_submit is not None:
+            stream_submit(kernel, args, kwargs)
+            return
+    kernel(*args, **kwargs)

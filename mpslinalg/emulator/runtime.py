@@ -423,6 +423,12 @@ class Kernel:
     def static_thread_group_memory_length(self) -> int:
         return self._tg
 
+    @property
+    def written_buffers(self) -> frozenset:
+        """Buffer indices of the kernel's non-const device pointers (what it may write); not
+        part of torch's MetalKernel, used by mpslinalg's stream race checks."""
+        return frozenset(p.buf for p in self._params if p.kind == 1 and not p.is_const)
+
     def __repr__(self):
         return f"<emulated Metal kernel {self.name!r}>"
 

@@ -5,4 +5,8 @@ Each op is one module here, one ``metal/ops/<op>.{h,metal}`` pair and one test f
 through the same op machinery as the linalg families.
 """
 
-__all__: list[str] = []
+from . import streams
+from .conv1d import conv1d
+from .pad import pad
+
+__all__: list[str] = ["conv1d", "pad", "streams"]

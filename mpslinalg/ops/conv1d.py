@@ -1,0 +1,326 @@
+"""1-D convolution: ``conv1d`` with ``F.conv1d`` semantics.
+
+Op ``mpslinalg::conv1d``: on the metal backend one launch of ``metal/ops/conv1d.metal``, the
+depthwise kernel when every group has one input channel, the implicit-GEMM kernel otherwise,
+with the bias fused. float32, float16 and bfloat16 compute natively (float accumulation, one
+rounding at the end). Gradients: on the metal backend the input and weight gradients are
+implicit GEMMs of their own (one launch each), on the torch backend aten's
+``convolution_backward``.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._core import checks
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.op import Op, public
+
+__all__ = ["conv1d"]
+
+_SOURCE = "ops/conv1d.metal"
+
+#: Fields of the kernels' Conv1dParams struct, in order (each an int64; the strides are three
+#: entries each).
+CONV1D_PARAMS = ("batch", "c_in", "l_in", "c_out", "l_out", "taps", "stride", "pad_left",
+                 "dilation", "groups", "has_bias", "x_strides", "w_strides")
+#: Dtypes the Metal kernels are instantiated for.
+METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: kConvDepthwiseRun, kConvSide, kConvTileM / kConvTileN of metal/ops/conv1d.h.
+DEPTHWISE_RUN = 4
+GEMM_SIDE = 16
+GEMM_TILE = 32
+#: Threads per group of the depthwise kernel (along the output length).
+DEPTHWISE_GROUP = 64
+
+
+def output_length(l_in: int, taps: int, stride: int, pad_left: int, pad_right: int,
+                  dilation: int) -> int:
+    return (l_in + pad_left + pad_right - dilation * (taps - 1) - 1) // stride + 1
+
+
+def _conv1d_metal(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
+    n, c_in, l_in = x.shape
+    c_out, _, taps = weight.shape
+    l_out = output_length(l_in, taps, stride, pad_left, pad_right, dilation)
+    out = torch.empty((n, c_out, l_out), dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    if c_in == 0:  # an empty sum: the output is the bias
+        return out.copy_((bias if bias is not None else out.new_zeros(c_out))[:, None])
+    x, weight = x.resolve_conj().resolve_neg(), weight.resolve_conj().resolve_neg()
+    params = _params(x, weight, l_out, stride, pad_left, dilation, groups, bias is not None)
+    bias_arg = bias.contiguous() if bias is not None else weight  # not read without a bias
+    if c_in == groups:
+        kernel = _metal.kernel(_SOURCE, "conv1d_depthwise", x.dtype, x.device, fn="conv1d")
+        runs = _metal.ceil_div(l_out, DEPTHWISE_RUN)
+        _metal.launch(kernel, x, weight, bias_arg, out, params, threads=[runs, c_out, n],
+                      group_size=[min(runs, DEPTHWISE_GROUP), 1, 1])
+    else:
+        _gemm("conv1d_gemm", x, weight, bias_arg, out, params,
+              rows=c_out // groups, cols=l_out, slices=n * groups)
+    return out
+
+
+def _params(x, weight, l_out, stride, pad_left, dilation, groups, has_bias) -> list[int]:
+    """The Conv1dParams list (x and weight read through their strides)."""
+    n, c_in, l_in = x.shape
+    c_out, _, taps = weight.shape
+    return [n, c_in, l_in, c_out, l_out, taps, stride, pad_left, dilation, groups,
+            int(has_bias), *x.stride(), *weight.stride()]
+
+
+def _gemm(name, x, weight, aux, out, params, *, rows, cols, slices) -> None:
+    """One launch of an implicit-GEMM kernel: a threadgroup per output tile and slice."""
+    kernel = _metal.kernel(_SOURCE, name, x.dtype, x.device, fn="conv1d")
+    tiles = [_metal.ceil_div(cols, GEMM_TILE) * GEMM_SIDE,
+             _metal.ceil_div(rows, GEMM_TILE) * GEMM_SIDE, slices]
+    _metal.launch(kernel, x, weight, aux, out, params, threads=tiles,
+                  group_size=[GEMM_SIDE, GEMM_SIDE, 1])
+
+
+def _conv1d_grads_metal(grad, x, weight, stride, pad_left, pad_right, dilation, groups,
+                        needs_input, needs_weight):
+    """(dx, dw) by the conv1d_input_grad and conv1d_weight_grad kernels, one launch each."""
+    n, c_in, l_in = x.shape
+    c_out, cin_g, taps = weight.shape
+    grad = grad.resolve_conj().resolve_neg().contiguous()
+    x, weight = x.resolve_conj().resolve_neg(), weight.resolve_conj().resolve_neg()
+    params = _params(x, weight, grad.shape[-1], stride, pad_left, dilation, groups, False)
+    dx = dw = None
+    if needs_input:
+        dx = x.new_empty(x.shape)
+        if dx.numel():
+            if grad.numel():
+                _gemm("conv1d_input_grad", x, weight, grad, dx, params,
+                      rows=cin_g, cols=l_in, slices=n * groups)
+            else:
+                dx.zero_()
+    if needs_weight:
+        dw = weight.new_empty(weight.shape)
+        if dw.numel():
+            if grad.numel() and x.numel():
+                _gemm("conv1d_weight_grad", x, weight, grad, dw, params,
+                      rows=c_out // groups, cols=cin_g * taps, slices=groups)
+            else:
+                dw.zero_()
+    return dx, dw
+
+
+def _conv1d_torch(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
+    if pad_right != pad_left:  # F.conv1d pads symmetrically; the extra zeros go on the right
+        x = F.pad(x, (0, pad_right - pad_left))
+    return F.conv1d(x, weight, bias, stride, pad_left, dilation, groups)
+
+
+def _conv1d_fake(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
+    l_out = output_length(x.shape[-1], weight.shape[-1], stride, pad_left, pad_right, dilation)
+    return x.new_empty((x.shape[0], weight.shape[0], l_out))
+
+
+def _conv1d_save(ctx, inputs, output) -> None:
+    x, weight, bias, *rest = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+    ctx.geometry = rest
+
+
+def _grads_torch(grad, x, weight, stride, pad_left, pad_right, dilation, groups, needs_input,
+                 needs_weight):
+    """(dx, dw) by aten's convolution_backward, on the input padded by the asymmetric extra of
+    padding="same" and cropped back."""
+    extra = pad_right - pad_left
+    xp = torch.constant_pad_nd(x, [0, extra]) if extra else x
+    dx, dw, _ = torch.ops.aten.convolution_backward(
+        grad, xp, weight, None, [stride], [pad_left], [dilation], False, [0], groups,
+        [needs_input, needs_weight, False])
+    if dx is not None and extra:
+        dx = torch.constant_pad_nd(dx, [0, -extra])
+    return dx, dw
+
+
+def _grads_fake(grad, x, weight, stride, pad_left, pad_right, dilation, groups, needs_input,
+                needs_weight):
+    return (x.new_empty(x.shape if needs_input else (0,)),
+            weight.new_empty(weight.shape if needs_weight else (0,)))
+
+
+def _unused_as_empty(fn):
+    """A (dx, dw) implementation for the op, an empty tensor standing for an unneeded one."""
+    def run(grad, x, weight, *geometry):
+        dx, dw = fn(grad, x, weight, *geometry)
+        return (x.new_empty(0) if dx is None else dx, weight.new_empty(0) if dw is None else dw)
+    return run
+
+
+#: (dx, dw) of conv1d for the output gradient ``grad`` (empty where not needed).
+conv1d_backward_op = Op(
+    "conv1d_backward",
+    "(Tensor grad, Tensor x, Tensor weight, int stride, int pad_left, int pad_right, "
+    "int dilation, int groups, bool needs_input, bool needs_weight) -> (Tensor, Tensor)",
+    forward={"metal": _unused_as_empty(_conv1d_grads_metal),
+             "torch": _unused_as_empty(_grads_torch)},
+    fake=_grads_fake)
+
+
+def _conv1d_backward(ctx, grad: Tensor):
+    """dx is the transposed convolution of dy with w, dw the correlation of dy with x summed
+    over batch and positions, db the sum of dy over batch and positions (e.g. Dumoulin &
+    Visin 2016, "A guide to convolution arithmetic for deep learning", sec. 4). The metal
+    backend computes dx and dw with its own implicit-GEMM kernels (op conv1d_backward), the
+    torch backend with aten's convolution_backward."""
+    x, weight = ctx.saved_tensors
+    needs_input, needs_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    gx, gw = conv1d_backward_op(grad, x, weight, *ctx.geometry, needs_input, needs_weight,
+                                ctx.backend, False, "")
+    gb = grad.sum((0, 2)) if ctx.has_bias else None
+    return (gx if needs_input else None, gw if needs_weight else None, gb,
+            None, None, None, None, None)
+
+
+#: F.conv1d of batched ``x`` with explicit (left, right) zero padding.
+conv1d_op = Op(
+    "conv1d",
+    "(Tensor x, Tensor weight, Tensor? bias, int stride, int pad_left, int pad_right, "
+    "int dilation, int groups) -> Tensor",
+    forward={"metal": _conv1d_metal, "torch": _conv1d_torch},
+    fake=_conv1d_fake, save=_conv1d_save, backward=_conv1d_backward)
+
+
+def _single(fn: str, name: str, value: object) -> int:
+    """An int or a one-element sequence of int (F.conv1d's ``_size_1_t``)."""
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"mpslinalg.{fn}: {name} must be an int or a 1-tuple of int, got "
+                        f"{value!r}")
+    return int(value)
+
+
+def _padding(fn: str, padding: object, taps: int, stride: int, dilation: int) -> tuple[int, int]:
+    if isinstance(padding, str):
+        if padding == "valid":
+            return 0, 0
+        if padding != "same":
+            raise RuntimeError(f"mpslinalg.{fn}: Invalid padding string: {padding!r}")
+        if stride != 1:
+            raise RuntimeError(f"mpslinalg.{fn}: padding='same' is not supported for strided "
+                               "convolutions")
+        total = dilation * (taps - 1)
+        return total // 2, total - total // 2  # torch puts the odd zero on the right
+    pad = _single(fn, "padding", padding)
+    if pad < 0:
+        raise RuntimeError(f"mpslinalg.{fn}: negative padding is not supported")
+    return pad, pad
+
+
+def _validate(fn, x, weight, bias, stride, padding, dilation, groups):
+    checks.check_tensor(fn, "input", x)
+    checks.check_tensor(fn, "weight", weight)
+    if bias is not None:
+        checks.check_tensor(fn, "bias", bias)
+    stride, dilation = _single(fn, "stride", stride), _single(fn, "dilation", dilation)
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral):
+        raise TypeError(f"mpslinalg.{fn}: groups must be an int, got {groups!r}")
+    if stride <= 0:
+        raise RuntimeError(f"mpslinalg.{fn}: non-positive stride is not supported")
+    if dilation <= 0:
+        raise RuntimeError(f"mpslinalg.{fn}: dilation should be greater than zero")
+    if groups <= 0:
+        raise RuntimeError(f"mpslinalg.{fn}: non-positive groups is not supported")
+    if x.dim() not in (2, 3):
+        raise RuntimeError(f"mpslinalg.{fn}: Expected 2D (unbatched) or 3D (batched) input "
+                           f"to conv1d, but got input of size: {list(x.shape)}")
+    if weight.dim() != 3:
+        raise RuntimeError(f"mpslinalg.{fn}: weight must be 3-dimensional (out_channels, "
+                           f"in_channels / groups, kernel_size), got {list(weight.shape)}")
+    c_in, c_out, taps = x.shape[-2], weight.shape[0], weight.shape[2]
+    if c_out == 0:
+        raise RuntimeError(f"mpslinalg.{fn}: Given groups={groups}, expected weight to be at "
+                           f"least 1 at dimension 0, but got weight of size {list(weight.shape)}"
+                           " instead")
+    if taps == 0:
+        raise RuntimeError(f"mpslinalg.{fn}: kernel size should be greater than zero, but got "
+                           f"weight of size {list(weight.shape)}")
+    if c_out % groups:
+        raise RuntimeError(f"mpslinalg.{fn}: Given groups={groups}, expected weight to be "
+                           f"divisible by {groups} at dimension 0, but got weight of size "
+                           f"{list(weight.shape)} instead")
+    if weight.shape[1] * groups != c_in:
+        raise RuntimeError(f"mpslinalg.{fn}: Given groups={groups}, weight of size "
+                           f"{list(weight.shape)}, expected input{list(x.shape)} to have "
+                           f"{weight.shape[1] * groups} channels, but got {c_in} channels "
+                           "instead")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != c_out):
+        raise RuntimeError(f"mpslinalg.{fn}: Given weight of size {list(weight.shape)}, "
+                           f"expected bias to be 1-dimensional with {c_out} elements, but got "
+                           f"bias of size {list(bias.shape)} instead")
+    pad_left, pad_right = _padding(fn, padding, taps, stride, dilation)
+    padded = x.shape[-1] + pad_left + pad_right
+    if padded < dilation * (taps - 1) + 1:
+        raise RuntimeError(f"mpslinalg.{fn}: Calculated padded input size per channel: "
+                           f"({padded}). Kernel size: ({dilation * (taps - 1) + 1}). Kernel size "
+                           "can't be greater than actual input size")
+    tensors = {"input": x, "weight": weight} | ({"bias": bias} if bias is not None else {})
+    checks.check_same_device(fn, **tensors)
+    checks.check_same_dtype(fn, **tensors)
+    return stride, pad_left, pad_right, dilation, int(groups)
+
+
+@public(F.conv1d, torch_name="conv1d")
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
+           dilation=1, groups: int = 1) -> Tensor:
+    r"""1-D convolution (cross-correlation) over ``(N, C_in, L)``; like
+    :func:`torch.nn.functional.conv1d`.
+
+    Parameters
+    ----------
+    x : Tensor
+        ``(N, C_in, L)`` or unbatched ``(C_in, L)``.
+    weight : Tensor
+        ``(C_out, C_in / groups, K)``.
+    bias : Tensor, optional
+        ``(C_out,)``, added to every output position (fused into the kernel).
+    stride, dilation : int or tuple of one int, optional
+    padding : int, tuple of one int, ``"valid"`` or ``"same"``, optional
+        Zeros on both sides; ``"same"`` keeps the length (stride 1 only; an odd total puts
+        the extra zero on the right, as torch does).
+    groups : int, optional
+        Input and output channels split into ``groups`` independent convolutions.
+
+    Returns
+    -------
+    Tensor
+        ``(N, C_out, L_out)`` (``(C_out, L_out)`` for unbatched input), in ``x``'s dtype.
+        Differentiable in ``x``, ``weight`` and ``bias``.
+
+    Notes
+    -----
+    On the metal backend float32, float16 and bfloat16 are computed natively, accumulating in
+    float32: groups of one input channel (depthwise) take a direct kernel, every other grouping
+    an implicit GEMM; one launch either way.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> x = torch.tensor([[[1., 2., 3., 4.]]])
+    >>> mpslinalg.ops.conv1d(x, torch.tensor([[[1., -1.]]]), padding="same")
+    tensor([[[-1., -1., -1.,  4.]]])
+    """
+    stride, pad_left, pad_right, dilation, groups = _validate(
+        "conv1d", x, weight, bias, stride, padding, dilation, groups)
+    backend = resolve_backend(x.device, "conv1d")
+    if backend == "metal" and x.dtype not in METAL_DTYPES:
+        raise TypeError(
+            "mpslinalg.conv1d: the metal backend supports float32, float16 and bfloat16, got "
+            f"{str(x.dtype).removeprefix('torch.')}; use the torch backend "
+            "(mpslinalg.use_backend('torch')) for other dtypes")
+    unbatched = x.dim() == 2
+    out = conv1d_op(x[None] if unbatched else x, weight, bias, stride, pad_left, pad_right,
+                    dilation, groups, backend, False, "")
+    return out[0] if unbatched else out

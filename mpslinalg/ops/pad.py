@@ -1,0 +1,231 @@
+"""Constant padding: ``pad(x, pad, value)`` with ``F.pad(mode="constant")`` semantics.
+
+Op ``mpslinalg::pad``: on the metal backend one launch of ``metal/ops/pad.metal`` writes the
+output directly from the input's storage (any strides, no intermediate copy), so the peak extra
+memory of a call is its output. Negative pads crop, in the same single launch (the result is
+never a view of the input). The derivative is the opposite pad of the incoming gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .._core import checks
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.op import Op, public
+
+__all__ = ["pad"]
+
+_SOURCE = "ops/pad.metal"
+
+#: Fields of the kernel's PadParams struct, in order (each an int64; the arrays hold
+#: :data:`MAX_DIMS` entries each).
+PAD_PARAMS = ("ndim", "numel", "value_lo", "value_hi", "out_sizes", "in_sizes", "in_strides",
+              "before")
+#: kPadMaxDims of metal/ops/pad.h: dimensions the kernel takes after merging.
+MAX_DIMS = 16
+#: Upper bound on the grid; larger outputs are covered by the kernel's grid-stride loop.
+MAX_GRID = 1 << 22
+#: Calls whose sizes, linear indices and input offsets are all below this take the 32-bit
+#: ("wide0") kernels.
+NARROW_LIMIT = 1 << 31
+#: The kernel's storage type (as a torch dtype naming its instantiation) for each element size.
+_STORAGE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64,
+            16: torch.complex128}
+
+
+def _padded_shape(fn: str, shape: Sequence[int], pad: Sequence[int]) -> list[int]:
+    """The output shape, with torch's checks and wording (constant_pad_nd)."""
+    if len(pad) % 2:
+        raise RuntimeError(f"mpslinalg.{fn}: Length of pad must be even but instead it equals "
+                           f"{len(pad)}")
+    if len(pad) // 2 > len(shape):
+        raise RuntimeError(
+            f"mpslinalg.{fn}: Length of pad should be no more than twice the number of "
+            f"dimensions of the input. Pad length is {len(pad)} while the input has "
+            f"{len(shape)} dimensions.")
+    out = list(shape)
+    for i in range(len(pad) // 2):
+        d = len(shape) - 1 - i
+        size = shape[d] + pad[2 * i] + pad[2 * i + 1]
+        if size < 0:
+            raise RuntimeError(
+                f"mpslinalg.{fn}: The input size {shape[d]}, plus negative padding "
+                f"{pad[2 * i]} and {pad[2 * i + 1]} resulted in a negative output size, which "
+                f"is invalid. Check dimension {d} of your input.")
+        out[d] = size
+    return out
+
+
+def _before(ndim: int, pad: Sequence[int]) -> list[int]:
+    """Padding before each dimension, outermost first (F.pad lists the last dimension first)."""
+    before = [0] * ndim
+    for i in range(len(pad) // 2):
+        before[ndim - 1 - i] = pad[2 * i]
+    return before
+
+
+def merged_dims(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[int],
+                before: Sequence[int]) -> list[tuple[int, int, int, int]]:
+    """(out size, in size, in stride, before) per dimension, with size-1 unpadded dimensions
+    dropped and adjacent unpadded dimensions merged when the input holds them contiguously, so
+    that any rank fits the kernel's :data:`MAX_DIMS`."""
+    dims: list[tuple[int, int, int, int]] = []
+    for o, i, s, b in zip(out_shape, in_shape, strides, before, strict=True):
+        if o == 1 and i == 1 and b == 0:
+            continue
+        if dims:
+            po, pi, ps, pb = dims[-1]
+            unpadded = pb == 0 and po == pi and b == 0 and o == i
+            if unpadded and ps == s * i:
+                dims[-1] = (po * o, pi * i, s, 0)
+                continue
+        dims.append((o, i, s, b))
+    return dims or [(1, 1, 1, 0)]
+
+
+def fill_bits(value: numbers.Number, dtype: torch.dtype) -> tuple[int, int]:
+    """The bit pattern of ``value`` converted to ``dtype`` (as torch converts it when it fills),
+    as two int64 words (the second is used by 16-byte dtypes only)."""
+    # the widest type of the value's kind first, so that it is rounded once (as torch fills)
+    wide = (None if isinstance(value, (bool, numbers.Integral)) else
+            torch.complex128 if isinstance(value, complex) else torch.float64)
+    scalar = torch.tensor(value, dtype=wide).to(dtype)
+    if scalar.element_size() == 16:
+        lo, hi = torch.view_as_real(scalar).view(torch.int64).tolist()
+        return lo, hi
+    return int(scalar.view(_STORAGE[scalar.element_size()]).item()), 0
+
+
+def _as_storage(x: Tensor) -> Tensor:
+    """``x`` reinterpreted as its kernel's storage type (same strides, same bytes)."""
+    if x.element_size() == 16:
+        return torch.view_as_real(x).view(torch.int64)
+    return x.view(_STORAGE[x.element_size()])
+
+
+def params(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[int],
+           pad: Sequence[int], bits: tuple[int, int]) -> list[int]:
+    """The PadParams list for one call (public for the kernel-level tests)."""
+    dims = merged_dims(out_shape, in_shape, strides, _before(len(in_shape), pad))
+    if len(dims) > MAX_DIMS:
+        raise RuntimeError(
+            f"mpslinalg.pad: the input has {len(dims)} dimensions that cannot be merged (padded "
+            f"or non-contiguous); the metal kernel takes at most {MAX_DIMS}")
+    spare = [0] * (MAX_DIMS - len(dims))
+    out_sizes, in_sizes, in_strides, before = (list(c) + spare for c in zip(*dims, strict=True))
+    return [len(dims), math.prod(out_shape), *bits, *out_sizes, *in_sizes, *in_strides, *before]
+
+
+def needs_wide_indices(arguments: list[int]) -> bool:
+    """Whether a call (its PadParams list) needs the 64-bit kernels: some size, linear index,
+    padding or input offset reaches 2**31."""
+    ndim, numel = arguments[0], arguments[1]
+    fields = [arguments[4 + k * MAX_DIMS: 4 + k * MAX_DIMS + ndim] for k in range(4)]
+    out_sizes, in_sizes, in_strides, before = fields
+    last_offset = sum((s - 1) * t for s, t in zip(in_sizes, in_strides, strict=True) if s > 0)
+    largest = max([numel, last_offset, *out_sizes, *in_sizes, *(abs(b) for b in before)])
+    return largest >= NARROW_LIMIT
+
+
+def _pad_metal(x: Tensor, pad: list[int], value) -> Tensor:
+    out_shape = _padded_shape("pad", x.shape, pad)
+    if math.prod(out_shape) == 0:
+        return x.new_empty(out_shape)
+    arguments = params(out_shape, x.shape, x.stride(), pad, fill_bits(value, x.dtype))
+    out = x.new_empty(out_shape)
+    x = x.resolve_conj().resolve_neg()
+    # An empty input (a padded empty dimension) is never read: bind the output in its place.
+    source = _as_storage(x if x.numel() else out)
+    kernel = _metal.kernel(_SOURCE, "pad", _STORAGE[x.element_size()], x.device, fn="pad",
+                           wide=needs_wide_indices(arguments))
+    _metal.launch(kernel, source, _as_storage(out), arguments,
+                  threads=min(out.numel(), MAX_GRID), group_size=None)
+    return out
+
+
+def _pad_torch(x: Tensor, pad: list[int], value) -> Tensor:
+    out = torch.constant_pad_nd(x, pad, value)
+    # torch may answer a crop with (a copy of) a view; the op's output never aliases its input
+    if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and x.numel():
+        out = out.clone()
+    return out
+
+
+def _pad_fake(x: Tensor, pad: list[int], value) -> Tensor:
+    return x.new_empty(_padded_shape("pad", x.shape, pad))
+
+
+def _pad_save(ctx, inputs, output) -> None:
+    ctx.pad = list(inputs[1])
+
+
+def _pad_backward(ctx, grad: Tensor):
+    """The output is the input with rows added or removed at the borders, so the gradient is the
+    incoming one with those borders removed or added back (zeros): pad by -pad (the derivative
+    of aten's constant_pad_nd, tools/autograd/derivatives.yaml)."""
+    back = [-p for p in ctx.pad]
+    return pad_op(grad, back, 0, ctx.backend, False, ""), None, None
+
+
+#: ``x`` padded by ``pad`` (F.pad order: last dimension first) with ``value``.
+pad_op = Op(
+    "pad", "(Tensor x, int[] pad, Scalar value) -> Tensor",
+    forward={"metal": _pad_metal, "torch": _pad_torch},
+    fake=_pad_fake, save=_pad_save, backward=_pad_backward)
+
+
+def _check_args(fn: str, x: object, pad: object, value: object) -> list[int]:
+    checks.check_tensor(fn, "x", x)
+    if isinstance(pad, Tensor) or not isinstance(pad, Sequence) or not all(
+            isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in pad):
+        raise TypeError(f"mpslinalg.{fn}: pad must be a sequence of ints, got {pad!r}")
+    if not isinstance(value, numbers.Number):
+        raise TypeError(f"mpslinalg.{fn}: value must be a number, got {type(value).__name__}")
+    return [int(p) for p in pad]
+
+
+@public(torch.constant_pad_nd, torch_name="constant_pad_nd")
+def pad(x: Tensor, pad: Sequence[int], value: float = 0.0) -> Tensor:
+    r"""Pad ``x`` with a constant; like ``torch.nn.functional.pad(x, pad, value=value)``.
+
+    Parameters
+    ----------
+    x : Tensor
+        Any shape and any dtype torch pads.
+    pad : sequence of int
+        ``(before_last, after_last, before_second_last, after_second_last, ...)``: padding of
+        the last ``len(pad) // 2`` dimensions, last dimension first. Negative entries crop.
+    value : number, optional
+        The fill value, converted to ``x``'s dtype exactly as torch converts it (an int64
+        ``value`` beyond 2**53 stays exact).
+
+    Returns
+    -------
+    Tensor
+        A new tensor (never a view of ``x``, also for crop-only pads). Differentiable.
+
+    Notes
+    -----
+    On the metal backend a single kernel launch reads ``x`` through its strides and writes
+    every output element, so a call needs no memory beyond its output; index arithmetic is
+    64-bit whenever a size, index or offset of the call reaches 2**31.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> mpslinalg.ops.pad(torch.tensor([[1, 2], [3, 4]]), (1, 0, 0, 1), value=9)
+    tensor([[9, 1, 2],
+            [9, 3, 4],
+            [9, 9, 9]])
+    """
+    pad = _check_args("pad", x, pad, value)
+    backend = resolve_backend(x.device, "pad")
+    _padded_shape("pad", x.shape, pad)
+    return pad_op(x, pad, value, backend, False, "")
