@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import torch
 
 #: Callbacks told of every device read ``check_errors`` makes (``mpslinalg.testing
@@ -48,6 +49,16 @@ def _failure_text(api_name: str, info: int) -> str:
     )
 
 
+def read_device(x: torch.Tensor, why: str) -> np.ndarray:
+    """``x`` on the host as a NumPy array: the one device read of a checking call, told to
+    :data:`read_listeners`, and no torch kernel on the host (nothing competes with a running
+    kernel for CPU threads)."""
+    for listener in read_listeners:
+        listener(why)
+    with torch._C.DisableTorchFunction():  # counted once, by the listeners above
+        return x.detach().numpy(force=True)
+
+
 def check_errors(info: torch.Tensor, api_name: str) -> None:
     """Raise :class:`LinAlgError` if any entry of ``info`` is non-zero.
 
@@ -76,10 +87,7 @@ the inversion could not be completed because the input matrix is singular.
     """
     if info.numel() == 0 or info.device.type == "meta":
         return
-    for listener in read_listeners:
-        listener("check_errors")
-    with torch._C.DisableTorchFunction():  # counted once, by the listeners above
-        values = info.detach().reshape(-1).numpy(force=True)  # the one device read
+    values = read_device(info.reshape(-1), "check_errors")
     failing = values.nonzero()[0]
     if failing.size == 0:
         return

@@ -76,17 +76,22 @@ class Op:
         appended arguments; ``ctx.backend`` and ``ctx.small`` are set by the factory).
     backward : callable, optional
         ``backward(ctx, *output_grads)`` returns one gradient (or None) per schema argument.
+    check_inputs : callable, optional
+        ``check_inputs(*args, api=...)``: validation that needs the inputs' values (one device
+        read), run before the forward when ``check`` names the API.
     """
 
     def __init__(self, name: str, schema: str, *, forward: dict[str, Callable[..., Any]],
                  fake: Callable[..., Any], info: int | None = None,
                  save: Callable[..., None] | None = None,
-                 backward: Callable[..., Sequence[Tensor | None]] | None = None) -> None:
+                 backward: Callable[..., Sequence[Tensor | None]] | None = None,
+                 check_inputs: Callable[..., None] | None = None) -> None:
         args, results = schema.split("->")
         args = args.strip()[1:-1].strip()
         self.name = name
         self.forward = forward
         self.info = info
+        self._check_inputs = check_inputs
         self._fake = fake
         self._save = save
         self._backward = backward
@@ -108,6 +113,8 @@ class Op:
 
     def _run(self, *args: Any) -> Any:
         *own, backend, small, check = args
+        if check and self._check_inputs is not None:
+            self._check_inputs(*own, api=check)
         if small:
             with _backend.use_backend(backend):
                 out = self.forward["small"](*own)

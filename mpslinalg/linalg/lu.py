@@ -14,6 +14,7 @@ from torch import Tensor
 
 from .._core import checks
 from .._core.backend import resolve_backend
+from .._core.errors import read_device
 from .._core.op import Op, cast_back, public, to_dtype, write_out
 from . import lu_metal
 
@@ -159,8 +160,24 @@ def _lu_solve_torch(LU, pivots, B, left, adjoint):
                                  left=left, adjoint=adjoint)
 
 
+def _check_pivots(LU: Tensor, pivots: Tensor, B: Tensor, left: bool, adjoint: bool, *,
+                  api: str) -> None:
+    """Pivots outside 1..n raise RuntimeError in torch's words (one device read); torch checks
+    its own inputs, the Metal kernels would only clamp them."""
+    if pivots.numel() == 0 or pivots.device.type == "meta":
+        return
+    low, high = read_device(torch.stack(torch.aminmax(pivots)), "lu_solve pivots").tolist()
+    if low < 1:
+        raise RuntimeError(f"{api}: Pivots given to lu_solve must all be greater or equal to 1. "
+                           "Did you properly pass the result of lu_factor?")
+    if high > LU.shape[-2]:
+        raise RuntimeError(f"{api}: Pivots given to lu_solve must all be smaller or equal to "
+                           "LU.size(-2). Did you properly pass the result of lu_factor?")
+
+
 #: X with op(A) X = B (left) or X op(A) = B, A = P L U given packed; LU and pivots broadcast
-#: to B's batch shape inside (the factory sums their gradients back).
+#: to B's batch shape inside (the factory sums their gradients back). With ``check`` set, the
+#: pivots are validated first (the documented device read of the metal lu_solve).
 lu_solve_op = Op(
     "lu_solve", "(Tensor LU, Tensor pivots, Tensor B, bool left, bool adjoint) -> Tensor",
     forward={"metal": lambda LU, pivots, B, left, adjoint: lu_metal.lu_solve_metal(
@@ -168,7 +185,7 @@ lu_solve_op = Op(
              "torch": _lu_solve_torch},
     fake=lambda LU, pivots, B, left, adjoint: torch.empty_like(
         B, memory_format=torch.contiguous_format),
-    save=_lu_solve_save, backward=_lu_solve_backward)
+    save=_lu_solve_save, backward=_lu_solve_backward, check_inputs=_check_pivots)
 
 
 # ---------------------------------------------------------------- public API
@@ -376,7 +393,9 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
 
     Notes
     -----
-    Never synchronises with the device. Differentiable with respect to ``LU`` and ``B``.
+    On the metal backend the pivots are validated as torch does (RuntimeError for a pivot
+    outside 1..n), which reads them from the device once: the one host synchronisation of the
+    metal path outside the checking forms. Differentiable with respect to ``LU`` and ``B``.
 
     Examples
     --------
@@ -393,5 +412,6 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     backend = resolve_backend(LU.device, fn)
     dtype = checks.compute_dtype(fn, LU.dtype, backend)
     Bc = to_dtype(B, dtype).expand(*batch, *B.shape[-2:])
-    X = lu_solve_op(to_dtype(LU, dtype), pivots, Bc, left, adjoint, backend, False, "")
+    check = "mpslinalg.lu_solve" if backend == "metal" else ""
+    X = lu_solve_op(to_dtype(LU, dtype), pivots, Bc, left, adjoint, backend, False, check)
     return write_out(fn, out, cast_back(X, B.dtype))

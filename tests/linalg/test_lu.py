@@ -271,8 +271,10 @@ def test_no_host_syncs(metal_backend):
     with count_host_syncs() as syncs:
         LU, pivots, info = mpslinalg.lu_factor_ex(A)
         mpslinalg.lu(A)
-        mpslinalg.lu_solve(LU, pivots, B, adjoint=True)
     assert syncs.calls == []
+    with count_host_syncs() as syncs:  # the pivots' validation, as torch's
+        mpslinalg.lu_solve(LU, pivots, B, adjoint=True)
+    assert syncs.calls == ["lu_solve pivots"]
 
 
 # ---------------------------------------------------------------- autograd
@@ -433,6 +435,9 @@ def _lu_solve_bad() -> list[BadSample]:
         BadSample((LU, pivots.long(), LU), match="int32"),
         BadSample((LU, pivots[:2], LU), match="pivots"),
         BadSample((LU, pivots, LU[:2]), match="AX = B"),
+        BadSample((LU, pivots * 0, LU), match="greater or equal to 1"),
+        BadSample((LU, pivots - 1, LU), match="greater or equal to 1"),
+        BadSample((LU, pivots + 3, LU), match="smaller or equal to"),
     ]
 
 
@@ -449,6 +454,7 @@ OPS = [
     OpInfo("lu", mpslinalg.lu, torch.linalg.lu, _rectangular_samples,
            bad_samples=_rectangular_bad),
     OpInfo("lu_solve", mpslinalg.lu_solve, torch.linalg.lu_solve, _lu_solve_samples,
-           bad_samples=_lu_solve_bad, grad_args=(0, 2), nonfinite_args=(2,)),
+           bad_samples=_lu_solve_bad, grad_args=(0, 2), nonfinite_args=(2,),
+           device_reads=1),
 ]
 instantiate_generic_tests(globals(), OPS)
