@@ -1,0 +1,204 @@
+// fp8 (float8_e4m3fn, float8_e5m2) decoding, encoding and the scaled matrix product
+//   out (M, N) = (A * scale_a) (B * scale_b) + bias,   A (M, K), B (K, N) stored as fp8 bytes.
+//
+// fp8 values travel as their raw bytes (uchar buffers): MPS tensors cannot hold float8 dtypes.
+// Decoding happens in registers, products accumulate in float32, and the output is rounded once.
+//
+// scaled_mm reuses the simdgroup-per-column structure of gemv (gemv.h): one simdgroup owns an
+// output column j and R rows, its lanes stream column j of B (K bytes) once for all R rows; M > 8
+// runs over blocks of 8 rows. Every recipe is one indexing rule for the scale of element (i, k)
+// of A and (k, j) of B, with K split into 128-wide blocks (kGemvStep):
+//   scale_a[(i / a_div) * a_s0 + kblock * a_s1], scale_b[kblock * b_s0 + (j / b_div) * b_s1]
+// TensorWise: all strides 0; RowWise: the K-block stride 0; BlockWise1x128: div 1;
+// BlockWise128x128: div 128. The host fills these from the scale tensors' strides.
+//
+// Encoding (fp8_encode) rounds x / scale to nearest-even with torch's rules for each format
+// (c10 fp8e4m3fn_from_fp32_value / fp8e5m2_from_fp32_value): e4m3fn saturates finite overflow
+// and infinities to +-448 and maps NaN to 0x7f; e5m2 maps overflow to +-inf and NaN to 0x7f.
+// It works on the float's bits with integer arithmetic only, so fast-math settings (subnormal
+// flushing) cannot change a result.
+#pragma once
+
+#include "../common/defines.h"
+#include "gemv.h"
+
+namespace mpsl {
+
+// Format codes shared with the host (mpslinalg.ops.fp8.FP8_FORMATS).
+constant constexpr int kFp8E4M3FN = 0;
+constant constexpr int kFp8E5M2 = 1;
+
+// e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN = S.1111.111.
+constant constexpr uint kE4M3NanBits = 0x7fu;
+constant constexpr uint kE4M3MaxBits = 0x7eu;  // 448
+// e5m2: the upper byte of an IEEE half.
+constant constexpr uint kE5M2NanBits = 0x7fu;
+constant constexpr uint kE5M2InfBits = 0x7cu;
+// Float32 layout.
+constant constexpr uint kF32SignBit = 0x80000000u;
+constant constexpr uint kF32InfBits = 0x7f800000u;
+constant constexpr int kF32MantBits = 23;
+constant constexpr int kF32Bias = 127;
+
+// Decode one fp8 byte into float: the byte, placed in a half's bits, is the same number up to a
+// power of two (e4m3fn: 2^8 because its exponent bias is 8 lower; e5m2: exactly a half).
+inline float fp8_to_float(uint byte, int format) {
+  if (format == kFp8E5M2) {
+    return float(as_type<half>(ushort(byte << 8)));
+  }
+  const uint sign = (byte & 0x80u) << 8;
+  const uint magnitude = byte & 0x7fu;
+  if (magnitude == kE4M3NanBits) {
+    return NAN;
+  }
+  // magnitude << 7 puts the 4-bit exponent in the half's exponent field and the mantissa on
+  // top of its 10-bit mantissa field; subnormals line up too (half subnormal * 2^8).
+  const float scaled = float(as_type<half>(ushort(sign | (magnitude << 7))));
+  return scaled * 256.0f;
+}
+
+// Round the magnitude bits `mag` of a float (positive, finite, below the format's smallest
+// normal) to nearest-even in units of the format's smallest subnormal 2^-min_exp_units:
+// value = m * 2^(e - 150) with the implicit bit for e > 0.
+inline uint fp8_round_subnormal(uint mag, int unit_exponent) {
+  const int e = int(mag >> kF32MantBits);
+  const uint m = (mag & 0x7fffffu) | (e > 0 ? 0x800000u : 0u);
+  const int eff_e = e > 0 ? e : 1;
+  // value / 2^-unit = m * 2^(eff_e - 150 + unit): a right shift by s.
+  const int s = (kF32Bias + kF32MantBits) - unit_exponent - eff_e;
+  if (s >= 25) {
+    return 0u;  // below half of the smallest subnormal (m < 2^24)
+  }
+  const uint q = m >> uint(s);
+  const uint rem = m & ((1u << uint(s)) - 1u);
+  const uint half_unit = 1u << uint(s - 1);
+  return q + ((rem > half_unit || (rem == half_unit && (q & 1u))) ? 1u : 0u);
+}
+
+inline uint float_to_fp8(float value, int format) {
+  const uint bits = as_type<uint>(value);
+  const uint sign = (bits & kF32SignBit) >> 24;
+  const uint mag = bits & ~kF32SignBit;
+  uint out;
+  if (format == kFp8E5M2) {
+    if (mag >= (143u << kF32MantBits)) {  // >= 65536 (first value past the format), inf, NaN
+      out = mag > kF32InfBits ? kE5M2NanBits : kE5M2InfBits;
+    } else if (mag < (113u << kF32MantBits)) {  // below 2^-14, the smallest normal
+      out = fp8_round_subnormal(mag, 16);
+    } else {
+      const uint odd = (mag >> 21) & 1u;
+      out = (mag + (uint(15 - kF32Bias) << kF32MantBits) + 0xfffffu + odd) >> 21;
+    }
+  } else {
+    if (mag >= (1087u << 20)) {  // >= 480, inf, NaN
+      out = mag > kF32InfBits ? kE4M3NanBits : kE4M3MaxBits;
+    } else if (mag < (121u << kF32MantBits)) {  // below 2^-6, the smallest normal
+      out = fp8_round_subnormal(mag, 9);
+    } else {
+      const uint odd = (mag >> 20) & 1u;
+      out = ((mag + (uint(7 - kF32Bias) << kF32MantBits) + 0x7ffffu + odd) >> 20) & 0xffu;
+      if (out == kE4M3NanBits) {
+        out = kE4M3MaxBits;  // rounding carried into the NaN pattern: saturate
+      }
+    }
+  }
+  return (out & 0xffu) | sign;
+}
+
+// Arguments of scaled_mm (field order: mpslinalg.ops.fp8.SCALED_MM_PARAMS).
+struct ScaledMmParams {
+  long m, n, k;
+  long a_row, a_col;  // A (M, K) strides in elements (bytes)
+  long b_row, b_col;  // B (K, N)
+  long a_div, a_s0, a_s1;
+  long b_div, b_s0, b_s1;
+  long a_format, b_format;
+  long bias_step, has_bias;
+};
+
+// gemv_rows source: rows of A against column j of B, decoded from bytes, with block scales.
+struct Fp8Source {
+  device const uchar* a;
+  device const uchar* b;
+  device const float* scale_a;
+  device const float* scale_b;
+  ScaledMmParams p;
+  float lhs(long r, long kk) const {
+    return fp8_to_float(a[r * p.a_row + kk * p.a_col], int(p.a_format));
+  }
+  float rhs(long col, long kk) const {
+    return fp8_to_float(b[kk * p.b_row + col * p.b_col], int(p.b_format));
+  }
+  float lhs_scale(long r, long kblock) const {
+    return scale_a[(r / p.a_div) * p.a_s0 + kblock * p.a_s1];
+  }
+  float rhs_scale(long col, long kblock) const {
+    return scale_b[kblock * p.b_s0 + (col / p.b_div) * p.b_s1];
+  }
+};
+
+// Arguments of fp8_encode (field order: mpslinalg.ops.fp8.ENCODE_PARAMS): x viewed as
+// (rows, cols) with strides; the scale of (i, j) is scale[(i / row_div) * s0 + (j / col_div) * s1].
+struct Fp8EncodeParams {
+  long rows, cols;
+  long x_row, x_col;
+  long row_div, col_div, s0, s1;
+  long format;
+};
+
+}  // namespace mpsl
+
+// Grid as gemv: kGemvColsPerGroup simdgroups (output columns) per threadgroup along x, row
+// blocks of R along y.
+template <typename OutT, int R>
+[[kernel]] void scaled_mm(
+    device const uchar* a [[buffer(0)]],
+    device const uchar* b [[buffer(1)]],
+    device const float* scale_a [[buffer(2)]],
+    device const float* scale_b [[buffer(3)]],
+    device const OutT* bias [[buffer(4)]],
+    device OutT* out [[buffer(5)]],
+    constant mpsl::ScaledMmParams& params [[buffer(6)]],
+    uint2 group [[threadgroup_position_in_grid]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint lane [[thread_index_in_simdgroup]]) {
+  using namespace mpsl;
+  const long col = long(group.x) * kGemvColsPerGroup + long(sg);
+  const long row0 = long(group.y) * R;
+  if (col >= params.n || row0 >= params.m) {
+    return;  // whole simdgroups leave together
+  }
+  const long rows = (params.m - row0 < long(R)) ? params.m - row0 : long(R);
+  Fp8Source src = {a, b, scale_a, scale_b, params};
+  float acc[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = 0.0f;
+  }
+  gemv_rows<R>(acc, src, row0, rows, col, params.k, lane);
+  const float bias_value = params.has_bias ? float(bias[col * params.bias_step]) : 0.0f;
+  for (int r = 0; r < R; ++r) {
+    const float total = simd_sum(acc[r]);
+    if (r < rows && lane == 0) {
+      out[(row0 + r) * params.n + col] = OutT(total + bias_value);
+    }
+  }
+}
+
+// One thread per element: bytes[i * cols + j] = fp8(x[i, j] / scale(i, j)).
+template <typename T>
+[[kernel]] void fp8_encode(
+    device const T* x [[buffer(0)]],
+    device const float* scale [[buffer(1)]],
+    device uchar* bytes [[buffer(2)]],
+    constant mpsl::Fp8EncodeParams& params [[buffer(3)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long i = long(gid.y), j = long(gid.x);
+  if (i >= params.rows || j >= params.cols) {
+    return;
+  }
+  const float s = scale[(i / params.row_div) * params.s0 + (j / params.col_div) * params.s1];
+  // precise: the quotient must be the correctly rounded one torch's CPU division gives.
+  const float q = metal::precise::divide(float(x[i * params.x_row + j * params.x_col]), s);
+  bytes[i * params.cols + j] = uchar(float_to_fp8(q, int(params.format)));
+}
