@@ -137,9 +137,10 @@ struct Fp8Source {
   }
 };
 
-// Arguments of fp8_encode (field order: mpslinalg.ops.fp8.ENCODE_PARAMS): x viewed as
-// (rows, cols) with strides; the scale of (i, j) is scale[(i / row_div) * s0 + (j / col_div) * s1].
-struct Fp8EncodeParams {
+// Arguments of fp8_encode and fp8_decode (field order: mpslinalg.ops.fp8.CONVERT_PARAMS): the
+// input viewed as (rows, cols) with strides; the scale of element (i, j) is
+// scale[(i / row_div) * s0 + (j / col_div) * s1].
+struct Fp8ConvertParams {
   long rows, cols;
   long x_row, x_col;
   long row_div, col_div, s0, s1;
@@ -190,7 +191,7 @@ template <typename T>
     device const T* x [[buffer(0)]],
     device const float* scale [[buffer(1)]],
     device uchar* bytes [[buffer(2)]],
-    constant mpsl::Fp8EncodeParams& params [[buffer(3)]],
+    constant mpsl::Fp8ConvertParams& params [[buffer(3)]],
     uint2 gid [[thread_position_in_grid]]) {
   using namespace mpsl;
   const long i = long(gid.y), j = long(gid.x);
@@ -201,4 +202,23 @@ template <typename T>
   // precise: the quotient must be the correctly rounded one torch's CPU division gives.
   const float q = metal::precise::divide(float(x[i * params.x_row + j * params.x_col]), s);
   bytes[i * params.cols + j] = uchar(float_to_fp8(q, int(params.format)));
+}
+
+// One thread per element: out[i, j] = decode(bytes[i, j]) * scale(i, j), bytes read through
+// strides (x_row, x_col), the scale as in fp8_encode (the inverse of it, up to rounding).
+template <typename T>
+[[kernel]] void fp8_decode(
+    device const uchar* bytes [[buffer(0)]],
+    device const float* scale [[buffer(1)]],
+    device T* out [[buffer(2)]],
+    constant mpsl::Fp8ConvertParams& params [[buffer(3)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long i = long(gid.y), j = long(gid.x);
+  if (i >= params.rows || j >= params.cols) {
+    return;
+  }
+  const float s = scale[(i / params.row_div) * params.s0 + (j / params.col_div) * params.s1];
+  const float v = fp8_to_float(bytes[i * params.x_row + j * params.x_col], int(params.format));
+  out[i * params.cols + j] = T(v * s);
 }

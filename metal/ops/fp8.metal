@@ -14,4 +14,7 @@ MPSL_SCALED_MM_ALL_ROWS(bfloat16, bfloat)
 MPSL_KERNEL(fp8_encode, float32, float)
 MPSL_KERNEL(fp8_encode, float16, half)
 MPSL_KERNEL(fp8_encode, bfloat16, bfloat)
+MPSL_KERNEL(fp8_decode, float32, float)
+MPSL_KERNEL(fp8_decode, float16, half)
+MPSL_KERNEL(fp8_decode, bfloat16, bfloat)
 // clang-format on

@@ -5,8 +5,8 @@ Each op is one module here, one ``metal/ops/<op>.{h,metal}`` pair and one test f
 through the same op machinery as the linalg families.
 """
 
-from .fp8 import ScalingType, float8_storage, scaled_mm, to_float8
+from .fp8 import ScalingType, float8_storage, from_float8, scaled_mm, to_float8
 from .grouped_mm import grouped_mm
 from .linear import linear
 
-__all__ = ["ScalingType", "float8_storage", "grouped_mm", "linear", "scaled_mm", "to_float8"]
+__all__ = ["ScalingType", "float8_storage", "from_float8", "grouped_mm", "linear", "scaled_mm", "to_float8"]

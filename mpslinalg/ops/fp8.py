@@ -42,7 +42,7 @@ from .._core.metal import launch
 from .._core.op import Op
 from .linear import gemv_grid, rows_per_simdgroup
 
-__all__ = ["ScalingType", "float8_storage", "scaled_mm", "to_float8"]
+__all__ = ["ScalingType", "float8_storage", "from_float8", "scaled_mm", "to_float8"]
 
 _SOURCE = "ops/fp8.metal"
 
@@ -74,8 +74,8 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Fields of the kernels' parameter structs, in order (each an int64).
 SCALED_MM_PARAMS = ("m", "n", "k", "a_row", "a_col", "b_row", "b_col", "a_div", "a_s0", "a_s1",
                     "b_div", "b_s0", "b_s1", "a_format", "b_format", "bias_step", "has_bias")
-ENCODE_PARAMS = ("rows", "cols", "x_row", "x_col", "row_div", "col_div", "s0", "s1", "format")
-_ENCODE_GROUP = (32, 8)
+CONVERT_PARAMS = ("rows", "cols", "x_row", "x_col", "row_div", "col_div", "s0", "s1", "format")
+_CONVERT_GROUP = (32, 8)
 
 
 def _recipe_value(fn: str, name: str, recipe) -> int:
@@ -140,19 +140,45 @@ def _encode_torch(x: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int
     return (x.float() / full).to(FP8_BY_CODE[fmt]).view(torch.uint8)
 
 
-def _encode_metal(x: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int) -> Tensor:
+def _convert_metal(op: str, x: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int,
+                   out_dtype: torch.dtype, kernel_dtype: torch.dtype) -> Tensor:
     rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=torch.uint8, device=x.device)
+    out = torch.empty((rows, cols), dtype=out_dtype, device=x.device)
     if out.numel() == 0:
         return out
-    kernel = _metal.kernel(_SOURCE, "fp8_encode", x.dtype, x.device, fn="to_float8")
+    fn = "to_float8" if op == "fp8_encode" else "from_float8"
+    kernel = _metal.kernel(_SOURCE, op, kernel_dtype, x.device, fn=fn)
     params = [rows, cols, x.stride(0), x.stride(1), row_div, col_div, scale.stride(0),
               scale.stride(1), fmt]
-    gx, gy = _ENCODE_GROUP
+    gx, gy = _CONVERT_GROUP
     launch(kernel, x, scale, out, params,
            threads=[_metal.ceil_div(cols, gx) * gx, _metal.ceil_div(rows, gy) * gy],
            group_size=[gx, gy])
     return out
+
+
+def _encode_metal(x: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int) -> Tensor:
+    return _convert_metal("fp8_encode", x, scale, row_div, col_div, fmt, torch.uint8, x.dtype)
+
+
+def _decode_metal(data: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int,
+                  dtype: torch.dtype) -> Tensor:
+    return _convert_metal("fp8_decode", data, scale, row_div, col_div, fmt, dtype, dtype)
+
+
+def _decode_torch(data: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int,
+                  dtype: torch.dtype) -> Tensor:
+    full = _expand_scale(scale, data.shape[0], data.shape[1], row_div, col_div)
+    return (data.view(FP8_BY_CODE[fmt]).float() * full).to(dtype)
+
+
+#: (rows, cols) in dtype = decode(bytes) * scale[i // row_div, j // col_div], rounded once.
+fp8_decode_op = Op(
+    "ops_fp8_decode",
+    "(Tensor data, Tensor scale, int row_div, int col_div, int fmt, ScalarType dtype) -> Tensor",
+    forward={"metal": _decode_metal, "torch": _decode_torch},
+    fake=lambda data, scale, row_div, col_div, fmt, dtype: data.new_empty(data.shape,
+                                                                          dtype=dtype))
 
 
 #: bytes (rows, cols) = fp8(x / scale[i // row_div, j // col_div]), x 2-D, scale 2-D float32.
@@ -160,6 +186,14 @@ fp8_encode_op = Op(
     "ops_fp8_encode", "(Tensor x, Tensor scale, int row_div, int col_div, int fmt) -> Tensor",
     forward={"metal": _encode_metal, "torch": _encode_torch},
     fake=lambda x, scale, row_div, col_div, fmt: x.new_empty(x.shape, dtype=torch.uint8))
+
+
+def _divisors(kind: int, rows: int, cols: int) -> tuple[int, int]:
+    """(row_div, col_div): element (i, j) of a (rows, cols) tensor quantised with recipe
+    ``kind`` along its rows has the scale [i // row_div, j // col_div]."""
+    whole_rows, whole_cols = max(rows, 1), max(cols, 1)
+    return {TENSORWISE: (whole_rows, whole_cols), ROWWISE: (1, whole_cols),
+            BLOCK_1X128: (1, BLOCK), BLOCK_128X128: (BLOCK, BLOCK)}[kind]
 
 
 def _block_amax(x: Tensor, rows_per_block: int, cols_per_block: int) -> Tensor:
@@ -228,17 +262,13 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     fmax = torch.finfo(dtype).max
     rows, cols = x2.shape
     xf = x2.detach().float()
-    if kind == TENSORWISE:
-        amax, row_div, col_div = xf.abs().amax().reshape(1, 1) if xf.numel() else \
-            xf.new_zeros(1, 1), max(rows, 1), max(cols, 1)
-    elif kind == ROWWISE:
-        amax = _block_amax(xf, 1, max(cols, 1)) if rows else xf.new_zeros(0, 1)
-        row_div, col_div = 1, max(cols, 1)
-    elif kind == BLOCK_1X128:
-        amax, row_div, col_div = _block_amax(xf, 1, BLOCK), 1, BLOCK
-        amax = amax.t().contiguous().t()  # torch wants (M, K/128) with stride (1, M)
+    row_div, col_div = _divisors(kind, rows, cols)
+    if xf.numel():
+        amax = _block_amax(xf, row_div, col_div)
     else:
-        amax, row_div, col_div = _block_amax(xf, BLOCK, BLOCK), BLOCK, BLOCK
+        amax = xf.new_zeros(_expected_scale_shape(kind, rows, cols, True) or (1, 1))
+    if kind == BLOCK_1X128:
+        amax = amax.t().contiguous().t()  # torch wants (M, K/128) with stride (1, M)
     scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
     data = fp8_encode_op(x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype], backend,
                          False, "")
@@ -250,6 +280,56 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     if kind == TENSORWISE:
         scale = scale.reshape(())
     return data, scale
+
+
+def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
+                dtype: torch.dtype = torch.float32, *, storage_dtype: torch.dtype | None = None
+                ) -> Tensor:
+    r"""Dequantise: ``data * scale`` in ``dtype``, the inverse of :func:`to_float8`.
+
+    Parameters
+    ----------
+    data : Tensor
+        float8_e4m3fn / float8_e5m2 (or its uint8 storage with ``storage_dtype``); any shape for
+        ``TensorWise``, ``(M, K)`` otherwise.
+    scale : Tensor
+        float32 scales in the layout :func:`to_float8` returns for ``recipe``.
+    recipe : ScalingType, optional
+        ``TensorWise`` (default), ``RowWise``, ``BlockWise1x128`` or ``BlockWise128x128``.
+    dtype : torch.dtype, optional
+        float32 (default), float16 or bfloat16: the decoded value times its scale, in float32,
+        rounded once.
+    storage_dtype : torch.dtype, optional
+        The fp8 format of uint8 ``data``.
+
+    Returns
+    -------
+    Tensor
+        ``data``'s shape, ``dtype``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.ops import from_float8, to_float8
+    >>> from_float8(*to_float8(torch.tensor([0.5, -3.0, 1e-3])))
+    tensor([ 0.5000, -3.0000,  0.0010])
+    """
+    fn = "from_float8"
+    raw, fmt = _fp8_operand(fn, "data", data, storage_dtype)
+    kind = _recipe_value(fn, "recipe", recipe)
+    if kind != TENSORWISE and raw.dim() != 2:
+        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs 2-D data, "
+                           f"got shape {checks.shape_str(raw)}")
+    if dtype not in OUT_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: dtype must be float32, float16 or bfloat16, got "
+                        f"{dtype!r}")
+    raw2 = raw.reshape(1, -1) if kind == TENSORWISE else raw
+    scale2 = _check_scale(fn, "scale", scale, kind, raw2, True)
+    checks.check_same_device(fn, data=raw2, scale=scale2)
+    backend = resolve_backend(raw.device, fn)
+    out = fp8_decode_op(raw2, scale2, *_divisors(kind, *raw2.shape), fmt, dtype, backend, False,
+                        "")
+    return out.reshape(raw.shape)
 
 
 # ---------------------------------------------------------------- scaled_mm
@@ -291,15 +371,11 @@ def _scaled_mm_metal(a: Tensor, b: Tensor, scale_a: Tensor, recipe_a: int, scale
 def _decoded(bytes_: Tensor, fmt: int, scale: Tensor, kind: int, rows_first: bool) -> Tensor:
     """float32 values of fp8 bytes times their scales (the reference composition)."""
     values = bytes_.view(FP8_BY_CODE[fmt]).float()
-    if kind == TENSORWISE:
-        return values * scale.reshape(())
     if rows_first:
-        div = BLOCK if kind == BLOCK_128X128 else 1
-        col_div = values.shape[1] if kind == ROWWISE else BLOCK
-        return values * _expand_scale(scale, *values.shape, div, max(col_div, 1))
-    div = BLOCK if kind == BLOCK_128X128 else 1
-    row_div = values.shape[0] if kind == ROWWISE else BLOCK
-    return values * _expand_scale(scale, *values.shape, max(row_div, 1), div)
+        return values * _expand_scale(scale, *values.shape, *_divisors(kind, *values.shape))
+    # B (K, N) is quantised along its columns: the divisors of its transpose, swapped.
+    col_div, row_div = _divisors(kind, values.shape[1], values.shape[0])
+    return values * _expand_scale(scale, *values.shape, row_div, col_div)
 
 
 def _scaled_mm_torch(a, b, scale_a, recipe_a, scale_b, recipe_b, bias, out_dtype, format_a,

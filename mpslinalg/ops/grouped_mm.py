@@ -264,6 +264,7 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
             raise RuntimeError(f"mpslinalg.{fn}: offs must be a 1-D int32 tensor, got "
                                f"{checks.shape_str(offs)} {offs.dtype}")
         checks.check_same_device(fn, mat_a=a, offs=offs)
+        offs = offs.contiguous()  # the kernel reads offs[g] densely (G int32: negligible)
         groups = offs.shape[0]
         if mode == ROWS and b.shape[0] != groups or mode == COLS and a.shape[0] != groups:
             raise RuntimeError(f"mpslinalg.{fn}: offs has {groups} groups but the 3-D operand "
