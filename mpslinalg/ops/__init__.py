@@ -9,4 +9,5 @@ from .fp8 import ScalingType, float8_storage, from_float8, scaled_mm, to_float8
 from .grouped_mm import grouped_mm
 from .linear import linear
 
-__all__ = ["ScalingType", "float8_storage", "from_float8", "grouped_mm", "linear", "scaled_mm", "to_float8"]
+__all__ = ["ScalingType", "float8_storage", "from_float8", "grouped_mm", "linear", "scaled_mm",
+           "to_float8"]

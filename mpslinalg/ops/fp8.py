@@ -13,14 +13,14 @@ copy; :func:`to_float8` returns one for MPS input), and ``scaled_mm`` is told th
 
 Scale layouts are torch's ``_scaled_mm`` checks, applied to ``mat_a`` and to ``mat_b.t()``:
 
-============================  ======================================  =============================
-recipe                        ``scale_a`` for ``mat_a`` (M, K)          ``scale_b`` for ``mat_b`` (K, N)
-============================  ======================================  =============================
-``TensorWise``                one element                             one element
-``RowWise``                   ``(M, 1)``                              ``(1, N)``
-``BlockWise1x128``            ``(M, ceil(K/128))``                    ``(ceil(K/128), N)``
-``BlockWise128x128``          ``(ceil(M/128), ceil(K/128))``          ``(ceil(K/128), ceil(N/128))``
-============================  ======================================  =============================
+====================  ================================  ================================
+recipe                ``scale_a``, ``mat_a`` (M, K)     ``scale_b``, ``mat_b`` (K, N)
+====================  ================================  ================================
+TensorWise            one element                       one element
+RowWise               ``(M, 1)``                        ``(1, N)``
+BlockWise1x128        ``(M, ceil(K/128))``              ``(ceil(K/128), N)``
+BlockWise128x128      ``(ceil(M/128), ceil(K/128))``    ``(ceil(K/128), ceil(N/128))``
+====================  ================================  ================================
 
 float32 scales; any strides (torch's CUDA kernels also demand particular strides; the Metal
 kernel reads through the strides given). Recipes may be mixed freely.
@@ -311,8 +311,8 @@ def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
     --------
     >>> import torch
     >>> from mpslinalg.ops import from_float8, to_float8
-    >>> from_float8(*to_float8(torch.tensor([0.5, -3.0, 1e-3])))
-    tensor([ 0.5000, -3.0000,  0.0010])
+    >>> from_float8(*to_float8(torch.tensor([0.5, -4.0, 1.0])))
+    tensor([ 0.5000, -4.0000,  1.0000])
     """
     fn = "from_float8"
     raw, fmt = _fp8_operand(fn, "data", data, storage_dtype)
@@ -490,13 +490,12 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_recipe_a, sca
     --------
     >>> import torch, mpslinalg
     >>> from mpslinalg.ops import ScalingType, scaled_mm, to_float8
-    >>> a8, sa = to_float8(torch.tensor([[1., 2.], [3., 4.]]))
+    >>> a8, sa = to_float8(torch.tensor([[1., 2.], [4., 8.]]))      # exact in fp8
     >>> w8, sw = to_float8(torch.tensor([[1., 0.], [0., 1.], [1., 1.]]))
     >>> with mpslinalg.use_backend("metal"):
-    ...     scaled_mm(a8, w8.t(), sa, ScalingType.TensorWise, sw, ScalingType.TensorWise,
-    ...               output_dtype=torch.float32)
-    tensor([[1., 2., 3.],
-            [3., 4., 7.]])
+    ...     scaled_mm(a8, w8.t(), sa, ScalingType.TensorWise, sw, ScalingType.TensorWise)
+    tensor([[ 1.,  2.,  3.],
+            [ 4.,  8., 12.]], dtype=torch.bfloat16)
     """
     fn = "scaled_mm"
     a, format_a = _fp8_operand(fn, "mat_a", mat_a, storage_dtype)

@@ -4,6 +4,7 @@ RowWise) and the float64 definition (blockwise, mixed); launches, host syncs, st
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import pytest
@@ -110,9 +111,8 @@ def test_from_float8_is_decoded_times_scale_rounded_once(backend, recipe, out):
         ref = from_float8(data, scale, recipe, out)
     assert torch.equal(got, ref)
     assert ((got.float() - x).abs() <= x.abs() * 0.13 + 1e-2).all()  # e5m2: 2 mantissa bits
-    strided = from_float8(backend.tensor(data).t(), backend.tensor(scale).t(), ScalingType.TensorWise
-                          ) if recipe == ScalingType.TensorWise else None
-    if strided is not None:
+    if recipe == ScalingType.TensorWise:  # a transposed (strided) view of the data
+        strided = from_float8(backend.tensor(data).t(), backend.tensor(scale))
         assert torch.equal(strided.cpu(), from_float8(data, scale).t())
 
 
@@ -294,6 +294,11 @@ def test_inputs_unmodified_and_meta(backend):
     meta = torch.empty(5, 130, device="meta")
     m8, ms = to_float8(meta, recipe=ScalingType.RowWise)
     assert m8.device.type == "meta" and m8.shape == (5, 130) and ms.shape == (5, 1)
+
+
+def test_docstring_examples():
+    failures, tried = doctest.testmod(fp8_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0 and failures == 0
 
 
 # ---------------------------------------------------------------- op database

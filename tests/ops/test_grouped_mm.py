@@ -4,6 +4,7 @@ one launch whatever the number of groups, no host sync, autograd; op database en
 
 from __future__ import annotations
 
+import doctest
 import importlib
 
 import pytest
@@ -207,6 +208,11 @@ def test_errors_name_the_function(backend):
         grouped_mm(a, b, offs=offs, out_dtype=torch.float16)
 
 
+def test_docstring_examples():
+    failures, tried = doctest.testmod(gmm_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0 and failures == 0
+
+
 # ---------------------------------------------------------------- op database
 
 from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402
@@ -228,8 +234,8 @@ def _samples(complex_: bool) -> list[Sample]:
 def _bad_samples() -> list[BadSample]:
     return [
         BadSample((torch.zeros(6, 8), torch.zeros(2, 8, 4)), match="offsets"),
-        BadSample((torch.zeros(6, 8), torch.zeros(2, 7, 4), torch.tensor([3, 6], dtype=torch.int32)),
-                  match="contraction"),
+        BadSample((torch.zeros(6, 8), torch.zeros(2, 7, 4),
+                   torch.tensor([3, 6], dtype=torch.int32)), match="contraction"),
         BadSample((torch.zeros(6, 8, 1, 1), torch.zeros(2, 8, 4)), match="2-D or 3-D"),
     ]
 

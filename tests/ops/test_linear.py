@@ -3,6 +3,7 @@ blocks), bias on 1-D/2-D/3-D inputs, autograd; registered in the op database."""
 
 from __future__ import annotations
 
+import doctest
 import importlib
 
 import pytest
@@ -117,6 +118,11 @@ def test_opcheck():
     torch.library.opcheck(linear_module.linear_op.overload, (x, w, b, "torch", False, ""))
     torch.autograd.gradcheck(lambda x, w: linear_module.linear_op(x, w, None, "torch", False, ""),
                              (x, w))
+
+
+def test_docstring_examples():
+    failures, tried = doctest.testmod(linear_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0 and failures == 0
 
 
 # ---------------------------------------------------------------- op database
