@@ -31,30 +31,40 @@ constant constexpr int kFp8E5M2 = 1;
 // e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN = S.1111.111.
 constant constexpr uint kE4M3NanBits = 0x7fu;
 constant constexpr uint kE4M3MaxBits = 0x7eu;  // 448
-// e5m2: the upper byte of an IEEE half.
+constant constexpr float kE4M3SubnormalUnit = 1.0f / 512.0f;  // 2^-9
+// e5m2: 5 exponent bits (bias 15), 2 mantissa bits, IEEE infinities and NaNs.
 constant constexpr uint kE5M2NanBits = 0x7fu;
 constant constexpr uint kE5M2InfBits = 0x7cu;
+constant constexpr float kE5M2SubnormalUnit = 1.0f / 65536.0f;  // 2^-16
 // Float32 layout.
 constant constexpr uint kF32SignBit = 0x80000000u;
 constant constexpr uint kF32InfBits = 0x7f800000u;
 constant constexpr int kF32MantBits = 23;
 constant constexpr int kF32Bias = 127;
 
-// Decode one fp8 byte into float: the byte, placed in a half's bits, is the same number up to a
-// power of two (e4m3fn: 2^8 because its exponent bias is 8 lower; e5m2: exactly a half).
+// Decode one fp8 byte into float from its fields with integer arithmetic: normal numbers are
+// rebuilt as float32 bits, subnormals as an exact small integer times the format's subnormal
+// unit, so no half or float subnormal (which fast-math may flush) is ever formed.
 inline float fp8_to_float(uint byte, int format) {
-  if (format == kFp8E5M2) {
-    return float(as_type<half>(ushort(byte << 8)));
-  }
-  const uint sign = (byte & 0x80u) << 8;
+  const bool e5m2 = format == kFp8E5M2;
+  const uint mant_bits = e5m2 ? 2u : 3u;
+  const uint exp_all_ones = e5m2 ? 0x1fu : 0xfu;
+  const uint bias = e5m2 ? 15u : 7u;
   const uint magnitude = byte & 0x7fu;
-  if (magnitude == kE4M3NanBits) {
-    return NAN;
+  const uint e = magnitude >> mant_bits;
+  const uint m = magnitude & ((1u << mant_bits) - 1u);
+  float v;
+  if (e5m2 && e == exp_all_ones) {
+    v = m == 0u ? INFINITY : NAN;
+  } else if (!e5m2 && magnitude == kE4M3NanBits) {
+    v = NAN;
+  } else if (e == 0u) {
+    v = float(m) * (e5m2 ? kE5M2SubnormalUnit : kE4M3SubnormalUnit);
+  } else {
+    v = as_type<float>(((e + uint(kF32Bias) - bias) << kF32MantBits) |
+                       (m << (uint(kF32MantBits) - mant_bits)));
   }
-  // magnitude << 7 puts the 4-bit exponent in the half's exponent field and the mantissa on
-  // top of its 10-bit mantissa field; subnormals line up too (half subnormal * 2^8).
-  const float scaled = float(as_type<half>(ushort(sign | (magnitude << 7))));
-  return scaled * 256.0f;
+  return (byte & 0x80u) ? -v : v;
 }
 
 // Round the magnitude bits `mag` of a float (positive, finite, below the format's smallest
