@@ -124,6 +124,7 @@ struct ScaledMmParams {
   long b_div, b_s0, b_s1;
   long a_format, b_format;
   long bias_step, has_bias;
+  long b_vec4;  // 1: b_row == 1 and columns start 4-byte aligned: one uchar4 load per lane step
 };
 
 // gemv_rows source: rows of A against column j of B, decoded from bytes, with block scales.
@@ -138,6 +139,15 @@ struct Fp8Source {
   }
   float rhs(long col, long kk) const {
     return fp8_to_float(b[kk * p.b_row + col * p.b_col], int(p.b_format));
+  }
+  float4 rhs4(long col, long k0, long K) const {
+    if (p.b_vec4 && k0 + kGemvLaneElems <= K) {
+      const uchar4 bytes = *reinterpret_cast<device const uchar4*>(b + col * p.b_col + k0);
+      const int f = int(p.b_format);
+      return float4(fp8_to_float(bytes.x, f), fp8_to_float(bytes.y, f), fp8_to_float(bytes.z, f),
+                    fp8_to_float(bytes.w, f));
+    }
+    return rhs4_scalar(*this, col, k0, K);
   }
   float lhs_scale(long r, long kblock) const {
     return scale_a[(r / p.a_div) * p.a_s0 + kblock * p.a_s1];

@@ -2,7 +2,8 @@
 //
 // One simdgroup owns one output column n and every row of its row block: at each step the 32
 // lanes read 32 runs of kGemvLaneElems consecutive weight elements (kGemvStep = 128 values of
-// the weight row), decode them once into registers and use them for all R rows, so the weight
+// the weight row; one aligned 4-wide vector load per lane when the weight's rows are contiguous
+// and aligned, which the host checks), decode them once into registers and use them for all R rows, so the weight
 // (the large operand at decode shapes) is streamed from memory exactly once. Sums are kept in
 // float32 per lane and reduced with simd_sum at the end; the bias is added before the single
 // rounding to the output dtype. Larger M runs the same kernel over blocks of R rows.
@@ -25,6 +26,7 @@ constant constexpr int kGemvLaneElems = 4;
 constant constexpr int kGemvStep = kSimdWidth * kGemvLaneElems;
 // Output columns (simdgroups) per threadgroup.
 constant constexpr int kGemvColsPerGroup = 4;
+static_assert(kGemvLaneElems == 4, "a lane's weights are one float4 (one 4-wide load)");
 
 // Arguments of gemv, one list of int64 from the host (field order: mpslinalg.ops.linear
 // GEMV_PARAMS, checked by tests/ops/test_linear.py). Strides are in elements.
@@ -38,16 +40,45 @@ struct GemvParams {
   long w_col;
   long bias_step;  // bias stride; meaningful when has_bias
   long has_bias;
+  long w_vec4;     // 1: w_col == 1 and rows start 4-element aligned: vector loads of 4
 };
+
+// One aligned 4-wide vector load, widened to float (p must be 4-element aligned).
+inline float4 load4(device const float* p) { return *reinterpret_cast<device const float4*>(p); }
+inline float4 load4(device const half* p) {
+  return float4(*reinterpret_cast<device const half4*>(p));
+}
+inline float4 load4(device const bfloat* p) {
+  return float4(*reinterpret_cast<device const bfloat4*>(p));
+}
+
+// The kGemvLaneElems weights from k0 one by one (zero past K): any strides, the tail of K.
+template <typename Src>
+inline float4 rhs4_scalar(thread const Src& src, long col, long k0, long K) {
+  float4 v = float4(0.0f);
+  for (int e = 0; e < kGemvLaneElems; ++e) {
+    if (k0 + e < K) {
+      v[e] = src.rhs(col, k0 + e);
+    }
+  }
+  return v;
+}
 
 // Reads of a plain (already decoded) operand pair; scales are 1.
 template <typename T>
 struct PlainSource {
   device const T* x;
   device const T* w;
-  long x_row, x_col, w_row, w_col;
+  long x_row, x_col, w_row, w_col, w_vec4;
   float lhs(long r, long kk) const { return float(x[r * x_row + kk * x_col]); }
   float rhs(long col, long kk) const { return float(w[col * w_row + kk * w_col]); }
+  // kGemvLaneElems consecutive weights from k0: one aligned 4-wide load when the layout allows.
+  float4 rhs4(long col, long k0, long K) const {
+    if (w_vec4 && k0 + kGemvLaneElems <= K) {
+      return load4(w + col * w_row + k0);
+    }
+    return rhs4_scalar(*this, col, k0, K);
+  }
   float lhs_scale(long r, long kblock) const { return 1.0f; }
   float rhs_scale(long col, long kblock) const { return 1.0f; }
 };
@@ -60,10 +91,7 @@ inline void gemv_rows(thread float* acc, thread const Src& src, long row0, long 
                       long K, uint lane) {
   for (long k0 = long(lane) * kGemvLaneElems; k0 < K; k0 += kGemvStep) {
     const long kblock = k0 / kGemvStep;
-    float wv[kGemvLaneElems];
-    for (int e = 0; e < kGemvLaneElems; ++e) {
-      wv[e] = (k0 + e < K) ? src.rhs(col, k0 + e) : 0.0f;
-    }
+    const float4 wv = src.rhs4(col, k0, K);
     const float w_scale = src.rhs_scale(col, kblock);
     for (int r = 0; r < R; ++r) {
       if (r < rows) {
@@ -101,7 +129,8 @@ template <typename T, int R>
     return;  // the whole simdgroup leaves together: simd_sum below sees uniform lanes
   }
   const long rows = (params.m - row0 < long(R)) ? params.m - row0 : long(R);
-  PlainSource<T> src = {x, w, params.x_row, params.x_col, params.w_row, params.w_col};
+  PlainSource<T> src = {x, w, params.x_row, params.x_col, params.w_row, params.w_col,
+                        params.w_vec4};
   float acc[R];
   for (int r = 0; r < R; ++r) {
     acc[r] = 0.0f;

@@ -40,7 +40,7 @@ from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.metal import launch
 from .._core.op import Op
-from .linear import gemv_grid, rows_per_simdgroup
+from .linear import gemv_grid, rows_per_simdgroup, vec4_rows
 
 __all__ = ["ScalingType", "float8_storage", "from_float8", "scaled_mm", "to_float8"]
 
@@ -73,7 +73,8 @@ FP8_BY_CODE = {code: dtype for dtype, code in FP8_FORMATS.items()}
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: Fields of the kernels' parameter structs, in order (each an int64).
 SCALED_MM_PARAMS = ("m", "n", "k", "a_row", "a_col", "b_row", "b_col", "a_div", "a_s0", "a_s1",
-                    "b_div", "b_s0", "b_s1", "a_format", "b_format", "bias_step", "has_bias")
+                    "b_div", "b_s0", "b_s1", "a_format", "b_format", "bias_step", "has_bias",
+                    "b_vec4")
 CONVERT_PARAMS = ("rows", "cols", "x_row", "x_col", "row_div", "col_div", "s0", "s1", "format")
 _CONVERT_GROUP = (32, 8)
 
@@ -362,7 +363,7 @@ def _scaled_mm_metal(a: Tensor, b: Tensor, scale_a: Tensor, recipe_a: int, scale
     has_bias = bias is not None
     params = [m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), a_div, a_s0, a_s1,
               b_div, b_s0, b_s1, format_a, format_b, bias.stride(0) if has_bias else 0,
-              int(has_bias)]
+              int(has_bias), vec4_rows(b, b.stride(0), b.stride(1))]
     launch(kernel, a, b, scale_a, scale_b, bias if has_bias else out, out, params,
            **gemv_grid(m, n, rows))
     return out

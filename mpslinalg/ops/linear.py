@@ -28,7 +28,10 @@ __all__ = ["linear"]
 
 _SOURCE = "ops/gemv.metal"
 #: Fields of the kernel's GemvParams struct, in order (each an int64).
-GEMV_PARAMS = ("m", "n", "k", "x_row", "x_col", "w_row", "w_col", "bias_step", "has_bias")
+GEMV_PARAMS = ("m", "n", "k", "x_row", "x_col", "w_row", "w_col", "bias_step", "has_bias",
+               "w_vec4")
+#: Elements of one wide load (kGemvLaneElems in metal/ops/gemv.h).
+LANE_ELEMS = 4
 #: Rows of x per simdgroup the kernels are instantiated for (kGemvMaxRows is the largest).
 ROW_BLOCKS = (1, 2, 4, 8)
 SIMD_WIDTH = 32
@@ -47,6 +50,13 @@ def gemv_grid(m: int, n: int, rows: int) -> dict:
             "group_size": [group, 1]}
 
 
+def vec4_rows(w: Tensor, k_stride: int, row_stride: int) -> int:
+    """1 when every row of ``w`` (along K) can be read with aligned loads of 4 elements: unit
+    stride along K, rows starting at multiples of 4 elements from an aligned address."""
+    aligned = w.data_ptr() % (LANE_ELEMS * w.element_size()) == 0
+    return int(k_stride == 1 and row_stride % LANE_ELEMS == 0 and aligned)
+
+
 def _linear_metal(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     k = x.shape[-1]
     n = weight.shape[0]
@@ -59,7 +69,8 @@ def _linear_metal(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     kernel = _metal.kernel(_SOURCE, "gemv", x.dtype, x.device, fn="linear", rows=r)
     has_bias = bias is not None
     params = [m, n, k, rows2d.stride(0), rows2d.stride(1), weight.stride(0), weight.stride(1),
-              bias.stride(0) if has_bias else 0, int(has_bias)]
+              bias.stride(0) if has_bias else 0, int(has_bias),
+              vec4_rows(weight, weight.stride(1), weight.stride(0))]
     launch(kernel, rows2d, weight, bias if has_bias else out, out, params, **gemv_grid(m, n, r))
     return out.reshape(*x.shape[:-1], n)
 

@@ -218,6 +218,16 @@ def test_one_launch_and_no_host_sync(metal_backend):
     assert syncs.calls == []
 
 
+def test_vector_and_scalar_byte_loads_agree_bitwise(metal_backend):
+    a8, sa = to_float8(torch.randn(5, 260))
+    w8, sw = to_float8(torch.randn(12, 260), torch.float8_e5m2)
+    one = ScalingType.TensorWise
+    args = [metal_backend.tensor(t) for t in (a8, sa, sw)]
+    loaded_by_4 = scaled_mm(args[0], metal_backend.tensor(w8).t(), args[1], one, args[2], one)
+    row_major = metal_backend.tensor(w8.t().contiguous())  # K not contiguous: byte by byte
+    assert torch.equal(scaled_mm(args[0], row_major, args[1], one, args[2], one), loaded_by_4)
+
+
 def test_nan_and_inf_propagate(backend):
     a = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).to(torch.float8_e5m2)
     a_storage = float8_storage(a).clone()

@@ -77,6 +77,18 @@ def test_one_launch_no_host_sync_and_the_row_block(metal_backend):
     assert [linear_module.rows_per_simdgroup(m) for m in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 8]
 
 
+@pytest.mark.parametrize("k", [64, 66, 131])
+def test_vector_and_scalar_weight_loads_agree_bitwise(metal_backend, k):
+    x = metal_backend.tensor(torch.randn(3, k, dtype=torch.bfloat16))
+    w = torch.randn(10, k, dtype=torch.bfloat16)
+    column_major = w.t().contiguous().t()
+    assert linear_module.vec4_rows(w, w.stride(1), w.stride(0)) == int(k % 4 == 0)
+    assert linear_module.vec4_rows(column_major, column_major.stride(1),
+                                   column_major.stride(0)) == 0
+    assert torch.equal(ops.linear(x, metal_backend.tensor(w)),
+                       ops.linear(x, metal_backend.tensor(column_major)))
+
+
 def test_results_do_not_depend_on_lane_order(metal_backend, monkeypatch):
     x = metal_backend.tensor(torch.randn(3, 300))
     w = metal_backend.tensor(torch.randn(7, 300))
