@@ -28,19 +28,23 @@ namespace mpsl {
 constant constexpr int kFp8E4M3FN = 0;
 constant constexpr int kFp8E5M2 = 1;
 
-// e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN = S.1111.111.
-constant constexpr uint kE4M3NanBits = 0x7fu;
-constant constexpr uint kE4M3MaxBits = 0x7eu;  // 448
+// Magnitude bits of NaN in both formats (S.1111.111 e4m3fn, S.11111.11 e5m2).
+constant constexpr uint kFp8NanBits = 0x7fu;
+// e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, no infinities.
+constant constexpr uint kE4M3MaxBits = 0x7eu;         // 448
+constant constexpr uint kE4M3OverflowBits = 0x43f00000u;  // 480.0f: rounds past 448
 constant constexpr float kE4M3SubnormalUnit = 1.0f / 512.0f;  // 2^-9
 // e5m2: 5 exponent bits (bias 15), 2 mantissa bits, IEEE infinities and NaNs.
-constant constexpr uint kE5M2NanBits = 0x7fu;
 constant constexpr uint kE5M2InfBits = 0x7cu;
+constant constexpr uint kE5M2OverflowBits = 0x47800000u;  // 65536.0f: rounds past 57344
 constant constexpr float kE5M2SubnormalUnit = 1.0f / 65536.0f;  // 2^-16
 // Float32 layout.
 constant constexpr uint kF32SignBit = 0x80000000u;
 constant constexpr uint kF32InfBits = 0x7f800000u;
 constant constexpr int kF32MantBits = 23;
 constant constexpr int kF32Bias = 127;
+constant constexpr uint kF32MantMask = 0x7fffffu;
+constant constexpr uint kF32ImplicitBit = 0x800000u;
 
 // Decode one fp8 byte into float from its fields with integer arithmetic: normal numbers are
 // rebuilt as float32 bits, subnormals as an exact small integer times the format's subnormal
@@ -56,7 +60,7 @@ inline float fp8_to_float(uint byte, int format) {
   float v;
   if (e5m2 && e == exp_all_ones) {
     v = m == 0u ? INFINITY : NAN;
-  } else if (!e5m2 && magnitude == kE4M3NanBits) {
+  } else if (!e5m2 && magnitude == kFp8NanBits) {
     v = NAN;
   } else if (e == 0u) {
     v = float(m) * (e5m2 ? kE5M2SubnormalUnit : kE4M3SubnormalUnit);
@@ -68,16 +72,16 @@ inline float fp8_to_float(uint byte, int format) {
 }
 
 // Round the magnitude bits `mag` of a float (positive, finite, below the format's smallest
-// normal) to nearest-even in units of the format's smallest subnormal 2^-min_exp_units:
-// value = m * 2^(e - 150) with the implicit bit for e > 0.
+// normal) to nearest-even in units of the format's smallest subnormal, 2^-unit_exponent:
+// the float is m * 2^(e - 150), with the implicit bit in m for e > 0.
 inline uint fp8_round_subnormal(uint mag, int unit_exponent) {
   const int e = int(mag >> kF32MantBits);
-  const uint m = (mag & 0x7fffffu) | (e > 0 ? 0x800000u : 0u);
+  const uint m = (mag & kF32MantMask) | (e > 0 ? kF32ImplicitBit : 0u);
   const int eff_e = e > 0 ? e : 1;
   // value / 2^-unit = m * 2^(eff_e - 150 + unit): a right shift by s.
   const int s = (kF32Bias + kF32MantBits) - unit_exponent - eff_e;
-  if (s >= 25) {
-    return 0u;  // below half of the smallest subnormal (m < 2^24)
+  if (s > kF32MantBits + 1) {
+    return 0u;  // m < 2^24 <= 2^(s - 1): below half of the smallest subnormal
   }
   const uint q = m >> uint(s);
   const uint rem = m & ((1u << uint(s)) - 1u);
@@ -86,33 +90,29 @@ inline uint fp8_round_subnormal(uint mag, int unit_exponent) {
 }
 
 inline uint float_to_fp8(float value, int format) {
+  const bool e5m2 = format == kFp8E5M2;
+  const uint mant_bits = e5m2 ? 2u : 3u;
+  const uint bias = e5m2 ? 15u : 7u;
+  const uint drop = uint(kF32MantBits) - mant_bits;  // float mantissa bits rounded away
   const uint bits = as_type<uint>(value);
   const uint sign = (bits & kF32SignBit) >> 24;
   const uint mag = bits & ~kF32SignBit;
+  const uint min_normal = (uint(kF32Bias) - bias + 1u) << kF32MantBits;  // 2^(1 - bias)
   uint out;
-  if (format == kFp8E5M2) {
-    if (mag >= (143u << kF32MantBits)) {  // >= 65536 (first value past the format), inf, NaN
-      out = mag > kF32InfBits ? kE5M2NanBits : kE5M2InfBits;
-    } else if (mag < (113u << kF32MantBits)) {  // below 2^-14, the smallest normal
-      out = fp8_round_subnormal(mag, 16);
-    } else {
-      const uint odd = (mag >> 21) & 1u;
-      out = (mag + (uint(15 - kF32Bias) << kF32MantBits) + 0xfffffu + odd) >> 21;
-    }
+  if (mag >= (e5m2 ? kE5M2OverflowBits : kE4M3OverflowBits)) {  // past the format, inf, NaN
+    out = mag > kF32InfBits ? kFp8NanBits : (e5m2 ? kE5M2InfBits : kE4M3MaxBits);
+  } else if (mag < min_normal) {
+    out = fp8_round_subnormal(mag, int(bias - 1u + mant_bits));
   } else {
-    if (mag >= (1087u << 20)) {  // >= 480, inf, NaN
-      out = mag > kF32InfBits ? kE4M3NanBits : kE4M3MaxBits;
-    } else if (mag < (121u << kF32MantBits)) {  // below 2^-6, the smallest normal
-      out = fp8_round_subnormal(mag, 9);
-    } else {
-      const uint odd = (mag >> 20) & 1u;
-      out = ((mag + (uint(7 - kF32Bias) << kF32MantBits) + 0x7ffffu + odd) >> 20) & 0xffu;
-      if (out == kE4M3NanBits) {
-        out = kE4M3MaxBits;  // rounding carried into the NaN pattern: saturate
-      }
+    // rebias the exponent (wrapping unsigned arithmetic, as c10), round half to even, shift
+    const uint odd = (mag >> drop) & 1u;
+    const uint rebias = (bias - uint(kF32Bias)) << kF32MantBits;
+    out = ((mag + rebias + ((1u << (drop - 1u)) - 1u) + odd) >> drop) & 0xffu;
+    if (!e5m2 && out == kFp8NanBits) {
+      out = kE4M3MaxBits;  // rounding carried into e4m3fn's NaN pattern: saturate
     }
   }
-  return (out & 0xffu) | sign;
+  return out | sign;
 }
 
 // Arguments of scaled_mm (field order: mpslinalg.ops.fp8.SCALED_MM_PARAMS).
