@@ -276,6 +276,9 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     data = data.reshape(x.shape)
     if storage is None:
         storage = x.device.type == "mps"
+    if not storage and x.device.type == "mps":
+        raise TypeError(f"mpslinalg.{fn}: MPS tensors cannot hold {_fp8_name(dtype)}; use "
+                        "storage=True (the default on MPS) for the uint8 bytes")
     if not storage:
         data = data.view(dtype)
     if kind == TENSORWISE:
