@@ -94,3 +94,23 @@ def prepare(fn: str, A: object, *, square: bool = True) -> tuple[torch.Tensor, t
     backend = resolve_backend(A.device, fn)
     dtype = compute_dtype(fn, A.dtype, backend)
     return A, (A if A.dtype == dtype else A.to(dtype)), backend
+
+
+#: dtypes the inference ops (mpslinalg.ops) compute in natively, accumulating in float32.
+OPS_METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+OPS_TORCH_DTYPES = OPS_METAL_DTYPES + (torch.float64,)
+
+
+def check_ops_dtype(fn: str, backend: str, **tensors: torch.Tensor) -> torch.dtype:
+    """The common dtype of an inference op's floating inputs (mpslinalg.ops: computed natively
+    in float16 / bfloat16, no upcast); TypeError when a backend cannot compute in it."""
+    check_same_dtype(fn, **tensors)
+    dtype = next(iter(tensors.values())).dtype
+    allowed = OPS_METAL_DTYPES if backend == "metal" else OPS_TORCH_DTYPES
+    if dtype not in allowed:
+        extra = ("; Metal has no 64-bit floating point: use the torch backend "
+                 "(mpslinalg.use_backend('torch')) for float64"
+                 if backend == "metal" and dtype == torch.float64 else "")
+        raise TypeError(f"mpslinalg.{fn}: expected a tensor of dtype {_names(allowed)}, "
+                        f"got {_names([dtype])}{extra}")
+    return dtype

@@ -1,0 +1,289 @@
+"""``grouped_mm``: :func:`torch.nn.functional.grouped_mm` for mixture-of-experts layers.
+
+Op ``mpslinalg::ops_grouped_mm`` (``metal/ops/grouped_mm.metal``). The group offsets are read by
+the kernel on the device: one launch whatever the number of groups, no host synchronisation,
+and offsets that are not increasing or run past the end never make the kernel read or write
+out of bounds (the values are then unspecified; ``check_offsets=True`` rejects such offsets with
+one device read). Rows (columns) after the last offset are zero.
+
+On the torch backend the op is torch's ``F.grouped_mm`` on CUDA (its home); elsewhere (torch's
+CPU kernel needs 16-byte aligned strides, leaves rows past the last offset uninitialised and has
+no bias) and for float64 it is the definition written with torch operations, still without a
+host synchronisation (one masked matrix product per group).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._core import checks
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.errors import read_listeners
+from .._core.metal import launch
+from .._core.op import Op
+
+__all__ = ["grouped_mm"]
+
+_SOURCE = "ops/grouped_mm.metal"
+#: Shape codes (kGroupRows ... in metal/ops/grouped_mm.h): which dimension ``offs`` splits.
+ROWS, COLS, INNER, BATCHED = 0, 1, 2, 3
+#: Fields of the kernel's GroupedMmParams struct, in order (each an int64).
+GROUPED_MM_PARAMS = ("mode", "groups", "m", "n", "k", "batch", "a_group", "a_row", "a_col",
+                     "b_group", "b_row", "b_col", "bias_group", "bias_col", "has_bias")
+_GROUP = (16, 8, 1)
+
+
+def mode_of(a: Tensor, b: Tensor) -> int:
+    return {(2, 3): ROWS, (3, 2): COLS, (2, 2): INNER, (3, 3): BATCHED}[(a.dim(), b.dim())]
+
+
+def _out_shape(a: Tensor, b: Tensor, offs: Tensor | None) -> tuple[int, ...]:
+    mode = mode_of(a, b)
+    if mode == ROWS:
+        return (a.shape[0], b.shape[-1])
+    if mode == COLS:
+        return (a.shape[1], b.shape[-1])
+    if mode == INNER:
+        return (offs.shape[0], a.shape[0], b.shape[1])
+    return (a.shape[0], a.shape[1], b.shape[2])
+
+
+def _grouped_mm_metal(a: Tensor, b: Tensor, offs: Tensor | None, bias: Tensor | None,
+                      out_dtype: torch.dtype) -> Tensor:
+    mode = mode_of(a, b)
+    shape = _out_shape(a, b, offs)
+    out = torch.empty(shape, dtype=out_dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    batch, m, n = (1, *shape) if len(shape) == 2 else shape
+    groups = offs.shape[0] if offs is not None else a.shape[0]
+    a_group, a_row, a_col = (0, *a.stride()) if a.dim() == 2 else a.stride()
+    b_group, b_row, b_col = (0, *b.stride()) if b.dim() == 2 else b.stride()
+    has_bias = bias is not None
+    bias_group, bias_col = ((0, bias.stride(0)) if bias.dim() == 1 else bias.stride()) \
+        if has_bias else (0, 0)
+    wide = out_dtype != a.dtype
+    kernel = _metal.kernel(_SOURCE, "grouped_mm", a.dtype, a.device, fn="grouped_mm", wide=wide)
+    offsets = offs if offs is not None else torch.zeros(1, dtype=torch.int32, device=a.device)
+    params = [mode, groups, m, n, a.shape[-1] if mode != INNER else a.shape[1], batch,
+              a_group, a_row, a_col, b_group, b_row, b_col, bias_group, bias_col, int(has_bias)]
+    gx, gy, gz = _GROUP
+    launch(kernel, a, b, offsets, bias if has_bias else a, out, params,
+           threads=[_metal.ceil_div(n, gx) * gx, _metal.ceil_div(m, gy) * gy, batch],
+           group_size=[gx, gy, gz])
+    return out
+
+
+def _group_ids(offs: Tensor, length: int) -> Tensor:
+    """Group of each index 0 .. length - 1 (number of offsets <= it; len(offs) = uncovered)."""
+    index = torch.arange(length, device=offs.device, dtype=offs.dtype)
+    return torch.searchsorted(offs, index, right=True)
+
+
+def _grouped_mm_reference(a, b, offs, bias, out_dtype):
+    """The definition with torch operations, computed in the inputs' dtype (float32 for low
+    precision), no host synchronisation."""
+    mode = mode_of(a, b)
+    work = torch.float64 if a.dtype == torch.float64 else torch.float32
+    a, b = a.to(work), b.to(work)
+    if mode == BATCHED:
+        out = a @ b
+        g_of = None
+    elif mode == INNER:
+        ids = _group_ids(offs, a.shape[1])
+        mask = (ids[None, :] == torch.arange(offs.shape[0], device=a.device)[:, None]).to(work)
+        out = (a[None] * mask[:, None, :]) @ b  # (G, M, K) @ (K, N)
+        g_of = None
+    elif mode == ROWS:
+        ids = _group_ids(offs, a.shape[0])
+        out = a.new_zeros(a.shape[0], b.shape[-1])
+        for g in range(b.shape[0]):  # offs is never read on the host
+            out = out + (ids == g).to(work)[:, None] * (a @ b[g])
+        g_of = ids
+    else:
+        ids = _group_ids(offs, b.shape[1])
+        out = a.new_zeros(a.shape[1], b.shape[1])
+        for g in range(a.shape[0]):
+            out = out + (ids == g).to(work)[None, :] * (a[g] @ b)
+        g_of = ids
+    if bias is not None:
+        out = out + _bias_terms(bias.to(work), mode, g_of, out.shape, offs)
+    return out.to(out_dtype)
+
+
+def _bias_terms(bias: Tensor, mode: int, ids: Tensor | None, shape, offs) -> Tensor:
+    """The bias added to each output element (zero where no group covers it)."""
+    if mode in (BATCHED, INNER):
+        return bias[:, None, :] if bias.dim() == 2 else bias
+    groups = offs.shape[0]
+    covered = (ids < groups).to(bias.dtype)
+    if mode == ROWS:
+        rows = bias[ids.clamp_max(groups - 1)] if bias.dim() == 2 else bias.expand(shape)
+        return rows * covered[:, None]
+    return bias * covered[None, :]
+
+
+def _grouped_mm_torch(a, b, offs, bias, out_dtype):
+    if a.device.type == "cuda" and hasattr(F, "grouped_mm") and a.dtype != torch.float64:
+        out = F.grouped_mm(a, b, offs=offs, out_dtype=out_dtype)
+        if bias is not None:
+            mode = mode_of(a, b)
+            ids = None if mode in (BATCHED, INNER) else _group_ids(
+                offs, a.shape[0] if mode == ROWS else b.shape[1])
+            out = out + _bias_terms(bias, mode, ids, out.shape, offs).to(out.dtype)
+        return out
+    return _grouped_mm_reference(a, b, offs, bias, out_dtype)
+
+
+def _grouped_mm_fake(a, b, offs, bias, out_dtype):
+    return a.new_empty(_out_shape(a, b, offs), dtype=out_dtype)
+
+
+def _save(ctx, inputs, output) -> None:
+    a, b, offs, bias, out_dtype = inputs
+    ctx.bias_dim = None if bias is None else bias.dim()
+    ctx.save_for_backward(a, b, offs)
+
+
+def _backward(ctx, grad: Tensor):
+    """Each group's C_g = A_g B_g gives gA_g = G_g B_g^T and gB_g = A_g^T G_g (e.g. Giles 2008,
+    "An extended collection of matrix derivative results", sec. 2.2.2). The four shapes map onto
+    each other (rows <-> inner, columns <-> inner), so both gradients are grouped products run
+    by this op on the same backend; the bias gradient sums each group's rows."""
+    a, b, offs, = ctx.saved_tensors
+    mode = mode_of(a, b)
+    g = grad.to(a.dtype)
+    run = grouped_mm_op
+    extra = (ctx.backend, False, "")
+    # rows <-> inner and columns <-> inner (batched stays batched, with offs None)
+    ga = run(g, b.transpose(-2, -1), offs, None, a.dtype, *extra)
+    gb = run(a.transpose(-2, -1), g, offs, None, a.dtype, *extra)
+    gbias = None
+    if ctx.bias_dim is not None:
+        gw = grad.to(torch.float64 if a.dtype == torch.float64 else torch.float32)
+        if mode in (BATCHED, INNER):
+            gbias = gw.sum(1) if ctx.bias_dim == 2 else gw.sum((0, 1))
+        elif mode == ROWS:
+            ids = _group_ids(offs, a.shape[0])
+            per = gw.new_zeros(offs.shape[0] + 1, gw.shape[1]).index_add_(0, ids, gw)[:-1]
+            gbias = per if ctx.bias_dim == 2 else per.sum(0)
+        else:
+            covered = (_group_ids(offs, b.shape[1]) < offs.shape[0]).to(gw.dtype)
+            gbias = gw.sum(0) * covered
+        gbias = gbias.to(a.dtype)
+    return ga, gb, None, gbias, None
+
+
+#: Grouped products of the four shapes (module docstring); offs int32 or None.
+grouped_mm_op = Op(
+    "ops_grouped_mm",
+    "(Tensor a, Tensor b, Tensor? offs, Tensor? bias, ScalarType out_dtype) -> Tensor",
+    forward={"metal": _grouped_mm_metal, "torch": _grouped_mm_torch},
+    fake=_grouped_mm_fake, save=_save, backward=_backward)
+
+
+def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
+    """One device read: offsets non-decreasing, within [0, length]."""
+    for listener in read_listeners:
+        listener("grouped_mm check_offsets")
+    with torch._C.DisableTorchFunction():
+        values = offs.detach().cpu().tolist()
+    bad_order = any(x > y for x, y in zip(values, values[1:], strict=False))
+    if bad_order or (values and (values[0] < 0 or values[-1] > length)):
+        raise ValueError(f"mpslinalg.{fn}: offs must be non-decreasing group ends in [0, "
+                         f"{length}], got {values}")
+
+
+def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
+               bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
+               check_offsets: bool = False) -> Tensor:
+    r"""Grouped matrix products; like :func:`torch.nn.functional.grouped_mm`.
+
+    Parameters
+    ----------
+    mat_a, mat_b : Tensor
+        Same dtype (float32, float16, bfloat16; float64 on the torch backend), any strides:
+        ``(T, K)`` and ``(G, K, N)`` (rows of ``mat_a`` grouped: tokens routed to experts),
+        ``(G, M, K)`` and ``(K, T)`` (columns of ``mat_b`` grouped), ``(M, T)`` and ``(T, N)``
+        (the shared dimension grouped: weight gradients, output ``(G, M, N)``) or
+        ``(G, M, K)`` and ``(G, K, N)`` (batched, no ``offs``).
+    offs : Tensor, optional
+        int32 ``(G,)``: ``offs[g]`` is the end of group ``g`` in the grouped dimension (groups
+        may be empty). Required unless both operands are 3-D. Never read on the host.
+    bias : Tensor, optional
+        ``(N,)`` added to every output row, or ``(G, N)`` (one row per group; not for grouped
+        columns), in the inputs' dtype.
+    out_dtype : torch.dtype, optional
+        The inputs' dtype (default) or float32 (accumulated and written in float32).
+    check_offsets : bool, optional
+        Validate ``offs`` first (one device read): ValueError naming ``offs`` unless
+        non-decreasing and within the grouped dimension.
+
+    Returns
+    -------
+    Tensor
+        ``(T, N)``, ``(M, T)``, ``(G, M, N)`` or ``(G, M, N)``. Entries no group covers are
+        zero. Differentiable in ``mat_a``, ``mat_b`` and ``bias``.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.ops import grouped_mm
+    >>> tokens = torch.ones(3, 2)
+    >>> experts = torch.stack([torch.eye(2), 2 * torch.eye(2)])
+    >>> with mpslinalg.use_backend("metal"):
+    ...     grouped_mm(tokens, experts, offs=torch.tensor([1, 3], dtype=torch.int32))
+    tensor([[1., 1.],
+            [2., 2.],
+            [2., 2.]])
+    """
+    fn = "grouped_mm"
+    a = checks.check_tensor(fn, "mat_a", mat_a)
+    b = checks.check_tensor(fn, "mat_b", mat_b)
+    backend = resolve_backend(a.device, fn)
+    tensors = {"mat_a": a, "mat_b": b}
+    checks.check_same_device(fn, **tensors)
+    dtype = checks.check_ops_dtype(fn, backend, **tensors)
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+        raise RuntimeError(f"mpslinalg.{fn}: mat_a and mat_b must be 2-D or 3-D, got "
+                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
+    mode = mode_of(a, b)
+    if (offs is None) != (mode == BATCHED):
+        raise RuntimeError(f"mpslinalg.{fn}: Have to provide offsets if there is a 2d matrix, or "
+                           "no offset if both matrices are 3d")
+    k_a, k_b = a.shape[-1], b.shape[-2]
+    if k_a != k_b or (mode == BATCHED and a.shape[0] != b.shape[0]):
+        raise RuntimeError(f"mpslinalg.{fn}: contraction dimension of mat_a and mat_b must "
+                           f"match, got {checks.shape_str(a)} and {checks.shape_str(b)}")
+    if offs is not None:
+        offs = checks.check_tensor(fn, "offs", offs)
+        if offs.dtype != torch.int32 or offs.dim() != 1:
+            raise RuntimeError(f"mpslinalg.{fn}: offs must be a 1-D int32 tensor, got "
+                               f"{checks.shape_str(offs)} {offs.dtype}")
+        checks.check_same_device(fn, mat_a=a, offs=offs)
+        offs = offs.contiguous()  # the kernel reads offs[g] densely (G int32: negligible)
+        groups = offs.shape[0]
+        if mode == ROWS and b.shape[0] != groups or mode == COLS and a.shape[0] != groups:
+            raise RuntimeError(f"mpslinalg.{fn}: offs has {groups} groups but the 3-D operand "
+                               f"has {b.shape[0] if mode == ROWS else a.shape[0]}")
+    if out_dtype is None:
+        out_dtype = dtype
+    if out_dtype not in (dtype, torch.float32):
+        raise RuntimeError(f"mpslinalg.{fn}: out_dtype must be the inputs' dtype or float32, "
+                           f"got {out_dtype}")
+    if bias is not None:
+        bias = checks.check_tensor(fn, "bias", bias)
+        n = b.shape[-1]
+        groups = offs.shape[0] if offs is not None else a.shape[0]
+        allowed = [(n,)] + ([] if mode == COLS else [(groups, n)])
+        if tuple(bias.shape) not in allowed or bias.dtype != dtype:
+            raise RuntimeError(f"mpslinalg.{fn}: bias must be {' or '.join(map(str, allowed))} "
+                               f"of dtype {dtype}, got {checks.shape_str(bias)} {bias.dtype}")
+        checks.check_same_device(fn, mat_a=a, bias=bias)
+    if check_offsets and offs is not None and a.device.type != "meta":
+        length = {ROWS: a.shape[0], COLS: b.shape[-1], INNER: a.shape[1]}[mode]
+        _check_offsets(fn, offs, length)
+    return grouped_mm_op(a, b, offs, bias, out_dtype, backend, False, "")

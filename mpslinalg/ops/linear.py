@@ -1,0 +1,184 @@
+"""``linear``: :func:`torch.nn.functional.linear` with Metal gemv kernels for decode shapes.
+
+Op ``mpslinalg::ops_linear``. On the metal backend every call runs ``metal/ops/gemv.metal``: one
+simdgroup per output feature streams its weight row once for up to 8 rows of ``x`` (the tokens
+of a decode step), accumulating in float32 and adding the bias before the one rounding to the
+output dtype. Larger inputs run the same kernel over blocks of 8 rows, which reads the weight
+once per block: it is correct for any M but meant for decode shapes; for prefill-sized M
+(compute-bound GEMMs) torch's own matmul (``mpslinalg.use_backend("torch")``) is the faster
+choice, and this module does not pretend otherwise. Leading dimensions are flattened into rows
+by a view, so ``(B, 1, K)`` inputs take the same kernel as ``(B, K)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .._core import checks
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.metal import launch
+from .._core.op import Op, public
+
+__all__ = ["linear"]
+
+_SOURCE = "ops/gemv.metal"
+#: Fields of the kernel's GemvParams struct, in order (each an int64).
+GEMV_PARAMS = ("m", "n", "k", "x_row", "x_col", "w_row", "w_col", "bias_step", "has_bias",
+               "w_vec4")
+#: Elements of one wide load (kGemvLaneElems in metal/ops/gemv.h).
+LANE_ELEMS = 4
+#: Rows of x per simdgroup the kernels are instantiated for (kGemvMaxRows is the largest).
+ROW_BLOCKS = (1, 2, 4, 8)
+SIMD_WIDTH = 32
+COLS_PER_GROUP = 4  # kGemvColsPerGroup: simdgroups (output features) per threadgroup
+
+
+def rows_per_simdgroup(m: int) -> int:
+    """The smallest instantiated row block holding ``m`` rows (the largest for ``m > 8``)."""
+    return next((r for r in ROW_BLOCKS if r >= m), ROW_BLOCKS[-1])
+
+
+def gemv_grid(m: int, n: int, rows: int) -> dict:
+    """Launch geometry shared by the gemv-shaped kernels (also fp8 ``scaled_mm``)."""
+    group = COLS_PER_GROUP * SIMD_WIDTH
+    return {"threads": [_metal.ceil_div(n, COLS_PER_GROUP) * group, _metal.ceil_div(m, rows)],
+            "group_size": [group, 1]}
+
+
+def vec4_rows(w: Tensor, k_stride: int, row_stride: int) -> int:
+    """1 when every row of ``w`` (along K) can be read with aligned loads of 4 elements: unit
+    stride along K, rows starting at multiples of 4 elements from an aligned address."""
+    aligned = w.data_ptr() % (LANE_ELEMS * w.element_size()) == 0
+    return int(k_stride == 1 and row_stride % LANE_ELEMS == 0 and aligned)
+
+
+def _linear_metal(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    k = x.shape[-1]
+    n = weight.shape[0]
+    rows2d = x.reshape(-1, k)
+    m = rows2d.shape[0]
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out.reshape(*x.shape[:-1], n)
+    r = rows_per_simdgroup(m)
+    kernel = _metal.kernel(_SOURCE, "gemv", x.dtype, x.device, fn="linear", rows=r)
+    has_bias = bias is not None
+    params = [m, n, k, rows2d.stride(0), rows2d.stride(1), weight.stride(0), weight.stride(1),
+              bias.stride(0) if has_bias else 0, int(has_bias),
+              vec4_rows(weight, weight.stride(1), weight.stride(0))]
+    launch(kernel, rows2d, weight, bias if has_bias else out, out, params, **gemv_grid(m, n, r))
+    return out.reshape(*x.shape[:-1], n)
+
+
+def _linear_torch(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return F.linear(x, weight, bias)
+
+
+def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_save(ctx, inputs, output) -> None:
+    x, weight, bias = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight)
+
+
+def _linear_backward(ctx, grad: Tensor):
+    """y = x W^T + b: gx = g W, gW = g^T x, gb = sum of g over rows (e.g. Giles 2008, "An
+    extended collection of matrix derivative results", sec. 2.2.2); both products run through
+    this op again, so they take the same backend and are differentiable themselves."""
+    x, weight = ctx.saved_tensors
+    k = x.shape[-1]
+    g2 = grad.reshape(-1, weight.shape[0])
+    x2 = x.reshape(-1, k)
+    gx = linear_op(grad, weight.t(), None, ctx.backend, False, "")
+    gw = linear_op(g2.t(), x2.t(), None, ctx.backend, False, "")
+    gb = g2.sum(0) if ctx.has_bias else None
+    return gx, gw, gb
+
+
+#: x (*, K), weight (N, K), bias (N,) or None -> (*, N), in the inputs' dtype.
+linear_op = Op(
+    "ops_linear", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor",
+    forward={"metal": _linear_metal, "torch": _linear_torch},
+    fake=_linear_fake, save=_linear_save, backward=_linear_backward)
+
+
+def _validate(x, weight, bias):
+    fn = "linear"
+    x = checks.check_tensor(fn, "input", x)
+    weight = checks.check_tensor(fn, "weight", weight)
+    tensors = {"input": x, "weight": weight}
+    if bias is not None:
+        tensors["bias"] = checks.check_tensor(fn, "bias", bias)
+    checks.check_same_device(fn, **tensors)
+    backend = resolve_backend(x.device, fn)
+    checks.check_ops_dtype(fn, backend, **tensors)
+    if x.dim() == 0 or weight.dim() not in (1, 2):
+        raise RuntimeError(f"mpslinalg.{fn}: expected input of at least 1 dimension and a 1-D or "
+                           f"2-D weight, got input {checks.shape_str(x)} and weight "
+                           f"{checks.shape_str(weight)}")
+    if x.shape[-1] != weight.shape[-1]:
+        rows = math.prod(x.shape[:-1])
+        w_shape = "x".join(str(s) for s in weight.shape)
+        raise RuntimeError(f"mpslinalg.{fn}: mat1 and mat2 shapes cannot be multiplied "
+                           f"({rows}x{x.shape[-1]} and {w_shape}): input "
+                           f"{checks.shape_str(x)}, weight {checks.shape_str(weight)}")
+    n = weight.shape[0] if weight.dim() == 2 else 1
+    if bias is not None and bias.dim() > 1 or bias is not None and bias.numel() not in (1, n):
+        raise RuntimeError(f"mpslinalg.{fn}: bias must have shape ({n},) or one element, got "
+                           f"{checks.shape_str(bias)}")
+    return backend
+
+
+@public(F.linear, torch_name="linear")
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    r"""``input @ weight.T + bias``; like :func:`torch.nn.functional.linear`.
+
+    Parameters
+    ----------
+    input : Tensor
+        ``(*, K)``: any leading shape, e.g. ``(B, 1, K)`` at a decode step.
+    weight : Tensor
+        ``(N, K)`` (or ``(K,)``, giving ``(*)``), same dtype as ``input``: float32, float16 or
+        bfloat16 (float64 on the torch backend).
+    bias : Tensor, optional
+        ``(N,)`` or one element, fused into the kernel.
+
+    Returns
+    -------
+    Tensor
+        ``(*, N)`` in the inputs' dtype, accumulated in float32 and rounded once.
+        Differentiable in all three arguments.
+
+    Notes
+    -----
+    On the metal backend one launch, no host synchronisation: the gemv kernel reads the weight
+    once for up to 8 rows of ``input`` (see :doc:`/ops_llm`).
+
+    Examples
+    --------
+    >>> import torch, mpslinalg, mpslinalg.ops
+    >>> x = torch.ones(2, 1, 3)
+    >>> w = torch.tensor([[1., 2., 3.], [0., 0., 1.]])
+    >>> with mpslinalg.use_backend("metal"):
+    ...     mpslinalg.ops.linear(x, w, torch.tensor([0.5, -1.]))
+    tensor([[[6.5000, 0.0000]],
+    <BLANKLINE>
+            [[6.5000, 0.0000]]])
+    """
+    backend = _validate(input, weight, bias)
+    vector_weight = weight.dim() == 1
+    w = weight.unsqueeze(0) if vector_weight else weight
+    n = w.shape[0]
+    b = bias.reshape(1).expand(n) if bias is not None and bias.numel() != n else bias
+    if b is not None and b.dim() == 0:
+        b = b.reshape(1)
+    out = linear_op(input, w, b, backend, False, "")
+    return out.squeeze(-1) if vector_weight else out

@@ -1,0 +1,178 @@
+"""mpslinalg.ops.linear: F.linear semantics, the gemv kernels (launches, host syncs, row
+blocks), bias on 1-D/2-D/3-D inputs, autograd; registered in the op database."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mpslinalg
+from mpslinalg import ops
+from mpslinalg.emulator import reset_launch_counts, total_launches
+from mpslinalg.testing import count_host_syncs
+
+# the module (mpslinalg.ops.linear is also the name of the function it defines)
+linear_module = importlib.import_module("mpslinalg.ops.linear")
+
+#: Error of a float32-accumulated result rounded once to the dtype, relative to the largest
+#: output: half a unit in the last place (2^-11 float16, 2^-8 bfloat16) plus accumulation slack.
+RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}
+
+
+def _close(got, ref, dtype):
+    scale = max(ref.abs().max().item(), 1.0) if ref.numel() else 1.0
+    err = (got.double() - ref.double()).abs().max().item() if ref.numel() else 0.0
+    assert got.dtype == dtype
+    assert got.shape == ref.shape
+    assert err <= RTOL[dtype] * scale, (err, scale)
+
+
+def test_params_layout_matches_the_kernel_struct():
+    text = open(mpslinalg._core.metal.metal_root() / "ops" / "gemv.h").read()
+    body = text[text.index("struct GemvParams {"):text.index("};", text.index("struct GemvParams"))]
+    fields = [line.split()[1].rstrip(";") for line in body.splitlines()[1:] if "long" in line]
+    assert tuple(fields) == linear_module.GEMV_PARAMS
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(40,), (1, 40), (3, 1, 40), (5, 40), (8, 40), (9, 40),
+                                   (2, 9, 40), (0, 40)])
+def test_matches_torch_with_bias(backend, dtype, shape):
+    gen = torch.Generator().manual_seed(len(shape) * 10 + shape[0])
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    w = torch.randn(13, 40, generator=gen, dtype=torch.float64)
+    b = torch.randn(13, generator=gen, dtype=torch.float64)
+    for bias in (b, None):
+        args = [t.to(dtype) for t in (x, w)] + [None if bias is None else bias.to(dtype)]
+        got = ops.linear(*(backend.tensor(a) if a is not None else None for a in args))
+        ref = F.linear(*(a.double() if a is not None else None for a in args))
+        _close(got.cpu(), ref, dtype)
+
+
+def test_vector_weight_and_scalar_bias(backend):
+    x, w = torch.randn(4, 6), torch.randn(6)
+    torch.testing.assert_close(ops.linear(backend.tensor(x), backend.tensor(w)).cpu(),
+                               F.linear(x, w))
+    b = torch.randn(())
+    if not backend.is_metal:
+        return  # torch refuses a 1-D weight with a bias; the metal path broadcasts it
+    torch.testing.assert_close(ops.linear(backend.tensor(x), backend.tensor(w),
+                                          backend.tensor(b)).cpu(), x @ w + b)
+
+
+def test_one_launch_no_host_sync_and_the_row_block(metal_backend):
+    w = metal_backend.tensor(torch.randn(16, 64, dtype=torch.bfloat16))
+    for m in (1, 3, 8, 20):
+        x = metal_backend.tensor(torch.randn(m, 1, 64, dtype=torch.bfloat16))
+        reset_launch_counts()
+        with count_host_syncs() as syncs:
+            ops.linear(x, w, w[:, 0])
+        assert syncs.calls == []
+        if metal_backend.device.type == "cpu":
+            assert total_launches() == 1
+    assert [linear_module.rows_per_simdgroup(m) for m in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 8]
+
+
+@pytest.mark.parametrize("k", [64, 66, 131])
+def test_vector_and_scalar_weight_loads_agree_bitwise(metal_backend, k):
+    x = metal_backend.tensor(torch.randn(3, k, dtype=torch.bfloat16))
+    w = torch.randn(10, k, dtype=torch.bfloat16)
+    column_major = w.t().contiguous().t()
+    assert linear_module.vec4_rows(w, w.stride(1), w.stride(0)) == int(k % 4 == 0)
+    assert linear_module.vec4_rows(column_major, column_major.stride(1),
+                                   column_major.stride(0)) == 0
+    assert torch.equal(ops.linear(x, metal_backend.tensor(w)),
+                       ops.linear(x, metal_backend.tensor(column_major)))
+
+
+def test_results_do_not_depend_on_lane_order(metal_backend, monkeypatch):
+    x = metal_backend.tensor(torch.randn(3, 300))
+    w = metal_backend.tensor(torch.randn(7, 300))
+    forward = ops.linear(x, w)
+    monkeypatch.setattr(mpslinalg._core.metal, "LANE_ORDER", "reverse")
+    assert torch.equal(ops.linear(x, w), forward)
+
+
+def test_errors_name_the_function(backend):
+    x, w = backend.tensor(torch.randn(2, 3)), backend.tensor(torch.randn(4, 5))
+    with pytest.raises(RuntimeError, match="^mpslinalg.linear: .*cannot be multiplied"):
+        ops.linear(x, w)
+    with pytest.raises(RuntimeError, match="^mpslinalg.linear: "):
+        ops.linear(x, backend.tensor(torch.randn(4, 3)), backend.tensor(torch.randn(5)))
+    with pytest.raises(RuntimeError, match="^mpslinalg.linear: .*dtype"):
+        ops.linear(x.half(), backend.tensor(torch.randn(4, 3)))
+    if backend.is_metal:
+        with pytest.raises(TypeError, match="^mpslinalg.linear: .*torch backend"):
+            ops.linear(x.double(), backend.tensor(torch.randn(4, 3)).double())
+
+
+def test_gradients_against_torch_autograd(backend):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 10, generator=gen, dtype=torch.float64)
+    w = torch.randn(5, 10, generator=gen, dtype=torch.float64)
+    b = torch.randn(5, generator=gen, dtype=torch.float64)
+    ours = [t.float().to(backend.device).requires_grad_() for t in (x, w, b)]
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    g = torch.randn(2, 3, 5, generator=gen, dtype=torch.float64)
+    torch.autograd.backward(ops.linear(*ours), g.float().to(backend.device))
+    torch.autograd.backward(F.linear(*ref), g)
+    for a, r in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_opcheck():
+    x, w, b = torch.randn(3, 4, dtype=torch.float64, requires_grad=True), torch.randn(
+        2, 4, dtype=torch.float64, requires_grad=True), torch.randn(2, dtype=torch.float64)
+    torch.library.opcheck(linear_module.linear_op.overload, (x, w, b, "torch", False, ""))
+    torch.autograd.gradcheck(lambda x, w: linear_module.linear_op(x, w, None, "torch", False, ""),
+                             (x, w))
+
+
+def test_docstring_examples():
+    failures, tried = doctest.testmod(linear_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert tried > 0 and failures == 0
+
+
+# ---------------------------------------------------------------- op database
+
+from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402
+
+
+def _samples(complex_: bool) -> list[Sample]:
+    gen = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    return [
+        Sample((r(2, 1, 24), r(6, 24), r(6)), desc="(2, 1, 24) decode step with bias"),
+        Sample((r(3, 24), r(6, 24), r(6)), desc="(3, 24) with bias"),
+        Sample((r(24), r(6, 24), None), desc="1-D input"),
+        Sample((r(2, 5, 24), r(6, 24), r(6)), desc="(2, 5, 24): 10 rows, two row blocks"),
+        Sample((r(0, 24), r(6, 24), r(6)), desc="no rows"),
+    ]
+
+
+def _bad_samples() -> list[BadSample]:
+    return [
+        BadSample((torch.zeros(2, 3), torch.zeros(4, 5)), match="cannot be multiplied"),
+        BadSample((torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(5))),
+        BadSample(([[1.0]], torch.zeros(1, 1)), error=(TypeError, AttributeError)),
+    ]
+
+
+OPS = [
+    OpInfo("ops.linear", ops.linear, F.linear, _samples, bad_samples=_bad_samples,
+           dtypes=(torch.float32, torch.float16, torch.bfloat16), grad_args=(0, 1),
+           grad_dtypes=(torch.float32,),
+           rtol={torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2,
+                 torch.float64: 1e-12},
+           supports_out=False,
+           skips={"upcast": "computes natively in float16/bfloat16 with float32 accumulation "
+                            "(F.linear semantics), so low-precision inputs are not upcast"}),
+]
+instantiate_generic_tests(globals(), OPS)
