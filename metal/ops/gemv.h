@@ -28,8 +28,8 @@ constant constexpr int kGemvStep = kSimdWidth * kGemvLaneElems;
 constant constexpr int kGemvColsPerGroup = 4;
 static_assert(kGemvLaneElems == 4, "a lane's weights are one float4 (one 4-wide load)");
 
-// Arguments of gemv, one list of int64 from the host (field order: mpslinalg.ops.linear
-// GEMV_PARAMS, checked by tests/ops/test_linear.py). Strides are in elements.
+// Arguments of gemv, one list of int64 from the host (field order: mpslinalg.ops.gemv
+// GEMV_PARAMS, checked by tests/ops/test_gemv.py). Strides are in elements.
 struct GemvParams {
   long m;          // rows of x
   long n;          // rows of w = columns of out

@@ -29,7 +29,7 @@ DTYPE_NAMES = {
     torch.bfloat16: "bfloat16",
     torch.int32: "int32",
     torch.int64: "int64",
-    # storage widths of the bit-moving kernels (ops/pad.metal)
+    # storage widths of the bit-moving kernels (ops/padding.metal)
     torch.uint8: "uint8",
     torch.int16: "int16",
     torch.complex128: "complex128",

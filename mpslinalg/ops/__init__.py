@@ -6,11 +6,11 @@ through the same op machinery as the linalg families.
 """
 
 from . import streams
-from .conv1d import conv1d
+from .convolution import conv1d
 from .fp8 import ScalingType, float8_storage, from_float8, scaled_mm, to_float8
-from .grouped_mm import grouped_mm
-from .linear import linear
-from .pad import pad
+from .gemv import linear
+from .grouped_gemm import grouped_mm
+from .padding import pad
 
 __all__ = ["ScalingType", "conv1d", "float8_storage", "from_float8", "grouped_mm", "linear",
            "pad", "scaled_mm", "streams", "to_float8"]

@@ -2,7 +2,7 @@
 
 Ops ``mpslinalg::ops_scaled_mm`` and ``mpslinalg::ops_fp8_encode`` (``metal/ops/fp8.metal``).
 The Metal kernels decode float8_e4m3fn / float8_e5m2 bytes in registers and accumulate in
-float32; the matrix product is the gemv-shaped kernel of :mod:`mpslinalg.ops.linear` (one
+float32; the matrix product is the gemv-shaped kernel of :mod:`mpslinalg.ops.gemv` (one
 simdgroup per output column, up to 8 rows of ``mat_a`` per pass over ``mat_b``), so at decode
 shapes (M <= 8) the weight is streamed once, one byte per element.
 
@@ -40,7 +40,7 @@ from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.metal import launch
 from .._core.op import Op
-from .linear import gemv_grid, rows_per_simdgroup, vec4_rows
+from .gemv import gemv_grid, rows_per_simdgroup, vec4_rows
 
 __all__ = ["ScalingType", "float8_storage", "from_float8", "scaled_mm", "to_float8"]
 

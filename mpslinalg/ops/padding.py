@@ -1,6 +1,6 @@
 """Constant padding: ``pad(x, pad, value)`` with ``F.pad(mode="constant")`` semantics.
 
-Op ``mpslinalg::pad``: on the metal backend one launch of ``metal/ops/pad.metal`` writes the
+Op ``mpslinalg::pad``: on the metal backend one launch of ``metal/ops/padding.metal`` writes the
 output directly from the input's storage (any strides, no intermediate copy), so the peak extra
 memory of a call is its output. Negative pads crop, in the same single launch (the result is
 never a view of the input). The derivative is the opposite pad of the incoming gradient.
@@ -22,13 +22,13 @@ from .._core.op import Op, public
 
 __all__ = ["pad"]
 
-_SOURCE = "ops/pad.metal"
+_SOURCE = "ops/padding.metal"
 
 #: Fields of the kernel's PadParams struct, in order (each an int64; the arrays hold
 #: :data:`MAX_DIMS` entries each).
 PAD_PARAMS = ("ndim", "numel", "value_lo", "value_hi", "out_sizes", "in_sizes", "in_strides",
               "before")
-#: kPadMaxDims of metal/ops/pad.h: dimensions the kernel takes after merging.
+#: kPadMaxDims of metal/ops/padding.h: dimensions the kernel takes after merging.
 MAX_DIMS = 16
 #: Upper bound on the grid; larger outputs are covered by the kernel's grid-stride loop.
 MAX_GRID = 1 << 22

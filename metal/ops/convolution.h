@@ -22,7 +22,7 @@
 namespace mpsl {
 
 // Arguments of both kernels, passed by the host as one list of int64 (the layout is checked by
-// tests/ops/test_conv1d.py against mpslinalg.ops.conv1d.CONV1D_PARAMS).
+// tests/ops/test_convolution.py against mpslinalg.ops.convolution.CONV1D_PARAMS).
 struct Conv1dParams {
   long batch;        // N
   long c_in;         // input channels

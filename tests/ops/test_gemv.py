@@ -15,8 +15,7 @@ from mpslinalg import ops
 from mpslinalg.emulator import reset_launch_counts, total_launches
 from mpslinalg.testing import count_host_syncs
 
-# the module (mpslinalg.ops.linear is also the name of the function it defines)
-linear_module = importlib.import_module("mpslinalg.ops.linear")
+linear_module = importlib.import_module("mpslinalg.ops.gemv")
 
 #: Error of a float32-accumulated result rounded once to the dtype, relative to the largest
 #: output: half a unit in the last place (2^-11 float16, 2^-8 bfloat16) plus accumulation slack.

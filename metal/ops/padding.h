@@ -21,7 +21,7 @@ namespace mpsl {
 constant constexpr int kPadMaxDims = 16;
 
 // Arguments of pad, passed by the host as one list of int64 (the layout is checked by
-// tests/ops/test_pad.py against mpslinalg.ops.pad.PAD_PARAMS).
+// tests/ops/test_padding.py against mpslinalg.ops.padding.PAD_PARAMS).
 struct PadParams {
   long ndim;                     // dimensions used in the arrays below, outermost first
   long numel;                    // elements of the output

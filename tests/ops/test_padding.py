@@ -18,7 +18,7 @@ from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
 from mpslinalg.testing import count_host_syncs
 
-pad_module = importlib.import_module("mpslinalg.ops.pad")
+pad_module = importlib.import_module("mpslinalg.ops.padding")
 FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 ALL_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -188,9 +188,9 @@ def _reference_offset(index: int, out_shape, in_shape, strides, before) -> int:
 
 
 def test_kernel_index_arithmetic_is_64_bit():
-    """pad_source_offset of metal/ops/pad.h, run by the emulator on shapes, strides, pads and
+    """pad_source_offset of metal/ops/padding.h, run by the emulator on shapes, strides, pads and
     linear indices past 2^32 that no test can allocate: every offset equals Python's."""
-    library = emulator.compile_shader(_metal.load_source("ops/pad.h") + _PROBE)
+    library = emulator.compile_shader(_metal.load_source("ops/padding.h") + _PROBE)
     size = torch.zeros(1, dtype=torch.int64)
     library.pad_params_size(size, threads=1)
     assert size.item() == 8 * (4 + 4 * pad_module.MAX_DIMS)

@@ -1,6 +1,6 @@
 """1-D convolution: ``conv1d`` with ``F.conv1d`` semantics.
 
-Op ``mpslinalg::conv1d``: on the metal backend one launch of ``metal/ops/conv1d.metal``, the
+Op ``mpslinalg::conv1d``: on the metal backend one launch of ``metal/ops/convolution.metal``, the
 depthwise kernel when every group has one input channel, the implicit-GEMM kernel otherwise,
 with the bias fused. float32, float16 and bfloat16 compute natively (float accumulation, one
 rounding at the end). Gradients: on the metal backend the input and weight gradients are
@@ -23,7 +23,7 @@ from .._core.op import Op, public
 
 __all__ = ["conv1d"]
 
-_SOURCE = "ops/conv1d.metal"
+_SOURCE = "ops/convolution.metal"
 
 #: Fields of the kernels' Conv1dParams struct, in order (each an int64; the strides are three
 #: entries each).
@@ -31,7 +31,7 @@ CONV1D_PARAMS = ("batch", "c_in", "l_in", "c_out", "l_out", "taps", "stride", "p
                  "dilation", "groups", "has_bias", "x_strides", "w_strides")
 #: Dtypes the Metal kernels are instantiated for.
 METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-#: kConvDepthwiseRun, kConvSide, kConvTileM / kConvTileN of metal/ops/conv1d.h.
+#: kConvDepthwiseRun, kConvSide, kConvTileM / kConvTileN of metal/ops/convolution.h.
 DEPTHWISE_RUN = 4
 GEMM_SIDE = 16
 GEMM_TILE = 32

@@ -1,4 +1,4 @@
-#include "conv1d.h"
+#include "convolution.h"
 
 // clang-format off
 MPSL_KERNEL(conv1d_depthwise, float32, float)

@@ -1,4 +1,4 @@
-#include "pad.h"
+#include "padding.h"
 
 // One kernel per element width; the host reinterprets every dtype as the type of its width
 // (bool/int8/uint8/float8 as uint8; float16/bfloat16 as int16; float32 as int32; float64 and

@@ -16,7 +16,7 @@ from mpslinalg.emulator import reset_launch_counts, total_launches
 from mpslinalg.ops import grouped_mm
 from mpslinalg.testing import count_host_syncs
 
-gmm_module = importlib.import_module("mpslinalg.ops.grouped_mm")
+gmm_module = importlib.import_module("mpslinalg.ops.grouped_gemm")
 
 #: float32 accumulation, one rounding to the output dtype, relative to the largest output.
 RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}
@@ -73,7 +73,7 @@ def _close(got, ref, dtype):
 
 
 def test_params_layout_matches_the_kernel_struct():
-    text = open(mpslinalg._core.metal.metal_root() / "ops" / "grouped_mm.h").read()
+    text = open(mpslinalg._core.metal.metal_root() / "ops" / "grouped_gemm.h").read()
     start = text.index("struct GroupedMmParams {")
     body = text[start:text.index("};", start)]
     names = [n.strip().rstrip(";") for line in body.splitlines()[1:] if "long" in line

@@ -20,13 +20,13 @@
 
 namespace mpsl {
 
-// Shape codes shared with the host (mpslinalg.ops.grouped_mm.MODES).
+// Shape codes shared with the host (mpslinalg.ops.grouped_gemm.MODES).
 constant constexpr long kGroupRows = 0;
 constant constexpr long kGroupCols = 1;
 constant constexpr long kGroupInner = 2;
 constant constexpr long kGroupBatched = 3;
 
-// Arguments of grouped_mm (field order: mpslinalg.ops.grouped_mm.GROUPED_MM_PARAMS); strides
+// Arguments of grouped_mm (field order: mpslinalg.ops.grouped_gemm.GROUPED_MM_PARAMS); strides
 // in elements, group strides 0 for 2-D operands.
 struct GroupedMmParams {
   long mode;

@@ -19,7 +19,7 @@ from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
 from mpslinalg.testing import count_host_syncs
 
-conv1d_module = importlib.import_module("mpslinalg.ops.conv1d")
+conv1d_module = importlib.import_module("mpslinalg.ops.convolution")
 FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 #: Error relative to the largest output, by dtype: float32 accumulates in float32; float16 and
 #: bfloat16 too, with the one final rounding to the storage type.
@@ -179,7 +179,7 @@ def test_params_struct_size():
   out[0] = long(sizeof(mpsl::Conv1dParams));
 }
 """
-    library = emulator.compile_shader(_metal.load_source("ops/conv1d.h") + probe)
+    library = emulator.compile_shader(_metal.load_source("ops/convolution.h") + probe)
     size = torch.zeros(1, dtype=torch.int64)
     library.conv1d_params_size(size, threads=1)
     assert size.item() == 8 * (len(conv1d_module.CONV1D_PARAMS) - 2 + 2 * 3)

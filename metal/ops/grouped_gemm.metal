@@ -1,4 +1,4 @@
-#include "grouped_mm.h"
+#include "grouped_gemm.h"
 
 // grouped_mm_<dtype>_wide<0|1>: wide1 writes float32 from low-precision inputs (out_dtype).
 // clang-format off

@@ -1,6 +1,6 @@
 """``grouped_mm``: :func:`torch.nn.functional.grouped_mm` for mixture-of-experts layers.
 
-Op ``mpslinalg::ops_grouped_mm`` (``metal/ops/grouped_mm.metal``). The group offsets are read by
+Op ``mpslinalg::ops_grouped_mm`` (``metal/ops/grouped_gemm.metal``). The group offsets are read by
 the kernel on the device: one launch whatever the number of groups, no host synchronisation,
 and offsets that are not increasing or run past the end never make the kernel read or write
 out of bounds (the values are then unspecified; ``check_offsets=True`` rejects such offsets with
@@ -27,8 +27,8 @@ from .._core.op import Op
 
 __all__ = ["grouped_mm"]
 
-_SOURCE = "ops/grouped_mm.metal"
-#: Shape codes (kGroupRows ... in metal/ops/grouped_mm.h): which dimension ``offs`` splits.
+_SOURCE = "ops/grouped_gemm.metal"
+#: Shape codes (kGroupRows ... in metal/ops/grouped_gemm.h): which dimension ``offs`` splits.
 ROWS, COLS, INNER, BATCHED = 0, 1, 2, 3
 #: Fields of the kernel's GroupedMmParams struct, in order (each an int64).
 GROUPED_MM_PARAMS = ("mode", "groups", "m", "n", "k", "batch", "a_group", "a_row", "a_col",
