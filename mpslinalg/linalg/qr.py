@@ -22,13 +22,19 @@ _MODES = ("reduced", "complete", "r")
 _DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
-def _solve_r(R: Tensor, B: Tensor, backend: str, *, left: bool, adjoint: bool) -> Tensor:
-    """X with op(R) X = B (``left``) or X op(R) = B, R upper triangular (*, n, n) with B's batch
-    shape, op(R) = R^H when ``adjoint``."""
-    if backend == "metal":
-        return qr_metal.solve_r_metal(R, B, left=left, adjoint=adjoint)
+def _solve_r_torch(R: Tensor, B: Tensor, left: bool, adjoint: bool) -> Tensor:
     M = R.mH if adjoint else R
     return torch.linalg.solve_triangular(M, B, upper=not adjoint, left=left)
+
+
+#: X with op(R) X = B (``left``) or X op(R) = B, R upper triangular (*, n, n) with B's batch
+#: shape, op(R) = R^H when ``adjoint``: the solves of the derivative rules, as an op so that
+#: traced backward graphs do not trace into the kernels.
+solve_r_op = Op(
+    "qr_solve_r", "(Tensor R, Tensor B, bool left, bool adjoint) -> Tensor",
+    forward={"metal": lambda R, B, left, adjoint: qr_metal.solve_r_metal(
+        R, B, left=left, adjoint=adjoint, fn="qr"), "torch": _solve_r_torch},
+    fake=lambda R, B, left, adjoint: torch.empty_like(B, memory_format=torch.contiguous_format))
 
 
 # ---------------------------------------------------------------- qr
@@ -59,7 +65,7 @@ def _qr_backward_tall(Q: Tensor, R: Tensor, gQ: Tensor, gR: Tensor, backend: str
     with application in optimum experimental design (extended version)", sec. 3.3; conjugate
     Wirtinger for complex)."""
     M = R @ gR.mH - gQ.mH @ Q
-    return _solve_r(R, gQ + Q @ _copyltu(M), backend, left=False, adjoint=True)
+    return solve_r_op(R, gQ + Q @ _copyltu(M), False, True, backend, False, "")
 
 
 def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
@@ -145,6 +151,14 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
 # ---------------------------------------------------------------- geqrf
 
 
+def _through_the_op(A, *args, **kwargs) -> bool:
+    """torch.geqrf has no meta kernel and torch.linalg.lstsq's output shapes depend on values
+    (so neither traces under torch.compile): meta tensors and traced calls take the op, whose
+    fake gives the shapes."""
+    return A.device.type == "meta" or torch.compiler.is_compiling()
+
+
+
 def _geqrf_backward(ctx, ga, gtau):
     raise NotImplementedError("mpslinalg.geqrf: the derivative for 'geqrf' is not implemented.")
 
@@ -159,7 +173,7 @@ geqrf_op = Op(
     backward=_geqrf_backward)
 
 
-@public(torch.geqrf, torch_name="geqrf")
+@public(torch.geqrf, torch_name="geqrf", general_when=_through_the_op)
 def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     r"""Householder QR in LAPACK's packed form; like :func:`torch.geqrf`.
 
@@ -287,8 +301,10 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
     A, Ac, backend = checks.prepare(fn, A, square=False)
     tau = checks.check_tensor(fn, "tau", tau)
     checks.check_same_device(fn, A=A, tau=tau)
-    if tau.dim() < 1:
-        raise RuntimeError(f"mpslinalg.{fn}: tau must have at least 1 dimension, got a scalar")
+    if tau.dim() != A.dim() - 1:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected tau to have one dimension less than input, "
+                           f"but got tau.ndim equal to {tau.dim()} and input.ndim is equal to "
+                           f"{A.dim()}")
     if tau.dtype != A.dtype:
         raise RuntimeError(f"mpslinalg.{fn}: tau dtype {tau.dtype} does not match input dtype "
                            f"{A.dtype}")
@@ -345,7 +361,12 @@ def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
 
 
 def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
-    return tuple(torch.linalg.lstsq(A, B, rcond, driver=driver))
+    X, residuals, rank, svals = torch.linalg.lstsq(A, B, rcond, driver=driver)
+    if residuals.numel():
+        # Recomputed: torch 2.13's complex residuals come out wrong when the op runs inside
+        # a graph traced by AOTAutograd (torch.compile), though right in eager mode.
+        residuals = (A @ X - B).abs().square().sum(-2)
+    return X, residuals, rank, svals
 
 
 def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
@@ -363,6 +384,7 @@ def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
 
 def _lstsq_save(ctx, inputs, outputs) -> None:
     A, B, _, _ = inputs
+    ctx.mark_non_differentiable(*outputs[1:])  # only the solution is, as in torch
     ctx.save_for_backward(A, B, outputs[0])
 
 
@@ -398,7 +420,7 @@ lstsq_op = Op(
     fake=_lstsq_fake, save=_lstsq_save, backward=_lstsq_backward)
 
 
-@public(torch.linalg.lstsq)
+@public(torch.linalg.lstsq, general_when=_through_the_op)
 def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None):
     r"""Least-squares solution of ``A X = B``; like :func:`torch.linalg.lstsq`.
 
@@ -463,7 +485,9 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
                            f"shapes {checks.shape_str(A)} and {checks.shape_str(B)}")
     checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
     if driver is None:
-        driver = "gelsy" if backend == "torch" and A.device.type == "cpu" else "gels"
+        # torch's default: gelsy on the CPU, gels elsewhere; the metal backend implements gels.
+        on_cpu = A.device.type in ("cpu", "meta")
+        driver = "gelsy" if backend == "torch" and on_cpu else "gels"
     X, residuals, rank, svals = lstsq_op(Ac, to_dtype(Bm, Ac.dtype), rcond, driver, backend,
                                          False, "")
     if vector:
