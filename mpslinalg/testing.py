@@ -172,7 +172,7 @@ def _haar(rng: np.random.Generator, n: int, complex_: bool, batch: tuple) -> np.
 
 
 def random_matrix(n: int, dtype=torch.float32, batch: tuple = (), seed: int = 0, m=None):
-    """Standard normal entries (complex: both parts), shape (*batch, m or n, n).
+    """Standard normal entries (complex: both parts), shape ``(*batch, m or n, n)``.
 
     Examples
     --------
