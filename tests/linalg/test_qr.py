@@ -279,8 +279,10 @@ def test_lstsq_against_scipy(backend, m, n):
         err = float((X - ref).abs().max() / ref.abs().max())
         assert err < max(m, n) * cond**2 * testing.eps(dtype), err
         if m > n:
-            expected = (wide(A) @ X - wide(B)).abs().square().sum(-2)
-            torch.testing.assert_close(wide(res.residuals), expected, rtol=1e-3, atol=1e-4)
+            residues = np.stack([scipy.linalg.lstsq(a, b)[1] for a, b in
+                                 zip(wide(A).numpy(), wide(B).numpy(), strict=True)])
+            torch.testing.assert_close(wide(res.residuals), torch.from_numpy(residues),
+                                       rtol=1e-3, atol=1e-4)
         else:
             assert res.residuals.numel() == 0
         assert res.rank.numel() == 0 and res.singular_values.numel() == 0
@@ -503,8 +505,8 @@ def _matrix(m: int, n: int, batch: tuple, c: bool, seed: int) -> torch.Tensor:
 
 def _qr_samples(c: bool) -> list[Sample]:
     return [
-        Sample((_matrix(7, 5, (), c, 1),), desc="7x5"),
-        Sample((_matrix(4, 6, (2,), c, 2),), desc="(2, 4, 6) wide"),
+        Sample((_matrix(6, 4, (), c, 1),), desc="6x4"),
+        Sample((_matrix(3, 5, (2,), c, 2),), desc="(2, 3, 5) wide"),
         Sample((_matrix(3, 3, (2, 3), c, 3),), desc="(2, 3, 3, 3) small path"),
         Sample((_matrix(20, 18, (2,), c, 4),), desc="(2, 20, 18) two panels"),
         Sample((_matrix(4, 3, (), c, 5),), {"mode": "complete"}, desc="4x3 complete"),
