@@ -329,7 +329,8 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
 
 def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
     """LAPACK gels: x = R^-1 (Q^H b)[:n] for m >= n; for m < n, with A^H = Q R (A = R^H Q^H,
-    an LQ factorisation), the minimum-norm x = Q [R^-H b; 0]."""
+    an LQ factorisation), the minimum-norm x = Q [R^-H b; 0]. Tall-skinny A goes through the
+    TSQR tree and its explicit Q."""
     batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     m, n = A.shape[-2:]
     k = B.shape[-1]
@@ -345,6 +346,11 @@ def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
         if m > n:
             residuals = B.abs().square().sum(-2)
         return X, residuals, rank, svals
+    if qr_metal.use_tsqr(m, n, "reduced"):  # m > n
+        Q, R = qr_metal.qr_metal(A, "reduced", fn="lstsq")
+        C = Q.mH @ B
+        X = qr_metal.solve_r_metal(R, C, left=True, adjoint=False)
+        return X, (B - Q @ C).abs().square().sum(-2), rank, svals
     if m >= n:
         a, _, tmat = qr_metal.geqrf_metal(A, fn="lstsq")
         C = qr_metal.apply_q_metal(a, tmat, B, k=n, adjoint=True, fn="lstsq")
