@@ -61,9 +61,9 @@ def _copyltu(M: Tensor) -> Tensor:
 
 def _qr_backward_tall(Q: Tensor, R: Tensor, gQ: Tensor, gR: Tensor, backend: str) -> Tensor:
     """m >= n: gA = (gQ + Q copyltu(M)) R^-H with M = R gR^H - gQ^H Q, for R with a real
-    diagonal (Walter and Lehmann 2018, "Algorithmic differentiation of linear algebra functions
-    with application in optimum experimental design (extended version)", sec. 3.3; conjugate
-    Wirtinger for complex)."""
+    diagonal (Walter and Lehmann 2010, "Algorithmic differentiation of linear algebra functions
+    with application in optimum experimental design (extended version)", arXiv:1001.1654, the QR
+    decomposition; conjugate Wirtinger for complex)."""
     M = R @ gR.mH - gQ.mH @ Q
     return solve_r_op(R, gQ + Q @ _copyltu(M), False, True, backend, False, "")
 
@@ -71,7 +71,7 @@ def _qr_backward_tall(Q: Tensor, R: Tensor, gQ: Tensor, gR: Tensor, backend: str
 def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
     """The QR derivative where torch has one (mode 'reduced', or 'complete' with m <= n); for
     m < n, A = [X | Y] and R = [U | V] with X = Q U square, Y = Q V: gY = Q gV and X's rule with
-    gQ + Y gV^H (Walter and Lehmann 2018, sec. 3.3)."""
+    gQ + Y gV^H (the chain rule through V = Q^H Y; Walter and Lehmann 2010 for X)."""
     Q, R = ctx.saved_tensors
     if ctx.mode == "r":
         raise RuntimeError(
@@ -231,9 +231,10 @@ def _householder_product_backward(ctx, gQ: Tensor):
     """Reverse mode through Q_{i-1} = (I - tau_i v_i v_i^H) Q_i, Q_k = I[:, :n], Q = Q_0:
     gQ_i = gQ_{i-1} - conj(tau_i) v_i (v_i^H gQ_{i-1}), g tau_i = -(v_i^H gQ_{i-1}) w_i^H and
     g v_i = -conj(tau_i) gQ_{i-1} w_i^H - tau_i Q_i gQ_{i-1}^H v_i with w_i = v_i^H Q_i (the
-    chain rule for a product of rank-1 updates; Giles 2008, "An extended collection of matrix
-    derivative results for forward and reverse mode AD", sec. 2.2; conjugate Wirtinger for
-    complex). g v_i lands below the diagonal of column i of gA, the only entries Q depends on."""
+    chain rule for a product of rank-1 updates, with the matrix-product rule of Giles 2008, "An
+    extended collection of matrix derivative results for forward and reverse mode AD";
+    conjugate Wirtinger for complex). g v_i lands below the diagonal of column i of gA, the
+    only entries Q depends on."""
     A, tau = ctx.saved_tensors
     m, n = A.shape[-2:]
     k = tau.shape[-1]
@@ -399,7 +400,7 @@ def _lstsq_backward(ctx, gX: Tensor | None, *unused):
     gA = -gB X^H + (B - A X) Z^H + Y (gX - A^H gB)^H with Z = (A^H A)^-1 gX (m >= n; the last
     term vanishes) and Y = (A A^H)^-1 B (m < n; the residual term vanishes), the pseudo-inverse
     derivative of Golub and Pereyra 1973, "The differentiation of pseudo-inverses and nonlinear
-    least squares problems whose variables separate", eq. 4.12; conjugate Wirtinger for complex.
+    least squares problems whose variables separate"; conjugate Wirtinger for complex.
     Each inverse is itself a least-squares solution through the op."""
     A, B, X = ctx.saved_tensors
     if gX is None:
