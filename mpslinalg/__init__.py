@@ -15,6 +15,7 @@ from ._core.errors import LinAlgError, check_errors
 from .linalg.det import det, logdet, slogdet
 from .linalg.inverse import inv, inv_ex
 from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
+from .linalg.qr import geqrf, householder_product, lstsq, qr
 from .linalg.solve import solve, solve_ex
 
 __version__ = "0.1.0"
@@ -29,14 +30,18 @@ __all__ = [
     "LinAlgError",
     "check_errors",
     "det",
+    "geqrf",
     "get_backend",
+    "householder_product",
     "inv",
     "inv_ex",
     "logdet",
+    "lstsq",
     "lu",
     "lu_factor",
     "lu_factor_ex",
     "lu_solve",
+    "qr",
     "set_backend",
     "slogdet",
     "solve",

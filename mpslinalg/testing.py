@@ -1,9 +1,9 @@
 """Helpers for testing linear algebra, used by mpslinalg's own tests, ``python -m mpslinalg
 check`` and the benchmarks, and public for users who test code built on mpslinalg.
 
-- LAPACK's test ratios (``*_ratio``), as in its testing programs xGET01 / xGET02 / xGET03: a
-  residual scaled by ``n * ||A|| * eps`` of the compute dtype, with 1-norms computed in
-  float64 / complex128. A correct factorisation stays below :data:`THRESH` (30, LAPACK's).
+- LAPACK's test ratios (``*_ratio``), as in its testing programs xGET01 / xGET02 / xGET03 /
+  xQRT01: a residual scaled by ``n * ||A|| * eps`` of the compute dtype, with 1-norms computed
+  in float64 / complex128. A correct factorisation stays below :data:`THRESH` (30, LAPACK's).
 - Matrix generators in the style of LAPACK's ``xLATMS``: a chosen condition number, scale and
   rank, real or complex, batched, reproducible from a seed (:func:`matrix_with_spread`,
   :func:`random_matrix`, :func:`singular_matrix`, :func:`noncontiguous`).
@@ -141,6 +141,43 @@ def inv_ratio(A, Ainv, dtype=None) -> float:
     eye = torch.eye(n, dtype=A.dtype)
     res = norm1(A @ Ainv - eye)
     return _ratio(res, n * norm1(A) * norm1(Ainv) * eps(dtype))
+
+
+def qr_ratio(A, Q, R, dtype=None) -> float:
+    """||A - Q R|| / (max(m, n) ||A|| eps) for A (m x n) = Q R (xQRT01, 1-norms); the maximum
+    over the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import qr_ratio, random_matrix
+    >>> A = random_matrix(3, seed=1, m=5)
+    >>> qr_ratio(A, *mpslinalg.qr(A)) < 30
+    True
+    """
+    dtype = dtype or R.dtype
+    A, Q, R = map(wide, (A, Q, R))
+    size = max(A.shape[-1], A.shape[-2], 1)
+    return _ratio(norm1(A - Q @ R), size * norm1(A) * eps(dtype))
+
+
+def orthogonality_ratio(Q, dtype=None) -> float:
+    """||Q^H Q - I|| / (m eps) for Q with m rows and orthonormal columns (xQRT01, 1-norm); the
+    maximum over the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import orthogonality_ratio, random_matrix
+    >>> Q, _ = mpslinalg.qr(random_matrix(3, seed=2, m=5))
+    >>> orthogonality_ratio(Q) < 30
+    True
+    """
+    dtype = dtype or Q.dtype
+    Q = wide(Q)
+    eye = torch.eye(Q.shape[-1], dtype=Q.dtype)
+    num = norm1(Q.mH @ Q - eye)
+    return _ratio(num, torch.full_like(num, max(Q.shape[-2], 1) * eps(dtype)))
 
 
 # ---------------------------------------------------------------- matrix generators

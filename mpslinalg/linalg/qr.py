@@ -1,0 +1,504 @@
+"""The QR family: ``qr``, ``geqrf``, ``householder_product`` and ``lstsq`` with torch semantics.
+
+Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` and
+``mpslinalg::lstsq``: on the metal backend the blocked Householder kernels of
+:mod:`mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
+the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
+launch; ``lstsq`` solves full-rank problems through QR (m >= n) or LQ (m < n), as LAPACK's gels.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._core import checks
+from .._core.op import Op, cast_back, public, to_dtype, write_out
+from . import qr_metal
+
+__all__ = ["geqrf", "householder_product", "lstsq", "qr"]
+
+_MODES = ("reduced", "complete", "r")
+_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _solve_r_torch(R: Tensor, B: Tensor, left: bool, adjoint: bool) -> Tensor:
+    M = R.mH if adjoint else R
+    return torch.linalg.solve_triangular(M, B, upper=not adjoint, left=left)
+
+
+#: X with op(R) X = B (``left``) or X op(R) = B, R upper triangular (*, n, n) with B's batch
+#: shape, op(R) = R^H when ``adjoint``: the solves of the derivative rules, as an op so that
+#: traced backward graphs do not trace into the kernels.
+solve_r_op = Op(
+    "qr_solve_r", "(Tensor R, Tensor B, bool left, bool adjoint) -> Tensor",
+    forward={"metal": lambda R, B, left, adjoint: qr_metal.solve_r_metal(
+        R, B, left=left, adjoint=adjoint, fn="qr"), "torch": _solve_r_torch},
+    fake=lambda R, B, left, adjoint: torch.empty_like(B, memory_format=torch.contiguous_format))
+
+
+# ---------------------------------------------------------------- qr
+
+
+def _qr_fake(A: Tensor, mode: str) -> tuple[Tensor, Tensor]:
+    *batch, m, n = A.shape
+    k = min(m, n)
+    rows = m if mode == "complete" else k
+    Q = A.new_empty(0) if mode == "r" else A.new_empty((*batch, m, rows))
+    return Q, A.new_empty((*batch, rows, n))
+
+
+def _qr_save(ctx, inputs, outputs) -> None:
+    ctx.mode = inputs[1]
+    ctx.save_for_backward(*outputs)
+
+
+def _copyltu(M: Tensor) -> Tensor:
+    """tril(M, -1) + tril(M, -1)^H + Re diag(M): the Hermitian matrix with M's lower triangle."""
+    low = M.tril(-1)
+    return low + low.mH + torch.diag_embed(M.diagonal(dim1=-2, dim2=-1).real.to(M.dtype))
+
+
+def _qr_backward_tall(Q: Tensor, R: Tensor, gQ: Tensor, gR: Tensor, backend: str) -> Tensor:
+    """m >= n: gA = (gQ + Q copyltu(M)) R^-H with M = R gR^H - gQ^H Q, for R with a real
+    diagonal (Walter and Lehmann 2010, "Algorithmic differentiation of linear algebra functions
+    with application in optimum experimental design (extended version)", arXiv:1001.1654, the QR
+    decomposition; conjugate Wirtinger for complex)."""
+    M = R @ gR.mH - gQ.mH @ Q
+    return solve_r_op(R, gQ + Q @ _copyltu(M), False, True, backend, False, "")
+
+
+def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
+    """The QR derivative where torch has one (mode 'reduced', or 'complete' with m <= n); for
+    m < n, A = [X | Y] and R = [U | V] with X = Q U square, Y = Q V: gY = Q gV and X's rule with
+    gQ + Y gV^H (the chain rule through V = Q^H Y; Walter and Lehmann 2010 for X)."""
+    Q, R = ctx.saved_tensors
+    if ctx.mode == "r":
+        raise RuntimeError(
+            "mpslinalg.qr: The derivative of linalg.qr depends on Q, which is not computed when "
+            "mode='r'. Please use linalg.qr(A, mode='reduced') if you are going to differentiate "
+            "through linalg.qr.")
+    m, n = Q.shape[-2], R.shape[-1]
+    if ctx.mode == "complete" and m > n:
+        raise RuntimeError("mpslinalg.qr: The QR decomposition is not differentiable when "
+                           "mode='complete' and nrows > ncols.")
+    gQ = torch.zeros_like(Q) if gQ is None else gQ
+    gR = torch.zeros_like(R) if gR is None else gR
+    if m >= n:
+        return _qr_backward_tall(Q, R, gQ, gR, ctx.backend), None
+    U, V = R[..., :m], R[..., m:]
+    gU, gV = gR[..., :m], gR[..., m:]
+    gX = _qr_backward_tall(Q, U, gQ + (Q @ V) @ gV.mH, gU, ctx.backend)
+    return torch.cat([gX, Q @ gV], dim=-1), None
+
+
+#: (Q, R) of torch.linalg.qr for ``mode``.
+qr_op = Op(
+    "qr", "(Tensor A, str mode) -> (Tensor, Tensor)",
+    forward={"metal": qr_metal.qr_metal, "torch": lambda A, mode: tuple(torch.linalg.qr(A, mode))},
+    fake=_qr_fake, save=_qr_save, backward=_qr_backward)
+
+
+@public(torch.linalg.qr)
+def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = None):
+    r"""QR decomposition ``A = Q R``; like :func:`torch.linalg.qr`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``, any m and n.
+    mode : {'reduced', 'complete', 'r'}, optional
+        'reduced': Q ``(*, m, k)`` and R ``(*, k, n)``, k = min(m, n); 'complete': Q
+        ``(*, m, m)`` and R ``(*, m, n)``; 'r': R only (Q is an empty tensor).
+    out : tuple of Tensor, optional
+        ``(Q, R)`` to write the results into.
+
+    Returns
+    -------
+    Q : Tensor
+        Orthonormal (unitary) columns.
+    R : Tensor
+        Upper triangular (trapezoidal), with a real diagonal. Differentiable where torch's is
+        (mode 'reduced', or 'complete' with m <= n).
+
+    Notes
+    -----
+    On the metal backend: blocked Householder QR with LAPACK's reflectors (see :doc:`qr`), so Q
+    and R match LAPACK's up to rounding, except on the tall-skinny path (m much larger than n,
+    mode 'reduced' or 'r'), whose R may differ from LAPACK's by the signs of its rows (and Q by
+    those of its columns). Matrices up to 4 x 4 take one launch for any batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[3., 1.], [4., 2.]])
+    >>> Q, R = mpslinalg.qr(A)
+    >>> R
+    tensor([[-5.0000, -2.2000],
+            [ 0.0000,  0.4000]])
+    >>> torch.allclose(Q @ R, A)
+    True
+    """
+    A, Ac, backend = checks.prepare("qr", A, square=False)
+    if mode not in _MODES:
+        raise RuntimeError(f"mpslinalg.qr: qr received unrecognized mode '{mode}' but expected "
+                           "one of 'reduced' (default), 'r', or 'complete'")
+    Q, R = qr_op(Ac, mode, backend, False, "")
+    result = torch.return_types.linalg_qr((cast_back(Q, A.dtype), cast_back(R, A.dtype)))
+    return write_out("qr", out, result)
+
+
+# ---------------------------------------------------------------- geqrf
+
+
+def _through_the_op(A, *args, **kwargs) -> bool:
+    """torch.geqrf has no meta kernel and torch.linalg.lstsq's output shapes depend on values
+    (so neither traces under torch.compile): meta tensors and traced calls take the op, whose
+    fake gives the shapes."""
+    return A.device.type == "meta" or torch.compiler.is_compiling()
+
+
+
+def _geqrf_backward(ctx, ga, gtau):
+    raise NotImplementedError("mpslinalg.geqrf: the derivative for 'geqrf' is not implemented.")
+
+
+#: (a, tau) of LAPACK geqrf, as torch.geqrf.
+geqrf_op = Op(
+    "geqrf", "(Tensor A) -> (Tensor, Tensor)",
+    forward={"metal": lambda A: qr_metal.geqrf_metal(A)[:2],
+             "torch": lambda A: tuple(torch.geqrf(A))},
+    fake=lambda A: (torch.empty_like(A, memory_format=torch.contiguous_format),
+                    A.new_empty((*A.shape[:-2], min(A.shape[-2:])))),
+    backward=_geqrf_backward)
+
+
+@public(torch.geqrf, torch_name="geqrf", general_when=_through_the_op)
+def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
+    r"""Householder QR in LAPACK's packed form; like :func:`torch.geqrf`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``.
+    out : tuple of Tensor, optional
+        ``(a, tau)`` to write the results into.
+
+    Returns
+    -------
+    a : Tensor
+        ``(*, m, n)``: R on and above the diagonal, the Householder vectors below it (their
+        leading 1 implicit).
+    tau : Tensor
+        ``(*, min(m, n))``: the reflectors' scalars, ``H_i = I - tau_i v_i v_i^H`` and
+        ``Q = H_1 ... H_k`` (:func:`householder_product` forms it). Not differentiable, as in
+        torch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> a, tau = mpslinalg.geqrf(torch.tensor([[3., 1.], [4., 2.]]))
+    >>> a
+    tensor([[-5.0000, -2.2000],
+            [ 0.5000,  0.4000]])
+    >>> tau
+    tensor([1.6000, 0.0000])
+    """
+    A, Ac, backend = checks.prepare("geqrf", A, square=False)
+    a, tau = geqrf_op(Ac, backend, False, "")
+    result = torch.return_types.geqrf((cast_back(a, A.dtype), cast_back(tau, A.dtype)))
+    return write_out("geqrf", out, result)
+
+
+# ---------------------------------------------------------------- householder_product
+
+
+def _householder_product_metal(A: Tensor, tau: Tensor) -> Tensor:
+    from .._core.copy import contiguous
+
+    a = contiguous(A, "householder_product")
+    tau = contiguous(tau, "householder_product")
+    tmat = qr_metal.larft_metal(a, tau)
+    return qr_metal.orgqr_metal(a, tmat, k=tau.shape[-1], cols=A.shape[-1],
+                                fn="householder_product")
+
+
+def _householder_product_save(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+
+
+def _householder_product_backward(ctx, gQ: Tensor):
+    """Reverse mode through Q_{i-1} = (I - tau_i v_i v_i^H) Q_i, Q_k = I[:, :n], Q = Q_0:
+    gQ_i = gQ_{i-1} - conj(tau_i) v_i (v_i^H gQ_{i-1}), g tau_i = -(v_i^H gQ_{i-1}) w_i^H and
+    g v_i = -conj(tau_i) gQ_{i-1} w_i^H - tau_i Q_i gQ_{i-1}^H v_i with w_i = v_i^H Q_i (the
+    chain rule for a product of rank-1 updates, with the matrix-product rule of Giles 2008, "An
+    extended collection of matrix derivative results for forward and reverse mode AD";
+    conjugate Wirtinger for complex). g v_i lands below the diagonal of column i of gA, the
+    only entries Q depends on."""
+    A, tau = ctx.saved_tensors
+    m, n = A.shape[-2:]
+    k = tau.shape[-1]
+    V = A.tril(-1)[..., :k] + torch.eye(m, k, dtype=A.dtype, device=A.device)
+    Qs = [torch.eye(m, n, dtype=A.dtype, device=A.device).expand_as(A)]
+    for i in reversed(range(k)):  # forward pass, keeping Q_i
+        v = V[..., i:i + 1]
+        Qs.append(Qs[-1] - tau[..., i, None, None] * v @ (v.mH @ Qs[-1]))
+    Qs = Qs[::-1]  # Qs[i] = Q_i
+    gA = torch.zeros_like(A)
+    gtau = torch.zeros_like(tau)
+    G = gQ
+    for i in range(k):
+        v = V[..., i:i + 1]
+        t = tau[..., i, None, None]
+        Qi = Qs[i + 1]
+        w = v.mH @ Qi
+        vG = v.mH @ G
+        gtau[..., i] = -(vG @ w.mH)[..., 0, 0]
+        gv = -t.conj() * G @ w.mH - t * Qi @ (G.mH @ v)
+        gA[..., i + 1:, i] = gv[..., i + 1:, 0]
+        G = G - t.conj() * v @ vG
+    return gA, gtau
+
+
+#: Q = H_1 ... H_k (first n columns), as torch.linalg.householder_product.
+householder_product_op = Op(
+    "householder_product", "(Tensor A, Tensor tau) -> Tensor",
+    forward={"metal": _householder_product_metal, "torch": torch.linalg.householder_product},
+    fake=lambda A, tau: torch.empty_like(A, memory_format=torch.contiguous_format),
+    save=_householder_product_save, backward=_householder_product_backward)
+
+
+@public(torch.linalg.householder_product)
+def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) -> Tensor:
+    r"""The first n columns of the product of Householder reflectors (LAPACK orgqr / ungqr);
+    like :func:`torch.linalg.householder_product`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``, m >= n: the vectors ``v_i`` below the diagonal of column i (the entries
+        on and above it are not read), as :func:`geqrf` returns them.
+    tau : Tensor
+        ``(*, k)``, k <= n, A's batch shape.
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        ``(*, m, n)``: ``(H_1 ... H_k)[:, :n]`` with ``H_i = I - tau_i v_i v_i^H``.
+        Differentiable with respect to ``A`` and ``tau``.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[3., 1.], [4., 2.]])
+    >>> Q = mpslinalg.householder_product(*mpslinalg.geqrf(A))
+    >>> Q
+    tensor([[-0.6000, -0.8000],
+            [-0.8000,  0.6000]])
+    """
+    fn = "householder_product"
+    A, Ac, backend = checks.prepare(fn, A, square=False)
+    tau = checks.check_tensor(fn, "tau", tau)
+    checks.check_same_device(fn, A=A, tau=tau)
+    if tau.dim() != A.dim() - 1:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected tau to have one dimension less than input, "
+                           f"but got tau.ndim equal to {tau.dim()} and input.ndim is equal to "
+                           f"{A.dim()}")
+    if tau.dtype != A.dtype:
+        raise RuntimeError(f"mpslinalg.{fn}: tau dtype {tau.dtype} does not match input dtype "
+                           f"{A.dtype}")
+    m, n = A.shape[-2:]
+    if m < n:
+        raise RuntimeError(f"mpslinalg.{fn}: input.shape[-2] must be greater than or equal to "
+                           f"input.shape[-1], got shape {checks.shape_str(A)}")
+    if tau.shape[-1] > n:
+        raise RuntimeError(f"mpslinalg.{fn}: input.shape[-1] must be greater than or equal to "
+                           f"tau.shape[-1], got shapes {checks.shape_str(A)} and "
+                           f"{checks.shape_str(tau)}")
+    if tau.shape[:-1] != A.shape[:-2]:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected batch dimensions of tau to be equal to "
+                           f"input.shape[:-2], but got tau of shape {checks.shape_str(tau)} for "
+                           f"input of shape {checks.shape_str(A)}")
+    Q = householder_product_op(Ac, to_dtype(tau, Ac.dtype), backend, False, "")
+    return write_out(fn, out, cast_back(Q, A.dtype))
+
+
+# ---------------------------------------------------------------- lstsq
+
+
+def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    """LAPACK gels: x = R^-1 (Q^H b)[:n] for m >= n; for m < n, with A^H = Q R (A = R^H Q^H,
+    an LQ factorisation), the minimum-norm x = Q [R^-H b; 0]. Tall-skinny A goes through the
+    TSQR tree and its explicit Q."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    m, n = A.shape[-2:]
+    k = B.shape[-1]
+    A = A.expand(*batch, m, n)
+    B = B.expand(*batch, m, k)
+    real = A.real.dtype if A.is_complex() else A.dtype
+    residuals = (torch.empty((*batch, k), dtype=real, device=A.device) if m > n
+                 else A.new_empty(0, dtype=real))
+    rank = A.new_empty(0, dtype=torch.int64)
+    svals = A.new_empty(0, dtype=real)
+    if min(m, n, k) == 0 or A.numel() == 0:
+        X = A.new_zeros((*batch, n, k))
+        if m > n:
+            residuals = B.abs().square().sum(-2)
+        return X, residuals, rank, svals
+    if qr_metal.use_tsqr(m, n, "reduced"):  # m > n
+        Q, R = qr_metal.qr_metal(A, "reduced", fn="lstsq")
+        C = Q.mH @ B
+        X = qr_metal.solve_r_metal(R, C, left=True, adjoint=False)
+        return X, (B - Q @ C).abs().square().sum(-2), rank, svals
+    if m >= n:
+        a, _, tmat = qr_metal.geqrf_metal(A, fn="lstsq")
+        C = qr_metal.apply_q_metal(a, tmat, B, k=n, adjoint=True, fn="lstsq")
+        R = a[..., :n, :n]
+        X = qr_metal.solve_r_metal(R, C[..., :n, :], left=True, adjoint=False)
+        if m > n:
+            residuals = C[..., n:, :].abs().square().sum(-2)
+        return X, residuals, rank, svals
+    a, _, tmat = qr_metal.geqrf_metal(A.mH, fn="lstsq")
+    Y = qr_metal.solve_r_metal(a[..., :m, :m], B, left=True, adjoint=True)
+    Z = torch.cat([Y, Y.new_zeros((*batch, n - m, k))], dim=-2)
+    X = qr_metal.apply_q_metal(a, tmat, Z, k=m, adjoint=False, fn="lstsq")
+    return X, residuals, rank, svals
+
+
+def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    X, residuals, rank, svals = torch.linalg.lstsq(A, B, rcond, driver=driver)
+    if residuals.numel():
+        # Recomputed: torch 2.13's complex residuals come out wrong when the op runs inside
+        # a graph traced by AOTAutograd (torch.compile), though right in eager mode.
+        residuals = (A @ X - B).abs().square().sum(-2)
+    return X, residuals, rank, svals
+
+
+def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    m, n = A.shape[-2:]
+    k = B.shape[-1]
+    real = A.real.dtype if A.is_complex() else A.dtype
+    with_residuals = driver != "gelsy" and m > n
+    residuals = A.new_empty((*batch, k) if with_residuals else (0,), dtype=real)
+    rank = A.new_empty(A.shape[:-2] if driver != "gels" else (0,), dtype=torch.int64)
+    svals = A.new_empty((*A.shape[:-2], min(m, n)) if driver in ("gelsd", "gelss") else (0,),
+                        dtype=real)
+    return A.new_empty((*batch, n, k)), residuals, rank, svals
+
+
+def _lstsq_save(ctx, inputs, outputs) -> None:
+    A, B, _, _ = inputs
+    ctx.mark_non_differentiable(*outputs[1:])  # only the solution is, as in torch
+    ctx.save_for_backward(A, B, outputs[0])
+
+
+def _lstsq_backward(ctx, gX: Tensor | None, *unused):
+    """Solution of full-rank least squares, X = A^+ B: gB = A^+H gX and
+    gA = -gB X^H + (B - A X) Z^H + Y (gX - A^H gB)^H with Z = (A^H A)^-1 gX (m >= n; the last
+    term vanishes) and Y = (A A^H)^-1 B (m < n; the residual term vanishes), the pseudo-inverse
+    derivative of Golub and Pereyra 1973, "The differentiation of pseudo-inverses and nonlinear
+    least squares problems whose variables separate"; conjugate Wirtinger for complex.
+    Each inverse is itself a least-squares solution through the op."""
+    A, B, X = ctx.saved_tensors
+    if gX is None:
+        return None, None, None, None
+    m, n = A.shape[-2:]
+
+    def solve(M, C):
+        return lstsq_op(M, C, None, "gels", ctx.backend, False, "")[0]
+
+    gB = solve(A.mH, gX)
+    gA = -(gB @ X.mH)
+    if m >= n:
+        gA = gA + (B - A @ X) @ solve(A, gB).mH
+    else:
+        gA = gA + solve(A.mH, X) @ (gX - A.mH @ gB).mH
+    return gA, gB, None, None
+
+
+#: (solution, residuals, rank, singular_values) of torch.linalg.lstsq for ``driver``; the
+#: metal backend implements driver 'gels' (the factory sums gA and gB back to their shapes).
+lstsq_op = Op(
+    "lstsq", "(Tensor A, Tensor B, float? rcond, str driver) -> (Tensor, Tensor, Tensor, Tensor)",
+    forward={"metal": _lstsq_metal, "torch": _lstsq_torch},
+    fake=_lstsq_fake, save=_lstsq_save, backward=_lstsq_backward)
+
+
+@public(torch.linalg.lstsq, general_when=_through_the_op)
+def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None):
+    r"""Least-squares solution of ``A X = B``; like :func:`torch.linalg.lstsq`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``.
+    B : Tensor
+        ``(*, m, k)``, or ``(*, m)`` when ``B.ndim == A.ndim - 1``; batch dimensions broadcast
+        with ``A``'s.
+    rcond : float, optional
+        As torch (used by the rank-revealing drivers only).
+    driver : {None, 'gels', 'gelsy', 'gelsd', 'gelss'}, optional
+        LAPACK's driver on the torch backend (None: torch's default). The metal backend
+        implements 'gels' (also its default): QR for m >= n, LQ for m < n, for full-rank
+        ``A``; other drivers raise there.
+
+    Returns
+    -------
+    solution : Tensor
+        ``(*, n, k)``: the least-squares solution (m >= n) or the minimum-norm one (m < n).
+        Differentiable with respect to ``A`` and ``B`` (full-rank ``A``).
+    residuals : Tensor
+        ``(*, k)`` squared residuals ``||A x - b||^2`` when m > n and the driver computes them
+        (not 'gelsy'); otherwise empty.
+    rank : Tensor
+        int64; empty for 'gels'.
+    singular_values : Tensor
+        For 'gelsd' and 'gelss'; otherwise empty.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[1., 0.], [0., 1.], [1., 1.]])
+    >>> B = torch.tensor([[1.], [1.], [0.]])
+    >>> mpslinalg.lstsq(A, B, driver="gels").solution
+    tensor([[0.3333],
+            [0.3333]])
+    """
+    fn = "lstsq"
+    A, Ac, backend = checks.prepare(fn, A, square=False)
+    B = checks.check_tensor(fn, "B", B)
+    checks.check_same_device(fn, A=A, B=B)
+    if A.dtype != B.dtype:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected input and other to have the same dtype, "
+                           f"but got input's dtype {A.dtype} and other's dtype {B.dtype}")
+    if driver is not None and driver not in _DRIVERS:
+        raise RuntimeError(f"mpslinalg.{fn}: parameter `driver` should be one of "
+                           f"({', '.join(_DRIVERS)}), got {driver!r}")
+    if backend == "metal" and driver not in (None, "gels"):
+        raise RuntimeError(f"mpslinalg.{fn}: the metal backend implements driver='gels' (QR, "
+                           f"full-rank A), got driver={driver!r}; use the torch backend "
+                           "(mpslinalg.use_backend('torch')) for the rank-revealing drivers")
+    vector = B.dim() == A.dim() - 1
+    Bm = B.unsqueeze(-1) if vector else B
+    if Bm.dim() != A.dim():
+        raise RuntimeError(f"mpslinalg.{fn}: input.dim() must be greater or equal to other.dim() "
+                           f"and (input.dim() - other.dim()) <= 1, got shapes "
+                           f"{checks.shape_str(A)} and {checks.shape_str(B)}")
+    if Bm.shape[-2] != A.shape[-2]:
+        raise RuntimeError(f"mpslinalg.{fn}: input.size(-2) should match other.size(-2), got "
+                           f"shapes {checks.shape_str(A)} and {checks.shape_str(B)}")
+    checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
+    if driver is None:
+        # torch's default: gelsy on the CPU, gels elsewhere; the metal backend implements gels.
+        on_cpu = A.device.type in ("cpu", "meta")
+        driver = "gelsy" if backend == "torch" and on_cpu else "gels"
+    X, residuals, rank, svals = lstsq_op(Ac, to_dtype(Bm, Ac.dtype), rcond, driver, backend,
+                                         False, "")
+    if vector:
+        X = X.squeeze(-1)
+    if Ac.dtype != A.dtype:  # computed in float32 for float16 / bfloat16 input
+        X, residuals, svals = (cast_back(t, A.dtype) for t in (X, residuals, svals))
+    return torch.return_types.linalg_lstsq((X, residuals, rank, svals))

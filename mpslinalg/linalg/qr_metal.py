@@ -1,0 +1,283 @@
+"""Host side of metal/linalg/qr.metal: Householder QR (LAPACK geqrf, orgqr / ungqr, ormqr /
+unmqr, larft), the tall-skinny TSQR tree and the one-launch batched QR of matrices up to 4 x 4.
+
+Building blocks of the QR family (qr, geqrf, householder_product, lstsq). They take float32 /
+complex64 tensors on MPS (the Apple GPU) or the CPU (the emulator), any layout (gathered into
+contiguous buffers by one copy kernel when needed), whose validation and dtype policy the caller
+has done; they never read device values on the host: the launch sequence depends on shapes
+only, and the batch is a grid dimension of every kernel (no loop over batch elements).
+
+Launches per call, with P = ceil(min(m, n) / PANEL_WIDTH) panels:
+  geqrf_metal       3 P - 1 at most: per panel qr_panel, then qr_apply_w + qr_apply_update on
+                    the columns right of it (none after the last panel when n <= m).
+  apply_q_metal     2 per panel (qr_apply_w + qr_apply_update), for Q C or Q^H C.
+  orgqr_metal       as apply_q_metal on the first columns of the identity.
+  larft_metal       1 (every panel's T at once).
+  qr_metal          m, n <= SMALL_MAX: 1 (qr_small). Tall-skinny (see use_tsqr): geqrf and orgqr
+                    of the row blocks of each level of the tree, as one batch. Otherwise
+                    geqrf_metal + orgqr_metal (Q not formed for mode='r').
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core import metal as _metal
+from .._core.copy import contiguous
+from .._core.metal import launch
+from . import triangular_metal
+from .triangular_metal import SIMD_WIDTH
+
+_SOURCE = "linalg/qr.metal"
+
+#: Fields of the kernels' QrParams struct, in order (each an int64).
+QR_PARAMS = ("m", "n", "k", "k0", "w", "panel", "npanels", "ldc", "c_col0", "c_cols", "adjoint")
+
+# Mirrors of the named constants of metal/linalg/qr.h (tests/linalg/test_qr.py checks them).
+PANEL_WIDTH = 16  # kQrPanelWidth: columns per panel, order of each T
+PANEL_MAX_SIMDGROUPS = 8  # kQrMaxSimdgroups: qr_panel threadgroups hold at most this many
+STAGE_ELEMS = 2048  # kQrStageElems: panels this small are factored in threadgroup memory
+APPLY_COLS = 64  # kQrApplyCols: qr_apply_w columns (threads) per threadgroup
+UPDATE_TILE = 64  # kQrTile: qr_apply_update output tile (rows and columns)
+UPDATE_THREADS = 256  # kQrTileThreads
+LARFT_THREADS = PANEL_WIDTH * PANEL_WIDTH  # kQrLarftThreads
+SMALL_MAX = 4  # kQrSmallMax
+SMALL_MODES = {"reduced": 0, "complete": 1, "r": 2}  # kQrModeReduced / Complete / R
+
+# Host-side launch geometry and path choice.
+SMALL_GROUP = 256  # qr_small: one thread per matrix
+#: TSQR row blocks: a block's panels (TSQR_ROWS x PANEL_WIDTH) fit STAGE_ELEMS exactly.
+TSQR_ROWS = STAGE_ELEMS // PANEL_WIDTH
+#: TSQR serves matrices of at most this many columns (each block holds at least two R factors)
+TSQR_MAX_COLS = TSQR_ROWS // 2
+#: ... and at least this many row blocks (fewer leave the GPU as idle as one factorisation).
+TSQR_MIN_BLOCKS = 4
+
+_SUPPORTED = (torch.float32, torch.complex64)
+
+#: (lower, unit, trans, swaps) of triangular_metal's solves with the upper triangle R of a QR
+#: factor (packed square): R X = B is one backward substitution; R^H X = B one forward
+#: substitution with the conjugate transpose of the stored triangle.
+R_STEPS = {False: ((0, 0, 0, 0),), True: ((1, 0, 1, 0),)}
+
+
+def _check(fn: str, **tensors: torch.Tensor) -> None:
+    """Internal contract checks (shapes only: no device reads)."""
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be contiguous")
+        if t.dtype not in _SUPPORTED:
+            raise TypeError(f"mpslinalg.{fn}: internal error: {name} has dtype {t.dtype}; the "
+                            "QR kernels take float32 or complex64")
+
+
+def _params(**fields: int) -> list[int]:
+    return [int(fields.get(name, 0)) for name in QR_PARAMS]
+
+
+def _panels(k: int) -> list[tuple[int, int]]:
+    """(k0, w) of the panels covering k reflectors."""
+    return [(k0, min(PANEL_WIDTH, k - k0)) for k0 in range(0, k, PANEL_WIDTH)]
+
+
+def _t_buffer(batch: int, npanels: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty((batch, max(npanels, 1), PANEL_WIDTH, PANEL_WIDTH), dtype=like.dtype,
+                       device=like.device)
+
+
+def _apply_panel(a: torch.Tensor, tmat: torch.Tensor, c: torch.Tensor, work: torch.Tensor, *,
+                 m: int, n: int, k: int, k0: int, w: int, npanels: int, ldc: int, c_col0: int,
+                 c_cols: int, adjoint: bool, batch: int, fn: str) -> None:
+    """C[k0:, c_col0 : c_col0 + c_cols] <- op(I - V T V^H) C for panel k0 // PANEL_WIDTH."""
+    if c_cols <= 0 or m - k0 <= 0:
+        return
+    params = _params(m=m, n=n, k=k, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=npanels,
+                     ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=int(adjoint))
+    apply_w = _metal.kernel(_SOURCE, "qr_apply_w", a.dtype, a.device, fn=fn)
+    update = _metal.kernel(_SOURCE, "qr_apply_update", a.dtype, a.device, fn=fn)
+    launch(apply_w, a, tmat, c, work, params,
+           threads=[_metal.ceil_div(c_cols, APPLY_COLS) * APPLY_COLS, batch],
+           group_size=[APPLY_COLS, 1])
+    launch(update, a, work, c, params,
+           threads=[_metal.ceil_div(c_cols, UPDATE_TILE) * UPDATE_THREADS,
+                    _metal.ceil_div(m - k0, UPDATE_TILE), batch],
+           group_size=[UPDATE_THREADS, 1, 1])
+
+
+def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LAPACK geqrf of each matrix of the (*, m, n) tensor ``A`` (not modified).
+
+    Returns ``(a, tau, T)``: a (*, m, n) new, R on and above the diagonal and the reflectors
+    below it; tau (*, min(m, n)); T (batch, panels, PANEL_WIDTH, PANEL_WIDTH), the compact-WY
+    factor of each panel (for :func:`apply_q_metal`), batch flattened.
+    """
+    A = contiguous(A, fn)
+    _check(fn, A=A)
+    *batch_shape, m, n = A.shape
+    k = min(m, n)
+    batch = math.prod(batch_shape)
+    a = A.clone()
+    tau = torch.zeros((*batch_shape, k), dtype=A.dtype, device=A.device)
+    panels = _panels(k)
+    tmat = _t_buffer(batch, len(panels), A)
+    if batch == 0 or k == 0:
+        return a, tau, tmat
+    panel = _metal.kernel(_SOURCE, "qr_panel", A.dtype, A.device, fn=fn)
+    work = torch.empty((batch, PANEL_WIDTH, n), dtype=A.dtype, device=A.device)
+    for index, (k0, w) in enumerate(panels):
+        threads = min(PANEL_MAX_SIMDGROUPS * SIMD_WIDTH,
+                      _metal.ceil_div(m - k0, SIMD_WIDTH) * SIMD_WIDTH)
+        launch(panel, a, tau, tmat, _params(m=m, n=n, k=k, k0=k0, w=w, panel=index,
+                                             npanels=len(panels)),
+               threads=[threads, batch], group_size=[threads, 1])
+        _apply_panel(a, tmat, a, work, m=m, n=n, k=k, k0=k0, w=w, npanels=len(panels), ldc=n,
+                     c_col0=k0 + w, c_cols=n - k0 - w, adjoint=True, batch=batch, fn=fn)
+    return a, tau, tmat
+
+
+def larft_metal(a: torch.Tensor, tau: torch.Tensor, *, fn: str = "householder_product"
+                ) -> torch.Tensor:
+    """The compact-WY T of every panel of the reflectors stored in ``a`` (*, m, n) with ``tau``
+    (*, k), both contiguous; the layout of :func:`geqrf_metal`'s T."""
+    *batch_shape, m, n = a.shape
+    k = tau.shape[-1]
+    batch = math.prod(batch_shape)
+    npanels = len(_panels(k))
+    tmat = _t_buffer(batch, npanels, a)
+    if batch == 0 or k == 0:
+        return tmat
+    kernel = _metal.kernel(_SOURCE, "qr_larft", a.dtype, a.device, fn=fn)
+    launch(kernel, a, tau, tmat, _params(m=m, n=n, k=k, npanels=npanels),
+           threads=[npanels * LARFT_THREADS, batch], group_size=[LARFT_THREADS, 1])
+    return tmat
+
+
+def apply_q_metal(a: torch.Tensor, tmat: torch.Tensor, C: torch.Tensor, *, k: int,
+                  adjoint: bool, fn: str = "qr") -> torch.Tensor:
+    """Q^H C (``adjoint``) or Q C, Q = H(0) ... H(k - 1) the product of the first k reflectors of
+    the factor ``(a, tmat)`` (LAPACK ormqr / unmqr from the left); C (*, m, c) with a's batch
+    shape. Returns a new contiguous tensor; C is not modified."""
+    C = contiguous(C, fn).clone()
+    _check(fn, a=a, C=C)
+    *batch_shape, m, n = a.shape
+    cols = C.shape[-1]
+    batch = math.prod(batch_shape)
+    panels = _panels(k)
+    if batch == 0 or cols == 0 or not panels:
+        return C
+    work = torch.empty((batch, PANEL_WIDTH, cols), dtype=C.dtype, device=C.device)
+    order = panels if adjoint else panels[::-1]
+    for k0, w in order:
+        _apply_panel(a, tmat, C, work, m=m, n=n, k=k, k0=k0, w=w, npanels=tmat.shape[1],
+                     ldc=cols, c_col0=0, c_cols=cols, adjoint=adjoint, batch=batch, fn=fn)
+    return C
+
+
+def orgqr_metal(a: torch.Tensor, tmat: torch.Tensor, *, k: int, cols: int, fn: str = "qr"
+                ) -> torch.Tensor:
+    """The first ``cols`` columns of Q = H(0) ... H(k - 1) (LAPACK orgqr / ungqr, blocked: the
+    panels applied to the identity in reverse order)."""
+    *batch_shape, m, _ = a.shape
+    eye = torch.zeros((*batch_shape, m, cols), dtype=a.dtype, device=a.device)
+    eye.diagonal(dim1=-2, dim2=-1).fill_(1)
+    return apply_q_metal(a, tmat, eye, k=k, adjoint=False, fn=fn)
+
+
+def solve_r_metal(R: torch.Tensor, B: torch.Tensor, *, left: bool, adjoint: bool,
+                  fn: str = "lstsq") -> torch.Tensor:
+    """X with op(R) X = B (``left``) or X op(R) = B, R (*, n, n) upper triangular (entries below
+    the diagonal are not read) with B's batch shape, op(R) = R^H when ``adjoint``; through the
+    triangular solves of :mod:`mpslinalg.linalg.triangular_metal`. Returns a new tensor."""
+    batch = B.shape[:-2]
+    R = contiguous(R.expand(*batch, *R.shape[-2:]), fn)
+    no_swaps = torch.zeros((*batch, R.shape[-1]), dtype=torch.int32, device=R.device)
+    return triangular_metal.solve_packed(R, no_swaps, B, left=left, adjoint=adjoint,
+                                         steps=R_STEPS, fn=fn)
+
+
+# ---------------------------------------------------------------- qr
+
+
+def _qr_small(A: torch.Tensor, mode: str, fn: str) -> tuple[torch.Tensor, torch.Tensor]:
+    *batch_shape, m, n = A.shape
+    k = min(m, n)
+    batch = math.prod(batch_shape)
+    rows = m if mode == "complete" else k
+    R = torch.empty((*batch_shape, rows, n), dtype=A.dtype, device=A.device)
+    qcols = m if mode == "complete" else k
+    Q = torch.empty((*batch_shape, m, qcols) if mode != "r" else (1,), dtype=A.dtype,
+                    device=A.device)
+    if batch:
+        kernel = _metal.kernel(_SOURCE, "qr_small", A.dtype, A.device, fn=fn, m=m, n=n)
+        group = min(SMALL_GROUP, _metal.ceil_div(batch, SIMD_WIDTH) * SIMD_WIDTH)
+        launch(kernel, A, Q, R, batch, SMALL_MODES[mode],
+               threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
+    return (Q if mode != "r" else Q.new_empty(0)), R
+
+
+def use_tsqr(m: int, n: int, mode: str) -> bool:
+    """Whether :func:`qr_metal` takes the tall-skinny tree for an m x n matrix."""
+    return mode != "complete" and 0 < n <= TSQR_MAX_COLS and m >= TSQR_MIN_BLOCKS * TSQR_ROWS
+
+
+def _tsqr(A: torch.Tensor, want_q: bool, fn: str) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """TSQR (Demmel, Grigori, Hoemmen, Langou 2012, "Communication-optimal parallel and
+    sequential QR and LU factorizations", sec. 3): independent QRs of the row blocks, as one
+    batch, then the QR of the stacked R factors (the same tree again while it is tall);
+    Q = diag(Q_blocks) Q_stacked. A contiguous (batch, m, n)."""
+    batch, m, n = A.shape
+    blocks = _metal.ceil_div(m, TSQR_ROWS)
+    padded = A
+    if blocks * TSQR_ROWS != m:  # zero rows change neither R nor the kept rows of Q
+        padded = torch.zeros((batch, blocks * TSQR_ROWS, n), dtype=A.dtype, device=A.device)
+        padded[:, :m] = A
+    a, _, tmat = geqrf_metal(padded.view(batch * blocks, TSQR_ROWS, n), fn=fn)
+    stacked = a[:, :n, :].triu().reshape(batch, blocks * n, n)
+    Q2, R = _qr_dense(stacked, "reduced" if want_q else "r", fn)
+    if not want_q:
+        return None, R
+    Q1 = orgqr_metal(a, tmat, k=n, cols=n, fn=fn)  # (batch * blocks, TSQR_ROWS, n)
+    Q = torch.matmul(Q1, Q2.reshape(batch * blocks, n, n))
+    return Q.view(batch, blocks * TSQR_ROWS, n)[:, :m], R
+
+
+def _qr_dense(A: torch.Tensor, mode: str, fn: str) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """QR of a contiguous (batch, m, n) tensor by the blocked kernels or the TSQR tree."""
+    _, m, n = A.shape
+    if use_tsqr(m, n, mode):
+        return _tsqr(A, mode != "r", fn)
+    k = min(m, n)
+    a, _, tmat = geqrf_metal(A, fn=fn)
+    rows = m if mode == "complete" else k
+    R = a[:, :rows, :].triu()
+    if mode == "r":
+        return None, R
+    return orgqr_metal(a, tmat, k=k, cols=m if mode == "complete" else k, fn=fn), R
+
+
+def qr_metal(A: torch.Tensor, mode: str = "reduced", *, fn: str = "qr"
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.linalg.qr of the (*, m, n) tensor ``A`` (not modified): ``(Q, R)`` with
+    torch's shapes for ``mode`` ('reduced', 'complete', 'r': Q empty)."""
+    A = contiguous(A, fn)
+    _check(fn, A=A)
+    *batch_shape, m, n = A.shape
+    k = min(m, n)
+    if 0 < m <= SMALL_MAX and 0 < n <= SMALL_MAX:
+        return _qr_small(A, mode, fn)
+    rows = m if mode == "complete" else k
+    qcols = m if mode == "complete" else k
+    batch = math.prod(batch_shape)
+    if batch == 0 or k == 0:
+        R = torch.zeros((*batch_shape, rows, n), dtype=A.dtype, device=A.device)
+        Q = torch.zeros((*batch_shape, m, qcols), dtype=A.dtype, device=A.device)
+        Q.diagonal(dim1=-2, dim2=-1).fill_(1)
+        return (Q if mode != "r" else A.new_empty(0)), R
+    Q, R = _qr_dense(A.view(batch, m, n), mode, fn)
+    R = R.reshape(*batch_shape, rows, n)
+    if Q is None:
+        return A.new_empty(0), R
+    return Q.reshape(*batch_shape, m, qcols), R
