@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -188,8 +189,58 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
             _run(
                 [[cxx, "-shared", "-fPIC"] + [str(o) for o in objs] + ["-o", str(so), "-lrt"]], srcs
             )
+        check_host_symbols(so, tr, cxx)
         os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _libm_symbols(cxx: str) -> frozenset:
+    """The functions of the C math library (pure functions the shim's math builds on)."""
+    nm = shutil.which("nm")
+    path = subprocess.run(
+        [cxx, "-print-file-name=libm.so.6"], capture_output=True, text=True
+    ).stdout.strip()
+    if not nm or not os.path.isabs(path):
+        return frozenset()
+    out = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True, text=True)
+    return frozenset(ln.split()[-1].split("@")[0] for ln in out.stdout.splitlines() if ln.strip())
+
+
+def _allowed_symbol(name: str, libm: frozenset) -> bool:
+    from .translate import HOST_RUNTIME_SYMBOLS
+
+    return (
+        name in HOST_RUNTIME_SYMBOLS
+        or name in libm
+        # compiler runtime (half conversions, 128-bit division), C++ ABI and the runtime's own
+        # aligned operator new; a kernel cannot name them (`__` names and `new` are rejected)
+        or name.startswith(("__", "_ITM_", "operator new", "operator delete"))
+    )
+
+
+def check_host_symbols(so: pathlib.Path, tr, cxx: str) -> None:
+    """Every function a kernel library imports must be one the runtime or the shim's math needs:
+    anything else (getpid, system, a declared but undefined function) is a host call that Metal
+    cannot make. Skipped where there is no `nm` (binutils)."""
+    from .translate import TranslateError, host_call_message
+
+    nm = shutil.which("nm")
+    if nm is None:
+        return
+    out = subprocess.run(
+        [nm, "-D", "--undefined-only", "--demangle", str(so)], capture_output=True, text=True
+    )
+    libm = _libm_symbols(cxx)
+    for line in out.stdout.splitlines():
+        # "    U getpid@GLIBC_2.2.5", "    w __gmon_start__"; demangled names contain no '@'
+        fields = line.split(None, 1)
+        sym = fields[1].split("@")[0].strip() if len(fields) == 2 else ""
+        if not sym or _allowed_symbol(sym, libm):
+            continue
+        name = sym.split("(", 1)[0].rsplit("::", 1)[-1].strip()
+        where = tr.calls.get(name, "program_source")
+        raise TranslateError(f"{where}: error: {host_call_message(name)}")
 
 
 def build_source_library(source: str, flags: list, cxx: str, name: str = "lib") -> pathlib.Path:
