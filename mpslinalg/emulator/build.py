@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -119,14 +120,25 @@ def shim_hash() -> str:
         return _shim_hash
 
 
-def compile_flags(debug: bool) -> list:
+# race check: the compiler instruments every memory access with calls of the __tsan_* hooks that
+# emu_race.h defines (the ThreadSanitizer runtime is not linked); line tables map the hooks' return
+# addresses to source lines
+_RACE_FLAGS = [
+    "-DEMU_RACECHECK=1",
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+    "-g1",
+]
+
+
+def compile_flags(debug: bool, race_check: bool = False) -> list:
     # debug: also check indices into fixed-size arrays (threadgroup and thread-private); a
-    # violation traps
-    # (SIGILL), which the runtime turns into an exception
-    return _BASE_FLAGS + (
-        ["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error"]
-        if debug
-        else []
+    # violation calls the handler of emu_sched.h, which raises with the index and the line (no
+    # sanitizer runtime is linked)
+    return (
+        _BASE_FLAGS
+        + (["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fno-sanitize-recover=bounds"] if debug else [])
+        + (_RACE_FLAGS if race_check else [])
     )
 
 
@@ -146,7 +158,7 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
-def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
+def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathlib.Path:
     """Compile a translation to a shared library in the cache (or return the cached one).
 
     Kernels are spread over one translation unit per CPU (at most 4), compiled in parallel and
@@ -154,7 +166,7 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
     """
     from .translate import assemble
 
-    flags = compile_flags(debug)
+    flags = compile_flags(debug, race_check)
     nparts = max(1, min(len(os.sched_getaffinity(0)), 4, len(tr.kernels)))
     sources = assemble(tr, nparts)
     key = hashlib.sha256(
@@ -166,6 +178,10 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     incs = ["-I", str(INCLUDE_DIR)]
+    if race_check:
+        # source lines of race reports relative to the working directory, as in diagnostics (not
+        # part of the cache key: it changes no code)
+        incs += [f"-fdebug-prefix-map={os.getcwd()}=."]
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
         tmp = pathlib.Path(tmp)
         so = tmp / "kernels.so"
@@ -174,7 +190,9 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
             src = tmp / f"kernels{i}.cpp"
             src.write_text(text)
             srcs.append(src)
-        if len(srcs) == 1:
+        # linking with -fsanitize=thread would pull in the ThreadSanitizer runtime, which cannot be
+        # loaded into a running Python: race-check builds compile and link separately
+        if len(srcs) == 1 and not race_check:
             _run([[cxx] + flags + incs + [str(srcs[0]), "-o", str(so), "-lrt"]], srcs)
         else:
             objs = [s.with_suffix(".o") for s in srcs]
@@ -194,7 +212,7 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _libm_symbols(cxx: str) -> frozenset:
     """The functions of the C math library (pure functions the shim's math builds on)."""
     nm = shutil.which("nm")
@@ -261,8 +279,9 @@ def build_source_library(source: str, flags: list, cxx: str, name: str = "lib") 
         src.write_text(source)
         proc = subprocess.run([cxx, *flags, str(src), "-o", str(so)], capture_output=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"compiling {name} failed:\n"
-                               + proc.stderr.decode(errors="replace")[:4000])
+            raise RuntimeError(
+                f"compiling {name} failed:\n" + proc.stderr.decode(errors="replace")[:4000]
+            )
         os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
     return out
 
@@ -278,9 +297,36 @@ def _run(cmds, srcs):
         raise SyntaxError(_format_errors(errors[0], [str(s) for s in srcs]))
 
 
+# the emulator's C++ spellings of Metal types in compiler diagnostics
+_WRAPPER_RE = re.compile(r"(?:::)?\b(?:emu::)?(dptr|cptr)<|(?:::)?\bmetal::(vec|packed_vec)<")
+
+
+def metal_type_names(text: str) -> str:
+    """Compiler diagnostics in the user's types: ``emu::dptr<const T>`` -> ``device const T*``,
+    ``emu::cptr<T>`` -> ``constant T*``, ``metal::vec<float, 4>`` -> ``float4``."""
+    m = _WRAPPER_RE.search(text)
+    if m is None:
+        return text.replace("_Float16", "half")
+    depth, close = 1, m.end()
+    while close < len(text) and depth:
+        depth += {"<": 1, ">": -1}.get(text[close], 0)
+        close += 1
+    if depth:  # not a complete type (a truncated line): leave the rest alone
+        return text.replace("_Float16", "half")
+    inner = metal_type_names(text[m.end() : close - 1]).strip()
+    if m.group(1) == "cptr":
+        name = f"constant {inner}*"
+    elif m.group(1) == "dptr":
+        name = f"device {inner}*"
+    else:
+        elem, _, n = inner.rpartition(",")
+        name = f"{'packed_' if m.group(2) == 'packed_vec' else ''}{elem.strip()}{n.strip()}"
+    return text[: m.start()] + name + metal_type_names(text[close:])
+
+
 def _format_errors(stderr: str, srcs: list) -> str:
     lines = []
-    for line in stderr.splitlines():
+    for line in metal_type_names(stderr).splitlines():
         for src in srcs:
             line = line.replace(src, "<emulator-translation>")
         if "In file included from" in line or line.startswith("compilation terminated"):

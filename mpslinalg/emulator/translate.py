@@ -424,7 +424,8 @@ HOST_RUNTIME_SYMBOLS = frozenset(
     """
     memset memcpy memmove mmap mprotect munmap pthread_create pthread_join raise sigaction
     sigaltstack sigemptyset siglongjmp sigsetjmp signal snprintf vsnprintf strcmp syscall
-    timer_create timer_settime printf fprintf puts abort exit _exit malloc free calloc realloc
+    timer_create timer_settime dladdr
+    printf fprintf puts abort exit _exit malloc free calloc realloc
     """.split()
 )
 

@@ -34,6 +34,7 @@ struct Lane {
   u3 tid, lid;
   uint32_t lidx, slane, sgid;
   int depth;          // call path of user functions that reach collectives (see Frame)
+  int bar_flags;      // mem_flags of the threadgroup_barrier the lane waits at
   Site frames[16];
   alignas(64) unsigned char slot[256];  // operands in, results out of SIMD-group collectives
 };
@@ -57,6 +58,8 @@ struct Launch {
 
 static const size_t kTgLimit = 32768;
 static const int kMaxSlots = 512;
+namespace race { struct Cell; }
+struct RaceRegion { uintptr_t lo, hi; race::Cell* cells; size_t bytes; };  // see emu_race.h
 
 struct Runtime {
   const KernelDesc* desc = nullptr;
@@ -79,6 +82,15 @@ struct Runtime {
   StackPool pool;
   sigjmp_buf jb;
   volatile sig_atomic_t in_launch = 0;
+  // race-check builds only (emu_race.h): shadow memory and the orderings between accesses
+  race::Cell* race_tg = nullptr;
+  RaceRegion race_regions[32];
+  int race_nregions = 0;
+  int race_found = 0;
+  bool race_pw = false, race_cw = false;  // whether the two racing accesses write
+  uintptr_t race_base = 0;
+  uint32_t race_tg_ep = 0, race_dev_ep = 0, race_group = 0;
+  uint32_t race_sgsync[32] = {};
   Runtime() {
     __builtin_memset((void*)lanes, 0, sizeof lanes);
     __builtin_memset(slot_gen, 0, sizeof slot_gen);
