@@ -3,16 +3,19 @@
 // The compiler instruments every memory access of the kernel (-fsanitize=thread, without the
 // ThreadSanitizer runtime): loads and stores call the __tsan_* hooks defined here. Accesses to
 // threadgroup memory and to the launch's bound buffers are kept in shadow memory, one cell per
-// byte holding the last write and up to two reads since it, each with the thread, the return
-// address of the hook (a source line, through the library's line tables), the memory epoch and
-// the simdgroup's collective count at the time. Two accesses race when they come from different
-// threads, at least one writes, they are not both atomic, and nothing orders them:
+// aligned 4-byte word holding the last write and up to two reads since it, each with the bytes it
+// touched, the thread, the return address of the hook (a source line, through the library's line
+// tables), the memory epoch and the simdgroup's collective count at the time. Two accesses race
+// when they touch a common byte from different threads, at least one writes, they are not both
+// atomic, and nothing orders them:
 //   * threadgroup memory: a threadgroup_barrier whose flags include mem_threadgroup;
 //   * device memory: nothing across threadgroups of one launch; within a threadgroup, a
 //     threadgroup_barrier whose flags include mem_device;
 //   * either, between lanes of one simdgroup: a SIMD-group function or simdgroup_barrier that the
 //     simdgroup executed since the earlier access.
 // The first race of a launch ends it with an error naming both threads and both source lines.
+// A word keeps one write: when threads write different bytes of one word (neighbouring halfs), the
+// earlier writer is forgotten, which can hide a later race on its bytes but never invents one.
 #pragma once
 #include <dlfcn.h>
 #include "emu_runtime.h"
@@ -24,11 +27,13 @@
 namespace emu {
 namespace race {
 static const uint32_t kAtomic = 0x80000000u;
+static const int kMaskShift = 27;                         // bits 27..30: the bytes of the word
+static const uint32_t kPcBits = (1u << kMaskShift) - 1;  // bits 0..26: the code address
 // The runtime of the launch in progress on this thread. Not rt(): that is instrumented code, and
 // it may construct the runtime, whose stores call the hooks again.
 inline thread_local Runtime* active = nullptr;
 struct Acc {
-  uint32_t pc;   // return address of the hook, relative to the library's base; top bit: atomic
+  uint32_t pc;   // return address of the hook, relative to the library's base; byte mask; atomic
   uint32_t who;  // linear index of the thread in the grid + 1; 0: no access
   uint32_t ep;   // memory epoch of the access (threadgroup or device, by the memory's kind)
   uint32_t sg;   // collectives its simdgroup had executed
@@ -56,7 +61,7 @@ EMU_RACE_FN uint32_t lidx_of(const Runtime& R, const u3& t) {
 
 // Whether the earlier access p is ordered before the current access c of the current group.
 EMU_RACE_FN bool ordered(const Runtime& R, const Acc& p, const Acc& c, bool tg) {
-  if (p.who == c.who || (p.pc & c.pc & kAtomic)) return true;
+  if (p.who == c.who || (p.pc & c.pc & kAtomic) || !(p.pc & c.pc & ~kAtomic & ~kPcBits)) return true;
   u3 t = tid_of(R, p.who);
   // threadgroup epochs start anew with every group, so an older one is another group's memory
   if (!tg && group_of(R, t) != R.race_group) return false;
@@ -65,8 +70,9 @@ EMU_RACE_FN bool ordered(const Runtime& R, const Acc& p, const Acc& c, bool tg) 
   return sg == R.cur->sgid && p.sg != R.race_sgsync[sg];
 }
 
-[[noreturn]] EMU_RACE_FN void report(Runtime& R, const Acc& p, const Acc& c, bool tg, uintptr_t addr) {
+[[noreturn]] EMU_RACE_FN void report(Runtime& R, const Acc& p, const Acc& c, bool tg, uintptr_t word) {
   R.race_found = 1;
+  uintptr_t addr = word + __builtin_ctz((p.pc & c.pc) >> kMaskShift);  // the first common byte
   u3 a = tid_of(R, p.who), b = tid_of(R, c.who);
   uint32_t ga = group_of(R, a), gb = group_of(R, b);
   auto kind = [](const Acc& x, bool w) { return (x.pc & kAtomic) ? (w ? "atomic write" : "atomic read") : (w ? "write" : "read"); };
@@ -87,7 +93,7 @@ EMU_RACE_FN bool ordered(const Runtime& R, const Acc& p, const Acc& c, bool tg) 
        "thread_index_in_threadgroup %u) at @@PC:%x@@ and %s by thread_position_in_grid=(%u,%u,%u) (threadgroup %u, "
        "thread_index_in_threadgroup %u) at @@PC:%x@@, %s; the result depends on the order in which threads run",
        kname(), where, kind(p, R.race_pw), a.v[0], a.v[1], a.v[2], ga, ga == gb ? lidx_of(R, a) : ~0u,
-       p.pc & ~kAtomic, kind(c, R.race_cw), b.v[0], b.v[1], b.v[2], gb, R.cur->lidx, c.pc & ~kAtomic, why);
+       p.pc & kPcBits, kind(c, R.race_cw), b.v[0], b.v[1], b.v[2], gb, R.cur->lidx, c.pc & kPcBits, why);
 }
 
 __attribute__((no_sanitize_thread, noinline)) inline void access(const void* addr, size_t n, bool write,
@@ -95,34 +101,36 @@ __attribute__((no_sanitize_thread, noinline)) inline void access(const void* add
   if (!active) return;
   Runtime& R = *active;
   if (!R.in_launch || !R.cur) return;  // the scheduler's own work is not a thread's access
-  uintptr_t a = (uintptr_t)addr, tg0 = (uintptr_t)R.tg;
+  uintptr_t a = (uintptr_t)addr, tg0 = (uintptr_t)R.tg, lo, hi;
   Cell* cells;
   bool tg;
   if (a >= tg0 && a < tg0 + sizeof R.tg) {
     if (!R.race_tg) return;
-    tg = true; cells = R.race_tg + (a - tg0);
-    if (n > tg0 + sizeof R.tg - a) n = tg0 + sizeof R.tg - a;
+    tg = true; cells = R.race_tg; lo = tg0; hi = tg0 + sizeof R.tg;
   } else {
     int k = 0;
     while (k < R.race_nregions && !(a >= R.race_regions[k].lo && a < R.race_regions[k].hi)) ++k;
     if (k == R.race_nregions) return;
     const RaceRegion& rg = R.race_regions[k];
-    tg = false; cells = rg.cells + (a - rg.lo);
-    if (n > rg.hi - a) n = rg.hi - a;
+    tg = false; cells = rg.cells; lo = rg.lo; hi = rg.hi;
   }
+  uintptr_t end = a + n < hi ? a + n : hi;
   Dl_info info;
   if (!R.race_base) R.race_base = dladdr((void*)&access, &info) ? (uintptr_t)info.dli_fbase : 1;
   Lane& L = *R.cur;
-  Acc c{(uint32_t)((uintptr_t)ret - R.race_base - 1) | (atomic ? kAtomic : 0u), who_of(R, L.tid),
+  Acc c{((uint32_t)((uintptr_t)ret - R.race_base - 1) & kPcBits) | (atomic ? kAtomic : 0u), who_of(R, L.tid),
         tg ? R.race_tg_ep : R.race_dev_ep, R.race_sgsync[L.sgid]};
-  for (size_t i = 0; i < n; ++i) {
-    Cell& s = cells[i];
+  const uint32_t pc = c.pc;
+  for (uintptr_t w = a & ~(uintptr_t)3; w < end; w += 4) {  // lo is 4-aligned
+    uintptr_t b0 = w > a ? w : a, b1 = w + 4 < end ? w + 4 : end;
+    c.pc = pc | (((1u << (b1 - b0)) - 1u) << (b0 - w) << kMaskShift);
+    Cell& s = cells[(w - lo) >> 2];
     const Acc* bad = nullptr;
     bool bad_w = false;
     if (s.w.who && !ordered(R, s.w, c, tg)) { bad = &s.w; bad_w = true; }
     else if (write && s.r1.who && !ordered(R, s.r1, c, tg)) bad = &s.r1;
     else if (write && s.r2.who && !ordered(R, s.r2, c, tg)) bad = &s.r2;
-    if (bad) { R.race_pw = bad_w; R.race_cw = write; report(R, *bad, c, tg, a + i); }
+    if (bad) { R.race_pw = bad_w; R.race_cw = write; report(R, *bad, c, tg, w); }
     if (write) { s.w = c; s.r1.who = 0; s.r2.who = 0; }
     else if (!s.r1.who || s.r1.who == c.who || ordered(R, s.r1, c, tg)) s.r1 = c;
     else s.r2 = c;
@@ -134,25 +142,29 @@ EMU_RACE_FN void launch_begin(Runtime& R, const Launch* la) {
   active = &R;
   R.race_found = 0; R.race_nregions = 0;
   if (!R.race_tg) {
-    void* m = mmap(nullptr, sizeof(Cell) * sizeof R.tg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* m = mmap(nullptr, sizeof(Cell) * (sizeof R.tg / 4), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     R.race_tg = m == MAP_FAILED ? nullptr : (Cell*)m;
   }
-  for (int b = 0; b < la->nbufs && R.race_nregions < 32; ++b) {
-    uintptr_t lo = (uintptr_t)la->bufs[b], hi = lo + la->sizes[b];
+  // the bound buffers as word-aligned intervals, sorted and merged
+  RaceRegion iv[32];
+  int n = 0;
+  for (int b = 0; b < la->nbufs && b < 32; ++b) {
     if (!la->sizes[b]) continue;
-    RaceRegion* into = nullptr;
-    for (int k = 0; k < R.race_nregions; ++k)
-      if (lo < R.race_regions[k].hi && R.race_regions[k].lo < hi) into = &R.race_regions[k];
-    if (into) {  // extend; the cells are allocated below
-      if (lo < into->lo) into->lo = lo;
-      if (hi > into->hi) into->hi = hi;
-      continue;
-    }
-    R.race_regions[R.race_nregions++] = RaceRegion{lo, hi, nullptr, 0};
+    uintptr_t lo = (uintptr_t)la->bufs[b] & ~(uintptr_t)3;
+    uintptr_t hi = ((uintptr_t)la->bufs[b] + la->sizes[b] + 3) & ~(uintptr_t)3;
+    int k = n++;
+    while (k > 0 && iv[k - 1].lo > lo) { iv[k] = iv[k - 1]; --k; }
+    iv[k] = RaceRegion{lo, hi, nullptr, 0};
+  }
+  for (int k = 0; k < n; ++k) {
+    RaceRegion* last = R.race_nregions ? &R.race_regions[R.race_nregions - 1] : nullptr;
+    if (last && iv[k].lo <= last->hi) { if (iv[k].hi > last->hi) last->hi = iv[k].hi; }
+    else R.race_regions[R.race_nregions++] = iv[k];
   }
   for (int k = 0; k < R.race_nregions; ++k) {
     RaceRegion& rg = R.race_regions[k];
-    rg.bytes = sizeof(Cell) * (rg.hi - rg.lo);
+    rg.bytes = sizeof(Cell) * ((rg.hi - rg.lo) / 4);
     void* m = mmap(nullptr, rg.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     rg.cells = m == MAP_FAILED ? nullptr : (Cell*)m;
     if (!rg.cells) rg.hi = rg.lo;  // no shadow: not checked
