@@ -146,7 +146,10 @@ def tokenize(text: str) -> list:
 _METAL_HEADER_RE = re.compile(r"^metal_[a-z_]+$")
 # directives that read a file; `#line` only names one, but the C++ compiler quotes the named
 # file's lines in its diagnostics, so its name is held to the same rule
-_FILE_DIRECTIVE_RE = re.compile(r"^\s*#\s*(include|include_next|import|embed|line)\b\s*(.*)$", re.S)
+# `# 12 "file"` is GCC's spelling of `#line 12 "file"`
+_FILE_DIRECTIVE_RE = re.compile(
+    r"^\s*#\s*(?:(include_next|include|import|embed|line)\b|(?=\d))\s*(.*)$", re.S
+)
 _LINE_DIRECTIVE_RE = re.compile(r'^\s*#\s*line\s+(\d+)(?:\s+"([^"]*)")?')
 _INLINE_COMMENT_RE = re.compile(r"/\*.*?\*/")
 
@@ -201,7 +204,7 @@ def _check_file_directive(file, line, text):
     m = _FILE_DIRECTIVE_RE.match(_INLINE_COMMENT_RE.sub(" ", text))
     if not m:
         return False
-    what, operand = m.group(1), m.group(2).strip()
+    what, operand = m.group(1) or "line", m.group(2).strip()
     where = f"{file}:{line}: error:"
     if what == "line":
         lm = re.match(r'^\d+\s+"((?:\\.|[^"\\])*)"', operand)

@@ -161,7 +161,8 @@ def test_threadgroup_race_reports_threads_and_lines(lib, order):
     out = torch.zeros(64)
     with raises(
         emu.DataRaceError,
-        r"kernel 'tg_missing_barrier': data race on threadgroup memory",
+        r"kernel 'tg_missing_barrier': data race \((read-after-write|write-after-read) hazard\) "
+        r"on threadgroup memory",
         rf"program_source:{src_line('TG_WRITE')}\b",
         rf"program_source:{src_line('TG_READ')}\b",
         r"write by thread_position_in_grid=\(\d+,0,0\)",
@@ -176,7 +177,7 @@ def test_device_race_between_threadgroups(lib):
     out = torch.zeros(64)
     with raises(
         emu.DataRaceError,
-        r"data race on device memory: buffer 'out' \(buffer 0\), byte offset \d+",
+        r"data race \(\S+ hazard\) on device memory: buffer 'out' \(buffer 0\), byte offset \d+",
         rf"program_source:{src_line('DEV_WRITE')}\b",
         rf"program_source:{src_line('DEV_READ')}\b",
         r"different threadgroups",

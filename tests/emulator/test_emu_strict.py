@@ -232,6 +232,7 @@ def secret_file(tmp_path):
         ('#define HEADER "{abs}"\n#include HEADER', r"computed #include"),
         ('#include_next "{abs}"', r"#include_next is not supported"),
         ('#line 1 "{abs}"', r"#line names"),
+        ('# 1 "{abs}"', r"#line names"),
     ],
 )
 def test_includes_cannot_leave_the_source_and_are_never_echoed(secret_file, directive, pattern):

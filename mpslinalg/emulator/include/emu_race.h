@@ -89,10 +89,12 @@ EMU_RACE_FN bool ordered(const Runtime& R, const Acc& p, const Acc& c, bool tg) 
   const char* why = tg ? "with no threadgroup_barrier(mem_flags::mem_threadgroup) between them"
                        : (ga != gb ? "threads of different threadgroups are not ordered within one launch"
                                    : "with no threadgroup_barrier(mem_flags::mem_device) between them");
-  fail("kernel '%s': data race on %s: %s by thread_position_in_grid=(%u,%u,%u) (threadgroup %u, "
+  // hazard names as in CUDA's racecheck, by the order in which the two accesses ran here
+  const char* hazard = R.race_pw ? (R.race_cw ? "write-after-write" : "read-after-write") : "write-after-read";
+  fail("kernel '%s': data race (%s hazard) on %s: %s by thread_position_in_grid=(%u,%u,%u) (threadgroup %u, "
        "thread_index_in_threadgroup %u) at @@PC:%x@@ and %s by thread_position_in_grid=(%u,%u,%u) (threadgroup %u, "
        "thread_index_in_threadgroup %u) at @@PC:%x@@, %s; the result depends on the order in which threads run",
-       kname(), where, kind(p, R.race_pw), a.v[0], a.v[1], a.v[2], ga, ga == gb ? lidx_of(R, a) : ~0u,
+       kname(), hazard, where, kind(p, R.race_pw), a.v[0], a.v[1], a.v[2], ga, ga == gb ? lidx_of(R, a) : ~0u,
        p.pc & kPcBits, kind(c, R.race_cw), b.v[0], b.v[1], b.v[2], gb, R.cur->lidx, c.pc & kPcBits, why);
 }
 
