@@ -306,16 +306,20 @@ _WRAPPER_RE = re.compile(r"(?:::)?\b(?:emu::)?(dptr|cptr)<|(?:::)?\bmetal::(vec|
 def metal_type_names(text: str) -> str:
     """Compiler diagnostics in the user's types: ``emu::dptr<const T>`` -> ``device const T*``,
     ``emu::cptr<T>`` -> ``constant T*``, ``metal::vec<float, 4>`` -> ``float4``."""
+    return _wrapper_names(text.replace("_Float16", "half"))
+
+
+def _wrapper_names(text: str) -> str:
     m = _WRAPPER_RE.search(text)
     if m is None:
-        return text.replace("_Float16", "half")
+        return text
     depth, close = 1, m.end()
     while close < len(text) and depth:
         depth += {"<": 1, ">": -1}.get(text[close], 0)
         close += 1
     if depth:  # not a complete type (a truncated line): leave the rest alone
-        return text.replace("_Float16", "half")
-    inner = metal_type_names(text[m.end() : close - 1]).strip()
+        return text
+    inner = _wrapper_names(text[m.end() : close - 1]).strip()
     if m.group(1) == "cptr":
         name = f"constant {inner}*"
     elif m.group(1) == "dptr":
@@ -323,7 +327,25 @@ def metal_type_names(text: str) -> str:
     else:
         elem, _, n = inner.rpartition(",")
         name = f"{'packed_' if m.group(2) == 'packed_vec' else ''}{elem.strip()}{n.strip()}"
-    return text[: m.start()] + name + metal_type_names(text[close:])
+    return text[: m.start()] + name + _wrapper_names(text[close:])
+
+
+_STATIC_ASSERT = "static assertion failed: "
+
+
+def _at_user_line(error: str, before: list) -> str:
+    """An error inside the emulator's headers (a static_assert that enforces a Metal rule) is
+    reported at the user's line that instantiated it: the last "required from here" before it."""
+    if not error.startswith((str(INCLUDE_DIR), "<emulator-")):
+        return error
+    for line in reversed(before):
+        if line.endswith("required from here") and not line.startswith(
+            (str(INCLUDE_DIR), "<emulator-")
+        ):
+            where = line.split(": ", 1)[0].strip()
+            msg = error.split(": error: ", 1)[1].removeprefix(_STATIC_ASSERT)
+            return f"{where}: error: {msg}"
+    return error
 
 
 def _format_errors(stderr: str, srcs: list) -> str:
@@ -334,7 +356,7 @@ def _format_errors(stderr: str, srcs: list) -> str:
         if "In file included from" in line or line.startswith("compilation terminated"):
             continue
         lines.append(line)
-    errs = [ln for ln in lines if ": error:" in ln]
+    errs = [_at_user_line(ln, lines[:k]) for k, ln in enumerate(lines) if ": error:" in ln]
     head = "Metal kernel compilation failed (emulator):\n"
     text = "\n".join(errs[:20]) + "\n\n" + "\n".join(lines[:80])
     return head + text

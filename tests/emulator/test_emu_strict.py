@@ -269,6 +269,44 @@ def test_pointer_type_errors_name_metal_types():
     assert not re.search(r"dptr|cptr|emu::|_Float16|metal::vec", str(info.value))
 
 
+@pytest.mark.parametrize(
+    "cast, pattern",
+    [
+        ("reinterpret_cast<device float*>(c)", r"cannot cast a constant pointer to a device"),
+        ("static_cast<device float*>(c)", r"cannot cast a constant pointer to a device"),
+        (
+            "(device float*)(constant float*)reinterpret_cast<constant float*>(o)",
+            r"cannot cast a device pointer to a constant",
+        ),
+    ],
+)
+def test_casts_between_device_and_constant_are_rejected(cast, pattern):
+    src = HEAD + (
+        "kernel void k(device float* o [[buffer(0)]], constant half* c [[buffer(1)]],\n"
+        "              uint i [[thread_position_in_grid]]) {\n"
+        f"    device float* p = {cast};\n"
+        "    o[i] = p[0];\n"
+        "}\n"
+    )
+    with raises(SyntaxError, pattern, r"program_source:5:\d+: error"):
+        emu.compile_shader(src)
+
+
+def test_casts_within_an_address_space_are_accepted():
+    src = HEAD + (
+        "kernel void k(device float* o [[buffer(0)]], constant uint* c [[buffer(1)]],\n"
+        "              uint i [[thread_position_in_grid]]) {\n"
+        "    constant float* f = reinterpret_cast<constant float*>(c);\n"
+        "    device uint* u = (device uint*)o;\n"
+        "    u[i] = as_type<uint>(f[i]) + 1u;\n"
+        "}\n"
+    )
+    c = torch.tensor([1.0, 2.0]).view(torch.int32)
+    o = torch.zeros(2)
+    emu.compile_shader(src).k(o, c)
+    assert torch.equal(o.view(torch.int32), c + 1)
+
+
 def test_metal_type_names_rewrites_nested_types():
     from mpslinalg.emulator.build import metal_type_names
 
