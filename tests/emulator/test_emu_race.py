@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from emu_helpers import raises
 
 from mpslinalg import emulator as emu
 
@@ -128,23 +129,6 @@ kernel void simd_matrix(device float* out [[buffer(0)]],
 
 def src_line(tag):
     return next(n for n, ln in enumerate(SRC.split("\n"), 1) if f"@{tag}" in ln)
-
-
-def raises(exc, *patterns):
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(exc)
-            self.info = self.ctx.__enter__()
-            return self.info
-
-        def __exit__(self, *a):
-            handled = self.ctx.__exit__(*a)
-            msg = str(self.info.value)
-            for p in patterns:
-                assert re.search(p, msg, re.IGNORECASE), f"{p!r} not in {msg!r}"
-            return handled
-
-    return _Check()
 
 
 @pytest.fixture(scope="module")

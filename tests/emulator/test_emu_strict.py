@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from emu_helpers import raises
 
 from mpslinalg import emulator as emu
 
@@ -22,25 +23,6 @@ def kernel(body):
         f"    {body}\n"
         "}\n"
     )
-
-
-def raises(exc, *patterns):
-    """pytest.raises whose message must match every pattern (case-insensitive)."""
-
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(exc)
-            self.info = self.ctx.__enter__()
-            return self.info
-
-        def __exit__(self, *a):
-            handled = self.ctx.__exit__(*a)
-            msg = str(self.info.value)
-            for p in patterns:
-                assert re.search(p, msg, re.IGNORECASE), f"{p!r} not in {msg!r}"
-            return handled
-
-    return _Check()
 
 
 # name -> (declarations before the kernel, kernel body, message pattern, line of the error)
