@@ -8,7 +8,10 @@ Standalone script, not a test: it prints the median of several runs of
 * 64 threadgroup barriers x 1000 threadgroups x 256 lanes;
 * a 1024x1024 elementwise kernel (1-D and 2-D grids);
 * the first compile of a typical .metal source (fresh, empty cache directory);
-* a cached load of the same source in a new process.
+* a cached load of the same source in a new process;
+* the race detector's cost (compile_shader(race_check=True)) on the barrier and
+  elementwise kernels, as a factor over the build without it (which contains no
+  trace of it).
 
 Targets (issue 3, on a 2-core machine): switch <= 20 ns, barriers <= 1.5 s,
 elementwise <= 50 ms, first compile <= 1.5 s, cached load <= 50 ms.
@@ -339,6 +342,24 @@ def main():
     rows.append(("first compile of a typical .metal (empty cache)", f"{first:.2f} s", "<= 1.5 s"))
     rows.append(
         ("cached load of the same source (new process)", f"{cached * 1e3:.1f} ms", "<= 50 ms")
+    )
+
+    # race detector: the same kernels from a race-check build
+    race = emu.compile_shader(BARRIER_SRC, race_check=True)
+    out = torch.zeros(100 * 256)
+    t_off = median_time(lambda: lib.barriers64(out, group_size=256), runs)
+    t_on = median_time(lambda: race.barriers64(out, group_size=256), runs)
+    rows.append(
+        (
+            "race check: 64 barriers x 100 groups x 256 lanes",
+            f"{t_on:.3f} s",
+            f"x{t_on / t_off:.1f}",
+        )
+    )
+    t_off = median_time(lambda: lib.axpb(x, y, 2.0), runs)
+    t_on = median_time(lambda: race.axpb(x, y, 2.0), runs)
+    rows.append(
+        ("race check: 1024x1024 elementwise", f"{t_on * 1e3:.1f} ms", f"x{t_on / t_off:.1f}")
     )
 
     w = max(len(r[0]) for r in rows)

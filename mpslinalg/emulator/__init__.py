@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 
 from .build import cache_dir, clear_cache, find_compiler
-from .runtime import launch_counts, reset_launch_counts, total_launches
+from .runtime import DataRaceError, launch_counts, reset_launch_counts, total_launches
 
 __all__ = [
     "compile_shader",
@@ -23,6 +24,7 @@ __all__ = [
     "cache_dir",
     "clear_cache",
     "find_compiler",
+    "DataRaceError",
 ]
 
 _memo: dict = {}
@@ -30,7 +32,7 @@ _memo_lock = threading.Lock()
 _key_locks: dict = {}
 
 
-def _index_key(source, debug, metal_version, cxx):
+def _index_key(source, debug, metal_version, cxx, race_check):
     from . import build
 
     blob = json.dumps(
@@ -38,7 +40,7 @@ def _index_key(source, debug, metal_version, cxx):
             source,
             debug,
             metal_version,
-            build.compile_flags(debug),
+            build.compile_flags(debug, race_check),
             build.EMULATOR_VERSION,
             build.shim_hash(),
             cxx,
@@ -47,14 +49,29 @@ def _index_key(source, debug, metal_version, cxx):
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def compile_shader(source: str, *, debug: bool = False, metal_version: int = 320):
+def race_check_default() -> bool:
+    """Whether ``$MPSLINALG_EMULATOR_RACECHECK`` asks for race-check builds by default."""
+    return os.environ.get("MPSLINALG_EMULATOR_RACECHECK", "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    )
+
+
+def compile_shader(
+    source: str, *, debug: bool = False, metal_version: int = 320, race_check: bool | None = None
+):
     """Compile MSL ``source`` for the CPU emulator.
 
     Compile errors raise SyntaxError with ``metal/<file>:line`` diagnostics, as torch does.
     device/constant pointer accesses are bounds-checked in every build; ``debug=True`` (a separate
     cached build) also checks indices into fixed-size threadgroup and thread arrays.
     ``metal_version`` is ``__METAL_VERSION__``: 320 (MSL 3.2, C++14 rules) or 400 (MSL 4.0,
-    C++17).
+    C++17). ``race_check=True`` (a separate cached build; the default comes from
+    ``$MPSLINALG_EMULATOR_RACECHECK``) makes every launch check for data races on threadgroup and
+    device memory and raise :class:`DataRaceError` on the first one.
     """
     from . import build, runtime, translate
 
@@ -63,7 +80,8 @@ def compile_shader(source: str, *, debug: bool = False, metal_version: int = 320
     if metal_version not in (310, 320, 400):
         raise ValueError(f"metal_version must be 310, 320 or 400, got {metal_version!r}")
     cxx = build.require_compiler()
-    mkey = (source, bool(debug), metal_version, cxx)
+    race = race_check_default() if race_check is None else bool(race_check)
+    mkey = (source, bool(debug), metal_version, cxx, race)
     with _memo_lock:
         lib = _memo.get(mkey)
         if lib is not None:
@@ -78,7 +96,7 @@ def compile_shader(source: str, *, debug: bool = False, metal_version: int = 320
         index = (
             build.cache_dir()
             / "index"
-            / f"{_index_key(source, bool(debug), metal_version, cxx)}.json"
+            / f"{_index_key(source, bool(debug), metal_version, cxx, race)}.json"
         )
         lib = None
         try:
@@ -94,13 +112,13 @@ def compile_shader(source: str, *, debug: bool = False, metal_version: int = 320
                     )
                     for k in meta["kernels"]
                 ]
-                lib = runtime.Library(so, kernels, debug)
+                lib = runtime.Library(so, kernels, debug, race)
         except (OSError, ValueError, KeyError, TypeError):
             lib = None
         if lib is None:
             tr = translate.translate(source, cxx, metal_version=metal_version)
-            so = build.build_library(tr, bool(debug), cxx)
-            lib = runtime.Library(so, tr.kernels, debug)
+            so = build.build_library(tr, bool(debug), cxx, race)
+            lib = runtime.Library(so, tr.kernels, debug, race)
             meta = {
                 "so": so.name,
                 "kernels": [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -118,14 +120,25 @@ def shim_hash() -> str:
         return _shim_hash
 
 
-def compile_flags(debug: bool) -> list:
+# race check: the compiler instruments every memory access with calls of the __tsan_* hooks that
+# emu_race.h defines (the ThreadSanitizer runtime is not linked); line tables map the hooks' return
+# addresses to source lines
+_RACE_FLAGS = [
+    "-DEMU_RACECHECK=1",
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+    "-g1",
+]
+
+
+def compile_flags(debug: bool, race_check: bool = False) -> list:
     # debug: also check indices into fixed-size arrays (threadgroup and thread-private); a
-    # violation traps
-    # (SIGILL), which the runtime turns into an exception
-    return _BASE_FLAGS + (
-        ["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error"]
-        if debug
-        else []
+    # violation calls the handler of emu_sched.h, which raises with the index and the line (no
+    # sanitizer runtime is linked)
+    return (
+        _BASE_FLAGS
+        + (["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fno-sanitize-recover=bounds"] if debug else [])
+        + (_RACE_FLAGS if race_check else [])
     )
 
 
@@ -145,7 +158,7 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
-def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
+def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathlib.Path:
     """Compile a translation to a shared library in the cache (or return the cached one).
 
     Kernels are spread over one translation unit per CPU (at most 4), compiled in parallel and
@@ -153,7 +166,7 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
     """
     from .translate import assemble
 
-    flags = compile_flags(debug)
+    flags = compile_flags(debug, race_check)
     nparts = max(1, min(len(os.sched_getaffinity(0)), 4, len(tr.kernels)))
     sources = assemble(tr, nparts)
     key = hashlib.sha256(
@@ -165,6 +178,10 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     incs = ["-I", str(INCLUDE_DIR)]
+    if race_check:
+        # source lines of race reports relative to the working directory, as in diagnostics (not
+        # part of the cache key: it changes no code)
+        incs += [f"-fdebug-prefix-map={os.getcwd()}=."]
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
         tmp = pathlib.Path(tmp)
         so = tmp / "kernels.so"
@@ -173,7 +190,9 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
             src = tmp / f"kernels{i}.cpp"
             src.write_text(text)
             srcs.append(src)
-        if len(srcs) == 1:
+        # linking with -fsanitize=thread would pull in the ThreadSanitizer runtime, which cannot be
+        # loaded into a running Python: race-check builds compile and link separately
+        if len(srcs) == 1 and not race_check:
             _run([[cxx] + flags + incs + [str(srcs[0]), "-o", str(so), "-lrt"]], srcs)
         else:
             objs = [s.with_suffix(".o") for s in srcs]
@@ -188,8 +207,60 @@ def build_library(tr, debug: bool, cxx: str) -> pathlib.Path:
             _run(
                 [[cxx, "-shared", "-fPIC"] + [str(o) for o in objs] + ["-o", str(so), "-lrt"]], srcs
             )
+        check_host_symbols(so, tr, cxx)
         os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
     return out
+
+
+@functools.cache
+def _libm_symbols(cxx: str) -> frozenset:
+    """The functions of the C math library (pure functions the shim's math builds on)."""
+    nm = shutil.which("nm")
+    path = subprocess.run(
+        [cxx, "-print-file-name=libm.so.6"], capture_output=True, text=True
+    ).stdout.strip()
+    if not nm or not os.path.isabs(path):
+        return frozenset()
+    out = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True, text=True)
+    return frozenset(ln.split()[-1].split("@")[0] for ln in out.stdout.splitlines() if ln.strip())
+
+
+def _allowed_symbol(name: str, libm: frozenset) -> bool:
+    from .translate import HOST_RUNTIME_SYMBOLS
+
+    return (
+        name in HOST_RUNTIME_SYMBOLS
+        or name in libm
+        # compiler runtime (half conversions, 128-bit division), C++ ABI and the runtime's own
+        # aligned operator new; a kernel cannot name them (`__` names and `new` are rejected)
+        or name.startswith(("__", "_ITM_", "operator new", "operator delete"))
+    )
+
+
+def check_host_symbols(so: pathlib.Path, tr, cxx: str) -> None:
+    """Every function a kernel library imports must be one the runtime or the shim's math needs:
+    anything else (getpid, system, a declared but undefined function) is a host call that Metal
+    cannot make. Skipped where there is no `nm` (binutils)."""
+    from .translate import TranslateError, host_call_message
+
+    nm = shutil.which("nm")
+    if nm is None:
+        return
+    out = subprocess.run(
+        [nm, "-D", "--undefined-only", "--demangle", str(so)], capture_output=True, text=True
+    )
+    libm = _libm_symbols(cxx)
+    if not libm:  # without the math library's symbols every math call would look foreign
+        return
+    for line in out.stdout.splitlines():
+        # "    U getpid@GLIBC_2.2.5", "    w __gmon_start__"; demangled names contain no '@'
+        fields = line.split(None, 1)
+        sym = fields[1].split("@")[0].strip() if len(fields) == 2 else ""
+        if not sym or _allowed_symbol(sym, libm):
+            continue
+        name = sym.split("(", 1)[0].rsplit("::", 1)[-1].strip()
+        where = tr.calls.get(name, "program_source")
+        raise TranslateError(f"{where}: error: {host_call_message(name)}")
 
 
 def build_source_library(source: str, flags: list, cxx: str, name: str = "lib") -> pathlib.Path:
@@ -210,8 +281,9 @@ def build_source_library(source: str, flags: list, cxx: str, name: str = "lib") 
         src.write_text(source)
         proc = subprocess.run([cxx, *flags, str(src), "-o", str(so)], capture_output=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"compiling {name} failed:\n"
-                               + proc.stderr.decode(errors="replace")[:4000])
+            raise RuntimeError(
+                f"compiling {name} failed:\n" + proc.stderr.decode(errors="replace")[:4000]
+            )
         os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
     return out
 
@@ -227,15 +299,64 @@ def _run(cmds, srcs):
         raise SyntaxError(_format_errors(errors[0], [str(s) for s in srcs]))
 
 
+# the emulator's C++ spellings of Metal types in compiler diagnostics
+_WRAPPER_RE = re.compile(r"(?:::)?\b(?:emu::)?(dptr|cptr)<|(?:::)?\bmetal::(vec|packed_vec)<")
+
+
+def metal_type_names(text: str) -> str:
+    """Compiler diagnostics in the user's types: ``emu::dptr<const T>`` -> ``device const T*``,
+    ``emu::cptr<T>`` -> ``constant T*``, ``metal::vec<float, 4>`` -> ``float4``."""
+    return _wrapper_names(text.replace("_Float16", "half"))
+
+
+def _wrapper_names(text: str) -> str:
+    m = _WRAPPER_RE.search(text)
+    if m is None:
+        return text
+    depth, close = 1, m.end()
+    while close < len(text) and depth:
+        depth += {"<": 1, ">": -1}.get(text[close], 0)
+        close += 1
+    if depth:  # not a complete type (a truncated line): leave the rest alone
+        return text
+    inner = _wrapper_names(text[m.end() : close - 1]).strip()
+    if m.group(1) == "cptr":
+        name = f"constant {inner}*"
+    elif m.group(1) == "dptr":
+        name = f"device {inner}*"
+    else:
+        elem, _, n = inner.rpartition(",")
+        name = f"{'packed_' if m.group(2) == 'packed_vec' else ''}{elem.strip()}{n.strip()}"
+    return text[: m.start()] + name + _wrapper_names(text[close:])
+
+
+_STATIC_ASSERT = "static assertion failed: "
+
+
+def _at_user_line(error: str, before: list) -> str:
+    """An error inside the emulator's headers (a static_assert that enforces a Metal rule) is
+    reported at the user's line that instantiated it: the last "required from here" before it."""
+    if not error.startswith((str(INCLUDE_DIR), "<emulator-")):
+        return error
+    for line in reversed(before):
+        if line.endswith("required from here") and not line.startswith(
+            (str(INCLUDE_DIR), "<emulator-")
+        ):
+            where = line.split(": ", 1)[0].strip()
+            msg = error.split(": error: ", 1)[1].removeprefix(_STATIC_ASSERT)
+            return f"{where}: error: {msg}"
+    return error
+
+
 def _format_errors(stderr: str, srcs: list) -> str:
     lines = []
-    for line in stderr.splitlines():
+    for line in metal_type_names(stderr).splitlines():
         for src in srcs:
             line = line.replace(src, "<emulator-translation>")
         if "In file included from" in line or line.startswith("compilation terminated"):
             continue
         lines.append(line)
-    errs = [ln for ln in lines if ": error:" in ln]
+    errs = [_at_user_line(ln, lines[:k]) for k, ln in enumerate(lines) if ": error:" in ln]
     head = "Metal kernel compilation failed (emulator):\n"
     text = "\n".join(errs[:20]) + "\n\n" + "\n".join(lines[:80])
     return head + text

@@ -8,10 +8,20 @@ import ctypes
 import operator
 import os
 import random
+import re
+import shutil
 import struct
+import subprocess
 import threading
 
-__all__ = ["Library", "Kernel", "launch_counts", "total_launches", "reset_launch_counts"]
+__all__ = [
+    "Library",
+    "Kernel",
+    "DataRaceError",
+    "launch_counts",
+    "total_launches",
+    "reset_launch_counts",
+]
 
 TG_MEMORY_LIMIT = 32768
 DEFAULT_MAX_THREADS = 1024
@@ -386,6 +396,39 @@ def _default_timeout():
     return float(os.environ.get("MPSLINALG_EMULATOR_TIMEOUT", "300"))
 
 
+class DataRaceError(RuntimeError):
+    """Two threads of a launch accessed the same memory without ordering, at least one of them
+    writing (race-check builds only). The message names both threads and both source lines."""
+
+
+_PC_RE = re.compile(r"@@PC:([0-9a-f]+)@@")
+
+
+def _source_lines(so_path: str, message: str) -> str:
+    """Replace the race detector's code addresses by source lines (``metal/<file>:<line>``): the
+    outermost inlined frame outside the emulator's own headers, through the library's line
+    tables."""
+    pcs = sorted(set(_PC_RE.findall(message)))
+    addr2line = shutil.which("addr2line")
+    where = {}
+    if pcs and addr2line:
+        shim = set(os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")))
+        for pc in pcs:
+            proc = subprocess.run(
+                [addr2line, "-i", "-e", so_path, "0x" + pc], capture_output=True, text=True
+            )
+            for frame in proc.stdout.splitlines():
+                path = frame.strip().split(" (discriminator")[0]
+                path = path.removeprefix(os.getcwd() + os.sep)
+                while path.startswith("./"):
+                    path = path[2:]
+                file = path.rsplit(":", 1)[0]
+                if file and not file.startswith(("?", "<")) and os.path.basename(file) not in shim:
+                    where[pc] = path
+                    break
+    return _PC_RE.sub(lambda m: where.get(m.group(1), "an unknown line"), message)
+
+
 class KernelNotFoundError(RuntimeError, AttributeError):
     """torch raises RuntimeError for an unknown kernel name; also an AttributeError so that
     hasattr() and
@@ -571,6 +614,8 @@ class Kernel:
             with _active_lock:
                 _active -= 1
         del bound
+        if rc == 2:
+            raise DataRaceError(_source_lines(self._lib._so, err.value.decode(errors="replace")))
         if rc != 0:
             raise RuntimeError(err.value.decode(errors="replace"))
         return None
@@ -579,7 +624,7 @@ class Kernel:
 class Library:
     """What ``compile_shader`` returns: kernels as attributes, ``dir()`` lists the host names."""
 
-    def __init__(self, so_path, kernels, debug=False):
+    def __init__(self, so_path, kernels, debug=False, race_check=False):
         cdll = ctypes.CDLL(str(so_path))
         cdll.emu_kernel_desc.restype = ctypes.POINTER(_KernelDesc)
         cdll.emu_kernel_desc.argtypes = [ctypes.c_int]
@@ -595,6 +640,7 @@ class Library:
         object.__setattr__(self, "_cdll", cdll)
         object.__setattr__(self, "_so", str(so_path))
         object.__setattr__(self, "_debug", debug)
+        object.__setattr__(self, "_race_check", race_check)
         object.__setattr__(self, "_infos", {k.host_name: (i, k) for i, k in enumerate(kernels)})
         object.__setattr__(self, "_kernels", {})
         object.__setattr__(self, "_lock", threading.Lock())

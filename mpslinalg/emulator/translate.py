@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import subprocess
+import tempfile
 
 __all__ = [
     "TranslateError",
@@ -52,6 +53,8 @@ class Translation:
     snippets: list  # per kernel launcher C++
     table: str  # the exported kernel table
     kernels: list
+    # names called but not defined in the source -> "file:line" of the first call
+    calls: dict = dataclasses.field(default_factory=dict)
 
     @property
     def cpp(self) -> str:
@@ -141,14 +144,31 @@ def tokenize(text: str) -> list:
 # raw-source checks and preprocessing
 
 _METAL_HEADER_RE = re.compile(r"^metal_[a-z_]+$")
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]*)[>"]')
+# directives that read a file; `#line` only names one, but the C++ compiler quotes the named
+# file's lines in its diagnostics, so its name is held to the same rule
+# `# 12 "file"` is GCC's spelling of `#line 12 "file"`
+_FILE_DIRECTIVE_RE = re.compile(
+    r"^\s*#\s*(?:(include_next|include|import|embed|line)\b|(?=\d))\s*(.*)$", re.S
+)
 _LINE_DIRECTIVE_RE = re.compile(r'^\s*#\s*line\s+(\d+)(?:\s+"([^"]*)")?')
+_INLINE_COMMENT_RE = re.compile(r"/\*.*?\*/")
 
 
 def _raw_lines(source: str):
-    """(file, line, text) for every raw source line, following #line directives."""
+    """(file, line, text) for every logical raw source line, following #line directives.
+
+    Backslash-continued lines are joined (the preprocessor joins them before it sees a directive);
+    the line number is that of the first physical line.
+    """
     file, line = "program_source", 1
-    for text in source.split("\n"):
+    phys = source.split("\n")
+    k = 0
+    while k < len(phys):
+        text, span = phys[k], 1
+        while text.endswith("\\") and k + span < len(phys):
+            text = text[:-1] + phys[k + span]
+            span += 1
+        k += span
         m = _LINE_DIRECTIVE_RE.match(text)
         if m:
             yield file, line, text
@@ -157,14 +177,73 @@ def _raw_lines(source: str):
                 file = m.group(2)
             continue
         yield file, line, text
-        line += 1
+        line += span
+
+
+def _escapes_tree(path: str) -> bool:
+    """An absolute path, or a relative one that climbs out of its directory with '..'."""
+    if path.startswith(("/", "~", "\\")) or re.match(r"^[A-Za-z]:", path):
+        return True
+    depth = 0
+    for part in re.split(r"[/\\]+", path):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part not in ("", "."):
+            depth += 1
+    return False
+
+
+def _check_file_directive(file, line, text):
+    """Reject directives that could read files outside the source's own tree.
+
+    Returns True for Metal's own headers, which the shim provides. Nothing is ever read from a
+    rejected path, and the messages quote only the path, never the file.
+    """
+    m = _FILE_DIRECTIVE_RE.match(_INLINE_COMMENT_RE.sub(" ", text))
+    if not m:
+        return False
+    what, operand = m.group(1) or "line", m.group(2).strip()
+    where = f"{file}:{line}: error:"
+    if what == "line":
+        lm = re.match(r'^\d+\s+"((?:\\.|[^"\\])*)"', operand)
+        if lm and _escapes_tree(lm.group(1)):
+            raise TranslateError(
+                f"{where} #line names '{lm.group(1)}', outside the source's own tree (an absolute "
+                "path or one escaping with '..'); the emulator does not accept it"
+            )
+        return False
+    if what != "include":
+        raise TranslateError(
+            f"{where} #{what} is not supported: Metal sources may only #include Metal's headers"
+        )
+    if not operand.startswith(("<", '"')):
+        raise TranslateError(
+            f"{where} computed #include ('{operand}') is not supported by the emulator: name the "
+            "header literally"
+        )
+    close = ">" if operand[0] == "<" else '"'
+    end = operand.find(close, 1)
+    path = operand[1:end] if end > 0 else operand[1:]
+    if operand[0] == "<" and _METAL_HEADER_RE.match(path.strip()):
+        return True
+    if _escapes_tree(path.strip()):
+        raise TranslateError(
+            f"{where} #include of '{path.strip()}' is not allowed: an absolute path or one "
+            "escaping with '..' reaches outside the source's own tree (the file was not read); a "
+            "Metal source given to compile_shader may only include Metal's own headers"
+        )
+    return False
 
 
 def check_raw(source: str) -> str:
-    """Reject non-ASCII text; blank out Metal's own includes (the shim provides them).
+    """Reject non-ASCII text and file directives that reach outside the source's own tree; blank
+    out Metal's own includes (the shim provides them).
 
     Other includes are left to the preprocessor, so that includes in inactive `#if` branches (the
-    `#ifndef __METAL__ #include <array>` idiom of torch's c10/metal headers) are harmless.
+    `#ifndef __METAL__ #include <array>` idiom of torch's c10/metal headers) are harmless; it runs
+    in an empty directory, so an include that is not a Metal header finds nothing.
     """
     out = []
     for file, line, text in _raw_lines(source):
@@ -175,8 +254,7 @@ def check_raw(source: str) -> str:
                 "Metal sources must be "
                 "ASCII (torch hands them to Metal as an ASCII string)"
             )
-        m = _INCLUDE_RE.match(text)
-        if m and m.group(1) == "<" and _METAL_HEADER_RE.match(m.group(2).strip()):
+        if _check_file_directive(file, line, text):
             out.append("")
             continue
         out.append(text)
@@ -201,11 +279,28 @@ def preprocess_command(cxx: str, metal_version: int) -> list:
     ]
 
 
+# a source that makes the preprocessor read a device or a huge file must not hang compile_shader
+_PREPROCESS_TIMEOUT_S = 60
+
+
 def preprocess(source: str, cxx: str, metal_version: int) -> str:
     text = '#line 1 "program_source"\n' + source
-    proc = subprocess.run(
-        preprocess_command(cxx, metal_version), input=text.encode(), capture_output=True
-    )
+    # an empty working directory: a quoted include has no tree to search but the source's own
+    # (which, for a source string, is empty)
+    with tempfile.TemporaryDirectory(prefix="emu-pp-") as empty:
+        try:
+            proc = subprocess.run(
+                preprocess_command(cxx, metal_version),
+                input=text.encode(),
+                capture_output=True,
+                cwd=empty,
+                timeout=_PREPROCESS_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            raise TranslateError(
+                f"program_source: error: preprocessing did not finish within "
+                f"{_PREPROCESS_TIMEOUT_S} s"
+            ) from None
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip()
         m = re.search(
@@ -223,6 +318,24 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
             )
         raise TranslateError(err)
     return proc.stdout.decode()
+
+
+_ENTER_MARKER_RE = re.compile(r'#\s*\d+\s+"((?:\\.|[^"\\])*)"((?:\s+\d+)*)\s*$')
+
+
+def check_entered_files(toks) -> None:
+    """No file may have been read by the preprocessor: Metal's headers were blanked out and others
+    are not available (a safety net behind `check_raw`, for includes it cannot see, e.g. behind a
+    comment spanning lines). A line marker with flag 1 means a file was entered."""
+    for tok in toks:
+        if tok.k != "pp":
+            continue
+        m = _ENTER_MARKER_RE.match(tok.t.strip())
+        if m and "1" in m.group(2).split():
+            raise TranslateError(
+                f"{tok.file}:{tok.line}: error: #include of '{m.group(1)}' is not available: only "
+                "Metal's own headers may be included"
+            )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,6 +398,52 @@ _HALF_LIT_RE = re.compile(r"^((?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9
 _LONG_DOUBLE_LIT_RE = re.compile(r"^(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+[eE])[0-9eE+\-]*[lL]$")
 
 
+_RESTRICTIONS = "Metal Shading Language Specification, section 1.5.4 'Restrictions'"
+_CONSTANT_SPACE = "Metal Shading Language Specification, section 4.2 'constant Address Space'"
+_STATIC_RULE = (
+    f"variables with static storage are shared by every thread, so Metal allows them only in "
+    f"the constant address space ({_CONSTANT_SPACE})"
+)
+_NO_LINKING = (
+    "Metal links no host or library code into a kernel: it can only call functions defined in "
+    "its source and Metal's standard library"
+)
+_NO_FUNCTION_POINTERS = (
+    "Metal does not support function pointers here (only [[visible]] functions through visible "
+    f"function tables, which torch.mps.compile_shader cannot link; {_RESTRICTIONS})"
+)
+_LOAD_TIME_ATTRS = frozenset(("constructor", "destructor", "init_priority"))
+_NOT_VARIABLES = frozenset(
+    "using typedef template static_assert namespace friend public private protected".split()
+)
+_TYPE_WORDS = frozenset(
+    "bool char short int long float half uint ushort uchar void unsigned signed auto const".split()
+)
+# Host functions a kernel must not call, caught by name in the source. The functions the
+# emulator's runtime itself links against must be: a kernel's call of one would pass the check of
+# the built library's undefined symbols (build.check_host_symbols). The others would be caught
+# there too, but here the message can name the line.
+HOST_RUNTIME_SYMBOLS = frozenset(
+    """
+    memset memcpy memmove mmap mprotect munmap pthread_create pthread_join raise sigaction
+    sigaltstack sigemptyset siglongjmp sigsetjmp signal snprintf vsnprintf strcmp syscall
+    timer_create timer_settime dladdr
+    printf fprintf puts abort exit _exit malloc free calloc realloc
+    """.split()
+)
+
+
+def host_call_message(name):
+    return f"'{name}' is a host (C library) function, not part of Metal: {_NO_LINKING}"
+
+
+def _load_time_message(attr):
+    return (
+        f"__attribute__(({attr})) is not available in Metal: no code runs when a Metal library is "
+        "loaded or unloaded"
+    )
+
+
 @dataclasses.dataclass
 class _Func:
     name: str
@@ -329,6 +488,8 @@ class _Translator:
         self.attr_spans = []  # (start, end) inclusive token indices of [[...]]
         self.dead = bytearray(n)  # tokens removed from the output (explicit instantiations)
         self.tg_site = 0
+        self.calls = {}  # name -> token of its first call, for names the source does not define
+        self.decls = []  # (scope kind, first token, ';') of statements at namespace and class scope
 
     # -- helpers --
     def err(self, i, msg):
@@ -454,6 +615,7 @@ class _Translator:
                 self.swz_members.setdefault(stack[-1][2], set()).add(s)
             if s == ";" and tok.k == "punct":
                 if cur in ("ns", "class"):
+                    self.decls.append((cur, stmt, i))
                     self.statement(stmt, i, stack)
                 stmt = i + 1
             elif s == "{":
@@ -778,25 +940,255 @@ class _Translator:
                         i,
                         f"fold expressions are C++17 and need Metal 4.0 (compiling for {self.mv})",
                     )
-        # direct self-recursion of a non-template free function with a single definition (templates
-        # are left alone: Apple's compiler accepts e.g. c10's `if (x < 0) return -f(-x);`, which it
-        # can inline away)
+
+    # -- Metal's language rules that C++ compilers accept (see `check_metal_rules`) --
+    def call_name(self, j):
+        """The name called at token j by an unqualified call `name(...)`, else None."""
+        tok = self.toks[j]
+        if (
+            tok.k != "id"
+            or self.t(j + 1) != "("
+            or self.in_attr[j]
+            or tok.t in _KEYWORDS
+            or self.t(j - 1) in (".", "->", "::")
+        ):
+            return None
+        return tok.t
+
+    def check_metal_rules(self):
+        defined = {f.name for f in self.funcs}
+        self.check_tokens(defined)
+        protos = self.check_declarations()
+        self.check_recursion()
+        # first call of every name, for the messages of the host-symbol check after linking
+        for j in range(len(self.toks)):
+            nm = self.call_name(j)
+            if nm is None or nm in defined:
+                continue
+            self.calls.setdefault(nm, j)
+            if nm.startswith("__") and nm != "__attribute__":
+                self.err(
+                    j,
+                    f"'{nm}' is a compiler builtin of the emulator's host compiler, not "
+                    "part of Metal",
+                )
+            if nm in HOST_RUNTIME_SYMBOLS:
+                self.err(j, host_call_message(nm))
+        for name, decl in protos.items():
+            if name in defined:
+                continue
+            a, b = decl
+            use = next(
+                (
+                    j
+                    for j in range(len(self.toks))
+                    if not a <= j <= b
+                    and self.toks[j].k == "id"
+                    and self.toks[j].t == name
+                    and self.t(j - 1) not in (".", "->", "::")
+                ),
+                None,
+            )
+            if use is not None:
+                self.err(
+                    use, f"'{name}' is declared but not defined in this source; " + _NO_LINKING
+                )
+
+    def check_tokens(self, defined):
+        """Lambdas, function pointers, linkage to host code, load-time code and inline assembly."""
+        toks = self.toks
+        for i, tok in enumerate(toks):
+            s = tok.t
+            if tok.k == "id" and not self.in_attr[i]:
+                if s == "extern" and self.k(i + 1) == "str":
+                    self.err(
+                        i,
+                        f"extern {self.t(i + 1)} (linkage to host code) is not "
+                        f"available in Metal: {_NO_LINKING}",
+                    )
+                elif s in ("asm", "__asm__", "__asm"):
+                    self.err(i, "inline assembly is not available in Metal")
+                elif s == "__attribute__" and self.t(i + 1) == "(":
+                    for j in range(i + 2, self.match[i + 1]):
+                        if self.t(j) in _LOAD_TIME_ATTRS:
+                            self.err(j, _load_time_message(self.t(j)))
+                elif (
+                    s in defined
+                    and self.t(i - 1) == "&"
+                    and self.k(i - 2) not in ("id", "num")
+                    and self.t(i - 2) not in (")", "]")
+                    and self.t(i + 1) not in ("(", "::", "<")
+                ):
+                    self.err(i, f"taking the address of function '{s}': {_NO_FUNCTION_POINTERS}")
+            elif tok.k == "punct" and s == "[" and not self.in_attr[i]:
+                prev = self.t(i - 1)
+                after = self.t(self.match[i] + 1)
+                unary_context = (self.k(i - 1) == "punct" and prev not in (")", "]")) or prev in (
+                    "return",
+                    "co_return",
+                )
+                if unary_context and after in ("(", "{", "mutable", "->", "<", "constexpr"):
+                    self.err(i, f"Metal does not support lambda expressions ({_RESTRICTIONS})")
+            elif tok.k == "punct" and s == "(" and not self.in_attr[i]:
+                self.check_function_pointer(i, defined)
+        for a, b in self.attr_spans:
+            for nm, _ in self.attr_items(a, b):
+                if nm in _LOAD_TIME_ATTRS:
+                    self.err(a, _load_time_message(nm))
+
+    def check_function_pointer(self, i, defined):
+        """`R (*name)(args)` and `R (&name)(args)`: the declarator of a pointer or reference to a
+        function (or to a member function, `(S::*name)`), in a declaration, cast or type-id."""
+        prev = self.t(i - 1)
+        if not (
+            (self.k(i - 1) == "id" and (prev not in _KEYWORDS or prev in _TYPE_WORDS))
+            or prev in (">", "*", "&", "(", ",", "<")
+        ):
+            return
+        j = i + 1
+        while self.k(j) == "id" and self.t(j + 1) == "::":
+            j += 2
+        if self.t(j) not in ("*", "&", "^"):
+            return
+        j += 1
+        while self.t(j) in ("const", "volatile") or (
+            self.k(j) == "id" and self.t(j) not in _KEYWORDS
+        ):
+            j += 1
+        if self.t(j) == "[":
+            j = self.match[j] + 1
+        if self.t(j) == ")" and self.t(j + 1) == "(" and self.t(i + 1) != "this":
+            self.err(i, _NO_FUNCTION_POINTERS)
+
+    def check_declarations(self):
+        """Variables with static storage must be `constant`; returns the function prototypes at
+        namespace scope, name -> (first token, ';')."""
+        protos = {}
+        for scope, a, b in self.decls:
+            idx = [j for j in range(a, b) if not self.in_attr[j] and self.k(j) != "pp"]
+            words = [self.t(j) for j in idx]
+            if not words or words[0] in _NOT_VARIABLES:
+                continue
+            if words[0] in ("struct", "class", "union", "enum") and (
+                len(words) == 2
+                or (words[0] == "enum" and words[1] in ("class", "struct"))
+                and len(words) == 3
+            ):
+                continue  # a forward declaration
+            eq = paren = None
+            j = a
+            while j < b:
+                sj = self.t(j)
+                if sj == "=" and eq is None:
+                    eq = j
+                elif sj == "(" and not self.in_attr[j]:
+                    if paren is None:
+                        paren = j
+                    j = self.match[j]
+                elif sj in ("[", "{"):
+                    j = self.match[j]
+                j += 1
+            is_function = (
+                paren is not None and (eq is None or paren < eq) and ("constant" not in words)
+            )
+            if is_function:
+                if (
+                    scope == "ns"
+                    and self.k(paren - 1) == "id"
+                    and self.t(paren - 1) not in _KEYWORDS
+                ):
+                    protos.setdefault(self.t(paren - 1), (a, b))
+                continue
+            if "constant" in words or (scope == "class" and "static" not in words):
+                continue  # a constant, or an ordinary data member
+            end = eq if eq is not None else b
+            name = next(
+                (
+                    j
+                    for j in range(end - 1, a - 1, -1)
+                    if self.k(j) == "id" and self.t(j) not in _KEYWORDS and not self.in_attr[j]
+                ),
+                a,
+            )
+            if scope == "class":
+                self.err(
+                    name,
+                    f"static data member '{self.t(name)}' must reside in constant "
+                    f"address space: {_STATIC_RULE}",
+                )
+            self.err(
+                name,
+                f"program scope variable '{self.t(name)}' must reside in constant "
+                f"address space: Metal allows only `constant` variables at program scope "
+                f"({_CONSTANT_SPACE}); a mutable global would be shared by every thread",
+            )
+        # static variables in function bodies
+        for i, tok in enumerate(self.toks):
+            if tok.t != "static" or tok.k != "id" or self.scope[i] not in ("func", "block"):
+                continue
+            j = i
+            while j < len(self.toks) and self.t(j) != ";":
+                j = self.match[j] + 1 if self.t(j) in ("(", "[", "{") else j + 1
+            if not any(self.t(x) == "constant" for x in range(i, j)):
+                self.err(
+                    i,
+                    f"static local variable must reside in constant address space: {_STATIC_RULE}",
+                )
+        return protos
+
+    def check_recursion(self):
+        """No cycle in the call graph (direct or mutual recursion). The graph's nodes are the
+        non-template free functions with a single definition: templates are left alone (Apple's
+        compiler accepts e.g. c10's `if (x < 0) return -f(-x);`, which it can inline away) and
+        calls of overloaded names cannot be resolved without types."""
         counts = {}
         for f in self.funcs:
             counts[f.name] = counts.get(f.name, 0) + 1
-        for f in self.funcs:
-            if not f.free or counts[f.name] != 1 or f.name in ("?", "operator"):
-                continue
-            if self.t(f.start) == "template":
-                continue
+        nodes = {
+            f.name: f
+            for f in self.funcs
+            if f.free
+            and counts[f.name] == 1
+            and f.name not in ("?", "operator")
+            and self.t(f.start) != "template"
+        }
+        calls = {}
+        for name, f in nodes.items():
+            first = {}
             for j in range(f.open + 1, f.close):
-                if (
-                    toks[j].t == f.name
-                    and toks[j].k == "id"
-                    and self.t(j + 1) == "("
-                    and self.t(j - 1) not in (".", "->", "::")
-                ):
-                    self.err(j, f"recursion ('{f.name}' calls itself) is not allowed in Metal")
+                nm = self.call_name(j)
+                if nm in nodes:
+                    first.setdefault(nm, j)
+            calls[name] = first
+        state = {}  # 1: on the current path, 2: finished
+        for root in sorted(nodes, key=lambda nm: nodes[nm].start):
+            if root in state:
+                continue
+            path, stack = [root], [iter(calls[root].items())]
+            state[root] = 1
+            while stack:
+                step = next(stack[-1], None)
+                if step is None:
+                    state[path.pop()] = 2
+                    stack.pop()
+                    continue
+                callee, j = step
+                if state.get(callee) == 1:
+                    cycle = path[path.index(callee) :] + [callee]
+                    how = (
+                        f"'{callee}' calls itself"
+                        if len(cycle) == 2
+                        else "mutual recursion " + " -> ".join(cycle)
+                    )
+                    self.err(
+                        j,
+                        f"recursion ({how}): Metal does not support recursive function "
+                        f"calls ({_RESTRICTIONS})",
+                    )
+                if callee not in state:
+                    state[callee] = 1
+                    path.append(callee)
+                    stack.append(iter(calls[callee].items()))
 
     # -- sync analysis --
     def sync_kernels(self):
@@ -1382,11 +1774,13 @@ def translate(source: str, cxx: str, *, metal_version: int = 320) -> Translation
     clean = check_raw(source)
     pp = preprocess(clean, cxx, metal_version)
     toks = tokenize(pp)
+    check_entered_files(toks)
     tr = _Translator(toks, metal_version)
     tr.pair_brackets()
     tr.find_attributes()
     tr.scan_structure()
     tr.check_forbidden()
+    tr.check_metal_rules()
     reaches_sync = tr.sync_kernels()
     tr.address_space_overloads()
     tr.rewrite()
@@ -1396,4 +1790,5 @@ def translate(source: str, cxx: str, *, metal_version: int = 320) -> Translation
     tr.frame_calls(reaches_sync)
     body = tr.emit()
     snippets, table, kernels = _launchers(tr, reaches_sync)
-    return Translation(body, snippets, table, kernels)
+    calls = {nm: f"{toks[j].file}:{toks[j].line}" for nm, j in tr.calls.items()}
+    return Translation(body, snippets, table, kernels, calls)

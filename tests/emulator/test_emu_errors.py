@@ -5,6 +5,7 @@ import re
 
 import pytest
 import torch
+from emu_helpers import raises
 
 from mpslinalg import emulator as emu
 
@@ -201,28 +202,6 @@ def still_works(lib):
     out = torch.zeros(300)
     lib.sanity(out, group_size=100)
     assert torch.equal(out, torch.arange(300, dtype=torch.float32) + 1)
-
-
-def raises(exc, *patterns):
-    """Context manager: `exc` whose message matches every regex (case-insensitive)."""
-    return _Raises(exc, patterns)
-
-
-class _Raises:
-    def __init__(self, exc, patterns):
-        self.cm = pytest.raises(exc)
-        self.patterns = patterns
-
-    def __enter__(self):
-        self.info = self.cm.__enter__()
-        return self.info
-
-    def __exit__(self, *a):
-        suppressed = self.cm.__exit__(*a)
-        msg = str(self.info.value)
-        for p in self.patterns:
-            assert re.search(p, msg, re.IGNORECASE), f"{p!r} not in message:\n{msg}"
-        return suppressed
 
 
 # ------------------------------------------------------------------ barriers

@@ -34,6 +34,7 @@ struct Lane {
   u3 tid, lid;
   uint32_t lidx, slane, sgid;
   int depth;          // call path of user functions that reach collectives (see Frame)
+  int bar_flags;      // mem_flags of the threadgroup_barrier the lane waits at
   Site frames[16];
   alignas(64) unsigned char slot[256];  // operands in, results out of SIMD-group collectives
 };
@@ -57,6 +58,8 @@ struct Launch {
 
 static const size_t kTgLimit = 32768;
 static const int kMaxSlots = 512;
+namespace race { struct Cell; }
+struct RaceRegion { uintptr_t lo, hi; race::Cell* cells; size_t bytes; };  // see emu_race.h
 
 struct Runtime {
   const KernelDesc* desc = nullptr;
@@ -79,6 +82,15 @@ struct Runtime {
   StackPool pool;
   sigjmp_buf jb;
   volatile sig_atomic_t in_launch = 0;
+  // race-check builds only (emu_race.h): shadow memory and the orderings between accesses
+  race::Cell* race_tg = nullptr;
+  RaceRegion race_regions[32];
+  int race_nregions = 0;
+  int race_found = 0;
+  bool race_pw = false, race_cw = false;  // whether the two racing accesses write
+  uintptr_t race_base = 0;
+  uint32_t race_tg_ep = 0, race_dev_ep = 0, race_group = 0;
+  uint32_t race_sgsync[32] = {};
   Runtime() {
     __builtin_memset((void*)lanes, 0, sizeof lanes);
     __builtin_memset(slot_gen, 0, sizeof slot_gen);
@@ -107,6 +119,14 @@ inline const char* bufname(int b) {
 // A wrapper, not a raw pointer: it keeps `device` distinct from thread/threadgroup pointers for overloading,
 // and carries the buffer bounds that debug builds check on every access.
 template <class T> struct dptr;
+template <class T> struct cptr;
+// A cast never moves a pointer between the device and constant address spaces (Metal rejects it: a
+// constant buffer is read-only and may be cached as such); the static_assert's message is what the
+// compiler shows, at the user's line (build._at_user_line).
+template <class> struct addr_space_cast : std::false_type {};
+#define EMU_NO_CONSTANT_TO_DEVICE                                                                  \
+  template <class U> explicit dptr(const cptr<U>&) {                                               \
+    static_assert(addr_space_cast<U>::value, "Metal cannot cast a constant pointer to a device pointer"); }
 [[noreturn]] inline void oob(int buf, long long idx, long long n, size_t esz) {
   Runtime& R = rt();
   const u3& t = R.cur ? R.cur->tid : R.tgid;
@@ -143,6 +163,7 @@ template <class T> struct dptr<const T> {
   // GPU addresses (a list of tensors is bound as 64-bit addresses); such pointers carry no bounds
   template <class I, std::enable_if_t<std::is_integral<I>::value && sizeof(I) == 8, int> = 0>
   explicit dptr(I addr) : p((T*)(uintptr_t)addr) {}
+  EMU_NO_CONSTANT_TO_DEVICE
   explicit operator unsigned long() const { return (unsigned long)(uintptr_t)p; }
   explicit operator long() const { return (long)(uintptr_t)p; }
   // pointer casts (reinterpret_cast<device U*>(...), C-style casts) keep the bounds of the source buffer
@@ -167,6 +188,7 @@ template <class T> struct dptr : dptr<const T> {
   using B::B;
   dptr() = default;
   dptr(T* q) { this->p = q; }
+  EMU_NO_CONSTANT_TO_DEVICE
   T& operator*() const { this->chk(this->p); return *this->p; }
   T* operator->() const { this->chk(this->p); return this->p; }
   T& operator[](long long i) const { this->chk(this->p + i); return this->p[i]; }
@@ -186,6 +208,11 @@ template <class T> struct cptr : dptr<const T> {
   using B::B;
   cptr() = default;
   cptr(const B& b) : B(b) {}
+  // (constant U*)p: from constant, fine (hides the inherited device-only constructor); from device, not
+  template <class U> explicit cptr(const cptr<U>& o) : B(static_cast<const dptr<const U>&>(o)) {}
+  template <class U> explicit cptr(const dptr<U>&) {
+    static_assert(addr_space_cast<U>::value, "Metal cannot cast a device pointer to a constant pointer");
+  }
   cptr operator+(long long i) const { cptr r = *this; r.p += i; return r; }
   cptr operator-(long long i) const { cptr r = *this; r.p -= i; return r; }
   cptr& operator+=(long long i) { this->p += i; return *this; }
@@ -213,13 +240,21 @@ template <class To> struct ptr_cast_t {
   template <class T> static To cast(cptr<T>& f) { return reinterpret_cast<To>(f.p); }
 };
 template <class T> struct ptr_cast_t<cptr<T>> {
-  template <class U> static cptr<T> cast(const dptr<U>& f) { return cptr<T>(dptr<const T>(f)); }
+  template <class U> static cptr<T> cast(const cptr<U>& f) { return cptr<T>(f); }
+  template <class U> static cptr<T> cast(const dptr<U>& f) {
+    static_assert(addr_space_cast<U>::value, "Metal cannot cast a device pointer to a constant pointer");
+    return cptr<T>(dptr<const T>(f));
+  }
   static cptr<T> cast(const void* f) { return cptr<T>((const T*)f); }
   template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
   static cptr<T> cast(I f) { return cptr<T>((const T*)(uintptr_t)f); }
 };
 template <class T> struct ptr_cast_t<dptr<T>> {
   template <class U> static dptr<T> cast(const dptr<U>& f) { return dptr<T>(f); }
+  template <class U> static dptr<T> cast(const cptr<U>& f) {
+    static_assert(addr_space_cast<U>::value, "Metal cannot cast a constant pointer to a device pointer");
+    return dptr<T>(f);
+  }
   static dptr<T> cast(const void* f) { return dptr<T>((T*)f); }
   template <class I, std::enable_if_t<std::is_integral<I>::value, int> = 0>
   static dptr<T> cast(I f) { return dptr<T>((T*)(uintptr_t)f); }

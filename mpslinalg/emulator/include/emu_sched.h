@@ -5,6 +5,12 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 #include "emu_runtime.h"
+#if EMU_RACECHECK
+#include "emu_race.h"
+#define EMU_RACE(call) ::emu::race::call
+#else
+#define EMU_RACE(call) ((void)0)  // release and debug builds pay nothing for the race detector
+#endif
 
 namespace emu {
 inline void fiber_main(void* arg) {
@@ -81,6 +87,7 @@ inline void resolve(Runtime& R) {
       if (l->state == L_SIMD && same_position(l, best)) parts[np++] = l;
     }
     best->op(parts, np);
+    EMU_RACE(simd_sync(R, g));
     for (int i = 0; i < np; ++i) parts[i]->state = L_READY;
     fired = true;
   }
@@ -109,6 +116,7 @@ inline void resolve(Runtime& R) {
          "thread_index_in_threadgroup %d) while the others wait at threadgroup_barrier at %s:%u (undefined "
          "behaviour on Metal; strict=False treats returned lanes as arrived)",
          kname(), tgstr(R), done, R.nlanes, doneex, first->site.file, first->site.line);
+  if (first) EMU_RACE(barrier(R, first->bar_flags));
   for (int i = 0; i < n; ++i) if (R.lanes[i].state == L_BAR) R.lanes[i].state = L_READY;
 }
 
@@ -161,12 +169,45 @@ inline void run_group_plain(Runtime& R, uint64_t& seed) {
   R.cur = nullptr;
 }
 
+#if EMU_DEBUG
+// Debug builds check indices into fixed-size arrays (-fsanitize=bounds): the compiler calls this with
+// the index and the source location (which follows the #line markers, so it is the Metal line).
+namespace ubsan {
+struct SourceLocation { const char* file; uint32_t line, column; };
+struct TypeDescriptor { uint16_t kind, info; char name[1]; };
+struct OutOfBoundsData { SourceLocation loc; const TypeDescriptor* array_type; const TypeDescriptor* index_type; };
+[[noreturn]] inline void out_of_bounds(OutOfBoundsData* d, uintptr_t v) {
+  Runtime& R = rt();
+  const u3 t = R.cur ? R.cur->tid : R.tgid;
+  // integers up to 64 bits are passed by value; info: bit 0 signed, bits 1.. log2 of the width
+  bool is_signed = d->index_type->kind == 0 && (d->index_type->info & 1);
+  unsigned width = d->index_type->kind == 0 ? 1u << (d->index_type->info >> 1) : 64u;
+  long long idx = (long long)v;
+  if (is_signed && width < 64) idx = (long long)(v << (64 - width)) >> (64 - width);
+  char num[32];
+  if (is_signed) snprintf(num, sizeof num, "%lld", idx); else snprintf(num, sizeof num, "%llu", (unsigned long long)v);
+  fail("kernel '%s': out-of-bounds index %s into a fixed-size array of type %s (threadgroup or thread-private) at "
+       "%s:%u in thread_position_in_grid=(%u,%u,%u) (detected by the debug build's bounds check)", kname(), num,
+       d->array_type->name, d->loc.file, d->loc.line, t.v[0], t.v[1], t.v[2]);
+}
+}  // namespace ubsan
+#define EMU_UBSAN_HOOK extern "C" __attribute__((weak, visibility("hidden")))
+EMU_UBSAN_HOOK void __ubsan_handle_out_of_bounds(ubsan::OutOfBoundsData* d, uintptr_t v) { ubsan::out_of_bounds(d, v); }
+EMU_UBSAN_HOOK void __ubsan_handle_out_of_bounds_abort(ubsan::OutOfBoundsData* d, uintptr_t v) {
+  ubsan::out_of_bounds(d, v);
+}
+#undef EMU_UBSAN_HOOK
+#endif
+
 // A fault inside a kernel (release build overrun, stack overflow into a guard page) returns to the launch
 // instead of killing the interpreter; other faults go to the handler that was installed before.
 // The watchdog is a per-thread timer delivering a real-time signal (Python itself uses none of them).
 inline int watchdog_signal() { return SIGRTMIN + 3; }
-static const int kNumSignals = 5;
-inline int fault_signal(int i) { static const int s[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL}; return i < 4 ? s[i] : watchdog_signal(); }
+static const int kNumSignals = 6;
+inline int fault_signal(int i) {
+  static const int s[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
+  return i < 5 ? s[i] : watchdog_signal();
+}
 inline struct sigaction* prev_actions() { static struct sigaction a[kNumSignals]; return a; }
 inline int sig_index(int sig) { for (int i = 0; i < kNumSignals; ++i) if (fault_signal(i) == sig) return i; return 0; }
 inline void on_fault(int sig, siginfo_t* si, void* uc) {
@@ -181,21 +222,33 @@ inline void on_fault(int sig, siginfo_t* si, void* uc) {
                "NaN comparison); the launch was aborted (timeout= or MPSLINALG_EMULATOR_TIMEOUT change the limit)",
                kname(), R.la ? R.la->timeout : 0.0);
     else if (sig == SIGFPE)
-      snprintf(R.err, sizeof R.err, "kernel '%s': integer division by zero (or INT_MIN / -1) in "
-               "thread_position_in_grid=(%u,%u,%u); undefined behaviour on Metal", kname(), t.v[0], t.v[1], t.v[2]);
-    else if (sig == SIGILL)
-      snprintf(R.err, sizeof R.err, "kernel '%s': out-of-bounds index into a fixed-size array (threadgroup or "
-               "thread-private) in thread_position_in_grid=(%u,%u,%u) (detected by the debug build)", kname(),
+      snprintf(R.err, sizeof R.err, "kernel '%s': %s in thread_position_in_grid=(%u,%u,%u) (SIGFPE); undefined "
+               "behaviour on Metal", kname(),
+               si->si_code == FPE_INTDIV ? "integer division by zero (or INT_MIN / -1, which the CPU reports alike)"
+               : si->si_code == FPE_INTOVF ? "integer overflow in a division" : "arithmetic exception",
                t.v[0], t.v[1], t.v[2]);
+    else if (sig == SIGILL || sig == SIGTRAP)
+      // the debug build's bounds check reports through ubsan::out_of_bounds, not a trap; user code
+      // cannot emit traps (compiler builtins are rejected), so this is the emulator's own code
+      snprintf(R.err, sizeof R.err, "kernel '%s' stopped at a trap instruction (%s at %p) in "
+               "thread_position_in_grid=(%u,%u,%u): an internal check of the emulator failed; please report the "
+               "kernel", kname(), sig == SIGILL ? "SIGILL, illegal instruction" : "SIGTRAP, breakpoint",
+               si->si_addr, t.v[0], t.v[1], t.v[2]);
     else if (st && a >= st && a < st + kGuard)
       snprintf(R.err, sizeof R.err, "kernel '%s': stack overflow in thread_position_in_grid=(%u,%u,%u): thread-private "
                "data exceeds the emulator's %zu KiB per-lane stack (Metal's is far smaller; move large arrays to "
                "threadgroup or device memory)", kname(), R.cur->tid.v[0], R.cur->tid.v[1], R.cur->tid.v[2],
                (kStackSize - kGuard) >> 10);
+    else if ((uintptr_t)a < 65536)
+      snprintf(R.err, sizeof R.err, "kernel '%s' crashed with %s: access to address %p, a null (or nearly null) "
+               "pointer, in thread_position_in_grid=(%u,%u,%u)", kname(), sig == SIGSEGV ? "SIGSEGV" : "SIGBUS",
+               si->si_addr, t.v[0], t.v[1], t.v[2]);
     else
-      snprintf(R.err, sizeof R.err, "kernel '%s' crashed with %s (invalid memory access at %p); device/constant "
-               "pointers are bounds-checked, so this is a threadgroup or thread-private array overrun, a bad pointer "
-               "cast or an emulator bug", kname(), sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", si->si_addr);
+      snprintf(R.err, sizeof R.err, "kernel '%s' crashed with %s: invalid memory access at %p in "
+               "thread_position_in_grid=(%u,%u,%u), outside every buffer, threadgroup memory and the thread's stack. "
+               "device/constant pointers are bounds-checked, so this is a pointer made by a cast or from an integer, "
+               "or an overrun of a threadgroup or thread-private array (compile_shader(debug=True) checks their "
+               "indices)", kname(), sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", si->si_addr, t.v[0], t.v[1], t.v[2]);
     R.failed = true;
     siglongjmp(R.jb, 1);
   }
@@ -249,6 +302,7 @@ struct Job {
   uint64_t total, step, off, chunk;
   uint64_t next;      // next group index to claim (atomic)
   int abort;          // set by the first thread that fails (atomic)
+  int race;           // the failure is a data race (race-check builds)
   char err[2048];
 };
 
@@ -264,6 +318,7 @@ inline void run_one_group(Runtime& R, uint64_t g, uint64_t& seed) {
   R.nlanes = R.tpg.v[0] * R.tpg.v[1] * R.tpg.v[2];
   R.nsg = (R.nlanes + 31) / 32;
   R.tg_top = 0; ++R.tg_gen;
+  EMU_RACE(group_start(R, (uint32_t)g));
   if (R.fibers) run_group_fibers(R, seed); else run_group_plain(R, seed);
 }
 
@@ -279,6 +334,7 @@ inline int work(Job* job) {
   }
   R.dnsg = (R.dtpg.v[0] * R.dtpg.v[1] * R.dtpg.v[2] + 31) / 32;
   install_fault_handler();
+  EMU_RACE(launch_begin(R, la));
   int rc = 0;
   if (sigsetjmp(R.jb, 1) == 0) {
     R.in_launch = 1;
@@ -299,14 +355,17 @@ inline int work(Job* job) {
     rc = 1;
   }
   R.in_launch = 0;
+  EMU_RACE(launch_end(R));
   if (la->timeout > 0) arm_watchdog(0.0);
   R.cur = nullptr;
   // Lanes abandoned by an error keep their stacks; give them back.
   for (uint32_t i = 0; i < 1024 && R.fibers; ++i)
     if (R.lanes[i].stack) { R.pool.put(R.lanes[i].stack); R.lanes[i].stack = nullptr; }
   R.pool.trim();
-  if (rc && !__atomic_exchange_n(&job->abort, 1, __ATOMIC_ACQ_REL))
+  if (rc && !__atomic_exchange_n(&job->abort, 1, __ATOMIC_ACQ_REL)) {
     snprintf(job->err, sizeof job->err, "%s", R.err[0] ? R.err : "kernel failed");
+    job->race = R.race_found;
+  }
   R.desc = nullptr; R.la = nullptr;
   return rc;
 }
@@ -317,7 +376,7 @@ inline void* work_thread(void* job) { work((Job*)job); return nullptr; }
 // spread them over `threads` OS threads; everything else runs on the calling thread.
 inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen, int threads) {
   Job job;
-  job.d = d; job.la = la; job.next = 0; job.abort = 0; job.err[0] = 0;
+  job.d = d; job.la = la; job.next = 0; job.abort = 0; job.race = 0; job.err[0] = 0;
   uint64_t ng[3];
   for (int i = 0; i < 3; ++i) ng[i] = (la->grid[i] + la->group[i] - 1) / la->group[i];
   job.total = ng[0] * ng[1] * ng[2];
@@ -332,6 +391,9 @@ inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen, 
   }
   uint64_t lanes = la->grid[0] * la->grid[1] * la->grid[2];
   int nt = (d->sync || la->order != 0 || lanes < 32768 || job.total < 2) ? 1 : threads;
+#if EMU_RACECHECK
+  nt = 1;  // the shadow memory is not shared between OS threads
+#endif
   if ((uint64_t)nt > job.total) nt = (int)job.total;
   job.chunk = nt > 1 ? (job.total / ((uint64_t)nt * 8) > 0 ? job.total / ((uint64_t)nt * 8) : 1) : job.total;
   pthread_t tids[64];
@@ -340,7 +402,7 @@ inline int launch(const KernelDesc* d, const Launch* la, char* err, int errlen, 
     if (pthread_create(&tids[started], nullptr, &work_thread, &job) == 0) ++started;
   work(&job);
   for (int t = 0; t < started; ++t) pthread_join(tids[t], nullptr);
-  if (job.abort) { snprintf(err, (size_t)errlen, "%s", job.err); return 1; }
+  if (job.abort) { snprintf(err, (size_t)errlen, "%s", job.err); return job.race ? 2 : 1; }
   return 0;
 }
 }  // namespace emu

@@ -7,8 +7,9 @@ enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, 
 constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
 enum class thread_scope : int { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
 
-inline void threadgroup_barrier(mem_flags = mem_flags::mem_none, emu::Site s = emu::here()) {
+inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none, emu::Site s = emu::here()) {
   emu::Lane* l = emu::coll_lane("threadgroup_barrier");
+  l->bar_flags = int(f);
   emu::block(l, emu::L_BAR, s, nullptr);
 }
 namespace detail { inline void op_noop(emu::Lane**, int) {} }
