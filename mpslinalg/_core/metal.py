@@ -27,6 +27,9 @@ DTYPE_NAMES = {
     torch.bfloat16: "bfloat16",
     torch.int32: "int32",
     torch.int64: "int64",
+    torch.uint16: "uint16",
+    torch.uint32: "uint32",
+    torch.uint64: "uint64",
 }
 
 
