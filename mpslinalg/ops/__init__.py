@@ -1,11 +1,46 @@
 """mpslinalg.ops: the companion inference kernels Mac users lack (fp8 ``scaled_mm``, gemv for
 decode, grouped matmul for mixture-of-experts, constant pad, conv1d, stream helpers, unsigned
-comparisons, ...).
+comparisons, special polynomials, ...).
 
 Each op family is one module here, one ``metal/ops/<family>.{h,metal}`` pair and one test file,
 declared through the same op machinery as the linalg families.
 """
 
+from .special import (
+    chebyshev_polynomial_t,
+    chebyshev_polynomial_u,
+    chebyshev_polynomial_v,
+    chebyshev_polynomial_w,
+    hermite_polynomial_h,
+    hermite_polynomial_he,
+    laguerre_polynomial_l,
+    legendre_polynomial_p,
+    shifted_chebyshev_polynomial_t,
+    shifted_chebyshev_polynomial_u,
+    shifted_chebyshev_polynomial_v,
+    shifted_chebyshev_polynomial_w,
+)
 from .unsigned import eq, ge, gt, le, lt, maximum, minimum, ne
 
-__all__ = ["eq", "ge", "gt", "le", "lt", "maximum", "minimum", "ne"]
+__all__ = [
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
+    "eq",
+    "ge",
+    "gt",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
+    "laguerre_polynomial_l",
+    "le",
+    "legendre_polynomial_p",
+    "lt",
+    "maximum",
+    "minimum",
+    "ne",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
+]
