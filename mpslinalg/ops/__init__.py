@@ -6,6 +6,7 @@ Each op family is one module here, one ``metal/ops/<family>.{h,metal}`` pair and
 declared through the same op machinery as the linalg families.
 """
 
+from .search import bucketize, searchsorted
 from .special import (
     chebyshev_polynomial_t,
     chebyshev_polynomial_u,
@@ -23,6 +24,7 @@ from .special import (
 from .unsigned import eq, ge, gt, le, lt, maximum, minimum, ne
 
 __all__ = [
+    "bucketize",
     "chebyshev_polynomial_t",
     "chebyshev_polynomial_u",
     "chebyshev_polynomial_v",
@@ -39,6 +41,7 @@ __all__ = [
     "maximum",
     "minimum",
     "ne",
+    "searchsorted",
     "shifted_chebyshev_polynomial_t",
     "shifted_chebyshev_polynomial_u",
     "shifted_chebyshev_polynomial_v",
