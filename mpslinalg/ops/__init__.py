@@ -6,6 +6,7 @@ Each op family is one module here, one ``metal/ops/<family>.{h,metal}`` pair and
 declared through the same op machinery as the linalg families.
 """
 
+from .random import log_normal, log_normal_
 from .search import bucketize, searchsorted
 from .special import (
     chebyshev_polynomial_t,
@@ -37,6 +38,8 @@ __all__ = [
     "laguerre_polynomial_l",
     "le",
     "legendre_polynomial_p",
+    "log_normal",
+    "log_normal_",
     "lt",
     "maximum",
     "minimum",
