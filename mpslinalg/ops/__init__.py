@@ -6,6 +6,7 @@ Each op family is one module here, one ``metal/ops/<family>.{h,metal}`` pair and
 declared through the same op machinery as the linalg families.
 """
 
+from .attention import scaled_dot_product_attention
 from .random import log_normal, log_normal_
 from .search import bucketize, searchsorted
 from .special import (
@@ -44,6 +45,7 @@ __all__ = [
     "maximum",
     "minimum",
     "ne",
+    "scaled_dot_product_attention",
     "searchsorted",
     "shifted_chebyshev_polynomial_t",
     "shifted_chebyshev_polynomial_u",
