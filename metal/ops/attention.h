@@ -13,9 +13,15 @@
 // batch index is decomposed over the broadcast batch dimensions with each operand's strides,
 // and grouped-query heads read key / value head h / group. Rows whose keys are all masked give
 // 0 (torch's safe softmax); NaN in a score gives NaN, never a hang: trip counts are fixed.
+//
+// Attention dropout multiplies each weight's contribution to the output (not to the softmax
+// normaliser) by 0 or 1 / (1 - p); whether key j is kept for query row i of pair bh is word
+// j % 4 of Philox4x32-10 at counter (i, bh, j / 4), so it depends on the seed and (bh, i, j)
+// only, and attention_dropout_mask can rebuild the same decisions for the backward.
 #pragma once
 
 #include "../common/elementwise.h"
+#include "../common/philox.h"
 
 namespace mpsl {
 
@@ -48,7 +54,30 @@ struct AttentionParams {
   long k_head, k_row, k_col;
   long v_head, v_row, v_col;
   long m_head, m_row, m_col;
+  long dropout;     // 1: attention dropout with the probability in factors[kFactorDropout]
+  long seed;        // its 64-bit Philox key
 };
+
+// Entries of the kernels' float arguments (a list of float32 from Python).
+constant constexpr int kFactorScale = 0;    // multiplies every score
+constant constexpr int kFactorDropout = 1;  // dropout probability p
+constant constexpr int kFactorKeep = 2;     // 1 / (1 - p), the multiplier of kept weights
+// Dropout decisions drawn from one Philox call (consecutive keys of one row).
+constant constexpr long kDecisionsPerDraw = 4;
+
+// 0 (dropped) or 1 / (1 - p) (kept) for key j of query row i of the (batch, head) pair bh.
+inline float dropout_multiplier(constant AttentionParams& p, constant float* factors, long bh,
+                                long i, long j) {
+  if (!p.dropout) {
+    return 1.0f;
+  }
+  const ulong key64 = ulong(p.seed);
+  const ulong block = ulong(j / kDecisionsPerDraw);
+  const uint4 bits = philox4x32(uint4(uint(i), uint(bh), uint(block), uint(block >> 32)),
+                                uint2(uint(key64), uint(key64 >> 32)));
+  const float u = uniform_open(bits[j % kDecisionsPerDraw]);
+  return u >= factors[kFactorDropout] ? factors[kFactorKeep] : 0.0f;
+}
 
 // Storage offsets of the (batch, head) pair `bh` in each operand.
 struct HeadOffsets {
@@ -92,10 +121,11 @@ inline float masked_score(float dot, long i, long j, constant AttentionParams& p
   return dot;
 }
 
-// Fold score s with value row `value` (Ev entries, stride `vstride`) into (state, o).
+// Fold score s with value row `value` (Ev entries, stride `vstride`) into (state, o); the
+// value's weight is multiplied by `keep` (dropout), the normaliser's is not.
 template <typename V>
-inline void online_update(thread OnlineSoftmax& st, thread float* o, float s, V value,
-                          long vstride, long ev) {
+inline void online_update(thread OnlineSoftmax& st, thread float* o, float s, float keep,
+                          V value, long vstride, long ev) {
   if (s == -INFINITY) {
     return;
   }
@@ -103,8 +133,9 @@ inline void online_update(thread OnlineSoftmax& st, thread float* o, float s, V 
   const float correction = metal::exp(st.m - m_new);
   const float weight = metal::exp(s - m_new);
   st.l = st.l * correction + weight;
+  const float value_weight = weight * keep;
   for (long d = 0; d < ev; ++d) {
-    o[d] = o[d] * correction + weight * float(value[d * vstride]);
+    o[d] = o[d] * correction + value_weight * float(value[d * vstride]);
   }
   st.m = m_new;
 }
@@ -121,7 +152,7 @@ template <typename T, int MASK>
     device const T* add_mask [[buffer(4)]],
     device T* out [[buffer(5)]],
     constant mpsl::AttentionParams& p [[buffer(6)]],
-    constant float& scale [[buffer(7)]],
+    constant float* factors [[buffer(7)]],
     constant long* batch_sizes [[buffer(8)]],
     constant long* q_batch [[buffer(9)]],
     constant long* k_batch [[buffer(10)]],
@@ -140,7 +171,8 @@ template <typename T, int MASK>
   float q_row[kMaxHeadDim];
   float o[kMaxHeadDim];
   for (long d = 0; d < p.E; ++d) {
-    q_row[d] = active ? float(q[off.q + i * p.q_row + d * p.q_col]) * scale : 0.0f;
+    q_row[d] = active ? float(q[off.q + i * p.q_row + d * p.q_col]) * factors[kFactorScale]
+                      : 0.0f;
   }
   for (long d = 0; d < p.Ev; ++d) {
     o[d] = 0.0f;
@@ -166,8 +198,10 @@ template <typename T, int MASK>
         for (long d = 0; d < p.E; ++d) {
           dot += q_row[d] * k_tile[jj * kMaxHeadDim + d];
         }
-        const float s = masked_score<T, MASK>(dot, i, j0 + jj, p, bool_mask, add_mask, off.m);
-        online_update(st, o, s, &v_tile[jj * kMaxHeadDim], 1, p.Ev);
+        const long j = j0 + jj;
+        const float s = masked_score<T, MASK>(dot, i, j, p, bool_mask, add_mask, off.m);
+        const float keep = dropout_multiplier(p, factors, bh, i, j);
+        online_update(st, o, s, keep, &v_tile[jj * kMaxHeadDim], 1, p.Ev);
       }
     }
     // the next tile overwrites what slower rows may still be reading
@@ -192,7 +226,7 @@ template <typename T, int MASK>
     device const T* add_mask [[buffer(4)]],
     device T* out [[buffer(5)]],
     constant mpsl::AttentionParams& p [[buffer(6)]],
-    constant float& scale [[buffer(7)]],
+    constant float* factors [[buffer(7)]],
     constant long* batch_sizes [[buffer(8)]],
     constant long* q_batch [[buffer(9)]],
     constant long* k_batch [[buffer(10)]],
@@ -208,7 +242,7 @@ template <typename T, int MASK>
   float q_row[kMaxHeadDim];
   float o[kMaxHeadDim];
   for (long d = 0; d < p.E; ++d) {
-    q_row[d] = float(q[off.q + i * p.q_row + d * p.q_col]) * scale;
+    q_row[d] = float(q[off.q + i * p.q_row + d * p.q_col]) * factors[kFactorScale];
   }
   for (long d = 0; d < p.Ev; ++d) {
     o[d] = 0.0f;
@@ -221,7 +255,8 @@ template <typename T, int MASK>
       dot += q_row[d] * float(k[off.k + j * p.k_row + d * p.k_col]);
     }
     const float s = masked_score<T, MASK>(dot, i, j, p, bool_mask, add_mask, off.m);
-    online_update(st, o, s, v + off.v + j * p.v_row, p.v_col, p.Ev);
+    const float keep = dropout_multiplier(p, factors, bh, i, j);
+    online_update(st, o, s, keep, v + off.v + j * p.v_row, p.v_col, p.Ev);
   }
   // Merge the lanes' states onto the row's largest score.
   const float m_all = metal::simd_max(st.m);
@@ -233,5 +268,23 @@ template <typename T, int MASK>
     if (long(lane) == d % kSimdWidth) {
       out[o_off + d] = T(l_all == 0.0f ? 0.0f : od / l_all);
     }
+  }
+}
+
+// The dropout multipliers the kernels above use, as a (batch * heads, L, S) tensor, for the
+// backward's recompute. T: the multipliers' dtype.
+template <typename T>
+[[kernel]] void attention_dropout_mask(
+    device T* out [[buffer(0)]],
+    constant mpsl::AttentionParams& p [[buffer(1)]],
+    constant float* factors [[buffer(2)]],
+    constant long& numel [[buffer(3)]],
+    uint gid [[thread_position_in_grid]],
+    uint grid_size [[threads_per_grid]]) {
+  for (long e = long(gid); e < numel; e += long(grid_size)) {
+    const long j = e % p.S;
+    const long i = (e / p.S) % p.L;
+    const long bh = e / (p.S * p.L);
+    out[e] = T(mpsl::dropout_multiplier(p, factors, bh, i, j));
   }
 }

@@ -19,4 +19,5 @@ MPSL_KERNEL_P(attention_decode, float16, mask2, half, 2)
 MPSL_KERNEL_P(attention_decode, bfloat16, mask0, bfloat, 0)
 MPSL_KERNEL_P(attention_decode, bfloat16, mask1, bfloat, 1)
 MPSL_KERNEL_P(attention_decode, bfloat16, mask2, bfloat, 2)
+MPSL_KERNEL(attention_dropout_mask, float32, float)
 // clang-format on

@@ -10,12 +10,15 @@ head; every (batch, head) pair reads its own rows of Q, K, V and the mask at the
 strides; grouped-query heads (``enable_gqa``) read key / value head ``h // (Hq / Hkv)``.
 Boolean masks (True = attend) and additive masks, ``is_causal`` (top-left aligned, as torch),
 float32 / float16 / bfloat16 (computed in float32). Rows that attend to nothing give 0, as
-torch's safe softmax does.
+torch's safe softmax does. Attention dropout draws its keep / drop decisions in the kernel
+(Philox4x32-10, counter = (query row, batch-head, key / 4), key = a seed drawn from torch's
+default generator), so they depend on the seed and the position only.
 
 Autograd: a documented recompute path. The backward recomputes the attention weights with
 torch operations (it materialises ``P = softmax(Q K^T * scale + mask)`` per batch and head,
-which the forward avoids) and applies the softmax-attention derivative (gradients of Q, K, V;
-none for the mask). On the torch backend the forward is torch's own.
+which the forward avoids; with dropout, the kernel ``attention_dropout_mask`` rebuilds the
+forward's multipliers) and applies the softmax-attention derivative (gradients of Q, K, V; none
+for the mask). On the torch backend the forward is torch's own, dropout included.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from torch import Tensor
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import Op, call_torch, public
+from .._core.seed import draw_seed
 
 __all__ = ["scaled_dot_product_attention"]
 
@@ -45,7 +49,9 @@ DECODE_MAX_ROWS = 4
 #: Fields of the kernels' AttentionParams struct, in order (each an int64).
 ATTENTION_PARAMS = ("batch_ndim", "batch", "heads", "group", "L", "S", "E", "Ev", "causal",
                     "q_head", "q_row", "q_col", "k_head", "k_row", "k_col", "v_head", "v_row",
-                    "v_col", "m_head", "m_row", "m_col")
+                    "v_col", "m_head", "m_row", "m_col", "dropout", "seed")
+#: Dropout decisions need the query row and the (batch, head) index in 32 bits each.
+_MAX_DROPOUT_INDEX = 2**32
 
 
 def _uses_gqa(q: Tensor, k: Tensor, enable_gqa: bool) -> bool:
@@ -77,8 +83,14 @@ def _nonempty(x: Tensor) -> Tensor:
     return x if x.numel() else torch.zeros(1, dtype=x.dtype, device=x.device)
 
 
+def _factors(scale: float, dropout_p: float) -> list[float]:
+    """The kernels' float arguments: scale, dropout probability, 1 / (1 - p)."""
+    return [float(scale), float(dropout_p), 1.0 / (1.0 - dropout_p) if dropout_p < 1.0 else 0.0]
+
+
 def attention_metal(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                    scale: float, enable_gqa: bool, *, kernel: str = "auto") -> Tensor:
+                    scale: float, enable_gqa: bool, dropout_p: float = 0.0, seed: int = 0, *,
+                    kernel: str = "auto") -> Tensor:
     """The fused kernel on validated operands; ``kernel`` = "auto", "rows" or "decode"."""
     batch, heads, group, qe, ke, ve, me = _layout(q, k, v, mask, enable_gqa)
     L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -99,7 +111,7 @@ def attention_metal(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_cau
     (qb, qh, qr, qc), (kb, kh, kr, kc), (vb, vh, vr, vc), (mb, mh, mr, mc) = (
         strides(qe), strides(ke), strides(ve), strides(me))
     params = [max(len(batch), 1), n_batch, heads, group, L, S, E, Ev, int(is_causal),
-              qh, qr, qc, kh, kr, kc, vh, vr, vc, mh, mr, mc]
+              qh, qr, qc, kh, kr, kc, vh, vr, vc, mh, mr, mc, int(dropout_p > 0.0), seed]
     kind = None if mask is None else ("bool" if mask.dtype == torch.bool else "additive")
     bool_mask = me if kind == "bool" else torch.zeros(1, dtype=torch.bool, device=q.device)
     add_mask = me if kind == "additive" else torch.zeros(1, dtype=q.dtype, device=q.device)
@@ -114,12 +126,37 @@ def attention_metal(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_cau
     else:
         threads, group_size = [-(-L // ROWS_PER_GROUP) * ROWS_PER_GROUP, bh], [ROWS_PER_GROUP, 1]
     _metal.launch(k_, _nonempty(qe), _nonempty(ke), _nonempty(ve), _nonempty(bool_mask),
-                  _nonempty(add_mask), out, params, float(scale), list(batch) or [1], qb, kb, vb,
-                  mb, threads=threads, group_size=group_size)
+                  _nonempty(add_mask), out, params, _factors(scale, dropout_p), list(batch) or [1],
+                  qb, kb, vb, mb, threads=threads, group_size=group_size)
     return out
 
 
-def _torch_attention(q, k, v, mask, is_causal, scale, enable_gqa):
+def dropout_multipliers(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool, dropout_p: float,
+                        seed: int) -> Tensor:
+    """The forward's dropout multipliers (0 or 1 / (1 - p)), float32 of shape
+    ``(*batch, [heads,] L, S)``, rebuilt by ``attention_dropout_mask``."""
+    batch, heads, group, *_ = _layout(q, k, v, None, enable_gqa)
+    L, S = q.shape[-2], k.shape[-2]
+    shape = (*batch, heads, L, S) if group > 1 else (*batch, L, S)
+    out = torch.empty(shape, dtype=torch.float32, device=q.device)
+    numel = out.numel()
+    if numel == 0:
+        return out
+    params = [0] * len(ATTENTION_PARAMS)
+    for name, value in (("L", L), ("S", S), ("dropout", 1), ("seed", seed)):
+        params[ATTENTION_PARAMS.index(name)] = value
+    kernel = _metal.kernel(_PATH, "attention_dropout_mask", torch.float32, q.device,
+                           fn="scaled_dot_product_attention")
+    _metal.launch(kernel, out, params, _factors(1.0, dropout_p), numel,
+                  threads=min(numel, 1 << 22), group_size=None)
+    return out
+
+
+def _torch_attention(q, k, v, mask, is_causal, scale, enable_gqa, dropout_p, seed):
+    if dropout_p > 0.0:
+        raise NotImplementedError("mpslinalg.scaled_dot_product_attention: the op runs dropout "
+                                  "on the metal backend only; the public function hands the "
+                                  "torch backend's dropout to torch")
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                           scale=scale, enable_gqa=enable_gqa)
 
@@ -143,13 +180,15 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool
 
 
 def _save(ctx, inputs, output) -> None:
-    q, k, v, mask, is_causal, scale, enable_gqa = inputs
+    q, k, v, mask, is_causal, scale, enable_gqa, dropout_p, seed = inputs
     ctx.save_for_backward(q, k, v, mask)
     ctx.is_causal, ctx.scale, ctx.enable_gqa = is_causal, scale, enable_gqa
+    ctx.dropout_p, ctx.seed = dropout_p, seed
 
 
 def _backward(ctx, grad_out: Tensor):
-    """With P = softmax(S), S = Q K^T * scale + mask, O = P V: dV = P^T dO, dP = dO V^T,
+    """With P = softmax(S), S = Q K^T * scale + mask, O = (P * D) V (D: the dropout
+    multipliers, 1 without dropout): dV = (P * D)^T dO, dP = (dO V^T) * D,
     dS = P * (dP - rowsum(dP * P)), dQ = dS K * scale, dK = dS^T Q * scale (the softmax
     Jacobian, e.g. T. Dao et al., "FlashAttention", NeurIPS 2022, appendix B.2); grouped heads'
     dK, dV summed over each group. Computed in float32 at least."""
@@ -164,18 +203,23 @@ def _backward(ctx, grad_out: Tensor):
         k_ = k_.repeat_interleave(group, dim=-3)
         v_ = v_.repeat_interleave(group, dim=-3)
     p = attention_weights(q_, k_, m_, ctx.is_causal, ctx.scale, False)
-    dv = p.mT @ g_
+    drop = None
+    if ctx.dropout_p > 0.0:
+        drop = dropout_multipliers(q, k, v, ctx.enable_gqa, ctx.dropout_p, ctx.seed).to(wide)
+    dv = (p if drop is None else p * drop).mT @ g_
     dp = g_ @ v_.mT
+    if drop is not None:
+        dp = dp * drop
     ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
     dq = (ds @ k_) * ctx.scale
     dk = (ds.mT @ q_) * ctx.scale
     if gqa:
         dk = dk.unflatten(-3, (k.shape[-3], group)).sum(dim=-3)
         dv = dv.unflatten(-3, (v.shape[-3], group)).sum(dim=-3)
-    return (dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None)
+    return (dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None, None, None)
 
 
-def _fake(q, k, v, mask, is_causal, scale, enable_gqa):
+def _fake(q, k, v, mask, is_causal, scale, enable_gqa, dropout_p, seed):
     batch, heads, group, *_ = _layout(q, k, v, mask, enable_gqa)
     shape = (*batch, heads, q.shape[-2], v.shape[-1]) if group > 1 else (
         *batch, q.shape[-2], v.shape[-1])
@@ -185,10 +229,9 @@ def _fake(q, k, v, mask, is_causal, scale, enable_gqa):
 #: Fused attention of validated operands.
 attention_op = Op(
     "scaled_dot_product_attention",
-    "(Tensor q, Tensor k, Tensor v, Tensor? mask, bool is_causal, float scale, bool enable_gqa)"
-    " -> Tensor",
-    forward={"torch": _torch_attention,
-             "metal": lambda q, k, v, mask, c, s, g: attention_metal(q, k, v, mask, c, s, g)},
+    "(Tensor q, Tensor k, Tensor v, Tensor? mask, bool is_causal, float scale, bool enable_gqa,"
+    " float dropout_p, int seed) -> Tensor",
+    forward={"torch": _torch_attention, "metal": attention_metal},
     fake=_fake, save=_save, backward=_backward)
 
 
@@ -270,7 +313,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     attn_mask : Tensor, optional
         Broadcastable to ``(*, L, S)``: boolean (True: attend) or additive (floating point).
     dropout_p : float, optional
-        Must be 0 on the metal backend (see Notes); the torch backend passes it to torch.
+        Attention dropout probability. On the metal backend the kernel draws the decisions
+        from a seed taken from torch's default generator (``torch.manual_seed`` makes them
+        reproducible); the torch backend hands it to torch.
     is_causal : bool, optional
         Query ``i`` attends to keys ``j <= i`` (top-left aligned, as torch); excludes
         ``attn_mask``.
@@ -285,11 +330,6 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     Tensor
         ``(*, L, Ev)`` in ``query``'s dtype. Differentiable in query, key and value (a
         recompute path, see the module notes).
-
-    Notes
-    -----
-    Attention dropout is not implemented on the metal backend (``dropout_p > 0`` raises
-    ``NotImplementedError`` there).
 
     Examples
     --------
@@ -309,9 +349,6 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                           attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                           scale=scale, enable_gqa=enable_gqa)
     if backend == "metal":
-        if dropout_p > 0.0:
-            raise NotImplementedError(f"mpslinalg.{fn}: dropout_p > 0 is not implemented on "
-                                      "the metal backend; use the torch backend for dropout")
         if query.dtype not in METAL_DTYPES:
             raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
                             f"bfloat16, got {str(query.dtype).removeprefix('torch.')}; use the "
@@ -325,5 +362,12 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         mask = mask.to(query.device)
         if mask.dtype != torch.bool:
             mask = mask.to(query.dtype)
+    seed = 0
+    if dropout_p > 0.0:
+        batch, heads, *_ = _layout(query, key, value, None, enable_gqa)
+        if max(query.shape[-2], math.prod(batch) * heads) >= _MAX_DROPOUT_INDEX:
+            raise RuntimeError(f"mpslinalg.{fn}: dropout on the metal backend supports fewer "
+                               f"than 2^32 query rows and batch elements x heads")
+        seed = draw_seed(fn, None)
     return attention_op(query, key, value, mask, bool(is_causal), scale_value, bool(enable_gqa),
-                        backend, False, "")
+                        float(dropout_p), seed, backend, False, "")

@@ -19,6 +19,7 @@ from .._core import elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import Op
+from .._core.seed import draw_seed
 
 __all__ = ["log_normal", "log_normal_"]
 
@@ -27,8 +28,6 @@ _PATH = "ops/random.metal"
 METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mirrors kNormalsPerBlock in metal/ops/random.h: elements per Philox call (one thread's work).
 NORMALS_PER_BLOCK = 4
-#: Seeds are drawn in [0, 2^63) (any 64-bit key is valid; int64 carries it to the kernel).
-_SEED_BOUND = 2**63 - 1
 
 
 def launch_log_normal(x: Tensor, mean: float, std: float, seed: int, *,
@@ -62,21 +61,6 @@ log_normal_op = Op(
     "log_normal_", "(Tensor(a!) x, float mean, float std, int seed) -> ()",
     forward={"torch": _torch_log_normal, "metal": _metal_log_normal},
     fake=lambda x, mean, std, seed: None)
-
-
-def draw_seed(fn: str, generator: torch.Generator | None) -> int:
-    """A seed from ``generator`` (torch's default generator when None), advancing it. A CPU
-    generator is read on the host, which is no device synchronisation (so it is not reported
-    to :func:`mpslinalg.testing.count_host_syncs`); a device generator's draw is one."""
-    generator = torch.default_generator if generator is None else generator
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"mpslinalg.{fn}: generator must be a torch.Generator, got "
-                        f"{type(generator).__name__}")
-    if generator.device.type == "cpu":
-        with torch._C.DisableTorchFunction():
-            return int(torch.randint(0, _SEED_BOUND, (1,), generator=generator).item())
-    draw = torch.randint(0, _SEED_BOUND, (1,), generator=generator, device=generator.device)
-    return int(draw.item())
 
 
 def _check(fn: str, x: object, mean: object, std: object) -> str:

@@ -149,8 +149,8 @@ def test_gradcheck_recompute_path():
     mask = _randn(3, 6, seed=63).double()
     with mpslinalg.use_backend("torch"):
         torch.autograd.gradcheck(
-            lambda q, k, v: attention_module.attention_op(q, k, v, mask, False, 0.4, True,
-                                                          "torch", False, ""),
+            lambda q, k, v: attention_module.attention_op(q, k, v, mask, False, 0.4, True, 0.0,
+                                                          0, "torch", False, ""),
             [x.requires_grad_() for x in (q, k, v)])
 
 
@@ -188,8 +188,6 @@ def test_errors(backend):
     with pytest.raises(ValueError, match="dropout_p must be"):
         f(q, k1, v1, dropout_p=1.5)
     if backend.is_metal:
-        with pytest.raises(NotImplementedError, match="dropout_p > 0 is not implemented"):
-            f(q, k1, v1, dropout_p=0.1)
         with pytest.raises(RuntimeError, match="head dimensions up to 256"):
             f(torch.zeros(1, 2, 257), torch.zeros(1, 3, 257), torch.zeros(1, 3, 2))
     else:  # dropout on the torch backend is torch's
@@ -204,6 +202,67 @@ def test_meta_shapes(backend):
         meta_kw = {a: b.to("meta") if isinstance(b, torch.Tensor) else b for a, b in kw.items()}
         out = ops.scaled_dot_product_attention(*(x.to("meta") for x in (q, k, v)), **meta_kw)
         assert out.device.type == "meta" and out.shape == reference(q, k, v, **kw).shape
+
+
+# ---------------------------------------------------------------- dropout
+
+
+def _dropout_reference(q, k, v, multipliers, **kw):
+    """(softmax(...) * D) V in float64, D the kernel's multipliers."""
+    from mpslinalg.ops.attention import attention_weights
+
+    gqa = kw.get("enable_gqa", False) and k.shape[-3] != q.shape[-3]
+    group = q.shape[-3] // k.shape[-3] if gqa else 1
+    q, k, v = (x.double() for x in (q, k, v))
+    if gqa:
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    mask = kw.get("attn_mask")
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.double()
+    p = attention_weights(q, k, mask, kw.get("is_causal", False),
+                          kw.get("scale", 1.0 / math.sqrt(q.shape[-1])), False)
+    return (p * multipliers.double()) @ v
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_dropout_against_its_multipliers(metal_backend, kernel):
+    p_drop, seed = 0.3, 1234
+    for desc, q, k, v, kw in cases()[:5]:
+        gqa = kw.get("enable_gqa", False)
+        scale = kw.get("scale", 1.0 / math.sqrt(q.shape[-1]))
+        D = attention_module.dropout_multipliers(q, k, v, gqa, p_drop, seed)
+        kept = (D > 0).double().mean().item()
+        assert abs(kept - (1 - p_drop)) < 5 * math.sqrt(p_drop * (1 - p_drop) / D.numel()), desc
+        assert ((D == 0) | (D == torch.tensor(1 / (1 - p_drop), dtype=torch.float32))).all()
+        ours = attention_module.attention_metal(q, k, v, kw.get("attn_mask"),
+                                                kw.get("is_causal", False), scale, gqa, p_drop,
+                                                seed, kernel=kernel)
+        ref = _dropout_reference(q, k, v, D, **kw)
+        assert (ours.double() - ref).abs().max() < 1e-5, desc
+
+
+def test_dropout_public_reproducible_and_differentiable(metal_backend):
+    _, q, k, v, kw = cases()[1]
+    torch.manual_seed(3)
+    a = ops.scaled_dot_product_attention(q, k, v, dropout_p=0.4, **kw)
+    torch.manual_seed(3)
+    args = [x.clone().requires_grad_() for x in (q, k, v)]
+    b = ops.scaled_dot_product_attention(*args, dropout_p=0.4, **kw)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, ops.scaled_dot_product_attention(q, k, v, dropout_p=0.4, **kw))
+    torch.manual_seed(3)
+    from mpslinalg._core.seed import draw_seed
+
+    D = attention_module.dropout_multipliers(q, k, v, True, 0.4, draw_seed("test", None))
+    weight = _randn(*b.shape, seed=77)
+    grads = torch.autograd.grad((b * weight).sum(), args)
+    wide = [x.double().requires_grad_() for x in (q, k, v)]
+    ref = _dropout_reference(*wide, D, **kw)
+    ref_grads = torch.autograd.grad((ref * weight.double()).sum(), wide)
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert (g.double() - r).abs().max() < 1e-4 * max(1.0, r.abs().max())
+    everything = ops.scaled_dot_product_attention(q, k, v, dropout_p=1.0, **kw)
+    assert (everything == 0).all()
 
 
 # ---------------------------------------------------------------- op database
