@@ -245,3 +245,23 @@ for _label, _shapes in (("decode (8, 32, 1, 128), S = 2048, GQA 32 / 8",
     bench_case("ops misc", f"scaled_dot_product_attention {_label}")(_bench(
         _make, lambda q, k, v, kw=_kw: ops.scaled_dot_product_attention(q, k, v, **kw),
         lambda q, k, v, kw=_kw: F.scaled_dot_product_attention(q, k, v, **kw)))
+
+
+@check_case("scaled_dot_product_attention",
+            "dropout 0.2, causal (2, 4, 70, 32): against (P * D) V with the kernel's multipliers")
+def _check_dropout(device: torch.device) -> float:
+    from ..ops import attention as attention_module
+
+    g = _gen(8)
+    q, k, v = (torch.randn(2, 4, 70, 32, generator=g) for _ in range(3))
+    seed, p = 99, 0.2
+    ours = attention_module.attention_metal(q.to(device), k.to(device), v.to(device), None,
+                                            True, 0.125, False, p, seed)
+    D = attention_module.dropout_multipliers(q.to(device), k.to(device), v.to(device), False, p,
+                                             seed).cpu().double()
+    kept = float((D > 0).double().mean())
+    if abs(kept - (1 - p)) > 5 * math.sqrt(p * (1 - p) / D.numel()):
+        raise AssertionError(f"kept fraction {kept:.4f}, expected {1 - p}")
+    P = attention_module.attention_weights(q.double(), k.double(), None, True, 0.125, False)
+    ref = (P * D) @ v.double()
+    return float((ours.cpu().double() - ref).abs().max() / (_EPS32 * v.abs().max()))

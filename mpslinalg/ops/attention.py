@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._core import elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import Op, call_torch, public
@@ -148,7 +149,7 @@ def dropout_multipliers(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool, dropo
     kernel = _metal.kernel(_PATH, "attention_dropout_mask", torch.float32, q.device,
                            fn="scaled_dot_product_attention")
     _metal.launch(kernel, out, params, _factors(1.0, dropout_p), numel,
-                  threads=min(numel, 1 << 22), group_size=None)
+                  threads=elementwise.grid(numel), group_size=None)
     return out
 
 
