@@ -5,9 +5,11 @@
 //
 // Two kernels share the per-key update:
 // - attention_rows: one thread per query row, kRowsPerGroup rows per threadgroup; key and
-//   value rows are staged kKeyTile at a time in threadgroup memory, read by every row.
+//   value rows are staged a tile at a time in threadgroup memory, read by every row.
 // - attention_decode: one SIMD group per query row (decode, L = 1, and other short queries):
 //   lanes take every 32nd key with their own (m, l, o), merged by SIMD reductions at the end.
+// Both are instantiated per head-dimension bucket DIM (64, 128, 256): a row's query and
+// output live in DIM-sized thread arrays, so small heads do not pay a 256-wide register file.
 //
 // Every (batch, head) pair gets the same `scale` and its own rows of Q, K, V and mask: the
 // batch index is decomposed over the broadcast batch dimensions with each operand's strides,
@@ -27,12 +29,13 @@ namespace mpsl {
 
 // Largest head dimension (of queries / keys and of values) the kernels hold per row.
 constant constexpr int kMaxHeadDim = 256;
+// Floats of one staged key (or value) tile: kTileFloats / DIM rows of DIM.
+constant constexpr int kTileFloats = 2048;
 // Query rows per threadgroup of attention_rows (one per thread).
 constant constexpr int kRowsPerGroup = 32;
-// Key / value rows staged per step of attention_rows.
-constant constexpr int kKeyTile = 8;
-static_assert(2 * kKeyTile * kMaxHeadDim * sizeof(float) <= kMaxThreadgroupMemoryBytes,
+static_assert(2 * kTileFloats * sizeof(float) <= kMaxThreadgroupMemoryBytes,
               "the staged key and value tiles must fit in threadgroup memory");
+static_assert(kTileFloats % kMaxHeadDim == 0, "a tile holds whole rows of every bucket");
 // Mask kinds (template parameter MASK); mirror mpslinalg.ops.attention._MASKS.
 constant constexpr int kMaskNone = 0;
 constant constexpr int kMaskBool = 1;
@@ -143,7 +146,8 @@ inline void online_update(thread OnlineSoftmax& st, thread float* o, float s, fl
 }  // namespace mpsl
 
 // Grid: (query rows rounded up to kRowsPerGroup, batch * heads); group (kRowsPerGroup, 1).
-template <typename T, int MASK>
+// E, Ev <= DIM.
+template <typename T, int MASK, int DIM>
 [[kernel]] void attention_rows(
     device const T* q [[buffer(0)]],
     device const T* k [[buffer(1)]],
@@ -161,15 +165,17 @@ template <typename T, int MASK>
     uint2 gid [[thread_position_in_grid]],
     uint2 lid [[thread_position_in_threadgroup]]) {
   using namespace mpsl;
-  threadgroup float k_tile[kKeyTile * kMaxHeadDim];
-  threadgroup float v_tile[kKeyTile * kMaxHeadDim];
+  // Key / value rows staged per step.
+  constexpr int key_tile = kTileFloats / DIM;
+  threadgroup float k_tile[kTileFloats];
+  threadgroup float v_tile[kTileFloats];
   const long i = long(gid.x);
   const long bh = long(gid.y);
   const bool active = i < p.L;
   const HeadOffsets off = head_offsets(bh, p, batch_sizes, q_batch, k_batch, v_batch, m_batch);
 
-  float q_row[kMaxHeadDim];
-  float o[kMaxHeadDim];
+  float q_row[DIM];
+  float o[DIM];
   for (long d = 0; d < p.E; ++d) {
     q_row[d] = active ? float(q[off.q + i * p.q_row + d * p.q_col]) * factors[kFactorScale]
                       : 0.0f;
@@ -181,27 +187,27 @@ template <typename T, int MASK>
   // Under the causal rule no row of this group sees keys past its last row.
   const long last_row = metal::min(p.L, long(gid.x - lid.x) + kRowsPerGroup) - 1;
   const long keys = p.causal ? metal::min(p.S, last_row + 1) : p.S;
-  for (long j0 = 0; j0 < keys; j0 += kKeyTile) {
-    const long tile = metal::min(long(kKeyTile), keys - j0);
+  for (long j0 = 0; j0 < keys; j0 += key_tile) {
+    const long tile = metal::min(long(key_tile), keys - j0);
     for (long t = long(lid.x); t < tile * p.E; t += kRowsPerGroup) {
       const long jj = t / p.E, d = t % p.E;
-      k_tile[jj * kMaxHeadDim + d] = float(k[off.k + (j0 + jj) * p.k_row + d * p.k_col]);
+      k_tile[jj * DIM + d] = float(k[off.k + (j0 + jj) * p.k_row + d * p.k_col]);
     }
     for (long t = long(lid.x); t < tile * p.Ev; t += kRowsPerGroup) {
       const long jj = t / p.Ev, d = t % p.Ev;
-      v_tile[jj * kMaxHeadDim + d] = float(v[off.v + (j0 + jj) * p.v_row + d * p.v_col]);
+      v_tile[jj * DIM + d] = float(v[off.v + (j0 + jj) * p.v_row + d * p.v_col]);
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (active) {
       for (long jj = 0; jj < tile; ++jj) {
         float dot = 0.0f;
         for (long d = 0; d < p.E; ++d) {
-          dot += q_row[d] * k_tile[jj * kMaxHeadDim + d];
+          dot += q_row[d] * k_tile[jj * DIM + d];
         }
         const long j = j0 + jj;
         const float s = masked_score<T, MASK>(dot, i, j, p, bool_mask, add_mask, off.m);
         const float keep = dropout_multiplier(p, factors, bh, i, j);
-        online_update(st, o, s, keep, &v_tile[jj * kMaxHeadDim], 1, p.Ev);
+        online_update(st, o, s, keep, &v_tile[jj * DIM], 1, p.Ev);
       }
     }
     // the next tile overwrites what slower rows may still be reading
@@ -217,7 +223,8 @@ template <typename T, int MASK>
 }
 
 // Grid: (32 * query rows, batch * heads); group (32, 1): one SIMD group per query row.
-template <typename T, int MASK>
+// E, Ev <= DIM.
+template <typename T, int MASK, int DIM>
 [[kernel]] void attention_decode(
     device const T* q [[buffer(0)]],
     device const T* k [[buffer(1)]],
@@ -239,8 +246,8 @@ template <typename T, int MASK>
   const long bh = long(gid.y);
   const HeadOffsets off = head_offsets(bh, p, batch_sizes, q_batch, k_batch, v_batch, m_batch);
 
-  float q_row[kMaxHeadDim];
-  float o[kMaxHeadDim];
+  float q_row[DIM];
+  float o[DIM];
   for (long d = 0; d < p.E; ++d) {
     q_row[d] = float(q[off.q + i * p.q_row + d * p.q_col]) * factors[kFactorScale];
   }

@@ -42,6 +42,8 @@ _PATH = "ops/attention.metal"
 METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mirrors kMaxHeadDim / kRowsPerGroup / kMask* in metal/ops/attention.h.
 MAX_HEAD_DIM = 256
+#: Head-dimension buckets the kernels are instantiated for (the smallest that holds E and Ev).
+HEAD_DIM_BUCKETS = (64, 128, 256)
 ROWS_PER_GROUP = 32
 SIMD_WIDTH = 32
 _MASKS = {None: 0, "bool": 1, "additive": 2}
@@ -119,8 +121,9 @@ def attention_metal(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_cau
     if kernel == "auto":
         kernel = "decode" if L <= DECODE_MAX_ROWS else "rows"
     fn = "scaled_dot_product_attention"
+    dim = next(d for d in HEAD_DIM_BUCKETS if d >= max(E, Ev))
     k_ = _metal.kernel(_PATH, f"attention_{kernel}", q.dtype, q.device, fn=fn,
-                       mask=_MASKS[kind])
+                       mask=_MASKS[kind], dim=dim)
     bh = n_batch * heads
     if kernel == "decode":
         threads, group_size = [SIMD_WIDTH * L, bh], [SIMD_WIDTH, 1]

@@ -72,6 +72,16 @@ def test_kernels_against_torch(metal_backend, kernel):
         assert (ours.cpu().double() - ref).abs().max() < TOL[torch.float32], desc
 
 
+@pytest.mark.parametrize(("E", "Ev"), [(64, 64), (65, 3), (40, 129), (256, 200)])
+def test_head_dimension_buckets(metal_backend, E, Ev):
+    q, k, v = _randn(1, 2, 35, E, seed=E), _randn(1, 2, 41, E, seed=Ev), _randn(1, 2, 41, Ev,
+                                                                                  seed=7)
+    for kernel in KERNELS:
+        ours = attention_module.attention_metal(q, k, v, None, True, 0.1, False, kernel=kernel)
+        ref = reference(q, k, v, is_causal=True, scale=0.1)
+        assert (ours.double() - ref).abs().max() < TOL[torch.float32], (E, Ev, kernel)
+
+
 def test_public_function(backend):
     for desc, q, k, v, kw in cases():
         kw = {a: backend.tensor(b) if isinstance(b, torch.Tensor) else b for a, b in kw.items()}
