@@ -492,3 +492,25 @@ def solve_samples(complex_: bool) -> list[Sample]:
                desc="X A = B"),
         Sample((A3, torch.zeros(0, 3, 2, dtype=A3.dtype)), desc="empty batch of B"),
     ]
+
+
+def check_params_struct(header: str, struct: str, fields: Sequence[str]) -> None:
+    """A kernel's int64 parameter struct ``mpsl::<struct>`` (declared in ``metal/<header>``)
+    has exactly ``fields``, in that order: the order host code packs the list in. A kernel
+    compiled from the header copies each field, read by name, to the position ``fields`` gives
+    it."""
+    from mpslinalg import emulator
+    from mpslinalg._core import metal as _metal
+
+    copies = "\n".join(f"  out[{i}] = p.{name};" for i, name in enumerate(fields))
+    source = _metal.load_source(header) + f"""
+kernel void read_params(constant mpsl::{struct}& p [[buffer(0)]],
+                        device long* out [[buffer(1)]], uint i [[thread_position_in_grid]]) {{
+  static_assert(sizeof(mpsl::{struct}) == {len(fields)} * sizeof(long), "{struct} layout");
+{copies}
+}}
+"""
+    values = [1000 + i for i in range(len(fields))]
+    out = torch.zeros(len(fields), dtype=torch.int64)
+    emulator.compile_shader(source).read_params(values, out, threads=1)
+    assert out.tolist() == values, f"{struct}: fields out of the host's order"

@@ -33,6 +33,9 @@ DTYPE_NAMES = {
     torch.uint8: "uint8",
     torch.int16: "int16",
     torch.complex128: "complex128",
+    torch.uint16: "uint16",
+    torch.uint32: "uint32",
+    torch.uint64: "uint64",
 }
 
 

@@ -68,7 +68,8 @@ class Op:
         ``"torch"``, ``"metal"`` and optionally ``"small"`` implementations, each taking the
         schema's arguments.
     fake : callable
-        Same arguments; returns empty tensors of the outputs' shapes and dtypes.
+        Same arguments; returns empty tensors of the outputs' shapes and dtypes (None for an
+        op that only writes into a mutable argument, ``Tensor(a!)``, with schema ``-> ()``).
     info : int, optional
         Index of the ``info`` output that ``check`` raises on.
     save : callable, optional
@@ -120,6 +121,8 @@ class Op:
                 out = self.forward["small"](*own)
         else:
             out = self.forward[backend](*own)
+        if out is None:  # an op that writes into a mutable argument (schema "-> ()")
+            return None
         out = tuple(map(fresh, out)) if isinstance(out, tuple) else fresh(out)
         if check and self.info is not None:
             check_errors(out[self.info], check)

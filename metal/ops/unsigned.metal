@@ -1,0 +1,28 @@
+#include "unsigned.h"
+
+// clang-format off
+MPSL_KERNEL_P(unsigned_compare, uint16, code0, ushort, 0)
+MPSL_KERNEL_P(unsigned_compare, uint16, code1, ushort, 1)
+MPSL_KERNEL_P(unsigned_compare, uint16, code2, ushort, 2)
+MPSL_KERNEL_P(unsigned_compare, uint16, code3, ushort, 3)
+MPSL_KERNEL_P(unsigned_compare, uint16, code4, ushort, 4)
+MPSL_KERNEL_P(unsigned_compare, uint16, code5, ushort, 5)
+MPSL_KERNEL_P(unsigned_extremum, uint16, code0, ushort, 0)
+MPSL_KERNEL_P(unsigned_extremum, uint16, code1, ushort, 1)
+MPSL_KERNEL_P(unsigned_compare, uint32, code0, uint, 0)
+MPSL_KERNEL_P(unsigned_compare, uint32, code1, uint, 1)
+MPSL_KERNEL_P(unsigned_compare, uint32, code2, uint, 2)
+MPSL_KERNEL_P(unsigned_compare, uint32, code3, uint, 3)
+MPSL_KERNEL_P(unsigned_compare, uint32, code4, uint, 4)
+MPSL_KERNEL_P(unsigned_compare, uint32, code5, uint, 5)
+MPSL_KERNEL_P(unsigned_extremum, uint32, code0, uint, 0)
+MPSL_KERNEL_P(unsigned_extremum, uint32, code1, uint, 1)
+MPSL_KERNEL_P(unsigned_compare, uint64, code0, ulong, 0)
+MPSL_KERNEL_P(unsigned_compare, uint64, code1, ulong, 1)
+MPSL_KERNEL_P(unsigned_compare, uint64, code2, ulong, 2)
+MPSL_KERNEL_P(unsigned_compare, uint64, code3, ulong, 3)
+MPSL_KERNEL_P(unsigned_compare, uint64, code4, ulong, 4)
+MPSL_KERNEL_P(unsigned_compare, uint64, code5, ulong, 5)
+MPSL_KERNEL_P(unsigned_extremum, uint64, code0, ulong, 0)
+MPSL_KERNEL_P(unsigned_extremum, uint64, code1, ulong, 1)
+// clang-format on

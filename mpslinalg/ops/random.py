@@ -1,0 +1,162 @@
+"""Random sampling: ``log_normal_`` (in place, like :meth:`torch.Tensor.log_normal_`) and its
+functional form ``log_normal``.
+
+Op ``mpslinalg::log_normal_`` writes into its argument. On the metal backend one launch of
+``metal/ops/random.metal``: Philox4x32-10 keyed by a 64-bit seed, counter = the element's
+row-major index / 4, so a seed gives the same numbers whatever the launch geometry and the
+tensor's strides (views are filled in place, at their strides). The seed is drawn from
+``generator`` (torch's default CPU generator when None), so ``torch.manual_seed`` makes calls
+reproducible and successive calls differ. On the torch backend, torch's own sampler runs with a
+generator seeded by the same seed: reproducible too, but a different stream than the kernel's.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._core import elementwise
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.op import Op
+from .._core.seed import draw_seed
+
+__all__ = ["log_normal", "log_normal_"]
+
+_PATH = "ops/random.metal"
+#: dtypes with a Metal kernel.
+METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Mirrors kNormalsPerBlock in metal/ops/random.h: elements per Philox call (one thread's work).
+NORMALS_PER_BLOCK = 4
+
+
+def launch_log_normal(x: Tensor, mean: float, std: float, seed: int, *,
+                      max_threads: int = elementwise.MAX_GRID,
+                      group_size: int | None = None) -> None:
+    """Fill ``x`` (any view) in place on the metal backend; ``max_threads`` and ``group_size``
+    choose the launch geometry (the numbers do not depend on it)."""
+    numel = x.numel()
+    if numel == 0:
+        return
+    kernel = _metal.kernel(_PATH, "log_normal", x.dtype, x.device, fn="log_normal_")
+    sizes, strides = elementwise.layout(x.shape, x)
+    blocks = -(-numel // NORMALS_PER_BLOCK)
+    threads = min(blocks, max_threads)
+    _metal.launch(kernel, x, sizes, strides, len(sizes), numel, seed, float(mean), float(std),
+                  threads=threads, group_size=None if group_size is None
+                  else min(group_size, threads))
+
+
+def _torch_log_normal(x: Tensor, mean: float, std: float, seed: int) -> None:
+    generator = torch.Generator(device=x.device).manual_seed(seed)
+    x.log_normal_(mean, std, generator=generator)
+
+
+def _metal_log_normal(x: Tensor, mean: float, std: float, seed: int) -> None:
+    launch_log_normal(x, mean, std, seed)
+
+
+#: Fill ``x`` in place with log-normal numbers of the given seed.
+log_normal_op = Op(
+    "log_normal_", "(Tensor(a!) x, float mean, float std, int seed) -> ()",
+    forward={"torch": _torch_log_normal, "metal": _metal_log_normal},
+    fake=lambda x, mean, std, seed: None)
+
+
+def _check(fn: str, x: object, mean: object, std: object) -> str:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"mpslinalg.{fn}: input must be a torch.Tensor, got {type(x).__name__}")
+    for name, value in (("mean", mean), ("std", std)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"mpslinalg.{fn}: {name} must be a float, got {type(value).__name__}")
+    if not std > 0.0:
+        raise RuntimeError(f"mpslinalg.{fn}: log_normal_ expects std > 0.0, but found std={std}")
+    if not x.is_floating_point():
+        raise NotImplementedError(f"mpslinalg.{fn}: not implemented for "
+                                  f"{str(x.dtype).removeprefix('torch.')} tensors (floating "
+                                  "point only)")
+    backend = resolve_backend(x.device, fn)
+    if backend == "metal" and x.dtype not in METAL_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
+                        f"bfloat16, got {str(x.dtype).removeprefix('torch.')}; use the torch "
+                        "backend (mpslinalg.use_backend('torch')) for float64")
+    return backend
+
+
+def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
+                generator: torch.Generator | None = None) -> Tensor:
+    r"""Fill ``input`` in place with numbers :math:`e^{\mu + \sigma z}`, :math:`z` standard
+    normal; like :meth:`torch.Tensor.log_normal_`.
+
+    Parameters
+    ----------
+    input : Tensor
+        float32, float16 or bfloat16 (float64 on the torch backend); any view, filled at its
+        strides.
+    mean : float, optional
+        :math:`\mu`, the mean of the underlying normal distribution.
+    std : float, optional
+        :math:`\sigma > 0`, its standard deviation.
+    generator : torch.Generator, optional
+        Where the 64-bit seed is drawn from; torch's default generator when None. The numbers
+        depend on the seed and on each element's row-major position only.
+
+    Returns
+    -------
+    Tensor
+        ``input``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg import ops
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = ops.log_normal_(torch.empty(1000), 0.0, 0.25, generator=g)
+    >>> bool((x > 0).all()), round(float(x.log().std()), 2)
+    (True, 0.25)
+    """
+    backend = _check("log_normal_", input, mean, std)
+    if input.requires_grad and torch.is_grad_enabled() and input.is_leaf:
+        raise RuntimeError("mpslinalg.log_normal_: a leaf Variable that requires grad is being "
+                           "used in an in-place operation.")
+    seed = draw_seed("log_normal_", generator)
+    log_normal_op(input, float(mean), float(std), seed, backend, False, "")
+    return input
+
+
+def log_normal(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
+               generator: torch.Generator | None = None) -> Tensor:
+    r"""A new tensor of ``input``'s shape, dtype and device filled like :func:`log_normal_`
+    (``input``'s values are not read).
+
+    Parameters
+    ----------
+    input : Tensor
+        Gives the shape, dtype and device.
+    mean : float, optional
+        :math:`\mu`.
+    std : float, optional
+        :math:`\sigma > 0`.
+    generator : torch.Generator, optional
+        Where the seed is drawn from; torch's default generator when None.
+
+    Returns
+    -------
+    Tensor
+        Contiguous; not differentiable.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg import ops
+    >>> g = torch.Generator()
+    >>> a = ops.log_normal(torch.empty(2, 3), generator=g.manual_seed(1))
+    >>> b = ops.log_normal(torch.empty(2, 3), generator=g.manual_seed(1))
+    >>> torch.equal(a, b), a.shape
+    (True, torch.Size([2, 3]))
+    """
+    backend = _check("log_normal", input, mean, std)
+    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    seed = draw_seed("log_normal", generator)
+    log_normal_op(out, float(mean), float(std), seed, backend, False, "")
+    return out

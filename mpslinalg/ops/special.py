@@ -1,0 +1,205 @@
+"""The orthogonal polynomials of :mod:`torch.special`, named as there: Chebyshev T / U / V / W
+and their shifted forms, Hermite H and He, Laguerre L, Legendre P, for tensor ``x`` and ``n``.
+
+Ops ``mpslinalg::special_<name>``: on the metal backend one launch of
+``metal/ops/special.metal`` (three-term recurrences in float, with torch's edge-case rules;
+x and n read in place at their broadcast strides; float16 / bfloat16 read and written in their
+own type). On the torch backend, torch.special; float16 / bfloat16, which torch's CPU kernels
+lack, are computed in float32 and cast back.
+
+Torch's rules, kept on both backends: ``n`` is truncated to an integer and a negative, NaN or
+infinite ``n`` gives 0; at ``|x| = 1`` Chebyshev and Legendre take their closed-form values;
+Chebyshev uses ``cos(n acos x)``-type closed forms inside (-1, 1) above a small degree; Hermite
+degrees above 128 give NaN in float32 (512 in float64). One difference, for bounded kernel time:
+on the metal backend a degree above 65536 that would need the recurrence gives NaN.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import Tensor
+
+from .._core import elementwise
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.op import UPCAST, Op, call_torch, cast_back, public, write_out
+
+#: Function name -> kernel code (mirrors the k* constants of metal/ops/special.h).
+POLYNOMIALS = {
+    "chebyshev_polynomial_t": 0,
+    "chebyshev_polynomial_u": 1,
+    "chebyshev_polynomial_v": 2,
+    "chebyshev_polynomial_w": 3,
+    "shifted_chebyshev_polynomial_t": 4,
+    "shifted_chebyshev_polynomial_u": 5,
+    "shifted_chebyshev_polynomial_v": 6,
+    "shifted_chebyshev_polynomial_w": 7,
+    "hermite_polynomial_h": 8,
+    "hermite_polynomial_he": 9,
+    "laguerre_polynomial_l": 10,
+    "legendre_polynomial_p": 11,
+}
+__all__ = sorted(POLYNOMIALS)
+
+_PATH = "ops/special.metal"
+#: dtypes the kernels read and write.
+METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _metal_forward(name: str):
+    code = POLYNOMIALS[name]
+
+    def forward(x: Tensor, n: Tensor) -> Tensor:
+        shape, (vx, vn) = elementwise.broadcast_views(name, x, n)
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+        numel = out.numel()
+        if numel == 0:
+            return out
+        kernel = _metal.kernel(_PATH, "special_polynomial", x.dtype, x.device, fn=name, kind=code)
+        sizes, x_strides, n_strides = elementwise.layout(shape, vx, vn)
+        _metal.launch(kernel, vx, vn, out, sizes, x_strides, n_strides, len(sizes), numel,
+                      threads=elementwise.grid(numel), group_size=None)
+        return out
+
+    return forward
+
+
+def _torch_forward(name: str):
+    torch_fn = getattr(torch.special, name)
+
+    def forward(x: Tensor, n: Tensor) -> Tensor:
+        wide = UPCAST.get(x.dtype, x.dtype)
+        return cast_back(torch_fn(x.to(wide), n.to(wide)), x.dtype)
+
+    return forward
+
+
+#: One op per polynomial: ``mpslinalg::special_<name>(x, n)``, x and n of one floating dtype.
+OPS = {name: Op(f"special_{name}", "(Tensor x, Tensor n) -> Tensor",
+                forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
+                fake=lambda x, n: x.new_empty(torch.broadcast_shapes(x.shape, n.shape)))
+       for name in POLYNOMIALS}
+
+
+def _operands(fn: str, x: object, n: object) -> tuple[Tensor, Tensor]:
+    """x and n as tensors of one floating dtype (torch's promotion; integers and bool compute
+    in the default dtype), broadcastable, on one device."""
+    for arg, what in ((x, "input"), (n, "n")):
+        if not isinstance(arg, (Tensor, numbers.Real)):
+            raise TypeError(f"mpslinalg.{fn}: {what} must be a torch.Tensor or a real number, "
+                            f"got {type(arg).__name__}")
+    if not isinstance(x, Tensor) and not isinstance(n, Tensor):
+        raise TypeError(f"mpslinalg.{fn}: input or n must be a torch.Tensor")
+    like = x if isinstance(x, Tensor) else n
+    same = isinstance(x, Tensor) and isinstance(n, Tensor) and x.dtype == n.dtype
+    dtype = x.dtype if same else torch.result_type(x, n)  # (not traceable: only when needed)
+    if dtype.is_complex:
+        raise NotImplementedError(f"mpslinalg.{fn}: not implemented for complex input, got "
+                                  f"{str(dtype).removeprefix('torch.')}")
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    tensors = []
+    for arg in (x, n):
+        if isinstance(arg, Tensor):
+            if arg.device != like.device and arg.dim() > 0 and like.dim() > 0:
+                raise RuntimeError(f"mpslinalg.{fn}: expected all tensors on one device, got "
+                                   f"input on {x.device} and n on {n.device}")
+            tensors.append(arg.to(device=like.device, dtype=dtype))
+        else:
+            tensors.append(torch.tensor(arg, dtype=dtype, device=like.device))
+    elementwise.broadcast_views(fn, *tensors)
+    return tensors[0], tensors[1]
+
+
+def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
+    x, n = _operands(fn, x, n)
+    backend = resolve_backend(x.device, fn)
+    if backend == "metal" and x.dtype not in METAL_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
+                        f"bfloat16, got {str(x.dtype).removeprefix('torch.')}; Metal has no "
+                        "64-bit floating point: use the torch backend "
+                        "(mpslinalg.use_backend('torch')) for float64")
+    if backend == "torch" and x.dtype not in UPCAST:
+        result = call_torch(fn, getattr(torch.special, fn), x, n)
+    else:
+        result = OPS[fn](x, n, backend, False, "")
+    return write_out(fn, out, result)
+
+
+_TITLES = {
+    "chebyshev_polynomial_t": "Chebyshev polynomial of the first kind :math:`T_n(x)`",
+    "chebyshev_polynomial_u": "Chebyshev polynomial of the second kind :math:`U_n(x)`",
+    "chebyshev_polynomial_v": "Chebyshev polynomial of the third kind :math:`V_n(x)`",
+    "chebyshev_polynomial_w": "Chebyshev polynomial of the fourth kind :math:`W_n(x)`",
+    "shifted_chebyshev_polynomial_t": "Shifted Chebyshev polynomial of the first kind "
+                                      ":math:`T_n(2x - 1)`",
+    "shifted_chebyshev_polynomial_u": "Shifted Chebyshev polynomial of the second kind "
+                                      ":math:`U_n(2x - 1)`",
+    "shifted_chebyshev_polynomial_v": "Shifted Chebyshev polynomial of the third kind "
+                                      ":math:`V_n(2x - 1)`",
+    "shifted_chebyshev_polynomial_w": "Shifted Chebyshev polynomial of the fourth kind "
+                                      ":math:`W_n(2x - 1)`",
+    "hermite_polynomial_h": "Physicists' Hermite polynomial :math:`H_n(x)`",
+    "hermite_polynomial_he": "Probabilists' Hermite polynomial :math:`He_n(x)`",
+    "laguerre_polynomial_l": "Laguerre polynomial :math:`L_n(x)`",
+    "legendre_polynomial_p": "Legendre polynomial :math:`P_n(x)`",
+}
+#: Value at x = 0.5, n = 3 of each, as the doctest prints it.
+_AT_HALF = {
+    "chebyshev_polynomial_t": "-1.", "chebyshev_polynomial_u": "-1.",
+    "chebyshev_polynomial_v": "-1.", "chebyshev_polynomial_w": "-1.",
+    "shifted_chebyshev_polynomial_t": "-0.", "shifted_chebyshev_polynomial_u": "-0.",
+    "shifted_chebyshev_polynomial_v": "1.", "shifted_chebyshev_polynomial_w": "-1.",
+    "hermite_polynomial_h": "-5.", "hermite_polynomial_he": "-1.3750",
+    "laguerre_polynomial_l": "-0.1458", "legendre_polynomial_p": "-0.4375",
+}
+
+
+def _make(fn: str):
+    def function(input: Tensor | float, n: Tensor | float, *, out: Tensor | None = None) -> Tensor:
+        return _evaluate(fn, input, n, out)
+
+    function.__name__ = function.__qualname__ = fn
+    function.__module__ = __name__
+    function.__doc__ = f"""{_TITLES[fn]}; like :func:`torch.special.{fn}`.
+
+    Parameters
+    ----------
+    input : Tensor or float
+        The argument ``x``.
+    n : Tensor or float
+        The degree, broadcastable with ``input``; truncated to an integer, and a negative, NaN
+        or infinite degree gives 0 (torch's rules).
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        In the promoted floating dtype of ``input`` and ``n`` (the default dtype for integer
+        inputs). Not differentiable (nor is torch's).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg import ops
+    >>> ops.{fn}(torch.tensor([0.5]), 3)
+    tensor([{_AT_HALF[fn]}])
+    """
+    return public(getattr(torch.special, fn), torch_name=f"special.{fn}")(function)
+
+
+chebyshev_polynomial_t = _make("chebyshev_polynomial_t")
+chebyshev_polynomial_u = _make("chebyshev_polynomial_u")
+chebyshev_polynomial_v = _make("chebyshev_polynomial_v")
+chebyshev_polynomial_w = _make("chebyshev_polynomial_w")
+shifted_chebyshev_polynomial_t = _make("shifted_chebyshev_polynomial_t")
+shifted_chebyshev_polynomial_u = _make("shifted_chebyshev_polynomial_u")
+shifted_chebyshev_polynomial_v = _make("shifted_chebyshev_polynomial_v")
+shifted_chebyshev_polynomial_w = _make("shifted_chebyshev_polynomial_w")
+hermite_polynomial_h = _make("hermite_polynomial_h")
+hermite_polynomial_he = _make("hermite_polynomial_he")
+laguerre_polynomial_l = _make("laguerre_polynomial_l")
+legendre_polynomial_p = _make("legendre_polynomial_p")

@@ -1,0 +1,184 @@
+"""Comparisons and minimum / maximum of unsigned integers: ``eq ne lt le gt ge maximum
+minimum`` for uint16, uint32 and uint64, with torch's semantics.
+
+Ops ``mpslinalg::unsigned_<name>``: on the metal backend one launch of
+``metal/ops/unsigned.metal``, which compares in the operands' own unsigned type (right above
+2^31 and 2^63, where a signed reinterpretation orders large values below zero) and reads both
+operands in place at their broadcast strides. On the torch backend, where torch's CPU kernels
+lack the ordered comparisons of these dtypes, uint16 / uint32 are compared widened to int64
+(exact) and uint64 with its sign bit flipped (an order-preserving map onto int64). Other dtypes
+go to torch unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._core import elementwise
+from .._core import metal as _metal
+from .._core.backend import resolve_backend
+from .._core.errors import translate
+from .._core.op import Op, call_torch, public, write_out
+
+__all__ = ["eq", "ge", "gt", "le", "lt", "maximum", "minimum", "ne"]
+
+_PATH = "ops/unsigned.metal"
+#: dtypes with a Metal kernel here.
+UNSIGNED_DTYPES = (torch.uint16, torch.uint32, torch.uint64)
+#: Kernel codes; mirror kCompare* / kExtremum* in metal/ops/unsigned.h.
+_COMPARISONS = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}
+_EXTREMA = {"maximum": 0, "minimum": 1}
+_SIGN_BIT = -(2**63)
+
+
+def _ordered_int64(x: Tensor) -> Tensor:
+    """An int64 tensor ordered like the unsigned ``x``."""
+    if x.dtype == torch.uint64:
+        return x.view(torch.int64) ^ _SIGN_BIT
+    return x.to(torch.int64)
+
+
+def _torch_forward(name: str):
+    torch_fn = getattr(torch, name)
+
+    def forward(a: Tensor, b: Tensor) -> Tensor:
+        if name in _EXTREMA:
+            take_a = torch_fn(_ordered_int64(a), _ordered_int64(b)) == _ordered_int64(a)
+            shape = torch.broadcast_shapes(a.shape, b.shape)
+            return torch.where(take_a, a.expand(shape), b.expand(shape))
+        if name in ("eq", "ne"):
+            return torch_fn(a, b)
+        return torch_fn(_ordered_int64(a), _ordered_int64(b))
+
+    return forward
+
+
+def _metal_forward(name: str):
+    def forward(a: Tensor, b: Tensor) -> Tensor:
+        shape, (va, vb) = elementwise.broadcast_views(name, a, b)
+        if name in _EXTREMA:
+            kernel_op, code, out_dtype = "unsigned_extremum", _EXTREMA[name], a.dtype
+        else:
+            kernel_op, code, out_dtype = "unsigned_compare", _COMPARISONS[name], torch.bool
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+        numel = out.numel()
+        if numel == 0:
+            return out
+        kernel = _metal.kernel(_PATH, kernel_op, a.dtype, a.device, fn=name, code=code)
+        sizes, a_strides, b_strides = elementwise.layout(shape, va, vb)
+        _metal.launch(kernel, va, vb, out, sizes, a_strides, b_strides, len(sizes), numel,
+                      threads=elementwise.grid(numel), group_size=None)
+        return out
+
+    return forward
+
+
+def _fake(name: str):
+    def fake(a: Tensor, b: Tensor) -> Tensor:
+        dtype = a.dtype if name in _EXTREMA else torch.bool
+        return a.new_empty(torch.broadcast_shapes(a.shape, b.shape), dtype=dtype)
+
+    return fake
+
+
+#: One op per function: ``mpslinalg::unsigned_<name>(a, b)`` of two tensors of one unsigned dtype.
+OPS = {name: Op(f"unsigned_{name}", "(Tensor a, Tensor b) -> Tensor",
+                forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
+                fake=_fake(name))
+       for name in (*_COMPARISONS, *_EXTREMA)}
+
+
+def _operands(fn: str, a: object, b: object) -> tuple[Tensor, Tensor]:
+    """Both operands as tensors of one dtype on one device, broadcastable (torch's rules:
+    an int takes ``a``'s dtype; different unsigned dtypes do not promote)."""
+    if not isinstance(a, Tensor):
+        raise TypeError(f"mpslinalg.{fn}: input must be a torch.Tensor, got {type(a).__name__}")
+    if isinstance(b, bool) or not isinstance(b, (Tensor, int)):
+        raise TypeError(f"mpslinalg.{fn}: other must be a torch.Tensor or an int, got "
+                        f"{type(b).__name__}")
+    if isinstance(b, int):
+        if a.dtype in UNSIGNED_DTYPES:
+            high = 2 ** (8 * a.element_size()) - 1
+            if not 0 <= b <= high:
+                raise RuntimeError(f"mpslinalg.{fn}: other = {b} is out of the range of "
+                                   f"{str(a.dtype).removeprefix('torch.')} (0 .. {high})")
+            b = torch.tensor(b, dtype=a.dtype, device=a.device)
+        else:
+            b = torch.tensor(b, device=a.device)
+    if a.dtype != b.dtype:
+        try:
+            dtype = torch.result_type(a, b)  # raises for unsigned mixed with other dtypes
+        except RuntimeError as error:
+            raise translate(error, "result_type", fn) from None
+        a, b = a.to(dtype), b.to(dtype)
+    if a.device != b.device and b.dim() > 0 and a.dim() > 0:
+        raise RuntimeError(f"mpslinalg.{fn}: expected all tensors on one device, got input on "
+                           f"{a.device}, other on {b.device}")
+    elementwise.broadcast_views(fn, a, b)
+    return a, b.to(a.device)
+
+
+def _apply(fn: str, a: object, b: object, out: Tensor | None) -> Tensor:
+    a, b = _operands(fn, a, b)
+    backend = resolve_backend(a.device, fn)
+    if a.dtype not in UNSIGNED_DTYPES:
+        if backend == "metal":
+            raise TypeError(f"mpslinalg.{fn}: the metal backend supports uint16, uint32 and "
+                            f"uint64, got {str(a.dtype).removeprefix('torch.')}; use the torch "
+                            "backend (mpslinalg.use_backend('torch')) or torch." + fn)
+        return call_torch(fn, getattr(torch, fn), a, b, **({} if out is None else {"out": out}))
+    return write_out(fn, out, OPS[fn](a, b, backend, False, ""))
+
+
+def _doc(fn: str, what: str, returns: str, example: str) -> str:
+    return f"""{what}; like :func:`torch.{fn}`, with uint16 / uint32 / uint64 computed in
+    their own unsigned type.
+
+    Parameters
+    ----------
+    input : Tensor
+        Any dtype; uint16 / uint32 / uint64 run the Metal kernel on the metal backend.
+    other : Tensor or int
+        Broadcastable to ``input``; an int is taken in ``input``'s dtype. Different unsigned
+        dtypes do not promote (as in torch).
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        {returns}
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg import ops
+    >>> a = torch.tensor([2**63 + 1, 1], dtype=torch.uint64)
+    >>> b = torch.tensor([1, 2**63 + 1], dtype=torch.uint64)
+    >>> ops.{fn}(a, b)
+    {example}
+    """
+
+
+def _make(fn: str, what: str, returns: str, example: str):
+    def function(input: Tensor, other: Tensor | int, *, out: Tensor | None = None) -> Tensor:
+        return _apply(fn, input, other, out)
+
+    function.__name__ = function.__qualname__ = fn
+    function.__module__ = __name__
+    function.__doc__ = _doc(fn, what, returns, example)
+    return public(getattr(torch, fn), torch_name=fn)(function)
+
+
+_BOOL = "Boolean, of the broadcast shape."
+eq = _make("eq", "Elementwise ``input == other``", _BOOL, "tensor([False, False])")
+ne = _make("ne", "Elementwise ``input != other``", _BOOL, "tensor([True, True])")
+lt = _make("lt", "Elementwise ``input < other``", _BOOL, "tensor([False,  True])")
+le = _make("le", "Elementwise ``input <= other``", _BOOL, "tensor([False,  True])")
+gt = _make("gt", "Elementwise ``input > other``", _BOOL, "tensor([ True, False])")
+ge = _make("ge", "Elementwise ``input >= other``", _BOOL, "tensor([ True, False])")
+maximum = _make("maximum", "Elementwise maximum", "Of ``input``'s dtype and the broadcast shape.",
+                "tensor([9223372036854775809, 9223372036854775809], dtype=torch.uint64)")
+minimum = _make("minimum", "Elementwise minimum", "Of ``input``'s dtype and the broadcast shape.",
+                "tensor([1, 1], dtype=torch.uint64)")
