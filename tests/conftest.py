@@ -18,6 +18,10 @@ from hypothesis import HealthCheck, settings
 import mpslinalg
 from mpslinalg._core import platform as _platform
 
+# Every Metal kernel the tests launch runs under the emulator's race detector (kernels that are
+# racy on purpose, in the emulator's own lane-order tests, opt out per compile).
+os.environ.setdefault("MPSLINALG_EMULATOR_RACECHECK", "1")
+
 settings.register_profile(
     "ci",
     derandomize=True,

@@ -26,6 +26,11 @@ inline float2 mul(float2 a, float2 b) {
 
 inline float div(float a, float b) { return a / b; }
 inline float2 div(float2 a, float2 b) {
+  // An infinite divisor gives NaN, as the textbook formula a conj(b) / |b|^2 does (and so
+  // LAPACK through torch): Smith's scaling alone would return a finite 0 and hide the Inf.
+  if (metal::isinf(b.x) || metal::isinf(b.y)) {
+    return float2(NAN, NAN);
+  }
   if (metal::fabs(b.x) >= metal::fabs(b.y)) {
     float r = b.y / b.x;
     float d = b.x + b.y * r;

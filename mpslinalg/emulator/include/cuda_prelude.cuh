@@ -290,6 +290,11 @@ template <class T, int N> inline T dot(const vec<T, N>& a, const vec<T, N>& b) {
   T s = a.v[0] * b.v[0]; for (int i = 1; i < N; ++i) s += a.v[i] * b.v[i]; return s; }
 template <class T, int N> inline T length(const vec<T, N>& a) { return sqrt(dot(a, a)); }
 template <class T> inline T popcount(T x) { return T(__popcll((unsigned long long)x)); }
+// High half of the full product (Philox and other counter-based generators use it).
+inline uint mulhi(uint a, uint b) { return __umulhi(a, b); }
+inline int mulhi(int a, int b) { return __mulhi(a, b); }
+inline ulong mulhi(ulong a, ulong b) { return __umul64hi(a, b); }
+inline long mulhi(long a, long b) { return __mul64hi(a, b); }
 namespace precise { using metal::sqrt; using metal::exp; using metal::log; using metal::fabs;
   using metal::pow; using metal::sin; using metal::cos; using metal::divide; using metal::fma; }
 namespace fast { using namespace precise; }
