@@ -40,7 +40,10 @@ settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") == "true" else "dev")
 )
 
-ALL_BACKENDS = ("torch", "emulator", "mps")
+ALL_BACKENDS = ("torch", "emulator", "mps", "cuda", "cuda-metal")
+#: Run only when asked for by name: the torch backend on CUDA tensors, and the Metal kernels on
+#: CUDA tensors through the CUDA executor (mpslinalg.emulator.cuda, $MPSLINALG_METAL_ON_CUDA).
+ON_REQUEST = ("cuda", "cuda-metal")
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,8 @@ def pytest_addoption(parser):
     parser.addoption(
         "--backends",
         default=None,
-        help="comma-separated subset of torch,emulator,mps (default: all available; "
-        "env MPSLINALG_TEST_BACKENDS)",
+        help="comma-separated subset of torch,emulator,mps,cuda,cuda-metal (default: torch, "
+        "emulator and mps where available; env MPSLINALG_TEST_BACKENDS)",
     )
 
 
@@ -74,8 +77,10 @@ def _selected_backends(config) -> list[str]:
     unknown = sorted(set(names) - set(ALL_BACKENDS))
     if unknown:
         raise pytest.UsageError(f"unknown backends {unknown}; choose from {ALL_BACKENDS}")
-    if not raw and _platform.mps_unavailable_reasons():
-        names.remove("mps")  # not requested explicitly and not present
+    if not raw:
+        names = [n for n in names if n not in ON_REQUEST]
+        if _platform.mps_unavailable_reasons():
+            names.remove("mps")  # not requested explicitly and not present
     return names
 
 
@@ -112,10 +117,24 @@ def _enter_backend(name: str):
     if name == "mps" and _platform.mps_unavailable_reasons():
         pytest.fail("the mps backend was requested but MPS is not usable: "
                     + "; ".join(_platform.mps_unavailable_reasons()))
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        pytest.fail(f"the {name} backend was requested but torch sees no CUDA device")
     chosen = {
         "torch": Backend("torch", "torch", torch.device("cpu")),
         "emulator": Backend("emulator", "metal", torch.device("cpu")),
         "mps": Backend("mps", "metal", torch.device("mps")),
+        "cuda": Backend("cuda", "torch", torch.device("cuda")),
+        "cuda-metal": Backend("cuda-metal", "metal", torch.device("cuda")),
     }[name]
-    with mpslinalg.use_backend(chosen.backend):
-        yield chosen
+    previous = os.environ.get("MPSLINALG_METAL_ON_CUDA")
+    if name == "cuda-metal":
+        os.environ["MPSLINALG_METAL_ON_CUDA"] = "1"
+    try:
+        with mpslinalg.use_backend(chosen.backend):
+            yield chosen
+    finally:
+        if name == "cuda-metal":
+            if previous is None:
+                os.environ.pop("MPSLINALG_METAL_ON_CUDA", None)
+            else:
+                os.environ["MPSLINALG_METAL_ON_CUDA"] = previous

@@ -15,6 +15,7 @@ from torch import Tensor
 from .. import small
 from .._core import checks
 from .._core.op import Op, cast_back, public, write_out
+from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
 from . import lu_metal
 from .inverse import inv_ex_op
 
@@ -139,7 +140,8 @@ def _det_backward(ctx, g: Tensor):
 
 det_op = Op(
     "det", "(Tensor A) -> Tensor",
-    forward={"metal": _det_metal, "torch": torch.linalg.det, "small": small.small_det},
+    forward={"metal": _det_metal, "torch": lambda A: per_matrix(torch.linalg.det, A),
+             "small": small.small_det},
     fake=lambda A: A.new_empty(A.shape[:-2]), save=_det_save, backward=_det_backward)
 
 
@@ -177,7 +179,8 @@ def _slogdet_backward(ctx, gsign: Tensor | None, glogabsdet: Tensor | None):
 
 slogdet_op = Op(
     "slogdet", "(Tensor A) -> (Tensor, Tensor)",
-    forward={"metal": _slogdet_metal, "torch": lambda A: tuple(torch.linalg.slogdet(A)),
+    forward={"metal": _slogdet_metal,
+             "torch": lambda A: tuple(per_matrix(torch.linalg.slogdet, A)),
              "small": small.small_slogdet},
     fake=_slogdet_fake, save=_slogdet_save, backward=_slogdet_backward)
 
@@ -186,11 +189,12 @@ slogdet_op = Op(
 
 
 def _det_takes_general_path(A, *, out=None) -> bool:
-    return small.may_use_small_path(A) or (A.requires_grad and torch.is_grad_enabled())
+    return (small.may_use_small_path(A) or (A.requires_grad and torch.is_grad_enabled())
+            or mkl_batched_getrf_affected(A))
 
 
 def _slogdet_takes_general_path(A, *, out=None) -> bool:
-    return small.may_use_small_path(A)
+    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
 
 
 @public(torch.linalg.det, general_when=_det_takes_general_path)

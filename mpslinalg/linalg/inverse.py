@@ -12,6 +12,7 @@ from torch import Tensor
 from .. import small
 from .._core import checks
 from .._core.op import Op, cast_back, public, write_out
+from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
 from . import lu_metal
 
 __all__ = ["inv", "inv_ex"]
@@ -41,7 +42,7 @@ def _inv_backward(ctx, gX: Tensor, ginfo):
 #: (inverse, info) of square ``A`` in its compute dtype.
 inv_ex_op = Op(
     "inv_ex", "(Tensor A) -> (Tensor, Tensor)",
-    forward={"metal": _inv_metal, "torch": lambda A: tuple(torch.linalg.inv_ex(A)),
+    forward={"metal": _inv_metal, "torch": lambda A: tuple(per_matrix(torch.linalg.inv_ex, A)),
              "small": small.small_inv_ex},
     fake=lambda A: (torch.empty_like(A, memory_format=torch.contiguous_format),
                     A.new_empty(A.shape[:-2], dtype=torch.int32)),
@@ -49,7 +50,7 @@ inv_ex_op = Op(
 
 
 def _takes_general_path(A, *, check_errors=False, out=None) -> bool:
-    return small.may_use_small_path(A)
+    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
 
 
 def _inv_ex(fn: str, A: Tensor, check: str) -> tuple[Tensor, Tensor]:

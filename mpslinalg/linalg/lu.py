@@ -16,6 +16,7 @@ from .._core import checks
 from .._core.backend import resolve_backend
 from .._core.errors import read_device
 from .._core.op import Op, cast_back, public, to_dtype, write_out
+from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
 from . import lu_metal
 
 __all__ = ["lu", "lu_factor", "lu_factor_ex", "lu_solve"]
@@ -107,7 +108,7 @@ def _lu_factor_backward(ctx, gLU: Tensor, gpivots, ginfo) -> tuple[Tensor]:
 lu_factor_ex_op = Op(
     "lu_factor_ex", "(Tensor A) -> (Tensor, Tensor, Tensor)",
     forward={"metal": lambda A: lu_metal.lu_factor_metal(A, fn="lu_factor"),
-             "torch": lambda A: tuple(torch.linalg.lu_factor_ex(A))},
+             "torch": lambda A: tuple(per_matrix(torch.linalg.lu_factor_ex, A))},
     fake=_lu_factor_fake, info=2, save=_lu_factor_save, backward=_lu_factor_backward)
 
 
@@ -215,7 +216,11 @@ def _lu_factor(fn: str, A: Tensor, pivot: bool, check: str) -> tuple[Tensor, Ten
     return cast_back(LU, A.dtype), pivots, info
 
 
-@public(torch.linalg.lu_factor_ex, checks="check_errors")
+def _takes_general_path(A, *, pivot=True, check_errors=False, out=None) -> bool:
+    return mkl_batched_getrf_affected(A)
+
+
+@public(torch.linalg.lu_factor_ex, checks="check_errors", general_when=_takes_general_path)
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
                  out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``, in LAPACK's packed form, plus
@@ -256,7 +261,7 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
     return write_out("lu_factor_ex", out, result)
 
 
-@public(torch.linalg.lu_factor, checks=True)
+@public(torch.linalg.lu_factor, checks=True, general_when=_takes_general_path)
 def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting in packed form; like
     :func:`torch.linalg.lu_factor`.
@@ -293,7 +298,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | Non
     return write_out("lu_factor", out, _RESULTS.linalg_lu_factor((LU, pivots)))
 
 
-@public(torch.linalg.lu)
+@public(torch.linalg.lu, general_when=_takes_general_path)
 def lu(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``; like :func:`torch.linalg.lu`.
 

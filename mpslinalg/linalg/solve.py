@@ -14,6 +14,7 @@ from torch import Tensor
 from .. import small
 from .._core import checks
 from .._core.op import Op, cast_back, public, to_dtype, write_out
+from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
 from . import lu_metal
 
 __all__ = ["solve", "solve_ex"]
@@ -57,7 +58,7 @@ def _solve_metal(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
 
 
 def _solve_torch(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
-    LU, pivots, info = torch.linalg.lu_factor_ex(A)
+    LU, pivots, info = per_matrix(torch.linalg.lu_factor_ex, A)
     B = _rhs(A, B)
     batch = B.shape[:-2]
     X = torch.linalg.lu_solve(LU.expand(*batch, *LU.shape[-2:]),
@@ -96,7 +97,7 @@ solve_ex_op = Op(
 
 
 def _takes_general_path(A, B, *, left=True, check_errors=False, out=None) -> bool:
-    return small.may_use_small_path(A)
+    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
 
 
 def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Tensor, Tensor]:

@@ -1,0 +1,46 @@
+"""Bugs of torch's own kernels that the torch backend routes around, each with its exact
+condition (the reproducers are on the docs' known-issues page).
+
+torch's CPU LU on batches (torch 2.13.0+cpu, oneMKL): with more than one intra-op thread,
+``getrf`` on a batch of at least two matrices of more than about 21,000 entries each (e.g.
+152 x 152, or 100 x 300) prints "Intel oneMKL ERROR: Parameter 6 was incorrect on entry to
+SLASWP" and returns wrong factors (sometimes pivots out of range); one matrix at a time, or one
+thread, is right. Everything built on it is wrong too: lu_factor, lu, solve, inv, det, slogdet.
+``getrs`` (lu_solve with correct factors) is not affected. The route: factor such batches one
+matrix at a time (the factorisation of a matrix this size costs far more than the loop).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: Largest matrix (entries) for which the batched CPU factorisation was measured correct with
+#: two threads (144 x 144 right, 152 x 152 wrong); below it the batch goes to torch whole.
+MKL_BATCHED_GETRF_SAFE_NUMEL = 144 * 144
+
+
+def mkl_batched_getrf_affected(A: torch.Tensor) -> bool:
+    """Whether torch's batched CPU LU would factor ``A`` (*, m, n) wrongly (module docstring)."""
+    shape = A.shape
+    if len(shape) < 3 or shape[-1] * shape[-2] <= MKL_BATCHED_GETRF_SAFE_NUMEL:
+        return False
+    return (A.device.type == "cpu" and math.prod(shape[:-2]) > 1
+            and torch.get_num_threads() > 1)
+
+
+def per_matrix(fn: Callable[..., Any], A: torch.Tensor, *args: Any) -> Any:
+    """``fn(A, *args)`` for an ``A`` that :func:`mkl_batched_getrf_affected` flags, computed one
+    matrix at a time and stacked back (outputs are tensors or tuples of tensors with A's batch
+    dimensions leading); otherwise ``fn(A, *args)`` itself."""
+    if not mkl_batched_getrf_affected(A):
+        return fn(A, *args)
+    batch = A.shape[:-2]
+    flat = A.reshape(-1, *A.shape[-2:])
+    outs = [fn(flat[i], *args) for i in range(flat.shape[0])]
+    if isinstance(outs[0], torch.Tensor):
+        return torch.stack(outs).reshape(*batch, *outs[0].shape)
+    return tuple(torch.stack(parts).reshape(*batch, *parts[0].shape) for parts in zip(*outs, strict=True))
