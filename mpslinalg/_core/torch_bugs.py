@@ -43,4 +43,5 @@ def per_matrix(fn: Callable[..., Any], A: torch.Tensor, *args: Any) -> Any:
     outs = [fn(flat[i], *args) for i in range(flat.shape[0])]
     if isinstance(outs[0], torch.Tensor):
         return torch.stack(outs).reshape(*batch, *outs[0].shape)
-    return tuple(torch.stack(parts).reshape(*batch, *parts[0].shape) for parts in zip(*outs, strict=True))
+    return tuple(torch.stack(parts).reshape(*batch, *parts[0].shape)
+                 for parts in zip(*outs, strict=True))
