@@ -49,8 +49,8 @@ def _scaled_prod(x: Tensor) -> Tensor:
     range overflows. (prod(diag U) of a matrix with rows scaled 1e-20 .. 1e20 overflows in
     float32 although the determinant is ~1e4.)"""
     exponent = torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)
-    if x.shape[-1] == 0:
-        return torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device)
+    if x.numel() == 0:  # 0x0 matrices (det 1) or an empty batch
+        return x.prod(-1)
     while True:
         _, e = torch.frexp(x.abs())
         x = _ldexp(x, -e.to(torch.int64))
