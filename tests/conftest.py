@@ -97,7 +97,7 @@ def pytest_generate_tests(metafunc):
     if "backend" in metafunc.fixturenames and not _parametrized_by_test(metafunc, "backend"):
         metafunc.parametrize("backend", _selected_backends(metafunc.config), indirect=True)
     if "metal_backend" in metafunc.fixturenames:
-        metal = [n for n in _selected_backends(metafunc.config) if n != "torch"]
+        metal = [n for n in _selected_backends(metafunc.config) if n not in ("torch", "cuda")]
         metafunc.parametrize("metal_backend", metal, indirect=True)
 
 
