@@ -71,8 +71,9 @@ def check_errors(info: torch.Tensor, api_name: str) -> None:
 
     Notes
     -----
-    Reads the device once (a single host synchronisation) and runs no torch kernel on the host,
-    so it never competes with a running kernel for CPU threads. For batched input
+    Reads the device once (a single host synchronisation); on the CPU it runs no torch kernel,
+    so it never competes with a running kernel for CPU threads, and on a GPU it moves two
+    numbers. For batched input
     (``info.dim() > 0``) the message names the first failing batch element, in torch's wording.
     Meta tensors hold no values and are not checked.
 
@@ -87,12 +88,20 @@ the inversion could not be completed because the input matrix is singular.
     """
     if info.numel() == 0 or info.device.type == "meta":
         return
-    values = read_device(info.reshape(-1), "check_errors")
-    failing = values.nonzero()[0]
-    if failing.size == 0:
-        return
-    index = int(failing[0])
-    value = int(values[index])
+    flat = info.reshape(-1)
+    if flat.device.type == "cpu":  # no kernel at all: NumPy finds the first failure
+        values = read_device(flat, "check_errors")
+        failing = values.nonzero()[0]
+        if failing.size == 0:
+            return
+        index = int(failing[0])
+        value = int(values[index])
+    else:  # on a GPU: find it there, and move two numbers instead of the whole batch
+        first = torch.argmax((flat != 0).to(torch.uint8))
+        index, value = (int(v) for v in read_device(
+            torch.stack([first, flat[first].to(first.dtype)]), "check_errors"))
+        if value == 0:
+            return
     if value < 0:
         raise RuntimeError(
             f"{api_name}: internal error: info={value} (an argument had an illegal value)"

@@ -70,10 +70,11 @@ _SCRATCH_MAX_BYTES = 16 << 20
 #: these sizes per-op dispatch costs more than LAPACK's / cuSOLVER's per-matrix work). Chosen on
 #: the safe side of the measured crossovers so the small path is never the slower one. n = 1 and
 #: device types not listed always use torch.linalg.
-#: "cuda": the fused Triton kernel (float32/float64 with triton installed). ESTIMATES, not yet
-#: measured: one launch (~20-40 us of host time) against ~100-130 us for torch.linalg.inv at
-#: every batch size on the H200 (benchmarks/results/small_inverse.md), so the kernel should win
-#: from batch 1; 64 leaves a margin until the bench confirms it.
+#: "cuda": the fused Triton kernel (float32/float64 with triton installed), measured on the
+#: H200 (2026-11-30, benchmarks/results/small_inverse.md): the kernel alone beats
+#: torch.linalg.inv from batch 1 (0.05-0.09 ms against 0.10-0.18 ms), but the public call adds
+#: the registered op's dispatch (~0.06 ms), so public inv_ex is faster only from batch 131072
+#: (0.15-0.19 ms against 0.26-0.36 ms; at 16384 still 0.10-0.17 against 0.12-0.16).
 #: "cuda-soa": the tensor-op path on CUDA (complex, or no triton), measured.
 #: "cpu-simd": the SIMD CPU kernels (float32, :mod:`mpslinalg.small.cpu_simd`), measured with 2
 #: threads through the public API: the kernel alone beats torch.linalg from batch 16 (11 us
@@ -83,7 +84,7 @@ _SCRATCH_MAX_BYTES = 16 << 20
 _TORCH_MIN_BATCH = {
     "cpu": {2: 4096, 3: 8192, 4: 65536},
     "cpu-simd": {2: 256, 3: 128, 4: 128},
-    "cuda": {2: 64, 3: 64, 4: 64},
+    "cuda": {2: 131072, 3: 131072, 4: 131072},
     "cuda-soa": {2: 786432, 3: 524288, 4: 786432},
 }
 
