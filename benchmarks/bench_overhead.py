@@ -5,7 +5,8 @@ Self-contained: ``python benchmarks/bench_overhead.py [--device cpu|cuda] [--rou
 interleaved: each round times ``C`` calls of mpslinalg, then ``C`` calls of torch (the order
 alternates between rounds), and the table reports, over ``R`` rounds, the min / median / max of
 the per-call time of each and the ratio of the medians (ours / torch: the goal is <= 1.25).
-Shapes: one 3x3, one 64x64, a batch of 100 3x3 and 64x64; float32 and complex64. The checking
+Shapes: one 3x3, one 64x64, a batch of 100 3x3 and 64x64, and a batch of 4 192x192 (where
+torch's own CPU LU is wrong and mpslinalg routes around it); float32 and complex64. The checking
 forms (inv, solve, lu_factor) are timed on the same inputs as torch's, which check too.
 """
 
@@ -42,7 +43,9 @@ CASES: list[tuple[str, Callable, Callable]] = [
     ("lu_solve", None, None),  # filled in per input below (needs the factors)
 ]
 
-SHAPES = [((), 3), ((), 64), ((100,), 3), ((100,), 64)]
+#: (batch, n); (4,) x 192 x 192 is a batch torch's CPU LU gets wrong, which mpslinalg factors
+#: one matrix at a time (docs/known_issues.rst): its row shows what the route costs.
+SHAPES = [((), 3), ((), 64), ((100,), 3), ((100,), 64), ((4,), 192)]
 DTYPES = [torch.float32, torch.complex64]
 
 
@@ -89,13 +92,14 @@ def _fmt_us(xs: list[float]) -> str:
             f"{max(xs) * 1e6:.1f}")
 
 
-def run(device: torch.device, rounds: int, calls: int, names: set[str] | None) -> list[list[str]]:
+def run(device: torch.device, rounds: int, calls: int, names: set[str] | None,
+        shapes: list[tuple[tuple, int]] = SHAPES) -> list[list[str]]:
     rows = []
     for name, ours_fn, torch_fn in CASES:
         if names and name not in names:
             continue
         for dtype in DTYPES:
-            for batch, n in SHAPES:
+            for batch, n in shapes:
                 A, B = _inputs(batch, n, dtype, device)
                 if name == "lu_solve":
                     LU, piv = torch.linalg.lu_factor(A)
@@ -126,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--only", default="", help="comma-separated function names")
+    parser.add_argument("--n", default="", help="only the shapes of these n (comma-separated)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     names = {n for n in args.only.split(",") if n} or None
@@ -137,7 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     print("| function | shape | dtype | mpslinalg us/call min / median / max | "
           "torch us/call min / median / max | ratio of medians |")
     print("|---|---|---|---|---|---|")
-    for row in run(device, args.rounds, args.calls, names):
+    sizes = {int(n) for n in args.n.split(",") if n}
+    shapes = [s for s in SHAPES if not sizes or s[1] in sizes]
+    for row in run(device, args.rounds, args.calls, names, shapes):
         print("| " + " | ".join(row) + " |", flush=True)
 
 
