@@ -49,7 +49,28 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         print("  metal in the emulator  not usable: no C++ compiler found "
               "(set $CXX or install g++ or clang++)")
+    _print_small_paths()
     return 0
+
+
+def _print_small_paths() -> None:
+    """Which implementation serves batches of n <= 4 here (the path table of mpslinalg.small)."""
+    from .small import cpu_simd, dispatch
+
+    library = cpu_simd.LIBRARY
+    library.wait(timeout=30)  # a cold cache builds in the background; info may wait for it
+    print()
+    print(f"n <= 4 path (mpslinalg.small): native CPU kernels {library.status}")
+    probes = [("cpu", torch.float32), ("cpu", torch.complex64), ("cpu", torch.float64)]
+    if torch.cuda.is_available():
+        probes += [("cuda", torch.float32), ("cuda", torch.complex64)]
+    with use_backend("torch"):
+        for device, dtype in probes:
+            A = torch.zeros(1 << 17, 4, 4, dtype=dtype, device=device)
+            taken = dispatch.use_small_path(A, "torch")
+            path = dispatch.torch_path(A) if taken else "torch.linalg"
+            print(f"  torch backend, {device} {str(dtype).removeprefix('torch.'):<10} "
+                  f"batch 131072 of 4x4: {path}")
 
 
 def _device(args: argparse.Namespace) -> torch.device:
