@@ -20,7 +20,6 @@ __all__ = [
     "clear_cache",
     "compile_flags",
     "build_library",
-    "build_source_library",
     "shim_hash",
     "CompilerNotFoundError",
 ]
@@ -265,31 +264,6 @@ def check_host_symbols(so: pathlib.Path, tr, cxx: str) -> None:
             # Ubuntu 24.04 turns the runtime's diagnostics into fputc calls): not the kernel's
             continue
         raise TranslateError(f"{tr.calls[name]}: error: {host_call_message(name)}")
-
-
-def build_source_library(source: str, flags: list, cxx: str, name: str = "lib") -> pathlib.Path:
-    """Compile one self-contained C++ source (``flags`` must include -shared) into a shared
-    library in the cache, keyed by source, flags and compiler (or return the cached one).
-
-    For generated native code that is not a Metal translation (no shim headers). Raises
-    RuntimeError with the compiler's messages when compilation fails.
-    """
-    key = hashlib.sha256(json.dumps([source, flags, os.path.basename(cxx)]).encode()).hexdigest()
-    out = cache_dir() / "lib" / f"{name}-{key}.so"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
-        src = pathlib.Path(tmp) / f"{name}.cpp"
-        so = pathlib.Path(tmp) / f"{name}.so"
-        src.write_text(source)
-        proc = subprocess.run([cxx, *flags, str(src), "-o", str(so)], capture_output=True)
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"compiling {name} failed:\n" + proc.stderr.decode(errors="replace")[:4000]
-            )
-        os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
-    return out
 
 
 def _run(cmds, srcs):
