@@ -470,6 +470,14 @@ def square_samples(complex_: bool) -> list[Sample]:
     ]
 
 
+def singular_samples() -> list[BadSample]:
+    """Exactly singular input, for the checking forms (torch raises LinAlgError, or a plain
+    RuntimeError for lu_factor; mpslinalg.LinAlgError subclasses both)."""
+    A = torch.eye(4, dtype=torch.float64).repeat(2, 1, 1)
+    A[1, 2] = 0
+    return [BadSample((A,), error=RuntimeError, match=r"\(Batch element 1\)")]
+
+
 def square_bad_samples() -> list[BadSample]:
     """What every function of one square matrix must refuse, as torch does."""
     return [

@@ -138,11 +138,17 @@ def test_gradients_on_backend(backend):
 
 # ---------------------------------------------------------------- op database
 
-from opdb import OpInfo, instantiate_generic_tests, square_bad_samples, square_samples  # noqa: E402
+from opdb import (  # noqa: E402
+    OpInfo,
+    instantiate_generic_tests,
+    singular_samples,
+    square_bad_samples,
+    square_samples,
+)
 
 OPS = [
     OpInfo("inv", mpslinalg.inv, torch.linalg.inv, square_samples,
-           bad_samples=square_bad_samples, device_reads=1),
+           bad_samples=lambda: square_bad_samples() + singular_samples(), device_reads=1),
     OpInfo("inv_ex", mpslinalg.inv_ex, torch.linalg.inv_ex, square_samples,
            bad_samples=square_bad_samples),
 ]

@@ -403,8 +403,8 @@ def test_launches_grow_with_panels_not_with_batch(n):
 # ---------------------------------------------------------------- op database
 
 from opdb import (  # noqa: E402,I001
-    BadSample, OpInfo, Sample, instantiate_generic_tests, solve_samples, square_samples,
-    well_conditioned)
+    BadSample, OpInfo, Sample, instantiate_generic_tests, singular_samples, solve_samples,
+    square_samples, well_conditioned)
 
 
 def _rectangular_samples(complex_: bool) -> list[Sample]:
@@ -448,7 +448,7 @@ def _rectangular_bad() -> list[BadSample]:
 
 OPS = [
     OpInfo("lu_factor", mpslinalg.lu_factor, torch.linalg.lu_factor, _rectangular_samples,
-           bad_samples=_rectangular_bad, device_reads=1),
+           bad_samples=lambda: _rectangular_bad() + singular_samples(), device_reads=1),
     OpInfo("lu_factor_ex", mpslinalg.lu_factor_ex, torch.linalg.lu_factor_ex,
            _rectangular_samples, bad_samples=_rectangular_bad),
     OpInfo("lu", mpslinalg.lu, torch.linalg.lu, _rectangular_samples,

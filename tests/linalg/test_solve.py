@@ -233,7 +233,8 @@ def test_gradients_on_backend(backend):
 
 # ---------------------------------------------------------------- op database
 
-from opdb import BadSample, OpInfo, instantiate_generic_tests, solve_samples  # noqa: E402,I001
+from opdb import (  # noqa: E402,I001
+    BadSample, OpInfo, instantiate_generic_tests, singular_samples, solve_samples)
 
 
 def _solve_bad() -> list[BadSample]:
@@ -246,9 +247,15 @@ def _solve_bad() -> list[BadSample]:
     ]
 
 
+def _solve_singular() -> list[BadSample]:
+    (singular,) = singular_samples()
+    return [BadSample((singular.args[0], torch.ones(2, 4, 1, dtype=torch.float64)),
+                      error=singular.error, match=singular.match)]
+
+
 OPS = [
     OpInfo("solve", mpslinalg.solve, torch.linalg.solve, solve_samples,
-           bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,), device_reads=1),
+           bad_samples=lambda: _solve_bad() + _solve_singular(), grad_args=(0, 1), nonfinite_args=(0,), device_reads=1),
     OpInfo("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex, solve_samples,
            bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,)),
 ]
