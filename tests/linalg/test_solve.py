@@ -255,7 +255,8 @@ def _solve_singular() -> list[BadSample]:
 
 OPS = [
     OpInfo("solve", mpslinalg.solve, torch.linalg.solve, solve_samples,
-           bad_samples=lambda: _solve_bad() + _solve_singular(), grad_args=(0, 1), nonfinite_args=(0,), device_reads=1),
+           bad_samples=lambda: _solve_bad() + _solve_singular(), grad_args=(0, 1),
+           nonfinite_args=(0,), device_reads=1),
     OpInfo("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex, solve_samples,
            bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,)),
 ]
