@@ -306,4 +306,5 @@ def test_generated_source_and_dispatch():
     assert "tl.load" in st.kernel_source("solve", 3, "float64", "strided")
     assert si._import_triton_kernels() is st
     assert si.torch_path(torch.zeros(2, 4, 4, dtype=torch.complex64)) != "triton"
-    assert si._TORCH_MIN_BATCH["cuda"][4] <= 1024
+    # the fused kernel's crossover is far below the tensor-op path's (H200 sweep)
+    assert si._TORCH_MIN_BATCH["cuda"][4] < si._TORCH_MIN_BATCH["cuda-soa"][4]
