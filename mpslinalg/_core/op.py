@@ -212,8 +212,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
 
     The returned function has the same signature and docstring. When the first tensor argument
     is on the torch backend in a dtype torch.linalg computes natively and ``general_when`` (same
-    arguments) is false or absent, it calls ``torch_fn`` with the same arguments instead:
-    torch's results, torch's ``out=``, torch's errors reworded to name ``mpslinalg.<fn>``.
+    arguments, or the first one alone if it takes one parameter) is false or absent, it calls
+    ``torch_fn`` with the same arguments instead: torch's results, torch's ``out=``, torch's
+    errors reworded to name ``mpslinalg.<fn>``.
     ``checks`` says whether the function reads ``info`` and raises: True, or the name of the
     argument that decides it (``"check_errors"``). Under torch.compile such a call takes the
     general path, so that it raises :class:`~mpslinalg.LinAlgError` from inside its op (traced
@@ -239,7 +240,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             condition += (" and not _compiling()" if checks is True
                           else f" and (not {checks} or not _compiling())")
         if general_when is not None:
-            condition += f" and not _general_when({passed})"
+            # a one-parameter test gets the first argument alone (no keywords to pack)
+            single = len(inspect.signature(general_when).parameters) == 1
+            condition += f" and not _general_when({first if single else passed})"
         required = ", ".join(p.name for p in sig.parameters.values() if p.default is p.empty)
         optional = [p.name for p in sig.parameters.values() if p.default is not p.empty]
         # All optional arguments at their defaults: pass none (torch parses keywords slowly).

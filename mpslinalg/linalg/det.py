@@ -188,12 +188,12 @@ slogdet_op = Op(
 # ---------------------------------------------------------------- public API
 
 
-def _det_takes_general_path(A, *, out=None) -> bool:
+def _det_takes_general_path(A) -> bool:
     return (small.may_use_small_path(A) or (A.requires_grad and torch.is_grad_enabled())
             or mkl_batched_getrf_affected(A))
 
 
-def _slogdet_takes_general_path(A, *, out=None) -> bool:
+def _slogdet_takes_general_path(A) -> bool:
     return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
 
 

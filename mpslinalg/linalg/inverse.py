@@ -49,7 +49,7 @@ inv_ex_op = Op(
     info=1, save=_inv_save, backward=_inv_backward)
 
 
-def _takes_general_path(A, *, check_errors=False, out=None) -> bool:
+def _takes_general_path(A) -> bool:
     return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
 
 

@@ -216,11 +216,7 @@ def _lu_factor(fn: str, A: Tensor, pivot: bool, check: str) -> tuple[Tensor, Ten
     return cast_back(LU, A.dtype), pivots, info
 
 
-def _takes_general_path(A, *, pivot=True, check_errors=False, out=None) -> bool:
-    return mkl_batched_getrf_affected(A)
-
-
-@public(torch.linalg.lu_factor_ex, checks="check_errors", general_when=_takes_general_path)
+@public(torch.linalg.lu_factor_ex, checks="check_errors", general_when=mkl_batched_getrf_affected)
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
                  out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``, in LAPACK's packed form, plus
@@ -261,7 +257,7 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
     return write_out("lu_factor_ex", out, result)
 
 
-@public(torch.linalg.lu_factor, checks=True, general_when=_takes_general_path)
+@public(torch.linalg.lu_factor, checks=True, general_when=mkl_batched_getrf_affected)
 def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting in packed form; like
     :func:`torch.linalg.lu_factor`.
@@ -298,7 +294,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | Non
     return write_out("lu_factor", out, _RESULTS.linalg_lu_factor((LU, pivots)))
 
 
-@public(torch.linalg.lu, general_when=_takes_general_path)
+@public(torch.linalg.lu, general_when=mkl_batched_getrf_affected)
 def lu(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``; like :func:`torch.linalg.lu`.
 

@@ -96,7 +96,7 @@ solve_ex_op = Op(
     fake=_solve_fake, info=1, save=_solve_save, backward=_solve_backward)
 
 
-def _takes_general_path(A, B, *, left=True, check_errors=False, out=None) -> bool:
+def _takes_general_path(A) -> bool:
     return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
 
 
