@@ -73,18 +73,36 @@ def _print_small_paths() -> None:
                   f"batch 131072 of 4x4: {path}")
 
 
+class _UsageError(Exception):
+    """A command-line mistake: printed as one line, exit status 2."""
+
+
 def _device(args: argparse.Namespace) -> torch.device:
-    return torch.device(args.device) if args.device else _platform.default_device()
+    if not args.device:
+        return _platform.default_device()
+    device = torch.device(args.device)
+    if device.type == "mps" and _platform.mps_unavailable_reasons():
+        raise _UsageError("--device mps: MPS is not usable here: "
+                          + "; ".join(_platform.mps_unavailable_reasons()))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise _UsageError("--device cuda: torch sees no CUDA device here")
+    return device
 
 
 def _registered(entries: list, key: str, wanted: list[str] | None, what: str) -> list:
-    """The registered cases whose ``key`` is in ``wanted`` (all when None); says so when none."""
+    """The registered cases whose ``key`` is in ``wanted`` (all when None); says so when none,
+    and refuses names nothing is registered under."""
     from . import cases
 
     cases.load_all()
+    known = sorted({getattr(e, key) for e in entries})
+    unknown = [w for w in wanted or [] if w not in known]
+    if unknown:
+        raise _UsageError(f"no {what} for {', '.join(unknown)}; choose from: "
+                          + ", ".join(known))
     selected = [e for e in entries if not wanted or getattr(e, key) in wanted]
     if not selected:
-        print(f"no {what} registered" + (f" for {', '.join(wanted)}" if wanted else ""))
+        print(f"no {what} registered")
     return selected
 
 
@@ -93,7 +111,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not selected:
         return 0
     device = _device(args)
-    print(f"checking {len(selected)} cases on the {args.backend} backend, device {device}")
+    cases = "case" if len(selected) == 1 else "cases"
+    print(f"checking {len(selected)} {cases} on the {args.backend} backend, device {device}")
     rows, failures = [], 0
     for i, case in enumerate(selected, start=1):
         print(f"[{i}/{len(selected)}] {case.op}: {case.case} ...", end=" ", flush=True)
@@ -103,7 +122,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             ok = math.isfinite(ratio) and ratio < case.bound
             shown = f"{ratio:.3g}"
         except Exception as exc:  # a failing case is reported, the others still run
-            ok, shown = False, f"error: {type(exc).__name__}: {exc}"[:120]
+            ok, shown = False, _shorten(f"error: {type(exc).__name__}: {exc}", 120)
         failures += not ok
         print("pass" if ok else "FAIL")
         rows.append((case.op, case.case, shown, f"< {case.bound:g}", "pass" if ok else "FAIL"))
@@ -111,6 +130,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(_table(("op", "case", "error ratio", "bound", "result"), rows))
     print(f"\n{len(selected) - failures} passed, {failures} failed")
     return 1 if failures else 0
+
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` cut at a word boundary to at most ``width`` characters, marked when cut."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    return text[: width - 4].rsplit(" ", 1)[0] + " ..."
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -139,21 +166,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions and what can run here, and why not")
     check = sub.add_parser("check", help="validate the kernels against SciPy on hard cases")
-    check.add_argument("--backend", default="metal", choices=("metal", "torch", "auto"))
+    check.add_argument("--backend", default="metal", choices=("metal", "torch", "auto"),
+                       help="which implementation to check (default: metal, the Metal kernels: "
+                       "on the Apple GPU for MPS tensors, in the emulator for CPU tensors)")
     check.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
-    check.add_argument("--op", action="append", help="only this op (repeatable)")
+    check.add_argument("--op", action="append",
+                       help="only this op (repeatable); an unknown name lists the valid ones")
     bench = sub.add_parser("bench", help="speed against torch.linalg and SciPy")
-    bench.add_argument("--backend", default="auto", choices=("metal", "torch", "auto"))
+    bench.add_argument("--backend", default="auto", choices=("metal", "torch", "auto"),
+                       help="the backend mpslinalg runs on (default: auto)")
     bench.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
-    bench.add_argument("--repeats", type=int, default=7)
-    bench.add_argument("--group", action="append", help="only this group (repeatable)")
+    bench.add_argument("--repeats", type=int, default=7,
+                       help="timed runs per implementation; the median is reported")
+    bench.add_argument("--group", action="append",
+                       help="only this group (repeatable); an unknown name lists the valid ones")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench}[args.command]
-    return handler(args)
+    try:
+        return handler(args)
+    except _UsageError as exc:
+        print(f"mpslinalg {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

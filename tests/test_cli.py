@@ -108,3 +108,19 @@ def test_median_time_runs_the_function():
 def test_console_script_entry_point_and_usage_error():
     out = run_cli("frobnicate")
     assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_unknown_names_and_devices_are_usage_errors(capsys):
+    assert cli.main(["check", "--device", "cpu", "--op", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "no checks for bogus; choose from:" in err and "solve" in err
+    assert cli.main(["bench", "--device", "cpu", "--group", "bogus"]) == 2
+    assert "no benchmarks for bogus" in capsys.readouterr().err
+    if not torch.backends.mps.is_available():
+        assert cli.main(["check", "--device", "mps"]) == 2
+        assert "MPS is not usable here" in capsys.readouterr().err
+
+
+def test_error_cells_cut_at_a_word():
+    assert cli._shorten("error: RuntimeError: " + "word " * 50, 40).endswith(" ...")
+    assert len(cli._shorten("a " * 100, 40)) <= 40
