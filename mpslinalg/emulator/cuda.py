@@ -604,32 +604,8 @@ class Kernel:
 
 def _geometry(kernel, args, threads, group_size):
     """dispatchThreads geometry as torch's MetalKernelFunction::dispatch computes it."""
-    import torch
-
-    if threads is None:
-        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if first is None:
-            raise RuntimeError("Number of threads is undefined or has wrong dimension")
-        grid = [first.numel()]
-    else:
-        grid = runtime._dims(threads, "threads")
-    mx = kernel.max_threads_per_threadgroup
-    if group_size is None:
-        group = [min(grid[0], mx)] if len(grid) == 1 else [mx] + [1] * (len(grid) - 1)
-    else:
-        group = runtime._dims(group_size, "group_size")
-        if len(group) != len(grid):
-            raise RuntimeError(
-                f"kernel '{kernel.name}': group_size {group_size!r} has {len(group)} dimensions "
-                f"but threads {threads!r} has {len(grid)}; they must match"
-            )
-    prod = 1
-    for g in group:
-        prod *= g
-    if prod > mx:
-        raise ValueError(f"Threadgroup size exceeds {mx} limit")
-    grid = grid + [1] * (3 - len(grid))
-    group = group + [1] * (3 - len(group))
+    grid, group = runtime.dispatch_geometry(kernel.name, kernel.max_threads_per_threadgroup, args,
+                                            threads, group_size)
     if 0 not in grid and 0 in group:
         raise ValueError(f"kernel '{kernel.name}': group_size must be positive, got {group_size!r}")
     return grid, group

@@ -371,6 +371,37 @@ def _dims(value, what):
     return dims
 
 
+def dispatch_geometry(name: str, max_threads: int, args, threads, group_size):
+    """(grid, group), each padded to three dimensions, as torch's
+    MetalKernelFunction::dispatch computes them (dispatchThreads semantics); shared by every
+    executor. A zero-sized group is left for the caller to refuse (an empty grid runs nothing)."""
+    import torch
+
+    if threads is None:
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is None:
+            raise RuntimeError("Number of threads is undefined or has wrong dimension")
+        grid = [first.numel()]
+    else:
+        grid = _dims(threads, "threads")
+    if group_size is None:
+        group = ([min(grid[0], max_threads)] if len(grid) == 1
+                 else [max_threads] + [1] * (len(grid) - 1))
+    else:
+        group = _dims(group_size, "group_size")
+        if len(group) != len(grid):
+            raise RuntimeError(
+                f"kernel '{name}': group_size {group_size!r} has {len(group)} dimensions "
+                f"but threads {threads!r} has {len(grid)}; they must match"
+            )
+    prod = 1
+    for g in group:
+        prod *= g
+    if prod > max_threads:
+        raise ValueError(f"Threadgroup size exceeds {max_threads} limit")
+    return grid + [1] * (3 - len(grid)), group + [1] * (3 - len(group))
+
+
 _tls = threading.local()
 _active = 0  # launches in progress in this process
 _active_lock = threading.Lock()
@@ -545,31 +576,7 @@ class Kernel:
                     RuntimeError,
                 )
             self._check(p, bound[p.buf])
-        # dispatch geometry, as MetalKernelFunction::dispatch
-        if threads is None:
-            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-            if first is None:
-                raise RuntimeError("Number of threads is undefined or has wrong dimension")
-            grid = [first.numel()]
-        else:
-            grid = _dims(threads, "threads")
-        mx = self._max
-        if group_size is None:
-            group = [min(grid[0], mx)] if len(grid) == 1 else [mx] + [1] * (len(grid) - 1)
-        else:
-            group = _dims(group_size, "group_size")
-            if len(group) != len(grid):
-                raise RuntimeError(
-                    f"kernel '{self.name}': group_size {group_size!r} has {len(group)} dimensions "
-                    f"but threads {threads!r} has {len(grid)}; they must match"
-                )
-        prod = 1
-        for g in group:
-            prod *= g
-        if prod > mx:
-            raise ValueError(f"Threadgroup size exceeds {mx} limit")
-        grid += [1] * (3 - len(grid))
-        group += [1] * (3 - len(group))
+        grid, group = dispatch_geometry(self.name, self._max, args, threads, group_size)
         if self._tg > TG_MEMORY_LIMIT:
             raise RuntimeError(
                 f"kernel '{self.name}': threadgroup memory use {self._tg} bytes exceeds the "
