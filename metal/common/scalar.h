@@ -9,6 +9,10 @@
 
 namespace mpsl {
 
+// Smallest normal float (LAPACK's sfmin): below it, dividing by x through its reciprocal would
+// overflow, so scalings divide instead (getf2, larfg).
+constant constexpr float kSafeMin = 1.17549435e-38f;
+
 // ---- construction and parts ----
 template <typename T> inline T zero();
 template <> inline float zero<float>() { return 0.0f; }

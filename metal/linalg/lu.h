@@ -43,9 +43,6 @@ constant constexpr int kLuTileK = 16;
 constant constexpr int kLuNoRow = 0x7fffffff;
 // Pivot search key of a thread that owns no candidate row (below NaN's key -1 and every |x|).
 constant constexpr float kLuNoKey = -2.0f;
-// Smallest normal float (LAPACK sfmin): below it the scaling divides instead of multiplying by
-// the reciprocal, which would overflow.
-constant constexpr float kLuSafeMin = 1.17549435e-38f;
 
 // Pivot search key: abs1, with NaN ranked below every number (never chosen over one).
 template <typename T>
@@ -144,7 +141,7 @@ template <typename T>
     // Scale the column below the pivot and update the rest of the panel rows.
     const T pivot = prow[j];
     const bool nonzero = best != 0.0f;
-    const bool use_recip = modulus(pivot) >= kLuSafeMin;
+    const bool use_recip = modulus(pivot) >= kSafeMin;
     const T inv_pivot = recip(pivot);
     for (long i = k0 + long(tid); i < m; i += nthreads) {
       if (i > r) {

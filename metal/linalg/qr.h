@@ -70,9 +70,6 @@ constant constexpr int kQrSmallMax = 4;
 constant constexpr long kQrModeReduced = 0;
 constant constexpr long kQrModeComplete = 1;
 constant constexpr long kQrModeR = 2;
-// Smallest normal float (LAPACK safmin): dividing by a smaller number than this goes through a
-// division instead of a reciprocal, which would overflow.
-constant constexpr float kQrSafeMin = 1.17549435e-38f;
 
 static_assert(kQrStageElems * sizeof(float2) + kQrMaxSimdgroups * kQrPanelWidth * sizeof(float2) +
                       2 * kQrPanelWidth * kQrPanelWidth * sizeof(float2) <=
@@ -235,7 +232,7 @@ inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, th
     T tau, denom;
     const QrReflector h = qr_larfg(alpha, xnorm, tau, denom);
     const T inv_denom = recip(denom);
-    const bool use_recip = modulus(denom) >= kQrSafeMin;
+    const bool use_recip = modulus(denom) >= kSafeMin;
     for (long i = long(tid); i < rows; i += long(nthreads)) {
       if (i > j && !h.identity) {
         a[i * lda + j] = qr_scale(a[i * lda + j], denom, inv_denom, use_recip);
@@ -582,7 +579,7 @@ template <typename T, int M, int N>
     T denom;
     const QrReflector h = qr_larfg(alpha, xnorm, tau[j], denom);
     const T inv_denom = recip(denom);
-    const bool use_recip = modulus(denom) >= kQrSafeMin;
+    const bool use_recip = modulus(denom) >= kSafeMin;
     if (!h.identity) {
       for (int i = j + 1; i < M; ++i) {
         x[i][j] = qr_scale(x[i][j], denom, inv_denom, use_recip);

@@ -205,6 +205,16 @@ template <typename OutT, int R>
   }
 }
 
+namespace mpsl {
+
+// The scale of element (i, j) of an fp8 conversion: one per block of row_div x col_div elements.
+inline float convert_scale(device const float* scale, constant Fp8ConvertParams& params, long i,
+                           long j) {
+  return scale[(i / params.row_div) * params.s0 + (j / params.col_div) * params.s1];
+}
+
+}  // namespace mpsl
+
 // One thread per element: bytes[i * cols + j] = fp8(x[i, j] / scale(i, j)).
 template <typename T>
 [[kernel]] void fp8_encode(
@@ -218,7 +228,7 @@ template <typename T>
   if (i >= params.rows || j >= params.cols) {
     return;
   }
-  const float s = scale[(i / params.row_div) * params.s0 + (j / params.col_div) * params.s1];
+  const float s = convert_scale(scale, params, i, j);
   // precise: the quotient must be the correctly rounded one torch's CPU division gives.
   const float q = metal::precise::divide(float(x[i * params.x_row + j * params.x_col]), s);
   bytes[i * params.cols + j] = uchar(float_to_fp8(q, int(params.format)));
@@ -238,7 +248,7 @@ template <typename T>
   if (i >= params.rows || j >= params.cols) {
     return;
   }
-  const float s = scale[(i / params.row_div) * params.s0 + (j / params.col_div) * params.s1];
+  const float s = convert_scale(scale, params, i, j);
   const float v = fp8_to_float(bytes[i * params.x_row + j * params.x_col], int(params.format));
   out[i * params.cols + j] = T(v * s);
 }
