@@ -1,8 +1,9 @@
 """Building and loading the small path's native CPU library (the generated C++ of
 :mod:`mpslinalg.small.cpu_simd`), without ever making a call wait for the compiler.
 
-The library is built once per (source, flags, compiler) into the cache directory
-(``$MPSLINALG_CACHE_DIR``, else the user cache), atomically, so concurrent processes are safe.
+The library is built once per (source, flags, compiler), with the compiler and cache directory
+the emulator uses (``$CXX``; ``$MPSLINALG_CACHE_DIR``, else the user cache), atomically, so
+concurrent processes are safe.
 :func:`start` runs the build on a daemon thread; it is started when :mod:`mpslinalg` is
 imported (``MPSLINALG_NATIVE=0`` turns it off), so with a warm cache the library is loaded
 within milliseconds and with a cold one within the compile time (about 7 s of CPU), while calls
@@ -18,37 +19,19 @@ import json
 import logging
 import os
 import pathlib
-import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Callable
+
+from ..emulator.build import cache_dir, find_compiler  # the one compiler and cache choice
 
 log = logging.getLogger("mpslinalg.small")
 
 #: Environment switch: "0" disables building the native library (the small path then uses
 #: whole-batch tensor ops or torch.linalg on CPU).
 ENABLE_VAR = "MPSLINALG_NATIVE"
-
-
-def find_compiler() -> str | None:
-    """``$CXX``, else the first of c++, g++, clang++ on the PATH."""
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def cache_dir() -> pathlib.Path:
-    root = os.environ.get("MPSLINALG_CACHE_DIR")
-    if root:
-        return pathlib.Path(root)
-    if sys.platform == "darwin":
-        return pathlib.Path.home() / "Library" / "Caches" / "mpslinalg"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache") / "mpslinalg"
 
 
 def build(source: str, flags: list[str], cxx: str, name: str) -> pathlib.Path:
