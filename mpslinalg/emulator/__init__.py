@@ -40,7 +40,7 @@ def _index_key(source, debug, metal_version, cxx, race_check):
             source,
             debug,
             metal_version,
-            build.compile_flags(debug, race_check),
+            build.compile_flags(debug, race_check, cxx),
             build.EMULATOR_VERSION,
             build.shim_hash(),
             cxx,

@@ -130,12 +130,41 @@ _RACE_FLAGS = [
 ]
 
 
-def compile_flags(debug: bool, race_check: bool = False) -> list:
+# Metal rounds every half operation to half. GCC >= 13 and clang >= 16 evaluate _Float16 in float
+# by default on x86 (excess precision, C++23 FLT_EVAL_METHOD) unless told otherwise; older
+# compilers round per operation already and reject these flags.
+_HALF_ROUNDING_CANDIDATES = (["-fexcess-precision=16"], ["-ffloat16-excess-precision=none"])
+_half_rounding: dict = {}
+
+
+def half_rounding_flags(cxx: str | None) -> list:
+    """The flag (if any) that makes ``cxx`` round each ``_Float16`` operation to half, as Metal
+    does; probed once per compiler."""
+    if cxx is None:
+        return []
+    with _shim_lock:
+        if cxx not in _half_rounding:
+            chosen: list = []
+            for flags in _HALF_ROUNDING_CANDIDATES:
+                probe = subprocess.run(
+                    [cxx, "-x", "c++", "-std=c++17", "-fsyntax-only", "-Werror", *flags, "-"],
+                    input=b"_Float16 h(_Float16 a, _Float16 b) { return a * b + a; }\n",
+                    capture_output=True,
+                )
+                if probe.returncode == 0:
+                    chosen = flags
+                    break
+            _half_rounding[cxx] = chosen
+        return _half_rounding[cxx]
+
+
+def compile_flags(debug: bool, race_check: bool = False, cxx: str | None = None) -> list:
     # debug: also check indices into fixed-size arrays (threadgroup and thread-private); a
     # violation calls the handler of emu_sched.h, which raises with the index and the line (no
     # sanitizer runtime is linked)
     return (
         _BASE_FLAGS
+        + half_rounding_flags(cxx)
         + (["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fno-sanitize-recover=bounds"] if debug else [])
         + (_RACE_FLAGS if race_check else [])
     )
@@ -165,7 +194,7 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
     """
     from .translate import assemble
 
-    flags = compile_flags(debug, race_check)
+    flags = compile_flags(debug, race_check, cxx)
     nparts = max(1, min(len(os.sched_getaffinity(0)), 4, len(tr.kernels)))
     sources = assemble(tr, nparts)
     key = hashlib.sha256(

@@ -270,6 +270,8 @@ def preprocess_command(cxx: str, metal_version: int) -> list:
         "-std=c++17",
         "-undef",
         "-nostdinc",
+        # g++ >= 13 keeps its C++ library directories under -nostdinc alone
+        "-nostdinc++",
         f"-D__METAL_VERSION__={int(metal_version)}",
         "-D__METAL__=1",
         "-D__METAL_MACOS__=1",

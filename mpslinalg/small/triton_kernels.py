@@ -261,13 +261,17 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
         w("tl.store(INFO + rows, info, mask=live)")
     elif op == "solve":
         w(f"base = rows * {n} * nrhs")
-        w("for j in range(0, nrhs):")
+        # a while loop, not range(nrhs): older Triton interpreters turn a runtime bound into an
+        # index through int() of a 1-element array, which NumPy >= 2.3 refuses
+        w("j = 0")
+        w("while j < nrhs:")
         inner = _Writer()
         for i in range(n):
             inner(f"x{i} = tl.load(B + base + {i} * nrhs + j, mask=live, other=0.0)")
         _codegen.emit_solve_vector(_Triton(inner, dtype), n)
         for i in range(n):
             inner(f"tl.store(X + base + {i} * nrhs + j, x{i}, mask=live)")
+        inner("j += 1")
         w.lines += ["    " + line for line in inner.lines]
         w("tl.store(INFO + rows, info, mask=live)")
     elif op == "det":
