@@ -13,8 +13,9 @@
 // BlockWise128x128: div 128. The host fills these from the scale tensors' strides.
 //
 // Encoding (fp8_encode) rounds x / scale to nearest-even with torch's rules for each format
-// (c10 fp8e4m3fn_from_fp32_value / fp8e5m2_from_fp32_value): e4m3fn saturates finite overflow
-// and infinities to +-448 and maps NaN to 0x7f; e5m2 maps overflow to +-inf and NaN to 0x7f.
+// (c10 fp8e4m3fn_from_fp32_value / fp8e5m2_from_fp32_value): e5m2 maps overflow to +-inf and NaN
+// to 0x7f; e4m3fn maps NaN to 0x7f and finite overflow and infinities to +-448 (torch 2.13) or to
+// NaN (torch 2.11): the host passes the installed torch's rule.
 // It works on the float's bits with integer arithmetic only, so fast-math settings (subnormal
 // flushing) cannot change a result.
 #pragma once
@@ -89,7 +90,7 @@ inline uint fp8_round_subnormal(uint mag, int unit_exponent) {
   return q + ((rem > half_unit || (rem == half_unit && (q & 1u))) ? 1u : 0u);
 }
 
-inline uint float_to_fp8(float value, int format) {
+inline uint float_to_fp8(float value, int format, bool e4m3_overflow_nan) {
   const bool e5m2 = format == kFp8E5M2;
   const uint mant_bits = e5m2 ? 2u : 3u;
   const uint bias = e5m2 ? 15u : 7u;
@@ -100,7 +101,8 @@ inline uint float_to_fp8(float value, int format) {
   const uint min_normal = (uint(kF32Bias) - bias + 1u) << kF32MantBits;  // 2^(1 - bias)
   uint out;
   if (mag >= (e5m2 ? kE5M2OverflowBits : kE4M3OverflowBits)) {  // past the format, inf, NaN
-    out = mag > kF32InfBits ? kFp8NanBits : (e5m2 ? kE5M2InfBits : kE4M3MaxBits);
+    const uint e4m3_overflow = e4m3_overflow_nan ? kFp8NanBits : kE4M3MaxBits;
+    out = mag > kF32InfBits ? kFp8NanBits : (e5m2 ? kE5M2InfBits : e4m3_overflow);
   } else if (mag < min_normal) {
     out = fp8_round_subnormal(mag, int(bias - 1u + mant_bits));
   } else {
@@ -165,6 +167,7 @@ struct Fp8ConvertParams {
   long x_row, x_col;
   long row_div, col_div, s0, s1;
   long format;
+  long e4m3_overflow_nan;  // 1: e4m3fn overflow and infinities encode as NaN, 0: as +-448
 };
 
 }  // namespace mpsl
@@ -231,7 +234,7 @@ template <typename T>
   const float s = convert_scale(scale, params, i, j);
   // precise: the quotient must be the correctly rounded one torch's CPU division gives.
   const float q = metal::precise::divide(float(x[i * params.x_row + j * params.x_col]), s);
-  bytes[i * params.cols + j] = uchar(float_to_fp8(q, int(params.format)));
+  bytes[i * params.cols + j] = uchar(float_to_fp8(q, int(params.format), params.e4m3_overflow_nan != 0));
 }
 
 // One thread per element: out[i, j] = decode(bytes[i, j]) * scale(i, j), bytes read through

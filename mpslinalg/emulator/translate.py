@@ -10,6 +10,7 @@ so every diagnostic of the C++ compiler points at the original ``metal/<file>:<l
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import tempfile
@@ -285,6 +286,12 @@ def preprocess_command(cxx: str, metal_version: int) -> list:
 _PREPROCESS_TIMEOUT_S = 60
 
 
+# Include directories that reach the preprocessor through the environment, past -nostdinc (CUDA
+# images set CPATH): a source must find no header but Metal's, whatever the shell exports.
+_INCLUDE_PATH_VARS = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH",
+                      "OBJCPLUS_INCLUDE_PATH")
+
+
 def preprocess(source: str, cxx: str, metal_version: int) -> str:
     text = '#line 1 "program_source"\n' + source
     # an empty working directory: a quoted include has no tree to search but the source's own
@@ -296,6 +303,7 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
                 input=text.encode(),
                 capture_output=True,
                 cwd=empty,
+                env={k: v for k, v in os.environ.items() if k not in _INCLUDE_PATH_VARS},
                 timeout=_PREPROCESS_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:

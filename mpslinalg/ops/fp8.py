@@ -29,6 +29,7 @@ kernel reads through the strides given). Recipes may be mixed freely.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 
 import torch
@@ -75,7 +76,8 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALED_MM_PARAMS = ("m", "n", "k", "a_row", "a_col", "b_row", "b_col", "a_div", "a_s0", "a_s1",
                     "b_div", "b_s0", "b_s1", "a_format", "b_format", "bias_step", "has_bias",
                     "b_vec4")
-CONVERT_PARAMS = ("rows", "cols", "x_row", "x_col", "row_div", "col_div", "s0", "s1", "format")
+CONVERT_PARAMS = ("rows", "cols", "x_row", "x_col", "row_div", "col_div", "s0", "s1", "format",
+                  "e4m3_overflow_nan")
 _CONVERT_GROUP = (32, 8)
 
 
@@ -141,6 +143,14 @@ def _encode_torch(x: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int
     return (x.float() / full).to(FP8_BY_CODE[fmt]).view(torch.uint8)
 
 
+@functools.cache
+def e4m3_overflow_is_nan() -> bool:
+    """Whether the installed torch encodes float8_e4m3fn overflow and infinities as NaN (torch
+    2.11) rather than saturating them to +-448 (torch 2.13): the Metal encoder follows it."""
+    code = torch.tensor([math.inf]).to(torch.float8_e4m3fn).view(torch.uint8).item()
+    return code & 0x7F == 0x7F
+
+
 def _convert_metal(op: str, x: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: int,
                    out_dtype: torch.dtype, kernel_dtype: torch.dtype) -> Tensor:
     rows, cols = x.shape
@@ -150,7 +160,7 @@ def _convert_metal(op: str, x: Tensor, scale: Tensor, row_div: int, col_div: int
     fn = "to_float8" if op == "fp8_encode" else "from_float8"
     kernel = _metal.kernel(_SOURCE, op, kernel_dtype, x.device, fn=fn)
     params = [rows, cols, x.stride(0), x.stride(1), row_div, col_div, scale.stride(0),
-              scale.stride(1), fmt]
+              scale.stride(1), fmt, int(e4m3_overflow_is_nan())]
     gx, gy = _CONVERT_GROUP
     launch(kernel, x, scale, out, params,
            threads=[_metal.ceil_div(cols, gx) * gx, _metal.ceil_div(rows, gy) * gy],
@@ -212,8 +222,9 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
 
     ``scale`` is ``amax / max(dtype)`` over each scaled group (the whole tensor, a row, a 1x128
     or 128x128 block; an all-zero group gets scale 1), and ``data`` is bit for bit torch's own
-    cast ``(x.float() / scale).to(dtype)``: round to nearest even; float8_e4m3fn saturates
-    overflow and infinities to +-448, float8_e5m2 overflows to +-inf; NaN stays NaN.
+    cast ``(x.float() / scale).to(dtype)``: round to nearest even; float8_e4m3fn overflow and
+    infinities become +-448 (torch 2.13) or NaN (torch 2.11), as the installed torch does;
+    float8_e5m2 overflows to +-inf; NaN stays NaN.
 
     Parameters
     ----------

@@ -367,3 +367,17 @@ OPS = [
                                      "function that validates"}),
 ]
 instantiate_generic_tests(globals(), OPS)
+
+
+@pytest.mark.parametrize("overflow_nan", [False, True])
+def test_e4m3_overflow_rule_of_either_torch(monkeypatch, overflow_nan):
+    # torch 2.13 saturates float8_e4m3fn overflow to +-448, torch 2.11 gives NaN: the Metal
+    # encoder follows whichever torch is installed, so both rules are exercised here.
+    monkeypatch.setattr(fp8_module, "e4m3_overflow_is_nan", lambda: overflow_nan)
+    x = torch.tensor([[math.inf, -math.inf, 480.0, -896.0, 1e38, 448.0, 464.0, math.nan]])
+    with mpslinalg.use_backend("metal"):
+        got = fp8_module.fp8_encode_op(x, torch.ones(1, 1), 1, x.shape[1],
+                                       fp8_module.FP8_FORMATS[torch.float8_e4m3fn], "metal",
+                                       False, "")
+    over = 0x7F if overflow_nan else 0x7E
+    assert got.tolist() == [[over, over | 0x80, over, over | 0x80, over, 0x7E, 0x7E, 0x7F]]

@@ -240,6 +240,10 @@ def test_shapes_and_dtypes(runs):
         assert res["solve"][0].shape == B.shape, key
 
 
+#: sigma_min / sigma_max below this times n * eps: singular in the working precision
+_SINGULAR_TO_WORKING_PRECISION = 64
+
+
 def test_matches_getrf_and_torch_linalg(runs):
     """info as torch's getrf; values close to torch.linalg on the non-singular matrices."""
     cases, out = runs
@@ -250,13 +254,22 @@ def test_matches_getrf_and_torch_linalg(runs):
         res = out[key]
         info = torch.linalg.lu_factor_ex(A).info
         finite = torch.isfinite(A).flatten(-2).all(-1)
-        assert torch.equal(res["inv"][1][finite], info[finite]), key
+        # getrf's operation order differs between LAPACK builds (the H200 image's torch links
+        # another one), so an exactly zero pivot can appear in one and not the other on matrices
+        # singular to working precision: only there may info disagree
+        differs = finite & (res["inv"][1] != info)
+        if differs.any():
+            sv = torch.linalg.svdvals(A[differs].double())
+            eps = torch.finfo(A.dtype).eps
+            assert (sv[..., -1] <= _SINGULAR_TO_WORKING_PRECISION * A.shape[-1] * eps
+                    * sv[..., 0]).all(), key
         assert torch.equal(res["solve"][1], res["inv"][1]), key
+        ours = res["inv"][1]
         det = res["det"]
-        assert (det[info > 0] == 0).all() and (det[(info == 0) & finite] != 0).all(), key
+        assert (det[ours > 0] == 0).all() and (det[(ours == 0) & finite] != 0).all(), key
         sign, logabs = res["slogdet"]
-        assert (sign[info > 0] == 0).all() and (logabs[info > 0] == -math.inf).all(), key
-        ok = (info == 0) & finite
+        assert (sign[ours > 0] == 0).all() and (logabs[ours > 0] == -math.inf).all(), key
+        ok = (info == 0) & finite & ~differs
         if not ok.any():
             continue
         A64 = A.double()[ok]
