@@ -27,6 +27,7 @@ os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")  # the metal backend on CU
 
 from mpslinalg.emulator import cuda  # noqa: E402
 from mpslinalg.linalg import lu_metal as _lu_metal  # noqa: E402
+from mpslinalg.linalg import qr_metal as _qr_metal  # noqa: E402
 from mpslinalg.small import dispatch as si  # noqa: E402
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
@@ -121,6 +122,32 @@ def cases():
     out.append((f"inv ({batch:.0e}, {n}, {n}) float32", {
         "CUDA executor (small_inverse.metal)": ours, "torch.linalg.inv": theirs},
         _roofline_us(2 * batch * n * n * 4, batch * 2 * n**3), agree))
+    out += _qr_cases()
+    return out
+
+
+def _qr_flops(batch, m, n, complex_):
+    # geqrf 2 m n^2 - 2/3 n^3, then orgqr for the reduced Q about the same (LAPACK Working Note 41)
+    return batch * 2 * (2 * m * n * n - (2 / 3) * n**3) * (4 if complex_ else 1)
+
+
+def _qr_cases():
+    out = []
+    for batch, m, n, dtype in [(1, 4000, 36, torch.float32), (64, 64, 64, torch.complex64),
+                               (10**5, 3, 3, torch.float32)]:
+        A = _matrices((batch, m, n), dtype, 4)
+        es = A.element_size()
+        ours = lambda A=A: _qr_metal.qr_metal(A)  # noqa: E731
+        theirs = lambda A=A: torch.linalg.qr(A)  # noqa: E731
+        Q, R = ours()
+        eye = torch.eye(n, dtype=dtype, device="cuda")
+        res = ((Q @ R - A).abs().amax() / A.abs().amax()).item()
+        orth = (Q.mH @ Q - eye).abs().amax().item()
+        out.append((f"qr {batch}x({m}x{n}) {str(dtype)[6:]}", {
+            "CUDA executor (qr.metal)": ours, "torch.linalg.qr": theirs},
+            _roofline_us((batch * m * n * 2 + batch * n * n) * es,
+                         _qr_flops(batch, m, n, dtype.is_complex)),
+            f"max |QR - A| / max |A| = {res:.1e}, max |Q^H Q - I| = {orth:.1e}"))
     return out
 
 
