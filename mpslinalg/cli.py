@@ -164,6 +164,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise _UsageError(f"--plot: {exc}") from None
     if args.repeats < 1:
         raise _UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise _UsageError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     selected = _registered(_registry.BENCHES, "group", args.group, "benchmarks")
     if not selected:
         return 0
@@ -244,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="rounds: each round calls every contender of a case once, "
                        "round-robin; min / median / max over the rounds are reported "
                        "(default: 7)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="torch's CPU threads (torch.set_num_threads; default: torch's "
+                       "choice, shown in the header)")
     bench.add_argument("--plot", metavar="FILE", default=None,
                        help="also write a figure of the ratios to FILE (.png, .svg, .pdf; "
                        "needs matplotlib: pip install 'mpslinalg[plot]')")

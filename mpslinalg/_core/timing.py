@@ -152,32 +152,41 @@ def plot_ratios(results: Sequence[tuple[str, Mapping[str, Timing]]], path: str, 
     (log scale; right of 1: the reference is faster), with the min/max spread as error bars
     (the other's max over the reference's min, and the other way round)."""
     require_matplotlib()
+    import textwrap
+
     from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
 
-    labels = [label for label, _ in results]
-    others = sorted({n for _, t in results for n in t if n != reference},
-                    key=lambda n: min(i for i, (_, t) in enumerate(results) if n in t))
-    height = 0.8 / max(1, len(others))
-    fig = Figure(figsize=(9, 1.2 + 0.45 * len(labels) * max(1, len(others)) ** 0.5))
+    others: list[str] = []  # in order of first appearance: one colour each
+    for _, timings in results:
+        others += [n for n in timings if n != reference and n not in others]
+    colours = {n: f"C{i % 10}" for i, n in enumerate(others)}
+    bars = sum(len([n for n in t if n != reference]) for _, t in results)
+    fig = Figure(figsize=(9, 1.6 + 0.3 * bars + 0.15 * len(results)))
     ax = fig.add_subplot()
-    for k, name in enumerate(others):
-        ys, mids, lows, highs = [], [], [], []
-        for i, (_, timings) in enumerate(results):
-            if name not in timings or reference not in timings:
-                continue
-            ours, theirs = timings[reference], timings[name]
+    labelled: set[str] = set()
+    for i, (_, timings) in enumerate(results):
+        present = [n for n in timings if n != reference]
+        if reference not in timings or not present:
+            continue
+        ours, height = timings[reference], 0.8 / len(present)
+        for k, name in enumerate(present):
+            theirs = timings[name]
             mid = theirs.median / ours.median
-            ys.append(len(labels) - 1 - i + 0.4 - (k + 0.5) * height)
-            mids.append(mid)
-            lows.append(max(0.0, mid - theirs.min / ours.max))
-            highs.append(max(0.0, theirs.max / ours.min - mid))
-        ax.barh(ys, mids, height=height, xerr=[lows, highs], label=name, capsize=2)
+            low = max(0.0, mid - theirs.min / ours.max)
+            high = max(0.0, theirs.max / ours.min - mid)
+            ax.barh(len(results) - 1 - i + 0.4 - (k + 0.5) * height, mid, height=height,
+                    xerr=[[low], [high]], capsize=2, color=colours[name],
+                    label=None if name in labelled else name)
+            labelled.add(name)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
-    ax.set_yticks(range(len(labels)), list(reversed(labels)), fontsize=7)
-    ax.set_xlabel(f"time of other / time of {reference} (median; > 1: {reference} faster)")
+    ax.set_yticks(range(len(results)),
+                  [textwrap.fill(label, 40) for label, _ in reversed(results)], fontsize=7)
+    ax.set_ylim(-0.6, len(results) - 0.4)
+    ax.set_xlabel(f"time of other / time of {reference}: ratio of medians, bars min-max "
+                  f"(> 1: {reference} faster)", fontsize=8)
     if title:
         ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
