@@ -34,8 +34,8 @@ class CheckCase:
 class BenchCase:
     """``run(device, repeats)`` returns the contenders keyed by name, ``"mpslinalg"`` first (the
     reference the ratios are taken against), each a zero-argument callable on inputs it built:
-    :func:`run_bench` times them interleaved. A case may instead return the median seconds it
-    timed itself (one float per name, e.g. from :func:`median_time`); the CLI then marks those
+    `run_bench` times them interleaved. A case may instead return the median seconds it
+    timed itself (one float per name, e.g. from `median_time`); the CLI then marks those
     figures as not interleaved."""
 
     group: str
@@ -64,8 +64,8 @@ def bench_case(group: str, case: str):
 
 
 def run_bench(case: BenchCase, device: torch.device, repeats: int) -> dict[str, Timing]:
-    """The :class:`Timing` of each contender of ``case``: interleaved round-robin
-    (:func:`~mpslinalg._core.timing.time_interleaved`) when the case returns callables."""
+    """The `Timing` of each contender of ``case``: interleaved round-robin
+    (`mpslinalg._core.timing.time_interleaved`) when the case returns callables."""
     contenders = case.run(device, repeats)
     if all(callable(c) for c in contenders.values()):
         return time_interleaved(contenders, device, repeats)

@@ -66,7 +66,7 @@ def time_interleaved(contenders: Mapping[str, Callable[[], object]], device: tor
     Each contender is first called ``warmup`` times (caches, compilation, first-call costs);
     then ``rounds`` rounds each time ``calls`` consecutive calls of every contender, the device
     synchronised before and after, the first contender of a round rotating. Returns, per name in
-    the given order, the per-call :class:`Timing`.
+    the given order, the per-call `Timing`.
     """
     names = list(contenders)
     if not names:
@@ -137,7 +137,7 @@ class PlotUnavailableError(RuntimeError):
 
 
 def require_matplotlib() -> None:
-    """Raise :class:`PlotUnavailableError` unless matplotlib can be imported."""
+    """Raise `PlotUnavailableError` unless matplotlib can be imported."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
