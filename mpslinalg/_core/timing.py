@@ -189,4 +189,4 @@ def plot_ratios(results: Sequence[tuple[str, Mapping[str, Timing]]], path: str, 
         ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # long case labels stay whole
