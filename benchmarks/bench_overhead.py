@@ -13,11 +13,7 @@ forms (inv, solve, lu_factor) are timed on the same inputs as torch's, which che
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import mpslinalg  # noqa: E402
+from mpslinalg._core.timing import (  # noqa: E402
+    Timing,
+    busy_warning,
+    machine_header,
+    time_interleaved,
+)
 
 #: (public name, mpslinalg call, torch call); each takes (A, B).
 CASES: list[tuple[str, Callable, Callable]] = [
@@ -49,35 +51,13 @@ SHAPES = [((), 3), ((), 64), ((100,), 3), ((100,), 64), ((4,), 192)]
 DTYPES = [torch.float32, torch.complex64]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _per_call(fn: Callable[[], object], calls: int, device: torch.device) -> float:
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - start) / calls
-
-
 def measure(ours: Callable[[], object], theirs: Callable[[], object], rounds: int, calls: int,
-            device: torch.device) -> tuple[list[float], list[float]]:
-    """Per-call seconds of each contender in every round, interleaved (order alternating)."""
-    for fn in (ours, theirs):  # warm-up: caches, first-call costs
-        for _ in range(max(3, calls // 10)):
-            fn()
-    a, b = [], []
-    for r in range(rounds):
-        if r % 2 == 0:
-            a.append(_per_call(ours, calls, device))
-            b.append(_per_call(theirs, calls, device))
-        else:
-            b.append(_per_call(theirs, calls, device))
-            a.append(_per_call(ours, calls, device))
-    return a, b
+            device: torch.device) -> tuple[Timing, Timing]:
+    """Per-call time of each contender, interleaved (the shared harness: round-robin, the first
+    contender alternating between rounds), after warm-up calls (caches, first-call costs)."""
+    t = time_interleaved({"ours": ours, "theirs": theirs}, device, rounds, calls=calls,
+                         warmup=max(3, calls // 10))
+    return t["ours"], t["theirs"]
 
 
 def _inputs(batch: tuple, n: int, dtype: torch.dtype, device: torch.device):
@@ -87,9 +67,8 @@ def _inputs(batch: tuple, n: int, dtype: torch.dtype, device: torch.device):
     return A.to(device), B.to(device)
 
 
-def _fmt_us(xs: list[float]) -> str:
-    return (f"{min(xs) * 1e6:.1f} / {statistics.median(xs) * 1e6:.1f} / "
-            f"{max(xs) * 1e6:.1f}")
+def _fmt_us(t: Timing) -> str:
+    return f"{t.min * 1e6:.1f} / {t.median * 1e6:.1f} / {t.max * 1e6:.1f}"
 
 
 def run(device: torch.device, rounds: int, calls: int, names: set[str] | None,
@@ -117,7 +96,7 @@ def run(device: torch.device, rounds: int, calls: int, names: set[str] | None,
                         return f(A, B)
                 scale = max(1, calls // (1 if n < 64 else 10))
                 a, b = measure(ours, theirs, rounds, scale, device)
-                ratio = statistics.median(a) / statistics.median(b)
+                ratio = a.median / b.median
                 shape = f"({', '.join(map(str, (*batch, n, n)))})"
                 rows.append([name, shape, str(dtype).removeprefix("torch."), _fmt_us(a),
                              _fmt_us(b), f"{ratio:.2f}"])
@@ -134,11 +113,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     names = {n for n in args.only.split(",") if n} or None
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# Drop-in cost on the torch backend: {platform.machine()}, {os.cpu_count()} cores, "
-          f"{torch.get_num_threads()} torch threads, load average {load:.1f}, torch "
-          f"{torch.__version__}, device {device}; {args.rounds} interleaved rounds of "
-          f"{args.calls} calls (64x64: {max(1, args.calls // 10)})\n")
+    print("# Drop-in cost on the torch backend\n")
+    print("\n".join(f"    {line}" for line in machine_header(device)))
+    print(f"\n{args.rounds} interleaved rounds of {args.calls} calls "
+          f"(64x64: {max(1, args.calls // 10)})\n")
+    warning = busy_warning()
+    if warning:
+        print(f"**{warning}**\n")
     print("| function | shape | dtype | mpslinalg us/call min / median / max | "
           "torch us/call min / median / max | ratio of medians |")
     print("|---|---|---|---|---|---|")

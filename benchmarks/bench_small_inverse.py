@@ -2,7 +2,8 @@
 
 Self-contained: ``python benchmarks/bench_small_inverse.py [--device cpu|cuda|mps]``. Prints a
 markdown table of median times (synchronised) and ratios ``torch / ours`` (> 1: ours is faster),
-measured side by side in one run, for batch sizes 1 .. 1e6 and n = 2, 3, 4. The column
+measured side by side (interleaved by the harness of ``python -m mpslinalg bench``), for batch
+sizes 1 .. 1e6 and n = 2, 3, 4. The column
 ``public inv_ex`` times ``mpslinalg.inv_ex`` itself, which falls back to torch.linalg where the
 small path would be slower (``use_small_path``), and ``public inv`` times ``mpslinalg.inv`` (the
 checking form: ``inv_ex`` plus one read of ``info``), the figure quoted in the README.
@@ -12,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -23,26 +22,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import mpslinalg  # noqa: E402
+from mpslinalg._core.timing import busy_warning, machine_header, time_interleaved  # noqa: E402
 from mpslinalg.small import dispatch as si  # noqa: E402
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def median_ms(fn, device: torch.device, repeats: int) -> float:
-    fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def _inv_or_nan(A: torch.Tensor) -> torch.Tensor | None:
@@ -53,20 +34,26 @@ def _inv_or_nan(A: torch.Tensor) -> torch.Tensor | None:
 
 
 def measure(A: torch.Tensor, device: torch.device, repeats: int) -> list[str]:
-    """One table row: small path, torch.linalg.inv, public mpslinalg.inv_ex (NumPy on CPU)."""
+    """One table row: small path, torch.linalg.inv, public mpslinalg.inv_ex and inv (NumPy on
+    CPU), timed interleaved by the shared harness; medians in ms."""
     n, batch = A.shape[-1], A.shape[0]
-    ours = median_ms(lambda: si.small_inv_ex(A), device, repeats)
-    ref = median_ms(lambda: torch.linalg.inv(A), device, repeats)
-    # inv_ex: random float32 batches of 1e6 contain a few numerically singular matrices (a pivot
-    # that rounds to exactly 0, implementation-dependent), on which inv would raise.
-    public = median_ms(lambda: mpslinalg.inv_ex(A), device, repeats)
-    checked = median_ms(lambda: _inv_or_nan(A), device, repeats)
-    row = [str(n), str(batch), f"{ours:.3f}", f"{ref:.3f}", f"{ref / ours:.2f}x", f"{public:.3f}",
-           f"{checked:.3f}", f"{ref / checked:.2f}x"]
+    contenders = {
+        "small path": lambda: si.small_inv_ex(A),
+        "torch": lambda: torch.linalg.inv(A),
+        # inv_ex: random float32 batches of 1e6 contain a few numerically singular matrices (a
+        # pivot that rounds to exactly 0, implementation-dependent), on which inv would raise.
+        "public inv_ex": lambda: mpslinalg.inv_ex(A),
+        "public inv": lambda: _inv_or_nan(A),
+    }
     if device.type == "cpu":
         a = A.numpy()
-        npy = median_ms(lambda: np.linalg.inv(a), device, repeats)
-        row += [f"{npy:.3f}", f"{npy / ours:.2f}x"]
+        contenders["numpy"] = lambda: np.linalg.inv(a)
+    ms = {name: t.median * 1e3 for name, t in time_interleaved(contenders, device, repeats).items()}
+    ours, ref, checked = ms["small path"], ms["torch"], ms["public inv"]
+    row = [str(n), str(batch), f"{ours:.3f}", f"{ref:.3f}", f"{ref / ours:.2f}x",
+           f"{ms['public inv_ex']:.3f}", f"{checked:.3f}", f"{ref / checked:.2f}x"]
+    if device.type == "cpu":
+        row += [f"{ms['numpy']:.3f}", f"{ms['numpy'] / ours:.2f}x"]
     return row
 
 
@@ -87,8 +74,12 @@ def main() -> int:
     batches = [int(b) for b in args.batches.split(",")]
     name = (torch.cuda.get_device_name(device) if device.type == "cuda"
             else platform.processor() or platform.machine())
-    print(f"device {device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} CPU "
-          f"threads, {args.dtype}, median of {args.repeats} runs, ms")
+    print("\n".join(machine_header(device)))
+    print(f"device {device} ({name}), {args.dtype}, median of {args.repeats} interleaved rounds, "
+          "ms")
+    warning = busy_warning()
+    if warning:
+        print(warning)
     probe = torch.zeros(1, 4, 4, dtype=dtype, device=device)
     path = si.torch_path(probe)
     if path == "triton":

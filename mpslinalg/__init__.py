@@ -4,9 +4,9 @@ The same functions run everywhere: on MPS tensors through mpslinalg's Metal kern
 CUDA tensors through torch.linalg (or, with ``use_backend("metal")`` on CPU tensors, through the
 Metal kernels in the CPU emulator). See ``python -m mpslinalg info``.
 
-Layout: :mod:`mpslinalg.linalg` (the op families), :mod:`mpslinalg.small` (the n <= 4 path),
-:mod:`mpslinalg.ops` (the companion inference kernels), :mod:`mpslinalg.testing` (test helpers),
-:mod:`mpslinalg.emulator` (Metal on the CPU); ``mpslinalg._core`` holds the shared machinery.
+Layout: `mpslinalg.linalg` (the op families), `mpslinalg.small` (the n <= 4 path),
+`mpslinalg.ops` (the companion inference kernels), `mpslinalg.testing` (test helpers),
+`mpslinalg.emulator` (Metal on the CPU); ``mpslinalg._core`` holds the shared machinery.
 """
 
 from . import ops as ops  # the companion module, mpslinalg.ops (documented on its own)

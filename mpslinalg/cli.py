@@ -1,4 +1,5 @@
-"""``python -m mpslinalg info | check | bench``."""
+"""python -m mpslinalg info | check | bench: what runs here, the kernels validated on hard cases,
+and speed against torch (and SciPy)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import math
 import platform
 import sys
+import textwrap
 from collections.abc import Sequence
 
 import torch
@@ -13,15 +15,25 @@ import torch
 from . import __version__
 from ._core import platform as _platform
 from ._core import registry as _registry
+from ._core import timing as _timing
 from ._core.backend import use_backend
 
+#: Widest a table cell grows before its text wraps onto further lines (at word boundaries).
+_CELL_WIDTH = 60
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
+           width: int = _CELL_WIDTH) -> str:
+    """A plain-text table; a cell longer than ``width`` wraps onto further lines of its row."""
+    wrapped = [[textwrap.wrap(cell, width) or [""] for cell in row] for row in rows]
+    widths = [max(len(h), *(len(line) for r in wrapped for line in r[i])) if rows else len(h)
               for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    lines += [fmt.format(*row) for row in rows]
+    for row in wrapped:
+        for k in range(max(len(cell) for cell in row)):
+            lines.append(fmt.format(*(cell[k] if k < len(cell) else "" for cell in row))
+                         .rstrip())
     return "\n".join(lines)
 
 
@@ -122,7 +134,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             ok = math.isfinite(ratio) and ratio < case.bound
             shown = f"{ratio:.3g}"
         except Exception as exc:  # a failing case is reported, the others still run
-            ok, shown = False, _shorten(f"error: {type(exc).__name__}: {exc}", 120)
+            ok, shown = False, _shorten(f"error: {type(exc).__name__}: {exc}", 4 * _CELL_WIDTH)
         failures += not ok
         print("pass" if ok else "FAIL")
         rows.append((case.op, case.case, shown, f"< {case.bound:g}", "pass" if ok else "FAIL"))
@@ -140,44 +152,108 @@ def _shorten(text: str, width: int) -> str:
     return text[: width - 4].rsplit(" ", 1)[0] + " ..."
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g}"
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.plot:
+        try:
+            _timing.require_matplotlib()
+        except _timing.PlotUnavailableError as exc:
+            raise _UsageError(f"--plot: {exc}") from None
+    if args.repeats < 1:
+        raise _UsageError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise _UsageError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     selected = _registered(_registry.BENCHES, "group", args.group, "benchmarks")
     if not selected:
         return 0
     device = _device(args)
-    print(f"benchmarking on device {device}, median of {args.repeats} runs, backend "
-          f"{args.backend}; ratio = other / mpslinalg (> 1: mpslinalg is faster)")
-    rows = []
+    from .small import cpu_simd
+
+    # Steady state: the native n <= 4 CPU kernels build in the background on a cold cache, and
+    # a case timed before they load would time the fallback instead.
+    cpu_simd.LIBRARY.wait(timeout=120)
+    header = _timing.machine_header(device)
+    print("\n".join(header))
+    print(f"n <= 4    native CPU kernels {cpu_simd.LIBRARY.status}")
+    print(f"backend   {args.backend}; {args.repeats} rounds, the contenders of a case timed "
+          "interleaved (round-robin, one loop)")
+    print("ratio     other median / mpslinalg median (> 1: mpslinalg is faster)")
+    warning = _timing.busy_warning()
+    if warning:
+        print(warning)
+    print()
+    rows, results, blocks = [], [], False
     for i, bench in enumerate(selected, start=1):
         print(f"[{i}/{len(selected)}] {bench.group}: {bench.case}", flush=True)
         with use_backend(args.backend):
-            times = bench.run(device, args.repeats)
-        ours = times["mpslinalg"]
-        for name, seconds in times.items():
-            ratio = "" if name == "mpslinalg" else f"{seconds / ours:.2f}x"
-            rows.append((bench.group, bench.case, name, f"{seconds * 1e3:.3f}", ratio))
+            timings = _registry.run_bench(bench, device, args.repeats)
+        results.append((f"{bench.group}: {bench.case}", timings))
+        ours = timings.get("mpslinalg")
+        for name, t in timings.items():
+            ratio = "" if name == "mpslinalg" or ours is None else f"{t.median / ours.median:.2f}x"
+            mark = "" if t.interleaved else "*"
+            blocks |= not t.interleaved
+            spread = ("", "") if not t.interleaved else (_ms(t.min), _ms(t.max))
+            rows.append((bench.group, bench.case, name, spread[0], _ms(t.median) + mark,
+                         spread[1], ratio))
     print()
-    print(_table(("group", "case", "implementation", "median ms", "ratio"), rows))
+    print(_table(("group", "case", "contender", "min ms", "median ms", "max ms", "ratio"), rows))
+    if blocks:
+        print("\n* timed by the case itself, on its own (median only, not interleaved)")
+    warning = _timing.busy_warning()
+    if warning:
+        print(warning)
+    if args.plot:
+        title = f"{header[1].removeprefix('machine').strip()}; {header[0].split(None, 1)[1]}"
+        _timing.plot_ratios(results, args.plot, title=title)
+        print(f"\nfigure written to {args.plot}")
     return 0
+
+
+def _names(entries: list, key: str) -> str:
+    from . import cases
+
+    cases.load_all()
+    return ", ".join(sorted({getattr(e, key) for e in entries})) or "(none registered)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpslinalg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions and what can run here, and why not")
-    check = sub.add_parser("check", help="validate the kernels against SciPy on hard cases")
+    check = sub.add_parser("check", help="validate the kernels against SciPy on hard cases",
+                           description="Run every registered hard case (or those of --op) and "
+                           "print LAPACK-style error ratios; exit status 1 when any fails.",
+                           epilog=f"ops: {_names(_registry.CHECKS, 'op')}")
     check.add_argument("--backend", default="metal", choices=("metal", "torch", "auto"),
                        help="which implementation to check (default: metal, the Metal kernels: "
                        "on the Apple GPU for MPS tensors, in the emulator for CPU tensors)")
     check.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
     check.add_argument("--op", action="append",
                        help="only this op (repeatable); an unknown name lists the valid ones")
-    bench = sub.add_parser("bench", help="speed against torch.linalg and SciPy")
+    bench = sub.add_parser("bench", help="speed against torch.linalg and SciPy",
+                           description="Time the public functions against torch (and SciPy or "
+                           "NumPy where they apply), interleaved; print min / median / max and "
+                           "the ratio of medians.",
+                           epilog=f"groups: {_names(_registry.BENCHES, 'group')}")
     bench.add_argument("--backend", default="auto", choices=("metal", "torch", "auto"),
                        help="the backend mpslinalg runs on (default: auto)")
     bench.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
     bench.add_argument("--repeats", type=int, default=7,
-                       help="timed runs per implementation; the median is reported")
+                       help="rounds: each round calls every contender of a case once, "
+                       "round-robin; min / median / max over the rounds are reported "
+                       "(default: 7)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="torch's CPU threads (torch.set_num_threads; default: torch's "
+                       "choice, shown in the header)")
+    bench.add_argument("--plot", metavar="FILE", default=None,
+                       help="also write a figure of the ratios to FILE (.png, .svg, .pdf; "
+                       "needs matplotlib: pip install 'mpslinalg[plot]')")
     bench.add_argument("--group", action="append",
                        help="only this group (repeatable); an unknown name lists the valid ones")
     return parser

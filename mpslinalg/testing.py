@@ -3,11 +3,11 @@ check`` and the benchmarks, and public for users who test code built on mpslinal
 
 - LAPACK's test ratios (``*_ratio``), as in its testing programs xGET01 / xGET02 / xGET03 /
   xQRT01: a residual scaled by ``n * ||A|| * eps`` of the compute dtype, with 1-norms computed
-  in float64 / complex128. A correct factorisation stays below :data:`THRESH` (30, LAPACK's).
+  in float64 / complex128. A correct factorisation stays below `THRESH` (30, LAPACK's).
 - Matrix generators in the style of LAPACK's ``xLATMS``: a chosen condition number, scale and
-  rank, real or complex, batched, reproducible from a seed (:func:`matrix_with_spread`,
-  :func:`random_matrix`, :func:`singular_matrix`, :func:`noncontiguous`).
-- :func:`count_host_syncs`: counts the reads that force a device-to-host synchronisation.
+  rank, real or complex, batched, reproducible from a seed (`matrix_with_spread`,
+  `random_matrix`, `singular_matrix`, `noncontiguous`).
+- `count_host_syncs`: counts the reads that force a device-to-host synchronisation.
 
 Examples
 --------

@@ -124,3 +124,65 @@ def test_unknown_names_and_devices_are_usage_errors(capsys):
 def test_error_cells_cut_at_a_word():
     assert cli._shorten("error: RuntimeError: " + "word " * 50, 40).endswith(" ...")
     assert len(cli._shorten("a " * 100, 40)) <= 40
+
+
+def test_bench_times_callables_interleaved_with_spread(registry, capsys):
+    order = []
+
+    @registry.bench_case("inverse", "interleaved")
+    def bench(device, repeats):
+        return {"mpslinalg": lambda: order.append("ours"), "torch": lambda: order.append("torch")}
+
+    assert cli.main(["bench", "--device", "cpu", "--repeats", "4"]) == 0
+    out = capsys.readouterr().out
+    # one warm-up call each, then four rounds whose first contender rotates
+    assert order == ["ours", "torch"] + ["ours", "torch", "torch", "ours"] * 2
+    for column in ("min ms", "median ms", "max ms", "ratio"):
+        assert column in out
+    for field in ("torch threads", "load avg", "versions", "numpy", "scipy", "date"):
+        assert field in out
+    assert "* timed by the case itself" not in out
+
+
+def test_bench_marks_figures_a_case_timed_itself(registry, capsys):
+    registry.bench_case("inverse", "blocks")(lambda device, repeats: {"mpslinalg": 0.002,
+                                                                      "torch": 0.001})
+    assert cli.main(["bench", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "0.50x" in out and "2*" in out and "* timed by the case itself" in out
+
+
+def test_bench_warns_when_the_machine_is_busy(registry, capsys, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0 * (os.cpu_count() or 1), 1.0, 1.0))
+    registry.bench_case("inverse", "x")(lambda device, repeats: {"mpslinalg": lambda: None})
+    assert cli.main(["bench", "--device", "cpu", "--repeats", "1"]) == 0
+    assert "timings below are unreliable" in capsys.readouterr().out
+
+
+def test_bench_plot_needs_matplotlib_or_says_so(registry, capsys, tmp_path, monkeypatch):
+    registry.bench_case("inverse", "x")(lambda device, repeats: {
+        "mpslinalg": lambda: sum(range(100)), "torch": lambda: sum(range(200))})
+    path = tmp_path / "ratios.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert cli.main(["bench", "--device", "cpu", "--plot", str(path)]) == 2
+        assert "pip install 'mpslinalg[plot]'" in capsys.readouterr().err
+        return
+    assert cli.main(["bench", "--device", "cpu", "--repeats", "2", "--plot", str(path)]) == 0
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    assert cli.main(["bench", "--device", "cpu", "--plot", str(path)]) == 2
+    assert "pip install 'mpslinalg[plot]'" in capsys.readouterr().err
+
+
+def test_help_lists_ops_and_groups_and_wraps_long_cells():
+    out = run_cli("check", "--help")
+    assert out.returncode == 0 and "ops:" in out.stdout and "solve" in out.stdout
+    out = run_cli("bench", "--help")
+    assert "groups:" in out.stdout and "--plot FILE" in out.stdout
+    table = cli._table(("a", "b"), [("x", "word " * 30)], width=20)
+    assert all(len(line) <= 1 + 2 + 20 for line in table.splitlines())
+    assert " ".join(table.split()).count("word") == 30

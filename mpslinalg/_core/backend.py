@@ -1,11 +1,11 @@
 """Backend choice: which implementation runs a call.
 
 ``"torch"`` delegates to torch.linalg; ``"metal"`` runs mpslinalg's Metal kernels, on the Apple
-GPU for MPS tensors and in :mod:`mpslinalg.emulator` for CPU tensors; ``"auto"`` picks metal for
+GPU for MPS tensors and in `mpslinalg.emulator` for CPU tensors; ``"auto"`` picks metal for
 MPS tensors and torch otherwise. The choice is process-wide (``set_backend``, the
 ``MPSLINALG_BACKEND`` variable) with a thread-local override (``use_backend``).
 
-Every public call asks :func:`torch_fast_path` first, so it is written to cost a few hundred
+Every public call asks `torch_fast_path` first, so it is written to cost a few hundred
 nanoseconds: it reads two module globals, and the thread-local stack only while some thread is
 inside a ``use_backend`` block.
 """

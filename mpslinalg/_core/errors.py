@@ -16,7 +16,7 @@ read_listeners: list = []
 class LinAlgError(torch.linalg.LinAlgError):
     """A numerical failure (singular matrix, ...) reported through ``info``.
 
-    Subclasses :class:`torch.linalg.LinAlgError`, so ``except torch.linalg.LinAlgError`` catches it.
+    Subclasses `torch.linalg.LinAlgError`, so ``except torch.linalg.LinAlgError`` catches it.
     """
 
     __module__ = "mpslinalg"  # where users import it from
@@ -51,7 +51,7 @@ def _failure_text(api_name: str, info: int) -> str:
 
 def read_device(x: torch.Tensor, why: str) -> np.ndarray:
     """``x`` on the host as a NumPy array: the one device read of a checking call, told to
-    :data:`read_listeners`, and no torch kernel on the host (nothing competes with a running
+    `read_listeners`, and no torch kernel on the host (nothing competes with a running
     kernel for CPU threads)."""
     for listener in read_listeners:
         listener(why)
@@ -60,7 +60,7 @@ def read_device(x: torch.Tensor, why: str) -> np.ndarray:
 
 
 def check_errors(info: torch.Tensor, api_name: str) -> None:
-    """Raise :class:`LinAlgError` if any entry of ``info`` is non-zero.
+    """Raise `LinAlgError` if any entry of ``info`` is non-zero.
 
     Parameters
     ----------
@@ -119,7 +119,7 @@ _FAILURE_MARKERS = ("is zero", "singular", "not positive-definite", "failed to c
 def translate(error: Exception, torch_name: str, fn: str) -> Exception:
     """``error`` raised by ``torch.<torch_name>`` for a call of ``mpslinalg.<fn>``, reworded to
     name ``mpslinalg.<fn>``, with the same type (``torch.linalg.LinAlgError`` becomes
-    :class:`LinAlgError`, as do numerical failures torch raises as RuntimeError). Types that
+    `LinAlgError`, as do numerical failures torch raises as RuntimeError). Types that
     do not take a message are returned as they are."""
     text = _TORCH_PREFIX.sub("", str(error), count=1)
     text = f"mpslinalg.{fn}: {text}"

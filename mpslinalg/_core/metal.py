@@ -102,7 +102,7 @@ def load_source(path: str) -> str:
 
 
 #: Opt-in: the metal backend accepts CUDA tensors and runs the Metal kernels through the CUDA
-#: executor (:mod:`mpslinalg.emulator.cuda`), to test them under real concurrency on a GPU.
+#: executor (`mpslinalg.emulator.cuda`), to test them under real concurrency on a GPU.
 METAL_ON_CUDA_VAR = "MPSLINALG_METAL_ON_CUDA"
 
 
@@ -184,7 +184,7 @@ stream_submit: Callable[[Any, tuple, dict], None] | None = None
 
 def launch(kernel: Any, *args: Any, threads: Any, group_size: Any) -> None:
     """Run ``kernel(*args, threads=, group_size=)`` on the current stream, in the lane order
-    of :data:`LANE_ORDER` on the emulator."""
+    of `LANE_ORDER` on the emulator."""
     kwargs = {"threads": threads, "group_size": group_size}
     if args[0].device.type == "cpu":
         if LANE_ORDER is not None:

@@ -1,12 +1,12 @@
 """The one way to define an op: registration, fake, autograd, dtype policy, ``out=``, and the
 torch fast path of the public function.
 
-A family declares each op once with :class:`Op` (learned from JAX's ``linalg_primitive``: one
+A family declares each op once with `Op` (learned from JAX's ``linalg_primitive``: one
 declaration gives the primitive, its shape rule and its derivative). The declaration states:
 
 - the schema of the op's own arguments, e.g. ``"(Tensor A, Tensor B, bool left) -> (Tensor,
   Tensor)"``; the factory appends ``str backend, bool small, str check`` (which implementation
-  runs, and the ``api_name`` to raise :class:`~mpslinalg.LinAlgError` with, or ``""``);
+  runs, and the ``api_name`` to raise `mpslinalg.LinAlgError` with, or ``""``);
 - ``forward``: one function per path, ``{"torch": ..., "metal": ..., "small": ...}``; the
   ``"small"`` one (n <= 4) runs with the call's backend in force;
 - ``fake``: output shapes and dtypes from input shapes (torch.compile, meta tensors);
@@ -20,10 +20,10 @@ the API (so the checking forms raise under ``torch.compile`` too, where a host r
 code would break the graph), and reduces each gradient to the shape of its input (inputs the
 family broadcast along batch dimensions inside the op get summed gradients).
 
-For public functions, :func:`public` adds torch.linalg's fast path: on the torch backend, in a
+For public functions, `public` adds torch.linalg's fast path: on the torch backend, in a
 dtype torch computes natively, the call goes straight to ``torch.linalg`` (errors reworded to
-name mpslinalg), so a drop-in costs what torch costs. :func:`compute_dtype` /
-:func:`cast_back` implement the float16/bfloat16 upcast, :func:`write_out` torch's ``out=``.
+name mpslinalg), so a drop-in costs what torch costs. `compute_dtype` /
+`cast_back` implement the float16/bfloat16 upcast, `write_out` torch's ``out=``.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     errors reworded to name ``mpslinalg.<fn>``.
     ``checks`` says whether the function reads ``info`` and raises: True, or the name of the
     argument that decides it (``"check_errors"``). Under torch.compile such a call takes the
-    general path, so that it raises :class:`~mpslinalg.LinAlgError` from inside its op (traced
+    general path, so that it raises `mpslinalg.LinAlgError` from inside its op (traced
     code cannot catch and reword); the others are traced through torch.linalg.
     The wrapper is generated from the signature so that the fast path passes arguments
     without packing them (a drop-in has about a microsecond to spend on a 3x3 call).

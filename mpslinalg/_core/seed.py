@@ -13,7 +13,7 @@ def draw_seed(fn: str, generator: torch.Generator | None) -> int:
     ``torch.manual_seed`` makes a kernel's numbers reproducible and successive calls differ.
 
     A CPU generator is read on the host, which is no device synchronisation (so it is not
-    reported to :func:`mpslinalg.testing.count_host_syncs`); a device generator's draw is one.
+    reported to `mpslinalg.testing.count_host_syncs`); a device generator's draw is one.
     """
     generator = torch.default_generator if generator is None else generator
     if not isinstance(generator, torch.Generator):

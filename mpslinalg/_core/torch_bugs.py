@@ -33,7 +33,7 @@ def mkl_batched_getrf_affected(A: torch.Tensor) -> bool:
 
 
 def per_matrix(fn: Callable[..., Any], A: torch.Tensor, *args: Any) -> Any:
-    """``fn(A, *args)`` for an ``A`` that :func:`mkl_batched_getrf_affected` flags, computed one
+    """``fn(A, *args)`` for an ``A`` that `mkl_batched_getrf_affected` flags, computed one
     matrix at a time and stacked back (outputs are tensors or tuples of tensors with A's batch
     dimensions leading); otherwise ``fn(A, *args)`` itself."""
     if not mkl_batched_getrf_affected(A):

@@ -13,12 +13,14 @@ Benchmarks time decode shapes against torch on the current device.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
 from .. import ops
 from .._core.backend import resolve_backend
-from .._core.registry import bench_case, check_case, median_time
+from .._core.registry import bench_case, check_case
 from ..testing import wide
 
 
@@ -132,20 +134,20 @@ def _check_grouped(device: torch.device) -> float:
 # ------------------------------------------------------------------------- benchmarks
 
 def _bench_linear(batch: int, k: int, n: int):
-    def run(device: torch.device, repeats: int) -> dict[str, float]:
+    def run(device: torch.device, repeats: int) -> dict[str, Callable[[], object]]:
         g = _gen(0)
         x = torch.randn(batch, 1, k, generator=g).bfloat16().to(device)
         w = torch.randn(n, k, generator=g).bfloat16().to(device)
         b = torch.randn(n, generator=g).bfloat16().to(device)
-        return {"mpslinalg": median_time(lambda: ops.linear(x, w, b), device, repeats),
-                "torch F.linear": median_time(lambda: F.linear(x, w, b), device, repeats)}
+        return {"mpslinalg": lambda: ops.linear(x, w, b),
+                "torch F.linear": lambda: F.linear(x, w, b)}
     return run
 
 
 def _bench_fp8(m: int, k: int, n: int):
     """fp8 scaled_mm against the bf16 gemv of the same shape: the weight is k bytes per output
     column in fp8 against 2k in bf16."""
-    def run(device: torch.device, repeats: int) -> dict[str, float]:
+    def run(device: torch.device, repeats: int) -> dict[str, Callable[[], object]]:
         g = _gen(1)
         S = ops.ScalingType
         x = torch.randn(m, k, generator=g)
@@ -161,15 +163,13 @@ def _bench_fp8(m: int, k: int, n: int):
             return ops.scaled_mm(a_bytes, w_bytes, sa, S.BlockWise1x128, sb, S.BlockWise128x128,
                                  storage_dtype=torch.float8_e4m3fn)
 
-        return {"mpslinalg": median_time(fp8, device, repeats),
-                "mpslinalg bf16 linear": median_time(lambda: ops.linear(xb, wb), device,
-                                                     repeats),
-                "torch bf16 F.linear": median_time(lambda: F.linear(xb, wb), device, repeats)}
+        return {"mpslinalg": fp8, "mpslinalg bf16 linear": lambda: ops.linear(xb, wb),
+                "torch bf16 F.linear": lambda: F.linear(xb, wb)}
     return run
 
 
 def _bench_grouped(tokens: int, experts: int, k: int, n: int):
-    def run(device: torch.device, repeats: int) -> dict[str, float]:
+    def run(device: torch.device, repeats: int) -> dict[str, Callable[[], object]]:
         g = _gen(2)
         a = torch.randn(tokens, k, generator=g).bfloat16().to(device)
         b = torch.randn(experts, k, n, generator=g).bfloat16().to(device)
@@ -185,9 +185,8 @@ def _bench_grouped(tokens: int, experts: int, k: int, n: int):
                 start = end
             return out
 
-        return {"mpslinalg": median_time(lambda: ops.grouped_mm(a, b, offs=offs), device,
-                                         repeats),
-                "torch per-expert loop": median_time(loop, device, repeats)}
+        return {"mpslinalg": lambda: ops.grouped_mm(a, b, offs=offs),
+                "torch per-expert loop": loop}
     return run
 
 

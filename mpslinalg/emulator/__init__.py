@@ -71,7 +71,7 @@ def compile_shader(
     ``metal_version`` is ``__METAL_VERSION__``: 320 (MSL 3.2, C++14 rules) or 400 (MSL 4.0,
     C++17). ``race_check=True`` (a separate cached build; the default comes from
     ``$MPSLINALG_EMULATOR_RACECHECK``) makes every launch check for data races on threadgroup and
-    device memory and raise :class:`DataRaceError` on the first one.
+    device memory and raise `DataRaceError` on the first one.
     """
     from . import build, runtime, translate
 

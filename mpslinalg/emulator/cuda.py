@@ -1,7 +1,7 @@
 """A second executor for the same Metal sources: translated to CUDA C++, compiled with NVRTC and
 launched on CUDA tensors, behind ``torch.mps.compile_shader``'s calling convention.
 
-``compile_shader(source)`` returns a library like :func:`mpslinalg.emulator.compile_shader`'s:
+``compile_shader(source)`` returns a library like `mpslinalg.emulator.compile_shader`'s:
 kernels by host name, ``dir()``, the kernel properties, and ``kernel(*args, threads=,
 group_size=, arg_casts=)`` with torch's argument marshalling (Python int -> int64, float ->
 float32, lists -> arrays, tensors bound at their storage offset) and ``dispatchThreads``
@@ -12,7 +12,7 @@ both executors accept and reject the same sources. This module adds the CUDA bac
 pass over the rewritten source (Metal's vector type names, single-precision literals), one
 ``__global__`` wrapper per kernel host name, NVRTC (``libnvrtc`` through ctypes, from the
 ``nvidia-cuda-nvrtc`` wheel or the system) and the CUDA driver API (``libcuda`` through ctypes).
-NVRTC needs no GPU, so :func:`compile_ptx` works on any Linux machine.
+NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
 
 Mapping: threadgroup -> block (one 1-D block per group, threads numbered like Metal's so warps
 are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, threadgroup_barrier
@@ -692,7 +692,7 @@ def compile_shader(source: str, *, metal_version: int = 320) -> Library:
     """Translate MSL ``source`` to CUDA and compile it with NVRTC for the current CUDA device.
 
     Same calling convention as ``torch.mps.compile_shader`` and
-    :func:`mpslinalg.emulator.compile_shader`; kernels take CUDA tensors. Compile errors raise
+    `mpslinalg.emulator.compile_shader`; kernels take CUDA tensors. Compile errors raise
     SyntaxError (``metal/<file>:line`` where the translation can tell). Without a CUDA device
     the source is still translated and compiled to PTX (so errors surface), and looking up a
     kernel raises RuntimeError.

@@ -199,7 +199,7 @@ def _slogdet_takes_general_path(A) -> bool:
 
 @public(torch.linalg.det, general_when=_det_takes_general_path)
 def det(A: Tensor, *, out: Tensor | None = None) -> Tensor:
-    r"""Determinant of a square matrix; like :func:`torch.linalg.det`.
+    r"""Determinant of a square matrix; like `torch.linalg.det`.
 
     Parameters
     ----------
@@ -240,7 +240,7 @@ def _slogdet(fn: str, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 @public(torch.linalg.slogdet, general_when=_slogdet_takes_general_path)
 def slogdet(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     r"""Sign (or complex phase) and natural log of the absolute value of the determinant; like
-    :func:`torch.linalg.slogdet`: ``det(A) = sign * exp(logabsdet)``.
+    `torch.linalg.slogdet`: ``det(A) = sign * exp(logabsdet)``.
 
     Parameters
     ----------
@@ -278,7 +278,7 @@ def slogdet(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
 
 @public(torch.logdet, torch_name="logdet", general_when=_slogdet_takes_general_path)
 def logdet(A: Tensor) -> Tensor:
-    r"""Natural log of the determinant; like :func:`torch.logdet`.
+    r"""Natural log of the determinant; like `torch.logdet`.
 
     Parameters
     ----------

@@ -62,14 +62,14 @@ def _inv_ex(fn: str, A: Tensor, check: str) -> tuple[Tensor, Tensor]:
 
 @public(torch.linalg.inv_ex, general_when=_takes_general_path, checks="check_errors")
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] | None = None):
-    r"""Inverse of a square matrix and ``info``; like :func:`torch.linalg.inv_ex`.
+    r"""Inverse of a square matrix and ``info``; like `torch.linalg.inv_ex`.
 
     Parameters
     ----------
     A : Tensor
         ``(*, n, n)``.
     check_errors : bool, optional
-        Raise :class:`mpslinalg.LinAlgError` for singular input (one device read).
+        Raise `mpslinalg.LinAlgError` for singular input (one device read).
     out : tuple of Tensor, optional
         ``(inverse, info)`` to write the results into.
 
@@ -96,7 +96,7 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] 
 
 @public(torch.linalg.inv, general_when=_takes_general_path, checks=True)
 def inv(A: Tensor, *, out: Tensor | None = None) -> Tensor:
-    r"""Inverse of a square matrix; like :func:`torch.linalg.inv`.
+    r"""Inverse of a square matrix; like `torch.linalg.inv`.
 
     Parameters
     ----------

@@ -2,7 +2,7 @@
 ``lu_solve``, with torch.linalg's signatures, semantics and result types.
 
 Ops: ``mpslinalg::lu_factor_ex`` (LAPACK getrf) and ``mpslinalg::lu_solve`` (getrs); on the
-metal backend they run the kernels of :mod:`mpslinalg.linalg.lu_metal`. :func:`tri_solve` is the
+metal backend they run the kernels of `mpslinalg.linalg.lu_metal`. `tri_solve` is the
 differentiable triangular solve that the derivative rules of the LU-based families are written
 with, so that they run on the Apple GPU too.
 """
@@ -220,7 +220,7 @@ def _lu_factor(fn: str, A: Tensor, pivot: bool, check: str) -> tuple[Tensor, Ten
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
                  out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``, in LAPACK's packed form, plus
-    ``info``; like :func:`torch.linalg.lu_factor_ex`.
+    ``info``; like `torch.linalg.lu_factor_ex`.
 
     Parameters
     ----------
@@ -230,7 +230,7 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
     pivot : bool, optional
         Must be True except for CUDA tensors on the torch backend (as torch).
     check_errors : bool, optional
-        Raise :class:`mpslinalg.LinAlgError` if a ``U`` diagonal entry is exactly zero (one
+        Raise `mpslinalg.LinAlgError` if a ``U`` diagonal entry is exactly zero (one
         device read); by default nothing synchronises with the device.
     out : tuple of Tensor, optional
         ``(LU, pivots, info)`` to write the results into.
@@ -260,12 +260,12 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
 @public(torch.linalg.lu_factor, checks=True, general_when=mkl_batched_getrf_affected)
 def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting in packed form; like
-    :func:`torch.linalg.lu_factor`.
+    `torch.linalg.lu_factor`.
 
     Parameters
     ----------
     A : Tensor
-        ``(*, m, n)``; see :func:`lu_factor_ex`.
+        ``(*, m, n)``; see `lu_factor_ex`.
     pivot : bool, optional
         Must be True except for CUDA tensors on the torch backend (as torch).
     out : tuple of Tensor, optional
@@ -274,7 +274,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | Non
     Returns
     -------
     LU, pivots : Tensor
-        As :func:`lu_factor_ex`.
+        As `lu_factor_ex`.
 
     Raises
     ------
@@ -296,12 +296,12 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | Non
 
 @public(torch.linalg.lu, general_when=mkl_batched_getrf_affected)
 def lu(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor, Tensor] | None = None):
-    r"""LU factorisation with partial pivoting, ``A = P L U``; like :func:`torch.linalg.lu`.
+    r"""LU factorisation with partial pivoting, ``A = P L U``; like `torch.linalg.lu`.
 
     Parameters
     ----------
     A : Tensor
-        ``(*, m, n)``; see :func:`lu_factor_ex`.
+        ``(*, m, n)``; see `lu_factor_ex`.
     pivot : bool, optional
         Must be True except for CUDA tensors on the torch backend (as torch).
     out : tuple of Tensor, optional
@@ -368,15 +368,15 @@ def _check_lu_solve(fn: str, LU: object, pivots: object, B: object, left: bool) 
 @public(torch.linalg.lu_solve)
 def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
              adjoint: bool = False, out: Tensor | None = None) -> Tensor:
-    r"""Solve ``A X = B`` given the LU factorisation of ``A`` from :func:`lu_factor`; like
-    :func:`torch.linalg.lu_solve`.
+    r"""Solve ``A X = B`` given the LU factorisation of ``A`` from `lu_factor`; like
+    `torch.linalg.lu_solve`.
 
     Parameters
     ----------
     LU : Tensor
         ``(*, n, n)`` packed factors.
     pivots : Tensor
-        ``(*, n)`` int32, 1-based, as :func:`lu_factor` returns them.
+        ``(*, n)`` int32, 1-based, as `lu_factor` returns them.
     B : Tensor
         ``(*, n, k)`` (or ``(*, k, n)`` when ``left=False``); batch dimensions broadcast with
         those of ``LU``.

@@ -1,5 +1,5 @@
 """Host side of metal/linalg/lu.metal: LAPACK getrf, and getrs through the triangular solves of
-:mod:`mpslinalg.linalg.triangular_metal`.
+`mpslinalg.linalg.triangular_metal`.
 
 Building blocks of the LU-based families (lu, solve, det, inverse). They take float32 / complex64
 tensors on MPS (the Apple GPU) or the CPU (the emulator), any layout (gathered into contiguous
@@ -131,7 +131,7 @@ def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_u
 def lu_solve_metal(LU: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *,
                    left: bool = True, adjoint: bool = False, fn: str = "lu_solve"
                    ) -> torch.Tensor:
-    """Solve with the factor of :func:`lu_factor_metal` (LAPACK getrs), A = P L U.
+    """Solve with the factor of `lu_factor_metal` (LAPACK getrs), A = P L U.
 
     LU (*, n, n) and pivots (*, n) are broadcast to the batch shape of B, (*, n, k) when
     ``left`` else (*, k, n). left: A X = B (adjoint: A^H X = B); right: X A = B (adjoint:

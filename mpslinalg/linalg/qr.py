@@ -2,7 +2,7 @@
 
 Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` and
 ``mpslinalg::lstsq``: on the metal backend the blocked Householder kernels of
-:mod:`mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
+`mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
 the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
 launch; ``lstsq`` solves full-rank problems through QR (m >= n) or LQ (m < n), as LAPACK's gels.
 """
@@ -101,7 +101,7 @@ qr_op = Op(
 
 @public(torch.linalg.qr)
 def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = None):
-    r"""QR decomposition ``A = Q R``; like :func:`torch.linalg.qr`.
+    r"""QR decomposition ``A = Q R``; like `torch.linalg.qr`.
 
     Parameters
     ----------
@@ -123,10 +123,10 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
 
     Notes
     -----
-    On the metal backend: blocked Householder QR with LAPACK's reflectors (see :doc:`qr`), so Q
-    and R match LAPACK's up to rounding, except on the tall-skinny path (m much larger than n,
-    mode 'reduced' or 'r'), whose R may differ from LAPACK's by the signs of its rows (and Q by
-    those of its columns). Matrices up to 4 x 4 take one launch for any batch.
+    On the metal backend: blocked Householder QR with LAPACK's reflectors (the documentation's
+    QR page), so Q and R match LAPACK's up to rounding, except on the tall-skinny path (m much
+    larger than n, mode 'reduced' or 'r'), whose R may differ from LAPACK's by the signs of its
+    rows (and Q by those of its columns). Matrices up to 4 x 4 take one launch for any batch.
 
     Examples
     --------
@@ -175,7 +175,7 @@ geqrf_op = Op(
 
 @public(torch.geqrf, torch_name="geqrf", general_when=_through_the_op)
 def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
-    r"""Householder QR in LAPACK's packed form; like :func:`torch.geqrf`.
+    r"""Householder QR in LAPACK's packed form; like `torch.geqrf`.
 
     Parameters
     ----------
@@ -191,7 +191,7 @@ def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
         leading 1 implicit).
     tau : Tensor
         ``(*, min(m, n))``: the reflectors' scalars, ``H_i = I - tau_i v_i v_i^H`` and
-        ``Q = H_1 ... H_k`` (:func:`householder_product` forms it). Not differentiable, as in
+        ``Q = H_1 ... H_k`` (`householder_product` forms it). Not differentiable, as in
         torch.
 
     Examples
@@ -271,13 +271,13 @@ householder_product_op = Op(
 @public(torch.linalg.householder_product)
 def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) -> Tensor:
     r"""The first n columns of the product of Householder reflectors (LAPACK orgqr / ungqr);
-    like :func:`torch.linalg.householder_product`.
+    like `torch.linalg.householder_product`.
 
     Parameters
     ----------
     A : Tensor
         ``(*, m, n)``, m >= n: the vectors ``v_i`` below the diagonal of column i (the entries
-        on and above it are not read), as :func:`geqrf` returns them.
+        on and above it are not read), as `geqrf` returns them.
     tau : Tensor
         ``(*, k)``, k <= n, A's batch shape.
     out : Tensor, optional
@@ -429,7 +429,7 @@ lstsq_op = Op(
 
 @public(torch.linalg.lstsq, general_when=_through_the_op)
 def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None):
-    r"""Least-squares solution of ``A X = B``; like :func:`torch.linalg.lstsq`.
+    r"""Least-squares solution of ``A X = B``; like `torch.linalg.lstsq`.
 
     Parameters
     ----------

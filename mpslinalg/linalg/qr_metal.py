@@ -112,7 +112,7 @@ def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
 
     Returns ``(a, tau, T)``: a (*, m, n) new, R on and above the diagonal and the reflectors
     below it; tau (*, min(m, n)); T (batch, panels, PANEL_WIDTH, PANEL_WIDTH), the compact-WY
-    factor of each panel (for :func:`apply_q_metal`), batch flattened.
+    factor of each panel (for `apply_q_metal`), batch flattened.
     """
     A = contiguous(A, fn)
     _check(fn, A=A)
@@ -141,7 +141,7 @@ def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
 def larft_metal(a: torch.Tensor, tau: torch.Tensor, *, fn: str = "householder_product"
                 ) -> torch.Tensor:
     """The compact-WY T of every panel of the reflectors stored in ``a`` (*, m, n) with ``tau``
-    (*, k), both contiguous; the layout of :func:`geqrf_metal`'s T."""
+    (*, k), both contiguous; the layout of `geqrf_metal`'s T."""
     *batch_shape, m, n = a.shape
     k = tau.shape[-1]
     batch = math.prod(batch_shape)
@@ -190,7 +190,7 @@ def solve_r_metal(R: torch.Tensor, B: torch.Tensor, *, left: bool, adjoint: bool
                   fn: str = "lstsq") -> torch.Tensor:
     """X with op(R) X = B (``left``) or X op(R) = B, R (*, n, n) upper triangular (entries below
     the diagonal are not read) with B's batch shape, op(R) = R^H when ``adjoint``; through the
-    triangular solves of :mod:`mpslinalg.linalg.triangular_metal`. Returns a new tensor."""
+    triangular solves of `mpslinalg.linalg.triangular_metal`. Returns a new tensor."""
     batch = B.shape[:-2]
     R = contiguous(R.expand(*batch, *R.shape[-2:]), fn)
     no_swaps = torch.zeros((*batch, R.shape[-1]), dtype=torch.int32, device=R.device)
@@ -219,7 +219,7 @@ def _qr_small(A: torch.Tensor, mode: str, fn: str) -> tuple[torch.Tensor, torch.
 
 
 def use_tsqr(m: int, n: int, mode: str) -> bool:
-    """Whether :func:`qr_metal` takes the tall-skinny tree for an m x n matrix."""
+    """Whether `qr_metal` takes the tall-skinny tree for an m x n matrix."""
     return mode != "complete" and 0 < n <= TSQR_MAX_COLS and m >= TSQR_MIN_BLOCKS * TSQR_ROWS
 
 

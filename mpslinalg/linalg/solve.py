@@ -129,7 +129,7 @@ def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Te
 def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False,
              out: tuple[Tensor, Tensor] | None = None):
     r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``) and ``info``; like
-    :func:`torch.linalg.solve_ex`.
+    `torch.linalg.solve_ex`.
 
     Parameters
     ----------
@@ -141,7 +141,7 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     left : bool, optional
         Solve ``A X = B`` (True) or ``X A = B``.
     check_errors : bool, optional
-        Raise :class:`mpslinalg.LinAlgError` for singular ``A`` (one device read); by default
+        Raise `mpslinalg.LinAlgError` for singular ``A`` (one device read); by default
         nothing synchronises with the device.
     out : tuple of Tensor, optional
         ``(result, info)`` to write the results into.
@@ -171,12 +171,12 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
 @public(torch.linalg.solve, general_when=_takes_general_path, checks=True)
 def solve(A: Tensor, B: Tensor, *, left: bool = True, out: Tensor | None = None) -> Tensor:
     r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``); like
-    :func:`torch.linalg.solve`.
+    `torch.linalg.solve`.
 
     Parameters
     ----------
     A, B : Tensor
-        As :func:`solve_ex`.
+        As `solve_ex`.
     left : bool, optional
         Solve ``A X = B`` (True) or ``X A = B``.
     out : Tensor, optional

@@ -3,7 +3,7 @@ with the triangles of a packed square matrix, optionally applying LAPACK row int
 
 ``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
 of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (a list of
-int64 on the host, :data:`TRI_SOLVE_PARAMS` gives its field order).
+int64 on the host, `TRI_SOLVE_PARAMS` gives its field order).
 """
 
 from __future__ import annotations

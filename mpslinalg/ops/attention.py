@@ -1,5 +1,5 @@
 """Scaled dot-product attention on Metal: ``scaled_dot_product_attention`` with
-:func:`torch.nn.functional.scaled_dot_product_attention` semantics.
+`torch.nn.functional.scaled_dot_product_attention` semantics.
 
 Op ``mpslinalg::scaled_dot_product_attention``: on the metal backend one launch of a fused
 kernel of ``metal/ops/attention.metal`` (online softmax over key tiles staged in threadgroup
@@ -304,7 +304,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  is_causal: bool = False, *, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:
     r"""``softmax(query key^T * scale + mask) value``; like
-    :func:`torch.nn.functional.scaled_dot_product_attention`.
+    `torch.nn.functional.scaled_dot_product_attention`.
 
     Parameters
     ----------

@@ -276,7 +276,7 @@ def _validate(fn, x, weight, bias, stride, padding, dilation, groups):
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     r"""1-D convolution (cross-correlation) over ``(N, C_in, L)``; like
-    :func:`torch.nn.functional.conv1d`.
+    `torch.nn.functional.conv1d`.
 
     Parameters
     ----------

@@ -1,14 +1,14 @@
-"""fp8: ``scaled_mm`` with :func:`torch.nn.functional.scaled_mm` semantics and ``to_float8``.
+"""fp8: ``scaled_mm`` with `torch.nn.functional.scaled_mm` semantics and ``to_float8``.
 
 Ops ``mpslinalg::ops_scaled_mm`` and ``mpslinalg::ops_fp8_encode`` (``metal/ops/fp8.metal``).
 The Metal kernels decode float8_e4m3fn / float8_e5m2 bytes in registers and accumulate in
-float32; the matrix product is the gemv-shaped kernel of :mod:`mpslinalg.ops.gemv` (one
+float32; the matrix product is the gemv-shaped kernel of `mpslinalg.ops.gemv` (one
 simdgroup per output column, up to 8 rows of ``mat_a`` per pass over ``mat_b``), so at decode
 shapes (M <= 8) the weight is streamed once, one byte per element.
 
 MPS tensors cannot hold float8 dtypes, so on MPS the fp8 data travels as its raw bytes: a uint8
-tensor of the same shape (:func:`float8_storage` makes one from a CPU float8 tensor without a
-copy; :func:`to_float8` returns one for MPS input), and ``scaled_mm`` is told the format with
+tensor of the same shape (`float8_storage` makes one from a CPU float8 tensor without a
+copy; `to_float8` returns one for MPS input), and ``scaled_mm`` is told the format with
 ``storage_dtype=``. Nothing goes through a float copy.
 
 Scale layouts are torch's ``_scaled_mm`` checks, applied to ``mat_a`` and to ``mat_b.t()``:
@@ -49,7 +49,7 @@ _SOURCE = "ops/fp8.metal"
 
 
 class _ScalingType(enum.Enum):
-    """The scaling recipes of :func:`torch.nn.functional.scaled_mm` (same names and values), for
+    """The scaling recipes of `torch.nn.functional.scaled_mm` (same names and values), for
     torch versions that do not define ``torch.nn.functional.ScalingType``."""
 
     TensorWise = 0
@@ -238,7 +238,7 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     recipe : ScalingType, optional
         ``TensorWise`` (default), ``RowWise``, ``BlockWise1x128`` or ``BlockWise128x128``.
     storage : bool, optional
-        Return the data as raw uint8 bytes (:func:`float8_storage`). Default: on MPS tensors,
+        Return the data as raw uint8 bytes (`float8_storage`). Default: on MPS tensors,
         which cannot hold float8, and nowhere else.
 
     Returns
@@ -246,7 +246,7 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     data : Tensor
         ``x``'s shape, ``dtype`` (or uint8 bytes).
     scale : Tensor
-        float32, in the layout :func:`scaled_mm` takes for ``mat_a``: one element, ``(M, 1)``,
+        float32, in the layout `scaled_mm` takes for ``mat_a``: one element, ``(M, 1)``,
         ``(M, ceil(K/128))`` (column-major, as torch's checks want) or
         ``(ceil(M/128), ceil(K/128))``.
 
@@ -300,7 +300,7 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
 def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
                 dtype: torch.dtype = torch.float32, *, storage_dtype: torch.dtype | None = None
                 ) -> Tensor:
-    r"""Dequantise: ``data * scale`` in ``dtype``, the inverse of :func:`to_float8`.
+    r"""Dequantise: ``data * scale`` in ``dtype``, the inverse of `to_float8`.
 
     Parameters
     ----------
@@ -308,7 +308,7 @@ def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
         float8_e4m3fn / float8_e5m2 (or its uint8 storage with ``storage_dtype``); any shape for
         ``TensorWise``, ``(M, K)`` otherwise.
     scale : Tensor
-        float32 scales in the layout :func:`to_float8` returns for ``recipe``.
+        float32 scales in the layout `to_float8` returns for ``recipe``.
     recipe : ScalingType, optional
         ``TensorWise`` (default), ``RowWise``, ``BlockWise1x128`` or ``BlockWise128x128``.
     dtype : torch.dtype, optional
@@ -468,7 +468,7 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_recipe_a, sca
               contraction_dim: list[int] | tuple[int, ...] = (), use_fast_accum: bool = False,
               *, storage_dtype: torch.dtype | None = None) -> Tensor:
     r"""``(mat_a * scale_a) @ (mat_b * scale_b) + bias`` from fp8 operands; like
-    :func:`torch.nn.functional.scaled_mm`.
+    `torch.nn.functional.scaled_mm`.
 
     Parameters
     ----------
@@ -494,7 +494,7 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_recipe_a, sca
         Accepted for compatibility; the Metal kernels always accumulate in float32.
     storage_dtype : torch.dtype, optional
         The fp8 format of uint8 operands (how fp8 data lives on MPS; see
-        :func:`float8_storage`).
+        `float8_storage`).
 
     Returns
     -------

@@ -1,4 +1,4 @@
-"""``linear``: :func:`torch.nn.functional.linear` with Metal gemv kernels for decode shapes.
+"""``linear``: `torch.nn.functional.linear` with Metal gemv kernels for decode shapes.
 
 Op ``mpslinalg::ops_linear``. On the metal backend every call runs ``metal/ops/gemv.metal``: one
 simdgroup per output feature streams its weight row once for up to 8 rows of ``x`` (the tokens
@@ -139,7 +139,7 @@ def _validate(x, weight, bias):
 
 @public(F.linear, torch_name="linear")
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    r"""``input @ weight.T + bias``; like :func:`torch.nn.functional.linear`.
+    r"""``input @ weight.T + bias``; like `torch.nn.functional.linear`.
 
     Parameters
     ----------
@@ -160,7 +160,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     Notes
     -----
     On the metal backend one launch, no host synchronisation: the gemv kernel reads the weight
-    once for up to 8 rows of ``input`` (see :doc:`/ops_llm`).
+    once for up to 8 rows of ``input`` (see the documentation's ops_llm page).
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""``grouped_mm``: :func:`torch.nn.functional.grouped_mm` for mixture-of-experts layers.
+"""``grouped_mm``: `torch.nn.functional.grouped_mm` for mixture-of-experts layers.
 
 Op ``mpslinalg::ops_grouped_mm`` (``metal/ops/grouped_gemm.metal``). The group offsets are read by
 the kernel on the device: one launch whatever the number of groups, no host synchronisation,
@@ -200,7 +200,7 @@ def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
 def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
                bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
                check_offsets: bool = False) -> Tensor:
-    r"""Grouped matrix products; like :func:`torch.nn.functional.grouped_mm`.
+    r"""Grouped matrix products; like `torch.nn.functional.grouped_mm`.
 
     Parameters
     ----------

@@ -25,7 +25,7 @@ __all__ = ["pad"]
 _SOURCE = "ops/padding.metal"
 
 #: Fields of the kernel's PadParams struct, in order (each an int64; the arrays hold
-#: :data:`MAX_DIMS` entries each).
+#: `MAX_DIMS` entries each).
 PAD_PARAMS = ("ndim", "numel", "value_lo", "value_hi", "out_sizes", "in_sizes", "in_strides",
               "before")
 #: kPadMaxDims of metal/ops/padding.h: dimensions the kernel takes after merging.
@@ -75,7 +75,7 @@ def merged_dims(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequ
                 before: Sequence[int]) -> list[tuple[int, int, int, int]]:
     """(out size, in size, in stride, before) per dimension, with size-1 unpadded dimensions
     dropped and adjacent unpadded dimensions merged when the input holds them contiguously, so
-    that any rank fits the kernel's :data:`MAX_DIMS`."""
+    that any rank fits the kernel's `MAX_DIMS`."""
     dims: list[tuple[int, int, int, int]] = []
     for o, i, s, b in zip(out_shape, in_shape, strides, before, strict=True):
         if o == 1 and i == 1 and b == 0:

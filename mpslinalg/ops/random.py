@@ -1,4 +1,4 @@
-"""Random sampling: ``log_normal_`` (in place, like :meth:`torch.Tensor.log_normal_`) and its
+"""Random sampling: ``log_normal_`` (in place, like `torch.Tensor.log_normal_`) and its
 functional form ``log_normal``.
 
 Op ``mpslinalg::log_normal_`` writes into its argument. On the metal backend one launch of
@@ -85,8 +85,8 @@ def _check(fn: str, x: object, mean: object, std: object) -> str:
 
 def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
                 generator: torch.Generator | None = None) -> Tensor:
-    r"""Fill ``input`` in place with numbers :math:`e^{\mu + \sigma z}`, :math:`z` standard
-    normal; like :meth:`torch.Tensor.log_normal_`.
+    r"""Fill ``input`` in place with numbers ``exp(mu + sigma z)``, ``z`` standard
+    normal; like `torch.Tensor.log_normal_`.
 
     Parameters
     ----------
@@ -94,9 +94,9 @@ def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
         float32, float16 or bfloat16 (float64 on the torch backend); any view, filled at its
         strides.
     mean : float, optional
-        :math:`\mu`, the mean of the underlying normal distribution.
+        ``mu``, the mean of the underlying normal distribution.
     std : float, optional
-        :math:`\sigma > 0`, its standard deviation.
+        ``sigma > 0``, its standard deviation.
     generator : torch.Generator, optional
         Where the 64-bit seed is drawn from; torch's default generator when None. The numbers
         depend on the seed and on each element's row-major position only.
@@ -126,7 +126,7 @@ def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
 
 def log_normal(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
                generator: torch.Generator | None = None) -> Tensor:
-    r"""A new tensor of ``input``'s shape, dtype and device filled like :func:`log_normal_`
+    r"""A new tensor of ``input``'s shape, dtype and device filled like `log_normal_`
     (``input``'s values are not read).
 
     Parameters
@@ -134,9 +134,9 @@ def log_normal(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
     input : Tensor
         Gives the shape, dtype and device.
     mean : float, optional
-        :math:`\mu`.
+        ``mu``.
     std : float, optional
-        :math:`\sigma > 0`.
+        ``sigma > 0``.
     generator : torch.Generator, optional
         Where the seed is drawn from; torch's default generator when None.
 

@@ -164,7 +164,7 @@ def searchsorted(sorted_sequence: Tensor, values: Tensor | float, *, out_int32: 
                  right: bool = False, side: str | None = None, sorter: Tensor | None = None,
                  out: Tensor | None = None) -> Tensor:
     """Indices at which ``values`` would be inserted to keep each row of ``sorted_sequence``
-    sorted; like :func:`torch.searchsorted`.
+    sorted; like `torch.searchsorted`.
 
     Parameters
     ----------
@@ -207,7 +207,7 @@ def searchsorted(sorted_sequence: Tensor, values: Tensor | float, *, out_int32: 
 @public(torch.bucketize, torch_name="bucketize")
 def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = False,
               right: bool = False, out: Tensor | None = None) -> Tensor:
-    """Index of the bucket of each element of ``input``; like :func:`torch.bucketize`.
+    """Index of the bucket of each element of ``input``; like `torch.bucketize`.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""The orthogonal polynomials of :mod:`torch.special`, named as there: Chebyshev T / U / V / W
+"""The orthogonal polynomials of `torch.special`, named as there: Chebyshev T / U / V / W
 and their shifted forms, Hermite H and He, Laguerre L, Legendre P, for tensor ``x`` and ``n``.
 
 Ops ``mpslinalg::special_<name>``: on the metal backend one launch of
@@ -129,22 +129,22 @@ def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
 
 
 _TITLES = {
-    "chebyshev_polynomial_t": "Chebyshev polynomial of the first kind :math:`T_n(x)`",
-    "chebyshev_polynomial_u": "Chebyshev polynomial of the second kind :math:`U_n(x)`",
-    "chebyshev_polynomial_v": "Chebyshev polynomial of the third kind :math:`V_n(x)`",
-    "chebyshev_polynomial_w": "Chebyshev polynomial of the fourth kind :math:`W_n(x)`",
+    "chebyshev_polynomial_t": "Chebyshev polynomial of the first kind ``T_n(x)``",
+    "chebyshev_polynomial_u": "Chebyshev polynomial of the second kind ``U_n(x)``",
+    "chebyshev_polynomial_v": "Chebyshev polynomial of the third kind ``V_n(x)``",
+    "chebyshev_polynomial_w": "Chebyshev polynomial of the fourth kind ``W_n(x)``",
     "shifted_chebyshev_polynomial_t": "Shifted Chebyshev polynomial of the first kind "
-                                      ":math:`T_n(2x - 1)`",
+                                      "``T_n(2x - 1)``",
     "shifted_chebyshev_polynomial_u": "Shifted Chebyshev polynomial of the second kind "
-                                      ":math:`U_n(2x - 1)`",
+                                      "``U_n(2x - 1)``",
     "shifted_chebyshev_polynomial_v": "Shifted Chebyshev polynomial of the third kind "
-                                      ":math:`V_n(2x - 1)`",
+                                      "``V_n(2x - 1)``",
     "shifted_chebyshev_polynomial_w": "Shifted Chebyshev polynomial of the fourth kind "
-                                      ":math:`W_n(2x - 1)`",
-    "hermite_polynomial_h": "Physicists' Hermite polynomial :math:`H_n(x)`",
-    "hermite_polynomial_he": "Probabilists' Hermite polynomial :math:`He_n(x)`",
-    "laguerre_polynomial_l": "Laguerre polynomial :math:`L_n(x)`",
-    "legendre_polynomial_p": "Legendre polynomial :math:`P_n(x)`",
+                                      "``W_n(2x - 1)``",
+    "hermite_polynomial_h": "Physicists' Hermite polynomial ``H_n(x)``",
+    "hermite_polynomial_he": "Probabilists' Hermite polynomial ``He_n(x)``",
+    "laguerre_polynomial_l": "Laguerre polynomial ``L_n(x)``",
+    "legendre_polynomial_p": "Legendre polynomial ``P_n(x)``",
 }
 #: Value at x = 0.5, n = 3 of each, as the doctest prints it.
 _AT_HALF = {
@@ -163,7 +163,7 @@ def _make(fn: str):
 
     function.__name__ = function.__qualname__ = fn
     function.__module__ = __name__
-    function.__doc__ = f"""{_TITLES[fn]}; like :func:`torch.special.{fn}`.
+    function.__doc__ = f"""{_TITLES[fn]}; like `torch.special.{fn}`.
 
     Parameters
     ----------

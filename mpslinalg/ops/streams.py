@@ -5,19 +5,19 @@ What a stream is depends on the device:
 
 - CUDA: the wrappers hold ``torch.cuda.Stream`` / ``torch.cuda.Event`` and forward every call.
 - MPS: torch 2.13 has no ``torch.mps.Stream``; all MPS work, torch's and mpslinalg's kernels
-  alike, runs on torch's one MPS command queue. Every :class:`Stream` on MPS stands for that
+  alike, runs on torch's one MPS command queue. Every `Stream` on MPS stands for that
   queue, so work is ordered as submitted (correct, never concurrent); events are
-  ``torch.mps.Event``; :func:`record_stream` has nothing to tell the allocator and does nothing.
-- CPU (the Metal emulator): each :class:`Stream` is a real asynchronous queue, a worker thread
+  ``torch.mps.Event``; `record_stream` has nothing to tell the allocator and does nothing.
+- CPU (the Metal emulator): each `Stream` is a real asynchronous queue, a worker thread
   that runs mpslinalg's kernel launches in submission order, so ordering, events and waits
   behave as on a GPU and can be tested here. The default stream is synchronous: launches on it
   run in the calling thread. Only mpslinalg's kernel launches are queued; torch's own CPU
   operations run at once on the host, so read a stream's results after synchronising with it
-  (:meth:`Stream.synchronize`, :meth:`Event.synchronize`, :func:`synchronize`).
+  (`Stream.synchronize`, `Event.synchronize`, `synchronize`).
 
 On the emulator, every launch is checked for a missing dependency: a kernel that reads or
 writes an allocation another stream's kernel writes (or writes one it reads), with no event,
-stream wait or host synchronisation ordering the two, raises :class:`StreamRaceError` when it is
+stream wait or host synchronisation ordering the two, raises `StreamRaceError` when it is
 submitted, whatever the timing, as a happens-before race detector (vector clocks). Allocations
 are compared whole: two streams writing disjoint halves of one tensor count as a race.
 """
@@ -192,7 +192,7 @@ def _merge(into: dict[int, int], other: dict[int, int]) -> None:
 
 _tracker = _Tracker()
 _local = threading.local()
-#: Every live emulator queue (for :func:`synchronize`).
+#: Every live emulator queue (for `synchronize`).
 _QUEUES: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -352,7 +352,7 @@ class Event:
     Parameters
     ----------
     enable_timing : bool, optional
-        Record the time the event completes (for :meth:`elapsed_time`).
+        Record the time the event completes (for `elapsed_time`).
     blocking, interprocess : bool, optional
         Accepted for ``torch.cuda.Event`` compatibility, passed to it on CUDA.
 

@@ -132,7 +132,7 @@ def _apply(fn: str, a: object, b: object, out: Tensor | None) -> Tensor:
 
 
 def _doc(fn: str, what: str, returns: str, example: str) -> str:
-    return f"""{what}; like :func:`torch.{fn}`, with uint16 / uint32 / uint64 computed in
+    return f"""{what}; like `torch.{fn}`, with uint16 / uint32 / uint64 computed in
     their own unsigned type.
 
     Parameters

@@ -3,9 +3,9 @@ over the batch (one Metal launch per op on the metal backend; generated SIMD C++
 Triton kernels on CUDA or whole-batch tensor ops on the torch backend where they beat
 torch.linalg).
 
-- :mod:`.dispatch`: which path serves a call, and the entry points the LU-based families call;
-- :mod:`.codegen`: the one elimination algorithm, emitted per target dialect;
-- :mod:`.cpu_simd`, :mod:`.triton_kernels`: the generated CPU and CUDA kernels;
+- `.dispatch`: which path serves a call, and the entry points the LU-based families call;
+- `.codegen`: the one elimination algorithm, emitted per target dialect;
+- `.cpu_simd`, `.triton_kernels`: the generated CPU and CUDA kernels;
 - ``metal/linalg/small_inverse.{h,metal}``: the Metal kernels.
 """
 

@@ -1,12 +1,12 @@
 """The algorithm of the n <= 4 small path, written once for the code generators of
-:mod:`mpslinalg.small.triton_kernels` (Triton) and :mod:`mpslinalg.small.cpu_simd` (C++ vector
+`mpslinalg.small.triton_kernels` (Triton) and `mpslinalg.small.cpu_simd` (C++ vector
 extensions).
 
 The loops below follow ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``) one for
 one: the same operations in the same order, so every target rounds like the Metal kernel. They
 emit straight-line code with one variable per matrix entry (``a12`` is row 1, column 2;
 ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and every branch
-on data is a select. The syntax is left to a :class:`Dialect`, one per target, which each
+on data is a select. The syntax is left to a `Dialect`, one per target, which each
 target module defines next to its own load/store, block and launch code.
 """
 
@@ -67,11 +67,11 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def int_operand(self, value: int) -> str:
-        """The int32 constant ``value`` as an operand of :meth:`select`."""
+        """The int32 constant ``value`` as an operand of `select`."""
 
     @abc.abstractmethod
     def float_operand(self, value: float) -> str:
-        """The float constant ``value`` as an operand of :meth:`select`."""
+        """The float constant ``value`` as an operand of `select`."""
 
     @abc.abstractmethod
     def float_literal(self, value: float) -> str:
@@ -168,7 +168,7 @@ def emit_det(dl: Dialect, n: int) -> str:
 
 def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
     """The loop of small_slogdet over U's diagonal, after the caller declared the sign ``s``
-    (from :func:`emit_perm_sign`) and the sum ``logabs`` = 0: logabs += log|u_kk|, s = 0 for a
+    (from `emit_perm_sign`) and the sum ``logabs`` = 0: logabs += log|u_kk|, s = 0 for a
     zero pivot, else s * unit(u_kk)."""
     for k in range(n):
         dl.add_log(logabs, dl.abs(f"a{k}{k}"))

@@ -1,14 +1,14 @@
 """SIMD CPU kernels for the n <= 4 small path: many matrices per vector instruction.
 
-The Metal kernel compiled for the CPU by :mod:`mpslinalg.emulator` runs one matrix per lane and
+The Metal kernel compiled for the CPU by `mpslinalg.emulator` runs one matrix per lane and
 one lane at a time (~90 ns per 4x4 inverse per thread), nothing vectorised across matrices. Here
 the same arithmetic is generated as C++ over blocks of ``_W`` matrices in structure-of-arrays
 form: every matrix entry is one GCC/Clang vector (``vector_size``) holding that entry of all the
 matrices of the block, so each operation of the elimination is one SIMD instruction for the whole
 block (blocks of 8 with AVX2, of 4 with the SSE2/NEON baseline).
 
-The code generator (:mod:`mpslinalg.small.codegen`, shared with
-:mod:`mpslinalg.small.triton_kernels`; the C++ dialect is :class:`_Cpp` below) follows the
+The code generator (`mpslinalg.small.codegen`, shared with
+`mpslinalg.small.triton_kernels`; the C++ dialect is `_Cpp` below) follows the
 loops of ``metal/linalg/small_inverse.h`` one for one (the same operations in the same order,
 every branch on data a vector select), and the library is compiled with ``-ffp-contract=off``
 and without fast-math, so each lane rounds exactly like the emulator-compiled Metal kernel: the
@@ -32,8 +32,8 @@ much as inverting 2000-3000 matrices); ctypes releases the GIL for the call.
 
 dtype: float32 only (complex64 and float64 take the tensor-op path or torch.linalg).
 
-The library is built by :mod:`mpslinalg.small.native` on a background thread; until it is
-loaded, calls do not wait for it (see :func:`ready`).
+The library is built by `mpslinalg.small.native` on a background thread; until it is
+loaded, calls do not wait for it (see `ready`).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class _Writer:
 
 
 class _Cpp(_codegen.Dialect):
-    """C++ syntax for :mod:`mpslinalg.small.codegen`: ``vf`` / ``vi`` vectors (W lanes of float
+    """C++ syntax for `mpslinalg.small.codegen`: ``vf`` / ``vi`` vectors (W lanes of float
     / int32), temporaries in brace scopes, ``c ? a : b`` selects on vectors."""
 
     def __init__(self, w: _Writer) -> None:
@@ -300,7 +300,7 @@ def _bind(lib: ctypes.CDLL) -> None:
             fn.argtypes = [p] * nptr[op] + ([i64] if op == "solve" else []) + [i64, i32, i32]
 
 
-#: The compiled library, built in the background (see :mod:`mpslinalg.small.native`).
+#: The compiled library, built in the background (see `mpslinalg.small.native`).
 LIBRARY = native.NativeLibrary("small_cpu", source, _FLAGS, _bind)
 
 

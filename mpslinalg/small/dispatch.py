@@ -7,12 +7,12 @@ factorisation for the whole batch at once:
 
 - metal backend: one launch of ``metal/linalg/small_inverse.metal`` per op, one thread per matrix,
   the matrix in registers;
-- torch backend on CPU, float32: generated SIMD C++ kernels (:mod:`mpslinalg.small.cpu_simd`, the
+- torch backend on CPU, float32: generated SIMD C++ kernels (`mpslinalg.small.cpu_simd`, the
   Metal kernel's arithmetic over blocks of 8 matrices, one vector instruction per operation for
   the whole block, bit-identical to the Metal kernel in the emulator) on torch's intra-op
-  threads, once the library (built in the background from import, :mod:`.native`) is loaded;
+  threads, once the library (built in the background from import, `.native`) is loaded;
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
-  (:mod:`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per
+  (`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per
   lane);
 - torch backend otherwise (complex, float64 on CPU, no compiler yet): the batch in
   structure-of-arrays layout ``(n, width, batch)`` and the same unrolled elimination written as
@@ -24,9 +24,9 @@ which is recorded in ``info`` (1-based index of the first zero pivot, 0 = ok); t
 the solution of ``A X = I`` (forward elimination, then column-oriented back substitution like
 ``trsm``). So results, ``info`` and error semantics match the general LU path.
 
-The choice is one table (:data:`_TABLE`, :func:`choose_path`; the ``mpslinalg.small`` logger
+The choice is one table (`_TABLE`, `choose_path`; the ``mpslinalg.small`` logger
 says at DEBUG level which path served a call). The public API (``mpslinalg.inv``/``det``/
-``solve``...) validates, broadcasts, casts and calls these functions when :func:`use_small_path`
+``solve``...) validates, broadcasts, casts and calls these functions when `use_small_path`
 says so; they only compute (forward only, no host synchronisation, inputs never modified).
 """
 
@@ -76,7 +76,7 @@ _SCRATCH_MAX_BYTES = 16 << 20
 #: the registered op's dispatch (~0.06 ms), so public inv_ex is faster only from batch 131072
 #: (0.15-0.19 ms against 0.26-0.36 ms; at 16384 still 0.10-0.17 against 0.12-0.16).
 #: "cuda-soa": the tensor-op path on CUDA (complex, or no triton), measured.
-#: "cpu-simd": the SIMD CPU kernels (float32, :mod:`mpslinalg.small.cpu_simd`), measured with 2
+#: "cpu-simd": the SIMD CPU kernels (float32, `mpslinalg.small.cpu_simd`), measured with 2
 #: threads through the public API: the kernel alone beats torch.linalg from batch 16 (11 us
 #: against 14-17 us), but the custom op that carries the small path's autograd costs ~15 us
 #: more per call than the direct torch.linalg call, which is recovered from batch 256 (n = 2)
@@ -106,7 +106,7 @@ _FEWEST = {
 
 
 def may_use_small_path(A: torch.Tensor) -> bool:
-    """A cheap necessary condition of :func:`use_small_path` on the torch backend: the public
+    """A cheap necessary condition of `use_small_path` on the torch backend: the public
     functions' fast path asks it on every call, so it reads shapes only."""
     shape = A.shape
     if len(shape) < 3 or shape[-1] > MAX_N or shape[-1] < 2:
@@ -273,14 +273,14 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 def _factor(U: torch.Tensor, R: torch.Tensor | None, M: torch.Tensor | None,
             n: int) -> torch.Tensor:
-    """Factor the workspace of :func:`_workspace` in place; returns the row-interchange count."""
+    """Factor the workspace of `_workspace` in place; returns the row-interchange count."""
     if U.device.type == "cpu":
         return _factor_select(U, R, n)
     return _factor_gather(U if M is None else M, n)
 
 
 def _factor_gather(M: torch.Tensor, n: int) -> torch.Tensor:
-    """:func:`_factor_select` in fewer, larger ops for accelerators, where each op costs a kernel
+    """`_factor_select` in fewer, larger ops for accelerators, where each op costs a kernel
     launch: the pivot row by argmax (first maximum, like idamax) and gather, the interchange by
     one select. (On CPU argmax over a short leading dimension and gather are slow.)"""
     w, batch = M.shape[1], M.shape[-1]
@@ -523,7 +523,7 @@ _TENSOR_OPS = Path("tensor ops", lambda A: _torch_solve(A, None), _torch_solve, 
                    _torch_slogdet)
 
 #: The choice, first match wins: (path, when it serves A on the backend in force). The
-#: thresholds of :data:`_TORCH_MIN_BATCH` decide separately whether the small path is taken at
+#: thresholds of `_TORCH_MIN_BATCH` decide separately whether the small path is taken at
 #: all on the torch backend.
 _TABLE: list[tuple[Callable[[], Path], Callable[[torch.Tensor, str], bool]]] = [
     (lambda: _METAL, lambda A, backend: backend == "metal"),
@@ -536,7 +536,7 @@ _TABLE: list[tuple[Callable[[], Path], Callable[[torch.Tensor, str], bool]]] = [
 
 
 def choose_path(A: torch.Tensor, backend: str | None = None) -> Path:
-    """The implementation that serves ``A`` (see :data:`_TABLE`)."""
+    """The implementation that serves ``A`` (see `_TABLE`)."""
     backend = backend or resolve_backend(A.device, "inv")
     for make, serves in _TABLE:
         if serves(A, backend):

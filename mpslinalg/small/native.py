@@ -1,10 +1,10 @@
 """Building and loading the small path's native CPU library (the generated C++ of
-:mod:`mpslinalg.small.cpu_simd`), without ever making a call wait for the compiler.
+`mpslinalg.small.cpu_simd`), without ever making a call wait for the compiler.
 
 The library is built once per (source, flags, compiler), with the compiler and cache directory
 the emulator uses (``$CXX``; ``$MPSLINALG_CACHE_DIR``, else the user cache), atomically, so
 concurrent processes are safe.
-:func:`start` runs the build on a daemon thread; it is started when :mod:`mpslinalg` is
+`start` runs the build on a daemon thread; it is started when `mpslinalg` is
 imported (``MPSLINALG_NATIVE=0`` turns it off), so with a warm cache the library is loaded
 within milliseconds and with a cold one within the compile time (about 7 s of CPU), while calls
 in the meantime take torch.linalg. A failed build warns once, saying why, and the small path

@@ -3,7 +3,7 @@ exactly one launch per op, the matrices held in registers.
 
 The arithmetic is that of ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``), so
 results, ``info`` and error semantics match the Metal kernel and the tensor-op path of
-:mod:`mpslinalg.small.dispatch`:
+`mpslinalg.small.dispatch`:
 
 - pivot = the first row of largest |a| in the column (strict ``>`` keeps the lowest row on ties
   and never selects a NaN), rows interchanged in full (L part included) by selects;
@@ -16,11 +16,11 @@ results, ``info`` and error semantics match the Metal kernel and the tensor-op p
 
 Each program handles ``BLOCK`` consecutive matrices, one per lane. Triton has no per-lane
 arrays, so the kernels are written out as straight-line code: for every (op, n) the generator
-of :mod:`mpslinalg.small.codegen` (shared with :mod:`mpslinalg.small.cpu_simd`; its Triton dialect
-is :class:`_Triton` below) emits one scalar variable per matrix entry (``a12`` is row 1, column
+of `mpslinalg.small.codegen` (shared with `mpslinalg.small.cpu_simd`; its Triton dialect
+is `_Triton` below) emits one scalar variable per matrix entry (``a12`` is row 1, column
 2), following the loops of the Metal kernel one for one (the same operations in the same order;
 every branch on data is a ``tl.where``). The generated source is compiled with ``triton.jit``
-(registered in :mod:`linecache` so that Triton can read it back); :func:`kernel_source` shows it.
+(registered in `linecache` so that Triton can read it back); `kernel_source` shows it.
 
 Loads and stores (``MPSLINALG_TRITON_LOAD``, read once at import; the default ``auto`` is
 ``vec``): ``vec`` has each lane load its own matrix 16 bytes at a time (a ``[BLOCK, c]`` vector
@@ -35,7 +35,7 @@ gives 4 ld.global.v4 + 4 st.global.v4 per float32 4x4 inverse, 53 registers, no 
 
 Floating-point contraction is off (``enable_fp_fusion=False``) and float32 division is
 ``tl.math.div_rn`` (Triton's ``/`` is the approximate ``div.full.f32``), so every operation
-rounds like the Metal kernel compiled for the CPU by :mod:`mpslinalg.emulator`: the results are
+rounds like the Metal kernel compiled for the CPU by `mpslinalg.emulator`: the results are
 bit-identical to the CPU path (checked in the interpreter by tests/test_small_triton.py).
 
 dtypes: float32 and float64. Complex inputs stay on the tensor-op path (Triton has no complex
@@ -189,7 +189,7 @@ def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
 
 
 class _Triton(_codegen.Dialect):
-    """Triton syntax for :mod:`mpslinalg.small.codegen`: plain assignments (no declarations,
+    """Triton syntax for `mpslinalg.small.codegen`: plain assignments (no declarations,
     no scopes), ``tl.where`` selects on [BLOCK] vectors of ``dtype``."""
 
     def __init__(self, w: _Writer, dtype: str) -> None:

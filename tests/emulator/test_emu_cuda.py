@@ -19,8 +19,9 @@ from mpslinalg.emulator import cuda, translate
 
 try:
     cuda._load_nvrtc()
-except cuda.NvrtcNotFoundError as exc:  # the test extra installs it on Linux
-    pytest.skip(f"NVRTC is not available: {exc}", allow_module_level=True)
+except cuda.NvrtcNotFoundError as exc:  # the test-cuda extra installs it on Linux
+    pytest.skip(f"NVRTC is not available (the test-cuda extra installs it: pip install -e "
+                f"'.[test-cuda]'): {exc}", allow_module_level=True)
 
 SOURCES = sorted(p.relative_to(_metal.metal_root()).as_posix()
                  for p in _metal.metal_root().rglob("*.metal"))

@@ -29,7 +29,8 @@ from mpslinalg.small import dispatch as si
 from mpslinalg.testing import random_matrix, singular_matrix
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="triton is not installed (pip install triton)")
+                                reason="triton is not installed: it comes with the test-cuda extra "
+                                "(pip install -e '.[test-cuda]')")
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (torch.float32, torch.float64)
