@@ -163,7 +163,7 @@ def _eigh_backward(ctx, gL: Tensor | None, gV: Tensor | None, ginfo):
                 raise RuntimeError(
                     "mpslinalg.eigh: The eigenvectors in the complex case are specified up to "
                     "multiplication by e^{i phi}. The specified loss function depends on this "
-                    "phase term, making it ill-defined.")
+                    "quantity, so it is ill-defined.")
         inner = 0.5 * (VhgV - VhgV.mH)
         E = L.unsqueeze(-2) - L.unsqueeze(-1)
         E.diagonal(dim1=-2, dim2=-1).fill_(1)
@@ -192,8 +192,11 @@ def _uplo(fn: str, UPLO: object) -> str:
     return UPLO.upper()
 
 
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
 def _real(dtype: torch.dtype) -> torch.dtype:
-    return dtype.to_real() if dtype.is_complex else dtype
+    return _REAL.get(dtype, dtype)
 
 
 @public(torch.linalg.eigh)
