@@ -15,7 +15,7 @@ import torch
 import mpslinalg
 
 from .._core.registry import bench_case, check_case, median_time
-from ..testing import _haar, _rng, eps, norm1, orthogonality_ratio, random_matrix, wide
+from ..testing import eps, norm1, orthogonality_ratio, random_matrix, wide
 
 
 def hermitian(A: torch.Tensor, UPLO: str = "L") -> torch.Tensor:
@@ -28,12 +28,13 @@ def hermitian(A: torch.Tensor, UPLO: str = "L") -> torch.Tensor:
 
 def hermitian_with_spectrum(eigenvalues, dtype=torch.float32, batch: tuple = (),
                             seed: int = 0) -> torch.Tensor:
-    """U diag(eigenvalues) U^H with Haar-distributed U (complex for a complex ``dtype``),
-    formed in float64 and rounded to ``dtype`` (then made exactly Hermitian)."""
-    lam = np.asarray(eigenvalues, dtype=np.float64)
-    u = _haar(_rng(seed), lam.shape[-1], dtype.is_complex, batch)
-    a = (u * lam[..., None, :]) @ np.conj(np.swapaxes(u, -1, -2))
-    A = torch.from_numpy(a)
+    """U diag(eigenvalues) U^H with a random unitary U (the Q factor of a standard normal
+    matrix; complex for a complex ``dtype``), formed in float64 and rounded to ``dtype``, exactly
+    Hermitian. ``eigenvalues`` has shape ``(*batch, n)`` or ``(n,)``."""
+    lam = torch.as_tensor(np.asarray(eigenvalues, dtype=np.float64))
+    wide_dtype = torch.complex128 if dtype.is_complex else torch.float64
+    U = torch.linalg.qr(random_matrix(lam.shape[-1], wide_dtype, batch, seed)).Q
+    A = (U * lam.to(wide_dtype)[..., None, :]) @ U.mH
     return hermitian(A, "L").to(dtype)
 
 

@@ -20,7 +20,6 @@ import mpslinalg
 from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
 from mpslinalg.cases.eigh import (
-    eigenvalue_ratio,
     eigh_ratios,
     hermitian,
     hermitian_with_spectrum,
