@@ -44,6 +44,9 @@ GROUP_MAX_PAIRS = 32  # kEighGroupMaxPairs
 MAX_THREADS = 1024  # kEighMaxThreads
 STATUS_INTS = 2  # kEighStatusInts
 
+#: The kernels index a matrix with 32-bit integers: n^2 < 2^31.
+MAX_N = 46340
+
 # Host-side launch geometry.
 SMALL_GROUP = 256  # eigh_small: one thread per matrix
 SIMD_WIDTH = 32
@@ -78,8 +81,11 @@ def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
     columns (an empty tensor when not ``vectors``); status (*, 2) int32, ``[info, sweeps]``.
     One launch (plus one gather for a non-contiguous ``A``); no device read.
     """
-    A = contiguous(A, fn)
     *batch_shape, n, _ = A.shape
+    if n > MAX_N:
+        raise ValueError(f"mpslinalg.{fn}: the metal backend supports matrices of order at most "
+                         f"{MAX_N} (n^2 < 2^31), got n = {n}; use the torch backend")
+    A = contiguous(A, fn)
     batch = math.prod(batch_shape)
     real = A.real.dtype if A.is_complex() else A.dtype
     w = torch.empty((*batch_shape, n), dtype=real, device=A.device)

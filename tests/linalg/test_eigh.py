@@ -275,6 +275,13 @@ def test_no_host_syncs(metal_backend):
     assert syncs.calls == []
 
 
+def test_metal_rejects_orders_past_32_bit_indexing(metal_backend):
+    n = eigh_module.MAX_N + 1
+    A = torch.zeros(1, 1, device=metal_backend.device).expand(n, n)  # no memory behind it
+    with pytest.raises(ValueError, match="mpslinalg.eigh: the metal backend supports matrices"):
+        mpslinalg.eigh(A)
+
+
 def test_metal_rejects_double(metal_backend):
     with pytest.raises(TypeError, match="mpslinalg.eigh: the metal backend"):
         mpslinalg.eigh(metal_backend.tensor(torch.eye(3, dtype=torch.float64)))
