@@ -42,7 +42,7 @@
 namespace mpsl {
 
 // Arguments of the eigh kernels, passed by the host as one list of int64 (field order:
-// mpslinalg.linalg.eigh_metal.EIGH_PARAMS; tests/linalg/test_eigh.py checks the two agree).
+// mpslinalg.linalg.eigh.EIGH_PARAMS; tests/linalg/test_eigh.py checks the two agree).
 struct EighParams {
   long n;        // order of the matrices
   long batch;    // number of matrices
