@@ -264,9 +264,10 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
         }
       }
       threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-      // A <- A J and V <- V J: pair k, row i.
+      // A <- A J and V <- V J: pair k, row i; neighbouring threads take the pairs of one row
+      // (the two columns of a pair are n apart in memory, the pairs of a row are not).
       for (long item = long(tid); item < long(pairs) * n; item += long(nthreads)) {
-        const int k = int(item / n), i = int(item % n);
+        const int k = int(item % pairs), i = int(item / pairs);
         if (rot[k * kEighRotFloats + 5] == 0.0f) {
           continue;
         }
