@@ -141,6 +141,9 @@ def _eigh_fake(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Ten
 
 
 def _eigh_save(ctx, inputs, outputs) -> None:
+    # An unused V (eigvalsh, or a loss of L alone) must reach the backward as None, as torch's
+    # undefined gradient, not as zeros: 0 / 0 at a repeated eigenvalue would give NaN.
+    ctx.set_materialize_grads(False)
     ctx.vectors = inputs[2]
     ctx.save_for_backward(outputs[0], outputs[1])
 
@@ -150,7 +153,7 @@ def _eigh_backward(ctx, gL: Tensor | None, gV: Tensor | None, ginfo):
     (the projection onto skew-Hermitian matrices), as torch's linalg_eig_backward for Hermitian
     input (torch/csrc/autograd/FunctionsManual.cpp; the formula of Giles 2008, "An extended
     collection of matrix derivative results for forward and reverse mode AD", sec. 3.1). As in
-    torch, repeated eigenvalues give non-finite gradients when gV is given, and a loss that
+    torch, repeated eigenvalues give non-finite gradients when the loss uses V, and a loss that
     depends on the complex phase of the eigenvectors raises (one device read in the backward
     pass, as torch's check)."""
     L, V = ctx.saved_tensors
@@ -170,10 +173,10 @@ def _eigh_backward(ctx, gL: Tensor | None, gV: Tensor | None, ginfo):
                     "mpslinalg.eigh: The eigenvectors in the complex case are specified up to "
                     "multiplication by e^{i phi}. The specified loss function depends on this "
                     "quantity, so it is ill-defined.")
-        inner = 0.5 * (VhgV - VhgV.mH)
+        skew = 0.5 * (VhgV - VhgV.mH)
         E = L.unsqueeze(-2) - L.unsqueeze(-1)
         E.diagonal(dim1=-2, dim2=-1).fill_(1)
-        inner = inner / E.to(inner.dtype)
+        inner = skew / E.to(skew.dtype)
         if gL is not None:
             inner.diagonal(dim1=-2, dim2=-1).copy_(gL)
     return V @ inner @ V.mH, None, None

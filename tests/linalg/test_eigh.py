@@ -325,6 +325,24 @@ def test_gradients_match_torch(backend):
                 torch.testing.assert_close(_grad(ours, A), ref_grad)
 
 
+def test_repeated_eigenvalues_gradients_as_torch(backend):
+    """At a repeated eigenvalue a loss of L alone (or eigvalsh) has a finite gradient, one that
+    uses V a non-finite one, as torch's."""
+    for dtype in DTYPES:
+        A = torch.diag(torch.tensor([1.0, 1.0, 2.0])).to(dtype)
+        ref = A.to(torch.complex128 if dtype.is_complex else torch.float64).requires_grad_()
+        torch.linalg.eigvalsh(ref).sum().backward()
+        for fn in (lambda M: mpslinalg.eigvalsh(M).sum(),
+                   lambda M: mpslinalg.eigh(M).eigenvalues.sum()):
+            M = backend.tensor(A).clone().requires_grad_()
+            fn(M).backward()
+            torch.testing.assert_close(wide(M.grad), ref.grad)
+        M = backend.tensor(A).clone().requires_grad_()
+        L, V = mpslinalg.eigh(M)
+        (V.abs().sum() + L.sum()).backward()
+        assert not torch.isfinite(M.grad).all()
+
+
 def test_complex_gauge_dependent_loss_raises(backend):
     """A loss that depends on the phase of complex eigenvectors is ill-defined: torch's error."""
     A = backend.tensor(random_hermitian(4, torch.complex64, (), seed=61)).requires_grad_()
