@@ -201,8 +201,8 @@ def test_device_memory_path(metal_backend, dtype):
 
 def test_device_path_matches_group_path(metal_backend, monkeypatch):
     """Both kernels run the same arithmetic in the same order: bit-identical results."""
-    for dtype in DTYPES:
-        A = metal_backend.tensor(random_hermitian(11, dtype, (2,), seed=31))
+    for dtype, n in [(torch.float32, 11), (torch.complex64, 11), (torch.float32, 12)]:
+        A = metal_backend.tensor(random_hermitian(n, dtype, (2,), seed=31))
         group = eigh_module.eigh_metal(A, lower=False, vectors=True)
         monkeypatch.setattr(eigh_module, "path", lambda n, dtype: "device")
         device = eigh_module.eigh_metal(A, lower=False, vectors=True)
