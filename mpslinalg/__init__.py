@@ -13,6 +13,7 @@ from . import ops as ops  # the companion module, mpslinalg.ops (documented on i
 from ._core.backend import get_backend, set_backend, use_backend
 from ._core.errors import LinAlgError, check_errors
 from .linalg.det import det, logdet, slogdet
+from .linalg.eigh import eigh, eigvalsh
 from .linalg.inverse import inv, inv_ex
 from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
 from .linalg.qr import geqrf, householder_product, lstsq, qr
@@ -30,6 +31,8 @@ __all__ = [
     "LinAlgError",
     "check_errors",
     "det",
+    "eigh",
+    "eigvalsh",
     "geqrf",
     "get_backend",
     "householder_product",

@@ -93,6 +93,10 @@ class OpInfo:
     #: dtypes the gradient test runs in (None: ``dtypes``); ops computing natively in
     #: float16 / bfloat16 differentiate in float32 only against the float64 reference.
     grad_dtypes: tuple[torch.dtype, ...] | None = None
+    #: Applied to each differentiable input inside the differentiated function of the
+    #: gradient test (None: identity); e.g. ``(A + A^H) / 2`` for ops that read one triangle of
+    #: a Hermitian input, whose derivative (torch's too) assumes a Hermitian perturbation.
+    grad_transform: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     @property
     def fn_name(self) -> str:
@@ -258,7 +262,7 @@ def check_gradients(info: OpInfo, backend) -> None:
                 def f(*diff, args=args, sample=sample):
                     full = list(args)
                     for i, d in zip(info.grad_args, diff, strict=True):
-                        full[i] = d
+                        full[i] = d if info.grad_transform is None else info.grad_transform(d)
                     return tuple(o for o in info.compare(info.op(*full, **sample.kwargs))
                                  if o.is_floating_point() or o.is_complex())
                 diff = [args[i].clone().requires_grad_() for i in info.grad_args]
@@ -274,7 +278,7 @@ def _grads(info: OpInfo, fn, sample: Sample, dtype, device) -> list[torch.Tensor
     args = [_convert(a, dtype, device) for a in sample.args]
     diff = [args[i].clone().requires_grad_() for i in info.grad_args]
     for i, d in zip(info.grad_args, diff, strict=True):
-        args[i] = d
+        args[i] = d if info.grad_transform is None else info.grad_transform(d)
     outputs = [o for o in info.compare(fn(*args, **sample.kwargs))
                if o.is_floating_point() or o.is_complex()]
     gen = torch.Generator().manual_seed(0)

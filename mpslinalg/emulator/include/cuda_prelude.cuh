@@ -266,6 +266,11 @@ template <class T, std::enable_if_t<std::is_same<T, float>::value, int> = 0>
 inline float clamp(T x, T lo, T hi) { return ::fminf(::fmaxf(x, lo), hi); }
 template <class T, std::enable_if_t<std::is_same<T, float>::value, int> = 0>
 inline float mix(T x, T y, T a) { return x + (y - x) * a; }
+// x 2^e and the mantissa / exponent split (exact, as Metal's).
+template <class T, std::enable_if_t<std::is_same<T, float>::value, int> = 0>
+inline float ldexp(T x, int e) { return ::ldexpf(x, e); }
+template <class T, std::enable_if_t<std::is_same<T, float>::value, int> = 0>
+inline float frexp(T x, int& e) { return ::frexpf(x, &e); }
 template <class T, std::enable_if_t<std::is_integral<T>::value, int> = 0> inline T min(T a, T b) { return b < a ? b : a; }
 template <class T, std::enable_if_t<std::is_integral<T>::value, int> = 0> inline T max(T a, T b) { return a < b ? b : a; }
 template <class T, std::enable_if_t<std::is_integral<T>::value, int> = 0> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }

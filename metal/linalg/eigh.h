@@ -1,0 +1,504 @@
+// Hermitian eigensolver: two-sided cyclic Jacobi (torch.linalg.eigh / eigvalsh).
+//
+// A = V diag(w) V^H for a Hermitian A given by one triangle (UPLO): the other triangle is never
+// read and the imaginary part of the diagonal is ignored (as LAPACK's heevd does). Each rotation
+// is metal/common/jacobi.h's (the one the Jacobi SVD uses): J^H A J zeroes a_pq, the diagonal
+// becomes a_pp - t |a_pq|, a_qq + t |a_pq| (Rutishauser's update, written exactly), and the
+// vectors accumulate as V <- V J.
+//
+// Scaling (LAPACK's xHEEV idea, made exact): A is multiplied by 2^-e with 2^(e-1) <= max|a_ij| <
+// 2^e, so the entries are O(1) whatever their scale (1e-30 and 1e30 in float32 keep full relative
+// accuracy); the eigenvalues are multiplied back by 2^e (exact unless the result itself
+// overflows or underflows).
+//
+// Convergence (Demmel and Veselic 1992, "Jacobi's method is more accurate than QR", the relative
+// criterion): the pair (p, q) is rotated while |a_pq| > eps sqrt(|a_pp| |a_qq|) (and above a
+// negligible absolute size); a sweep with no rotation ends the iteration. At most kEighMaxSweeps
+// sweeps run: every loop has a fixed or bounded trip count, so nothing hangs.
+//
+// Non-finite input (any NaN or Inf in the read triangle): eigenvalues and vectors are NaN, found
+// before any sweep (so it costs one pass over the matrix).
+//
+// The status buffer holds two int32 per matrix: info (0 converged; n for non-finite input; else
+// the number of rotations of the last sweep, > 0) and the sweeps run (the last, rotation-free
+// one included).
+//
+// Kernels:
+//   eigh_small<T, N>   N <= kEighSmallMax: one matrix per thread in registers, cyclic order.
+//   eigh_group<T>      one threadgroup per matrix, A and V staged in threadgroup memory; pairs
+//                      in the parallel round-robin order (Brent and Luk 1985, "The solution of
+//                      singular-value and symmetric eigenvalue problems on multiprocessor
+//                      arrays"): each of the m - 1 steps of a sweep (m = n rounded up to even)
+//                      rotates m / 2 disjoint pairs at once.
+//   eigh_device<T>     the same on A and V held in device memory (workspace), for matrices
+//                      larger than threadgroup memory: one threadgroup per matrix.
+#pragma once
+
+#include "../common/defines.h"
+#include "../common/jacobi.h"
+#include "../common/scalar.h"
+#include "../common/simd.h"
+
+namespace mpsl {
+
+// Arguments of the eigh kernels, passed by the host as one list of int64 (field order:
+// mpslinalg.linalg.eigh.EIGH_PARAMS; tests/linalg/test_eigh.py checks the two agree).
+struct EighParams {
+  long n;        // order of the matrices
+  long batch;    // number of matrices
+  long lower;    // 1: the lower triangle is read (UPLO='L'), 0: the upper one
+  long vectors;  // 1: eigenvectors are computed and written
+};
+
+// eigh_small serves matrices of order at most this.
+constant constexpr int kEighSmallMax = 4;
+// Bound on the sweeps (quadratic convergence takes about 5 to 12 in float32).
+constant constexpr int kEighMaxSweeps = 40;
+// Relative convergence threshold: float32's machine epsilon (2^-23).
+constant constexpr float kEighTol = 1.1920929e-7f;
+// Off-diagonal entries below this (the matrix scaled to max|a_ij| ~ 1) are negligible.
+constant constexpr float kEighNegligible = 1.0e-30f;
+// Threadgroup memory of eigh_group staging A and V (the rest holds the rotations and scratch):
+// n^2 elements each, so n <= 62 in float32 and n <= 44 in complex64.
+constant constexpr int kEighStageBytes = 31744;
+// Floats per pair in the rotation buffer: c, Re s, Im s, new a_pp, new a_qq, active flag.
+constant constexpr int kEighRotFloats = 6;
+// Most pairs of one eigh_group step (n <= 62 gives 31; 32 for the rounding).
+constant constexpr int kEighGroupMaxPairs = 32;
+// Threads per threadgroup of eigh_group / eigh_device at most.
+constant constexpr int kEighMaxThreads = kMaxThreadsPerGroup;
+// status buffer: int32 per matrix.
+constant constexpr int kEighStatusInts = 2;
+
+static_assert(kEighStageBytes + kEighGroupMaxPairs * kEighRotFloats * sizeof(float) +
+                      2 * (kMaxThreadsPerGroup / kSimdWidth) * sizeof(float) <=
+                  kMaxThreadgroupMemoryBytes,
+              "eigh_group's threadgroup memory must fit");
+
+// ---- element helpers ----
+
+inline float eigh_real(float a) { return a; }
+inline float eigh_real(float2 a) { return a.x; }
+inline bool eigh_finite(float a) { return metal::isfinite(a); }
+inline bool eigh_finite(float2 a) { return metal::isfinite(a.x) && metal::isfinite(a.y); }
+inline float eigh_ldexp(float a, int e) { return metal::ldexp(a, e); }
+inline float2 eigh_ldexp(float2 a, int e) {
+  return float2(metal::ldexp(a.x, e), metal::ldexp(a.y, e));
+}
+
+template <typename T> inline T eigh_from_real(float a);
+template <> inline float eigh_from_real<float>(float a) { return a; }
+template <> inline float2 eigh_from_real<float2>(float a) { return float2(a, 0.0f); }
+
+inline void eigh_store_sine(thread float* r, float s) {
+  r[1] = s;
+  r[2] = 0.0f;
+}
+inline void eigh_store_sine(thread float* r, float2 s) {
+  r[1] = s.x;
+  r[2] = s.y;
+}
+template <typename T> inline T eigh_load_sine(float re, float im);
+template <> inline float eigh_load_sine<float>(float re, float im) { return re; }
+template <> inline float2 eigh_load_sine<float2>(float re, float im) { return float2(re, im); }
+
+// Entry (i, j) of the Hermitian matrix whose `lower` (or upper) triangle is stored row-major
+// at a: the mirrored triangle is the conjugate, the diagonal real.
+template <typename T>
+inline T eigh_read(device const T* a, long n, long i, long j, bool lower) {
+  if (i == j) {
+    return eigh_from_real<T>(eigh_real(a[i * n + i]));
+  }
+  const bool stored = lower ? i > j : i < j;
+  return stored ? a[i * n + j] : conj(a[j * n + i]);
+}
+
+// Whether the pair with this off-diagonal entry and diagonal is rotated.
+inline bool eigh_needs_rotation(float off, float a_pp, float a_qq) {
+  return off > kEighNegligible &&
+         off > kEighTol * metal::sqrt(metal::fabs(a_pp)) * metal::sqrt(metal::fabs(a_qq));
+}
+
+// The pair (p, q), p < q, of step r of the round-robin order on m (even) indices: index m - 1
+// stays, the others turn (the circle method); index n (when n is odd, m = n + 1) is a dummy.
+inline void eigh_round_robin(int m, int r, int k, thread int& p, thread int& q) {
+  int x, y;
+  if (k == 0) {
+    x = m - 1;
+    y = r;
+  } else {
+    x = (r + k) % (m - 1);
+    y = (r - k + (m - 1)) % (m - 1);
+  }
+  p = metal::min(x, y);
+  q = metal::max(x, y);
+}
+
+// Position of eigenvalue i in ascending order (ties by index; NaN last, as in a total order).
+inline int eigh_rank(float wi, int i, float wj, int j) {
+  const bool i_nan = metal::isnan(wi), j_nan = metal::isnan(wj);
+  if (i_nan || j_nan) {
+    return (j_nan && !i_nan) ? 0 : ((i_nan && !j_nan) ? 1 : (j < i ? 1 : 0));
+  }
+  return (wj < wi || (wj == wi && j < i)) ? 1 : 0;
+}
+
+// ---- one threadgroup per matrix ----
+
+// max over the threadgroup of a non-negative value per thread; scratch holds one float per
+// simdgroup. Every thread gets the result.
+inline float eigh_group_max(float x, threadgroup float* scratch, uint tid, uint nthreads) {
+  const float s = metal::simd_max(x);
+  const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
+  const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
+  if (lane == 0) {
+    scratch[sg] = s;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  float m = 0.0f;
+  for (uint k = 0; k < nsg; ++k) {
+    m = metal::max(m, scratch[k]);
+  }
+  // scratch is reused by the next reduction: every thread must have read it first.
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  return m;
+}
+
+// Sum over the threadgroup (as eigh_group_max).
+inline float eigh_group_sum(float x, threadgroup float* scratch, uint tid, uint nthreads) {
+  const float s = metal::simd_sum(x);
+  const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
+  const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
+  if (lane == 0) {
+    scratch[sg] = s;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  float total = 0.0f;
+  for (uint k = 0; k < nsg; ++k) {
+    total += scratch[k];
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  return total;
+}
+
+// The sweeps and the output of one matrix, held at x (A) and vm (V) (threadgroup or device
+// memory: P is the pointer type), with rotations in rot (kEighRotFloats per pair, threadgroup or
+// device memory: R). The whole threadgroup calls it; barriers are on both memories (the same
+// code serves both).
+template <typename T, typename P, typename R>
+inline void eigh_jacobi(device const T* a, device float* w, device T* v, device int* status,
+                        constant EighParams& p, P x, P vm, R rot, threadgroup float* scratch,
+                        long b, uint tid, uint nthreads) {
+  const int n = int(p.n);
+  const bool lower = p.lower != 0;
+  const bool vectors = p.vectors != 0;
+  const long nn = long(n) * n;
+  device const T* ab = a + b * nn;
+  float amax = 0.0f;
+  float bad = 0.0f;
+  for (long k = long(tid); k < nn; k += long(nthreads)) {
+    const long i = k / n, j = k % n;
+    const T value = eigh_read(ab, n, i, j, lower);
+    x[k] = value;
+    if (vectors) {
+      vm[k] = i == j ? one<T>() : zero<T>();
+    }
+    bad = eigh_finite(value) ? bad : 1.0f;
+    amax = metal::max(amax, modulus(value));
+  }
+  const float any_bad = eigh_group_max(bad, scratch, tid, nthreads);
+  amax = eigh_group_max(amax, scratch, tid, nthreads);
+  device int* st = status + b * kEighStatusInts;
+  if (any_bad != 0.0f) {
+    for (long k = long(tid); k < nn; k += long(nthreads)) {
+      if (vectors) {
+        v[b * nn + k] = eigh_from_real<T>(NAN);
+      }
+      if (k < n) {
+        w[b * n + k] = NAN;
+      }
+    }
+    if (tid == 0) {
+      st[0] = n;
+      st[1] = 0;
+    }
+    return;
+  }
+  int e = 0;
+  if (amax > 0.0f) {
+    metal::frexp(amax, e);
+  }
+  for (long k = long(tid); k < nn; k += long(nthreads)) {
+    x[k] = eigh_ldexp(x[k], -e);
+  }
+  const int m = n + (n & 1);
+  const int pairs = m / 2;
+  int sweeps = 0;
+  float rotations = 0.0f;
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  for (int sweep = 0; sweep < kEighMaxSweeps; ++sweep) {
+    ++sweeps;
+    float mine = 0.0f;  // rotations of this thread's pairs in this sweep
+    for (int r = 0; r < m - 1; ++r) {
+      // The rotations of the m / 2 disjoint pairs, from the same A.
+      for (int k = int(tid); k < pairs; k += int(nthreads)) {
+        int pp, qq;
+        eigh_round_robin(m, r, k, pp, qq);
+        float rk[kEighRotFloats] = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (qq < n) {
+          const float a_pp = eigh_real(x[pp * n + pp]), a_qq = eigh_real(x[qq * n + qq]);
+          const T a_pq = x[pp * n + qq];
+          const float off = modulus(a_pq);
+          if (eigh_needs_rotation(off, a_pp, a_qq)) {
+            const JacobiRotation<T> jr = jacobi_rotation(a_pp, a_qq, a_pq);
+            rk[0] = jr.c;
+            eigh_store_sine(rk, jr.s);
+            rk[3] = a_pp - jr.t * off;
+            rk[4] = a_qq + jr.t * off;
+            rk[5] = 1.0f;
+            mine += 1.0f;
+          }
+        }
+        for (int f = 0; f < kEighRotFloats; ++f) {
+          rot[k * kEighRotFloats + f] = rk[f];
+        }
+      }
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+      // A <- A J and V <- V J: pair k, row i; neighbouring threads take the pairs of one row
+      // (the two columns of a pair are n apart in memory, the pairs of a row are not).
+      for (long item = long(tid); item < long(pairs) * n; item += long(nthreads)) {
+        const int k = int(item % pairs), i = int(item / pairs);
+        if (rot[k * kEighRotFloats + 5] == 0.0f) {
+          continue;
+        }
+        int pp, qq;
+        eigh_round_robin(m, r, k, pp, qq);
+        JacobiRotation<T> jr;
+        jr.c = rot[k * kEighRotFloats];
+        jr.s = eigh_load_sine<T>(rot[k * kEighRotFloats + 1], rot[k * kEighRotFloats + 2]);
+        jr.t = 0.0f;
+        T y0 = x[i * n + pp], y1 = x[i * n + qq];
+        rotate_pair(y0, y1, jr);
+        x[i * n + pp] = y0;
+        x[i * n + qq] = y1;
+        if (vectors) {
+          T z0 = vm[i * n + pp], z1 = vm[i * n + qq];
+          rotate_pair(z0, z1, jr);
+          vm[i * n + pp] = z0;
+          vm[i * n + qq] = z1;
+        }
+      }
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+      // A <- J^H A (rows p and q through their conjugates): pair k, column j; the 2 x 2 block
+      // gets its exact values.
+      for (long item = long(tid); item < long(pairs) * n; item += long(nthreads)) {
+        const int k = int(item / n), j = int(item % n);
+        if (rot[k * kEighRotFloats + 5] == 0.0f) {
+          continue;
+        }
+        int pp, qq;
+        eigh_round_robin(m, r, k, pp, qq);
+        if (j == pp) {
+          x[pp * n + pp] = eigh_from_real<T>(rot[k * kEighRotFloats + 3]);
+          x[qq * n + pp] = zero<T>();
+          continue;
+        }
+        if (j == qq) {
+          x[pp * n + qq] = zero<T>();
+          x[qq * n + qq] = eigh_from_real<T>(rot[k * kEighRotFloats + 4]);
+          continue;
+        }
+        JacobiRotation<T> jr;
+        jr.c = rot[k * kEighRotFloats];
+        jr.s = eigh_load_sine<T>(rot[k * kEighRotFloats + 1], rot[k * kEighRotFloats + 2]);
+        jr.t = 0.0f;
+        T r0 = conj(x[pp * n + j]), r1 = conj(x[qq * n + j]);
+        rotate_pair(r0, r1, jr);
+        x[pp * n + j] = conj(r0);
+        x[qq * n + j] = conj(r1);
+      }
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    }
+    rotations = eigh_group_sum(mine, scratch, tid, nthreads);
+    if (rotations == 0.0f) {
+      break;
+    }
+  }
+  for (int i = int(tid); i < n; i += int(nthreads)) {
+    const float di = eigh_real(x[i * n + i]);
+    int rank = 0;
+    for (int j = 0; j < n; ++j) {
+      rank += j == i ? 0 : eigh_rank(di, i, eigh_real(x[j * n + j]), j);
+    }
+    w[b * n + rank] = metal::ldexp(di, e);
+    if (vectors) {
+      for (int row = 0; row < n; ++row) {
+        v[b * nn + long(row) * n + rank] = vm[row * n + i];
+      }
+    }
+  }
+  if (tid == 0) {
+    st[0] = int(rotations);
+    st[1] = sweeps;
+  }
+}
+
+}  // namespace mpsl
+
+// Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
+
+// ---- one matrix per thread (n <= kEighSmallMax) ----
+
+// Grid: (batch rounded up to the group width). w (batch, N) real, v (batch, N, N) when
+// p.vectors, status (batch, 2).
+template <typename T, int N>
+[[kernel]] void eigh_small(
+    device const T* a [[buffer(0)]],
+    device float* w [[buffer(1)]],
+    device T* v [[buffer(2)]],
+    device int* status [[buffer(3)]],
+    constant mpsl::EighParams& p [[buffer(4)]],
+    uint gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long b = long(gid);
+  if (b >= p.batch) {
+    return;
+  }
+  const bool lower = p.lower != 0;
+  device const T* ab = a + b * N * N;
+  T x[N][N];
+  T vv[N][N];
+  float amax = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < N; ++i) {
+    for (int j = 0; j < N; ++j) {
+      x[i][j] = eigh_read(ab, N, i, j, lower);
+      vv[i][j] = i == j ? one<T>() : zero<T>();
+      finite = finite && eigh_finite(x[i][j]);
+      amax = metal::max(amax, modulus(x[i][j]));
+    }
+  }
+  device int* st = status + b * kEighStatusInts;
+  if (!finite) {
+    for (int i = 0; i < N; ++i) {
+      w[b * N + i] = NAN;
+      for (int j = 0; j < N; ++j) {
+        if (p.vectors != 0) {
+          v[b * N * N + i * N + j] = eigh_from_real<T>(NAN);
+        }
+      }
+    }
+    st[0] = N;
+    st[1] = 0;
+    return;
+  }
+  int e = 0;
+  if (amax > 0.0f) {
+    metal::frexp(amax, e);
+  }
+  for (int i = 0; i < N; ++i) {
+    for (int j = 0; j < N; ++j) {
+      x[i][j] = eigh_ldexp(x[i][j], -e);
+    }
+  }
+  int sweeps = 0;
+  int rotations = 0;
+  for (int sweep = 0; sweep < kEighMaxSweeps; ++sweep) {
+    ++sweeps;
+    rotations = 0;
+    for (int pp = 0; pp < N - 1; ++pp) {
+      for (int qq = pp + 1; qq < N; ++qq) {
+        const float a_pp = eigh_real(x[pp][pp]), a_qq = eigh_real(x[qq][qq]);
+        const T a_pq = x[pp][qq];
+        const float off = modulus(a_pq);
+        if (!eigh_needs_rotation(off, a_pp, a_qq)) {
+          continue;
+        }
+        ++rotations;
+        const JacobiRotation<T> rot = jacobi_rotation(a_pp, a_qq, a_pq);
+        for (int i = 0; i < N; ++i) {  // A <- A J
+          rotate_pair(x[i][pp], x[i][qq], rot);
+        }
+        for (int j = 0; j < N; ++j) {  // A <- J^H A, through the conjugates of the two rows
+          T r0 = conj(x[pp][j]), r1 = conj(x[qq][j]);
+          rotate_pair(r0, r1, rot);
+          x[pp][j] = conj(r0);
+          x[qq][j] = conj(r1);
+        }
+        x[pp][pp] = eigh_from_real<T>(a_pp - rot.t * off);
+        x[qq][qq] = eigh_from_real<T>(a_qq + rot.t * off);
+        x[pp][qq] = zero<T>();
+        x[qq][pp] = zero<T>();
+        for (int i = 0; i < N; ++i) {  // V <- V J
+          rotate_pair(vv[i][pp], vv[i][qq], rot);
+        }
+      }
+    }
+    if (rotations == 0) {
+      break;
+    }
+  }
+  float d[N];
+  for (int i = 0; i < N; ++i) {
+    d[i] = eigh_real(x[i][i]);
+  }
+  for (int i = 0; i < N; ++i) {
+    int rank = 0;
+    for (int j = 0; j < N; ++j) {
+      rank += j == i ? 0 : eigh_rank(d[i], i, d[j], j);
+    }
+    w[b * N + rank] = metal::ldexp(d[i], e);
+    if (p.vectors != 0) {
+      for (int r = 0; r < N; ++r) {
+        v[b * N * N + r * N + rank] = vv[r][i];
+      }
+    }
+  }
+  st[0] = rotations;
+  st[1] = sweeps;
+}
+
+// Grid: (group width, batch), one threadgroup per matrix; n <= the staging limit (see
+// kEighStageBytes). Buffers as eigh_small.
+template <typename T>
+[[kernel]] void eigh_group(
+    device const T* a [[buffer(0)]],
+    device float* w [[buffer(1)]],
+    device T* v [[buffer(2)]],
+    device int* status [[buffer(3)]],
+    constant mpsl::EighParams& p [[buffer(4)]],
+    uint2 tpos [[thread_position_in_threadgroup]],
+    uint2 tgpos [[threadgroup_position_in_grid]],
+    uint2 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float2 stage[kEighStageBytes / sizeof(float2)];
+  threadgroup float rot[kEighGroupMaxPairs * kEighRotFloats];
+  threadgroup float scratch[kMaxThreadsPerGroup / kSimdWidth];
+  threadgroup T* x = reinterpret_cast<threadgroup T*>(&stage[0]);
+  threadgroup T* vm = x + p.n * p.n;
+  eigh_jacobi<T>(a, w, v, status, p, x, vm, &rot[0], &scratch[0], long(tgpos.y), tpos.x, tpg.x);
+}
+
+// Grid: (group width, batch), one threadgroup per matrix of any order. work holds 2 n^2
+// elements per matrix (A and V), rot kEighRotFloats floats per pair per matrix.
+template <typename T>
+[[kernel]] void eigh_device(
+    device const T* a [[buffer(0)]],
+    device float* w [[buffer(1)]],
+    device T* v [[buffer(2)]],
+    device int* status [[buffer(3)]],
+    constant mpsl::EighParams& p [[buffer(4)]],
+    device T* work [[buffer(5)]],
+    device float* rot [[buffer(6)]],
+    uint2 tpos [[thread_position_in_threadgroup]],
+    uint2 tgpos [[threadgroup_position_in_grid]],
+    uint2 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float scratch[kMaxThreadsPerGroup / kSimdWidth];
+  const long b = long(tgpos.y);
+  const long nn = p.n * p.n;
+  const long pairs = (p.n + 1) / 2;
+  device T* x = work + b * 2 * nn;
+  eigh_jacobi<T>(a, w, v, status, p, x, x + nn, rot + b * pairs * kEighRotFloats, &scratch[0],
+                 b, tpos.x, tpg.x);
+}

@@ -1,0 +1,287 @@
+"""Hermitian eigendecomposition: ``eigh`` and ``eigvalsh`` with torch.linalg semantics.
+
+Op ``mpslinalg::eigh``: on the metal backend the two-sided cyclic Jacobi kernels of
+``metal/linalg/eigh.metal`` (see :doc:`eigh`), one launch for any batch:
+
+- n <= ``SMALL_MAX``: ``eigh_small``, one matrix per thread in registers;
+- n up to the staging limit (62 in float32, 44 in complex64): ``eigh_group``, one threadgroup
+  per matrix, A and V in threadgroup memory, pairs in the parallel round-robin order;
+- larger n: ``eigh_device``, the same on A and V in a device-memory workspace.
+
+Only the ``UPLO`` triangle is read. Eigenvalues come back ascending (real), eigenvectors as the
+columns of V. Non-finite input gives NaN eigenvalues and vectors (torch raises for NaN on the
+CPU; the metal path never reads the device to raise). Convergence is reported on the device:
+the op's third output, ``info`` (0 converged; n for non-finite input; otherwise the rotations of
+the last of ``MAX_SWEEPS`` sweeps), which the public functions do not return.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .._core import checks
+from .._core import metal as _metal
+from .._core.copy import contiguous
+from .._core.metal import launch
+from .._core.op import Op, call_torch, cast_back, public, write_out
+
+__all__ = ["eigh", "eigvalsh"]
+
+_SOURCE = "linalg/eigh.metal"
+
+#: Fields of the kernels' EighParams struct, in order (each an int64).
+EIGH_PARAMS = ("n", "batch", "lower", "vectors")
+
+# Mirrors of the named constants of metal/linalg/eigh.h (tests/linalg/test_eigh.py checks them).
+SMALL_MAX = 4  # kEighSmallMax
+MAX_SWEEPS = 40  # kEighMaxSweeps
+STAGE_BYTES = 31744  # kEighStageBytes: threadgroup memory for A and V in eigh_group
+ROT_FLOATS = 6  # kEighRotFloats
+GROUP_MAX_PAIRS = 32  # kEighGroupMaxPairs
+MAX_THREADS = 1024  # kEighMaxThreads
+STATUS_INTS = 2  # kEighStatusInts
+
+#: The kernels index a matrix with 32-bit integers: n^2 < 2^31.
+MAX_N = 46340
+
+# Host-side launch geometry.
+SMALL_GROUP = 256  # eigh_small: one thread per matrix
+SIMD_WIDTH = 32
+
+
+def group_max_n(dtype: torch.dtype) -> int:
+    """The largest order eigh_group stages (A and V, n^2 elements each, in STAGE_BYTES)."""
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    return math.isqrt(STAGE_BYTES // (2 * itemsize))
+
+
+def _group_threads(n: int) -> int:
+    """Threads of an eigh_group / eigh_device threadgroup: one per (pair, row) item of a
+    rotation step, rounded up to whole simdgroups, at most MAX_THREADS."""
+    items = (n + 1) // 2 * n
+    return min(MAX_THREADS, _metal.ceil_div(items, SIMD_WIDTH) * SIMD_WIDTH)
+
+
+def path(n: int, dtype: torch.dtype) -> str:
+    """Which kernel serves order n: 'small', 'group' or 'device'."""
+    if n <= SMALL_MAX:
+        return "small"
+    return "group" if n <= group_max_n(dtype) else "device"
+
+
+def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """Eigenvalues, eigenvectors and status of the (*, n, n) float32 / complex64 tensor ``A``
+    (not modified), of which the ``lower`` (or upper) triangle is read.
+
+    Returns ``(w, V, status)``: w (*, n) real ascending; V (*, n, n) with the eigenvectors as
+    columns (an empty tensor when not ``vectors``); status (*, 2) int32, ``[info, sweeps]``.
+    One launch (plus one gather for a non-contiguous ``A``); no device read.
+    """
+    *batch_shape, n, _ = A.shape
+    if n > MAX_N:
+        raise ValueError(f"mpslinalg.{fn}: the metal backend supports matrices of order at most "
+                         f"{MAX_N} (n^2 < 2^31), got n = {n}; use the torch backend")
+    A = contiguous(A, fn)
+    batch = math.prod(batch_shape)
+    real = A.real.dtype if A.is_complex() else A.dtype
+    w = torch.empty((*batch_shape, n), dtype=real, device=A.device)
+    V = (torch.empty((*batch_shape, n, n), dtype=A.dtype, device=A.device) if vectors
+         else A.new_empty(0))
+    status = torch.zeros((*batch_shape, STATUS_INTS), dtype=torch.int32, device=A.device)
+    if batch == 0 or n == 0:
+        return w, V, status
+    v_arg = V if vectors else A.new_empty(1)  # never written
+    params = [n, batch, int(lower), int(vectors)]
+    kind = path(n, A.dtype)
+    if kind == "small":
+        kernel = _metal.kernel(_SOURCE, "eigh_small", A.dtype, A.device, fn=fn, n=n)
+        group = min(SMALL_GROUP, _metal.ceil_div(batch, SIMD_WIDTH) * SIMD_WIDTH)
+        launch(kernel, A, w, v_arg, status, params,
+               threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
+        return w, V, status
+    threads = _group_threads(n)
+    if kind == "group":
+        kernel = _metal.kernel(_SOURCE, "eigh_group", A.dtype, A.device, fn=fn)
+        launch(kernel, A, w, v_arg, status, params, threads=[threads, batch],
+               group_size=[threads, 1])
+        return w, V, status
+    work = torch.empty((batch, 2, n, n), dtype=A.dtype, device=A.device)
+    rot = torch.empty((batch, (n + 1) // 2 * ROT_FLOATS), dtype=torch.float32, device=A.device)
+    kernel = _metal.kernel(_SOURCE, "eigh_device", A.dtype, A.device, fn=fn)
+    launch(kernel, A, w, v_arg, status, params, work, rot, threads=[threads, batch],
+           group_size=[threads, 1])
+    return w, V, status
+
+
+# ---------------------------------------------------------------- mpslinalg::eigh
+
+
+def _eigh_metal(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
+    w, V, status = eigh_metal(A, lower=UPLO == "L", vectors=vectors)
+    return w, V, status[..., 0]
+
+
+def _eigh_torch(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    if vectors:
+        w, V = call_torch("eigh", torch.linalg.eigh, A, UPLO)
+        return w, V, info
+    return call_torch("eigvalsh", torch.linalg.eigvalsh, A, UPLO), A.new_empty(0), info
+
+
+def _eigh_fake(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
+    real = A.real.dtype if A.is_complex() else A.dtype
+    V = A.new_empty(A.shape) if vectors else A.new_empty(0)
+    return (A.new_empty(A.shape[:-1], dtype=real), V,
+            A.new_empty(A.shape[:-2], dtype=torch.int32))
+
+
+def _eigh_save(ctx, inputs, outputs) -> None:
+    # An unused V (eigvalsh, or a loss of L alone) must reach the backward as None, as torch's
+    # undefined gradient, not as zeros: 0 / 0 at a repeated eigenvalue would give NaN.
+    ctx.set_materialize_grads(False)
+    ctx.vectors = inputs[2]
+    ctx.save_for_backward(outputs[0], outputs[1])
+
+
+def _eigh_backward(ctx, gL: Tensor | None, gV: Tensor | None, ginfo):
+    """gA = V (diag(gL) + sym(V^H gV) / E) V^H with E_ij = L_j - L_i and sym(X) = (X - X^H) / 2
+    (the projection onto skew-Hermitian matrices), as torch's linalg_eig_backward for Hermitian
+    input (torch/csrc/autograd/FunctionsManual.cpp; the formula of Giles 2008, "An extended
+    collection of matrix derivative results for forward and reverse mode AD", sec. 3.1). As in
+    torch, repeated eigenvalues give non-finite gradients when the loss uses V, and a loss that
+    depends on the complex phase of the eigenvectors raises (one device read in the backward
+    pass, as torch's check)."""
+    L, V = ctx.saved_tensors
+    if not ctx.vectors:
+        raise RuntimeError("mpslinalg.eigvalsh: internal error: the eigenvectors needed by the "
+                           "derivative were not computed")
+    if gL is None and gV is None:
+        return None, None, None
+    if gV is None:
+        inner = torch.diag_embed(gL.to(V.dtype))
+    else:
+        VhgV = V.mH @ gV
+        if V.is_complex() and torch._guards.detect_fake_mode((V,)) is None:
+            phase = VhgV.diagonal(dim1=-2, dim2=-1).imag
+            if not torch.allclose(phase, torch.zeros_like(phase), rtol=1e-2, atol=1e-2):
+                raise RuntimeError(
+                    "mpslinalg.eigh: The eigenvectors in the complex case are specified up to "
+                    "multiplication by e^{i phi}. The specified loss function depends on this "
+                    "quantity, so it is ill-defined.")
+        skew = 0.5 * (VhgV - VhgV.mH)
+        E = L.unsqueeze(-2) - L.unsqueeze(-1)
+        E.diagonal(dim1=-2, dim2=-1).fill_(1)
+        inner = skew / E.to(skew.dtype)
+        if gL is not None:
+            inner.diagonal(dim1=-2, dim2=-1).copy_(gL)
+    return V @ inner @ V.mH, None, None
+
+
+#: (eigenvalues, eigenvectors or an empty tensor, info) of Hermitian ``A`` given by the
+#: ``UPLO`` triangle.
+eigh_op = Op(
+    "eigh", "(Tensor A, str UPLO, bool vectors) -> (Tensor, Tensor, Tensor)",
+    forward={"metal": _eigh_metal, "torch": _eigh_torch},
+    fake=_eigh_fake, save=_eigh_save, backward=_eigh_backward)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def _uplo(fn: str, UPLO: object) -> str:
+    """'L' or 'U' (either case), as torch accepts."""
+    if not isinstance(UPLO, str) or UPLO.upper() not in ("L", "U"):
+        raise RuntimeError(f"mpslinalg.{fn}: Expected UPLO argument to be 'L' or 'U', but got "
+                           f"{UPLO}")
+    return UPLO.upper()
+
+
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def _real(dtype: torch.dtype) -> torch.dtype:
+    return _REAL.get(dtype, dtype)
+
+
+@public(torch.linalg.eigh)
+def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None):
+    r"""Eigenvalues and eigenvectors of a Hermitian (real symmetric) matrix; like
+    :func:`torch.linalg.eigh`: ``A = V diag(L) V^H``.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, n, n)``. Only the triangle named by ``UPLO`` is read (the imaginary part of the
+        diagonal is ignored).
+    UPLO : {'L', 'U'}, optional
+        Which triangle to read (lower case accepted).
+    out : tuple of Tensor, optional
+        ``(eigenvalues, eigenvectors)`` to write the results into.
+
+    Returns
+    -------
+    eigenvalues : Tensor
+        ``(*, n)``, real, ascending.
+    eigenvectors : Tensor
+        ``(*, n, n)``, A's dtype: orthonormal (unitary) columns, each defined up to sign (real)
+        or phase (complex). Differentiable (torch's rule).
+
+    Notes
+    -----
+    On the metal backend: two-sided Jacobi with exact power-of-two scaling (see :doc:`eigh`),
+    one launch for any batch, no device read; non-finite input gives NaN results (torch raises
+    on the CPU for NaN).
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[2., 1.], [1., 2.]])
+    >>> L, V = mpslinalg.eigh(A)
+    >>> L
+    tensor([1., 3.])
+    >>> torch.allclose(V @ torch.diag(L) @ V.mT, A)
+    True
+    """
+    A, Ac, backend = checks.prepare("eigh", A)
+    uplo = _uplo("eigh", UPLO)
+    L, V, _ = eigh_op(Ac, uplo, True, backend, False, "")
+    result = torch.return_types.linalg_eigh((cast_back(L, _real(A.dtype)),
+                                             cast_back(V, A.dtype)))
+    return write_out("eigh", out, result)
+
+
+@public(torch.linalg.eigvalsh)
+def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor:
+    r"""Eigenvalues of a Hermitian (real symmetric) matrix; like :func:`torch.linalg.eigvalsh`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, n, n)``. Only the triangle named by ``UPLO`` is read.
+    UPLO : {'L', 'U'}, optional
+        Which triangle to read (lower case accepted).
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        ``(*, n)``, real, ascending. Differentiable (``V diag(gL) V^H``; the eigenvectors are
+        then computed too).
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> mpslinalg.eigvalsh(torch.tensor([[2., 1.], [1., 2.]]))
+    tensor([1., 3.])
+    """
+    A, Ac, backend = checks.prepare("eigvalsh", A)
+    uplo = _uplo("eigvalsh", UPLO)
+    vectors = Ac.requires_grad and torch.is_grad_enabled()
+    L, _, _ = eigh_op(Ac, uplo, vectors, backend, False, "")
+    return write_out("eigvalsh", out, cast_back(L, _real(A.dtype)))
