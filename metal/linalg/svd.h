@@ -41,8 +41,8 @@ constant constexpr int kSvdMaxSweeps = 30;
 // info values other than a sweep count.
 constant constexpr int kSvdNotConverged = -1;
 constant constexpr int kSvdNonFinite = -2;
-// A pair is rotated when |x^H y| / (|x| |y|) exceeds kSvdTolFactor * rows * eps (xGESVJ's
-// CTOL = M).
+// A pair is rotated when |x^H y| / (|x| |y|) exceeds kSvdTolFactor * sqrt(rows) * eps (xGESVJ's
+// CTOL = sqrt(M) when U is wanted): |U^H U - I| stays O(n eps) rather than O(n^2 eps).
 constant constexpr float kSvdTolFactor = 1.0f;
 constant constexpr float kSvdEps = 1.1920929e-7f;  // FLT_EPSILON
 // Below this norm (of the matrix scaled to max|a_ij| in [0.5, 1)) a column's entries may be
@@ -85,7 +85,7 @@ inline int svd_scale_exponent(float anrm) {
   return e;
 }
 
-inline float svd_tolerance(long rows) { return kSvdTolFactor * float(rows) * kSvdEps; }
+inline float svd_tolerance(long rows) { return kSvdTolFactor * metal::sqrt(float(rows)) * kSvdEps; }
 
 // The rotation that makes columns x, y orthogonal, given their norms nx, ny > 0 and the cosine
 // c = x^H y / (nx ny): the Gram matrix [[nx^2, x^H y], [conj, ny^2]] divided by nx ny has the

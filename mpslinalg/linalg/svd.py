@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .._core import checks
-from .._core.op import Op, cast_back, public, to_dtype, write_out
+from .._core.op import Op, cast_back, public, write_out
 from . import svd_metal
 
 __all__ = ["matrix_rank", "pinv", "svd", "svdvals"]
@@ -27,13 +27,24 @@ _GAUGE_ERROR = ("svd_backward: The singular vectors in the complex case are spec
                 "term, making it ill-defined.")
 
 
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
 def _real(dtype: torch.dtype) -> torch.dtype:
-    return dtype.to_real() if dtype.is_complex else dtype
+    return _REAL.get(dtype, dtype)  # (dtype.to_real does not trace under torch.compile)
 
 
 def _check_driver(fn: str, driver: str | None, A: Tensor, backend: str) -> None:
     if driver is not None and (backend == "metal" or A.device.type != "cuda"):
         raise RuntimeError(f"mpslinalg.{fn}: {_DRIVER_ERROR}")
+
+
+def _through_the_op(A) -> bool:
+    """Calls that take the op on the torch backend too: meta tensors (torch.linalg.pinv /
+    matrix_rank fail on them in torch 2.13, a CPU tensor meets the meta input; the op's fake
+    gives the shapes) and traced calls (torch's compiled complex pinv is wrong on the first
+    call of the graph, and its complex svd backward calls allclose, which does not trace)."""
+    return isinstance(A, Tensor) and (A.device.type == "meta" or torch.compiler.is_compiling())
 
 
 # ---------------------------------------------------------------- svd
@@ -60,6 +71,13 @@ def _sv_backward(U: Tensor, gS: Tensor, Vh: Tensor) -> Tensor:
     return U @ (gS.unsqueeze(-1).to(U.dtype) * Vh)
 
 
+def _is_fake(x: Tensor) -> bool:
+    """Traced (torch.compile's fake tensors): no values to check."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(x, FakeTensor) or x.device.type == "meta"
+
+
 def svd_backward(gU: Tensor | None, gS: Tensor | None, gVh: Tensor | None, U: Tensor,
                  S: Tensor, Vh: Tensor) -> Tensor:
     """Reverse-mode derivative of the reduced SVD A = U diag(S) V^H (distinct non-zero singular
@@ -68,7 +86,8 @@ def svd_backward(gU: Tensor | None, gS: Tensor | None, gVh: Tensor | None, U: Te
     with E_ij = S_j^2 - S_i^2, plus (I - U U^H) gU S^-1 V^H for m > n and
     U S^-1 gV^H (I - V V^H) for m < n (Townsend 2016, "Differentiating the singular value
     decomposition"; conjugate Wirtinger for complex). The complex case requires a loss
-    invariant to the phase of each singular pair, which torch checks and so do we."""
+    invariant to the phase of each singular pair, which torch checks and so do we (one device
+    read, in eager mode only: traced graphs cannot read values)."""
     m, n = U.shape[-2], Vh.shape[-1]
     if gU is None and gVh is None:
         return _sv_backward(U, gS, Vh)
@@ -79,7 +98,7 @@ def svd_backward(gU: Tensor | None, gS: Tensor | None, gVh: Tensor | None, U: Te
     VhgV = Vh @ gV if gV is not None else None
     UhgU = UhgU - UhgU.mH if UhgU is not None else None
     VhgV = VhgV - VhgV.mH if VhgV is not None else None
-    if complex_:
+    if complex_ and not torch.compiler.is_compiling() and not _is_fake(U):
         im_u = UhgU.diagonal(dim1=-2, dim2=-1).imag if UhgU is not None else torch.zeros_like(S)
         im_v = VhgV.diagonal(dim1=-2, dim2=-1).imag if VhgV is not None else torch.zeros_like(S)
         if not torch.allclose(im_u, -im_v, rtol=1e-2, atol=1e-2):
@@ -135,7 +154,7 @@ svd_op = Op(
     fake=_svd_fake, save=_svd_save, backward=_svd_backward)
 
 
-@public(torch.linalg.svd)
+@public(torch.linalg.svd, general_when=_through_the_op)
 def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
         out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""Singular value decomposition ``A = U diag(S) Vh``; like :func:`torch.linalg.svd`.
@@ -301,7 +320,8 @@ def _tol_batch(fn: str, A: Tensor, atol: Tensor, rtol: Tensor) -> torch.Size:
 # ---------------------------------------------------------------- pinv
 
 
-def _pinv_metal(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool) -> Tensor:
+def _pinv_from_svd(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool, backend: str
+                   ) -> Tensor:
     """V diag(S^+) U^H, S^+ the reciprocals of the singular values above
     max(atol, rtol * S_max) and 0 elsewhere (torch's rule)."""
     batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
@@ -309,11 +329,19 @@ def _pinv_metal(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool) -> Tenso
     if A.numel() == 0:
         return A.new_zeros((*batch, n, m))
     H = _hermitian_from_lower(A) if hermitian else A
-    U, S, Vh, _ = svd_metal.svd_metal(H, False, fn="pinv")
+    if backend == "metal":
+        U, S, Vh, _ = svd_metal.svd_metal(H, False, fn="pinv")
+    else:
+        U, S, Vh = torch.linalg.svd(H, full_matrices=False)
     tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * S[..., :1])
     Sinv = torch.where(S > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype,
                                                             device=S.device))
-    X = Vh.mH @ (Sinv.to(A.dtype).unsqueeze(-1) * U.mH)
+    # conj_physical, not the lazy conjugate of .mH: the first call of a compiled graph runs this
+    # under a mode in which matmul of conjugate views gives wrong values (torch 2.13; torch's
+    # own compiled complex pinv shows the same on its first call)
+    V = Vh.conj_physical().transpose(-2, -1)
+    Uh = U.conj_physical().transpose(-2, -1)
+    X = V @ (Sinv.to(A.dtype).unsqueeze(-1) * Uh)
     return X.expand(*batch, n, m)
 
 
@@ -348,14 +376,16 @@ def _pinv_fake(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool) -> Tensor
 #: The pseudo-inverse of torch.linalg.pinv with tolerance tensors (atol, rtol).
 pinv_op = Op(
     "pinv", "(Tensor A, Tensor atol, Tensor rtol, bool hermitian) -> Tensor",
-    forward={"metal": _pinv_metal,
-             "torch": lambda A, atol, rtol, hermitian: torch.linalg.pinv(
-                 A, atol=atol, rtol=rtol, hermitian=hermitian)},
+    forward={"metal": lambda A, atol, rtol, hermitian: _pinv_from_svd(A, atol, rtol, hermitian,
+                                                                     "metal"),
+             "torch": lambda A, atol, rtol, hermitian: _pinv_from_svd(A, atol, rtol, hermitian,
+                                                                     "torch")},
     fake=_pinv_fake, save=_pinv_save, backward=_pinv_backward)
 
 
-def _pinv_general(A: Tensor, *, atol: float | Tensor | None = None, rtol: float | Tensor | None = None,
-          hermitian: bool = False, out: Tensor | None = None) -> Tensor:
+def _pinv_general(A: Tensor, *, atol: float | Tensor | None = None,
+                  rtol: float | Tensor | None = None, hermitian: bool = False,
+                  out: Tensor | None = None) -> Tensor:
     fn = "pinv"
     A, Ac, backend = checks.prepare(fn, A, square=False)
     _check_hermitian(fn, A, hermitian)
@@ -367,7 +397,7 @@ def _pinv_general(A: Tensor, *, atol: float | Tensor | None = None, rtol: float 
 
 _pinv_general.__name__ = "pinv"  # errors and the generated fast path name mpslinalg.pinv
 #: pinv's keyword form (torch.linalg.pinv's first overload) with torch's fast path.
-_pinv = public(torch.linalg.pinv)(_pinv_general)
+_pinv = public(torch.linalg.pinv, general_when=_through_the_op)(_pinv_general)
 
 
 def _legacy(fn: str, name: str, value: object, atol: object, rtol: object) -> None:
@@ -438,12 +468,24 @@ def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
     H = _hermitian_from_lower(Ac) if hermitian else Ac
     S = svdvals_op(H, None, backend, False, "")
     tol = torch.maximum(atol_t.unsqueeze(-1), rtol_t.unsqueeze(-1) * S[..., :1])
-    return write_out(fn, out, (S > tol).sum(-1))
+    rank = (S > tol).sum(-1)
+    if out is None:
+        return rank
+    # torch's sum_out: any dtype, the count cast into it
+    if not isinstance(out, Tensor):
+        raise TypeError(f"mpslinalg.{fn}: out must be a tensor, got {type(out).__name__}")
+    if out.device != rank.device:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected out tensor to be on device "
+                           f"{rank.device}, but got {out.device} instead")
+    if out.shape != rank.shape:
+        out.resize_(rank.shape)
+    return out.copy_(rank)
 
 
 _matrix_rank_general.__name__ = "matrix_rank"
 #: matrix_rank's keyword form with torch's fast path.
-_matrix_rank = public(torch.linalg.matrix_rank)(_matrix_rank_general)
+_matrix_rank = public(torch.linalg.matrix_rank,
+                      general_when=_through_the_op)(_matrix_rank_general)
 
 
 def matrix_rank(A: Tensor, tol: float | Tensor | None = None, hermitian: bool = False, *,
