@@ -49,6 +49,14 @@ constant constexpr float kSvdEps = 1.1920929e-7f;  // FLT_EPSILON
 // subnormal and its direction inaccurate: its U column is completed instead of normalised. Its
 // contribution to A is below eps * |A| anyway.
 constant constexpr float kSvdTinyNorm = kSafeMin / kSvdEps;
+// IEEE float32 layout, for exact powers of two: 2^k = bits (k + bias) << mantissa bits for k in
+// [kSvdMinExp, kSvdMaxExp]; exponents of the scaling stay within twice that range.
+constant constexpr int kSvdFloatBias = 127;
+constant constexpr int kSvdFloatMantissaBits = 23;
+constant constexpr uint kSvdFloatExpMask = 0xffu;
+constant constexpr int kSvdMinExp = -126;
+constant constexpr int kSvdMaxExp = 127;
+constant constexpr int kSvdSubnormalShift = 64;
 // svd_jacobi: at most this many simdgroups per threadgroup (one pair each at a time).
 constant constexpr int kSvdMaxSimdgroups = 16;
 // svd_small serves matrices with m and n at most this.
@@ -66,9 +74,19 @@ inline bool svd_finite(float2 a) { return metal::isfinite(a.x) && metal::isfinit
 inline float svd_abs2(float a) { return a * a; }
 inline float svd_abs2(float2 a) { return a.x * a.x + a.y * a.y; }
 
-// a * 2^e, exactly (barring underflow).
-inline float svd_ldexp(float a, int e) { return metal::ldexp(a, e); }
-inline float2 svd_ldexp(float2 a, int e) { return float2(metal::ldexp(a.x, e), metal::ldexp(a.y, e)); }
+// 2^k for k in [kSvdMinExp, kSvdMaxExp], built from its bits (exact; ldexp and frexp are not
+// available to every executor of these sources).
+inline float svd_pow2(int k) {
+  return as_type<float>(uint(k + kSvdFloatBias) << kSvdFloatMantissaBits);
+}
+
+// a * 2^e, exactly unless the result (or, for entries below eps times the largest, the
+// intermediate product) leaves the normal range; |e| <= 2 kSvdMaxExp, in two factors.
+inline float svd_ldexp(float a, int e) {
+  const int half = e / 2;
+  return a * svd_pow2(half) * svd_pow2(e - half);
+}
+inline float2 svd_ldexp(float2 a, int e) { return float2(svd_ldexp(a.x, e), svd_ldexp(a.y, e)); }
 
 inline float svd_real(float a) { return a; }
 inline float svd_real(float2 a) { return a.x; }
@@ -76,13 +94,19 @@ inline float svd_real(float2 a) { return a.x; }
 inline float svd_nan(float) { return NAN; }
 inline float2 svd_nan(float2) { return float2(NAN, NAN); }
 
-// The exponent e with max|a_ij| * 2^-e in [0.5, 1) (0 for a zero matrix).
+// The exponent e with max|a_ij| * 2^-e in [0.5, 1) (0 for a zero matrix), from the bits of
+// max|a_ij| (a subnormal one first scaled up by 2^kSvdSubnormalShift).
 inline int svd_scale_exponent(float anrm) {
-  int e = 0;
-  if (anrm > 0.0f) {
-    metal::frexp(anrm, e);
+  if (!(anrm > 0.0f)) {
+    return 0;
   }
-  return e;
+  int shift = 0;
+  if (anrm < kSafeMin) {
+    anrm *= svd_pow2(kSvdSubnormalShift);
+    shift = kSvdSubnormalShift;
+  }
+  const uint biased = (as_type<uint>(anrm) >> kSvdFloatMantissaBits) & kSvdFloatExpMask;
+  return int(biased) - (kSvdFloatBias - 1) - shift;
 }
 
 inline float svd_tolerance(long rows) { return kSvdTolFactor * metal::sqrt(float(rows)) * kSvdEps; }
@@ -388,7 +412,7 @@ template <typename T>
     const long r = svd_rank(nb, n, j);
     const float nj = nb[j];
     if (tid == 0) {
-      sb[r] = metal::ldexp(nj, ex);
+      sb[r] = svd_ldexp(nj, ex);
     }
     if (vectors) {
       const bool normalise = nj >= kSvdTinyNorm;
@@ -599,7 +623,7 @@ template <typename T, int M, int N>
   }
   int kept = 0;
   for (int r = 0; r < C; ++r) {
-    s[b * C + r] = metal::ldexp(nrm[order[r]], ex);
+    s[b * C + r] = svd_ldexp(nrm[order[r]], ex);
     kept += nrm[order[r]] >= kSvdTinyNorm ? 1 : 0;
   }
   if (!vectors) {
