@@ -59,6 +59,13 @@ constant constexpr int kSvdMaxExp = 127;
 constant constexpr int kSvdSubnormalShift = 64;
 // svd_jacobi: at most this many simdgroups per threadgroup (one pair each at a time).
 constant constexpr int kSvdMaxSimdgroups = 16;
+// svd_jacobi keeps W and V in threadgroup memory when 2 n^2 elements fit in this many bytes
+// (n <= 63 for float32, n <= 45 for complex64), in the device workspace otherwise.
+constant constexpr int kSvdStageBytes = kMaxThreadgroupMemoryBytes - kSvdMaxSimdgroups * 4;
+template <typename T>
+constexpr int svd_stage_elems() {
+  return kSvdStageBytes / int(sizeof(T));
+}
 // svd_small serves matrices with m and n at most this.
 constant constexpr int kSvdSmallMax = 4;
 
@@ -154,8 +161,8 @@ inline void svd_round_robin(long n2, long step, long slot, thread long& p, threa
 
 // Norm of the column x[0 .. n) from its entries divided by its largest one (rows strided over
 // the simdgroup's lanes; every lane gets the result).
-template <typename T>
-inline float svd_column_norm(device const T* x, long n, uint lane) {
+template <typename T, typename P>
+inline float svd_column_norm(P x, long n, uint lane) {
   float mx = 0.0f;
   for (long i = lane; i < n; i += kSimdWidth) {
     mx = metal::max(mx, svd_absmax(x[i]));
@@ -172,12 +179,13 @@ inline float svd_column_norm(device const T* x, long n, uint lane) {
 }
 
 // Rotates columns p and q of W (and of V when `vectors`) if they are not yet orthogonal;
-// returns whether it did. One simdgroup; W, V column-major n x n.
-template <typename T>
-inline bool svd_rotate_columns(device T* w, device T* v, long n, long p, long q, bool vectors,
-                               float tol, uint lane) {
-  device T* x = w + p * n;
-  device T* y = w + q * n;
+// returns whether it did. One simdgroup; W, V column-major n x n in device or threadgroup
+// memory (P is the pointer type).
+template <typename T, typename P>
+inline bool svd_rotate_columns(P w, P v, long n, long p, long q, bool vectors, float tol,
+                               uint lane) {
+  P x = w + p * n;
+  P y = w + q * n;
   float mx = 0.0f, my = 0.0f;
   for (long i = lane; i < n; i += kSimdWidth) {
     mx = metal::max(mx, svd_absmax(x[i]));
@@ -215,8 +223,8 @@ inline bool svd_rotate_columns(device T* w, device T* v, long n, long p, long q,
     y[i] = yi;
   }
   if (vectors) {
-    device T* vx = v + p * n;
-    device T* vy = v + q * n;
+    P vx = v + p * n;
+    P vy = v + q * n;
     for (long i = lane; i < n; i += kSimdWidth) {
       T xi = vx[i], yi = vy[i];
       rotate_pair(xi, yi, rot);
@@ -301,6 +309,83 @@ inline void svd_complete_columns(device T* u, device T* scratch, long n, long fi
   }
 }
 
+// The sweeps, sorting and output of svd_jacobi for one matrix, its W and V (column-major
+// n x n) at w and v: threadgroup memory when both fit (svd_stage_elems), else the device
+// workspace (P is the pointer type). `scratch` (device, 2 n elements) serves the completion of U.
+template <typename T, typename P>
+inline void svd_jacobi_body(P w, P v, device const T* ab, device T* scratch, device float* nb,
+                            device T* ub, device float* sb, device T* vhb, device int* info,
+                            long n, int ex, bool vectors, threadgroup float* part, uint tid,
+                            uint nthreads, uint lane, uint sg, uint nsg) {
+  const long nn = n * n;
+  for (long e = tid; e < nn; e += nthreads) {
+    const long i = e / n, j = e % n;
+    w[j * n + i] = svd_ldexp(ab[e], -ex);
+    if (vectors) {
+      v[j * n + i] = i == j ? one<T>() : zero<T>();
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+
+  // ---- sweeps ----
+  const long n2 = n + (n & 1);
+  const long pairs = n2 / 2;
+  const float tol = svd_tolerance(n);
+  int sweeps = kSvdNotConverged;
+  for (int sweep = 1; sweep <= kSvdMaxSweeps; ++sweep) {
+    float rotated = 0.0f;
+    for (long step = 0; step < n2 - 1; ++step) {
+      for (long slot = sg; slot < pairs; slot += nsg) {
+        long p, q;
+        svd_round_robin(n2, step, slot, p, q);
+        if (q < n && svd_rotate_columns<T>(w, v, n, p, q, vectors, tol, lane)) {
+          rotated = 1.0f;
+        }
+      }
+      threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+    }
+    if (svd_group_max(rotated, part, lane, sg, nsg) == 0.0f) {
+      sweeps = sweep;
+      break;
+    }
+  }
+  if (tid == 0) {
+    info[0] = sweeps;
+  }
+
+  // ---- singular values, sorted, and the vectors permuted alike ----
+  for (long j = sg; j < n; j += nsg) {
+    const float nj = svd_column_norm<T>(w + j * n, n, lane);
+    if (lane == 0) {
+      nb[j] = nj;
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device);
+  long kept = 0;  // columns normalised into U; the others are completed
+  for (long j = 0; j < n; ++j) {
+    kept += nb[j] >= kSvdTinyNorm ? 1 : 0;
+  }
+  for (long j = 0; j < n; ++j) {
+    const long r = svd_rank(nb, n, j);
+    const float nj = nb[j];
+    if (tid == 0) {
+      sb[r] = svd_ldexp(nj, ex);
+    }
+    if (vectors) {
+      const bool normalise = nj >= kSvdTinyNorm;
+      const float inv = normalise ? 1.0f / nj : 0.0f;
+      for (long i = tid; i < n; i += nthreads) {
+        ub[i * n + r] = normalise ? inv * w[j * n + i] : zero<T>();
+        vhb[r * n + i] = conj(v[j * n + i]);
+      }
+    }
+  }
+  if (vectors && kept < n) {
+    threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+    svd_complete_columns(ub, scratch, n, kept, tid, nthreads);
+  }
+}
+
 template <typename T>
 [[kernel]] void svd_jacobi(
     device const T* a [[buffer(0)]],    // (batch, n, n) row-major, not modified
@@ -320,14 +405,13 @@ template <typename T>
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   threadgroup float part[kSvdMaxSimdgroups];
+  threadgroup T stage[svd_stage_elems<T>()];
 
   const long b = long(group.y);
   const uint nthreads = tpg.x;
   const bool vectors = vectors_arg != 0;
   const long nn = n * n;
   device const T* ab = a + b * nn;
-  device T* w = work + b * 2 * nn;
-  device T* v = w + nn;
   device float* nb = norms + b * n;
   device T* ub = u + (vectors ? b * nn : 0);
   device float* sb = s + b * n;
@@ -361,71 +445,13 @@ template <typename T>
     return;
   }
   const int ex = svd_scale_exponent(anrm);
-  for (long e = tid; e < nn; e += nthreads) {
-    const long i = e / n, j = e % n;
-    w[j * n + i] = svd_ldexp(ab[e], -ex);
-    if (vectors) {
-      v[j * n + i] = i == j ? one<T>() : zero<T>();
-    }
-  }
-  threadgroup_barrier(metal::mem_flags::mem_device);
-
-  // ---- sweeps ----
-  const long n2 = n + (n & 1);
-  const long pairs = n2 / 2;
-  const float tol = svd_tolerance(n);
-  int sweeps = kSvdNotConverged;
-  for (int sweep = 1; sweep <= kSvdMaxSweeps; ++sweep) {
-    float rotated = 0.0f;
-    for (long step = 0; step < n2 - 1; ++step) {
-      for (long slot = sg; slot < pairs; slot += nsg) {
-        long p, q;
-        svd_round_robin(n2, step, slot, p, q);
-        if (q < n && svd_rotate_columns(w, v, n, p, q, vectors, tol, lane)) {
-          rotated = 1.0f;
-        }
-      }
-      threadgroup_barrier(metal::mem_flags::mem_device);
-    }
-    if (svd_group_max(rotated, part, lane, sg, nsg) == 0.0f) {
-      sweeps = sweep;
-      break;
-    }
-  }
-  if (tid == 0) {
-    info[b] = sweeps;
-  }
-
-  // ---- singular values, sorted, and the vectors permuted alike ----
-  for (long j = sg; j < n; j += nsg) {
-    const float nj = svd_column_norm(w + j * n, n, lane);
-    if (lane == 0) {
-      nb[j] = nj;
-    }
-  }
-  threadgroup_barrier(metal::mem_flags::mem_device);
-  long kept = 0;  // columns normalised into U; the others are completed
-  for (long j = 0; j < n; ++j) {
-    kept += nb[j] >= kSvdTinyNorm ? 1 : 0;
-  }
-  for (long j = 0; j < n; ++j) {
-    const long r = svd_rank(nb, n, j);
-    const float nj = nb[j];
-    if (tid == 0) {
-      sb[r] = svd_ldexp(nj, ex);
-    }
-    if (vectors) {
-      const bool normalise = nj >= kSvdTinyNorm;
-      const float inv = normalise ? 1.0f / nj : 0.0f;
-      for (long i = tid; i < n; i += nthreads) {
-        ub[i * n + r] = normalise ? inv * w[j * n + i] : zero<T>();
-        vhb[r * n + i] = conj(v[j * n + i]);
-      }
-    }
-  }
-  if (vectors && kept < n) {
-    threadgroup_barrier(metal::mem_flags::mem_device);
-    svd_complete_columns(ub, w, n, kept, tid, nthreads);
+  if (2 * nn <= long(svd_stage_elems<T>())) {
+    svd_jacobi_body<T>(&stage[0], &stage[nn], ab, work + b * 2 * nn, nb, ub, sb, vhb, info + b,
+                       n, ex, vectors, part, tid, nthreads, lane, sg, nsg);
+  } else {
+    device T* w = work + b * 2 * nn;
+    svd_jacobi_body<T>(w, w + nn, ab, w, nb, ub, sb, vhb, info + b, n, ex, vectors, part, tid,
+                       nthreads, lane, sg, nsg);
   }
 }
 

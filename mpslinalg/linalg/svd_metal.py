@@ -7,7 +7,8 @@ launch sequence depends on shapes only and the batch is a grid dimension of ever
 
 Paths and launches per call (a gather copy first when the input is not contiguous):
   m, n <= SMALL_MAX   1: svd_small, one matrix per thread, any batch.
-  m == n              1: svd_jacobi, one threadgroup per matrix.
+  m == n              1: svd_jacobi, one threadgroup per matrix (W and V in threadgroup memory
+                      when they fit, see :func:`staged`, in a device workspace otherwise).
   m > n               the QR factorisation of :mod:`mpslinalg.linalg.qr_metal` (Q formed, in
                       'complete' mode when U must be completed to m x m), then svd_jacobi on R;
                       U = Q U_R.
@@ -33,6 +34,7 @@ NOT_CONVERGED = -1  # kSvdNotConverged
 NON_FINITE = -2  # kSvdNonFinite
 MAX_SIMDGROUPS = 16  # kSvdMaxSimdgroups
 SMALL_MAX = 4  # kSvdSmallMax
+STAGE_BYTES = 32768 - MAX_SIMDGROUPS * 4  # kSvdStageBytes
 
 SIMD_WIDTH = 32
 #: svd_small: matrices (threads) per threadgroup.
@@ -50,6 +52,13 @@ def jacobi_threads(n: int) -> int:
     MAX_SIMDGROUPS."""
     pairs = max(1, (n + 1) // 2)
     return SIMD_WIDTH * min(MAX_SIMDGROUPS, pairs)
+
+
+def staged(n: int, dtype: torch.dtype) -> bool:
+    """Whether svd_jacobi keeps an n x n matrix's W and V in threadgroup memory (else in the
+    device workspace): n <= 63 for float32, n <= 45 for complex64."""
+    itemsize = 8 if dtype == torch.complex64 else 4
+    return 2 * n * n * itemsize <= STAGE_BYTES
 
 
 def _jacobi(A: torch.Tensor, vectors: bool, fn: str):

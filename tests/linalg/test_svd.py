@@ -358,10 +358,14 @@ def test_lane_order_independent(metal_backend, monkeypatch):
             assert torch.equal(a, b)
 
 
-def test_block_of_many_pairs(metal_backend):
-    """n = 40: more pairs per step than simdgroups per threadgroup, columns longer than a
-    simdgroup."""
-    A = metal_backend.tensor(matrix_with_spread(40, 1e4, torch.float32, (), seed=44, rank=30))
+@pytest.mark.parametrize("n,dtype", [(40, torch.float32), (45, torch.complex64),
+                                     (46, torch.complex64), (64, torch.float32)])
+def test_many_pairs_staged_and_in_device_memory(metal_backend, n, dtype):
+    """More pairs per step than simdgroups per threadgroup and columns longer than a
+    simdgroup, with W and V in threadgroup memory (the largest n that fits) and in the device
+    workspace (the smallest n that does not)."""
+    assert svd_metal.staged(n, dtype) == (n in (40, 45))
+    A = metal_backend.tensor(matrix_with_spread(n, 1e4, dtype, (), seed=44, rank=n - 9))
     check_svd(A, *mpslinalg.svd(A), True)
 
 
@@ -392,6 +396,9 @@ def test_host_constants_mirror_header():
     assert const("kSvdNonFinite") == svd_metal.NON_FINITE
     assert const("kSvdMaxSimdgroups") == svd_metal.MAX_SIMDGROUPS
     assert const("kSvdSmallMax") == svd_metal.SMALL_MAX
+    stage = re.search(r"constexpr int kSvdStageBytes = ([^;]+);", text).group(1)
+    assert stage == "kMaxThreadgroupMemoryBytes - kSvdMaxSimdgroups * 4"
+    assert svd_metal.STAGE_BYTES == 32768 - svd_metal.MAX_SIMDGROUPS * 4
 
 
 def test_round_robin_meets_every_pair_once():
