@@ -18,6 +18,7 @@ from .linalg.inverse import inv, inv_ex
 from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
 from .linalg.qr import geqrf, householder_product, lstsq, qr
 from .linalg.solve import solve, solve_ex
+from .linalg.svd import matrix_rank, pinv, svd, svdvals
 
 __version__ = "0.1.0"
 
@@ -44,10 +45,14 @@ __all__ = [
     "lu_factor",
     "lu_factor_ex",
     "lu_solve",
+    "matrix_rank",
+    "pinv",
     "qr",
     "set_backend",
     "slogdet",
     "solve",
     "solve_ex",
+    "svd",
+    "svdvals",
     "use_backend",
 ]

@@ -180,6 +180,75 @@ def orthogonality_ratio(Q, dtype=None) -> float:
     return _ratio(num, torch.full_like(num, max(Q.shape[-2], 1) * eps(dtype)))
 
 
+def svd_ratio(A, U, S, Vh, dtype=None) -> float:
+    """||A - U diag(S) Vh|| / (max(m, n) ||A|| eps) (xBDT01-style, 1-norms), over the first
+    min(m, n) columns of U and rows of Vh (so full and reduced forms alike); the maximum over the
+    batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import random_matrix, svd_ratio
+    >>> A = random_matrix(3, seed=1, m=5)
+    >>> svd_ratio(A, *mpslinalg.svd(A)) < 30
+    True
+    """
+    dtype = dtype or U.dtype
+    A, U, S, Vh = map(wide, (A, U, S, Vh))
+    k = S.shape[-1]
+    rebuilt = (U[..., :k] * S.unsqueeze(-2).to(U.dtype)) @ Vh[..., :k, :]
+    size = max(A.shape[-1], A.shape[-2], 1)
+    return _ratio(norm1(A - rebuilt), size * norm1(A) * eps(dtype))
+
+
+def singular_values_ratio(S, S_ref, m: int, n: int, dtype=None) -> float:
+    """max |S - S_ref| / (max(m, n) S_ref,max eps): singular values against a reference
+    (e.g. SciPy's in float64); the maximum over the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import random_matrix, singular_values_ratio
+    >>> A = random_matrix(4, seed=2)
+    >>> S_ref = torch.linalg.svdvals(A.double())
+    >>> singular_values_ratio(mpslinalg.svdvals(A), S_ref, 4, 4) < 30
+    True
+    """
+    dtype = dtype or S.dtype
+    S, S_ref = wide(S), wide(S_ref)
+    if S.numel() == 0:
+        return 0.0
+    err = (S - S_ref).abs().amax(-1)
+    return _ratio(err, max(m, n, 1) * S_ref.amax(-1) * eps(dtype))
+
+
+def penrose_ratios(A, X, dtype=None) -> dict[str, float]:
+    """The four Moore-Penrose conditions for X = pinv(A) as ratios (1-norms, max(m, n) eps):
+    ||A X A - A|| / (||A||^2 ||X||), ||X A X - X|| / (||X||^2 ||A||),
+    ||(A X)^H - A X|| / (||A|| ||X||) and ||(X A)^H - X A|| / (||A|| ||X||); each the maximum over
+    the batch.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import penrose_ratios, random_matrix
+    >>> A = random_matrix(3, seed=1, m=5)
+    >>> max(penrose_ratios(A, mpslinalg.pinv(A)).values()) < 30
+    True
+    """
+    dtype = dtype or X.dtype
+    A, X = wide(A), wide(X)
+    a, x = norm1(A), norm1(X)
+    unit = max(A.shape[-1], A.shape[-2], 1) * eps(dtype)
+    AX, XA = A @ X, X @ A
+    return {
+        "AXA=A": _ratio(norm1(AX @ A - A), a * a * x * unit),
+        "XAX=X": _ratio(norm1(XA @ X - X), x * x * a * unit),
+        "(AX)^H=AX": _ratio(norm1(AX.mH - AX), a * x * unit),
+        "(XA)^H=XA": _ratio(norm1(XA.mH - XA), a * x * unit),
+    }
+
+
 # ---------------------------------------------------------------- matrix generators
 
 def _rng(seed: int) -> np.random.Generator:

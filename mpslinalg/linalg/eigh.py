@@ -211,7 +211,7 @@ def _real(dtype: torch.dtype) -> torch.dtype:
 @public(torch.linalg.eigh)
 def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None):
     r"""Eigenvalues and eigenvectors of a Hermitian (real symmetric) matrix; like
-    :func:`torch.linalg.eigh`: ``A = V diag(L) V^H``.
+    `torch.linalg.eigh`: ``A = V diag(L) V^H``.
 
     Parameters
     ----------
@@ -257,7 +257,7 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
 
 @public(torch.linalg.eigvalsh)
 def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor:
-    r"""Eigenvalues of a Hermitian (real symmetric) matrix; like :func:`torch.linalg.eigvalsh`.
+    r"""Eigenvalues of a Hermitian (real symmetric) matrix; like `torch.linalg.eigvalsh`.
 
     Parameters
     ----------

@@ -1,0 +1,697 @@
+// One-sided Jacobi SVD (Hestenes 1958; Demmel and Veselic 1992, "Jacobi's method is more
+// accurate than QR", SIAM J. Matrix Anal. Appl. 13(4)): columns x = W[:, p], y = W[:, q] of the
+// working matrix are rotated until every pair is orthogonal to working precision; then the
+// singular values are the column norms, U the normalised columns and V the product of the
+// rotations. A^H A is never formed, so the condition number is not squared.
+//
+// Robustness:
+// - the matrix is first scaled by a power of two (exact) so that max|a_ij| lies in [0.5, 1)
+//   (LAPACK's xGESVD scales only when max|a_ij| leaves [SMLNUM, BIGNUM]; a float32 Jacobi needs
+//   the tighter range because it forms squared norms); sigma is scaled back by the same power;
+// - every pair's norms and cosine are computed from the columns divided by their own largest
+//   entry, so that neither tiny nor huge columns under- or overflow their squares;
+// - non-finite input gives NaN outputs and info = kSvdNonFinite at once, before any sweep;
+// - at most kSvdMaxSweeps sweeps (LAPACK xGESVJ's NSWEEP); info is the number of sweeps run (the
+//   last one applied no rotation), or kSvdNotConverged;
+// - columns of U whose singular value is too small to normalise (zero, or below kSvdTinyNorm of
+//   the scaled matrix) are completed to an orthonormal set by Gram-Schmidt (twice) from the
+//   coordinate vector least represented in the columns already set, so U^H U = I also for
+//   rank-deficient input.
+//
+// Kernels:
+// - svd_jacobi: square n x n matrices (the host reduces tall and wide ones to their triangular
+//   QR factor), one threadgroup per matrix, the working matrix and V column-major in device
+//   memory; one simdgroup rotates one pair, the pairs of a step in parallel in the round-robin
+//   ("circle") ordering (Brent and Luk 1985), which meets every pair once per sweep of
+//   n' - 1 steps (n' = n rounded up to even).
+// - svd_small: matrices with m, n <= kSvdSmallMax, one matrix per thread in registers (the
+//   batched 3 x 3 camera case); wide matrices through their conjugate transpose; U completed to
+//   m x m (V to n x n) when full_matrices.
+#pragma once
+
+#include "../common/defines.h"
+#include "../common/jacobi.h"
+#include "../common/scalar.h"
+#include "../common/simd.h"
+
+namespace mpsl {
+
+// LAPACK xGESVJ's bound on the number of sweeps.
+constant constexpr int kSvdMaxSweeps = 30;
+// info values other than a sweep count.
+constant constexpr int kSvdNotConverged = -1;
+constant constexpr int kSvdNonFinite = -2;
+// A pair is rotated when |x^H y| / (|x| |y|) exceeds kSvdTolFactor * sqrt(rows) * eps (xGESVJ's
+// CTOL = sqrt(M) when U is wanted): |U^H U - I| stays O(n eps) rather than O(n^2 eps).
+constant constexpr float kSvdTolFactor = 1.0f;
+constant constexpr float kSvdEps = 1.1920929e-7f;  // FLT_EPSILON
+// Below this norm (of the matrix scaled to max|a_ij| in [0.5, 1)) a column's entries may be
+// subnormal and its direction inaccurate: its U column is completed instead of normalised. Its
+// contribution to A is below eps * |A| anyway.
+constant constexpr float kSvdTinyNorm = kSafeMin / kSvdEps;
+// IEEE float32 layout, for exact powers of two: 2^k = bits (k + bias) << mantissa bits for k in
+// [kSvdMinExp, kSvdMaxExp]; exponents of the scaling stay within twice that range.
+constant constexpr int kSvdFloatBias = 127;
+constant constexpr int kSvdFloatMantissaBits = 23;
+constant constexpr uint kSvdFloatExpMask = 0xffu;
+constant constexpr int kSvdMinExp = -126;
+constant constexpr int kSvdMaxExp = 127;
+constant constexpr int kSvdSubnormalShift = 64;
+// svd_jacobi: at most this many simdgroups per threadgroup (one pair each at a time).
+constant constexpr int kSvdMaxSimdgroups = 16;
+// svd_jacobi keeps W and V in threadgroup memory when 2 n^2 elements fit in this many bytes
+// (n <= 63 for float32, n <= 45 for complex64), in the device workspace otherwise.
+constant constexpr int kSvdStageBytes = kMaxThreadgroupMemoryBytes - kSvdMaxSimdgroups * 4;
+template <typename T>
+constexpr int svd_stage_elems() {
+  return kSvdStageBytes / int(sizeof(T));
+}
+// svd_small serves matrices with m and n at most this.
+constant constexpr int kSvdSmallMax = 4;
+
+// ---- shared pieces ----
+
+// max(|re|, |im|): the entry scale used for norms (any norm-equivalent measure serves).
+inline float svd_absmax(float a) { return metal::fabs(a); }
+inline float svd_absmax(float2 a) { return metal::max(metal::fabs(a.x), metal::fabs(a.y)); }
+
+inline bool svd_finite(float a) { return metal::isfinite(a); }
+inline bool svd_finite(float2 a) { return metal::isfinite(a.x) && metal::isfinite(a.y); }
+
+inline float svd_abs2(float a) { return a * a; }
+inline float svd_abs2(float2 a) { return a.x * a.x + a.y * a.y; }
+
+// 2^k for k in [kSvdMinExp, kSvdMaxExp], built from its bits (exact; ldexp and frexp are not
+// available to every executor of these sources).
+inline float svd_pow2(int k) {
+  return as_type<float>(uint(k + kSvdFloatBias) << kSvdFloatMantissaBits);
+}
+
+// a * 2^e, exactly unless the result (or, for entries below eps times the largest, the
+// intermediate product) leaves the normal range; |e| <= 2 kSvdMaxExp, in two factors.
+inline float svd_ldexp(float a, int e) {
+  const int half = e / 2;
+  return a * svd_pow2(half) * svd_pow2(e - half);
+}
+inline float2 svd_ldexp(float2 a, int e) { return float2(svd_ldexp(a.x, e), svd_ldexp(a.y, e)); }
+
+inline float svd_real(float a) { return a; }
+inline float svd_real(float2 a) { return a.x; }
+
+inline float svd_nan(float) { return NAN; }
+inline float2 svd_nan(float2) { return float2(NAN, NAN); }
+
+// The exponent e with max|a_ij| * 2^-e in [0.5, 1) (0 for a zero matrix), from the bits of
+// max|a_ij| (a subnormal one first scaled up by 2^kSvdSubnormalShift).
+inline int svd_scale_exponent(float anrm) {
+  if (!(anrm > 0.0f)) {
+    return 0;
+  }
+  int shift = 0;
+  if (anrm < kSafeMin) {
+    anrm *= svd_pow2(kSvdSubnormalShift);
+    shift = kSvdSubnormalShift;
+  }
+  const uint biased = (as_type<uint>(anrm) >> kSvdFloatMantissaBits) & kSvdFloatExpMask;
+  return int(biased) - (kSvdFloatBias - 1) - shift;
+}
+
+inline float svd_tolerance(long rows) { return kSvdTolFactor * metal::sqrt(float(rows)) * kSvdEps; }
+
+// The rotation that makes columns x, y orthogonal, given their norms nx, ny > 0 and the cosine
+// c = x^H y / (nx ny): the Gram matrix [[nx^2, x^H y], [conj, ny^2]] divided by nx ny has the
+// same eigenvectors, and its entries cannot overflow for columns of any relative size.
+template <typename T>
+inline JacobiRotation<T> svd_pair_rotation(float nx, float ny, T c) {
+  return jacobi_rotation(nx / ny, ny / nx, c);
+}
+
+// ---- svd_jacobi: one threadgroup per square matrix ----
+
+// Max over the threadgroup of a per-thread value (all threads get it); `part` holds one entry
+// per simdgroup. Ends with a barrier so `part` may be reused.
+inline float svd_group_max(float v, threadgroup float* part, uint lane, uint sg, uint nsg) {
+  v = metal::simd_max(v);
+  if (lane == 0) {
+    part[sg] = v;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  float r = part[0];
+  for (uint i = 1; i < nsg; ++i) {
+    r = metal::max(r, part[i]);
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  return r;
+}
+
+// The pair (p, q), p < q, met by `slot` in `step` of the circle ordering of n2 (even) players;
+// q == n2 - 1 >= n marks the bye of an odd n.
+inline void svd_round_robin(long n2, long step, long slot, thread long& p, thread long& q) {
+  long a, b;
+  if (slot == 0) {
+    a = n2 - 1;
+    b = step;
+  } else {
+    a = (step + slot) % (n2 - 1);
+    b = (step - slot + n2 - 1) % (n2 - 1);
+  }
+  p = metal::min(a, b);
+  q = metal::max(a, b);
+}
+
+// Norm of the column x[0 .. n) from its entries divided by its largest one (rows strided over
+// the simdgroup's lanes; every lane gets the result).
+template <typename T, typename P>
+inline float svd_column_norm(P x, long n, uint lane) {
+  float mx = 0.0f;
+  for (long i = lane; i < n; i += kSimdWidth) {
+    mx = metal::max(mx, svd_absmax(x[i]));
+  }
+  mx = metal::simd_max(mx);
+  if (mx == 0.0f) {
+    return 0.0f;
+  }
+  float ss = 0.0f;
+  for (long i = lane; i < n; i += kSimdWidth) {
+    ss += svd_abs2(x[i] / mx);
+  }
+  return mx * metal::sqrt(metal::simd_sum(ss));
+}
+
+// Rotates columns p and q of W (and of V when `vectors`) if they are not yet orthogonal;
+// returns whether it did. One simdgroup; W, V column-major n x n in device or threadgroup
+// memory (P is the pointer type).
+template <typename T, typename P>
+inline bool svd_rotate_columns(P w, P v, long n, long p, long q, bool vectors, float tol,
+                               uint lane) {
+  P x = w + p * n;
+  P y = w + q * n;
+  float mx = 0.0f, my = 0.0f;
+  for (long i = lane; i < n; i += kSimdWidth) {
+    mx = metal::max(mx, svd_absmax(x[i]));
+    my = metal::max(my, svd_absmax(y[i]));
+  }
+  mx = metal::simd_max(mx);
+  my = metal::simd_max(my);
+  if (mx == 0.0f || my == 0.0f) {
+    return false;
+  }
+  float sxx = 0.0f, syy = 0.0f;
+  T sxy = zero<T>();
+  for (long i = lane; i < n; i += kSimdWidth) {
+    const T xs = x[i] / mx, ys = y[i] / my;
+    sxx += svd_abs2(xs);
+    syy += svd_abs2(ys);
+    sxy += mul(conj(xs), ys);
+  }
+  sxx = metal::simd_sum(sxx);
+  syy = metal::simd_sum(syy);
+  sxy = simd_sum(sxy);
+  const float rx = metal::sqrt(sxx), ry = metal::sqrt(syy);
+  const T c = sxy / (rx * ry);
+  if (!(modulus(c) > tol)) {
+    return false;
+  }
+  const JacobiRotation<T> rot = svd_pair_rotation(mx * rx, my * ry, c);
+  if (rot.t == 0.0f) {
+    return false;  // the columns differ so much in size that the rotation rounds to I
+  }
+  for (long i = lane; i < n; i += kSimdWidth) {
+    T xi = x[i], yi = y[i];
+    rotate_pair(xi, yi, rot);
+    x[i] = xi;
+    y[i] = yi;
+  }
+  if (vectors) {
+    P vx = v + p * n;
+    P vy = v + q * n;
+    for (long i = lane; i < n; i += kSimdWidth) {
+      T xi = vx[i], yi = vy[i];
+      rotate_pair(xi, yi, rot);
+      vx[i] = xi;
+      vy[i] = yi;
+    }
+  }
+  return true;
+}
+
+// Position of column j when the columns are sorted by decreasing norm (stable).
+inline long svd_rank(device const float* norms, long n, long j) {
+  const float sj = norms[j];
+  long r = 0;
+  for (long k = 0; k < n; ++k) {
+    const float sk = norms[k];
+    r += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
+  }
+  return r;
+}
+
+// Completes columns first .. n - 1 of the row-major n x n U (columns 0 .. first - 1
+// orthonormal) to an orthonormal set, one column at a time: the coordinate vector e_k with the
+// largest residual 1 - sum_j |U[k, j]|^2 (at least (n - r) / n), orthogonalised twice against
+// the columns already set (classical Gram-Schmidt, twice: Giraud et al. 2005) and normalised.
+// All threads of the group take part; `scratch` holds 2 n elements.
+template <typename T>
+inline void svd_complete_columns(device T* u, device T* scratch, long n, long first, uint tid,
+                                 uint nthreads) {
+  for (long r = first; r < n; ++r) {
+    for (long i = tid; i < n; i += nthreads) {
+      float rowsum = 0.0f;
+      for (long j = 0; j < r; ++j) {
+        rowsum += svd_abs2(u[i * n + j]);
+      }
+      scratch[i] = (1.0f - rowsum) * one<T>();
+    }
+    threadgroup_barrier(metal::mem_flags::mem_device);
+    long k = 0;
+    float best = -1.0f;
+    for (long i = 0; i < n; ++i) {
+      const float res = svd_real(scratch[i]);
+      if (res > best) {
+        best = res;
+        k = i;
+      }
+    }
+    for (long i = tid; i < n; i += nthreads) {
+      T vi = i == k ? one<T>() : zero<T>();
+      for (long j = 0; j < r; ++j) {
+        vi -= mul(u[i * n + j], conj(u[k * n + j]));
+      }
+      u[i * n + r] = vi;
+    }
+    threadgroup_barrier(metal::mem_flags::mem_device);
+    for (long j = tid; j < r; j += nthreads) {
+      T d = zero<T>();
+      for (long i = 0; i < n; ++i) {
+        d += mul(conj(u[i * n + j]), u[i * n + r]);
+      }
+      scratch[n + j] = d;
+    }
+    threadgroup_barrier(metal::mem_flags::mem_device);
+    for (long i = tid; i < n; i += nthreads) {
+      T vi = u[i * n + r];
+      for (long j = 0; j < r; ++j) {
+        vi -= mul(u[i * n + j], scratch[n + j]);
+      }
+      u[i * n + r] = vi;
+    }
+    threadgroup_barrier(metal::mem_flags::mem_device);
+    float ss = 0.0f;
+    for (long i = 0; i < n; ++i) {
+      ss += svd_abs2(u[i * n + r]);
+    }
+    const float inv = 1.0f / metal::sqrt(ss);
+    threadgroup_barrier(metal::mem_flags::mem_device);
+    for (long i = tid; i < n; i += nthreads) {
+      u[i * n + r] = inv * u[i * n + r];
+    }
+    threadgroup_barrier(metal::mem_flags::mem_device);
+  }
+}
+
+// The sweeps, sorting and output of svd_jacobi for one matrix, its W and V (column-major
+// n x n) at w and v: threadgroup memory when both fit (svd_stage_elems), else the device
+// workspace (P is the pointer type). `scratch` (device, 2 n elements) serves the completion of U.
+template <typename T, typename P>
+inline void svd_jacobi_body(P w, P v, device const T* ab, device T* scratch, device float* nb,
+                            device T* ub, device float* sb, device T* vhb, device int* info,
+                            long n, int ex, bool vectors, threadgroup float* part, uint tid,
+                            uint nthreads, uint lane, uint sg, uint nsg) {
+  const long nn = n * n;
+  for (long e = tid; e < nn; e += nthreads) {
+    const long i = e / n, j = e % n;
+    w[j * n + i] = svd_ldexp(ab[e], -ex);
+    if (vectors) {
+      v[j * n + i] = i == j ? one<T>() : zero<T>();
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+
+  // ---- sweeps ----
+  const long n2 = n + (n & 1);
+  const long pairs = n2 / 2;
+  const float tol = svd_tolerance(n);
+  int sweeps = kSvdNotConverged;
+  for (int sweep = 1; sweep <= kSvdMaxSweeps; ++sweep) {
+    float rotated = 0.0f;
+    for (long step = 0; step < n2 - 1; ++step) {
+      for (long slot = sg; slot < pairs; slot += nsg) {
+        long p, q;
+        svd_round_robin(n2, step, slot, p, q);
+        if (q < n && svd_rotate_columns<T>(w, v, n, p, q, vectors, tol, lane)) {
+          rotated = 1.0f;
+        }
+      }
+      threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+    }
+    if (svd_group_max(rotated, part, lane, sg, nsg) == 0.0f) {
+      sweeps = sweep;
+      break;
+    }
+  }
+  if (tid == 0) {
+    info[0] = sweeps;
+  }
+
+  // ---- singular values, sorted, and the vectors permuted alike ----
+  for (long j = sg; j < n; j += nsg) {
+    const float nj = svd_column_norm<T>(w + j * n, n, lane);
+    if (lane == 0) {
+      nb[j] = nj;
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device);
+  long kept = 0;  // columns normalised into U; the others are completed
+  for (long j = 0; j < n; ++j) {
+    kept += nb[j] >= kSvdTinyNorm ? 1 : 0;
+  }
+  for (long j = 0; j < n; ++j) {
+    const long r = svd_rank(nb, n, j);
+    const float nj = nb[j];
+    if (tid == 0) {
+      sb[r] = svd_ldexp(nj, ex);
+    }
+    if (vectors) {
+      const bool normalise = nj >= kSvdTinyNorm;
+      const float inv = normalise ? 1.0f / nj : 0.0f;
+      for (long i = tid; i < n; i += nthreads) {
+        ub[i * n + r] = normalise ? inv * w[j * n + i] : zero<T>();
+        vhb[r * n + i] = conj(v[j * n + i]);
+      }
+    }
+  }
+  if (vectors && kept < n) {
+    threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+    svd_complete_columns(ub, scratch, n, kept, tid, nthreads);
+  }
+}
+
+template <typename T>
+[[kernel]] void svd_jacobi(
+    device const T* a [[buffer(0)]],    // (batch, n, n) row-major, not modified
+    device T* work [[buffer(1)]],       // (batch, 2, n, n): W then V, column-major
+    device float* norms [[buffer(2)]],  // (batch, n): column norms before sorting
+    device T* u [[buffer(3)]],          // (batch, n, n) when vectors
+    device float* s [[buffer(4)]],      // (batch, n), descending
+    device T* vh [[buffer(5)]],         // (batch, n, n) when vectors
+    device int* info [[buffer(6)]],     // (batch,)
+    constant long& n [[buffer(7)]],
+    constant long& vectors_arg [[buffer(8)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint nsg [[simdgroups_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float part[kSvdMaxSimdgroups];
+  threadgroup T stage[svd_stage_elems<T>()];
+
+  const long b = long(group.y);
+  const uint nthreads = tpg.x;
+  const bool vectors = vectors_arg != 0;
+  const long nn = n * n;
+  device const T* ab = a + b * nn;
+  device float* nb = norms + b * n;
+  device T* ub = u + (vectors ? b * nn : 0);
+  device float* sb = s + b * n;
+  device T* vhb = vh + (vectors ? b * nn : 0);
+
+  // ---- scale (and reject non-finite input) ----
+  float anrm = 0.0f, bad = 0.0f;
+  for (long e = tid; e < nn; e += nthreads) {
+    const T x = ab[e];
+    if (svd_finite(x)) {
+      anrm = metal::max(anrm, svd_absmax(x));
+    } else {
+      bad = 1.0f;
+    }
+  }
+  anrm = svd_group_max(anrm, part, lane, sg, nsg);
+  bad = svd_group_max(bad, part, lane, sg, nsg);
+  if (bad != 0.0f) {
+    for (long e = tid; e < n; e += nthreads) {
+      sb[e] = NAN;
+    }
+    if (vectors) {
+      for (long e = tid; e < nn; e += nthreads) {
+        ub[e] = svd_nan(T());
+        vhb[e] = svd_nan(T());
+      }
+    }
+    if (tid == 0) {
+      info[b] = kSvdNonFinite;
+    }
+    return;
+  }
+  const int ex = svd_scale_exponent(anrm);
+  if (2 * nn <= long(svd_stage_elems<T>())) {
+    svd_jacobi_body<T>(&stage[0], &stage[nn], ab, work + b * 2 * nn, nb, ub, sb, vhb, info + b,
+                       n, ex, vectors, part, tid, nthreads, lane, sg, nsg);
+  } else {
+    device T* w = work + b * 2 * nn;
+    svd_jacobi_body<T>(w, w + nn, ab, w, nb, ub, sb, vhb, info + b, n, ex, vectors, part, tid,
+                       nthreads, lane, sg, nsg);
+  }
+}
+
+// ---- svd_small: one matrix per thread ----
+
+// Completes columns first .. C - 1 of the R x C (row-major, in registers) U as
+// svd_complete_columns does, serially.
+template <typename T, int R, int C>
+inline void svd_small_complete(thread T (&uw)[R][R], int first) {
+  for (int r = first; r < C; ++r) {
+    int k = 0;
+    float best = -1.0f;
+    for (int i = 0; i < R; ++i) {
+      float rowsum = 0.0f;
+      for (int j = 0; j < r; ++j) {
+        rowsum += svd_abs2(uw[i][j]);
+      }
+      if (1.0f - rowsum > best) {
+        best = 1.0f - rowsum;
+        k = i;
+      }
+    }
+    T vcol[R];
+    for (int i = 0; i < R; ++i) {
+      vcol[i] = i == k ? one<T>() : zero<T>();
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      T d[R];
+      for (int j = 0; j < r; ++j) {
+        d[j] = zero<T>();
+        for (int i = 0; i < R; ++i) {
+          d[j] += mul(conj(uw[i][j]), vcol[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        for (int j = 0; j < r; ++j) {
+          vcol[i] -= mul(uw[i][j], d[j]);
+        }
+      }
+    }
+    float ss = 0.0f;
+    for (int i = 0; i < R; ++i) {
+      ss += svd_abs2(vcol[i]);
+    }
+    const float inv = 1.0f / metal::sqrt(ss);
+    for (int i = 0; i < R; ++i) {
+      uw[i][r] = inv * vcol[i];
+    }
+  }
+}
+
+// Norm of column j of the R x C working matrix, from its entries divided by the largest.
+template <typename T, int R, int C>
+inline float svd_small_norm(thread T (&x)[R][C], int j) {
+  float mx = 0.0f;
+  for (int i = 0; i < R; ++i) {
+    mx = metal::max(mx, svd_absmax(x[i][j]));
+  }
+  if (mx == 0.0f) {
+    return 0.0f;
+  }
+  float ss = 0.0f;
+  for (int i = 0; i < R; ++i) {
+    ss += svd_abs2(x[i][j] / mx);
+  }
+  return mx * metal::sqrt(ss);
+}
+
+// SVD of the M x N matrices a (batch of them, row-major): s (batch, K), and when `vectors`
+// u (batch, M, full ? M : K) and vh (batch, full ? N : K, N); K = min(M, N). A wide matrix is
+// factored through its conjugate transpose (W = A^H = U' S V'^H gives U = V', V^H = U'^H).
+template <typename T, int M, int N>
+[[kernel]] void svd_small(
+    device const T* a [[buffer(0)]],
+    device T* u [[buffer(1)]],
+    device float* s [[buffer(2)]],
+    device T* vh [[buffer(3)]],
+    device int* info [[buffer(4)]],
+    constant long& batch [[buffer(5)]],
+    constant long& vectors_arg [[buffer(6)]],
+    constant long& full_arg [[buffer(7)]],
+    uint gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  constexpr bool kWide = M < N;
+  constexpr int R = kWide ? N : M;  // rows of the working matrix
+  constexpr int C = kWide ? M : N;  // its columns, K
+  const long b = long(gid);
+  if (b >= batch) {
+    return;
+  }
+  const bool vectors = vectors_arg != 0;
+  const bool full = full_arg != 0;
+  const int ucols = full ? M : C;
+  const int vrows = full ? N : C;
+  device const T* ab = a + b * M * N;
+
+  T w[R][C];
+  float anrm = 0.0f;
+  bool bad = false;
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      const T x = ab[i * N + j];
+      bad = bad || !svd_finite(x);
+      anrm = svd_finite(x) ? metal::max(anrm, svd_absmax(x)) : anrm;
+    }
+  }
+  if (bad) {
+    for (int j = 0; j < C; ++j) {
+      s[b * C + j] = NAN;
+    }
+    if (vectors) {
+      for (int e = 0; e < M * ucols; ++e) {
+        u[b * M * ucols + e] = svd_nan(T());
+      }
+      for (int e = 0; e < vrows * N; ++e) {
+        vh[b * vrows * N + e] = svd_nan(T());
+      }
+    }
+    info[b] = kSvdNonFinite;
+    return;
+  }
+  const int ex = svd_scale_exponent(anrm);
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < C; ++j) {
+      w[i][j] = kWide ? conj(svd_ldexp(ab[j * N + i], -ex)) : svd_ldexp(ab[i * N + j], -ex);
+    }
+  }
+  T v[C][C];
+  for (int i = 0; i < C; ++i) {
+    for (int j = 0; j < C; ++j) {
+      v[i][j] = i == j ? one<T>() : zero<T>();
+    }
+  }
+
+  const float tol = svd_tolerance(R);
+  int sweeps = kSvdNotConverged;
+  for (int sweep = 1; sweep <= kSvdMaxSweeps; ++sweep) {
+    bool rotated = false;
+    for (int p = 0; p < C - 1; ++p) {
+      for (int q = p + 1; q < C; ++q) {
+        const float nx = svd_small_norm(w, p), ny = svd_small_norm(w, q);
+        if (nx == 0.0f || ny == 0.0f) {
+          continue;
+        }
+        float mx = 0.0f, my = 0.0f;
+        for (int i = 0; i < R; ++i) {
+          mx = metal::max(mx, svd_absmax(w[i][p]));
+          my = metal::max(my, svd_absmax(w[i][q]));
+        }
+        T sxy = zero<T>();
+        for (int i = 0; i < R; ++i) {
+          sxy += mul(conj(w[i][p] / mx), w[i][q] / my);
+        }
+        const T c = sxy / ((nx / mx) * (ny / my));
+        if (!(modulus(c) > tol)) {
+          continue;
+        }
+        const JacobiRotation<T> rot = svd_pair_rotation(nx, ny, c);
+        if (rot.t == 0.0f) {
+          continue;
+        }
+        rotated = true;
+        for (int i = 0; i < R; ++i) {
+          rotate_pair(w[i][p], w[i][q], rot);
+        }
+        for (int i = 0; i < C; ++i) {
+          rotate_pair(v[i][p], v[i][q], rot);
+        }
+      }
+    }
+    if (!rotated) {
+      sweeps = sweep;
+      break;
+    }
+  }
+  info[b] = sweeps;
+
+  // sort by decreasing norm (stable selection sort of the column order)
+  float nrm[C];
+  int order[C];
+  for (int j = 0; j < C; ++j) {
+    nrm[j] = svd_small_norm(w, j);
+    order[j] = j;
+  }
+  for (int i = 0; i < C; ++i) {
+    int best = i;
+    for (int j = i + 1; j < C; ++j) {
+      best = nrm[order[j]] > nrm[order[best]] ? j : best;
+    }
+    const int t = order[best];
+    for (int j = best; j > i; --j) {
+      order[j] = order[j - 1];
+    }
+    order[i] = t;
+  }
+  int kept = 0;
+  for (int r = 0; r < C; ++r) {
+    s[b * C + r] = svd_ldexp(nrm[order[r]], ex);
+    kept += nrm[order[r]] >= kSvdTinyNorm ? 1 : 0;
+  }
+  if (!vectors) {
+    return;
+  }
+  // U' (R x R: the first C columns normalised, the rest completed)
+  T uw[R][R];
+  for (int i = 0; i < R; ++i) {
+    for (int r = 0; r < R; ++r) {
+      uw[i][r] = zero<T>();
+    }
+  }
+  for (int r = 0; r < kept; ++r) {
+    const float inv = 1.0f / nrm[order[r]];
+    for (int i = 0; i < R; ++i) {
+      uw[i][r] = inv * w[i][order[r]];
+    }
+  }
+  svd_small_complete<T, R, R>(uw, kept);
+  // for A = U S V^H (tall): u = U' (R x ucols), vh = V^H; wide: u = V, vh = U'^H (vrows x R)
+  for (int i = 0; i < M; ++i) {
+    for (int r = 0; r < ucols; ++r) {
+      T x;
+      if (kWide) {
+        x = v[i][order[r]];
+      } else {
+        x = uw[i][r];
+      }
+      u[b * M * ucols + i * ucols + r] = x;
+    }
+  }
+  for (int r = 0; r < vrows; ++r) {
+    for (int j = 0; j < N; ++j) {
+      T x;
+      if (kWide) {
+        x = conj(uw[j][r]);
+      } else {
+        x = conj(v[j][order[r]]);
+      }
+      vh[b * vrows * N + r * N + j] = x;
+    }
+  }
+}
+
+}  // namespace mpsl

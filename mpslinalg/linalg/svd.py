@@ -1,0 +1,526 @@
+"""The SVD family: ``svd``, ``svdvals``, ``pinv`` and ``matrix_rank`` with torch semantics.
+
+Ops ``mpslinalg::svd``, ``mpslinalg::svdvals`` and ``mpslinalg::pinv``: on the metal backend the
+one-sided Jacobi kernels of `mpslinalg.linalg.svd_metal` (the input scaled by a power of
+two, tall and wide matrices reduced to their QR factor R first, U completed to an orthonormal
+set for rank-deficient input, matrices up to 4 x 4 in one launch for any batch); ``matrix_rank``
+composes ``svdvals`` with torch's tolerance rule. ``hermitian=True`` is computed through the SVD
+of the Hermitian matrix built from the lower triangle (its singular values are the moduli of its
+eigenvalues, which is what torch's eigh-based path thresholds).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._core import checks
+from .._core.op import Op, cast_back, public, write_out
+from . import svd_metal
+
+__all__ = ["matrix_rank", "pinv", "svd", "svdvals"]
+
+_DRIVER_ERROR = ("keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER "
+                 "backend.")
+_GAUGE_ERROR = ("svd_backward: The singular vectors in the complex case are specified up to "
+                "multiplication by e^{i phi}. The specified loss function depends on this phase "
+                "term, making it ill-defined.")
+
+
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def _real(dtype: torch.dtype) -> torch.dtype:
+    return _REAL.get(dtype, dtype)  # (dtype.to_real does not trace under torch.compile)
+
+
+def _check_driver(fn: str, driver: str | None, A: Tensor, backend: str) -> None:
+    if driver is not None and (backend == "metal" or A.device.type != "cuda"):
+        raise RuntimeError(f"mpslinalg.{fn}: {_DRIVER_ERROR}")
+
+
+def _through_the_op(A) -> bool:
+    """Calls that take the op on the torch backend too: meta tensors (torch.linalg.pinv /
+    matrix_rank fail on them in torch 2.13, a CPU tensor meets the meta input; the op's fake
+    gives the shapes) and traced calls (torch's compiled complex pinv is wrong on the first
+    call of the graph, and its complex svd backward calls allclose, which does not trace)."""
+    return isinstance(A, Tensor) and (A.device.type == "meta" or torch.compiler.is_compiling())
+
+
+# ---------------------------------------------------------------- svd
+
+
+def _svd_shapes(A: Tensor, full: bool):
+    *batch, m, n = A.shape
+    k = min(m, n)
+    return (*batch, m, m if full else k), (*batch, k), (*batch, n if full else k, n)
+
+
+def _svd_fake(A: Tensor, full: bool, driver: str | None):
+    u, s, vh = _svd_shapes(A, full)
+    return A.new_empty(u), A.new_empty(s, dtype=_real(A.dtype)), A.new_empty(vh)
+
+
+def _svd_save(ctx, inputs, outputs) -> None:
+    ctx.full_matrices = inputs[1]
+    ctx.save_for_backward(*outputs)
+
+
+def _sv_backward(U: Tensor, gS: Tensor, Vh: Tensor) -> Tensor:
+    """gA = U diag(gS) V^H: the derivative through the singular values alone."""
+    return U @ (gS.unsqueeze(-1).to(U.dtype) * Vh)
+
+
+def _is_fake(x: Tensor) -> bool:
+    """Traced (torch.compile's fake tensors): no values to check."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(x, FakeTensor) or x.device.type == "meta"
+
+
+def svd_backward(gU: Tensor | None, gS: Tensor | None, gVh: Tensor | None, U: Tensor,
+                 S: Tensor, Vh: Tensor) -> Tensor:
+    """Reverse-mode derivative of the reduced SVD A = U diag(S) V^H (distinct non-zero singular
+    values), as torch's ``svd_backward`` (torch/csrc/autograd/FunctionsManual.cpp):
+    gA = U [(skew(U^H gU) S + S skew(V^H gV)) / E + diag(gS) + i Im diag(U^H gU) / (2S)] V^H
+    with E_ij = S_j^2 - S_i^2, plus (I - U U^H) gU S^-1 V^H for m > n and
+    U S^-1 gV^H (I - V V^H) for m < n (Townsend 2016, "Differentiating the singular value
+    decomposition"; conjugate Wirtinger for complex). The complex case requires a loss
+    invariant to the phase of each singular pair, which torch checks and so do we (one device
+    read, in eager mode only: traced graphs cannot read values)."""
+    m, n = U.shape[-2], Vh.shape[-1]
+    if gU is None and gVh is None:
+        return _sv_backward(U, gS, Vh)
+    complex_ = U.is_complex()
+    V = Vh.mH
+    gV = gVh.mH if gVh is not None else None
+    UhgU = U.mH @ gU if gU is not None else None
+    VhgV = Vh @ gV if gV is not None else None
+    UhgU = UhgU - UhgU.mH if UhgU is not None else None
+    VhgV = VhgV - VhgV.mH if VhgV is not None else None
+    if complex_ and not torch.compiler.is_compiling() and not _is_fake(U):
+        im_u = UhgU.diagonal(dim1=-2, dim2=-1).imag if UhgU is not None else torch.zeros_like(S)
+        im_v = VhgV.diagonal(dim1=-2, dim2=-1).imag if VhgV is not None else torch.zeros_like(S)
+        if not torch.allclose(im_u, -im_v, rtol=1e-2, atol=1e-2):
+            raise RuntimeError(f"mpslinalg.svd: {_GAUGE_ERROR}")
+    S2 = S * S
+    E = S2.unsqueeze(-2) - S2.unsqueeze(-1)
+    E.diagonal(dim1=-2, dim2=-1).fill_(1)
+    Sc = S.to(U.dtype)
+    if UhgU is not None and VhgV is not None:
+        gA = (UhgU * Sc.unsqueeze(-2) + Sc.unsqueeze(-1) * VhgV) / E
+    elif UhgU is not None:
+        gA = (UhgU / E) * Sc.unsqueeze(-2)
+    else:
+        gA = Sc.unsqueeze(-1) * (VhgV / E)
+    if gS is not None:
+        gA = gA + torch.diag_embed(gS.to(U.dtype))
+    if complex_ and UhgU is not None and VhgV is not None:
+        gA = gA + torch.diag_embed(UhgU.diagonal(dim1=-2, dim2=-1) / (2.0 * Sc))
+    if m > n and gU is not None:
+        gA = U @ gA
+        gUSinv = gU / Sc.unsqueeze(-2)
+        gA = (gA + gUSinv - U @ (U.mH @ gUSinv)) @ Vh
+    elif m < n and gV is not None:
+        gA = gA @ Vh
+        SinvgVh = gV.mH / Sc.unsqueeze(-1)
+        gA = U @ (gA + SinvgVh - (SinvgVh @ V) @ Vh)
+    else:
+        gA = U @ (gA @ Vh)
+    return gA
+
+
+def _svd_backward(ctx, gU, gS, gVh):
+    """torch's rule (`svd_backward`); with full_matrices the columns of U and rows of Vh
+    beyond min(m, n) do not take part, as in torch."""
+    U, S, Vh = ctx.saved_tensors
+    k = S.shape[-1]
+    if ctx.full_matrices:
+        U, Vh = U[..., :k], Vh[..., :k, :]
+        gU = gU[..., :k] if gU is not None else None
+        gVh = gVh[..., :k, :] if gVh is not None else None
+    return svd_backward(gU, gS, gVh, U, S, Vh), None, None
+
+
+def _svd_torch(A: Tensor, full: bool, driver: str | None):
+    return tuple(torch.linalg.svd(A, full_matrices=full, driver=driver))
+
+
+#: (U, S, Vh) of torch.linalg.svd.
+svd_op = Op(
+    "svd", "(Tensor A, bool full_matrices, str? driver) -> (Tensor, Tensor, Tensor)",
+    forward={"metal": lambda A, full, driver: svd_metal.svd_metal(A, full, fn="svd")[:3],
+             "torch": _svd_torch},
+    fake=_svd_fake, save=_svd_save, backward=_svd_backward)
+
+
+@public(torch.linalg.svd, general_when=_through_the_op)
+def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
+        out: tuple[Tensor, Tensor, Tensor] | None = None):
+    r"""Singular value decomposition ``A = U diag(S) Vh``; like `torch.linalg.svd`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``, any m and n.
+    full_matrices : bool, optional
+        True (default): U ``(*, m, m)`` and Vh ``(*, n, n)``; False: U ``(*, m, k)`` and Vh
+        ``(*, k, n)``, k = min(m, n).
+    driver : str, optional
+        cuSOLVER's driver, for CUDA tensors on the torch backend only (as in torch).
+    out : tuple of Tensor, optional
+        ``(U, S, Vh)`` to write the results into.
+
+    Returns
+    -------
+    U : Tensor
+        Orthonormal (unitary) columns, also for rank-deficient input.
+    S : Tensor
+        ``(*, k)``, real, in descending order.
+    Vh : Tensor
+        Orthonormal rows. Differentiable as in torch (distinct singular values; in the complex
+        case a loss that does not depend on the phase of the singular vectors).
+
+    Notes
+    -----
+    On the metal backend: one-sided Jacobi (see :doc:`svd`), accurate to a few ulps relative to
+    ``|A|`` at any scale float32 can hold; matrices up to 4 x 4 in one launch for any batch.
+    Singular vectors are unique only up to a phase per singular pair (and a rotation within
+    repeated singular values), so they may differ from LAPACK's by such factors.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> A = torch.tensor([[3., 0.], [4., 5.]])
+    >>> U, S, Vh = mpslinalg.svd(A)
+    >>> S
+    tensor([6.7082, 2.2361])
+    >>> torch.allclose(U @ torch.diag(S) @ Vh, A, atol=1e-5)
+    True
+    """
+    A, Ac, backend = checks.prepare("svd", A, square=False)
+    _check_driver("svd", driver, A, backend)
+    U, S, Vh = svd_op(Ac, bool(full_matrices), driver, backend, False, "")
+    result = torch.return_types.linalg_svd(
+        (cast_back(U, A.dtype), cast_back(S, _real(A.dtype)), cast_back(Vh, A.dtype)))
+    return write_out("svd", out, result)
+
+
+# ---------------------------------------------------------------- svdvals
+
+
+def _svdvals_save(ctx, inputs, outputs) -> None:
+    ctx.driver = inputs[1]
+    ctx.save_for_backward(inputs[0])
+
+
+def _svdvals_backward(ctx, gS: Tensor):
+    """gA = U diag(gS) V^H (the singular-value part of `svd_backward`), with U and V
+    recomputed as torch's svdvals computes them when a gradient is required."""
+    (A,) = ctx.saved_tensors
+    U, _, Vh = svd_op(A, False, ctx.driver, ctx.backend, False, "")
+    return _sv_backward(U, gS, Vh), None
+
+
+#: S of torch.linalg.svdvals (no singular vectors formed on the metal backend).
+svdvals_op = Op(
+    "svdvals", "(Tensor A, str? driver) -> Tensor",
+    forward={"metal": lambda A, driver: svd_metal.svd_metal(A, vectors=False,
+                                                            fn="svdvals")[1],
+             "torch": lambda A, driver: torch.linalg.svdvals(A, driver=driver)},
+    fake=lambda A, driver: A.new_empty((*A.shape[:-2], min(A.shape[-2:])),
+                                       dtype=_real(A.dtype)),
+    save=_svdvals_save, backward=_svdvals_backward)
+
+
+@public(torch.linalg.svdvals)
+def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) -> Tensor:
+    r"""Singular values in descending order; like `torch.linalg.svdvals`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``.
+    driver : str, optional
+        cuSOLVER's driver, for CUDA tensors on the torch backend only (as in torch).
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        ``(*, min(m, n))``, real. Differentiable (``U diag(gS) Vh``; always well defined).
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> mpslinalg.svdvals(torch.tensor([[0., 2.], [-3., 0.]]))
+    tensor([3., 2.])
+    """
+    A, Ac, backend = checks.prepare("svdvals", A, square=False)
+    _check_driver("svdvals", driver, A, backend)
+    S = svdvals_op(Ac, driver, backend, False, "")
+    return write_out("svdvals", out, cast_back(S, _real(A.dtype)))
+
+
+# ---------------------------------------------------------------- tolerances (pinv, matrix_rank)
+
+
+def _tolerance(fn: str, name: str, tol: object, real: torch.dtype,
+               device: torch.device) -> Tensor:
+    if isinstance(tol, Tensor):
+        if tol.is_complex():
+            dtype = {torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(
+                tol.dtype, str(tol.dtype))
+            raise RuntimeError(f"mpslinalg.{fn}: {name} tensor of complex type is not "
+                               f"supported. Got {dtype}")
+        return tol.to(device=device, dtype=real)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)):
+        raise TypeError(f"mpslinalg.{fn}: {name} must be a float or a real tensor, got "
+                        f"{type(tol).__name__}")
+    return torch.tensor(float(tol), dtype=real, device=device)
+
+
+def tolerances(fn: str, A: Tensor, atol: object, rtol: object) -> tuple[Tensor, Tensor]:
+    """torch's (atol, rtol) for pinv and matrix_rank (ATen's get_atol_rtol): atol defaults to
+    0; rtol to eps * max(m, n) when neither is given, and where atol is given, to 0 where
+    atol > 0 and to that default elsewhere. eps is that of A's compute dtype."""
+    real = _real(A.dtype)
+    atol_t = (torch.zeros((), dtype=real, device=A.device) if atol is None
+              else _tolerance(fn, "atol", atol, real, A.device))
+    if rtol is not None:
+        return atol_t, _tolerance(fn, "rtol", rtol, real, A.device)
+    default = torch.full((), torch.finfo(real).eps * max(A.shape[-2:]), dtype=real,
+                         device=A.device)
+    if atol is None:
+        return atol_t, default
+    return atol_t, torch.where(atol_t > 0, torch.zeros((), dtype=real, device=A.device),
+                               default)
+
+
+def _hermitian_from_lower(A: Tensor) -> Tensor:
+    """The Hermitian matrix whose lower triangle is A's (the real part of its diagonal): what
+    torch's eigh-based ``hermitian=True`` paths read."""
+    low = A.tril(-1)
+    diag = A.diagonal(dim1=-2, dim2=-1)
+    return low + low.mH + torch.diag_embed(diag.real.to(A.dtype) if A.is_complex() else diag)
+
+
+def _check_hermitian(fn: str, A: Tensor, hermitian: bool) -> None:
+    if hermitian and A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"mpslinalg.{fn}: A must be batches of square matrices when "
+                           f"hermitian=True, got shape {checks.shape_str(A)}")
+
+
+def _tol_batch(fn: str, A: Tensor, atol: Tensor, rtol: Tensor) -> torch.Size:
+    return checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("atol", atol.shape),
+                                  ("rtol", rtol.shape))
+
+
+# ---------------------------------------------------------------- pinv
+
+
+def _pinv_from_svd(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool, backend: str
+                   ) -> Tensor:
+    """V diag(S^+) U^H, S^+ the reciprocals of the singular values above
+    max(atol, rtol * S_max) and 0 elsewhere (torch's rule)."""
+    batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
+    m, n = A.shape[-2:]
+    if A.numel() == 0:
+        return A.new_zeros((*batch, n, m))
+    H = _hermitian_from_lower(A) if hermitian else A
+    if backend == "metal":
+        U, S, Vh, _ = svd_metal.svd_metal(H, False, fn="pinv")
+    else:
+        U, S, Vh = torch.linalg.svd(H, full_matrices=False)
+    tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * S[..., :1])
+    Sinv = torch.where(S > tol, S.reciprocal(), torch.zeros((), dtype=S.dtype,
+                                                            device=S.device))
+    # conj_physical, not the lazy conjugate of .mH: the first call of a compiled graph runs this
+    # under a mode in which matmul of conjugate views gives wrong values (torch 2.13; torch's
+    # own compiled complex pinv shows the same on its first call)
+    V = Vh.conj_physical().transpose(-2, -1)
+    Uh = U.conj_physical().transpose(-2, -1)
+    X = V @ (Sinv.to(A.dtype).unsqueeze(-1) * Uh)
+    return X.expand(*batch, n, m)
+
+
+def _pinv_save(ctx, inputs, outputs) -> None:
+    ctx.save_for_backward(inputs[0], outputs)
+
+
+def _pinv_backward(ctx, gX: Tensor):
+    """The derivative of the pseudo-inverse at constant rank (Golub and Pereyra 1973, "The
+    differentiation of pseudo-inverses and nonlinear least squares problems whose variables
+    separate", SIAM J. Numer. Anal. 10(2), eq. 4.12), as torch's ``pinv_backward``, arranged
+    to form the smaller of the two Gram matrices."""
+    A, X = ctx.saved_tensors
+    m, n = A.shape[-2:]
+    Xh, gXh = X.mH, gX.mH
+    if m <= n:
+        K = gXh @ X
+        KXh = K @ Xh
+        gA = -(X @ K).mH + KXh - (A @ X) @ KXh + (Xh @ X) @ (gXh - K @ A)
+    else:
+        K = X @ gXh
+        XhK = Xh @ K
+        gA = -(K @ X).mH + (gXh - A @ K) @ X @ Xh + XhK - XhK @ X @ A
+    return gA, None, None, None
+
+
+def _pinv_fake(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool) -> Tensor:
+    batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
+    return A.new_empty((*batch, A.shape[-1], A.shape[-2]))
+
+
+#: The pseudo-inverse of torch.linalg.pinv with tolerance tensors (atol, rtol).
+pinv_op = Op(
+    "pinv", "(Tensor A, Tensor atol, Tensor rtol, bool hermitian) -> Tensor",
+    forward={"metal": lambda A, atol, rtol, hermitian: _pinv_from_svd(A, atol, rtol, hermitian,
+                                                                     "metal"),
+             "torch": lambda A, atol, rtol, hermitian: _pinv_from_svd(A, atol, rtol, hermitian,
+                                                                     "torch")},
+    fake=_pinv_fake, save=_pinv_save, backward=_pinv_backward)
+
+
+def _pinv_general(A: Tensor, *, atol: float | Tensor | None = None,
+                  rtol: float | Tensor | None = None, hermitian: bool = False,
+                  out: Tensor | None = None) -> Tensor:
+    fn = "pinv"
+    A, Ac, backend = checks.prepare(fn, A, square=False)
+    _check_hermitian(fn, A, hermitian)
+    atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
+    _tol_batch(fn, A, atol_t, rtol_t)
+    X = pinv_op(Ac, atol_t, rtol_t, bool(hermitian), backend, False, "")
+    return write_out(fn, out, cast_back(X, A.dtype))
+
+
+_pinv_general.__name__ = "pinv"  # errors and the generated fast path name mpslinalg.pinv
+#: pinv's keyword form (torch.linalg.pinv's first overload) with torch's fast path.
+_pinv = public(torch.linalg.pinv, general_when=_through_the_op)(_pinv_general)
+
+
+def _legacy(fn: str, name: str, value: object, atol: object, rtol: object) -> None:
+    if value is not None and (atol is not None or rtol is not None):
+        raise TypeError(f"mpslinalg.{fn}: {name} cannot be combined with atol or rtol (torch's "
+                        f"legacy form is {fn}(A, {name}, hermitian=False))")
+
+
+def pinv(A: Tensor, rcond: float | Tensor | None = None, hermitian: bool = False, *,
+         atol: float | Tensor | None = None, rtol: float | Tensor | None = None,
+         out: Tensor | None = None) -> Tensor:
+    r"""Moore-Penrose pseudo-inverse; like `torch.linalg.pinv`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``.
+    rcond : float or Tensor, optional
+        torch's legacy form ``pinv(A, rcond, hermitian)``: the same as ``atol=0, rtol=rcond``.
+    hermitian : bool, optional
+        A is Hermitian (only its lower triangle is read, as in torch).
+    atol, rtol : float or Tensor, optional
+        Singular values at most ``max(atol, rtol * S_max)`` are treated as zero. Tensors
+        broadcast against A's batch shape. Defaults as in torch: ``atol = 0``;
+        ``rtol = eps * max(m, n)`` when neither is given, and where ``atol`` is given, 0 where
+        ``atol > 0``. eps is that of the compute dtype (float32 for float16 / bfloat16).
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        ``(*, n, m)``. Differentiable at constant rank (Golub and Pereyra's formula, as torch).
+
+    Notes
+    -----
+    On the metal backend through `svd` (``hermitian=True`` too: the singular values of a
+    Hermitian matrix are the moduli of its eigenvalues), so it inherits the SVD's accuracy at
+    extreme scales: ``pinv(c * A) = pinv(A) / c`` to rounding for any float32 c.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> mpslinalg.pinv(torch.tensor([[1., 0.], [0., 0.]]))
+    tensor([[1., 0.],
+            [0., 0.]])
+    >>> mpslinalg.pinv(torch.tensor([[2., 0.], [0., 1e-9]]), rtol=1e-6)
+    tensor([[0.5000, 0.0000],
+            [0.0000, 0.0000]])
+    """
+    _legacy("pinv", "rcond", rcond, atol, rtol)
+    if rcond is not None:
+        atol, rtol = 0.0, rcond
+    return _pinv(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+
+
+# ---------------------------------------------------------------- matrix_rank
+
+
+def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
+                 rtol: float | Tensor | None = None, hermitian: bool = False,
+                 out: Tensor | None = None) -> Tensor:
+    fn = "matrix_rank"
+    A, Ac, backend = checks.prepare(fn, A, square=False)
+    _check_hermitian(fn, A, hermitian)
+    atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
+    _tol_batch(fn, A, atol_t, rtol_t)
+    H = _hermitian_from_lower(Ac) if hermitian else Ac
+    S = svdvals_op(H, None, backend, False, "")
+    tol = torch.maximum(atol_t.unsqueeze(-1), rtol_t.unsqueeze(-1) * S[..., :1])
+    rank = (S > tol).sum(-1)
+    if out is None:
+        return rank
+    # torch's sum_out: any dtype, the count cast into it
+    if not isinstance(out, Tensor):
+        raise TypeError(f"mpslinalg.{fn}: out must be a tensor, got {type(out).__name__}")
+    if out.device != rank.device:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected out tensor to be on device "
+                           f"{rank.device}, but got {out.device} instead")
+    if out.shape != rank.shape:
+        out.resize_(rank.shape)
+    return out.copy_(rank)
+
+
+_matrix_rank_general.__name__ = "matrix_rank"
+#: matrix_rank's keyword form with torch's fast path.
+_matrix_rank = public(torch.linalg.matrix_rank,
+                      general_when=_through_the_op)(_matrix_rank_general)
+
+
+def matrix_rank(A: Tensor, tol: float | Tensor | None = None, hermitian: bool = False, *,
+                atol: float | Tensor | None = None, rtol: float | Tensor | None = None,
+                out: Tensor | None = None) -> Tensor:
+    r"""Numerical rank: the number of singular values above ``max(atol, rtol * S_max)``; like
+    `torch.linalg.matrix_rank`.
+
+    Parameters
+    ----------
+    A : Tensor
+        ``(*, m, n)``.
+    tol : float or Tensor, optional
+        torch's legacy form ``matrix_rank(A, tol, hermitian)``: the same as
+        ``atol=tol, rtol=0``.
+    hermitian : bool, optional
+        A is Hermitian (only its lower triangle is read, as in torch).
+    atol, rtol : float or Tensor, optional
+        As in `pinv` (the same defaults).
+    out : Tensor, optional
+        Tensor to write the result into.
+
+    Returns
+    -------
+    Tensor
+        int64, A's batch shape (broadcast with the tolerances'). Not differentiable.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> x = torch.tensor([[1.], [2.], [3.]])
+    >>> mpslinalg.matrix_rank(x @ x.T)
+    tensor(1)
+    """
+    _legacy("matrix_rank", "tol", tol, atol, rtol)
+    if tol is not None:
+        atol, rtol = tol, 0.0
+    return _matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)

@@ -1,0 +1,162 @@
+"""Host side of metal/linalg/svd.metal: the one-sided Jacobi SVD.
+
+Building block of the SVD family (svd, svdvals, pinv, matrix_rank). It takes float32 /
+complex64 tensors on MPS (the Apple GPU) or the CPU (the emulator), any layout, whose
+validation and dtype policy the caller has done; it never reads device values on the host: the
+launch sequence depends on shapes only and the batch is a grid dimension of every kernel.
+
+Paths and launches per call (a gather copy first when the input is not contiguous):
+  m, n <= SMALL_MAX   1: svd_small, one matrix per thread, any batch.
+  m == n              1: svd_jacobi, one threadgroup per matrix (W and V in threadgroup memory
+                      when they fit, see `staged`, in a device workspace otherwise).
+  m > n               the QR factorisation of `mpslinalg.linalg.qr_metal` (Q formed, in
+                      'complete' mode when U must be completed to m x m), then svd_jacobi on R;
+                      U = Q U_R.
+  m < n               the same for A^H (A = V' S U'^H from A^H = U' S V'^H).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core import metal as _metal
+from .._core.copy import contiguous
+from .._core.metal import launch
+from . import qr_metal
+
+_SOURCE = "linalg/svd.metal"
+
+# Mirrors of the named constants of metal/linalg/svd.h (tests/linalg/test_svd.py checks them).
+MAX_SWEEPS = 30  # kSvdMaxSweeps
+NOT_CONVERGED = -1  # kSvdNotConverged
+NON_FINITE = -2  # kSvdNonFinite
+MAX_SIMDGROUPS = 16  # kSvdMaxSimdgroups
+SMALL_MAX = 4  # kSvdSmallMax
+STAGE_BYTES = 32768 - MAX_SIMDGROUPS * 4  # kSvdStageBytes
+
+SIMD_WIDTH = 32
+#: svd_small: matrices (threads) per threadgroup.
+SMALL_GROUP = 256
+
+_SUPPORTED = (torch.float32, torch.complex64)
+
+
+def _real_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float32, torch.complex64) else dtype.to_real()
+
+
+def jacobi_threads(n: int) -> int:
+    """Threads of one svd_jacobi threadgroup: one simdgroup per pair of a step, at most
+    MAX_SIMDGROUPS."""
+    pairs = max(1, (n + 1) // 2)
+    return SIMD_WIDTH * min(MAX_SIMDGROUPS, pairs)
+
+
+def staged(n: int, dtype: torch.dtype) -> bool:
+    """Whether svd_jacobi keeps an n x n matrix's W and V in threadgroup memory (else in the
+    device workspace): n <= 63 for float32, n <= 45 for complex64."""
+    itemsize = 8 if dtype == torch.complex64 else 4
+    return 2 * n * n * itemsize <= STAGE_BYTES
+
+
+def _jacobi(A: torch.Tensor, vectors: bool, fn: str):
+    """svd_jacobi on a contiguous (batch, n, n) tensor: (U, S, Vh, info) with U, Vh None
+    unless ``vectors``."""
+    batch, n, _ = A.shape
+    dev = A.device
+    S = torch.empty((batch, n), dtype=torch.float32, device=dev)
+    info = torch.empty((batch,), dtype=torch.int32, device=dev)
+    U = torch.empty((batch, n, n) if vectors else (1,), dtype=A.dtype, device=dev)
+    Vh = torch.empty((batch, n, n) if vectors else (1,), dtype=A.dtype, device=dev)
+    work = torch.empty((batch, 2, n, n), dtype=A.dtype, device=dev)
+    norms = torch.empty((batch, n), dtype=torch.float32, device=dev)
+    kernel = _metal.kernel(_SOURCE, "svd_jacobi", A.dtype, dev, fn=fn)
+    threads = jacobi_threads(n)
+    launch(kernel, A, work, norms, U, S, Vh, info, n, int(vectors),
+           threads=[threads, batch], group_size=[threads, 1])
+    return (U if vectors else None), S, (Vh if vectors else None), info
+
+
+def _small(A: torch.Tensor, vectors: bool, full: bool, fn: str):
+    """svd_small on a contiguous (batch, m, n) tensor, m, n <= SMALL_MAX."""
+    batch, m, n = A.shape
+    k = min(m, n)
+    dev = A.device
+    ucols, vrows = (m, n) if full else (k, k)
+    S = torch.empty((batch, k), dtype=torch.float32, device=dev)
+    info = torch.empty((batch,), dtype=torch.int32, device=dev)
+    U = torch.empty((batch, m, ucols) if vectors else (1,), dtype=A.dtype, device=dev)
+    Vh = torch.empty((batch, vrows, n) if vectors else (1,), dtype=A.dtype, device=dev)
+    kernel = _metal.kernel(_SOURCE, "svd_small", A.dtype, dev, fn=fn, m=m, n=n)
+    group = min(SMALL_GROUP, _metal.ceil_div(batch, SIMD_WIDTH) * SIMD_WIDTH)
+    launch(kernel, A, U, S, Vh, info, batch, int(vectors), int(full),
+           threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
+    return (U if vectors else None), S, (Vh if vectors else None), info
+
+
+def _tall(A: torch.Tensor, vectors: bool, full: bool, fn: str):
+    """m > n: A = Q R, R = U_R S V^H, U = Q U_R (Q m x m when ``full``: its trailing columns
+    complete U)."""
+    _, m, n = A.shape
+    mode = ("complete" if full else "reduced") if vectors else "r"
+    Q, R = qr_metal.qr_metal(A, mode, fn=fn)
+    R = R[:, :n, :].contiguous()
+    Ur, S, Vh, info = _jacobi(R, vectors, fn)
+    if not vectors:
+        return None, S, None, info
+    U = torch.matmul(Q[:, :, :n], Ur)
+    if full:
+        U = torch.cat([U, Q[:, :, n:]], dim=-1)
+    return U, S, Vh, info
+
+
+def _empty(batch_shape, m: int, n: int, dtype, device, vectors: bool, full: bool):
+    k = min(m, n)
+    ucols, vrows = (m, n) if full else (k, k)
+    S = torch.zeros((*batch_shape, k), dtype=_real_dtype(dtype), device=device)
+    info = torch.zeros(batch_shape, dtype=torch.int32, device=device)
+    if not vectors:
+        return None, S, None, info
+    U = torch.zeros((*batch_shape, m, ucols), dtype=dtype, device=device)
+    Vh = torch.zeros((*batch_shape, vrows, n), dtype=dtype, device=device)
+    U.diagonal(dim1=-2, dim2=-1).fill_(1)
+    Vh.diagonal(dim1=-2, dim2=-1).fill_(1)
+    return U, S, Vh, info
+
+
+def svd_metal(A: torch.Tensor, full_matrices: bool = False, *, vectors: bool = True,
+              fn: str = "svd"):
+    """The SVD of each matrix of the (*, m, n) tensor ``A`` (not modified).
+
+    Returns ``(U, S, Vh, info)`` with torch.linalg.svd's shapes for ``full_matrices`` (U and
+    Vh None unless ``vectors``) and ``info`` (*) int32: the number of Jacobi sweeps run (the
+    last applied no rotation), ``NOT_CONVERGED`` after ``MAX_SWEEPS``, or ``NON_FINITE`` for
+    input with NaN or Inf (then S, U and Vh are NaN).
+    """
+    *batch_shape, m, n = A.shape
+    if A.dtype not in _SUPPORTED:
+        raise TypeError(f"mpslinalg.{fn}: internal error: the SVD kernels take float32 or "
+                        f"complex64, got {A.dtype}")
+    batch = math.prod(batch_shape)
+    full = full_matrices and vectors
+    if batch == 0 or min(m, n) == 0:
+        return _empty(batch_shape, m, n, A.dtype, A.device, vectors, full)
+    A = contiguous(A, fn).view(batch, m, n)
+    if m <= SMALL_MAX and n <= SMALL_MAX:
+        U, S, Vh, info = _small(A, vectors, full, fn)
+    elif m == n:
+        U, S, Vh, info = _jacobi(A, vectors, fn)
+    elif m > n:
+        U, S, Vh, info = _tall(A, vectors, full, fn)
+    else:  # A^H = U' S V'^H, so A = V' S U'^H
+        Up, S, Vhp, info = _tall(contiguous(A.mH, fn), vectors, full, fn)
+        U, Vh = (Vhp.mH, Up.mH) if vectors else (None, None)
+    S = S.view(*batch_shape, S.shape[-1])
+    info = info.view(batch_shape)
+    if not vectors:
+        return None, S, None, info
+    U = U.reshape(*batch_shape, *U.shape[-2:])
+    Vh = Vh.reshape(*batch_shape, *Vh.shape[-2:])
+    return U, S, Vh, info
