@@ -18,7 +18,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 _TORCH_LINALG = ["det", "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor",
                  "lu_factor_ex", "lu_solve", "qr", "slogdet", "solve", "solve_ex", "svd", "eigh",
-                 "eigvalsh", "svdvals", "cholesky", "vector_norm", "matrix_norm"]
+                 "eigvalsh", "svdvals", "pinv", "matrix_rank", "cholesky", "vector_norm",
+                 "matrix_norm"]
 _TORCH_TOP = ["bucketize", "eq", "ge", "geqrf", "gt", "le", "logdet", "lt", "maximum", "minimum",
               "ne", "searchsorted", "lu_unpack", "det", "inverse"]
 _TORCH_F = ["conv1d", "grouped_mm", "linear", "pad", "scaled_dot_product_attention", "scaled_mm"]

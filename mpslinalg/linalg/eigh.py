@@ -1,7 +1,7 @@
 """Hermitian eigendecomposition: ``eigh`` and ``eigvalsh`` with torch.linalg semantics.
 
 Op ``mpslinalg::eigh``: on the metal backend the two-sided cyclic Jacobi kernels of
-``metal/linalg/eigh.metal`` (see :doc:`eigh`), one launch for any batch:
+``metal/linalg/eigh.metal`` (see the eigh page of the docs), one launch for any batch:
 
 - n <= ``SMALL_MAX``: ``eigh_small``, one matrix per thread in registers;
 - n up to the staging limit (62 in float32, 44 in complex64): ``eigh_group``, one threadgroup
@@ -233,7 +233,7 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
 
     Notes
     -----
-    On the metal backend: two-sided Jacobi with exact power-of-two scaling (see :doc:`eigh`),
+    On the metal backend: two-sided Jacobi with exact power-of-two scaling (see the eigh page of the docs),
     one launch for any batch, no device read; non-finite input gives NaN results (torch raises
     on the CPU for NaN).
 
