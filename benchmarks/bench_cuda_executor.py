@@ -26,8 +26,10 @@ import torch
 os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")  # the metal backend on CUDA tensors
 
 from mpslinalg.emulator import cuda  # noqa: E402
+from mpslinalg.linalg import eigh as _eigh  # noqa: E402
 from mpslinalg.linalg import lu_metal as _lu_metal  # noqa: E402
 from mpslinalg.linalg import qr_metal as _qr_metal  # noqa: E402
+from mpslinalg.linalg import svd_metal as _svd_metal  # noqa: E402
 from mpslinalg.small import dispatch as si  # noqa: E402
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
@@ -123,6 +125,44 @@ def cases():
         "CUDA executor (small_inverse.metal)": ours, "torch.linalg.inv": theirs},
         _roofline_us(2 * batch * n * n * 4, batch * 2 * n**3), agree))
     out += _qr_cases()
+    out += _jacobi_cases()
+    return out
+
+
+def _jacobi_cases():
+    """SVD and Hermitian eigensolver: Jacobi sweeps, so no flop count defines a roofline; the
+    bytes bound is given (input read, factors written) with the sweeps' flops left out."""
+    out = []
+    for batch, n, dtype in [(10**5, 3, torch.float32), (10**6, 3, torch.float32),
+                            (64, 32, torch.float32), (64, 32, torch.complex64)]:
+        A = _matrices((batch, n, n), dtype, 5)
+        es = A.element_size()
+        ours = lambda A=A: _svd_metal.svd_metal(A)  # noqa: E731
+        theirs = lambda A=A: torch.linalg.svd(A, full_matrices=False)  # noqa: E731
+        U, S, Vh, info = ours()
+        res = ((U * S.unsqueeze(-2).to(dtype)) @ Vh - A).abs().amax() / A.abs().amax()
+        out.append((f"svd {batch:.0e}x({n}x{n}) {str(dtype)[6:]}", {
+            "CUDA executor (svd.metal)": ours, "torch.linalg.svd": theirs},
+            _roofline_us(batch * n * n * 3 * es, 0),
+            f"max |U S Vh - A| / max |A| = {res.item():.1e}, sweeps <= {int(info.max())}"))
+        H = A + A.mH
+        ours = lambda H=H: _eigh.eigh_metal(H, lower=True, vectors=True)  # noqa: E731
+        theirs = lambda H=H: torch.linalg.eigh(H)  # noqa: E731
+        try:
+            theirs()
+        except RuntimeError as exc:  # cuSOLVER's batched syevj fails at large batches
+            theirs = None
+            failure = f"; torch.linalg.eigh fails: {str(exc).splitlines()[0][:80]}"
+        else:
+            failure = ""
+        w, V, status = ours()
+        res = (H @ V - V * w.unsqueeze(-2).to(dtype)).abs().amax() / H.abs().amax()
+        contenders = {"CUDA executor (eigh.metal)": ours}
+        if theirs is not None:
+            contenders["torch.linalg.eigh"] = theirs
+        out.append((f"eigh {batch:.0e}x({n}x{n}) {str(dtype)[6:]}", contenders,
+                    _roofline_us(batch * n * n * 2 * es, 0),
+                    f"max |H V - V diag(w)| / max |H| = {res.item():.1e}{failure}"))
     return out
 
 
