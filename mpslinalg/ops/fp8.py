@@ -270,7 +270,10 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
         amax = xf.new_zeros(_expected_scale_shape(kind, rows, cols, True) or (1, 1))
     if kind == BLOCK_1X128:
         amax = amax.t().contiguous().t()  # torch wants (M, K/128) with stride (1, M)
-    scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
+    # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
+    # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
+    scale = torch.where(amax > 0, amax / amax.new_full((), fmax), torch.ones_like(amax))
     data = fp8_encode_op(x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype], backend,
                          False, "")
     data = data.reshape(x.shape)
