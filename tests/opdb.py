@@ -127,12 +127,12 @@ def _call(info: OpInfo, sample: Sample, dtype: torch.dtype, device: torch.device
 
 
 def _reference(info: OpInfo, sample: Sample, dtype: torch.dtype,
-               device: torch.device = torch.device("cpu")):
+               device: torch.device | None = None):
     """The torch reference in float64 / complex128 on the CPU (or ``device``), from the inputs
     rounded to ``dtype`` (so that both see the same numbers)."""
     wide = _WIDE.get(dtype, dtype)
     cpu = torch.device("cpu")
-    args = [_convert(_convert(a, dtype, cpu), wide, device) for a in sample.args]
+    args = [_convert(_convert(a, dtype, cpu), wide, device or cpu) for a in sample.args]
     return info.ref(*args, **sample.kwargs)
 
 
