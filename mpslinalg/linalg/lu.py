@@ -365,7 +365,13 @@ def _check_lu_solve(fn: str, LU: object, pivots: object, B: object, left: bool) 
     checks.check_same_dtype(fn, LU=LU, B=B)
 
 
-@public(torch.linalg.lu_solve)
+def _torch_skips_pivot_checks(LU: Tensor) -> bool:
+    """torch.linalg.lu_solve validates the pivots on the CPU only (on CUDA an invalid pivot
+    raises nothing): there the general path checks them, as on the metal backend."""
+    return LU.device.type == "cuda"
+
+
+@public(torch.linalg.lu_solve, general_when=_torch_skips_pivot_checks)
 def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
              adjoint: bool = False, out: Tensor | None = None) -> Tensor:
     r"""Solve ``A X = B`` given the LU factorisation of ``A`` from `lu_factor`; like
@@ -394,9 +400,10 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
 
     Notes
     -----
-    On the metal backend the pivots are validated as torch does (RuntimeError for a pivot
-    outside 1..n), which reads them from the device once: the one host synchronisation of the
-    metal path outside the checking forms. Differentiable with respect to ``LU`` and ``B``.
+    On the metal backend (and for CUDA tensors, where torch does not check them) the pivots are
+    validated as torch does on the CPU (RuntimeError for a pivot outside 1..n), which reads
+    them from the device once: the one host synchronisation of the metal path outside the
+    checking forms. Differentiable with respect to ``LU`` and ``B``.
 
     Examples
     --------
@@ -413,6 +420,7 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     backend = resolve_backend(LU.device, fn)
     dtype = checks.compute_dtype(fn, LU.dtype, backend)
     Bc = to_dtype(B, dtype).expand(*batch, *B.shape[-2:])
-    check = "mpslinalg.lu_solve" if backend == "metal" else ""
+    check = ("mpslinalg.lu_solve" if backend == "metal" or _torch_skips_pivot_checks(LU)
+             else "")
     X = lu_solve_op(to_dtype(LU, dtype), pivots, Bc, left, adjoint, backend, False, check)
     return write_out(fn, out, cast_back(X, B.dtype))

@@ -298,7 +298,8 @@ def _check(fn: str, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 @public(F.scaled_dot_product_attention, torch_name="scaled_dot_product_attention",
         general_when=lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-        *, scale=None, enable_gqa=False: dropout_p > 0.0)
+        *, scale=None, enable_gqa=False: dropout_p > 0.0 or (
+            isinstance(attn_mask, Tensor) and attn_mask.device != query.device))
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, *, scale: float | None = None,
@@ -316,6 +317,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         ``(*, S, Ev)``; ``(*, Hkv, S, Ev)``.
     attn_mask : Tensor, optional
         Broadcastable to ``(*, L, S)``: boolean (True: attend) or additive (floating point).
+        On any device (moved to ``query``'s, on every backend; torch alone refuses a CPU mask
+        for CUDA inputs).
     dropout_p : float, optional
         Attention dropout probability. On the metal backend the kernel draws the decisions
         from a seed taken from torch's default generator (``torch.manual_seed`` makes them

@@ -281,7 +281,10 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
         amax = xf.new_zeros(_expected_scale_shape(kind, rows, cols, True) or (1, 1))
     if kind == BLOCK_1X128:
         amax = amax.t().contiguous().t()  # torch wants (M, K/128) with stride (1, M)
-    scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
+    # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
+    # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
+    scale = torch.where(amax > 0, amax / amax.new_full((), fmax), torch.ones_like(amax))
     data = fp8_encode_op(x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype], backend,
                          False, "")
     data = data.reshape(x.shape)
@@ -393,14 +396,49 @@ def _decoded(bytes_: Tensor, fmt: int, scale: Tensor, kind: int, rows_first: boo
     return values * _expand_scale(scale, *values.shape, row_div, col_div)
 
 
+#: torch's CUDA scaled_mm (cuBLASLt / CUTLASS fp8) wants K and N multiples of this.
+_TORCH_CUDA_FP8_ALIGN = 16
+
+
+def _torch_alignment(device: torch.device) -> int:
+    return _TORCH_CUDA_FP8_ALIGN if device.type == "cuda" else 1
+
+
+def _torch_scaled_mm(a, b, scale_a, recipe, scale_b, bias, out_dtype, format_a, format_b):
+    """F.scaled_mm with one TensorWise / RowWise ``recipe`` for both operands, in the layout
+    torch's CUDA kernels require: ``a`` row-major, ``b`` column-major, K and N padded to
+    multiples of 16 with zero codes (which add nothing; the padded columns are cut off)."""
+    n = b.shape[1]
+    align = _torch_alignment(a.device)
+    pad_k, pad_n = -a.shape[1] % align, -n % align
+    if align > 1:
+        a = F.pad(a, (0, pad_k)).contiguous()
+        b = F.pad(b.t(), (0, pad_k, 0, pad_n)).contiguous().t()
+        if recipe == ScalingType.RowWise:
+            scale_b = F.pad(scale_b, (0, pad_n), value=1.0)
+        if bias is not None:
+            bias = F.pad(bias, (0, pad_n))
+    out = F.scaled_mm(a.view(FP8_BY_CODE[format_a]), b.view(FP8_BY_CODE[format_b]),
+                      scale_a.contiguous(), recipe, scale_b.contiguous(), recipe, bias=bias,
+                      output_dtype=out_dtype)
+    return out[:, :n].contiguous() if pad_n else out
+
+
 def _scaled_mm_torch(a, b, scale_a, recipe_a, scale_b, recipe_b, bias, out_dtype, format_a,
                      format_b):
     same = recipe_a == recipe_b and recipe_a in (TENSORWISE, ROWWISE)
     if same and hasattr(F, "scaled_mm") and a.numel() and b.numel():
         recipe = ScalingType.TensorWise if recipe_a == TENSORWISE else ScalingType.RowWise
-        return F.scaled_mm(a.view(FP8_BY_CODE[format_a]), b.view(FP8_BY_CODE[format_b]),
-                           scale_a.contiguous(), recipe, scale_b.contiguous(), recipe,
-                           bias=bias, output_dtype=out_dtype)
+        try:
+            return _torch_scaled_mm(a, b, scale_a, recipe, scale_b, bias, out_dtype, format_a,
+                                    format_b)
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, ValueError):
+            # No kernel of this torch for the device (torch 2.11 has none on the CPU), or one
+            # that refuses these formats / this output dtype (the rules vary with the version
+            # and the GPU): the definition below.
+            pass
     # torch has no kernel for this recipe here (blockwise, mixed, or torch < 2.10): the
     # definition, in float32.
     out = _decoded(a, format_a, scale_a, recipe_a, True) @ _decoded(b, format_b, scale_b,

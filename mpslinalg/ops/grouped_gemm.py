@@ -6,10 +6,13 @@ and offsets that are not increasing or run past the end never make the kernel re
 out of bounds (the values are then unspecified; ``check_offsets=True`` rejects such offsets with
 one device read). Rows (columns) after the last offset are zero.
 
-On the torch backend the op is torch's ``F.grouped_mm`` on CUDA (its home); elsewhere (torch's
-CPU kernel needs 16-byte aligned strides, leaves rows past the last offset uninitialised and has
-no bias) and for float64 it is the definition written with torch operations, still without a
-host synchronisation (one masked matrix product per group).
+On the torch backend the op is torch's ``F.grouped_mm`` on CUDA (its home), given operands in
+the layout it requires (copied with 16-byte aligned rows where they are not) and with the
+entries it leaves uninitialised (past the last offset, empty inner groups) set to zero;
+elsewhere (torch's CPU kernel has the same layout rules, the same uninitialised entries and no
+bias), for float64 and for a float32 output of lower precision inputs (which torch's CUDA kernel
+refuses) it is the definition written with torch operations, still without a host
+synchronisation (one masked matrix product per group).
 """
 
 from __future__ import annotations
@@ -126,11 +129,47 @@ def _bias_terms(bias: Tensor, mode: int, ids: Tensor | None, shape, offs) -> Ten
     return bias * covered[None, :]
 
 
+#: torch's CUDA grouped_mm wants 16-byte aligned data and row (or column) strides.
+_TORCH_CUDA_ALIGN_BYTES = 16
+
+
+def _torch_cuda_layout(x: Tensor) -> Tensor:
+    """``x`` as torch's CUDA grouped_mm accepts it: one of the last two dimensions contiguous,
+    the other's stride a multiple of 16 bytes, the data 16-byte aligned; otherwise a copy with
+    the last dimension padded to 16 bytes (a view of the first columns)."""
+    align = _TORCH_CUDA_ALIGN_BYTES // x.element_size()
+    rows, cols = x.shape[-2], x.shape[-1]
+    row_major = x.stride(-1) == 1 and x.stride(-2) >= max(1, cols) and x.stride(-2) % align == 0
+    col_major = x.stride(-2) == 1 and x.stride(-1) >= max(1, rows) and x.stride(-1) % align == 0
+    if (row_major or col_major) and x.data_ptr() % _TORCH_CUDA_ALIGN_BYTES == 0:
+        return x
+    padded = x.new_zeros(*x.shape[:-1], -(-max(cols, 1) // align) * align)
+    padded[..., :cols] = x
+    return padded[..., :cols]
+
+
+def _covered_only(out: Tensor, offs: Tensor, mode: int) -> Tensor:
+    """``out`` with zeros where no group writes (torch's CUDA kernel leaves those entries
+    uninitialised): rows or columns past the last offset, products of empty inner groups."""
+    if mode == INNER:
+        starts = torch.cat([offs.new_zeros(1), offs[:-1]])
+        return torch.where((offs > starts)[:, None, None], out, out.new_zeros(()))
+    length = out.shape[0] if mode == ROWS else out.shape[1]
+    covered = _group_ids(offs, length) < offs.shape[0]
+    return torch.where(covered[:, None] if mode == ROWS else covered[None, :], out,
+                       out.new_zeros(()))
+
+
 def _grouped_mm_torch(a, b, offs, bias, out_dtype):
-    if a.device.type == "cuda" and hasattr(F, "grouped_mm") and a.dtype != torch.float64:
-        out = F.grouped_mm(a, b, offs=offs, out_dtype=out_dtype)
+    # torch's CUDA kernel writes only the inputs' dtype (float32 from bfloat16 is refused).
+    if (a.device.type == "cuda" and hasattr(F, "grouped_mm") and a.dtype != torch.float64
+            and out_dtype == a.dtype and a.numel() and b.numel()):
+        mode = mode_of(a, b)
+        out = F.grouped_mm(_torch_cuda_layout(a), _torch_cuda_layout(b), offs=offs,
+                           out_dtype=out_dtype)
+        if mode != BATCHED:
+            out = _covered_only(out, offs, mode)
         if bias is not None:
-            mode = mode_of(a, b)
             ids = None if mode in (BATCHED, INNER) else _group_ids(
                 offs, a.shape[0] if mode == ROWS else b.shape[1])
             out = out + _bias_terms(bias, mode, ids, out.shape, offs).to(out.dtype)

@@ -5,9 +5,9 @@ Ops ``mpslinalg::unsigned_<name>``: on the metal backend one launch of
 ``metal/ops/unsigned.metal``, which compares in the operands' own unsigned type (right above
 2^31 and 2^63, where a signed reinterpretation orders large values below zero) and reads both
 operands in place at their broadcast strides. On the torch backend, where torch's CPU kernels
-lack the ordered comparisons of these dtypes, uint16 / uint32 are compared widened to int64
-(exact) and uint64 with its sign bit flipped (an order-preserving map onto int64). Other dtypes
-go to torch unchanged.
+lack the ordered comparisons of these dtypes (and its CUDA kernels their torch.where), uint16 /
+uint32 are compared and reduced widened to int64 (exact) and uint64 with its sign bit flipped
+(an order-preserving map onto int64), then mapped back. Other dtypes go to torch unchanged.
 """
 
 from __future__ import annotations
@@ -39,14 +39,21 @@ def _ordered_int64(x: Tensor) -> Tensor:
     return x.to(torch.int64)
 
 
+def _from_ordered_int64(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """The inverse of :func:`_ordered_int64`: ``x`` back in the unsigned ``dtype``."""
+    if dtype == torch.uint64:
+        return (x ^ _SIGN_BIT).view(torch.uint64)
+    return x.to(dtype)
+
+
 def _torch_forward(name: str):
     torch_fn = getattr(torch, name)
 
     def forward(a: Tensor, b: Tensor) -> Tensor:
         if name in _EXTREMA:
-            take_a = torch_fn(_ordered_int64(a), _ordered_int64(b)) == _ordered_int64(a)
-            shape = torch.broadcast_shapes(a.shape, b.shape)
-            return torch.where(take_a, a.expand(shape), b.expand(shape))
+            # Mapped back rather than selected with torch.where, which torch's CUDA build does
+            # not implement for uint16 / uint32 / uint64.
+            return _from_ordered_int64(torch_fn(_ordered_int64(a), _ordered_int64(b)), a.dtype)
         if name in ("eq", "ne"):
             return torch_fn(a, b)
         return torch_fn(_ordered_int64(a), _ordered_int64(b))

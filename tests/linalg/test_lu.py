@@ -238,9 +238,6 @@ def test_validation_messages(backend):
     cases = [
         (lambda: mpslinalg.lu_factor(A[0]), RuntimeError,
          "at least 2 dimensions|2 or more dimensions"),
-        (lambda: mpslinalg.lu_factor(A, pivot=False), RuntimeError,
-         "LU without pivoting is not implemented"),
-        (lambda: mpslinalg.lu(A, pivot=False), RuntimeError, "LU without pivoting"),
         (lambda: mpslinalg.lu_factor(A.int()), TypeError, "int32"),
         (lambda: mpslinalg.lu_solve(LU, pivots, A[0]), RuntimeError, "at least 2 dimensions"),
         (lambda: mpslinalg.lu_solve(LU, pivots.long(), A), RuntimeError, "torch.int32"),
@@ -253,6 +250,14 @@ def test_validation_messages(backend):
         (lambda: mpslinalg.lu_solve(LU, pivots, A.double()), RuntimeError, "dtype"),
         (lambda: mpslinalg.lu_solve(LU[:2, :2], pivots[:2], A), RuntimeError, "AX = B"),
     ]
+    if backend.is_metal or A.device.type != "cuda":  # torch factors CUDA tensors unpivoted
+        cases += [(lambda: mpslinalg.lu_factor(A, pivot=False), RuntimeError,
+                   "LU without pivoting is not implemented"),
+                  (lambda: mpslinalg.lu(A, pivot=False), RuntimeError, "LU without pivoting")]
+    else:
+        P, L, U = mpslinalg.lu(A, pivot=False)
+        assert torch.equal(P, torch.eye(3, device=A.device))
+        torch.testing.assert_close(L @ U, A, rtol=1e-4, atol=1e-4)
     for call, exc, match in cases:
         with pytest.raises(exc, match=match) as err:
             call()
@@ -448,11 +453,12 @@ def _rectangular_bad() -> list[BadSample]:
 
 OPS = [
     OpInfo("lu_factor", mpslinalg.lu_factor, torch.linalg.lu_factor, _rectangular_samples,
-           bad_samples=lambda: _rectangular_bad() + singular_samples(), device_reads=1),
+           bad_samples=lambda: _rectangular_bad() + singular_samples(), device_reads=1,
+           ref_on_backend_device=True),
     OpInfo("lu_factor_ex", mpslinalg.lu_factor_ex, torch.linalg.lu_factor_ex,
-           _rectangular_samples, bad_samples=_rectangular_bad),
+           _rectangular_samples, bad_samples=_rectangular_bad, ref_on_backend_device=True),
     OpInfo("lu", mpslinalg.lu, torch.linalg.lu, _rectangular_samples,
-           bad_samples=_rectangular_bad),
+           bad_samples=_rectangular_bad, ref_on_backend_device=True),
     OpInfo("lu_solve", mpslinalg.lu_solve, torch.linalg.lu_solve, _lu_solve_samples,
            bad_samples=_lu_solve_bad, grad_args=(0, 2), nonfinite_args=(2,),
            device_reads=1),

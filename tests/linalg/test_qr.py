@@ -100,8 +100,16 @@ def test_ill_conditioned_and_rank_deficient(backend, cond):
 
 
 @pytest.mark.parametrize("scale", [1e30, 1e-30])
-def test_extreme_scales_float32(backend, scale):
+def test_extreme_scales_float32(backend, scale, request):
     """Column norms by a scaled sum of squares: no overflow or underflow in float32."""
+    if backend.name == "cuda":
+        # The torch backend hands CUDA tensors to torch.linalg.qr, whose cuSOLVER geqrf forms
+        # float32 column norms unscaled (NaN at 1e30, R's diagonal underflowed at 1e-30, on an
+        # H200 with torch 2.11); strict, so that a torch (or a scaled mpslinalg path) that
+        # handles these ranges shows up as XPASS.
+        request.applymarker(pytest.mark.xfail(
+            strict=True, raises=AssertionError,
+            reason="cuSOLVER's float32 QR overflows / underflows at these scales"))
     for dtype in DTYPES:
         A = backend.tensor(random_matrix(20, dtype, (2,), seed=5, m=24) * scale)
         Q, R = mpslinalg.qr(A)
@@ -284,6 +292,8 @@ def test_lstsq_against_scipy(backend, m, n):
         if m > n:
             residues = np.stack([scipy.linalg.lstsq(a, b)[1] for a, b in
                                  zip(wide(A).numpy(), wide(B).numpy(), strict=True)])
+            # squared norms: real, though some SciPy versions return them in a complex dtype
+            residues = np.ascontiguousarray(np.real(residues))
             torch.testing.assert_close(wide(res.residuals), torch.from_numpy(residues),
                                        rtol=1e-3, atol=1e-4)
         else:
@@ -309,9 +319,10 @@ def test_lstsq_errors(backend):
     A = backend.tensor(torch.randn(5, 3))
     cases = [
         (lambda: mpslinalg.lstsq(A, A.double()), "same dtype"),
-        (lambda: mpslinalg.lstsq(A, torch.randn(4, 2)), r"input.size\(-2\) should match"),
+        (lambda: mpslinalg.lstsq(A, backend.tensor(torch.randn(4, 2))),
+         r"input.size\(-2\) should match"),
         (lambda: mpslinalg.lstsq(A, A, driver="lu"), "driver"),
-        (lambda: mpslinalg.lstsq(A, torch.randn(3, 5, 2)), "input.dim"),
+        (lambda: mpslinalg.lstsq(A, backend.tensor(torch.randn(3, 5, 2))), "input.dim"),
         (lambda: mpslinalg.lstsq(A[0], A), "at least 2 dimensions"),
     ]
     for call, match in cases:
@@ -570,7 +581,7 @@ def _householder_bad() -> list[BadSample]:
         BadSample((torch.zeros(5, 3), torch.zeros(4)), match="tau.shape"),
         BadSample((torch.zeros(2, 5, 3), torch.zeros(3, 2)), match="batch dimensions"),
         BadSample((torch.zeros(2, 5, 3), torch.zeros(2)), match="one dimension less"),
-        BadSample((torch.zeros(5),), {"tau": torch.zeros(1)}, match="dimensions"),
+        BadSample((torch.zeros(5), torch.zeros(1)), match="dimensions"),
     ]
 
 

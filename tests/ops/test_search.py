@@ -129,6 +129,16 @@ def test_params_struct_layout():
 from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402
 
 
+def _sorter_positional(fn):
+    """``fn`` taking ``sorter`` third in line, so that the generic tests, which place the
+    positional tensors on the backend's device, place it there too (torch's CUDA searchsorted
+    refuses a sorter on another device than the sequence)."""
+    def call(sorted_sequence, values, sorter=None, **kwargs):
+        return fn(sorted_sequence, values, sorter=sorter, **kwargs)
+
+    return call
+
+
 def _search_samples(complex_: bool) -> list[Sample]:
     g = torch.Generator().manual_seed(0)
     seq = (torch.randint(-5, 6, (2, 3, 6), generator=g) / 2).double().sort(-1).values
@@ -137,8 +147,8 @@ def _search_samples(complex_: bool) -> list[Sample]:
     return [
         Sample((seq, values), desc="batched (2, 3, 6) with (2, 3, 4)"),
         Sample((seq[0, 0], values), {"right": True}, desc="1-D sequence, right"),
-        Sample((seq[..., perm], values), {"sorter": seq[..., perm].argsort(-1),
-                                          "side": "right"}, desc="sorter, side='right'"),
+        Sample((seq[..., perm], values, seq[..., perm].argsort(-1)), {"side": "right"},
+               desc="sorter, side='right'"),
         Sample((seq, values), {"out_int32": True}, desc="out_int32"),
         Sample((seq[0, 0], torch.zeros(0, dtype=torch.float64)), desc="no values"),
     ]
@@ -161,7 +171,7 @@ def _search_bad() -> list[BadSample]:
                   match="first N-1 dimensions"),
         BadSample((torch.zeros(3), torch.zeros(3)), {"side": "left", "right": True},
                   error=RuntimeError, match="opposites"),
-        BadSample((torch.zeros(3), torch.zeros(3)), {"sorter": torch.zeros(3, dtype=torch.int32)},
+        BadSample((torch.zeros(3), torch.zeros(3), torch.zeros(3, dtype=torch.int32)),
                   error=RuntimeError, match="long dtype"),
         BadSample(([1.0, 2.0], torch.zeros(3)), error=TypeError),
     ]
@@ -177,7 +187,8 @@ _SKIPS = {
               "test_random_against_torch compares them",
 }
 OPS = [
-    OpInfo("ops.searchsorted", ops.searchsorted, torch.searchsorted, _search_samples,
+    OpInfo("ops.searchsorted", _sorter_positional(ops.searchsorted),
+           _sorter_positional(torch.searchsorted), _search_samples,
            bad_samples=_search_bad, dtypes=(torch.float32,), grad_args=(), nonfinite_args=(1,),
            skips=dict(_SKIPS)),
     OpInfo("ops.bucketize", ops.bucketize, torch.bucketize, _bucketize_samples,

@@ -379,9 +379,24 @@ def test_torch_path_no_sync():
 # ---------------------------------------------------------------- through the public API
 
 
+def _small_path_batch(backend, n: int) -> int:
+    """A batch that takes the small path: any on the metal backend; on the torch backend the
+    smallest of the thresholds of si._TORCH_MIN_BATCH for this device type (which one applies
+    depends on the dtype and on what is installed: the SIMD library, triton)."""
+    if backend.is_metal:
+        return 1000
+    device = backend.device
+    limits = sorted({limits[n] for kind, limits in si._TORCH_MIN_BATCH.items()
+                     if kind.split("-")[0] == device.type and n in limits})
+    batch = next((b for b in limits
+                  if si.use_small_path(torch.empty(b, n, n, device=device))), None)
+    assert batch is not None, f"no batch of {limits} takes the small path on {device}"
+    return batch
+
+
 @pytest.mark.parametrize("n", (2, 4))
 def test_public_api_uses_small_path(backend, n):
-    batch = 1000 if backend.is_metal else 65536  # the torch backend's small-path threshold
+    batch = _small_path_batch(backend, n)
     A = backend.tensor(random_matrix(n, torch.float32, (batch,), seed=91))
     assert si.use_small_path(A)
     X, info = si.small_inv_ex(A)
