@@ -233,7 +233,7 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
 
     Notes
     -----
-    On the metal backend: two-sided Jacobi with exact power-of-two scaling (see the eigh page of the docs),
+    On the metal backend: two-sided Jacobi with exact power-of-two scaling (docs: eigh page),
     one launch for any batch, no device read; non-finite input gives NaN results (torch raises
     on the CPU for NaN).
 

@@ -183,7 +183,7 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
 
     Notes
     -----
-    On the metal backend: one-sided Jacobi (see the SVD page of the docs), accurate to a few ulps relative to
+    On the metal backend: one-sided Jacobi (docs: SVD page), accurate to a few ulps relative to
     ``|A|`` at any scale float32 can hold; matrices up to 4 x 4 in one launch for any batch.
     Singular vectors are unique only up to a phase per singular pair (and a rotation within
     repeated singular values), so they may differ from LAPACK's by such factors.
