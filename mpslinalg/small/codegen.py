@@ -77,6 +77,19 @@ class Dialect(abc.ABC):
     def float_literal(self, value: float) -> str:
         """The float constant ``value`` as the right operand of a comparison with a vector."""
 
+    #: The smallest normal number and the largest finite one of the target's real type (LAPACK
+    #: safmin and overflow threshold); float32 unless a dialect says otherwise.
+    safe_min: float = 1.1754943508222875e-38
+    real_max: float = 3.4028234663852886e38
+
+    def sqrt(self, x: str) -> str:
+        """The correctly rounded square root of x, lane by lane (QR, SVD and eigh only)."""
+        raise NotImplementedError(f"{type(self).__name__} has no sqrt")
+
+    def signbit(self, x: str) -> str:
+        """An INT condition: the sign bit of x is set (true for -0.0, as copysign reads it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no signbit")
+
     @abc.abstractmethod
     def mul_unit(self, s: str, d: str) -> str:
         """``s * unit(d)`` for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 (a NaN
@@ -174,3 +187,99 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
         dl.add_log(logabs, dl.abs(f"a{k}{k}"))
         is_zero = f"a{k}{k} == {dl.float_literal(0.0)}"
         dl.assign(s, dl.select(is_zero, dl.float_operand(0.0), dl.mul_unit(s, f"a{k}{k}")))
+
+
+# ------------------------------------------------------------------------------ Householder QR
+#
+# The operations of ``qr_small`` in metal/linalg/qr.h (LAPACK geqr2 with larfg's reflectors and
+# nrm2's scaled sum of squares, then orgqr by backward accumulation), in the same order, every
+# branch a select. Besides the methods above, the QR emitters use a dialect's :meth:`sqrt`,
+# :meth:`signbit`, :attr:`safe_min` and :attr:`real_max`.
+
+
+def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
+    """geqr2 of a{i}{j} (m x n) in place: R on and above the diagonal, the reflectors' tails
+    below it, tau{j} (j < min(m, n)) their scalars. beta = -sign(alpha) |(alpha, x)| (the sign
+    bit of alpha, as copysign), H = I (tau = 0) when the tail x is exactly zero."""
+    for j in range(min(m, n)):
+        _emit_tail_norm(dl, m, j)
+        dl.declare(FLOAT, f"tau{j}", dl.full(FLOAT, 0.0))
+        with dl.scope():
+            _emit_larfg(dl, m, j)
+            for c in range(j + 1, n):
+                with dl.scope():
+                    dl.declare(FLOAT, "d", f"a{j}{c}")
+                    for i in range(j + 1, m):
+                        dl.assign("d", f"d + a{i}{j} * a{i}{c}")
+                    dl.declare(FLOAT, "cd", f"tau{j} * d")
+                    dl.assign(f"a{j}{c}", f"a{j}{c} - cd")
+                    for i in range(j + 1, m):
+                        dl.assign(f"a{i}{c}", f"a{i}{c} - a{i}{j} * cd")
+
+
+def _emit_tail_norm(dl: Dialect, m: int, j: int) -> None:
+    """xnorm{j} = |a[j+1:m, j]| by LAPACK's classic scaled sum of squares (qr_ssq_add): no
+    square that could overflow or underflow; NaN when the tail holds a NaN."""
+    dl.declare(FLOAT, f"xnorm{j}", dl.full(FLOAT, 0.0))
+    with dl.scope():
+        dl.declare(FLOAT, "scale", dl.full(FLOAT, 0.0))
+        dl.declare(FLOAT, "ssq", dl.full(FLOAT, 1.0))
+        for i in range(j + 1, m):
+            with dl.scope():
+                dl.declare(FLOAT, "ax", dl.abs(f"a{i}{j}"))
+                # x != 0 is also true for a NaN, which then reaches ssq through r2.
+                dl.declare(INT, "nz", f"a{i}{j} != {dl.float_literal(0.0)}")
+                dl.declare(INT, "grow", "scale < ax")
+                dl.declare(FLOAT, "r1", dl.div("scale", "ax"))
+                dl.declare(FLOAT, "r2", dl.div("ax", "scale"))
+                grown = f"{dl.float_literal(1.0)} + ssq * r1 * r1"
+                dl.assign("ssq", dl.select("nz", dl.select("grow", grown, "ssq + r2 * r2"), "ssq"))
+                dl.assign("scale", dl.select("nz & grow", "ax", "scale"))
+        dl.assign(f"xnorm{j}", dl.select(
+            f"scale == {dl.float_literal(0.0)}",
+            dl.select("ssq != ssq", "ssq", dl.float_operand(0.0)),
+            f"scale * {dl.sqrt('ssq')}"))
+
+
+def _emit_larfg(dl: Dialect, m: int, j: int) -> None:
+    """The reflector of column j (qr_larfg with qr_lapy3(alpha, 0, xnorm)): beta into a{j}{j},
+    tau{j}, the tail divided by alpha - beta (by its reciprocal unless that is below safmin)."""
+    dl.declare(INT, "ident", f"xnorm{j} == {dl.float_literal(0.0)}")
+    dl.declare(FLOAT, "alpha", f"a{j}{j}")
+    dl.declare(FLOAT, "ax", dl.abs("alpha"))
+    dl.declare(FLOAT, "az", dl.abs(f"xnorm{j}"))
+    dl.declare(FLOAT, "big", dl.select("ax > az", "ax", "az"))
+    dl.declare(FLOAT, "rx", dl.div("ax", "big"))
+    dl.declare(FLOAT, "rz", dl.div("az", "big"))
+    dl.declare(FLOAT, "lapy", dl.select(
+        "(ax != ax) | (az != az)", "ax + az",
+        dl.select(f"(big == {dl.float_literal(0.0)}) | (big > {dl.float_literal(dl.real_max)})",
+                  "big", f"big * {dl.sqrt('rx * rx + rz * rz')}")))
+    dl.declare(FLOAT, "nbeta", dl.select(dl.signbit("alpha"), "lapy", "-lapy"))
+    dl.assign(f"tau{j}", dl.select("ident", dl.float_operand(0.0),
+                                   dl.div("(nbeta - alpha)", "nbeta")))
+    dl.declare(FLOAT, "denom", dl.select("ident", dl.float_operand(1.0), "alpha - nbeta"))
+    dl.declare(FLOAT, "rden", dl.div(dl.full(FLOAT, 1.0), "denom"))
+    dl.declare(INT, "recip", f"{dl.abs('denom')} >= {dl.float_literal(dl.safe_min)}")
+    for i in range(j + 1, m):
+        dl.assign(f"a{i}{j}", dl.select("ident", f"a{i}{j}", dl.select(
+            "recip", f"a{i}{j} * rden", dl.div(f"a{i}{j}", "denom"))))
+    dl.assign(f"a{j}{j}", dl.select("ident", "alpha", "nbeta"))
+
+
+def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
+    """q{i}{c} (m x cols, cols = min(m, n) or m) = the first cols columns of
+    H_0 ... H_{k-1}, accumulated backwards from the identity (orgqr as qr_small does it)."""
+    for i in range(m):
+        for c in range(cols):
+            dl.declare(FLOAT, f"q{i}{c}", dl.full(FLOAT, 1.0 if i == c else 0.0))
+    for j in range(min(m, n) - 1, -1, -1):
+        for c in range(cols):
+            with dl.scope():
+                dl.declare(FLOAT, "d", f"q{j}{c}")
+                for i in range(j + 1, m):
+                    dl.assign("d", f"d + a{i}{j} * q{i}{c}")
+                dl.declare(FLOAT, "td", f"tau{j} * d")
+                dl.assign(f"q{j}{c}", f"q{j}{c} - td")
+                for i in range(j + 1, m):
+                    dl.assign(f"q{i}{c}", f"q{i}{c} - a{i}{j} * td")

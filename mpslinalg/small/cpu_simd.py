@@ -39,6 +39,7 @@ loaded, calls do not wait for it (see :func:`ready`).
 from __future__ import annotations
 
 import contextlib
+import math
 import ctypes
 import platform
 from collections.abc import Iterator
@@ -83,8 +84,12 @@ class _Cpp(_codegen.Dialect):
     """C++ syntax for :mod:`mpslinalg.small.codegen`: ``vf`` / ``vi`` vectors (W lanes of float
     / int32), temporaries in brace scopes, ``c ? a : b`` selects on vectors."""
 
-    def __init__(self, w: _Writer) -> None:
+    def __init__(self, w: _Writer, double: bool = False) -> None:
         self.w, self.depth = w, 1
+        # float64 (the QR/SVD/eigh kernels): double vectors, unsuffixed literals, int64 masks.
+        self.suffix = "" if double else "f"
+        if double:
+            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
 
     def declare(self, kind: str, name: str, expr: str) -> None:
         self.w(f"{'vi' if kind == _codegen.INT else 'vf'} {name} = {expr};", self.depth)
@@ -118,16 +123,22 @@ class _Cpp(_codegen.Dialect):
         return f"{a} / {b}"
 
     def full(self, kind: str, value: float) -> str:
-        return f"splat_i({value})" if kind == _codegen.INT else f"splat_f({float(value)!r}f)"
+        return f"splat_i({value})" if kind == _codegen.INT else self.float_operand(value)
 
     def int_operand(self, value: int) -> str:
         return f"splat_i({value})"
 
     def float_operand(self, value: float) -> str:
-        return f"splat_f({float(value)!r}f)"
+        return f"splat_f({self.float_literal(value)})"
 
     def float_literal(self, value: float) -> str:
-        return f"{float(value)!r}f"
+        return f"{float(value)!r}{self.suffix}"
+
+    def sqrt(self, x: str) -> str:
+        return f"vsqrt({x})"
+
+    def signbit(self, x: str) -> str:
+        return f"((vi)({x}) < splat_i(0))"
 
     def mul_unit(self, s: str, d: str) -> str:
         unit = self.select(f"{d} > {self.float_literal(0.0)}", self.float_operand(1.0),
@@ -213,16 +224,22 @@ constexpr long G = {_W};
 // 2000-3000 4x4 matrices (measured), so smaller batches run on fewer threads.
 constexpr long kMinPerThread = 4096;
 
-// W lanes of float / int32 per vector, and the helpers of one variant (ATTR: its target).
-#define MPSL_VECTOR_TYPES(WIDTH, ATTR) \\
+// W lanes of T (float or double) / IT (the integer of T's width) per vector, and the helpers of
+// one variant (ATTR: its target; ABS: IT with every bit but the sign bit set).
+#define MPSL_VECTOR_TYPES(T, IT, ABS, WIDTH, ATTR) \\
   constexpr int W = WIDTH; \\
-  typedef float vf __attribute__((vector_size(W * 4))); \\
-  typedef int vi __attribute__((vector_size(W * 4))); \\
-  ATTR static inline vf splat_f(float x) {{ vf r; for (int l = 0; l < W; ++l) r[l] = x; \\
+  typedef T vf __attribute__((vector_size(W * sizeof(T)))); \\
+  typedef IT vi __attribute__((vector_size(W * sizeof(T)))); \\
+  ATTR static inline vf splat_f(T x) {{ vf r; for (int l = 0; l < W; ++l) r[l] = x; \\
     return r; }} \\
-  ATTR static inline vi splat_i(int x) {{ vi r; for (int l = 0; l < W; ++l) r[l] = x; \\
+  ATTR static inline vi splat_i(IT x) {{ vi r; for (int l = 0; l < W; ++l) r[l] = x; \\
     return r; }} \\
-  ATTR static inline vf vabs(vf x) {{ return (vf)((vi)x & splat_i(0x7fffffff)); }}
+  ATTR static inline vf vabs(vf x) {{ return (vf)((vi)x & splat_i(ABS)); }} \\
+  ATTR static inline vf vsqrt(vf x) {{ vf r; for (int l = 0; l < W; ++l) \\
+    r[l] = lane_sqrt(x[l]); return r; }}
+
+static inline float lane_sqrt(float x) {{ return __builtin_sqrtf(x); }}
+static inline double lane_sqrt(double x) {{ return __builtin_sqrt(x); }}
 
 // Run body(first, last) over [0, count) split in nthreads ranges of whole groups.
 template <typename F>
@@ -247,7 +264,7 @@ def _variant(op: str, n: int, suffix: str, attr: str, width: int) -> str:
     w = _Writer()
     name = f"{op}_n{n}_{suffix}"
     w(f"namespace {suffix}_{op}_{n} {{", 0)
-    w(f"MPSL_VECTOR_TYPES({width}, {attr})", 0)
+    w(f"MPSL_VECTOR_TYPES(float, int, 0x7fffffff, {width}, {attr})", 0)
     # noinline: the elimination is emitted once, for full and tail blocks alike.
     w(f"{attr} __attribute__((noinline)) static void block("
       f"{_ARGS[op]}, long base, int cnt) {{", 0)
@@ -366,3 +383,163 @@ def small_slogdet(A: torch.Tensor, threads: int = 1) -> tuple[torch.Tensor, torc
     logabs = torch.empty(A.shape[:-2], dtype=torch.float32)
     _call("slogdet", n, batch, A, sign, logabs, threads=threads)
     return sign, logabs
+
+
+# ------------------------------------------------------------------------------ orthogonal factorisations
+#
+# A second library (built next to the first, so that neither's cache key depends on the other):
+# Householder QR of m x n matrices, m, n <= MAX_N, float32 and float64, by the generator's
+# emit_qr_factor / emit_qr_q (the operations of qr_small in metal/linalg/qr.h).
+
+#: QR's mode argument of the generated functions (as metal/linalg/qr.h's kQrMode*).
+QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
+
+#: The real dtypes of the orthogonal kernels: (C++ type, mask integer, sign-clear mask, suffix).
+_REAL_TYPES = {
+    torch.float32: ("float", "int", "0x7fffffff", "f32"),
+    torch.float64: ("double", "long long", "0x7fffffffffffffffLL", "f64"),
+}
+
+#: -fno-math-errno: sqrt never sets errno (no rounding change), so lane loops of sqrt vectorise.
+_ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
+
+
+def _qr_block(w: _Writer, m: int, n: int, double: bool) -> None:
+    """The body of the QR block function: cnt (<= W) matrices from ``base``; Q and R in the
+    layout of torch.linalg.qr for the run-time ``mode``."""
+    k = min(m, n)
+    dl = _Cpp(w, double)
+    w(f"alignas(64) T t[{m * n}][W] = {{}};")
+    _loop(w, f"for (int e = 0; e < {m * n}; ++e) t[e][l] = A[(base + l) * {m * n} + e];")
+    for i in range(m):
+        for j in range(n):
+            w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[{i * n + j}], sizeof(vf));")
+    _codegen.emit_qr_factor(dl, m, n)
+
+    def store(ptr: str, name: str, rows: int, cols: int, value) -> None:
+        w("{")
+        w(f"alignas(64) T o[{rows * cols}][W];")
+        for i in range(rows):
+            for j in range(cols):
+                w(f"{{ vf v = {value(i, j)}; __builtin_memcpy(o[{i * cols + j}], &v, "
+                  "sizeof(vf)); }")
+        _loop(w, f"for (int e = 0; e < {rows * cols}; ++e) "
+              f"{ptr}[(base + l) * {rows * cols} + e] = o[e][l];")
+        w("}")
+
+    def r_value(i: int, j: int) -> str:
+        return f"a{i}{j}" if i <= j and i < k else "splat_f(0)"
+
+    w(f"if (mode == {QR_MODES['complete']}) {{")
+    store("R", "r", m, n, r_value)
+    w("} else {")
+    store("R", "r", k, n, r_value)
+    w("}")
+    w(f"if (mode == {QR_MODES['r']}) return;")
+    if m > k:
+        w(f"if (mode == {QR_MODES['complete']}) {{")
+        with dl.scope():
+            _codegen.emit_qr_q(dl, m, n, m)
+            store("Q", "q", m, m, lambda i, j: f"q{i}{j}")
+        w("return;")
+        w("}")
+    _codegen.emit_qr_q(dl, m, n, k)
+    store("Q", "q", m, k, lambda i, j: f"q{i}{j}")
+
+
+_QR_ARGS = "const T* A, T* Q, T* R, long mode"
+
+
+def _orth_variant(name: str, dtype: torch.dtype, suffix: str, attr: str, width: int,
+                  args: str, call: str, body) -> str:
+    ctype, itype, absmask, _ = _REAL_TYPES[dtype]
+    w = _Writer()
+    w(f"namespace {suffix}_{name} {{", 0)
+    w(f"typedef {ctype} T;", 0)
+    w(f"MPSL_VECTOR_TYPES({ctype}, {itype}, {absmask}, {width}, {attr})", 0)
+    w(f"{attr} __attribute__((noinline)) static void block({args}, long base, int cnt) {{", 0)
+    body(w)
+    w("}", 0)
+    w("}", 0)
+    w(f"{attr} __attribute__((noinline)) static void {name}_{suffix}("
+      f"{args.replace('T*', ctype + '*')}, long first, long last) {{", 0)
+    w(f"using namespace {suffix}_{name};")
+    w("long base = first;")
+    w(f"for (; base + W <= last; base += W) block({call}, base, W);")
+    w(f"if (base < last) block({call}, base, int(last - base));")
+    w("}", 0)
+    return "\n".join(w.lines) + "\n"
+
+
+def _orth_function(name: str, dtype: torch.dtype, args: str, call: str, body) -> str:
+    """Both instruction-set variants of one kernel and its ``mpsl_small_<name>`` entry point."""
+    ctype = _REAL_TYPES[dtype][0]
+    lanes = _W * 4 // torch.empty(0, dtype=dtype).element_size()
+    parts = [_orth_variant(name, dtype, "base", "", lanes // 2, args, call, body)]
+    pick = f"{name}_base"
+    if _X86:
+        parts.append(_orth_variant(name, dtype, "avx2", '__attribute__((target("avx2")))',
+                                   lanes, args, call, body))
+        pick = f'!baseline && __builtin_cpu_supports("avx2") ? {name}_avx2 : {name}_base'
+    cargs = args.replace("T*", ctype + "*")
+    parts.append(
+        f'extern "C" __attribute__((visibility("default"))) void mpsl_small_{name}('
+        f"{cargs}, long batch, int nthreads, int baseline) {{\n"
+        f"  auto fn = {pick};\n"
+        f"  parallel(batch, nthreads, [&](long first, long last) {{ fn({call}, first, last); }});\n"
+        "}\n")
+    return "\n".join(parts)
+
+
+def _qr_name(m: int, n: int, dtype: torch.dtype) -> str:
+    return f"qr_m{m}_n{n}_{_REAL_TYPES[dtype][3]}"
+
+
+def orth_source() -> str:
+    """The C++ source of the orthogonal-factorisation library (for reading and hashing)."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "Householder QR as qr_small in metal/linalg/qr.h")]
+    for dtype in _REAL_TYPES:
+        for m in range(1, MAX_N + 1):
+            for n in range(1, MAX_N + 1):
+                parts.append(_orth_function(
+                    _qr_name(m, n, dtype), dtype, _QR_ARGS, "A, Q, R, mode",
+                    lambda w, m=m, n=n, dtype=dtype: _qr_block(w, m, n,
+                                                              dtype == torch.float64)))
+    return "\n".join(parts)
+
+
+def _bind_orth(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for dtype in _REAL_TYPES:
+        for m in range(1, MAX_N + 1):
+            for n in range(1, MAX_N + 1):
+                fn = getattr(lib, f"mpsl_small_{_qr_name(m, n, dtype)}")
+                fn.restype = None
+                fn.argtypes = [p, p, p, i64, i64, i32, i32]
+
+
+#: The orthogonal-factorisation library, built in the background like :data:`LIBRARY`.
+ORTH_LIBRARY = native.NativeLibrary("small_cpu_orth", orth_source, _ORTH_FLAGS, _bind_orth)
+
+#: dtypes the orthogonal kernels serve (complex takes torch.linalg).
+ORTH_DTYPES = tuple(_REAL_TYPES)
+
+
+def small_qr(A: torch.Tensor, mode: str = "reduced",
+             threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, R) of torch.linalg.qr(A, mode) for A (*, m, n) float32/float64 on CPU, m, n <= 4
+    (mode 'r': Q is an empty tensor)."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    k = min(m, n)
+    rows = m if mode == "complete" else k
+    R = torch.empty((*batch_shape, rows, n), dtype=A.dtype)
+    Q = (torch.empty((*batch_shape, m, rows), dtype=A.dtype) if mode != "r"
+         else torch.empty(0, dtype=A.dtype))
+    if batch:
+        fn = getattr(ORTH_LIBRARY.wait(), f"mpsl_small_{_qr_name(m, n, A.dtype)}")
+        fn(A.data_ptr(), Q.data_ptr(), R.data_ptr(), QR_MODES[mode], batch, max(1, threads),
+           int(_BASELINE))
+    return Q, R

@@ -83,16 +83,18 @@ class _Writer:
         self.lines.append("    " + line)
 
 
-def _tile_width(n: int) -> int:
-    return 1 << max(0, (n * n - 1).bit_length())
+def _tile_width(n: int, cols: int | None = None) -> int:
+    return 1 << max(0, (n * (n if cols is None else cols) - 1).bit_length())
 
 
-def _mode(n: int, load: str) -> str:
-    """The load/store layout used for n (see the module docstring): "vec" needs a power-of-two
-    row length, "tile" does not vectorise for n = 3 (rows of 36 bytes)."""
+def _mode(n: int, load: str, cols: int | None = None) -> str:
+    """The load/store layout used for n x cols matrices (cols = n by default; see the module
+    docstring): "vec" needs a power-of-two row length, "tile" does not vectorise for rows of 3
+    (36 bytes)."""
+    cols = n if cols is None else cols
     if load == "auto":
         load = "vec"
-    if n == 1 or (load in ("vec", "tile") and n == 3):
+    if n * cols == 1 or cols == 1 or (load in ("vec", "tile") and cols == 3):
         return "strided"
     return load
 
@@ -130,11 +132,13 @@ def _emit_join(w: _Writer, names: dict[int, str], bits: int, prefix: str) -> str
     return names[0]
 
 
-def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int) -> None:
-    """a{i}{j} = entry (i, j) of this program's matrices in ``ptr`` (contiguous (batch, n, n))."""
-    nn, mode = n * n, _mode(n, load)
+def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int, cols: int | None = None) -> None:
+    """a{i}{j} = entry (i, j) of this program's matrices in ``ptr`` (contiguous (batch, n, cols),
+    cols = n by default)."""
+    m, n = n, (n if cols is None else cols)
+    nn, mode = m * n, _mode(m, load, n)
     if mode == "strided":
-        for i in range(n):
+        for i in range(m):
             for j in range(n):
                 w(f"a{i}{j} = tl.load({ptr} + rows * {nn} + {i * n + j}, mask=live, other=0.0)")
     elif mode == "vec":
@@ -149,22 +153,24 @@ def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int) -> None:
             for j, name in _emit_split(w, f"t{start}", bits).items():
                 w(f"a{i}{j0 + j} = {name}")
     else:
-        p = _tile_width(n)
+        p = _tile_width(m, n)
         bits = p.bit_length() - 1
         w(f"cols = tl.arange(0, {p})")
         mask = "live[:, None]" + ("" if p == nn else f" & (cols[None, :] < {nn})")
         w(f"t = tl.load({ptr} + rows[:, None] * {nn} + cols[None, :], mask={mask}, other=0.0)")
         w(f"t = tl.reshape(t, [BLOCK{', 2' * bits}])")
         names = _emit_split(w, "t", bits)
-        for i in range(n):
+        for i in range(m):
             for j in range(n):
                 w(f"a{i}{j} = {names[i * n + j]}")
 
 
 def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
-                c: int) -> None:
-    """Store values[i * n + j] as entry (i, j) of this program's matrices in ``ptr``."""
-    nn, mode = n * n, _mode(n, load)
+                c: int, cols: int | None = None) -> None:
+    """Store values[i * cols + j] as entry (i, j) of this program's matrices in ``ptr``
+    (contiguous (batch, n, cols), cols = n by default)."""
+    m, n = n, (n if cols is None else cols)
+    nn, mode = m * n, _mode(m, load, n)
     if mode == "strided":
         for idx in range(nn):
             w(f"tl.store({ptr} + rows * {nn} + {idx}, {values[idx]}, mask=live)")
@@ -177,7 +183,7 @@ def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
             w(f"tl.store({ptr} + rows[:, None] * {nn} + ({start} + cols[None, :]), t, "
               f"mask=live[:, None])")
     else:
-        p = _tile_width(n)
+        p = _tile_width(m, n)
         bits = p.bit_length() - 1
         if p > nn:
             w(f"pad = tl.zeros([BLOCK], {ptr}.dtype.element_ty)")
@@ -194,6 +200,8 @@ class _Triton(_codegen.Dialect):
 
     def __init__(self, w: _Writer, dtype: str) -> None:
         self.w, self.dtype = w, dtype
+        if dtype == "float64":
+            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
 
     def declare(self, kind: str, name: str, expr: str) -> None:
         self.w(f"{name} = {expr}")
@@ -225,7 +233,16 @@ class _Triton(_codegen.Dialect):
         return repr(float(value))
 
     def float_literal(self, value: float) -> str:
-        return f"{value:g}"
+        # repr: the exact value (a Python float operand takes the tensor's type).
+        return f"{value:g}" if value == 0 else repr(float(value))
+
+    def sqrt(self, x: str) -> str:
+        # tl.sqrt is the approximate sqrt.approx.f32 for float32; float64's is correctly rounded.
+        return f"tl.sqrt_rn({x})" if self.dtype == "float32" else f"tl.sqrt({x})"
+
+    def signbit(self, x: str) -> str:
+        bits = "tl.int32" if self.dtype == "float32" else "tl.int64"
+        return f"(({x}).to({bits}, bitcast=True) < 0)"
 
     def mul_unit(self, s: str, d: str) -> str:
         # A select of s or -s: the bits of the product, s being +-1 or +-0.
@@ -283,16 +300,50 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     return name, "\n".join([head, *w.lines]) + "\n"
 
 
+#: torch.linalg.qr's modes, as the generated QR kernels' names spell them.
+QR_MODES = ("reduced", "complete", "r")
+
+
+def _qr_source(m: int, n: int, dtype: str, mode: str, load: str) -> tuple[str, str]:
+    """(function name, source) of the QR kernel of m x n matrices for ``mode``: geqr2 and the
+    backward accumulation of Q (the operations of qr_small in metal/linalg/qr.h), R (and Q)
+    stored in torch.linalg.qr's layout."""
+    k = min(m, n)
+    rrows = m if mode == "complete" else k
+    qcols = m if mode == "complete" else k
+    name = f"small_qr_m{m}_n{n}_{dtype}_{mode}_{_mode(m, load, n)}"
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    _codegen.emit_qr_factor(dl, m, n)
+    w("zero = tl.zeros([BLOCK], A.dtype.element_ty)")
+    rvals = {i * n + j: (f"a{i}{j}" if i <= j and i < k else "zero")
+             for i in range(rrows) for j in range(n)}
+    _emit_store(w, "R", rvals, rrows, load, _chunk(n, dtype), cols=n)
+    if mode != "r":
+        _codegen.emit_qr_q(dl, m, n, qcols)
+        qvals = {i * qcols + j: f"q{i}{j}" for i in range(m) for j in range(qcols)}
+        _emit_store(w, "Q", qvals, m, load, _chunk(qcols, dtype), cols=qcols)
+    head = f"def {name}(A, Q, R, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
 def kernel_source(op: str, n: int, dtype: str = "float32", load: str | None = None) -> str:
     """The generated Triton source of the ``op`` kernel for n x n matrices (for reading)."""
     return _source(op, n, dtype, load or _LOAD)[1]
 
 
-@functools.cache
-def _function(op: str, n: int, dtype: str, load: str):
-    """The plain Python function of the generated kernel, its source registered in linecache
+def qr_kernel_source(m: int, n: int, dtype: str = "float32", mode: str = "reduced",
+                     load: str | None = None) -> str:
+    """The generated Triton source of the QR kernel for m x n matrices (for reading)."""
+    return _qr_source(m, n, dtype, mode, load or _LOAD)[1]
+
+
+def _compile(name: str, src: str):
+    """The plain Python function of a generated kernel, its source registered in linecache
     (Triton's JIT and interpreter read kernels back with ``inspect.getsource``)."""
-    name, src = _source(op, n, dtype, load)
     filename = f"<mpslinalg-small-triton-{name}>"
     lines = src.splitlines(keepends=True)
     # mtime None: linecache.checkcache keeps the entry although no such file exists.
@@ -300,6 +351,16 @@ def _function(op: str, n: int, dtype: str, load: str):
     scope = {"tl": tl, "triton": triton, "__name__": __name__}
     exec(compile(src, filename, "exec"), scope)
     return scope[name]
+
+
+@functools.cache
+def _function(op: str, n: int, dtype: str, load: str):
+    return _compile(*_source(op, n, dtype, load))
+
+
+@functools.cache
+def _qr_kernel(m: int, n: int, dtype: str, mode: str, load: str):
+    return triton.jit(_compile(*_qr_source(m, n, dtype, mode, load)), do_not_specialize=["batch"])
 
 
 @functools.cache
@@ -320,12 +381,15 @@ def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     return A.resolve_neg().contiguous(), n, batch
 
 
-def _launch(op: str, n: int, batch: int, *args, extra: tuple[int, ...] = ()) -> None:
-    """One launch of the ``op`` kernel over ``batch`` matrices: args (tensors), batch, extra."""
+def _launch(op: str, n: int, batch: int, *args, extra: tuple[int, ...] = (),
+            kern=None) -> None:
+    """One launch of the ``op`` kernel (or ``kern``) over ``batch`` matrices: args (tensors),
+    batch, extra."""
     if batch == 0:
         return
     A = args[0]
-    kern = _kernel(op, n, str(A.dtype).removeprefix("torch."), _LOAD)
+    if kern is None:
+        kern = _kernel(op, n, str(A.dtype).removeprefix("torch."), _LOAD)
     grid = (triton.cdiv(batch, _BLOCK),)
     if A.device.type == "cpu":  # Triton's interpreter (TRITON_INTERPRET=1), for tests
         kern[grid](*args, batch, *extra, BLOCK=_BLOCK)
@@ -369,3 +433,20 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     logabs = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
     _launch("slogdet", n, batch, A, sign, logabs)
     return sign, logabs
+
+
+def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, R) of torch.linalg.qr(A, mode) for A (*, m, n), m, n <= 4: one launch (mode 'r': Q
+    is an empty tensor)."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    rows = m if mode == "complete" else min(m, n)
+    R = torch.empty((*batch_shape, rows, n), dtype=A.dtype, device=A.device)
+    Q = (torch.empty((*batch_shape, m, rows), dtype=A.dtype, device=A.device) if mode != "r"
+         else torch.empty(0, dtype=A.dtype, device=A.device))
+    kern = _qr_kernel(m, n, str(A.dtype).removeprefix("torch."), mode, _LOAD)
+    _launch("qr", n, batch, A, Q, R, kern=kern)
+    return Q, R
