@@ -78,6 +78,23 @@ def header(device: torch.device, dtype: torch.dtype, repeats: int, what: str) ->
     return lines
 
 
+def measure(A: torch.Tensor, mode: str, device: torch.device, repeats: int) -> str:
+    """One table row for the batch A."""
+    with mpslinalg.use_backend("torch"):
+        t = interleaved({
+            "small": lambda: orthogonal.small_qr(A, mode),
+            "public": lambda: mpslinalg.qr(A, mode),
+            "torch": lambda: torch.linalg.qr(A, mode),
+            "copy": lambda: A.clone(),
+        }, device, repeats)
+    med = {k: statistics.median(v) for k, v in t.items()}
+    m, n = A.shape[-2:]
+    row = [f"{m}x{n}", str(A.shape[0]), spread(t["small"]), spread(t["public"]),
+           spread(t["torch"]), spread(t["copy"]), f"{med['torch'] / med['small']:.1f}x",
+           f"{med['torch'] / med['public']:.1f}x", f"{med['small'] / med['copy']:.1f}x"]
+    return "| " + " | ".join(row) + " |"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -108,18 +125,7 @@ def main() -> int:
         for batch in batches:
             A = torch.randn(batch, m, n, generator=gen, dtype=dtype).to(device)
             repeats = args.repeats if batch * m * n <= 2_000_000 else max(3, args.repeats // 2)
-            with mpslinalg.use_backend("torch"):
-                t = interleaved({
-                    "small": lambda: orthogonal.small_qr(A, args.mode),
-                    "public": lambda: mpslinalg.qr(A, args.mode),
-                    "torch": lambda: torch.linalg.qr(A, args.mode),
-                    "copy": lambda: A.clone(),
-                }, device, repeats)
-            med = {k: statistics.median(v) for k, v in t.items()}
-            row = [f"{m}x{n}", str(batch), spread(t["small"]), spread(t["public"]),
-                   spread(t["torch"]), spread(t["copy"]), f"{med['torch'] / med['small']:.1f}x",
-                   f"{med['torch'] / med['public']:.1f}x", f"{med['small'] / med['copy']:.1f}x"]
-            line = "| " + " | ".join(row) + " |"
+            line = measure(A, args.mode, device, repeats)
             lines.append(line)
             print(line, flush=True)
             del A

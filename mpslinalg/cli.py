@@ -62,7 +62,7 @@ def _print_small_paths() -> None:
     cpu_simd.ORTH_LIBRARY.wait(timeout=60)
     print()
     print(f"n <= 4 path (mpslinalg.small): native CPU kernels {library.status}, "
-          f"QR kernels {cpu_simd.ORTH_LIBRARY.status}")
+          f"QR/SVD/eigh kernels {cpu_simd.ORTH_LIBRARY.status}")
     probes = [("cpu", torch.float32), ("cpu", torch.complex64), ("cpu", torch.float64)]
     if torch.cuda.is_available():
         probes += [("cuda", torch.float32), ("cuda", torch.complex64)]
@@ -72,13 +72,16 @@ def _print_small_paths() -> None:
             taken = dispatch.use_small_path(A, "torch")
             path = dispatch.torch_path(A) if taken else "torch.linalg"
             print(f"  torch backend, {device} {str(dtype).removeprefix('torch.'):<10} "
-                  f"batch 131072 of 4x4: {path}")
+                  f"batch 131072 of 4x4, inv/solve/det: {path}")
+        uses = {"qr": orthogonal.use_small_qr, "svd": orthogonal.use_small_svd,
+                "eigh": orthogonal.use_small_eigh}
         for device, dtype in probes:
             A = torch.zeros(1 << 17, 3, 3, dtype=dtype, device=device)
-            path = (orthogonal.torch_path(A) if orthogonal.use_small_qr(A, "torch")
-                    else "torch.linalg")
+            paths = ", ".join(
+                f"{op} {orthogonal.torch_path(A) if use(A, 'torch') else 'torch.linalg'}"
+                for op, use in uses.items())
             print(f"  torch backend, {device} {str(dtype).removeprefix('torch.'):<10} "
-                  f"batch 131072 of 3x3, qr: {path}")
+                  f"batch 131072 of 3x3: {paths}")
 
 
 class _UsageError(Exception):

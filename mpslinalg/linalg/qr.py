@@ -5,7 +5,8 @@ Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` 
 :mod:`mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
 the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
 launch; on the torch backend, batches of m, n <= 4 take the small path of
-:mod:`mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR (m >= n) or LQ (m < n), as LAPACK's gels.
+:mod:`mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
+(m >= n) or LQ (m < n), as LAPACK's gels.
 """
 
 from __future__ import annotations

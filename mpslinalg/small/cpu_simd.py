@@ -39,8 +39,8 @@ loaded, calls do not wait for it (see :func:`ready`).
 from __future__ import annotations
 
 import contextlib
-import math
 import ctypes
+import math
 import platform
 from collections.abc import Iterator
 
@@ -90,6 +90,7 @@ class _Cpp(_codegen.Dialect):
         self.suffix = "" if double else "f"
         if double:
             self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.eps = 2.220446049250313e-16
 
     def declare(self, kind: str, name: str, expr: str) -> None:
         self.w(f"{'vi' if kind == _codegen.INT else 'vf'} {name} = {expr};", self.depth)
@@ -136,6 +137,17 @@ class _Cpp(_codegen.Dialect):
 
     def sqrt(self, x: str) -> str:
         return f"vsqrt({x})"
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        self.w(f"for (int sweep = 0; sweep < {count}; ++sweep) {{", self.depth)
+        self.depth += 1
+        self.declare(_codegen.INT, flag, self.full(_codegen.INT, 0))
+        yield
+        # The whole block converged: no lane rotated in this sweep.
+        self.w(f"if (!vany({flag})) break;", self.depth)
+        self.depth -= 1
+        self.w("}", self.depth)
 
     def signbit(self, x: str) -> str:
         return f"((vi)({x}) < splat_i(0))"
@@ -236,7 +248,9 @@ constexpr long kMinPerThread = 4096;
     return r; }} \\
   ATTR static inline vf vabs(vf x) {{ return (vf)((vi)x & splat_i(ABS)); }} \\
   ATTR static inline vf vsqrt(vf x) {{ vf r; for (int l = 0; l < W; ++l) \\
-    r[l] = lane_sqrt(x[l]); return r; }}
+    r[l] = lane_sqrt(x[l]); return r; }} \\
+  ATTR static inline bool vany(vi x) {{ IT r = 0; for (int l = 0; l < W; ++l) r |= x[l]; \\
+    return r != 0; }}
 
 static inline float lane_sqrt(float x) {{ return __builtin_sqrtf(x); }}
 static inline double lane_sqrt(double x) {{ return __builtin_sqrt(x); }}
@@ -385,7 +399,7 @@ def small_slogdet(A: torch.Tensor, threads: int = 1) -> tuple[torch.Tensor, torc
     return sign, logabs
 
 
-# ------------------------------------------------------------------------------ orthogonal factorisations
+# ------------------------------------------------------------------ orthogonal factorisations
 #
 # A second library (built next to the first, so that neither's cache key depends on the other):
 # Householder QR of m x n matrices, m, n <= MAX_N, float32 and float64, by the generator's
@@ -404,28 +418,40 @@ _REAL_TYPES = {
 _ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
 
 
-def _qr_block(w: _Writer, m: int, n: int, double: bool) -> None:
-    """The body of the QR block function: cnt (<= W) matrices from ``base``; Q and R in the
-    layout of torch.linalg.qr for the run-time ``mode``."""
-    k = min(m, n)
-    dl = _Cpp(w, double)
+def _load(w: _Writer, m: int, n: int) -> None:
+    """a{i}{j} = entry (i, j) of the block's matrices in A (contiguous (batch, m, n)), through
+    a structure-of-arrays buffer (lanes past cnt are zeros, never stored)."""
     w(f"alignas(64) T t[{m * n}][W] = {{}};")
     _loop(w, f"for (int e = 0; e < {m * n}; ++e) t[e][l] = A[(base + l) * {m * n} + e];")
     for i in range(m):
         for j in range(n):
             w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[{i * n + j}], sizeof(vf));")
+
+
+def _store(w: _Writer, ptr: str, rows: int, cols: int, value) -> None:
+    """Entry (i, j) of the block's matrices in ``ptr`` (contiguous (batch, rows, cols)) =
+    the vector expression value(i, j)."""
+    w("{")
+    w(f"alignas(64) T o[{rows * cols}][W];")
+    for i in range(rows):
+        for j in range(cols):
+            w(f"{{ vf v = {value(i, j)}; __builtin_memcpy(o[{i * cols + j}], &v, "
+              "sizeof(vf)); }")
+    _loop(w, f"for (int e = 0; e < {rows * cols}; ++e) "
+          f"{ptr}[(base + l) * {rows * cols} + e] = o[e][l];")
+    w("}")
+
+
+def _qr_block(w: _Writer, m: int, n: int, double: bool) -> None:
+    """The body of the QR block function: cnt (<= W) matrices from ``base``; Q and R in the
+    layout of torch.linalg.qr for the run-time ``mode``."""
+    k = min(m, n)
+    dl = _Cpp(w, double)
+    _load(w, m, n)
     _codegen.emit_qr_factor(dl, m, n)
 
     def store(ptr: str, name: str, rows: int, cols: int, value) -> None:
-        w("{")
-        w(f"alignas(64) T o[{rows * cols}][W];")
-        for i in range(rows):
-            for j in range(cols):
-                w(f"{{ vf v = {value(i, j)}; __builtin_memcpy(o[{i * cols + j}], &v, "
-                  "sizeof(vf)); }")
-        _loop(w, f"for (int e = 0; e < {rows * cols}; ++e) "
-              f"{ptr}[(base + l) * {rows * cols} + e] = o[e][l];")
-        w("}")
+        _store(w, ptr, rows, cols, value)
 
     def r_value(i: int, j: int) -> str:
         return f"a{i}{j}" if i <= j and i < k else "splat_f(0)"
@@ -448,6 +474,67 @@ def _qr_block(w: _Writer, m: int, n: int, double: bool) -> None:
 
 
 _QR_ARGS = "const T* A, T* Q, T* R, long mode"
+
+#: Shapes (m, n) of the generated SVD kernels: square and the camera's 3 x 4 / 4 x 3.
+SVD_SHAPES = ((1, 1), (2, 2), (3, 3), (4, 4), (3, 4), (4, 3))
+
+#: SVD variants: singular values only, U (m x k) / Vh (k x n), U (m x m) / Vh (n x n).
+SVD_VARIANTS = ("vals", "reduced", "full")
+
+_SVD_ARGS = "const T* A, T* U, T* S, T* VH"
+_EIGH_ARGS = "const T* A, T* L, T* V, long upper"
+
+
+def _svd_variants(m: int, n: int) -> tuple[str, ...]:
+    """The variants generated for m x n ('full' is 'reduced' for square matrices)."""
+    return SVD_VARIANTS if m != n else SVD_VARIANTS[:2]
+
+
+def _svd_block(w: _Writer, m: int, n: int, variant: str, double: bool) -> None:
+    """The body of the SVD block function (see :func:`mpslinalg.small.codegen.emit_svd`): A
+    (m x n) is factored directly when m >= n, through its transpose otherwise
+    (A^T = U' S V'^T gives U = V', Vh = U'^T)."""
+    dl = _Cpp(w, double)
+    _load(w, m, n)
+    wide = m < n
+    big, small = max(m, n), min(m, n)
+    for i in range(big):
+        for j in range(small):
+            w(f"vf x{i}{j} = {f'a{j}{i}' if wide else f'a{i}{j}'};")
+    want_uv = variant != "vals"
+    ucols = big if variant == "full" else small
+    _codegen.emit_svd(dl, big, small, want_uv, ucols)
+    _store(w, "S", 1, small, lambda i, j: f"s{j}")
+    if not want_uv:
+        return
+    if not wide:  # U = u (m x ucols), Vh = v^T (n x n)
+        _store(w, "U", m, ucols, lambda i, j: f"u{i}{j}")
+        _store(w, "VH", n, n, lambda i, j: f"v{j}{i}")
+    else:  # U = v (m x m), Vh = u^T (ucols x n)
+        _store(w, "U", m, m, lambda i, j: f"v{i}{j}")
+        _store(w, "VH", ucols, n, lambda i, j: f"u{j}{i}")
+
+
+def _eigh_block(w: _Writer, n: int, want_v: bool, double: bool) -> None:
+    """The body of the eigh block function (see :func:`mpslinalg.small.codegen.emit_eigh`):
+    the triangle named by the run-time ``upper`` is read."""
+    dl = _Cpp(w, double)
+    _load(w, n, n)
+    for i in range(n):
+        for j in range(i, n):
+            w(f"vf h{i}{j} = upper ? a{i}{j} : a{j}{i};")
+    _codegen.emit_eigh(dl, n, want_v)
+    _store(w, "L", 1, n, lambda i, j: f"l{j}")
+    if want_v:
+        _store(w, "V", n, n, lambda i, j: f"v{i}{j}")
+
+
+def _svd_name(m: int, n: int, variant: str, dtype: torch.dtype) -> str:
+    return f"svd_m{m}_n{n}_{variant}_{_REAL_TYPES[dtype][3]}"
+
+
+def _eigh_name(n: int, want_v: bool, dtype: torch.dtype) -> str:
+    return f"eigh_n{n}_{'vecs' if want_v else 'vals'}_{_REAL_TYPES[dtype][3]}"
 
 
 def _orth_variant(name: str, dtype: torch.dtype, suffix: str, attr: str, width: int,
@@ -506,6 +593,18 @@ def orth_source() -> str:
                     _qr_name(m, n, dtype), dtype, _QR_ARGS, "A, Q, R, mode",
                     lambda w, m=m, n=n, dtype=dtype: _qr_block(w, m, n,
                                                               dtype == torch.float64)))
+        for m, n in SVD_SHAPES:
+            for variant in _svd_variants(m, n):
+                parts.append(_orth_function(
+                    _svd_name(m, n, variant, dtype), dtype, _SVD_ARGS, "A, U, S, VH",
+                    lambda w, m=m, n=n, v=variant, dtype=dtype: _svd_block(
+                        w, m, n, v, dtype == torch.float64)))
+        for n in range(1, MAX_N + 1):
+            for want_v in (False, True):
+                parts.append(_orth_function(
+                    _eigh_name(n, want_v, dtype), dtype, _EIGH_ARGS, "A, L, V, upper",
+                    lambda w, n=n, v=want_v, dtype=dtype: _eigh_block(
+                        w, n, v, dtype == torch.float64)))
     return "\n".join(parts)
 
 
@@ -515,6 +614,16 @@ def _bind_orth(lib: ctypes.CDLL) -> None:
         for m in range(1, MAX_N + 1):
             for n in range(1, MAX_N + 1):
                 fn = getattr(lib, f"mpsl_small_{_qr_name(m, n, dtype)}")
+                fn.restype = None
+                fn.argtypes = [p, p, p, i64, i64, i32, i32]
+        for m, n in SVD_SHAPES:
+            for variant in _svd_variants(m, n):
+                fn = getattr(lib, f"mpsl_small_{_svd_name(m, n, variant, dtype)}")
+                fn.restype = None
+                fn.argtypes = [p, p, p, p, i64, i32, i32]
+        for n in range(1, MAX_N + 1):
+            for want_v in (False, True):
+                fn = getattr(lib, f"mpsl_small_{_eigh_name(n, want_v, dtype)}")
                 fn.restype = None
                 fn.argtypes = [p, p, p, i64, i64, i32, i32]
 
@@ -543,3 +652,42 @@ def small_qr(A: torch.Tensor, mode: str = "reduced",
         fn(A.data_ptr(), Q.data_ptr(), R.data_ptr(), QR_MODES[mode], batch, max(1, threads),
            int(_BASELINE))
     return Q, R
+
+
+def small_svd(A: torch.Tensor, full_matrices: bool = True, compute_uv: bool = True,
+              threads: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of torch.linalg.svd(A, full_matrices) for A (*, m, n) float32/float64 on CPU,
+    (m, n) in :data:`SVD_SHAPES`; without ``compute_uv`` U and Vh are empty tensors."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    k = min(m, n)
+    variant = "vals" if not compute_uv else ("full" if full_matrices and m != n else "reduced")
+    S = torch.empty((*batch_shape, k), dtype=A.dtype)
+    empty = torch.empty(0, dtype=A.dtype)
+    U = torch.empty((*batch_shape, m, m if full_matrices else k), dtype=A.dtype) if compute_uv \
+        else empty
+    Vh = torch.empty((*batch_shape, n if full_matrices else k, n), dtype=A.dtype) if compute_uv \
+        else empty
+    if batch:
+        fn = getattr(ORTH_LIBRARY.wait(), f"mpsl_small_{_svd_name(m, n, variant, A.dtype)}")
+        fn(A.data_ptr(), U.data_ptr(), S.data_ptr(), Vh.data_ptr(), batch, max(1, threads),
+           int(_BASELINE))
+    return U, S, Vh
+
+
+def small_eigh(A: torch.Tensor, upper: bool = False, compute_v: bool = True,
+               threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, V) of torch.linalg.eigh(A, 'U' if upper else 'L') for symmetric A (*, n, n)
+    float32/float64 on CPU, n <= 4 (only the named triangle is read); without ``compute_v`` V
+    is an empty tensor."""
+    *batch_shape, n, _ = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    L = torch.empty((*batch_shape, n), dtype=A.dtype)
+    V = torch.empty((*batch_shape, n, n) if compute_v else (0,), dtype=A.dtype)
+    if batch:
+        fn = getattr(ORTH_LIBRARY.wait(), f"mpsl_small_{_eigh_name(n, compute_v, A.dtype)}")
+        fn(A.data_ptr(), L.data_ptr(), V.data_ptr(), int(upper), batch, max(1, threads),
+           int(_BASELINE))
+    return L, V

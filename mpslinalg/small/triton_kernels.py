@@ -48,9 +48,11 @@ tests/test_small_triton.py checks them on machines without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import linecache
 import os
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -199,9 +201,23 @@ class _Triton(_codegen.Dialect):
     no scopes), ``tl.where`` selects on [BLOCK] vectors of ``dtype``."""
 
     def __init__(self, w: _Writer, dtype: str) -> None:
-        self.w, self.dtype = w, dtype
+        self.out, self.dtype, self.indent = w, dtype, ""
         if dtype == "float64":
             self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.eps = 2.220446049250313e-16
+
+    def w(self, line: str) -> None:
+        self.out(self.indent + line)
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        # No early exit: a lane that converged rotates by the identity (c = 1, s = 0) until the
+        # loop ends, so the trip count is the same for every program.
+        self.w(f"for sweep in range({count}):")
+        self.indent += "    "
+        self.declare(_codegen.INT, flag, "rows < 0")
+        yield
+        self.indent = self.indent[:-4]
 
     def declare(self, kind: str, name: str, expr: str) -> None:
         self.w(f"{name} = {expr}")
@@ -335,6 +351,75 @@ def kernel_source(op: str, n: int, dtype: str = "float32", load: str | None = No
     return _source(op, n, dtype, load or _LOAD)[1]
 
 
+def _svd_source(m: int, n: int, dtype: str, variant: str, load: str) -> tuple[str, str]:
+    """(function name, source) of the SVD kernel of m x n matrices (one-sided Jacobi of
+    :func:`mpslinalg.small.codegen.emit_svd`; wide matrices through their transpose).
+    variant: "vals", "reduced" or "full"."""
+    name = f"small_svd_m{m}_n{n}_{dtype}_{variant}_{_mode(m, load, n)}"
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    wide = m < n
+    big, small = max(m, n), min(m, n)
+    for i in range(big):
+        for j in range(small):
+            w(f"x{i}{j} = {f'a{j}{i}' if wide else f'a{i}{j}'}")
+    want_uv = variant != "vals"
+    ucols = big if variant == "full" else small
+    _codegen.emit_svd(dl, big, small, want_uv, ucols)
+    _emit_store(w, "S", {j: f"s{j}" for j in range(small)}, 1, load, _chunk(small, dtype),
+                cols=small)
+    if want_uv:
+        if not wide:
+            uvals = {i * ucols + j: f"u{i}{j}" for i in range(m) for j in range(ucols)}
+            _emit_store(w, "U", uvals, m, load, _chunk(ucols, dtype), cols=ucols)
+            vvals = {i * n + j: f"v{j}{i}" for i in range(n) for j in range(n)}
+            _emit_store(w, "VH", vvals, n, load, _chunk(n, dtype), cols=n)
+        else:
+            uvals = {i * m + j: f"v{i}{j}" for i in range(m) for j in range(m)}
+            _emit_store(w, "U", uvals, m, load, _chunk(m, dtype), cols=m)
+            vvals = {i * n + j: f"u{j}{i}" for i in range(ucols) for j in range(n)}
+            _emit_store(w, "VH", vvals, ucols, load, _chunk(n, dtype), cols=n)
+    head = f"def {name}(A, U, S, VH, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def _eigh_source(n: int, dtype: str, upper: bool, want_v: bool, load: str) -> tuple[str, str]:
+    """(function name, source) of the eigh kernel of n x n symmetric matrices (cyclic Jacobi of
+    :func:`mpslinalg.small.codegen.emit_eigh`), reading the upper or lower triangle."""
+    name = (f"small_eigh_n{n}_{dtype}_{'upper' if upper else 'lower'}_"
+            f"{'vecs' if want_v else 'vals'}_{_mode(n, load)}")
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", n, load, _chunk(n, dtype))
+    for i in range(n):
+        for j in range(i, n):
+            w(f"h{i}{j} = {f'a{i}{j}' if upper else f'a{j}{i}'}")
+    _codegen.emit_eigh(dl, n, want_v)
+    _emit_store(w, "L", {j: f"l{j}" for j in range(n)}, 1, load, _chunk(n, dtype), cols=n)
+    if want_v:
+        _emit_store(w, "V", {i * n + j: f"v{i}{j}" for i in range(n) for j in range(n)}, n,
+                    load, _chunk(n, dtype))
+    head = f"def {name}(A, L, V, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def svd_kernel_source(m: int, n: int, dtype: str = "float32", variant: str = "reduced",
+                      load: str | None = None) -> str:
+    """The generated Triton source of the SVD kernel for m x n matrices (for reading)."""
+    return _svd_source(m, n, dtype, variant, load or _LOAD)[1]
+
+
+def eigh_kernel_source(n: int, dtype: str = "float32", upper: bool = False,
+                       want_v: bool = True, load: str | None = None) -> str:
+    """The generated Triton source of the eigh kernel for n x n matrices (for reading)."""
+    return _eigh_source(n, dtype, upper, want_v, load or _LOAD)[1]
+
+
 def qr_kernel_source(m: int, n: int, dtype: str = "float32", mode: str = "reduced",
                      load: str | None = None) -> str:
     """The generated Triton source of the QR kernel for m x n matrices (for reading)."""
@@ -361,6 +446,18 @@ def _function(op: str, n: int, dtype: str, load: str):
 @functools.cache
 def _qr_kernel(m: int, n: int, dtype: str, mode: str, load: str):
     return triton.jit(_compile(*_qr_source(m, n, dtype, mode, load)), do_not_specialize=["batch"])
+
+
+@functools.cache
+def _svd_kernel(m: int, n: int, dtype: str, variant: str, load: str):
+    return triton.jit(_compile(*_svd_source(m, n, dtype, variant, load)),
+                      do_not_specialize=["batch"])
+
+
+@functools.cache
+def _eigh_kernel(n: int, dtype: str, upper: bool, want_v: bool, load: str):
+    return triton.jit(_compile(*_eigh_source(n, dtype, upper, want_v, load)),
+                      do_not_specialize=["batch"])
 
 
 @functools.cache
@@ -450,3 +547,44 @@ def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torc
     kern = _qr_kernel(m, n, str(A.dtype).removeprefix("torch."), mode, _LOAD)
     _launch("qr", n, batch, A, Q, R, kern=kern)
     return Q, R
+
+
+def small_svd(A: torch.Tensor, full_matrices: bool = True,
+              compute_uv: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of torch.linalg.svd(A, full_matrices) for A (*, m, n), m, n <= 4: one launch
+    (without ``compute_uv`` U and Vh are empty tensors)."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    k = min(m, n)
+    variant = "vals" if not compute_uv else ("full" if full_matrices and m != n else "reduced")
+    S = torch.empty((*batch_shape, k), dtype=A.dtype, device=A.device)
+    empty = torch.empty(0, dtype=A.dtype, device=A.device)
+    U, Vh = empty, empty
+    if compute_uv:
+        U = torch.empty((*batch_shape, m, m if full_matrices else k), dtype=A.dtype,
+                        device=A.device)
+        Vh = torch.empty((*batch_shape, n if full_matrices else k, n), dtype=A.dtype,
+                         device=A.device)
+    kern = _svd_kernel(m, n, str(A.dtype).removeprefix("torch."), variant, _LOAD)
+    _launch("svd", n, batch, A, U, S, Vh, kern=kern)
+    return U, S, Vh
+
+
+def small_eigh(A: torch.Tensor, upper: bool = False,
+               compute_v: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, V) of torch.linalg.eigh(A, 'U' if upper else 'L') for symmetric A (*, n, n),
+    n <= 4: one launch (without ``compute_v`` V is an empty tensor)."""
+    *batch_shape, n, _ = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    L = torch.empty((*batch_shape, n), dtype=A.dtype, device=A.device)
+    V = torch.empty((*batch_shape, n, n) if compute_v else (0,), dtype=A.dtype,
+                    device=A.device)
+    kern = _eigh_kernel(n, str(A.dtype).removeprefix("torch."), upper, compute_v, _LOAD)
+    _launch("eigh", n, batch, A, L, V, kern=kern)
+    return L, V
