@@ -54,17 +54,18 @@ from .dispatch import _TRITON_DTYPES, _batch_numel, _import_triton_kernels, _tri
 log = logging.getLogger("mpslinalg.small")
 
 #: Smallest batch for which the small QR path beats torch.linalg.qr through the public
-#: mpslinalg.qr, per kernel (the same for every m, n <= 4):
+#: mpslinalg.qr, per kernel and max(m, n):
 #: "cpu-simd": measured with benchmarks/bench_small_qr.py on the 2-core CI machine (results in
 #: benchmarks/results/small_qr.md): the kernel alone beats torch.linalg.qr from ~16-32 matrices,
-#: but the public call's custom op costs ~15 us more than the direct torch.linalg.qr call
-#: (~4 us + ~0.2 us per 3x3 matrix), which is recovered from batch 128 (3x3 and 4x4: 1.1-1.4x
-#: there, 0.6-0.9x at 64).
+#: but the public call's custom op costs ~15-20 us more than the direct torch.linalg.qr call
+#: (~4 us + ~0.1 / 0.2 us per 2x2 / 3x3 matrix), which is recovered from batch ~200 (2x2) and
+#: ~100 (3x3, 3x4, 4x4: 1.1-1.4x at 128, 0.6-0.9x at 64).
 #: "cuda": the fused Triton kernel. Not measured here (no GPU): torch.linalg.qr on CUDA costs
 #: ~43 us per 3x3 matrix (issue figures: 42.6 ms for 1000 on an H200), more than the registered
 #: op's dispatch (~0.06 ms on the H200 for the inverse) from a batch of 2 on; to be confirmed
 #: with benchmarks/bench_small_qr.py --device cuda.
-_TORCH_MIN_BATCH = {"cpu-simd": 128, "cuda": 2}
+_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 256, 3: 128, 4: 128},
+                    "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
 
 
 def _simd_available() -> bool:
@@ -89,7 +90,8 @@ def _small_shape(shape) -> bool:
 
 
 #: Fewest matrices per device type for which the torch backend may take the small QR path.
-_FEWEST = {"cpu": _TORCH_MIN_BATCH["cpu-simd"], "cuda": _TORCH_MIN_BATCH["cuda"]}
+_FEWEST = {"cpu": min(_TORCH_MIN_BATCH["cpu-simd"].values()),
+           "cuda": min(_TORCH_MIN_BATCH["cuda"].values())}
 
 
 def may_use_small_qr(A: torch.Tensor) -> bool:
@@ -114,7 +116,7 @@ def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
     if backend != "torch":
         return False
     kind = _kind(A)
-    return kind is not None and _batch_numel(A) >= _TORCH_MIN_BATCH[kind]
+    return kind is not None and _batch_numel(A) >= _TORCH_MIN_BATCH[kind][max(A.shape[-2:])]
 
 
 #: Smallest batch for which small_svd / small_eigh beat torch.linalg.svd / eigh once wrapped in

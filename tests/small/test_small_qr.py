@@ -189,7 +189,7 @@ def test_inputs_not_modified():
 
 
 def test_use_small_qr():
-    big = torch.zeros(so._TORCH_MIN_BATCH["cpu-simd"], 3, 4)
+    big = torch.zeros(so._TORCH_MIN_BATCH["cpu-simd"][4], 3, 4)
     with mpslinalg.use_backend("torch"):
         assert so.use_small_qr(big) and so.may_use_small_qr(big)
         assert so.use_small_qr(big.double())
@@ -198,6 +198,8 @@ def test_use_small_qr():
         assert not so.use_small_qr(big.to(torch.complex64))  # complex: torch.linalg
         assert not so.use_small_qr(torch.zeros(200, 5, 3))
         assert not so.use_small_qr(torch.zeros(200, 0, 3))
+        assert not so.use_small_qr(torch.zeros(200, 2, 2))  # 2x2: crossover at 256
+        assert so.use_small_qr(torch.zeros(256, 2, 2))
     assert not so.use_small_qr(big, "metal")  # the metal backend keeps qr_small
     assert so.torch_path(big) == "simd kernel on CPU"
     assert so.torch_path(big.to(torch.complex64)) == "torch.linalg"
