@@ -32,6 +32,13 @@ much as inverting 2000-3000 matrices); ctypes releases the GIL for the call.
 
 dtype: float32 only (complex64 and float64 take the tensor-op path or torch.linalg).
 
+A second library, :data:`ORTH_LIBRARY`, holds QR (every m, n <= 4), the one-sided Jacobi SVD
+(:data:`SVD_SHAPES`) and the Jacobi symmetric eigendecomposition (n <= 4) in float32 and
+float64, from the generators of :mod:`mpslinalg.small.codegen` (:func:`small_qr`,
+:func:`small_svd`, :func:`small_eigh`; float32 QR is bit-identical to ``qr_small`` of
+metal/linalg/qr.h in the emulator). Its sweeps loop leaves early once no lane of a block
+rotated.
+
 The library is built by :mod:`mpslinalg.small.native` on a background thread; until it is
 loaded, calls do not wait for it (see :func:`ready`).
 """

@@ -1,5 +1,11 @@
-"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet in
-exactly one launch per op, the matrices held in registers.
+"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet, and
+QR, SVD and symmetric eigh (:mod:`mpslinalg.small.orthogonal`), in exactly one launch per op,
+the matrices held in registers. The sections below describe the LU kernels; the QR kernels
+follow ``qr_small`` of metal/linalg/qr.h the same way (:func:`mpslinalg.small.codegen.
+emit_qr_factor`), and the Jacobi SVD / eigh kernels run their sweeps as one ``for`` loop of a
+fixed trip count (converged lanes rotate by the identity; bit-identical to the CPU kernels,
+which leave the loop early). The same load/store layouts serve m x n matrices (by the row
+length n).
 
 The arithmetic is that of ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``), so
 results, ``info`` and error semantics match the Metal kernel and the tensor-op path of
@@ -532,6 +538,12 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return sign, logabs
 
 
+def _pointer(x: torch.Tensor) -> torch.Tensor:
+    """x, or a one-element stand-in for an empty output the kernel does not write (an empty
+    tensor may have a null data pointer, which Triton's launcher refuses)."""
+    return x if x.numel() else torch.empty(1, dtype=x.dtype, device=x.device)
+
+
 def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
     """(Q, R) of torch.linalg.qr(A, mode) for A (*, m, n), m, n <= 4: one launch (mode 'r': Q
     is an empty tensor)."""
@@ -545,7 +557,7 @@ def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torc
     Q = (torch.empty((*batch_shape, m, rows), dtype=A.dtype, device=A.device) if mode != "r"
          else torch.empty(0, dtype=A.dtype, device=A.device))
     kern = _qr_kernel(m, n, str(A.dtype).removeprefix("torch."), mode, _LOAD)
-    _launch("qr", n, batch, A, Q, R, kern=kern)
+    _launch("qr", n, batch, A, _pointer(Q), R, kern=kern)
     return Q, R
 
 
@@ -569,7 +581,7 @@ def small_svd(A: torch.Tensor, full_matrices: bool = True,
         Vh = torch.empty((*batch_shape, n if full_matrices else k, n), dtype=A.dtype,
                          device=A.device)
     kern = _svd_kernel(m, n, str(A.dtype).removeprefix("torch."), variant, _LOAD)
-    _launch("svd", n, batch, A, U, S, Vh, kern=kern)
+    _launch("svd", n, batch, A, _pointer(U), S, _pointer(Vh), kern=kern)
     return U, S, Vh
 
 
@@ -586,5 +598,5 @@ def small_eigh(A: torch.Tensor, upper: bool = False,
     V = torch.empty((*batch_shape, n, n) if compute_v else (0,), dtype=A.dtype,
                     device=A.device)
     kern = _eigh_kernel(n, str(A.dtype).removeprefix("torch."), upper, compute_v, _LOAD)
-    _launch("eigh", n, batch, A, L, V, kern=kern)
+    _launch("eigh", n, batch, A, L, _pointer(V), kern=kern)
     return L, V
