@@ -58,13 +58,14 @@ log = logging.getLogger("mpslinalg.small")
 #: "cpu-simd": measured with benchmarks/bench_small_qr.py on the 2-core CI machine (results in
 #: benchmarks/results/small_qr.md): the kernel alone beats torch.linalg.qr from ~16-32 matrices,
 #: but the public call's custom op costs ~15-20 us more than the direct torch.linalg.qr call
-#: (~4 us + ~0.1 / 0.2 us per 2x2 / 3x3 matrix), which is recovered from batch ~200 (2x2) and
-#: ~100 (3x3, 3x4, 4x4: 1.1-1.4x at 128, 0.6-0.9x at 64).
+#: (~4 us + ~0.1 / 0.2 / 0.25 us per 2x2 / 3x3 / 4x4 matrix), which is recovered from batch
+#: ~200 (2x2: 0.7x at 128; 3x3: 0.8-0.9x at 128, 5x at 1000) and ~100 (3x4, 4x3, 4x4: 1.2-1.3x
+#: at 128, 0.6-0.9x at 64).
 #: "cuda": the fused Triton kernel. Not measured here (no GPU): torch.linalg.qr on CUDA costs
 #: ~43 us per 3x3 matrix (issue figures: 42.6 ms for 1000 on an H200), more than the registered
 #: op's dispatch (~0.06 ms on the H200 for the inverse) from a batch of 2 on; to be confirmed
 #: with benchmarks/bench_small_qr.py --device cuda.
-_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 256, 3: 128, 4: 128},
+_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 256, 3: 256, 4: 128},
                     "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
 
 

@@ -198,8 +198,8 @@ def test_use_small_qr():
         assert not so.use_small_qr(big.to(torch.complex64))  # complex: torch.linalg
         assert not so.use_small_qr(torch.zeros(200, 5, 3))
         assert not so.use_small_qr(torch.zeros(200, 0, 3))
-        assert not so.use_small_qr(torch.zeros(200, 2, 2))  # 2x2: crossover at 256
-        assert so.use_small_qr(torch.zeros(256, 2, 2))
+        assert not so.use_small_qr(torch.zeros(200, 3, 3))  # 3x3: crossover at 256
+        assert so.use_small_qr(torch.zeros(256, 3, 3))
     assert not so.use_small_qr(big, "metal")  # the metal backend keeps qr_small
     assert so.torch_path(big) == "simd kernel on CPU"
     assert so.torch_path(big.to(torch.complex64)) == "torch.linalg"
