@@ -390,12 +390,31 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
     with dl.sweeps(JACOBI_MAX_SWEEPS, "rotated"):
         for p, q in _pairs(n):
             with dl.scope():
-                for name, (a, b) in (("alpha", (p, p)), ("beta", (q, q)), ("gamma", (p, q))):
-                    dl.declare(FLOAT, name, " + ".join(f"x{i}{a} * x{i}{b}" for i in range(m)))
-                dl.declare(INT, "rot", f"{dl.abs('gamma')} > {dl.float_literal(eps)} * "
-                           f"{dl.sqrt('alpha')} * {dl.sqrt('beta')}")
+                # The Gram entries of the columns each divided by its largest |entry| (a zero
+                # column by 1): no square underflows however far apart the column norms are,
+                # and the test |gamma| <= eps sqrt(alpha beta) is scale-invariant.
+                for c, name in ((p, "cp"), (q, "cq")):
+                    dl.declare(FLOAT, name, dl.full(FLOAT, 0.0))
+                    for i in range(m):
+                        with dl.scope():
+                            dl.declare(FLOAT, "ax", dl.abs(f"x{i}{c}"))
+                            dl.assign(name, dl.select(f"ax > {name}", "ax", name))
+                dl.declare(INT, "nonzero", f"(cp > {dl.float_literal(0.0)}) & "
+                           f"(cq > {dl.float_literal(0.0)})")
+                dl.assign("cp", dl.select("nonzero", "cp", dl.float_operand(1.0)))
+                dl.assign("cq", dl.select("nonzero", "cq", dl.float_operand(1.0)))
+                for i in range(m):
+                    dl.declare(FLOAT, f"g{i}", dl.div(f"x{i}{p}", "cp"))
+                    dl.declare(FLOAT, f"h{i}", dl.div(f"x{i}{q}", "cq"))
+                for name, (a, b) in (("alpha", "gg"), ("beta", "hh"), ("gamma", "gh")):
+                    dl.declare(FLOAT, name, " + ".join(f"{a}{i} * {b}{i}" for i in range(m)))
+                dl.declare(INT, "rot", f"nonzero & ({dl.abs('gamma')} > {dl.float_literal(eps)} * "
+                           f"{dl.sqrt('alpha')} * {dl.sqrt('beta')})")
                 dl.assign("rotated", "rotated | rot")
-                _emit_tangent(dl, "(beta - alpha)", f"({dl.float_literal(2.0)} * gamma)")
+                # zeta = (|x_q|^2 - |x_p|^2) / (2 x_p . x_q), numerator and denominator divided
+                # by cp cq.
+                _emit_tangent(dl, f"({dl.div('cq', 'cp')} * beta - {dl.div('cp', 'cq')} * alpha)",
+                              f"({dl.float_literal(2.0)} * gamma)")
                 dl.assign("c", dl.select("rot", "c", dl.float_operand(1.0)))
                 dl.assign("s", dl.select("rot", "s", dl.float_operand(0.0)))
                 for i in range(m):
@@ -404,12 +423,26 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                     for i in range(n):
                         _emit_rotate(dl, f"v{i}{p}", f"v{i}{q}")
     for j in range(n):
-        dl.declare(FLOAT, f"s{j}", dl.sqrt(" + ".join(f"x{i}{j} * x{i}{j}" for i in range(m))))
+        # sigma_j = |x_j| and u_j = x_j / sigma_j through x_j / max|x_ij|: squares of a column
+        # far below the largest (sigma_j / sigma_1 < 1e-19 in float32) would be subnormal, and
+        # u_j's norm off by far more than eps.
+        dl.declare(FLOAT, f"cmax{j}", dl.full(FLOAT, 0.0))
+        for i in range(m):
+            with dl.scope():
+                dl.declare(FLOAT, "ax", dl.abs(f"x{i}{j}"))
+                dl.assign(f"cmax{j}", dl.select(f"ax > cmax{j}", "ax", f"cmax{j}"))
+        dl.declare(FLOAT, f"cden{j}", dl.select(f"cmax{j} == {dl.float_literal(0.0)}",
+                                                dl.float_operand(1.0), f"cmax{j}"))
+        for i in range(m):
+            dl.declare(FLOAT, f"y{i}{j}", dl.div(f"x{i}{j}", f"cden{j}"))
+        dl.declare(FLOAT, f"nrm{j}", dl.sqrt(" + ".join(f"y{i}{j} * y{i}{j}" for i in range(m))))
+        dl.declare(FLOAT, f"s{j}", f"cmax{j} * nrm{j}")
         if want_uv:
-            nonzero = f"s{j} > {dl.float_literal(0.0)}"
-            dl.declare(FLOAT, f"den{j}", dl.select(nonzero, f"s{j}", dl.float_operand(1.0)))
+            # nrm >= 1 unless the column is zero (then u_j is completed below).
+            dl.declare(FLOAT, f"den{j}", dl.select(f"nrm{j} > {dl.float_literal(0.0)}",
+                                                   f"nrm{j}", dl.float_operand(1.0)))
             for i in range(m):
-                dl.declare(FLOAT, f"u{i}{j}", dl.div(f"x{i}{j}", f"den{j}"))
+                dl.declare(FLOAT, f"u{i}{j}", dl.div(f"y{i}{j}", f"den{j}"))
     for a, b in _SORT_NETWORK[n]:  # descending
         with dl.scope():
             dl.declare(INT, "sw", f"s{a} < s{b}")

@@ -415,11 +415,15 @@ def small_slogdet(A: torch.Tensor, threads: int = 1) -> tuple[torch.Tensor, torc
 #: QR's mode argument of the generated functions (as metal/linalg/qr.h's kQrMode*).
 QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
 
-#: The real dtypes of the orthogonal kernels: (C++ type, mask integer, sign-clear mask, suffix).
+#: The real types of the orthogonal kernels: (C++ type, mask integer, sign-clear mask, bytes).
+#: Keyed by name, so that generating the source (on the build thread) never calls into torch:
+#: a daemon thread stopped at interpreter exit inside torch's C++ frames aborts the process.
 _REAL_TYPES = {
-    torch.float32: ("float", "int", "0x7fffffff", "f32"),
-    torch.float64: ("double", "long long", "0x7fffffffffffffffLL", "f64"),
+    "f32": ("float", "int", "0x7fffffff", 4),
+    "f64": ("double", "long long", "0x7fffffffffffffffLL", 8),
 }
+#: torch dtype -> key of _REAL_TYPES.
+_REAL_KEYS = {torch.float32: "f32", torch.float64: "f64"}
 
 #: -fno-math-errno: sqrt never sets errno (no rounding change), so lane loops of sqrt vectorise.
 _ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
@@ -536,15 +540,15 @@ def _eigh_block(w: _Writer, n: int, want_v: bool, double: bool) -> None:
         _store(w, "V", n, n, lambda i, j: f"v{i}{j}")
 
 
-def _svd_name(m: int, n: int, variant: str, dtype: torch.dtype) -> str:
-    return f"svd_m{m}_n{n}_{variant}_{_REAL_TYPES[dtype][3]}"
+def _svd_name(m: int, n: int, variant: str, dtype: torch.dtype | str) -> str:
+    return f"svd_m{m}_n{n}_{variant}_{_key(dtype)}"
 
 
-def _eigh_name(n: int, want_v: bool, dtype: torch.dtype) -> str:
-    return f"eigh_n{n}_{'vecs' if want_v else 'vals'}_{_REAL_TYPES[dtype][3]}"
+def _eigh_name(n: int, want_v: bool, dtype: torch.dtype | str) -> str:
+    return f"eigh_n{n}_{'vecs' if want_v else 'vals'}_{_key(dtype)}"
 
 
-def _orth_variant(name: str, dtype: torch.dtype, suffix: str, attr: str, width: int,
+def _orth_variant(name: str, dtype: str, suffix: str, attr: str, width: int,
                   args: str, call: str, body) -> str:
     ctype, itype, absmask, _ = _REAL_TYPES[dtype]
     w = _Writer()
@@ -565,10 +569,11 @@ def _orth_variant(name: str, dtype: torch.dtype, suffix: str, attr: str, width: 
     return "\n".join(w.lines) + "\n"
 
 
-def _orth_function(name: str, dtype: torch.dtype, args: str, call: str, body) -> str:
-    """Both instruction-set variants of one kernel and its ``mpsl_small_<name>`` entry point."""
-    ctype = _REAL_TYPES[dtype][0]
-    lanes = _W * 4 // torch.empty(0, dtype=dtype).element_size()
+def _orth_function(name: str, dtype: str, args: str, call: str, body) -> str:
+    """Both instruction-set variants of one kernel and its ``mpsl_small_<name>`` entry point
+    (``dtype``: a key of _REAL_TYPES)."""
+    ctype, size = _REAL_TYPES[dtype][0], _REAL_TYPES[dtype][3]
+    lanes = _W * 4 // size
     parts = [_orth_variant(name, dtype, "base", "", lanes // 2, args, call, body)]
     pick = f"{name}_base"
     if _X86:
@@ -585,8 +590,12 @@ def _orth_function(name: str, dtype: torch.dtype, args: str, call: str, body) ->
     return "\n".join(parts)
 
 
-def _qr_name(m: int, n: int, dtype: torch.dtype) -> str:
-    return f"qr_m{m}_n{n}_{_REAL_TYPES[dtype][3]}"
+def _key(dtype: torch.dtype | str) -> str:
+    return dtype if isinstance(dtype, str) else _REAL_KEYS[dtype]
+
+
+def _qr_name(m: int, n: int, dtype: torch.dtype | str) -> str:
+    return f"qr_m{m}_n{n}_{_key(dtype)}"
 
 
 def orth_source() -> str:
@@ -599,19 +608,19 @@ def orth_source() -> str:
                 parts.append(_orth_function(
                     _qr_name(m, n, dtype), dtype, _QR_ARGS, "A, Q, R, mode",
                     lambda w, m=m, n=n, dtype=dtype: _qr_block(w, m, n,
-                                                              dtype == torch.float64)))
+                                                              dtype == "f64")))
         for m, n in SVD_SHAPES:
             for variant in _svd_variants(m, n):
                 parts.append(_orth_function(
                     _svd_name(m, n, variant, dtype), dtype, _SVD_ARGS, "A, U, S, VH",
                     lambda w, m=m, n=n, v=variant, dtype=dtype: _svd_block(
-                        w, m, n, v, dtype == torch.float64)))
+                        w, m, n, v, dtype == "f64")))
         for n in range(1, MAX_N + 1):
             for want_v in (False, True):
                 parts.append(_orth_function(
                     _eigh_name(n, want_v, dtype), dtype, _EIGH_ARGS, "A, L, V, upper",
                     lambda w, n=n, v=want_v, dtype=dtype: _eigh_block(
-                        w, n, v, dtype == torch.float64)))
+                        w, n, v, dtype == "f64")))
     return "\n".join(parts)
 
 
@@ -639,7 +648,7 @@ def _bind_orth(lib: ctypes.CDLL) -> None:
 ORTH_LIBRARY = native.NativeLibrary("small_cpu_orth", orth_source, _ORTH_FLAGS, _bind_orth)
 
 #: dtypes the orthogonal kernels serve (complex takes torch.linalg).
-ORTH_DTYPES = tuple(_REAL_TYPES)
+ORTH_DTYPES = tuple(_REAL_KEYS)
 
 
 def small_qr(A: torch.Tensor, mode: str = "reduced",
