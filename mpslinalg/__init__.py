@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 from .small import cpu_simd as _cpu_simd  # noqa: E402
 
 _cpu_simd.LIBRARY.start()
+_cpu_simd.ORTH_LIBRARY.start()
 
 __all__ = [
     "LinAlgError",

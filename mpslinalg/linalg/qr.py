@@ -4,7 +4,9 @@ Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` 
 ``mpslinalg::lstsq``: on the metal backend the blocked Householder kernels of
 `mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
 the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
-launch; ``lstsq`` solves full-rank problems through QR (m >= n) or LQ (m < n), as LAPACK's gels.
+launch; on the torch backend, batches of m, n <= 4 take the small path of
+`mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
+(m >= n) or LQ (m < n), as LAPACK's gels.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import small
 from .._core import checks
 from .._core.op import Op, cast_back, public, to_dtype, write_out
 from . import qr_metal
@@ -95,11 +98,12 @@ def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
 #: (Q, R) of torch.linalg.qr for ``mode``.
 qr_op = Op(
     "qr", "(Tensor A, str mode) -> (Tensor, Tensor)",
-    forward={"metal": qr_metal.qr_metal, "torch": lambda A, mode: tuple(torch.linalg.qr(A, mode))},
+    forward={"metal": qr_metal.qr_metal, "torch": lambda A, mode: tuple(torch.linalg.qr(A, mode)),
+             "small": small.small_qr},
     fake=_qr_fake, save=_qr_save, backward=_qr_backward)
 
 
-@public(torch.linalg.qr)
+@public(torch.linalg.qr, general_when=small.may_use_small_qr)
 def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = None):
     r"""QR decomposition ``A = Q R``; like `torch.linalg.qr`.
 
@@ -126,7 +130,10 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
     On the metal backend: blocked Householder QR with LAPACK's reflectors (the documentation's
     QR page), so Q and R match LAPACK's up to rounding, except on the tall-skinny path (m much
     larger than n, mode 'reduced' or 'r'), whose R may differ from LAPACK's by the signs of its
-    rows (and Q by those of its columns). Matrices up to 4 x 4 take one launch for any batch.
+    rows (and Q by those of its columns). Matrices up to 4 x 4 take one launch for any batch. On the torch
+    backend, batches of m, n <= 4 float32/float64 matrices take the small path (generated SIMD
+    code on CPU, one fused Triton kernel on CUDA) where it is faster than torch.linalg.qr, with
+    the same reflectors (results equal torch's up to rounding, signs included).
 
     Examples
     --------
@@ -143,7 +150,7 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
     if mode not in _MODES:
         raise RuntimeError(f"mpslinalg.qr: qr received unrecognized mode '{mode}' but expected "
                            "one of 'reduced' (default), 'r', or 'complete'")
-    Q, R = qr_op(Ac, mode, backend, False, "")
+    Q, R = qr_op(Ac, mode, backend, small.use_small_qr(Ac, backend), "")
     result = torch.return_types.linalg_qr((cast_back(Q, A.dtype), cast_back(R, A.dtype)))
     return write_out("qr", out, result)
 

@@ -40,7 +40,7 @@ def _ordered_int64(x: Tensor) -> Tensor:
 
 
 def _from_ordered_int64(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """The inverse of :func:`_ordered_int64`: ``x`` back in the unsigned ``dtype``."""
+    """The inverse of `_ordered_int64`: ``x`` back in the unsigned ``dtype``."""
     if dtype == torch.uint64:
         return (x ^ _SIGN_BIT).view(torch.uint64)
     return x.to(dtype)

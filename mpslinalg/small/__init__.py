@@ -1,10 +1,12 @@
-"""The n <= 4 path: batched inverse, solve and determinants of 1x1 .. 4x4 matrices in one pass
-over the batch (one Metal launch per op on the metal backend; generated SIMD C++ on CPU, fused
-Triton kernels on CUDA or whole-batch tensor ops on the torch backend where they beat
-torch.linalg).
+"""The n <= 4 path: batched inverse, solve and determinants of 1x1 .. 4x4 matrices, and QR, SVD
+and symmetric eigendecomposition of m x n matrices with m, n <= 4, in one pass over the batch
+(one Metal launch per op on the metal backend; generated SIMD C++ on CPU, fused Triton kernels
+on CUDA or whole-batch tensor ops on the torch backend where they beat torch.linalg).
 
 - `.dispatch`: which path serves a call, and the entry points the LU-based families call;
-- `.codegen`: the one elimination algorithm, emitted per target dialect;
+- `.orthogonal`: the same for QR (the qr family's "small" forward), SVD and eigh;
+- `.codegen`: the one elimination algorithm, Householder QR and the Jacobi SVD / eigh,
+  emitted per target dialect;
 - `.cpu_simd`, `.triton_kernels`: the generated CPU and CUDA kernels;
 - ``metal/linalg/small_inverse.{h,metal}``: the Metal kernels.
 """
@@ -18,6 +20,16 @@ from .dispatch import (
     small_solve_ex,
     use_small_path,
 )
+from .orthogonal import (
+    may_use_small_qr,
+    small_eigh,
+    small_qr,
+    small_svd,
+    use_small_eigh,
+    use_small_qr,
+    use_small_svd,
+)
 
-__all__ = ["MAX_N", "may_use_small_path", "small_det", "small_inv_ex", "small_slogdet",
-           "small_solve_ex", "use_small_path"]
+__all__ = ["MAX_N", "may_use_small_path", "may_use_small_qr", "small_det", "small_eigh",
+           "small_inv_ex", "small_qr", "small_slogdet", "small_solve_ex", "small_svd",
+           "use_small_eigh", "use_small_path", "use_small_qr", "use_small_svd"]

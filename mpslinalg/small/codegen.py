@@ -77,6 +77,27 @@ class Dialect(abc.ABC):
     def float_literal(self, value: float) -> str:
         """The float constant ``value`` as the right operand of a comparison with a vector."""
 
+    #: The smallest normal number and the largest finite one of the target's real type (LAPACK
+    #: safmin and overflow threshold); float32 unless a dialect says otherwise.
+    safe_min: float = 1.1754943508222875e-38
+    real_max: float = 3.4028234663852886e38
+    #: Machine epsilon of the real type (the Jacobi methods' convergence threshold).
+    eps: float = 1.1920928955078125e-07
+
+    def sweeps(self, count: int, flag: str) -> contextlib.AbstractContextManager:
+        """A loop of at most ``count`` sweeps around the statements written inside; ``flag`` (an
+        INT declared per sweep, false) is or-ed by the body where a lane rotated: a target may
+        leave the loop once it stays false for every lane (SVD and eigh only)."""
+        raise NotImplementedError(f"{type(self).__name__} has no sweeps")
+
+    def sqrt(self, x: str) -> str:
+        """The correctly rounded square root of x, lane by lane (QR, SVD and eigh only)."""
+        raise NotImplementedError(f"{type(self).__name__} has no sqrt")
+
+    def signbit(self, x: str) -> str:
+        """An INT condition: the sign bit of x is set (true for -0.0, as copysign reads it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no signbit")
+
     @abc.abstractmethod
     def mul_unit(self, s: str, d: str) -> str:
         """``s * unit(d)`` for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 (a NaN
@@ -174,3 +195,367 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
         dl.add_log(logabs, dl.abs(f"a{k}{k}"))
         is_zero = f"a{k}{k} == {dl.float_literal(0.0)}"
         dl.assign(s, dl.select(is_zero, dl.float_operand(0.0), dl.mul_unit(s, f"a{k}{k}")))
+
+
+# ------------------------------------------------------------------------------ Householder QR
+#
+# The operations of ``qr_small`` in metal/linalg/qr.h (LAPACK geqr2 with larfg's reflectors and
+# nrm2's scaled sum of squares, then orgqr by backward accumulation), in the same order, every
+# branch a select. Besides the methods above, the QR emitters use a dialect's `sqrt`,
+# `signbit`, `safe_min` and `real_max`.
+
+
+def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
+    """geqr2 of a{i}{j} (m x n) in place: R on and above the diagonal, the reflectors' tails
+    below it, tau{j} (j < min(m, n)) their scalars. beta = -sign(alpha) |(alpha, x)| (the sign
+    bit of alpha, as copysign), H = I (tau = 0) when the tail x is exactly zero."""
+    for j in range(min(m, n)):
+        _emit_tail_norm(dl, m, j)
+        dl.declare(FLOAT, f"tau{j}", dl.full(FLOAT, 0.0))
+        with dl.scope():
+            _emit_larfg(dl, m, j)
+            for c in range(j + 1, n):
+                with dl.scope():
+                    dl.declare(FLOAT, "d", f"a{j}{c}")
+                    for i in range(j + 1, m):
+                        dl.assign("d", f"d + a{i}{j} * a{i}{c}")
+                    dl.declare(FLOAT, "cd", f"tau{j} * d")
+                    dl.assign(f"a{j}{c}", f"a{j}{c} - cd")
+                    for i in range(j + 1, m):
+                        dl.assign(f"a{i}{c}", f"a{i}{c} - a{i}{j} * cd")
+
+
+def _emit_tail_norm(dl: Dialect, m: int, j: int) -> None:
+    """xnorm{j} = |a[j+1:m, j]| by LAPACK's classic scaled sum of squares (qr_ssq_add): no
+    square that could overflow or underflow; NaN when the tail holds a NaN."""
+    dl.declare(FLOAT, f"xnorm{j}", dl.full(FLOAT, 0.0))
+    with dl.scope():
+        dl.declare(FLOAT, "scale", dl.full(FLOAT, 0.0))
+        dl.declare(FLOAT, "ssq", dl.full(FLOAT, 1.0))
+        for i in range(j + 1, m):
+            with dl.scope():
+                dl.declare(FLOAT, "ax", dl.abs(f"a{i}{j}"))
+                # x != 0 is also true for a NaN, which then reaches ssq through r2.
+                dl.declare(INT, "nz", f"a{i}{j} != {dl.float_literal(0.0)}")
+                dl.declare(INT, "grow", "scale < ax")
+                dl.declare(FLOAT, "r1", dl.div("scale", "ax"))
+                dl.declare(FLOAT, "r2", dl.div("ax", "scale"))
+                grown = f"{dl.float_literal(1.0)} + ssq * r1 * r1"
+                dl.assign("ssq", dl.select("nz", dl.select("grow", grown, "ssq + r2 * r2"), "ssq"))
+                dl.assign("scale", dl.select("nz & grow", "ax", "scale"))
+        dl.assign(f"xnorm{j}", dl.select(
+            f"scale == {dl.float_literal(0.0)}",
+            dl.select("ssq != ssq", "ssq", dl.float_operand(0.0)),
+            f"scale * {dl.sqrt('ssq')}"))
+
+
+def _emit_larfg(dl: Dialect, m: int, j: int) -> None:
+    """The reflector of column j (qr_larfg with qr_lapy3(alpha, 0, xnorm)): beta into a{j}{j},
+    tau{j}, the tail divided by alpha - beta (by its reciprocal unless that is below safmin)."""
+    dl.declare(INT, "ident", f"xnorm{j} == {dl.float_literal(0.0)}")
+    dl.declare(FLOAT, "alpha", f"a{j}{j}")
+    dl.declare(FLOAT, "ax", dl.abs("alpha"))
+    dl.declare(FLOAT, "az", dl.abs(f"xnorm{j}"))
+    dl.declare(FLOAT, "big", dl.select("ax > az", "ax", "az"))
+    dl.declare(FLOAT, "rx", dl.div("ax", "big"))
+    dl.declare(FLOAT, "rz", dl.div("az", "big"))
+    dl.declare(FLOAT, "lapy", dl.select(
+        "(ax != ax) | (az != az)", "ax + az",
+        dl.select(f"(big == {dl.float_literal(0.0)}) | (big > {dl.float_literal(dl.real_max)})",
+                  "big", f"big * {dl.sqrt('rx * rx + rz * rz')}")))
+    dl.declare(FLOAT, "nbeta", dl.select(dl.signbit("alpha"), "lapy", "-lapy"))
+    dl.assign(f"tau{j}", dl.select("ident", dl.float_operand(0.0),
+                                   dl.div("(nbeta - alpha)", "nbeta")))
+    dl.declare(FLOAT, "denom", dl.select("ident", dl.float_operand(1.0), "alpha - nbeta"))
+    dl.declare(FLOAT, "rden", dl.div(dl.full(FLOAT, 1.0), "denom"))
+    dl.declare(INT, "recip", f"{dl.abs('denom')} >= {dl.float_literal(dl.safe_min)}")
+    for i in range(j + 1, m):
+        dl.assign(f"a{i}{j}", dl.select("ident", f"a{i}{j}", dl.select(
+            "recip", f"a{i}{j} * rden", dl.div(f"a{i}{j}", "denom"))))
+    dl.assign(f"a{j}{j}", dl.select("ident", "alpha", "nbeta"))
+
+
+def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
+    """q{i}{c} (m x cols, cols = min(m, n) or m) = the first cols columns of
+    H_0 ... H_{k-1}, accumulated backwards from the identity (orgqr as qr_small does it)."""
+    for i in range(m):
+        for c in range(cols):
+            dl.declare(FLOAT, f"q{i}{c}", dl.full(FLOAT, 1.0 if i == c else 0.0))
+    for j in range(min(m, n) - 1, -1, -1):
+        for c in range(cols):
+            with dl.scope():
+                dl.declare(FLOAT, "d", f"q{j}{c}")
+                for i in range(j + 1, m):
+                    dl.assign("d", f"d + a{i}{j} * q{i}{c}")
+                dl.declare(FLOAT, "td", f"tau{j} * d")
+                dl.assign(f"q{j}{c}", f"q{j}{c} - td")
+                for i in range(j + 1, m):
+                    dl.assign(f"q{i}{c}", f"q{i}{c} - a{i}{j} * td")
+
+
+# ------------------------------------------------------------------------------ Jacobi: SVD, eigh
+#
+# One-sided Jacobi (Hestenes) for the SVD: the columns of the working matrix are rotated in
+# pairs until every pair is orthogonal to working precision (|x_p . x_q| <= eps |x_p| |x_q|),
+# never forming A^T A, so small singular values keep their relative accuracy; then sigma_j =
+# |x_j|, u_j = x_j / sigma_j, V the product of the rotations. The two-sided cyclic Jacobi method
+# for symmetric eigenproblems rotates rows and columns until |a_pq| <= eps sqrt(|a_pp a_qq|).
+# Both use Rutishauser's rotation (Golub & Van Loan, "Matrix Computations", 4th ed., Alg. 8.5.1;
+# the convention of metal/common/jacobi.h: J = [[c, s], [-s, c]], [x, y] <- [c x - s y,
+# s x + c y], |t| <= 1). The matrix is first divided by its largest |entry| (so squared norms
+# neither overflow nor underflow for entries near the ends of the exponent range; sigma and
+# lambda are scaled back), sweeps are bounded (`JACOBI_MAX_SWEEPS`, the CPU code leaves the
+# loop early once no lane of a block rotated in a sweep; Triton lanes that converged rotate by
+# the identity), and a matrix with a non-finite entry is replaced by zeros for the sweeps and
+# gets NaN in every output. A dialect supplies `Dialect.sweeps` besides the QR methods.
+
+#: Sweeps at most: cyclic Jacobi converges quadratically, n <= 4 needs 4-7 sweeps in float64.
+JACOBI_MAX_SWEEPS = 12
+
+#: Above this |zeta| the tangent 1 / (|zeta| + sqrt(1 + zeta^2)) is 1 / (2 zeta) to rounding
+#: (and 1 + zeta^2 could overflow): metal/common/jacobi.h's kJacobiTauHuge.
+_ZETA_HUGE = 1.0e18
+
+
+def _pairs(n: int) -> list[tuple[int, int]]:
+    """Cyclic-by-rows order of the pairs (p, q), p < q."""
+    return [(p, q) for p in range(n) for q in range(p + 1, n)]
+
+
+def _emit_sanitize_and_scale(dl: Dialect, names: list[str]) -> None:
+    """bad = some entry is not finite; entries <- 0 where bad; amax = max |entry|; entries /=
+    amax (unless 0)."""
+    dl.declare(INT, "bad", " | ".join(f"(({x} - {x}) != {dl.float_literal(0.0)})"
+                                      for x in names))
+    dl.declare(FLOAT, "zerov", dl.full(FLOAT, 0.0))
+    dl.declare(FLOAT, "nanv", dl.div("zerov", "zerov"))
+    dl.declare(FLOAT, "amax", dl.full(FLOAT, 0.0))
+    for x in names:
+        dl.assign(x, dl.select("bad", "zerov", x))
+        with dl.scope():
+            dl.declare(FLOAT, "ax", dl.abs(x))
+            dl.assign("amax", dl.select("ax > amax", "ax", "amax"))
+    dl.declare(FLOAT, "amaxs", dl.select(f"amax == {dl.float_literal(0.0)}",
+                                         dl.float_operand(1.0), "amax"))
+    for x in names:
+        dl.assign(x, dl.div(x, "amaxs"))
+
+
+def _emit_tangent(dl: Dialect, num: str, den: str) -> None:
+    """zeta = num / den, t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)) (|t| <= 1), c, s."""
+    dl.declare(FLOAT, "zeta", dl.div(num, den))
+    dl.declare(FLOAT, "az", dl.abs("zeta"))
+    dl.declare(FLOAT, "sg", dl.select(f"zeta < {dl.float_literal(0.0)}",
+                                      dl.float_operand(-1.0), dl.float_operand(1.0)))
+    dl.declare(FLOAT, "t", dl.select(
+        f"az > {dl.float_literal(_ZETA_HUGE)}",
+        dl.div(dl.full(FLOAT, 0.5), "zeta"),
+        dl.div("sg", f"(az + {dl.sqrt(f'{dl.float_literal(1.0)} + zeta * zeta')})")))
+    dl.declare(FLOAT, "c", dl.div(dl.full(FLOAT, 1.0),
+                                  dl.sqrt(f"{dl.float_literal(1.0)} + t * t")))
+    dl.declare(FLOAT, "s", "c * t")
+
+
+def _emit_rotate(dl: Dialect, x: str, y: str) -> None:
+    """[x, y] <- [c x - s y, s x + c y]."""
+    with dl.scope():
+        dl.declare(FLOAT, "xr", x)
+        dl.assign(x, f"c * xr - s * {y}")
+        dl.assign(y, f"s * xr + c * {y}")
+
+
+def _emit_swap(dl: Dialect, cond: str, x: str, y: str) -> None:
+    with dl.scope():
+        dl.declare(FLOAT, "xs", x)
+        dl.assign(x, dl.select(cond, y, "xs"))
+        dl.assign(y, dl.select(cond, "xs", y))
+
+
+#: Compare-exchange networks sorting n <= 4 keys.
+_SORT_NETWORK = {1: [], 2: [(0, 1)], 3: [(0, 1), (1, 2), (0, 1)],
+                 4: [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)]}
+
+
+def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
+    """One-sided Jacobi SVD of x{i}{j} (m x n, m >= n): s{j} (descending, NaN for a non-finite
+    input), and with ``want_uv`` u{i}{j} (m x ucols, ucols = n or m; columns of zero singular
+    values and those past n completed to an orthonormal basis) and v{i}{j} (n x n)."""
+    names = [f"x{i}{j}" for i in range(m) for j in range(n)]
+    _emit_sanitize_and_scale(dl, names)
+    eps = dl.eps
+    if want_uv:
+        for i in range(n):
+            for j in range(n):
+                dl.declare(FLOAT, f"v{i}{j}", dl.full(FLOAT, 1.0 if i == j else 0.0))
+    with dl.sweeps(JACOBI_MAX_SWEEPS, "rotated"):
+        for p, q in _pairs(n):
+            with dl.scope():
+                # The Gram entries of the columns each divided by its largest |entry| (a zero
+                # column by 1): no square underflows however far apart the column norms are,
+                # and the test |gamma| <= eps sqrt(alpha beta) is scale-invariant.
+                for c, name in ((p, "cp"), (q, "cq")):
+                    dl.declare(FLOAT, name, dl.full(FLOAT, 0.0))
+                    for i in range(m):
+                        with dl.scope():
+                            dl.declare(FLOAT, "ax", dl.abs(f"x{i}{c}"))
+                            dl.assign(name, dl.select(f"ax > {name}", "ax", name))
+                dl.declare(INT, "nonzero", f"(cp > {dl.float_literal(0.0)}) & "
+                           f"(cq > {dl.float_literal(0.0)})")
+                dl.assign("cp", dl.select("nonzero", "cp", dl.float_operand(1.0)))
+                dl.assign("cq", dl.select("nonzero", "cq", dl.float_operand(1.0)))
+                for i in range(m):
+                    dl.declare(FLOAT, f"g{i}", dl.div(f"x{i}{p}", "cp"))
+                    dl.declare(FLOAT, f"h{i}", dl.div(f"x{i}{q}", "cq"))
+                for name, (a, b) in (("alpha", "gg"), ("beta", "hh"), ("gamma", "gh")):
+                    dl.declare(FLOAT, name, " + ".join(f"{a}{i} * {b}{i}" for i in range(m)))
+                dl.declare(INT, "rot", f"nonzero & ({dl.abs('gamma')} > {dl.float_literal(eps)} * "
+                           f"{dl.sqrt('alpha')} * {dl.sqrt('beta')})")
+                dl.assign("rotated", "rotated | rot")
+                # zeta = (|x_q|^2 - |x_p|^2) / (2 x_p . x_q), numerator and denominator divided
+                # by cp cq.
+                _emit_tangent(dl, f"({dl.div('cq', 'cp')} * beta - {dl.div('cp', 'cq')} * alpha)",
+                              f"({dl.float_literal(2.0)} * gamma)")
+                dl.assign("c", dl.select("rot", "c", dl.float_operand(1.0)))
+                dl.assign("s", dl.select("rot", "s", dl.float_operand(0.0)))
+                for i in range(m):
+                    _emit_rotate(dl, f"x{i}{p}", f"x{i}{q}")
+                if want_uv:
+                    for i in range(n):
+                        _emit_rotate(dl, f"v{i}{p}", f"v{i}{q}")
+    for j in range(n):
+        # sigma_j = |x_j| and u_j = x_j / sigma_j through x_j / max|x_ij|: squares of a column
+        # far below the largest (sigma_j / sigma_1 < 1e-19 in float32) would be subnormal, and
+        # u_j's norm off by far more than eps.
+        dl.declare(FLOAT, f"cmax{j}", dl.full(FLOAT, 0.0))
+        for i in range(m):
+            with dl.scope():
+                dl.declare(FLOAT, "ax", dl.abs(f"x{i}{j}"))
+                dl.assign(f"cmax{j}", dl.select(f"ax > cmax{j}", "ax", f"cmax{j}"))
+        dl.declare(FLOAT, f"cden{j}", dl.select(f"cmax{j} == {dl.float_literal(0.0)}",
+                                                dl.float_operand(1.0), f"cmax{j}"))
+        for i in range(m):
+            dl.declare(FLOAT, f"y{i}{j}", dl.div(f"x{i}{j}", f"cden{j}"))
+        dl.declare(FLOAT, f"nrm{j}", dl.sqrt(" + ".join(f"y{i}{j} * y{i}{j}" for i in range(m))))
+        dl.declare(FLOAT, f"s{j}", f"cmax{j} * nrm{j}")
+        if want_uv:
+            # nrm >= 1 unless the column is zero (then u_j is completed below).
+            dl.declare(FLOAT, f"den{j}", dl.select(f"nrm{j} > {dl.float_literal(0.0)}",
+                                                   f"nrm{j}", dl.float_operand(1.0)))
+            for i in range(m):
+                dl.declare(FLOAT, f"u{i}{j}", dl.div(f"y{i}{j}", f"den{j}"))
+    for a, b in _SORT_NETWORK[n]:  # descending
+        with dl.scope():
+            dl.declare(INT, "sw", f"s{a} < s{b}")
+            _emit_swap(dl, "sw", f"s{a}", f"s{b}")
+            if want_uv:
+                for i in range(m):
+                    _emit_swap(dl, "sw", f"u{i}{a}", f"u{i}{b}")
+                for i in range(n):
+                    _emit_swap(dl, "sw", f"v{i}{a}", f"v{i}{b}")
+    if want_uv:
+        for j in range(ucols):
+            if j >= n:
+                for i in range(m):
+                    dl.declare(FLOAT, f"u{i}{j}", "zerov")
+            with dl.scope():
+                need = "need"
+                dl.declare(INT, need, f"s{j} == {dl.float_literal(0.0)}" if j < n
+                           else f"zerov == {dl.float_literal(0.0)}")
+                _emit_complete(dl, m, j, need)
+    for j in range(n):
+        dl.assign(f"s{j}", dl.select("bad", "nanv", f"s{j} * amax"))
+    if want_uv:
+        for i in range(m):
+            for j in range(ucols):
+                dl.assign(f"u{i}{j}", dl.select("bad", "nanv", f"u{i}{j}"))
+        for i in range(n):
+            for j in range(n):
+                dl.assign(f"v{i}{j}", dl.select("bad", "nanv", f"v{i}{j}"))
+
+
+def _emit_complete(dl: Dialect, m: int, j: int, need: str) -> None:
+    """Where ``need``: u{.}{j} <- a unit vector orthogonal to u{.}{0..j-1} (orthonormal): the
+    basis vector e_k with the largest component outside their span, projected out (twice, for
+    orthogonality to working precision) and normalised."""
+    prior = range(j)
+    for k in range(m):
+        for r in range(m):
+            terms = [f"u{k}{i} * u{r}{i}" for i in prior]
+            base = dl.float_literal(1.0 if r == k else 0.0)
+            dl.declare(FLOAT, f"w{k}{r}", f"{base} - ({' + '.join(terms)})" if terms
+                       else dl.full(FLOAT, 1.0 if r == k else 0.0))
+        dl.declare(FLOAT, f"nu{k}", " + ".join(f"w{k}{r} * w{k}{r}" for r in range(m)))
+    dl.declare(FLOAT, "best", "nu0")
+    for r in range(m):
+        dl.declare(FLOAT, f"y{r}", f"w0{r}")
+    for k in range(1, m):
+        with dl.scope():
+            dl.declare(INT, "gt", f"nu{k} > best")
+            dl.assign("best", dl.select("gt", f"nu{k}", "best"))
+            for r in range(m):
+                dl.assign(f"y{r}", dl.select("gt", f"w{k}{r}", f"y{r}"))
+    for _ in range(2):
+        for i in prior:
+            with dl.scope():
+                dl.declare(FLOAT, "dot", " + ".join(f"u{r}{i} * y{r}" for r in range(m)))
+                for r in range(m):
+                    dl.assign(f"y{r}", f"y{r} - dot * u{r}{i}")
+        with dl.scope():
+            dl.declare(FLOAT, "nrm", dl.sqrt(" + ".join(f"y{r} * y{r}" for r in range(m))))
+            for r in range(m):
+                dl.assign(f"y{r}", dl.div(f"y{r}", "nrm"))
+    for r in range(m):
+        dl.assign(f"u{r}{j}", dl.select(need, f"y{r}", f"u{r}{j}"))
+
+
+def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:
+    """Cyclic Jacobi on the symmetric h{i}{j} (i <= j, the triangle the caller loaded): l{j}
+    ascending (NaN for a non-finite input) and with ``want_v`` the eigenvectors v{i}{j}
+    (columns), permuted alike."""
+    names = [f"h{i}{j}" for i in range(n) for j in range(i, n)]
+    _emit_sanitize_and_scale(dl, names)
+    eps = dl.eps
+
+    def h(i: int, j: int) -> str:
+        return f"h{min(i, j)}{max(i, j)}"
+
+    if want_v:
+        for i in range(n):
+            for j in range(n):
+                dl.declare(FLOAT, f"v{i}{j}", dl.full(FLOAT, 1.0 if i == j else 0.0))
+    with dl.sweeps(JACOBI_MAX_SWEEPS, "rotated"):
+        for p, q in _pairs(n):
+            with dl.scope():
+                dl.declare(FLOAT, "apq", h(p, q))
+                dl.declare(INT, "rot", f"({dl.abs('apq')} > {dl.float_literal(eps)} * "
+                           f"{dl.sqrt(dl.abs(h(p, p)))} * {dl.sqrt(dl.abs(h(q, q)))}) & "
+                           f"({dl.abs('apq')} > {dl.float_literal(dl.safe_min)})")
+                dl.assign("rotated", "rotated | rot")
+                _emit_tangent(dl, f"({h(q, q)} - {h(p, p)})", f"({dl.float_literal(2.0)} * apq)")
+                dl.assign("c", dl.select("rot", "c", dl.float_operand(1.0)))
+                dl.assign("s", dl.select("rot", "s", dl.float_operand(0.0)))
+                dl.assign("t", dl.select("rot", "t", dl.float_operand(0.0)))
+                dl.assign(h(p, p), f"{h(p, p)} - t * apq")
+                dl.assign(h(q, q), f"{h(q, q)} + t * apq")
+                dl.assign(h(p, q), dl.select("rot", "zerov", "apq"))
+                for r in range(n):
+                    if r not in (p, q):
+                        _emit_rotate(dl, h(r, p), h(r, q))
+                if want_v:
+                    for i in range(n):
+                        _emit_rotate(dl, f"v{i}{p}", f"v{i}{q}")
+    for j in range(n):
+        dl.declare(FLOAT, f"l{j}", h(j, j))
+    for a, b in _SORT_NETWORK[n]:  # ascending
+        with dl.scope():
+            dl.declare(INT, "sw", f"l{a} > l{b}")
+            _emit_swap(dl, "sw", f"l{a}", f"l{b}")
+            if want_v:
+                for i in range(n):
+                    _emit_swap(dl, "sw", f"v{i}{a}", f"v{i}{b}")
+    for j in range(n):
+        dl.assign(f"l{j}", dl.select("bad", "nanv", f"l{j} * amax"))
+    if want_v:
+        for i in range(n):
+            for j in range(n):
+                dl.assign(f"v{i}{j}", dl.select("bad", "nanv", f"v{i}{j}"))

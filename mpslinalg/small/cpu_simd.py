@@ -32,6 +32,13 @@ much as inverting 2000-3000 matrices); ctypes releases the GIL for the call.
 
 dtype: float32 only (complex64 and float64 take the tensor-op path or torch.linalg).
 
+A second library, `ORTH_LIBRARY`, holds QR (every m, n <= 4), the one-sided Jacobi SVD
+(`SVD_SHAPES`) and the Jacobi symmetric eigendecomposition (n <= 4) in float32 and
+float64, from the generators of `mpslinalg.small.codegen` (`small_qr`,
+`small_svd`, `small_eigh`; float32 QR is bit-identical to ``qr_small`` of
+metal/linalg/qr.h in the emulator). Its sweeps loop leaves early once no lane of a block
+rotated.
+
 The library is built by `mpslinalg.small.native` on a background thread; until it is
 loaded, calls do not wait for it (see `ready`).
 """
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import platform
 from collections.abc import Iterator
 
@@ -83,8 +91,13 @@ class _Cpp(_codegen.Dialect):
     """C++ syntax for `mpslinalg.small.codegen`: ``vf`` / ``vi`` vectors (W lanes of float
     / int32), temporaries in brace scopes, ``c ? a : b`` selects on vectors."""
 
-    def __init__(self, w: _Writer) -> None:
+    def __init__(self, w: _Writer, double: bool = False) -> None:
         self.w, self.depth = w, 1
+        # float64 (the QR/SVD/eigh kernels): double vectors, unsuffixed literals, int64 masks.
+        self.suffix = "" if double else "f"
+        if double:
+            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.eps = 2.220446049250313e-16
 
     def declare(self, kind: str, name: str, expr: str) -> None:
         self.w(f"{'vi' if kind == _codegen.INT else 'vf'} {name} = {expr};", self.depth)
@@ -118,16 +131,33 @@ class _Cpp(_codegen.Dialect):
         return f"{a} / {b}"
 
     def full(self, kind: str, value: float) -> str:
-        return f"splat_i({value})" if kind == _codegen.INT else f"splat_f({float(value)!r}f)"
+        return f"splat_i({value})" if kind == _codegen.INT else self.float_operand(value)
 
     def int_operand(self, value: int) -> str:
         return f"splat_i({value})"
 
     def float_operand(self, value: float) -> str:
-        return f"splat_f({float(value)!r}f)"
+        return f"splat_f({self.float_literal(value)})"
 
     def float_literal(self, value: float) -> str:
-        return f"{float(value)!r}f"
+        return f"{float(value)!r}{self.suffix}"
+
+    def sqrt(self, x: str) -> str:
+        return f"vsqrt({x})"
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        self.w(f"for (int sweep = 0; sweep < {count}; ++sweep) {{", self.depth)
+        self.depth += 1
+        self.declare(_codegen.INT, flag, self.full(_codegen.INT, 0))
+        yield
+        # The whole block converged: no lane rotated in this sweep.
+        self.w(f"if (!vany({flag})) break;", self.depth)
+        self.depth -= 1
+        self.w("}", self.depth)
+
+    def signbit(self, x: str) -> str:
+        return f"((vi)({x}) < splat_i(0))"
 
     def mul_unit(self, s: str, d: str) -> str:
         unit = self.select(f"{d} > {self.float_literal(0.0)}", self.float_operand(1.0),
@@ -213,16 +243,24 @@ constexpr long G = {_W};
 // 2000-3000 4x4 matrices (measured), so smaller batches run on fewer threads.
 constexpr long kMinPerThread = 4096;
 
-// W lanes of float / int32 per vector, and the helpers of one variant (ATTR: its target).
-#define MPSL_VECTOR_TYPES(WIDTH, ATTR) \\
+// W lanes of T (float or double) / IT (the integer of T's width) per vector, and the helpers of
+// one variant (ATTR: its target; ABS: IT with every bit but the sign bit set).
+#define MPSL_VECTOR_TYPES(T, IT, ABS, WIDTH, ATTR) \\
   constexpr int W = WIDTH; \\
-  typedef float vf __attribute__((vector_size(W * 4))); \\
-  typedef int vi __attribute__((vector_size(W * 4))); \\
-  ATTR static inline vf splat_f(float x) {{ vf r; for (int l = 0; l < W; ++l) r[l] = x; \\
+  typedef T vf __attribute__((vector_size(W * sizeof(T)))); \\
+  typedef IT vi __attribute__((vector_size(W * sizeof(T)))); \\
+  ATTR static inline vf splat_f(T x) {{ vf r; for (int l = 0; l < W; ++l) r[l] = x; \\
     return r; }} \\
-  ATTR static inline vi splat_i(int x) {{ vi r; for (int l = 0; l < W; ++l) r[l] = x; \\
+  ATTR static inline vi splat_i(IT x) {{ vi r; for (int l = 0; l < W; ++l) r[l] = x; \\
     return r; }} \\
-  ATTR static inline vf vabs(vf x) {{ return (vf)((vi)x & splat_i(0x7fffffff)); }}
+  ATTR static inline vf vabs(vf x) {{ return (vf)((vi)x & splat_i(ABS)); }} \\
+  ATTR static inline vf vsqrt(vf x) {{ vf r; for (int l = 0; l < W; ++l) \\
+    r[l] = lane_sqrt(x[l]); return r; }} \\
+  ATTR static inline bool vany(vi x) {{ IT r = 0; for (int l = 0; l < W; ++l) r |= x[l]; \\
+    return r != 0; }}
+
+static inline float lane_sqrt(float x) {{ return __builtin_sqrtf(x); }}
+static inline double lane_sqrt(double x) {{ return __builtin_sqrt(x); }}
 
 // Run body(first, last) over [0, count) split in nthreads ranges of whole groups.
 template <typename F>
@@ -247,7 +285,7 @@ def _variant(op: str, n: int, suffix: str, attr: str, width: int) -> str:
     w = _Writer()
     name = f"{op}_n{n}_{suffix}"
     w(f"namespace {suffix}_{op}_{n} {{", 0)
-    w(f"MPSL_VECTOR_TYPES({width}, {attr})", 0)
+    w(f"MPSL_VECTOR_TYPES(float, int, 0x7fffffff, {width}, {attr})", 0)
     # noinline: the elimination is emitted once, for full and tail blocks alike.
     w(f"{attr} __attribute__((noinline)) static void block("
       f"{_ARGS[op]}, long base, int cnt) {{", 0)
@@ -366,3 +404,306 @@ def small_slogdet(A: torch.Tensor, threads: int = 1) -> tuple[torch.Tensor, torc
     logabs = torch.empty(A.shape[:-2], dtype=torch.float32)
     _call("slogdet", n, batch, A, sign, logabs, threads=threads)
     return sign, logabs
+
+
+# ------------------------------------------------------------------ orthogonal factorisations
+#
+# A second library (built next to the first, so that neither's cache key depends on the other):
+# Householder QR of m x n matrices, m, n <= MAX_N, float32 and float64, by the generator's
+# emit_qr_factor / emit_qr_q (the operations of qr_small in metal/linalg/qr.h).
+
+#: QR's mode argument of the generated functions (as metal/linalg/qr.h's kQrMode*).
+QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
+
+#: The real types of the orthogonal kernels: (C++ type, mask integer, sign-clear mask, bytes).
+#: Keyed by name, so that generating the source (on the build thread) never calls into torch:
+#: a daemon thread stopped at interpreter exit inside torch's C++ frames aborts the process.
+_REAL_TYPES = {
+    "f32": ("float", "int", "0x7fffffff", 4),
+    "f64": ("double", "long long", "0x7fffffffffffffffLL", 8),
+}
+#: torch dtype -> key of _REAL_TYPES.
+_REAL_KEYS = {torch.float32: "f32", torch.float64: "f64"}
+
+#: -fno-math-errno: sqrt never sets errno (no rounding change), so lane loops of sqrt vectorise.
+_ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
+
+
+def _load(w: _Writer, m: int, n: int) -> None:
+    """a{i}{j} = entry (i, j) of the block's matrices in A (contiguous (batch, m, n)), through
+    a structure-of-arrays buffer (lanes past cnt are zeros, never stored)."""
+    w(f"alignas(64) T t[{m * n}][W] = {{}};")
+    _loop(w, f"for (int e = 0; e < {m * n}; ++e) t[e][l] = A[(base + l) * {m * n} + e];")
+    for i in range(m):
+        for j in range(n):
+            w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[{i * n + j}], sizeof(vf));")
+
+
+def _store(w: _Writer, ptr: str, rows: int, cols: int, value) -> None:
+    """Entry (i, j) of the block's matrices in ``ptr`` (contiguous (batch, rows, cols)) =
+    the vector expression value(i, j)."""
+    w("{")
+    w(f"alignas(64) T o[{rows * cols}][W];")
+    for i in range(rows):
+        for j in range(cols):
+            w(f"{{ vf v = {value(i, j)}; __builtin_memcpy(o[{i * cols + j}], &v, "
+              "sizeof(vf)); }")
+    _loop(w, f"for (int e = 0; e < {rows * cols}; ++e) "
+          f"{ptr}[(base + l) * {rows * cols} + e] = o[e][l];")
+    w("}")
+
+
+def _qr_block(w: _Writer, m: int, n: int, double: bool) -> None:
+    """The body of the QR block function: cnt (<= W) matrices from ``base``; Q and R in the
+    layout of torch.linalg.qr for the run-time ``mode``."""
+    k = min(m, n)
+    dl = _Cpp(w, double)
+    _load(w, m, n)
+    _codegen.emit_qr_factor(dl, m, n)
+
+    def store(ptr: str, name: str, rows: int, cols: int, value) -> None:
+        _store(w, ptr, rows, cols, value)
+
+    def r_value(i: int, j: int) -> str:
+        return f"a{i}{j}" if i <= j and i < k else "splat_f(0)"
+
+    w(f"if (mode == {QR_MODES['complete']}) {{")
+    store("R", "r", m, n, r_value)
+    w("} else {")
+    store("R", "r", k, n, r_value)
+    w("}")
+    w(f"if (mode == {QR_MODES['r']}) return;")
+    if m > k:
+        w(f"if (mode == {QR_MODES['complete']}) {{")
+        with dl.scope():
+            _codegen.emit_qr_q(dl, m, n, m)
+            store("Q", "q", m, m, lambda i, j: f"q{i}{j}")
+        w("return;")
+        w("}")
+    _codegen.emit_qr_q(dl, m, n, k)
+    store("Q", "q", m, k, lambda i, j: f"q{i}{j}")
+
+
+_QR_ARGS = "const T* A, T* Q, T* R, long mode"
+
+#: Shapes (m, n) of the generated SVD kernels: square and the camera's 3 x 4 / 4 x 3.
+SVD_SHAPES = ((1, 1), (2, 2), (3, 3), (4, 4), (3, 4), (4, 3))
+
+#: SVD variants: singular values only, U (m x k) / Vh (k x n), U (m x m) / Vh (n x n).
+SVD_VARIANTS = ("vals", "reduced", "full")
+
+_SVD_ARGS = "const T* A, T* U, T* S, T* VH"
+_EIGH_ARGS = "const T* A, T* L, T* V, long upper"
+
+
+def _svd_variants(m: int, n: int) -> tuple[str, ...]:
+    """The variants generated for m x n ('full' is 'reduced' for square matrices)."""
+    return SVD_VARIANTS if m != n else SVD_VARIANTS[:2]
+
+
+def _svd_block(w: _Writer, m: int, n: int, variant: str, double: bool) -> None:
+    """The body of the SVD block function (see `mpslinalg.small.codegen.emit_svd`): A
+    (m x n) is factored directly when m >= n, through its transpose otherwise
+    (A^T = U' S V'^T gives U = V', Vh = U'^T)."""
+    dl = _Cpp(w, double)
+    _load(w, m, n)
+    wide = m < n
+    big, small = max(m, n), min(m, n)
+    for i in range(big):
+        for j in range(small):
+            w(f"vf x{i}{j} = {f'a{j}{i}' if wide else f'a{i}{j}'};")
+    want_uv = variant != "vals"
+    ucols = big if variant == "full" else small
+    _codegen.emit_svd(dl, big, small, want_uv, ucols)
+    _store(w, "S", 1, small, lambda i, j: f"s{j}")
+    if not want_uv:
+        return
+    if not wide:  # U = u (m x ucols), Vh = v^T (n x n)
+        _store(w, "U", m, ucols, lambda i, j: f"u{i}{j}")
+        _store(w, "VH", n, n, lambda i, j: f"v{j}{i}")
+    else:  # U = v (m x m), Vh = u^T (ucols x n)
+        _store(w, "U", m, m, lambda i, j: f"v{i}{j}")
+        _store(w, "VH", ucols, n, lambda i, j: f"u{j}{i}")
+
+
+def _eigh_block(w: _Writer, n: int, want_v: bool, double: bool) -> None:
+    """The body of the eigh block function (see `mpslinalg.small.codegen.emit_eigh`):
+    the triangle named by the run-time ``upper`` is read."""
+    dl = _Cpp(w, double)
+    _load(w, n, n)
+    for i in range(n):
+        for j in range(i, n):
+            w(f"vf h{i}{j} = upper ? a{i}{j} : a{j}{i};")
+    _codegen.emit_eigh(dl, n, want_v)
+    _store(w, "L", 1, n, lambda i, j: f"l{j}")
+    if want_v:
+        _store(w, "V", n, n, lambda i, j: f"v{i}{j}")
+
+
+def _svd_name(m: int, n: int, variant: str, dtype: torch.dtype | str) -> str:
+    return f"svd_m{m}_n{n}_{variant}_{_key(dtype)}"
+
+
+def _eigh_name(n: int, want_v: bool, dtype: torch.dtype | str) -> str:
+    return f"eigh_n{n}_{'vecs' if want_v else 'vals'}_{_key(dtype)}"
+
+
+def _orth_variant(name: str, dtype: str, suffix: str, attr: str, width: int,
+                  args: str, call: str, body) -> str:
+    ctype, itype, absmask, _ = _REAL_TYPES[dtype]
+    w = _Writer()
+    w(f"namespace {suffix}_{name} {{", 0)
+    w(f"typedef {ctype} T;", 0)
+    w(f"MPSL_VECTOR_TYPES({ctype}, {itype}, {absmask}, {width}, {attr})", 0)
+    w(f"{attr} __attribute__((noinline)) static void block({args}, long base, int cnt) {{", 0)
+    body(w)
+    w("}", 0)
+    w("}", 0)
+    w(f"{attr} __attribute__((noinline)) static void {name}_{suffix}("
+      f"{args.replace('T*', ctype + '*')}, long first, long last) {{", 0)
+    w(f"using namespace {suffix}_{name};")
+    w("long base = first;")
+    w(f"for (; base + W <= last; base += W) block({call}, base, W);")
+    w(f"if (base < last) block({call}, base, int(last - base));")
+    w("}", 0)
+    return "\n".join(w.lines) + "\n"
+
+
+def _orth_function(name: str, dtype: str, args: str, call: str, body) -> str:
+    """Both instruction-set variants of one kernel and its ``mpsl_small_<name>`` entry point
+    (``dtype``: a key of _REAL_TYPES)."""
+    ctype, size = _REAL_TYPES[dtype][0], _REAL_TYPES[dtype][3]
+    lanes = _W * 4 // size
+    parts = [_orth_variant(name, dtype, "base", "", lanes // 2, args, call, body)]
+    pick = f"{name}_base"
+    if _X86:
+        parts.append(_orth_variant(name, dtype, "avx2", '__attribute__((target("avx2")))',
+                                   lanes, args, call, body))
+        pick = f'!baseline && __builtin_cpu_supports("avx2") ? {name}_avx2 : {name}_base'
+    cargs = args.replace("T*", ctype + "*")
+    parts.append(
+        f'extern "C" __attribute__((visibility("default"))) void mpsl_small_{name}('
+        f"{cargs}, long batch, int nthreads, int baseline) {{\n"
+        f"  auto fn = {pick};\n"
+        f"  parallel(batch, nthreads, [&](long first, long last) {{ fn({call}, first, last); }});\n"
+        "}\n")
+    return "\n".join(parts)
+
+
+def _key(dtype: torch.dtype | str) -> str:
+    return dtype if isinstance(dtype, str) else _REAL_KEYS[dtype]
+
+
+def _qr_name(m: int, n: int, dtype: torch.dtype | str) -> str:
+    return f"qr_m{m}_n{n}_{_key(dtype)}"
+
+
+def orth_source() -> str:
+    """The C++ source of the orthogonal-factorisation library (for reading and hashing)."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "Householder QR as qr_small in metal/linalg/qr.h")]
+    for dtype in _REAL_TYPES:
+        for m in range(1, MAX_N + 1):
+            for n in range(1, MAX_N + 1):
+                parts.append(_orth_function(
+                    _qr_name(m, n, dtype), dtype, _QR_ARGS, "A, Q, R, mode",
+                    lambda w, m=m, n=n, dtype=dtype: _qr_block(w, m, n,
+                                                              dtype == "f64")))
+        for m, n in SVD_SHAPES:
+            for variant in _svd_variants(m, n):
+                parts.append(_orth_function(
+                    _svd_name(m, n, variant, dtype), dtype, _SVD_ARGS, "A, U, S, VH",
+                    lambda w, m=m, n=n, v=variant, dtype=dtype: _svd_block(
+                        w, m, n, v, dtype == "f64")))
+        for n in range(1, MAX_N + 1):
+            for want_v in (False, True):
+                parts.append(_orth_function(
+                    _eigh_name(n, want_v, dtype), dtype, _EIGH_ARGS, "A, L, V, upper",
+                    lambda w, n=n, v=want_v, dtype=dtype: _eigh_block(
+                        w, n, v, dtype == "f64")))
+    return "\n".join(parts)
+
+
+def _bind_orth(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for dtype in _REAL_TYPES:
+        for m in range(1, MAX_N + 1):
+            for n in range(1, MAX_N + 1):
+                fn = getattr(lib, f"mpsl_small_{_qr_name(m, n, dtype)}")
+                fn.restype = None
+                fn.argtypes = [p, p, p, i64, i64, i32, i32]
+        for m, n in SVD_SHAPES:
+            for variant in _svd_variants(m, n):
+                fn = getattr(lib, f"mpsl_small_{_svd_name(m, n, variant, dtype)}")
+                fn.restype = None
+                fn.argtypes = [p, p, p, p, i64, i32, i32]
+        for n in range(1, MAX_N + 1):
+            for want_v in (False, True):
+                fn = getattr(lib, f"mpsl_small_{_eigh_name(n, want_v, dtype)}")
+                fn.restype = None
+                fn.argtypes = [p, p, p, i64, i64, i32, i32]
+
+
+#: The orthogonal-factorisation library, built in the background like `LIBRARY`.
+ORTH_LIBRARY = native.NativeLibrary("small_cpu_orth", orth_source, _ORTH_FLAGS, _bind_orth)
+
+#: dtypes the orthogonal kernels serve (complex takes torch.linalg).
+ORTH_DTYPES = tuple(_REAL_KEYS)
+
+
+def small_qr(A: torch.Tensor, mode: str = "reduced",
+             threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, R) of torch.linalg.qr(A, mode) for A (*, m, n) float32/float64 on CPU, m, n <= 4
+    (mode 'r': Q is an empty tensor)."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    k = min(m, n)
+    rows = m if mode == "complete" else k
+    R = torch.empty((*batch_shape, rows, n), dtype=A.dtype)
+    Q = (torch.empty((*batch_shape, m, rows), dtype=A.dtype) if mode != "r"
+         else torch.empty(0, dtype=A.dtype))
+    if batch:
+        fn = getattr(ORTH_LIBRARY.wait(), f"mpsl_small_{_qr_name(m, n, A.dtype)}")
+        fn(A.data_ptr(), Q.data_ptr(), R.data_ptr(), QR_MODES[mode], batch, max(1, threads),
+           int(_BASELINE))
+    return Q, R
+
+
+def small_svd(A: torch.Tensor, full_matrices: bool = True, compute_uv: bool = True,
+              threads: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of torch.linalg.svd(A, full_matrices) for A (*, m, n) float32/float64 on CPU,
+    (m, n) in `SVD_SHAPES`; without ``compute_uv`` U and Vh are empty tensors."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    k = min(m, n)
+    variant = "vals" if not compute_uv else ("full" if full_matrices and m != n else "reduced")
+    S = torch.empty((*batch_shape, k), dtype=A.dtype)
+    empty = torch.empty(0, dtype=A.dtype)
+    U = torch.empty((*batch_shape, m, m if full_matrices else k), dtype=A.dtype) if compute_uv \
+        else empty
+    Vh = torch.empty((*batch_shape, n if full_matrices else k, n), dtype=A.dtype) if compute_uv \
+        else empty
+    if batch:
+        fn = getattr(ORTH_LIBRARY.wait(), f"mpsl_small_{_svd_name(m, n, variant, A.dtype)}")
+        fn(A.data_ptr(), U.data_ptr(), S.data_ptr(), Vh.data_ptr(), batch, max(1, threads),
+           int(_BASELINE))
+    return U, S, Vh
+
+
+def small_eigh(A: torch.Tensor, upper: bool = False, compute_v: bool = True,
+               threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, V) of torch.linalg.eigh(A, 'U' if upper else 'L') for symmetric A (*, n, n)
+    float32/float64 on CPU, n <= 4 (only the named triangle is read); without ``compute_v`` V
+    is an empty tensor."""
+    *batch_shape, n, _ = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    L = torch.empty((*batch_shape, n), dtype=A.dtype)
+    V = torch.empty((*batch_shape, n, n) if compute_v else (0,), dtype=A.dtype)
+    if batch:
+        fn = getattr(ORTH_LIBRARY.wait(), f"mpsl_small_{_eigh_name(n, compute_v, A.dtype)}")
+        fn(A.data_ptr(), L.data_ptr(), V.data_ptr(), int(upper), batch, max(1, threads),
+           int(_BASELINE))
+    return L, V

@@ -1,5 +1,11 @@
-"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet in
-exactly one launch per op, the matrices held in registers.
+"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet, and
+QR, SVD and symmetric eigh (`mpslinalg.small.orthogonal`), in exactly one launch per op,
+the matrices held in registers. The sections below describe the LU kernels; the QR kernels
+follow ``qr_small`` of metal/linalg/qr.h the same way (:func:`mpslinalg.small.codegen.
+emit_qr_factor`), and the Jacobi SVD / eigh kernels run their sweeps as one ``for`` loop of a
+fixed trip count (converged lanes rotate by the identity; bit-identical to the CPU kernels,
+which leave the loop early). The same load/store layouts serve m x n matrices (by the row
+length n).
 
 The arithmetic is that of ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``), so
 results, ``info`` and error semantics match the Metal kernel and the tensor-op path of
@@ -48,9 +54,11 @@ tests/test_small_triton.py checks them on machines without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import linecache
 import os
+from collections.abc import Iterator
 
 import torch
 import triton
@@ -83,16 +91,18 @@ class _Writer:
         self.lines.append("    " + line)
 
 
-def _tile_width(n: int) -> int:
-    return 1 << max(0, (n * n - 1).bit_length())
+def _tile_width(n: int, cols: int | None = None) -> int:
+    return 1 << max(0, (n * (n if cols is None else cols) - 1).bit_length())
 
 
-def _mode(n: int, load: str) -> str:
-    """The load/store layout used for n (see the module docstring): "vec" needs a power-of-two
-    row length, "tile" does not vectorise for n = 3 (rows of 36 bytes)."""
+def _mode(n: int, load: str, cols: int | None = None) -> str:
+    """The load/store layout used for n x cols matrices (cols = n by default; see the module
+    docstring): "vec" needs a power-of-two row length, "tile" does not vectorise for rows of 3
+    (36 bytes)."""
+    cols = n if cols is None else cols
     if load == "auto":
         load = "vec"
-    if n == 1 or (load in ("vec", "tile") and n == 3):
+    if n * cols == 1 or cols == 1 or (load in ("vec", "tile") and cols == 3):
         return "strided"
     return load
 
@@ -130,11 +140,13 @@ def _emit_join(w: _Writer, names: dict[int, str], bits: int, prefix: str) -> str
     return names[0]
 
 
-def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int) -> None:
-    """a{i}{j} = entry (i, j) of this program's matrices in ``ptr`` (contiguous (batch, n, n))."""
-    nn, mode = n * n, _mode(n, load)
+def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int, cols: int | None = None) -> None:
+    """a{i}{j} = entry (i, j) of this program's matrices in ``ptr`` (contiguous (batch, n, cols),
+    cols = n by default)."""
+    m, n = n, (n if cols is None else cols)
+    nn, mode = m * n, _mode(m, load, n)
     if mode == "strided":
-        for i in range(n):
+        for i in range(m):
             for j in range(n):
                 w(f"a{i}{j} = tl.load({ptr} + rows * {nn} + {i * n + j}, mask=live, other=0.0)")
     elif mode == "vec":
@@ -149,22 +161,24 @@ def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int) -> None:
             for j, name in _emit_split(w, f"t{start}", bits).items():
                 w(f"a{i}{j0 + j} = {name}")
     else:
-        p = _tile_width(n)
+        p = _tile_width(m, n)
         bits = p.bit_length() - 1
         w(f"cols = tl.arange(0, {p})")
         mask = "live[:, None]" + ("" if p == nn else f" & (cols[None, :] < {nn})")
         w(f"t = tl.load({ptr} + rows[:, None] * {nn} + cols[None, :], mask={mask}, other=0.0)")
         w(f"t = tl.reshape(t, [BLOCK{', 2' * bits}])")
         names = _emit_split(w, "t", bits)
-        for i in range(n):
+        for i in range(m):
             for j in range(n):
                 w(f"a{i}{j} = {names[i * n + j]}")
 
 
 def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
-                c: int) -> None:
-    """Store values[i * n + j] as entry (i, j) of this program's matrices in ``ptr``."""
-    nn, mode = n * n, _mode(n, load)
+                c: int, cols: int | None = None) -> None:
+    """Store values[i * cols + j] as entry (i, j) of this program's matrices in ``ptr``
+    (contiguous (batch, n, cols), cols = n by default)."""
+    m, n = n, (n if cols is None else cols)
+    nn, mode = m * n, _mode(m, load, n)
     if mode == "strided":
         for idx in range(nn):
             w(f"tl.store({ptr} + rows * {nn} + {idx}, {values[idx]}, mask=live)")
@@ -177,7 +191,7 @@ def _emit_store(w: _Writer, ptr: str, values: dict[int, str], n: int, load: str,
             w(f"tl.store({ptr} + rows[:, None] * {nn} + ({start} + cols[None, :]), t, "
               f"mask=live[:, None])")
     else:
-        p = _tile_width(n)
+        p = _tile_width(m, n)
         bits = p.bit_length() - 1
         if p > nn:
             w(f"pad = tl.zeros([BLOCK], {ptr}.dtype.element_ty)")
@@ -193,7 +207,23 @@ class _Triton(_codegen.Dialect):
     no scopes), ``tl.where`` selects on [BLOCK] vectors of ``dtype``."""
 
     def __init__(self, w: _Writer, dtype: str) -> None:
-        self.w, self.dtype = w, dtype
+        self.out, self.dtype, self.indent = w, dtype, ""
+        if dtype == "float64":
+            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.eps = 2.220446049250313e-16
+
+    def w(self, line: str) -> None:
+        self.out(self.indent + line)
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        # No early exit: a lane that converged rotates by the identity (c = 1, s = 0) until the
+        # loop ends, so the trip count is the same for every program.
+        self.w(f"for sweep in range({count}):")
+        self.indent += "    "
+        self.declare(_codegen.INT, flag, "rows < 0")
+        yield
+        self.indent = self.indent[:-4]
 
     def declare(self, kind: str, name: str, expr: str) -> None:
         self.w(f"{name} = {expr}")
@@ -225,7 +255,16 @@ class _Triton(_codegen.Dialect):
         return repr(float(value))
 
     def float_literal(self, value: float) -> str:
-        return f"{value:g}"
+        # repr: the exact value (a Python float operand takes the tensor's type).
+        return f"{value:g}" if value == 0 else repr(float(value))
+
+    def sqrt(self, x: str) -> str:
+        # tl.sqrt is the approximate sqrt.approx.f32 for float32; float64's is correctly rounded.
+        return f"tl.sqrt_rn({x})" if self.dtype == "float32" else f"tl.sqrt({x})"
+
+    def signbit(self, x: str) -> str:
+        bits = "tl.int32" if self.dtype == "float32" else "tl.int64"
+        return f"(({x}).to({bits}, bitcast=True) < 0)"
 
     def mul_unit(self, s: str, d: str) -> str:
         # A select of s or -s: the bits of the product, s being +-1 or +-0.
@@ -287,16 +326,119 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     return name, "\n".join([head, *w.lines]) + "\n"
 
 
+#: torch.linalg.qr's modes, as the generated QR kernels' names spell them.
+QR_MODES = ("reduced", "complete", "r")
+
+
+def _qr_source(m: int, n: int, dtype: str, mode: str, load: str) -> tuple[str, str]:
+    """(function name, source) of the QR kernel of m x n matrices for ``mode``: geqr2 and the
+    backward accumulation of Q (the operations of qr_small in metal/linalg/qr.h), R (and Q)
+    stored in torch.linalg.qr's layout."""
+    k = min(m, n)
+    rrows = m if mode == "complete" else k
+    qcols = m if mode == "complete" else k
+    name = f"small_qr_m{m}_n{n}_{dtype}_{mode}_{_mode(m, load, n)}"
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    _codegen.emit_qr_factor(dl, m, n)
+    w("zero = tl.zeros([BLOCK], A.dtype.element_ty)")
+    rvals = {i * n + j: (f"a{i}{j}" if i <= j and i < k else "zero")
+             for i in range(rrows) for j in range(n)}
+    _emit_store(w, "R", rvals, rrows, load, _chunk(n, dtype), cols=n)
+    if mode != "r":
+        _codegen.emit_qr_q(dl, m, n, qcols)
+        qvals = {i * qcols + j: f"q{i}{j}" for i in range(m) for j in range(qcols)}
+        _emit_store(w, "Q", qvals, m, load, _chunk(qcols, dtype), cols=qcols)
+    head = f"def {name}(A, Q, R, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
 def kernel_source(op: str, n: int, dtype: str = "float32", load: str | None = None) -> str:
     """The generated Triton source of the ``op`` kernel for n x n matrices (for reading)."""
     return _source(op, n, dtype, load or _LOAD)[1]
 
 
-@functools.cache
-def _function(op: str, n: int, dtype: str, load: str):
-    """The plain Python function of the generated kernel, its source registered in linecache
+def _svd_source(m: int, n: int, dtype: str, variant: str, load: str) -> tuple[str, str]:
+    """(function name, source) of the SVD kernel of m x n matrices (one-sided Jacobi of
+    `mpslinalg.small.codegen.emit_svd`; wide matrices through their transpose).
+    variant: "vals", "reduced" or "full"."""
+    name = f"small_svd_m{m}_n{n}_{dtype}_{variant}_{_mode(m, load, n)}"
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    wide = m < n
+    big, small = max(m, n), min(m, n)
+    for i in range(big):
+        for j in range(small):
+            w(f"x{i}{j} = {f'a{j}{i}' if wide else f'a{i}{j}'}")
+    want_uv = variant != "vals"
+    ucols = big if variant == "full" else small
+    _codegen.emit_svd(dl, big, small, want_uv, ucols)
+    _emit_store(w, "S", {j: f"s{j}" for j in range(small)}, 1, load, _chunk(small, dtype),
+                cols=small)
+    if want_uv:
+        if not wide:
+            uvals = {i * ucols + j: f"u{i}{j}" for i in range(m) for j in range(ucols)}
+            _emit_store(w, "U", uvals, m, load, _chunk(ucols, dtype), cols=ucols)
+            vvals = {i * n + j: f"v{j}{i}" for i in range(n) for j in range(n)}
+            _emit_store(w, "VH", vvals, n, load, _chunk(n, dtype), cols=n)
+        else:
+            uvals = {i * m + j: f"v{i}{j}" for i in range(m) for j in range(m)}
+            _emit_store(w, "U", uvals, m, load, _chunk(m, dtype), cols=m)
+            vvals = {i * n + j: f"u{j}{i}" for i in range(ucols) for j in range(n)}
+            _emit_store(w, "VH", vvals, ucols, load, _chunk(n, dtype), cols=n)
+    head = f"def {name}(A, U, S, VH, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def _eigh_source(n: int, dtype: str, upper: bool, want_v: bool, load: str) -> tuple[str, str]:
+    """(function name, source) of the eigh kernel of n x n symmetric matrices (cyclic Jacobi of
+    `mpslinalg.small.codegen.emit_eigh`), reading the upper or lower triangle."""
+    name = (f"small_eigh_n{n}_{dtype}_{'upper' if upper else 'lower'}_"
+            f"{'vecs' if want_v else 'vals'}_{_mode(n, load)}")
+    w = _Writer()
+    dl = _Triton(w, dtype)
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", n, load, _chunk(n, dtype))
+    for i in range(n):
+        for j in range(i, n):
+            w(f"h{i}{j} = {f'a{i}{j}' if upper else f'a{j}{i}'}")
+    _codegen.emit_eigh(dl, n, want_v)
+    _emit_store(w, "L", {j: f"l{j}" for j in range(n)}, 1, load, _chunk(n, dtype), cols=n)
+    if want_v:
+        _emit_store(w, "V", {i * n + j: f"v{i}{j}" for i in range(n) for j in range(n)}, n,
+                    load, _chunk(n, dtype))
+    head = f"def {name}(A, L, V, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def svd_kernel_source(m: int, n: int, dtype: str = "float32", variant: str = "reduced",
+                      load: str | None = None) -> str:
+    """The generated Triton source of the SVD kernel for m x n matrices (for reading)."""
+    return _svd_source(m, n, dtype, variant, load or _LOAD)[1]
+
+
+def eigh_kernel_source(n: int, dtype: str = "float32", upper: bool = False,
+                       want_v: bool = True, load: str | None = None) -> str:
+    """The generated Triton source of the eigh kernel for n x n matrices (for reading)."""
+    return _eigh_source(n, dtype, upper, want_v, load or _LOAD)[1]
+
+
+def qr_kernel_source(m: int, n: int, dtype: str = "float32", mode: str = "reduced",
+                     load: str | None = None) -> str:
+    """The generated Triton source of the QR kernel for m x n matrices (for reading)."""
+    return _qr_source(m, n, dtype, mode, load or _LOAD)[1]
+
+
+def _compile(name: str, src: str):
+    """The plain Python function of a generated kernel, its source registered in linecache
     (Triton's JIT and interpreter read kernels back with ``inspect.getsource``)."""
-    name, src = _source(op, n, dtype, load)
     filename = f"<mpslinalg-small-triton-{name}>"
     lines = src.splitlines(keepends=True)
     # mtime None: linecache.checkcache keeps the entry although no such file exists.
@@ -304,6 +446,28 @@ def _function(op: str, n: int, dtype: str, load: str):
     scope = {"tl": tl, "triton": triton, "__name__": __name__}
     exec(compile(src, filename, "exec"), scope)
     return scope[name]
+
+
+@functools.cache
+def _function(op: str, n: int, dtype: str, load: str):
+    return _compile(*_source(op, n, dtype, load))
+
+
+@functools.cache
+def _qr_kernel(m: int, n: int, dtype: str, mode: str, load: str):
+    return triton.jit(_compile(*_qr_source(m, n, dtype, mode, load)), do_not_specialize=["batch"])
+
+
+@functools.cache
+def _svd_kernel(m: int, n: int, dtype: str, variant: str, load: str):
+    return triton.jit(_compile(*_svd_source(m, n, dtype, variant, load)),
+                      do_not_specialize=["batch"])
+
+
+@functools.cache
+def _eigh_kernel(n: int, dtype: str, upper: bool, want_v: bool, load: str):
+    return triton.jit(_compile(*_eigh_source(n, dtype, upper, want_v, load)),
+                      do_not_specialize=["batch"])
 
 
 @functools.cache
@@ -324,12 +488,15 @@ def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     return A.resolve_neg().contiguous(), n, batch
 
 
-def _launch(op: str, n: int, batch: int, *args, extra: tuple[int, ...] = ()) -> None:
-    """One launch of the ``op`` kernel over ``batch`` matrices: args (tensors), batch, extra."""
+def _launch(op: str, n: int, batch: int, *args, extra: tuple[int, ...] = (),
+            kern=None) -> None:
+    """One launch of the ``op`` kernel (or ``kern``) over ``batch`` matrices: args (tensors),
+    batch, extra."""
     if batch == 0:
         return
     A = args[0]
-    kern = _kernel(op, n, str(A.dtype).removeprefix("torch."), _LOAD)
+    if kern is None:
+        kern = _kernel(op, n, str(A.dtype).removeprefix("torch."), _LOAD)
     grid = (triton.cdiv(batch, _BLOCK),)
     if A.device.type == "cpu":  # Triton's interpreter (TRITON_INTERPRET=1), for tests
         kern[grid](*args, batch, *extra, BLOCK=_BLOCK)
@@ -373,3 +540,67 @@ def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     logabs = torch.empty(A.shape[:-2], dtype=A.dtype, device=A.device)
     _launch("slogdet", n, batch, A, sign, logabs)
     return sign, logabs
+
+
+def _pointer(x: torch.Tensor) -> torch.Tensor:
+    """x, or a one-element stand-in for an empty output the kernel does not write (an empty
+    tensor may have a null data pointer, which Triton's launcher refuses)."""
+    return x if x.numel() else torch.empty(1, dtype=x.dtype, device=x.device)
+
+
+def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, R) of torch.linalg.qr(A, mode) for A (*, m, n), m, n <= 4: one launch (mode 'r': Q
+    is an empty tensor)."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    rows = m if mode == "complete" else min(m, n)
+    R = torch.empty((*batch_shape, rows, n), dtype=A.dtype, device=A.device)
+    Q = (torch.empty((*batch_shape, m, rows), dtype=A.dtype, device=A.device) if mode != "r"
+         else torch.empty(0, dtype=A.dtype, device=A.device))
+    kern = _qr_kernel(m, n, str(A.dtype).removeprefix("torch."), mode, _LOAD)
+    _launch("qr", n, batch, A, _pointer(Q), R, kern=kern)
+    return Q, R
+
+
+def small_svd(A: torch.Tensor, full_matrices: bool = True,
+              compute_uv: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of torch.linalg.svd(A, full_matrices) for A (*, m, n), m, n <= 4: one launch
+    (without ``compute_uv`` U and Vh are empty tensors)."""
+    *batch_shape, m, n = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    k = min(m, n)
+    variant = "vals" if not compute_uv else ("full" if full_matrices and m != n else "reduced")
+    S = torch.empty((*batch_shape, k), dtype=A.dtype, device=A.device)
+    empty = torch.empty(0, dtype=A.dtype, device=A.device)
+    U, Vh = empty, empty
+    if compute_uv:
+        U = torch.empty((*batch_shape, m, m if full_matrices else k), dtype=A.dtype,
+                        device=A.device)
+        Vh = torch.empty((*batch_shape, n if full_matrices else k, n), dtype=A.dtype,
+                         device=A.device)
+    kern = _svd_kernel(m, n, str(A.dtype).removeprefix("torch."), variant, _LOAD)
+    _launch("svd", n, batch, A, _pointer(U), S, _pointer(Vh), kern=kern)
+    return U, S, Vh
+
+
+def small_eigh(A: torch.Tensor, upper: bool = False,
+               compute_v: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, V) of torch.linalg.eigh(A, 'U' if upper else 'L') for symmetric A (*, n, n),
+    n <= 4: one launch (without ``compute_v`` V is an empty tensor)."""
+    *batch_shape, n, _ = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = 1
+    for s in batch_shape:
+        batch *= s
+    L = torch.empty((*batch_shape, n), dtype=A.dtype, device=A.device)
+    V = torch.empty((*batch_shape, n, n) if compute_v else (0,), dtype=A.dtype,
+                    device=A.device)
+    kern = _eigh_kernel(n, str(A.dtype).removeprefix("torch."), upper, compute_v, _LOAD)
+    _launch("eigh", n, batch, A, L, _pointer(V), kern=kern)
+    return L, V

@@ -1,0 +1,296 @@
+"""Householder QR, the SVD and the symmetric eigendecomposition of batches of m x n matrices,
+m, n <= 4, in one pass over the batch: the choice of path and the entry points. The qr family
+(`mpslinalg.linalg.qr`) calls `small_qr` as its ``"small"`` forward;
+`small_svd` and `small_eigh` are plain functions for the svd and eigh families to
+call likewise (with `use_small_svd` / `use_small_eigh` deciding).
+
+Camera code factors millions of 3x3 and 3x4 matrices at once (RQ/QR of projection matrices,
+Kabsch/Procrustes alignment, projecting onto rotations, essential matrices), where
+torch.linalg pays LAPACK's per-matrix overhead on CPU or cuSOLVER's batched-Jacobi costs on
+CUDA. Here:
+
+- torch backend on CPU, float32/float64: generated SIMD C++ (`mpslinalg.small.cpu_simd`,
+  blocks of 8 float32 / 4 float64 matrices per AVX2 instruction) on torch's intra-op threads,
+  once the library (built in the background from import) is loaded;
+- torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per
+  call (`mpslinalg.small.triton_kernels`, a matrix per lane in registers), no host
+  synchronisation;
+- everything else (complex dtypes, no compiler or no triton): torch.linalg.
+
+Both kernels come from the generators of `mpslinalg.small.codegen`:
+
+- QR: the operations of ``qr_small`` in ``metal/linalg/qr.h`` in the same order: LAPACK geqr2
+  with larfg's reflectors (beta = -sign(alpha) * norm, so R's diagonal has LAPACK's signs and
+  Q, R match torch.linalg.qr up to rounding), column norms by nrm2's scaled sum of squares
+  (entries near 1e+-30 in float32 neither overflow nor underflow), orgqr by backward
+  accumulation; float32 results are bit-identical to the Metal kernel compiled for the CPU by
+  `mpslinalg.emulator` (tests/small/test_small_qr.py). The metal backend keeps
+  ``qr_small`` itself (`mpslinalg.linalg.qr_metal`).
+- SVD: one-sided Jacobi on the columns (wide matrices through their transpose), at most
+  `mpslinalg.small.codegen.JACOBI_MAX_SWEEPS` sweeps with a per-pair convergence test;
+  S descending, U's columns of zero singular values (and past n with full_matrices) completed
+  to an orthonormal basis.
+- eigh: cyclic two-sided Jacobi on the named triangle; eigenvalues ascending (torch's order).
+
+Both Jacobi methods divide the matrix by its largest |entry| first (scaled back after), and a
+matrix with a non-finite entry gets NaN in every output after a bounded amount of work.
+Singular vectors and eigenvectors are unique up to sign (up to a rotation for repeated values),
+and those signs need not match torch's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .._core.backend import resolve_backend
+from . import cpu_simd
+from .codegen import MAX_N
+from .dispatch import _TRITON_DTYPES, _batch_numel, _import_triton_kernels, _triton_available
+
+log = logging.getLogger("mpslinalg.small")
+
+#: Smallest batch for which the small QR path beats torch.linalg.qr through the public
+#: mpslinalg.qr, per kernel and max(m, n):
+#: "cpu-simd": measured with benchmarks/bench_small_qr.py on the 2-core CI machine (results in
+#: benchmarks/results/small_qr.md): the kernel alone beats torch.linalg.qr from ~16-32 matrices,
+#: but the public call's custom op costs ~15-20 us more than the direct torch.linalg.qr call
+#: (~4 us + ~0.1 / 0.2 / 0.25 us per 2x2 / 3x3 / 4x4 matrix), which is recovered from batch
+#: ~200 (2x2: 0.7x at 128; 3x3: 0.8-0.9x at 128, 5x at 1000) and ~100 (3x4, 4x3, 4x4: 1.2-1.3x
+#: at 128, 0.6-0.9x at 64).
+#: "cuda": the fused Triton kernel. Not measured here (no GPU): torch.linalg.qr on CUDA costs
+#: ~43 us per 3x3 matrix (issue figures: 42.6 ms for 1000 on an H200), more than the registered
+#: op's dispatch (~0.06 ms on the H200 for the inverse) from a batch of 2 on; to be confirmed
+#: with benchmarks/bench_small_qr.py --device cuda.
+_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 256, 3: 256, 4: 128},
+                    "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
+
+
+def _simd_available() -> bool:
+    """Whether the orthogonal-factorisation library is loaded (never waits for its build)."""
+    return cpu_simd.ORTH_LIBRARY.loaded is not None
+
+
+def _kind(A: torch.Tensor) -> str | None:
+    """Which small-path kernel serves ``A`` on the torch backend ("cpu-simd", "cuda"), or
+    None (torch.linalg)."""
+    if A.dtype not in cpu_simd.ORTH_DTYPES:
+        return None
+    if A.device.type == "cpu":
+        return "cpu-simd" if _simd_available() else None
+    if A.device.type == "cuda" and A.dtype in _TRITON_DTYPES and _triton_available():
+        return "cuda"
+    return None
+
+
+def _small_shape(shape) -> bool:
+    return len(shape) >= 2 and 1 <= shape[-2] <= MAX_N and 1 <= shape[-1] <= MAX_N
+
+
+#: Fewest matrices per device type for which the torch backend may take the small QR path.
+_FEWEST = {"cpu": min(_TORCH_MIN_BATCH["cpu-simd"].values()),
+           "cuda": min(_TORCH_MIN_BATCH["cuda"].values())}
+
+
+def may_use_small_qr(A: torch.Tensor) -> bool:
+    """A cheap necessary condition of `use_small_qr` on the torch backend (shapes only:
+    the public ``qr``'s fast path asks it on every call)."""
+    shape = A.shape
+    if not _small_shape(shape):
+        return False
+    fewest = _FEWEST.get(A.device.type)
+    return fewest is not None and A.numel() >= fewest * shape[-1] * shape[-2]
+
+
+def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
+    """True when the small path should compute ``torch.linalg.qr(A)`` on ``backend`` (default:
+    the one in force): m, n <= 4, float32/float64, on the torch backend only where a kernel is
+    available and measured (or estimated, see `_TORCH_MIN_BATCH`) to beat torch.linalg.
+    The metal backend keeps its own ``qr_small`` kernel."""
+    if not _small_shape(A.shape):
+        return False
+    if backend is None:
+        backend = resolve_backend(A.device, "qr")
+    if backend != "torch":
+        return False
+    kind = _kind(A)
+    return kind is not None and _batch_numel(A) >= _TORCH_MIN_BATCH[kind][max(A.shape[-2:])]
+
+
+#: Smallest batch for which small_svd / small_eigh beat torch.linalg.svd / eigh once wrapped in
+#: a registered op (~15 us per call on CPU), per kernel and max(m, n). "cpu-simd": measured on
+#: the 2-core CI machine: the bare functions cost ~8 us (svd) / ~5 us (eigh) up to batch 32
+#: while torch.linalg.svd costs ~5 us + 0.6 / 1.4 / 2.2 us per 2x2 / 3x3 / 4x4 matrix and
+#: eigh ~4 us + 0.3 / 0.8 / 1.1 us; the thresholds add the op's ~15 us. "cuda": not measured
+#: here (no GPU): cuSOLVER's batched Jacobi (torch.linalg.svd, 18.5 ms for 1e5 3x3 on the H200)
+#: is estimated slower than the op's dispatch and one launch from a batch of 2.
+_SVD_TORCH_MIN_BATCH = {"cpu-simd": {1: 32, 2: 32, 3: 16, 4: 8},
+                        "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
+_EIGH_TORCH_MIN_BATCH = {"cpu-simd": {1: 64, 2: 64, 3: 32, 4: 16},
+                         "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
+
+
+def use_small_svd(A: torch.Tensor, backend: str | None = None) -> bool:
+    """True when `small_svd` should compute the SVD of ``A`` on ``backend`` (default: the
+    one in force): (m, n) in `mpslinalg.small.cpu_simd.SVD_SHAPES` (square n <= 4, 3 x 4,
+    4 x 3), float32/float64, torch backend, a kernel available and the batch at least the
+    crossover of `_SVD_TORCH_MIN_BATCH`. The metal backend has its own SVD kernels."""
+    return _use_jacobi(A, backend, "svd", _SVD_TORCH_MIN_BATCH,
+                       tuple(A.shape[-2:]) in cpu_simd.SVD_SHAPES)
+
+
+def use_small_eigh(A: torch.Tensor, backend: str | None = None) -> bool:
+    """True when `small_eigh` should compute the eigendecomposition of the symmetric
+    ``A`` on ``backend`` (as `use_small_svd`; square n <= 4)."""
+    square = A.dim() >= 2 and A.shape[-1] == A.shape[-2]
+    return _use_jacobi(A, backend, "eigh", _EIGH_TORCH_MIN_BATCH, square)
+
+
+def _use_jacobi(A: torch.Tensor, backend: str | None, fn: str, limits: dict,
+                shape_ok: bool) -> bool:
+    if not (shape_ok and _small_shape(A.shape)):
+        return False
+    if backend is None:
+        backend = resolve_backend(A.device, fn)
+    if backend != "torch":
+        return False
+    kind = _kind(A)
+    return kind is not None and _batch_numel(A) >= limits[kind][max(A.shape[-2:])]
+
+
+# ------------------------------------------------------------------------------ path table
+
+
+@dataclass(frozen=True)
+class Path:
+    """One implementation of the small orthogonal factorisations."""
+
+    name: str
+    qr: Callable[[torch.Tensor, str], tuple[torch.Tensor, torch.Tensor]]
+    svd: Callable[[torch.Tensor, bool, bool], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    eigh: Callable[[torch.Tensor, bool, bool], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _simd_path() -> Path:
+    def threads() -> int:
+        return torch.get_num_threads()
+
+    return Path("simd kernel on CPU",
+                lambda A, mode: cpu_simd.small_qr(A, mode, threads()),
+                lambda A, full, uv: cpu_simd.small_svd(A, full, uv, threads()),
+                lambda A, upper, v: cpu_simd.small_eigh(A, upper, v, threads()))
+
+
+def _triton_path() -> Path:
+    tri = _import_triton_kernels()
+    return Path("triton", tri.small_qr, tri.small_svd, tri.small_eigh)
+
+
+def _torch_svd(A: torch.Tensor, full_matrices: bool, compute_uv: bool):
+    if compute_uv:
+        return tuple(torch.linalg.svd(A, full_matrices=full_matrices))
+    empty = A.new_empty(0)
+    return empty, torch.linalg.svdvals(A), empty
+
+
+def _torch_eigh(A: torch.Tensor, upper: bool, compute_v: bool):
+    uplo = "U" if upper else "L"
+    if compute_v:
+        return tuple(torch.linalg.eigh(A, uplo))
+    return torch.linalg.eigvalsh(A, uplo), A.new_empty(0)
+
+
+_TORCH = Path("torch.linalg", lambda A, mode: tuple(torch.linalg.qr(A, mode)), _torch_svd,
+              _torch_eigh)
+
+#: The choice, first match wins: (path, whether it serves A). The thresholds of
+#: `_TORCH_MIN_BATCH` decide separately whether the public functions take the small path.
+_TABLE: list[tuple[Callable[[], Path], Callable[[torch.Tensor], bool]]] = [
+    (_simd_path, lambda A: A.device.type == "cpu" and A.dtype in cpu_simd.ORTH_DTYPES
+     and _simd_available()),
+    (_triton_path, lambda A: A.device.type == "cuda" and A.dtype in _TRITON_DTYPES
+     and _import_triton_kernels() is not None),
+    (lambda: _TORCH, lambda A: True),
+]
+
+
+def choose_path(A: torch.Tensor) -> Path:
+    """The implementation that serves ``A`` (see `_TABLE`)."""
+    for make, serves in _TABLE:
+        if serves(A):
+            path = make()
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("small orthogonal path for %s %s: %s", tuple(A.shape), A.dtype,
+                          path.name)
+            return path
+    raise AssertionError("the last row of the table serves every input")
+
+
+def torch_path(A: torch.Tensor) -> str:
+    """Which implementation the small_* functions of this module run for ``A``."""
+    return choose_path(A).name
+
+
+# ------------------------------------------------------------------------------ entry points
+
+
+def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, R) of ``torch.linalg.qr(A, mode)`` for A (*, m, n), m, n <= 4 (mode 'r': Q is an
+    empty tensor; complex dtypes go to torch.linalg). Forward only, no host synchronisation, A
+    never modified.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.small import small_qr
+    >>> Q, R = small_qr(torch.tensor([[[3., 1.], [4., 2.]]]))
+    >>> R
+    tensor([[[-5.0000, -2.2000],
+             [ 0.0000,  0.4000]]])
+    """
+    return choose_path(A).qr(A, mode)
+
+
+def small_svd(A: torch.Tensor, full_matrices: bool = True,
+              compute_uv: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, S, Vh) of ``torch.linalg.svd(A, full_matrices)`` for A (*, m, n) (square n <= 4,
+    3 x 4 or 4 x 3 on the generated kernels; other shapes and complex dtypes go to
+    torch.linalg). S descending; without ``compute_uv`` U and Vh are empty tensors. One-sided
+    Jacobi on the columns (never A^T A); a matrix with a non-finite entry gives NaN outputs.
+    Forward only, no host synchronisation, A never modified.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.small import small_svd
+    >>> U, S, Vh = small_svd(torch.tensor([[[3., 0.], [4., 5.]]]), full_matrices=True,
+    ...                      compute_uv=True)
+    >>> S
+    tensor([[6.7082, 2.2361]])
+    """
+    path = choose_path(A)
+    if path.name != _TORCH.name and tuple(A.shape[-2:]) not in cpu_simd.SVD_SHAPES:
+        path = _TORCH
+    return path.svd(A, full_matrices, compute_uv)
+
+
+def small_eigh(A: torch.Tensor, upper: bool = False,
+               compute_v: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, V) of ``torch.linalg.eigh(A, 'U' if upper else 'L')`` for symmetric A (*, n, n),
+    n <= 4 (complex dtypes go to torch.linalg): eigenvalues ascending, eigenvectors in the
+    columns of V; only the named triangle is read; without ``compute_v`` V is an empty tensor.
+    Cyclic Jacobi; a non-finite entry in the triangle gives NaN outputs. Forward only, no host
+    synchronisation, A never modified.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.small import small_eigh
+    >>> L, V = small_eigh(torch.tensor([[[2., 1.], [1., 2.]]]), upper=False, compute_v=True)
+    >>> L
+    tensor([[1., 3.]])
+    """
+    return choose_path(A).eigh(A, upper, compute_v)
