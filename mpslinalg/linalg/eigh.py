@@ -22,6 +22,7 @@ import math
 import torch
 from torch import Tensor
 
+from .. import small
 from .._core import checks
 from .._core import metal as _metal
 from .._core.copy import contiguous
@@ -133,6 +134,11 @@ def _eigh_torch(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Te
     return call_torch("eigvalsh", torch.linalg.eigvalsh, A, UPLO), A.new_empty(0), info
 
 
+def _eigh_small(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
+    w, V = small.small_eigh(A, UPLO == "U", vectors)
+    return w, V, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+
+
 def _eigh_fake(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
     real = A.real.dtype if A.is_complex() else A.dtype
     V = A.new_empty(A.shape) if vectors else A.new_empty(0)
@@ -186,7 +192,7 @@ def _eigh_backward(ctx, gL: Tensor | None, gV: Tensor | None, ginfo):
 #: ``UPLO`` triangle.
 eigh_op = Op(
     "eigh", "(Tensor A, str UPLO, bool vectors) -> (Tensor, Tensor, Tensor)",
-    forward={"metal": _eigh_metal, "torch": _eigh_torch},
+    forward={"metal": _eigh_metal, "torch": _eigh_torch, "small": _eigh_small},
     fake=_eigh_fake, save=_eigh_save, backward=_eigh_backward)
 
 
@@ -208,7 +214,7 @@ def _real(dtype: torch.dtype) -> torch.dtype:
     return _REAL.get(dtype, dtype)
 
 
-@public(torch.linalg.eigh)
+@public(torch.linalg.eigh, general_when=small.may_use_small_eigh)
 def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None):
     r"""Eigenvalues and eigenvectors of a Hermitian (real symmetric) matrix; like
     `torch.linalg.eigh`: ``A = V diag(L) V^H``.
@@ -249,13 +255,13 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
     """
     A, Ac, backend = checks.prepare("eigh", A)
     uplo = _uplo("eigh", UPLO)
-    L, V, _ = eigh_op(Ac, uplo, True, backend, False, "")
+    L, V, _ = eigh_op(Ac, uplo, True, backend, small.use_small_eigh(Ac, backend), "")
     result = torch.return_types.linalg_eigh((cast_back(L, _real(A.dtype)),
                                              cast_back(V, A.dtype)))
     return write_out("eigh", out, result)
 
 
-@public(torch.linalg.eigvalsh)
+@public(torch.linalg.eigvalsh, general_when=small.may_use_small_eigh)
 def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor:
     r"""Eigenvalues of a Hermitian (real symmetric) matrix; like `torch.linalg.eigvalsh`.
 
@@ -283,5 +289,5 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor
     A, Ac, backend = checks.prepare("eigvalsh", A)
     uplo = _uplo("eigvalsh", UPLO)
     vectors = Ac.requires_grad and torch.is_grad_enabled()
-    L, _, _ = eigh_op(Ac, uplo, vectors, backend, False, "")
+    L, _, _ = eigh_op(Ac, uplo, vectors, backend, small.use_small_eigh(Ac, backend), "")
     return write_out("eigvalsh", out, cast_back(L, _real(A.dtype)))

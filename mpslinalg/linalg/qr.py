@@ -130,10 +130,11 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
     On the metal backend: blocked Householder QR with LAPACK's reflectors (the documentation's
     QR page), so Q and R match LAPACK's up to rounding, except on the tall-skinny path (m much
     larger than n, mode 'reduced' or 'r'), whose R may differ from LAPACK's by the signs of its
-    rows (and Q by those of its columns). Matrices up to 4 x 4 take one launch for any batch. On the torch
-    backend, batches of m, n <= 4 float32/float64 matrices take the small path (generated SIMD
-    code on CPU, one fused Triton kernel on CUDA) where it is faster than torch.linalg.qr, with
-    the same reflectors (results equal torch's up to rounding, signs included).
+    rows (and Q by those of its columns). Matrices up to 4 x 4 take one launch for any batch.
+    On the torch backend, batches of m, n <= 4 float32/float64 matrices take the small path
+    (generated SIMD code on CPU, one fused Triton kernel on CUDA) where it is faster than
+    torch.linalg.qr, with the same reflectors (results equal torch's up to rounding, signs
+    included).
 
     Examples
     --------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import small
 from .._core import checks
 from .._core.op import Op, cast_back, public, write_out
 from . import svd_metal
@@ -45,6 +46,17 @@ def _through_the_op(A) -> bool:
     gives the shapes) and traced calls (torch's compiled complex pinv is wrong on the first
     call of the graph, and its complex svd backward calls allclose, which does not trace)."""
     return isinstance(A, Tensor) and (A.device.type == "meta" or torch.compiler.is_compiling())
+
+
+def _svd_general(A) -> bool:
+    """The op's calls on the torch backend: `_through_the_op`, and batches of matrices up to
+    4 x 4 that the small path may serve."""
+    return _through_the_op(A) or (isinstance(A, Tensor) and small.may_use_small_svd(A))
+
+
+def _use_small(A: Tensor, driver: str | None, backend: str) -> bool:
+    """The small path serves torch-backend calls without a cuSOLVER driver choice."""
+    return driver is None and small.use_small_svd(A, backend)
 
 
 # ---------------------------------------------------------------- svd
@@ -150,11 +162,12 @@ def _svd_torch(A: Tensor, full: bool, driver: str | None):
 svd_op = Op(
     "svd", "(Tensor A, bool full_matrices, str? driver) -> (Tensor, Tensor, Tensor)",
     forward={"metal": lambda A, full, driver: svd_metal.svd_metal(A, full, fn="svd")[:3],
-             "torch": _svd_torch},
+             "torch": _svd_torch,
+             "small": lambda A, full, driver: small.small_svd(A, full, True)},
     fake=_svd_fake, save=_svd_save, backward=_svd_backward)
 
 
-@public(torch.linalg.svd, general_when=_through_the_op)
+@public(torch.linalg.svd, general_when=_svd_general)
 def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
         out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""Singular value decomposition ``A = U diag(S) Vh``; like `torch.linalg.svd`.
@@ -200,7 +213,8 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
     """
     A, Ac, backend = checks.prepare("svd", A, square=False)
     _check_driver("svd", driver, A, backend)
-    U, S, Vh = svd_op(Ac, bool(full_matrices), driver, backend, False, "")
+    U, S, Vh = svd_op(Ac, bool(full_matrices), driver, backend,
+                      _use_small(Ac, driver, backend), "")
     result = torch.return_types.linalg_svd(
         (cast_back(U, A.dtype), cast_back(S, _real(A.dtype)), cast_back(Vh, A.dtype)))
     return write_out("svd", out, result)
@@ -227,13 +241,14 @@ svdvals_op = Op(
     "svdvals", "(Tensor A, str? driver) -> Tensor",
     forward={"metal": lambda A, driver: svd_metal.svd_metal(A, vectors=False,
                                                             fn="svdvals")[1],
-             "torch": lambda A, driver: torch.linalg.svdvals(A, driver=driver)},
+             "torch": lambda A, driver: torch.linalg.svdvals(A, driver=driver),
+             "small": lambda A, driver: small.small_svd(A, False, False)[1]},
     fake=lambda A, driver: A.new_empty((*A.shape[:-2], min(A.shape[-2:])),
                                        dtype=_real(A.dtype)),
     save=_svdvals_save, backward=_svdvals_backward)
 
 
-@public(torch.linalg.svdvals)
+@public(torch.linalg.svdvals, general_when=_svd_general)
 def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) -> Tensor:
     r"""Singular values in descending order; like `torch.linalg.svdvals`.
 
@@ -259,7 +274,7 @@ def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) 
     """
     A, Ac, backend = checks.prepare("svdvals", A, square=False)
     _check_driver("svdvals", driver, A, backend)
-    S = svdvals_op(Ac, driver, backend, False, "")
+    S = svdvals_op(Ac, driver, backend, _use_small(Ac, driver, backend), "")
     return write_out("svdvals", out, cast_back(S, _real(A.dtype)))
 
 

@@ -21,7 +21,9 @@ from .dispatch import (
     use_small_path,
 )
 from .orthogonal import (
+    may_use_small_eigh,
     may_use_small_qr,
+    may_use_small_svd,
     small_eigh,
     small_qr,
     small_svd,
@@ -30,6 +32,7 @@ from .orthogonal import (
     use_small_svd,
 )
 
-__all__ = ["MAX_N", "may_use_small_path", "may_use_small_qr", "small_det", "small_eigh",
+__all__ = ["MAX_N", "may_use_small_eigh", "may_use_small_path", "may_use_small_qr",
+           "may_use_small_svd", "small_det", "small_eigh",
            "small_inv_ex", "small_qr", "small_slogdet", "small_solve_ex", "small_svd",
            "use_small_eigh", "use_small_path", "use_small_qr", "use_small_svd"]

@@ -133,6 +133,26 @@ _EIGH_TORCH_MIN_BATCH = {"cpu-simd": {1: 64, 2: 64, 3: 32, 4: 16},
                          "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
 
 
+def _may_use(A: torch.Tensor, limits: dict) -> bool:
+    shape = A.shape
+    if not _small_shape(shape):
+        return False
+    kind = "cpu-simd" if A.device.type == "cpu" else A.device.type
+    table = limits.get(kind)
+    return table is not None and A.numel() >= min(table.values()) * shape[-1] * shape[-2]
+
+
+def may_use_small_svd(A: torch.Tensor) -> bool:
+    """A cheap necessary condition of `use_small_svd` (shapes only: the public ``svd`` /
+    ``svdvals``' fast path asks it on every call)."""
+    return _may_use(A, _SVD_TORCH_MIN_BATCH)
+
+
+def may_use_small_eigh(A: torch.Tensor) -> bool:
+    """A cheap necessary condition of `use_small_eigh` (shapes only)."""
+    return _may_use(A, _EIGH_TORCH_MIN_BATCH)
+
+
 def use_small_svd(A: torch.Tensor, backend: str | None = None) -> bool:
     """True when `small_svd` should compute the SVD of ``A`` on ``backend`` (default: the
     one in force): (m, n) in `mpslinalg.small.cpu_simd.SVD_SHAPES` (square n <= 4, 3 x 4,
