@@ -292,6 +292,15 @@ _INCLUDE_PATH_VARS = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INC
                       "OBJCPLUS_INCLUDE_PATH")
 
 
+def _included_name(source: str, line: int) -> str | None:
+    """The header named by the ``#include`` on ``line`` (1-based) of ``source``, if any."""
+    lines = source.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', lines[line - 1])
+    return m.group(1) if m else None
+
+
 def preprocess(source: str, cxx: str, metal_version: int) -> str:
     text = '#line 1 "program_source"\n' + source
     # an empty working directory: a quoted include has no tree to search but the source's own
@@ -320,8 +329,17 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
             re.M,
         )
         if m:
+            where, header = m.group(1), m.group(2) or m.group(3)
+            # a header the compiler's own configuration still finds (a distribution's g++ may)
+            # fails inside itself: name the source's include line instead
+            chain = re.findall(r"(?:In file included from|^\s+from) ([^/\s][^:\s]*):(\d+)", err,
+                               re.M)
+            if chain and where.startswith("/"):
+                file, line = chain[-1]
+                where = f"{file}:{line}"
+                header = _included_name(source, int(line)) or header
             raise TranslateError(
-                f"{m.group(1)}: error: #include of '{m.group(2) or m.group(3)}' is not available: "
+                f"{where}: error: #include of '{header}' is not available: "
                 "only Metal's own "
                 "headers (<metal_stdlib>, <metal_simdgroup>, ...) may remain after the loader has "
                 "inlined the project's headers"

@@ -626,3 +626,23 @@ def test_cpp17_syntax_needs_metal4(kind):
     out = torch.zeros(2)
     lib.k(out)
     assert torch.all(out == 1.0)
+
+
+def test_header_the_compiler_still_finds_is_named_at_the_source_line(tmp_path):
+    """A distribution's compiler may find C++ headers despite -nostdinc (g++ 13 on the H200
+    image did): the error still names the source's own include line, not the header's."""
+    from mpslinalg.emulator import translate
+    from mpslinalg.emulator.build import find_compiler
+
+    headers = tmp_path / "inc"
+    headers.mkdir()
+    (headers / "vector").write_text('#include "features_not_here.h"\n')
+    wrapper = tmp_path / "cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec "{find_compiler()}" "$@" -isystem "{headers}"\n')
+    wrapper.chmod(0o755)
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n\n#include <vector>\n"
+           "kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) "
+           "{ o[i] = 0.0f; }\n")
+    with pytest.raises(translate.TranslateError, match=r"^program_source:4: error: #include "
+                       r"of 'vector' is not available"):
+        translate.preprocess(translate.check_raw(src), str(wrapper), 310)
