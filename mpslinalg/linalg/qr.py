@@ -163,7 +163,7 @@ def _through_the_op(A, *args, **kwargs) -> bool:
     """torch.geqrf has no meta kernel and torch.linalg.lstsq's output shapes depend on values
     (so neither traces under torch.compile): meta tensors and traced calls take the op, whose
     fake gives the shapes."""
-    return A.device.type == "meta" or torch.compiler.is_compiling()
+    return A.is_meta or torch.compiler.is_compiling()
 
 
 

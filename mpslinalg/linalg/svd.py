@@ -45,7 +45,7 @@ def _through_the_op(A) -> bool:
     matrix_rank fail on them in torch 2.13, a CPU tensor meets the meta input; the op's fake
     gives the shapes) and traced calls (torch's compiled complex pinv is wrong on the first
     call of the graph, and its complex svd backward calls allclose, which does not trace)."""
-    return isinstance(A, Tensor) and (A.device.type == "meta" or torch.compiler.is_compiling())
+    return isinstance(A, Tensor) and (A.is_meta or torch.compiler.is_compiling())
 
 
 def _svd_general(A) -> bool:

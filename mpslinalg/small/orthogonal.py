@@ -97,7 +97,10 @@ _FEWEST = {"cpu": min(_TORCH_MIN_BATCH["cpu-simd"].values()),
 
 def may_use_small_qr(A: torch.Tensor) -> bool:
     """A cheap necessary condition of `use_small_qr` on the torch backend (shapes only:
-    the public ``qr``'s fast path asks it on every call)."""
+    the public ``qr``'s fast path asks it on every call; a single matrix, the common case that
+    must stay cheapest, is answered first)."""
+    if A.dim() < 3:
+        return False
     shape = A.shape
     if not _small_shape(shape):
         return False
@@ -134,6 +137,8 @@ _EIGH_TORCH_MIN_BATCH = {"cpu-simd": {1: 64, 2: 64, 3: 32, 4: 16},
 
 
 def _may_use(A: torch.Tensor, limits: dict) -> bool:
+    if A.dim() < 3:  # one matrix: never the small path, answered first (every call asks)
+        return False
     shape = A.shape
     if not _small_shape(shape):
         return False
