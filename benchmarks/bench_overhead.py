@@ -43,6 +43,16 @@ CASES: list[tuple[str, Callable, Callable]] = [
      lambda A, B: torch.linalg.lu_factor_ex(A)),
     ("lu", lambda A, B: mpslinalg.lu(A), lambda A, B: torch.linalg.lu(A)),
     ("lu_solve", None, None),  # filled in per input below (needs the factors)
+    ("qr", lambda A, B: mpslinalg.qr(A), lambda A, B: torch.linalg.qr(A)),
+    ("lstsq", mpslinalg.lstsq, torch.linalg.lstsq),
+    ("svd", lambda A, B: mpslinalg.svd(A), lambda A, B: torch.linalg.svd(A)),
+    ("svdvals", lambda A, B: mpslinalg.svdvals(A), lambda A, B: torch.linalg.svdvals(A)),
+    ("pinv", lambda A, B: mpslinalg.pinv(A), lambda A, B: torch.linalg.pinv(A)),
+    ("matrix_rank", lambda A, B: mpslinalg.matrix_rank(A),
+     lambda A, B: torch.linalg.matrix_rank(A)),
+    # A is not Hermitian: both read the lower triangle only
+    ("eigh", lambda A, B: mpslinalg.eigh(A), lambda A, B: torch.linalg.eigh(A)),
+    ("eigvalsh", lambda A, B: mpslinalg.eigvalsh(A), lambda A, B: torch.linalg.eigvalsh(A)),
 ]
 
 #: (batch, n); (4,) x 192 x 192 is a batch torch's CPU LU gets wrong, which mpslinalg factors

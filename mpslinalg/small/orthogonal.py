@@ -61,12 +61,13 @@ log = logging.getLogger("mpslinalg.small")
 #: (~4 us + ~0.1 / 0.2 / 0.25 us per 2x2 / 3x3 / 4x4 matrix), which is recovered from batch
 #: ~200 (2x2: 0.7x at 128; 3x3: 0.8-0.9x at 128, 5x at 1000) and ~100 (3x4, 4x3, 4x4: 1.2-1.3x
 #: at 128, 0.6-0.9x at 64).
-#: "cuda": the fused Triton kernel. Not measured here (no GPU): torch.linalg.qr on CUDA costs
-#: ~43 us per 3x3 matrix (issue figures: 42.6 ms for 1000 on an H200), more than the registered
-#: op's dispatch (~0.06 ms on the H200 for the inverse) from a batch of 2 on; to be confirmed
-#: with benchmarks/bench_small_qr.py --device cuda.
+#: "cuda": the fused Triton kernel, measured on an H200 (benchmarks/results/small_qr_h200.md):
+#: torch.linalg.qr costs ~0.2 ms + ~60 us per 3x3 matrix (0.26 ms for one, 61 ms for 1000), the
+#: public call through the small path ~0.43-0.58 ms up to 1e5 matrices (the kernel ~0.25-0.38
+#: ms, the op's dispatch ~0.2 ms): from 8 matrices on (torch ~0.7 ms) it is faster than torch,
+#: at 2-4 it would be up to ~1.4x slower (estimated from those two measured points).
 _TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 256, 3: 256, 4: 128},
-                    "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
+                    "cuda": {n: 8 for n in range(1, MAX_N + 1)}}
 
 
 def _simd_available() -> bool:
@@ -127,13 +128,16 @@ def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
 #: a registered op (~15 us per call on CPU), per kernel and max(m, n). "cpu-simd": measured on
 #: the 2-core CI machine: the bare functions cost ~8 us (svd) / ~5 us (eigh) up to batch 32
 #: while torch.linalg.svd costs ~5 us + 0.6 / 1.4 / 2.2 us per 2x2 / 3x3 / 4x4 matrix and
-#: eigh ~4 us + 0.3 / 0.8 / 1.1 us; the thresholds add the op's ~15 us. "cuda": not measured
-#: here (no GPU): cuSOLVER's batched Jacobi (torch.linalg.svd, 18.5 ms for 1e5 3x3 on the H200)
-#: is estimated slower than the op's dispatch and one launch from a batch of 2.
+#: eigh ~4 us + 0.3 / 0.8 / 1.1 us; the thresholds add the op's ~15 us. "cuda": measured on an
+#: H200 (benchmarks/results/small_svd_h200.md) at 1000 3x3 matrices: svd 0.39 ms in torch vs
+#: 0.24 ms for the kernel, svdvals 0.34 vs 0.18, eigh 0.22 vs 0.14; with the op's ~0.2 ms of
+#: dispatch the public call is then ~1.1x torch for svd and ~1.5x for eigh, so the small path
+#: starts at 1024 matrices for the SVD and at 4096 for eigh (torch's eigh grows ~linearly;
+#: cuSOLVER's batched eigh fails outright from some batch below 1e5, which this path serves).
 _SVD_TORCH_MIN_BATCH = {"cpu-simd": {1: 32, 2: 32, 3: 16, 4: 8},
-                        "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
+                        "cuda": {n: 1024 for n in range(1, MAX_N + 1)}}
 _EIGH_TORCH_MIN_BATCH = {"cpu-simd": {1: 64, 2: 64, 3: 32, 4: 16},
-                         "cuda": {n: 2 for n in range(1, MAX_N + 1)}}
+                         "cuda": {n: 4096 for n in range(1, MAX_N + 1)}}
 
 
 def _may_use(A: torch.Tensor, limits: dict) -> bool:
