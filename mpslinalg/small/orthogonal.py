@@ -100,7 +100,7 @@ def may_use_small_qr(A: torch.Tensor) -> bool:
     """A cheap necessary condition of `use_small_qr` on the torch backend (shapes only:
     the public ``qr``'s fast path asks it on every call; a single matrix, the common case that
     must stay cheapest, is answered first)."""
-    if A.dim() < 3:
+    if A.dim() < 3 or A.dtype not in cpu_simd.ORTH_DTYPES:
         return False
     shape = A.shape
     if not _small_shape(shape):
@@ -141,7 +141,8 @@ _EIGH_TORCH_MIN_BATCH = {"cpu-simd": {1: 64, 2: 64, 3: 32, 4: 16},
 
 
 def _may_use(A: torch.Tensor, limits: dict) -> bool:
-    if A.dim() < 3:  # one matrix: never the small path, answered first (every call asks)
+    # one matrix or a dtype without kernels (complex): never the small path, answered first
+    if A.dim() < 3 or A.dtype not in cpu_simd.ORTH_DTYPES:
         return False
     shape = A.shape
     if not _small_shape(shape):
