@@ -538,3 +538,16 @@ kernel void read_params(constant mpsl::{struct}& p [[buffer(0)]],
     out = torch.zeros(len(fields), dtype=torch.int64)
     emulator.compile_shader(source).read_params(values, out, threads=1)
     assert out.tolist() == values, f"{struct}: fields out of the host's order"
+
+
+def metal_constant(header: str, name: str) -> str:
+    """The value text of ``constexpr <type> <name> = <value>;`` in ``metal/<header>``, for the
+    tests that check a host module mirrors its kernel header's constants."""
+    import re
+
+    from mpslinalg._core import metal as _metal
+
+    text = (_metal.metal_root() / header).read_text()
+    match = re.search(rf"constexpr (?:int|long|float) {name} = ([^;]+);", text)
+    assert match, f"{name} not in metal/{header}"
+    return match.group(1).strip()

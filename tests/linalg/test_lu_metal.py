@@ -9,7 +9,6 @@ determined (pivots, info) and by LAPACK's test ratios where rounding may differ.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -29,6 +28,8 @@ from mpslinalg.testing import (
     solve_ratio,
     wide,
 )
+
+from opdb import metal_constant
 
 DEVICES = ["cpu"] + (["mps"] if torch.backends.mps.is_available() else [])
 DTYPES = [torch.float32, torch.complex64]
@@ -310,12 +311,8 @@ def test_pivots_to_permutation(m, n, device):
 # ---------------------------------------------------------------- header mirrors
 
 def test_host_constants_mirror_header():
-    text = (_metal.metal_root() / "linalg" / "lu.h").read_text()
-
     def const(name):
-        match = re.search(rf"constexpr int {name} = ([^;]+);", text)
-        assert match, name
-        return match.group(1).strip()
+        return metal_constant("linalg/lu.h", name)
 
     assert int(const("kLuPanelWidth")) == _lu_metal.PANEL_WIDTH
     assert int(const("kLuPanelMaxCols")) == _lu_metal.PANEL_MAX_COLS

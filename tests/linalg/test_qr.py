@@ -3,7 +3,6 @@ backend; the Metal kernels' launch counts, paths and header mirrors."""
 
 from __future__ import annotations
 
-import doctest
 import importlib
 import math
 import re
@@ -28,6 +27,8 @@ from mpslinalg.testing import (
     random_matrix,
     wide,
 )
+
+from opdb import metal_constant
 
 qr_module = importlib.import_module("mpslinalg.linalg.qr")
 FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -476,23 +477,10 @@ def test_gradients_on_backend(backend):
 # ---------------------------------------------------------------- docs, header mirrors
 
 
-def test_examples_run():
-    for obj in (qr_module.qr, qr_module.geqrf, qr_module.householder_product,
-                qr_module.lstsq, testing.qr_ratio, testing.orthogonality_ratio):
-        finder = doctest.DocTestFinder()
-        runner = doctest.DocTestRunner()
-        for test in finder.find(obj, obj.__name__, globs={}):
-            runner.run(test)
-        assert runner.failures == 0, obj.__name__
-
 
 def test_host_constants_mirror_header():
-    text = (_metal.metal_root() / "linalg" / "qr.h").read_text()
-
     def const(name):
-        match = re.search(rf"constexpr (?:int|long) {name} = ([^;]+);", text)
-        assert match, name
-        return match.group(1).strip()
+        return metal_constant("linalg/qr.h", name)
 
     assert int(const("kQrPanelWidth")) == qr_metal.PANEL_WIDTH
     assert int(const("kQrMaxSimdgroups")) == qr_metal.PANEL_MAX_SIMDGROUPS
@@ -505,6 +493,7 @@ def test_host_constants_mirror_header():
             int(const("kQrModeR"))} == set(qr_metal.SMALL_MODES.values())
     assert int(const("kQrModeComplete")) == qr_metal.SMALL_MODES["complete"]
     assert int(const("kQrModeR")) == qr_metal.SMALL_MODES["r"]
+    text = (_metal.metal_root() / "linalg" / "qr.h").read_text()
     struct = re.search(r"struct QrParams \{(.*?)\};", text, re.S).group(1)
     fields = tuple(re.findall(r"long (\w+);", struct))
     assert fields == qr_metal.QR_PARAMS
