@@ -14,15 +14,12 @@ Triton kernels of m x n QR, m, n <= 4, and their use by mpslinalg.qr on the torc
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from triton_interpreter import run_cases
 
 import mpslinalg
 from mpslinalg.linalg import qr_metal
@@ -282,17 +279,7 @@ def _triton_cases() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def triton_runs(tmp_path_factory):
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed")
-    tmp = tmp_path_factory.mktemp("triton_qr")
-    cases = _triton_cases()
-    torch.save(cases, tmp / "in.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp / "in.pt"), str(tmp / "out.pt")],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return cases, torch.load(tmp / "out.pt")
+    return run_cases(tmp_path_factory, "triton_qr", _triton_cases(), _SCRIPT)
 
 
 def test_triton_bit_identical_to_cpu_kernels(triton_runs):

@@ -11,17 +11,14 @@ repeated-value and 1e+-30-scaled batches.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from triton_interpreter import run_cases
 
 import mpslinalg
 from mpslinalg.small import cpu_simd as sc
@@ -313,17 +310,7 @@ def _triton_cases() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def triton_runs(tmp_path_factory):
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed")
-    tmp = tmp_path_factory.mktemp("triton_svd")
-    cases = _triton_cases()
-    torch.save(cases, tmp / "in.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp / "in.pt"), str(tmp / "out.pt")],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return cases, torch.load(tmp / "out.pt")
+    return run_cases(tmp_path_factory, "triton_svd", _triton_cases(), _SCRIPT)
 
 
 def test_triton_bit_identical_to_cpu_kernels(triton_runs):

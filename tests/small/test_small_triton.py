@@ -14,23 +14,18 @@ outputs back; the tests then compare them in this process with
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from triton_interpreter import REQUIRES_TRITON, run_cases
 
 from mpslinalg.small import dispatch as si
 from mpslinalg.testing import random_matrix, singular_matrix
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="triton is not installed: it comes with the test-cuda extra "
-                                "(pip install -e '.[test-cuda]')")
+pytestmark = REQUIRES_TRITON
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (torch.float32, torch.float64)
@@ -108,15 +103,7 @@ def _cases() -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """(cases, outputs): every case run through the kernels in Triton's interpreter."""
-    tmp = tmp_path_factory.mktemp("triton")
-    cases = _cases()
-    torch.save(cases, tmp / "in.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp / "in.pt"), str(tmp / "out.pt")],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return cases, torch.load(tmp / "out.pt")
+    return run_cases(tmp_path_factory, "triton", _cases(), _SCRIPT, timeout=300)
 
 
 # ---------------------------------------------------------------- reference
