@@ -215,14 +215,20 @@ def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
         with dl.scope():
             _emit_larfg(dl, m, j)
             for c in range(j + 1, n):
-                with dl.scope():
-                    dl.declare(FLOAT, "d", f"a{j}{c}")
-                    for i in range(j + 1, m):
-                        dl.assign("d", f"d + a{i}{j} * a{i}{c}")
-                    dl.declare(FLOAT, "cd", f"tau{j} * d")
-                    dl.assign(f"a{j}{c}", f"a{j}{c} - cd")
-                    for i in range(j + 1, m):
-                        dl.assign(f"a{i}{c}", f"a{i}{c} - a{i}{j} * cd")
+                _emit_apply_reflector(dl, m, j, "a", c)
+
+
+def _emit_apply_reflector(dl: Dialect, m: int, j: int, target: str, c: int) -> None:
+    """H_j = I - tau_j v v^T, v = (1, a[j+1:m, j]), applied to column c of ``target`` (``a`` in
+    geqr2, ``q`` in orgqr): target[j:m, c] -= tau_j v (v^T target[j:m, c]), as larf does."""
+    with dl.scope():
+        dl.declare(FLOAT, "d", f"{target}{j}{c}")
+        for i in range(j + 1, m):
+            dl.assign("d", f"d + a{i}{j} * {target}{i}{c}")
+        dl.declare(FLOAT, "td", f"tau{j} * d")
+        dl.assign(f"{target}{j}{c}", f"{target}{j}{c} - td")
+        for i in range(j + 1, m):
+            dl.assign(f"{target}{i}{c}", f"{target}{i}{c} - a{i}{j} * td")
 
 
 def _emit_tail_norm(dl: Dialect, m: int, j: int) -> None:
@@ -283,14 +289,7 @@ def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
             dl.declare(FLOAT, f"q{i}{c}", dl.full(FLOAT, 1.0 if i == c else 0.0))
     for j in range(min(m, n) - 1, -1, -1):
         for c in range(cols):
-            with dl.scope():
-                dl.declare(FLOAT, "d", f"q{j}{c}")
-                for i in range(j + 1, m):
-                    dl.assign("d", f"d + a{i}{j} * q{i}{c}")
-                dl.declare(FLOAT, "td", f"tau{j} * d")
-                dl.assign(f"q{j}{c}", f"q{j}{c} - td")
-                for i in range(j + 1, m):
-                    dl.assign(f"q{i}{c}", f"q{i}{c} - a{i}{j} * td")
+            _emit_apply_reflector(dl, m, j, "q", c)
 
 
 # ------------------------------------------------------------------------------ Jacobi: SVD, eigh
