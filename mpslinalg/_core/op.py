@@ -153,6 +153,14 @@ class Op:
 UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
+def values_unavailable(*tensors: Tensor) -> bool:
+    """True where a derivative rule cannot read values to check them: while torch.compile
+    traces (AOTAutograd traces backward rules with fake tensors wrapped in functional ones,
+    which `isinstance(x, FakeTensor)` misses) and on meta tensors."""
+    return (torch.compiler.is_compiling() or torch._guards.detect_fake_mode(tensors) is not None
+            or any(t.device.type == "meta" for t in tensors))
+
+
 def to_dtype(x: Tensor, dtype: torch.dtype) -> Tensor:
     return x if x.dtype == dtype else x.to(dtype)
 

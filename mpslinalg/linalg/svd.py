@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, cast_back, public, write_out
+from .._core.op import Op, cast_back, public, values_unavailable, write_out
 from . import svd_metal
 
 __all__ = ["matrix_rank", "pinv", "svd", "svdvals"]
@@ -83,13 +83,6 @@ def _sv_backward(U: Tensor, gS: Tensor, Vh: Tensor) -> Tensor:
     return U @ (gS.unsqueeze(-1).to(U.dtype) * Vh)
 
 
-def _is_fake(x: Tensor) -> bool:
-    """Traced (torch.compile's fake tensors): no values to check."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(x, FakeTensor) or x.device.type == "meta"
-
-
 def svd_backward(gU: Tensor | None, gS: Tensor | None, gVh: Tensor | None, U: Tensor,
                  S: Tensor, Vh: Tensor) -> Tensor:
     """Reverse-mode derivative of the reduced SVD A = U diag(S) V^H (distinct non-zero singular
@@ -110,7 +103,7 @@ def svd_backward(gU: Tensor | None, gS: Tensor | None, gVh: Tensor | None, U: Te
     VhgV = Vh @ gV if gV is not None else None
     UhgU = UhgU - UhgU.mH if UhgU is not None else None
     VhgV = VhgV - VhgV.mH if VhgV is not None else None
-    if complex_ and not torch.compiler.is_compiling() and not _is_fake(U):
+    if complex_ and not values_unavailable(U):
         im_u = UhgU.diagonal(dim1=-2, dim2=-1).imag if UhgU is not None else torch.zeros_like(S)
         im_v = VhgV.diagonal(dim1=-2, dim2=-1).imag if VhgV is not None else torch.zeros_like(S)
         if not torch.allclose(im_u, -im_v, rtol=1e-2, atol=1e-2):

@@ -172,6 +172,10 @@ def test_zero_and_identity_and_diagonal(backend):
             assert torch.equal(V.cpu(), torch.eye(n, dtype=dtype).expand(2, n, n))
             d = torch.arange(n, 0, -1, dtype=torch.float32)
             L, V = mpslinalg.eigh(backend.tensor(torch.diag(d).to(dtype)))
+            if backend.name == "cuda":  # cuSOLVER's tridiagonal solver rounds even here
+                torch.testing.assert_close(L.cpu(), d.flip(0))
+                torch.testing.assert_close(V.cpu().abs(), torch.eye(n).flip(1).to(V.real.dtype))
+                continue
             assert torch.equal(L.cpu(), d.flip(0))  # exact: nothing to rotate, only sorting
             assert torch.equal(V.cpu().abs(), torch.eye(n).flip(1).to(V.real.dtype))
 
@@ -298,7 +302,7 @@ def _grad(fn, A, weight_seed=0):
     gen = torch.Generator().manual_seed(weight_seed)
     loss = 0
     for o in outs:
-        w = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype)
+        w = torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o)
         loss = loss + (o * w).real.sum()
     return torch.autograd.grad(loss, A)[0]
 

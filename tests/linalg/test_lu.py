@@ -256,7 +256,7 @@ def test_validation_messages(backend):
                   (lambda: mpslinalg.lu(A, pivot=False), RuntimeError, "LU without pivoting")]
     else:
         P, L, U = mpslinalg.lu(A, pivot=False)
-        assert torch.equal(P, torch.eye(3, device=A.device))
+        assert P.shape == torch.linalg.lu(A, pivot=False).P.shape  # torch's P: empty
         torch.testing.assert_close(L @ U, A, rtol=1e-4, atol=1e-4)
     for call, exc, match in cases:
         with pytest.raises(exc, match=match) as err:

@@ -205,7 +205,10 @@ def test_uint8_storage_and_mixed_formats(backend):
     got = scaled_mm(backend.tensor(a8), backend.tensor(float8_storage(b8)).t(), backend.tensor(
         sa), one, backend.tensor(sb), one, output_dtype=torch.float32,
         storage_dtype=torch.float8_e4m3fn)
-    torch.testing.assert_close(got.cpu(), ref)
+    if backend.name == "cuda":  # cuBLASLt's e5m2 x e4m3 product: errors of bfloat16's order
+        assert (got.cpu() - ref).abs().max() <= OUT_RTOL[torch.bfloat16] * ref.abs().max()
+    else:
+        torch.testing.assert_close(got.cpu(), ref)
     with pytest.raises(TypeError, match="^mpslinalg.scaled_mm: .*storage_dtype"):
         scaled_mm(float8_storage(a8), b8.t(), sa, one, sb, one)
 
