@@ -148,6 +148,54 @@ def _torch_cuda_layout(x: Tensor) -> Tensor:
     return padded[..., :cols]
 
 
+def _torch_cuda_groups(offs: Tensor, length: int, align: int):
+    """Groups as torch's CUDA kernels accept them. They check on the device that the offsets are
+    non-decreasing, within ``length`` and (the CUTLASS path of bfloat16 on Hopper; cuBLAS's
+    grouped GEMM) that every group but the last spans a multiple of 16 bytes, and a failed check
+    kills the process's CUDA context. Each group is moved to start at a multiple of ``align`` in
+    a zero-padded copy of the split dimension (``length + (align - 1) * groups`` entries),
+    computed on the device.
+
+    Returns the padded group ends (int32), for each padded entry its source index and whether it
+    holds data, and for each original index its padded position."""
+    groups = offs.shape[0]
+    ends = offs.to(torch.int64).clamp(0, length).cummax(0).values
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    sizes = ends - starts
+    padded_ends = ((sizes + align - 1) // align * align).cumsum(0)
+    padded_starts = torch.cat([ends.new_zeros(1), padded_ends[:-1]])
+    entries = torch.arange(length + (align - 1) * groups, device=offs.device)
+    group = torch.searchsorted(padded_ends, entries, right=True).clamp_max(groups - 1)
+    within = entries - padded_starts[group]
+    holds = within < sizes[group]
+    source = (starts[group] + within).clamp(0, max(length - 1, 0))
+    index = torch.arange(length, device=offs.device)
+    group = torch.searchsorted(ends, index, right=True).clamp_max(groups - 1)
+    return padded_ends.to(torch.int32), source, holds, padded_starts[group] + index - starts[group]
+
+
+def _grouped_mm_torch_cuda(a: Tensor, b: Tensor, offs: Tensor | None, mode: int) -> Tensor:
+    """F.grouped_mm on CUDA tensors, given layouts and offsets it cannot assert on."""
+    if mode != BATCHED:
+        length = {ROWS: a.shape[0], COLS: b.shape[1], INNER: a.shape[1]}[mode]
+        offs, source, holds, position = _torch_cuda_groups(offs, length, 16 // a.element_size())
+        zero = a.new_zeros(())
+        if mode == ROWS:
+            a = torch.where(holds[:, None], a[source], zero)
+        elif mode == COLS:
+            b = torch.where(holds[None, :], b[:, source], zero)
+        else:  # zeros in the padding of the inner dimension add nothing
+            a = torch.where(holds[None, :], a[:, source], zero)
+            b = torch.where(holds[:, None], b[source], zero)
+    out = F.grouped_mm(_torch_cuda_layout(a), _torch_cuda_layout(b), offs=offs,
+                       out_dtype=a.dtype)
+    if mode == ROWS:
+        return out[position]
+    if mode == COLS:
+        return out[:, position]
+    return out
+
+
 def _covered_only(out: Tensor, offs: Tensor, mode: int) -> Tensor:
     """``out`` with zeros where no group writes (torch's CUDA kernel leaves those entries
     uninitialised): rows or columns past the last offset, products of empty inner groups."""
@@ -163,10 +211,10 @@ def _covered_only(out: Tensor, offs: Tensor, mode: int) -> Tensor:
 def _grouped_mm_torch(a, b, offs, bias, out_dtype):
     # torch's CUDA kernel writes only the inputs' dtype (float32 from bfloat16 is refused).
     if (a.device.type == "cuda" and hasattr(F, "grouped_mm") and a.dtype != torch.float64
-            and out_dtype == a.dtype and a.numel() and b.numel()):
+            and out_dtype == a.dtype and a.numel() and b.numel()
+            and (offs is None or offs.shape[0])):
         mode = mode_of(a, b)
-        out = F.grouped_mm(_torch_cuda_layout(a), _torch_cuda_layout(b), offs=offs,
-                           out_dtype=out_dtype)
+        out = _grouped_mm_torch_cuda(a, b, offs, mode)
         if mode != BATCHED:
             out = _covered_only(out, offs, mode)
         if bias is not None:

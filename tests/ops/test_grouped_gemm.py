@@ -108,6 +108,27 @@ def test_matches_torch_grouped_mm_on_cpu(backend):
                                F.grouped_mm(a3, b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not hasattr(F, "grouped_mm"), reason="this torch has no F.grouped_mm")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ["rows", "cols", "inner"])
+def test_torch_cuda_route_gives_torch_aligned_groups(dtype, shape):
+    """The route to torch's CUDA kernel, run with torch's CPU kernel: every group but the last
+    starts 16 bytes after the previous one (torch's CUDA kernels assert on the device otherwise,
+    which kills the CUDA context: the H200 run of the suite), the result is the definition's, and
+    offsets out of order or range still give a result of the right shape."""
+    a, b, offs, _ = _cases(torch.Generator().manual_seed(4))[shape]
+    a, b = a.to(dtype), b.to(dtype)
+    mode = gmm_module.mode_of(a, b)
+    length = {"rows": a.shape[0], "cols": b.shape[1], "inner": a.shape[1]}[shape]
+    ends = gmm_module._torch_cuda_groups(offs, length, 16 // a.element_size())[0]
+    assert (torch.diff(ends[:-1], prepend=ends.new_zeros(1)) * a.element_size() % 16 == 0).all()
+    got = gmm_module._covered_only(gmm_module._grouped_mm_torch_cuda(a, b, offs, mode), offs,
+                                   mode)
+    _close(got, reference(a, b, offs), dtype)
+    wild = torch.tensor([5, 2, 40, 1, 7], dtype=torch.int32)
+    assert gmm_module._grouped_mm_torch_cuda(a, b, wild, mode).shape == got.shape
+
+
 def test_out_dtype_float32_from_bfloat16(backend):
     a, b, offs, _ = _cases(torch.Generator().manual_seed(3))["rows"]
     a, b = a.bfloat16(), b.bfloat16()
