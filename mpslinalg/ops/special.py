@@ -11,11 +11,13 @@ Torch's rules, kept on both backends: ``n`` is truncated to an integer and a neg
 infinite ``n`` gives 0; at ``|x| = 1`` Chebyshev and Legendre take their closed-form values;
 Chebyshev uses ``cos(n acos x)``-type closed forms inside (-1, 1) above a small degree; Hermite
 degrees above 128 give NaN in float32 (512 in float64). One difference, for bounded kernel time:
-on the metal backend a degree above 65536 that would need the recurrence gives NaN.
+a degree above 65536 that would need the recurrence gives NaN (on the torch backend for Laguerre
+and Legendre, whose torch kernels would run for hours, and without end on CUDA at n = +inf).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -66,8 +68,41 @@ def _metal_forward(name: str):
     return forward
 
 
-def _torch_forward(name: str):
+#: mirrors kMaxRecurrenceDegree of metal/ops/special.h.
+MAX_RECURRENCE_DEGREE = 65536
+#: The polynomials whose torch kernels run the recurrence up to n inside the interval (no closed
+#: form, no early exit: hours at n = 1e12, and no end at n = +inf on CUDA, which reads it as
+#: 2^63 - 1), and the x at which a closed form answers every degree.
+_LONG_RECURRENCES = {"laguerre_polynomial_l": lambda x: x == 0,
+                     "legendre_polynomial_p": lambda x: x.abs() == 1}
+
+
+def _torch_polynomial(name: str):
+    """torch.special's function, with the metal backend's degree bound where its recurrence
+    would run without bound: n = +inf is read as torch's CPU kernels read it (degree 0 of
+    their rule for negative n), and a degree above `MAX_RECURRENCE_DEGREE` gives NaN unless
+    a closed form answers."""
     torch_fn = getattr(torch.special, name)
+    closed_form = _LONG_RECURRENCES.get(name)
+    if closed_form is None:
+        return torch_fn
+
+    def bounded(x: Tensor, n: Tensor | float, *, out: Tensor | None = None) -> Tensor:
+        n = torch.as_tensor(n, device=x.device)
+        if not n.is_floating_point():  # (integers promote no floating dtype)
+            n = n.to(x.dtype)
+        n = torch.where(n == math.inf, -1.0, n)
+        high = n.trunc() > MAX_RECURRENCE_DEGREE
+        # a small degree of the same parity gives the closed forms' value
+        value = torch_fn(x, torch.where(high, torch.fmod(n.trunc(), 2) + 2, n))
+        return torch.where(high & ~closed_form(x), value.new_tensor(math.nan), value, out=out)
+
+    bounded.__name__ = name
+    return bounded
+
+
+def _torch_forward(name: str):
+    torch_fn = _torch_polynomial(name)
 
     def forward(x: Tensor, n: Tensor) -> Tensor:
         wide = UPCAST.get(x.dtype, x.dtype)
@@ -122,7 +157,7 @@ def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
                         "64-bit floating point: use the torch backend "
                         "(mpslinalg.use_backend('torch')) for float64")
     if backend == "torch" and x.dtype not in UPCAST:
-        result = call_torch(fn, getattr(torch.special, fn), x, n)
+        result = call_torch(fn, _torch_polynomial(fn), x, n)
     else:
         result = OPS[fn](x, n, backend, False, "")
     return write_out(fn, out, result)
@@ -188,7 +223,7 @@ def _make(fn: str):
     >>> ops.{fn}(torch.tensor([0.5]), 3)
     tensor([{_AT_HALF[fn]}])
     """
-    return public(getattr(torch.special, fn), torch_name=f"special.{fn}")(function)
+    return public(_torch_polynomial(fn), torch_name=f"special.{fn}")(function)
 
 
 chebyshev_polynomial_t = _make("chebyshev_polynomial_t")

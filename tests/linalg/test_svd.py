@@ -205,10 +205,13 @@ def test_tolerance_rules_match_torch(backend):
         ((0.05, False), {}),
     ]
     for args, kwargs in calls:
-        ours = mpslinalg.matrix_rank(A32, *args, **kwargs)
+        on = [backend.tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        on_kw = {k: backend.tensor(v) if isinstance(v, torch.Tensor) else v
+                 for k, v in kwargs.items()}
+        ours = mpslinalg.matrix_rank(A32, *on, **on_kw)
         ref = torch.linalg.matrix_rank(A, *args, **kwargs)
         assert torch.equal(ours.cpu(), ref), (args, kwargs, ours, ref)
-        X = mpslinalg.pinv(A32, *args, **kwargs)
+        X = mpslinalg.pinv(A32, *on, **on_kw).cpu()
         Xr = torch.linalg.pinv(wide(A32), *args, **kwargs)
         assert X.shape == Xr.shape and X.dtype == torch.float32
         # kept singular values down to 1e-4: errors of order cond * eps relative to |X|

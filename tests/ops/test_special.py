@@ -11,6 +11,7 @@ import torch
 
 import mpslinalg
 from mpslinalg import ops
+from mpslinalg.ops import special as special_module
 from mpslinalg.ops.special import POLYNOMIALS
 
 #: SciPy's evaluation of the polynomials it has (x, n) -> values.
@@ -61,6 +62,15 @@ def test_against_torch_float64(backend, name):
     assert ((ours.double() - ref).abs() / scale).max() < BOUND
 
 
+def _cuda_reference_without_inf(name: str, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """torch's CUDA kernel, except at n = +inf, where it would never return (it reads +inf as
+    2^63 - 1 recurrence steps): there torch's CPU kernel."""
+    fn = getattr(torch.special, name)
+    infinite = n == math.inf
+    ref = fn(x.cuda(), torch.where(infinite, 0.0, n).cuda()).cpu()
+    return torch.where(infinite, fn(x, n), ref)
+
+
 @pytest.mark.parametrize("name", sorted(POLYNOMIALS))
 def test_edge_rules_as_torch(backend, name):
     """Negative, fractional, NaN and infinite n; x at the interval's ends and beyond; Hermite's
@@ -74,7 +84,8 @@ def test_edge_rules_as_torch(backend, name):
     # it runs, and torch's CUDA kernels settle some of these edges (infinite x with infinite or
     # NaN n) otherwise than its CPU kernels: compare it with torch on its own device.
     on = torch.device("cpu") if backend.is_metal else backend.device
-    ref = getattr(torch.special, name)(x.to(on), n.to(on)).cpu()
+    ref = getattr(torch.special, name)(x.to(on), n.to(on)).cpu() if on.type == "cpu" or (
+        name not in special_module._LONG_RECURRENCES) else _cuda_reference_without_inf(name, x, n)
     ours = getattr(ops, name)(backend.tensor(x), backend.tensor(n)).cpu()
     assert torch.equal(ours.isnan(), ref.isnan())
     assert torch.equal(ours.isinf(), ref.isinf())
@@ -106,6 +117,20 @@ def test_degree_bound_on_metal(metal_backend):
     torch.testing.assert_close(ops.chebyshev_polynomial_t(x, 1e6).cpu(),
                                torch.special.chebyshev_polynomial_t(x.cpu(), 1e6),
                                atol=1e-1, rtol=0)
+
+@pytest.mark.parametrize("name", ["laguerre_polynomial_l", "legendre_polynomial_p"])
+def test_long_recurrences_are_bounded_on_every_backend(backend, name):
+    """torch's Laguerre and Legendre kernels run the recurrence up to n (hours at 1e12; on CUDA
+    without end at +inf, which froze the H200 run of the suite): the degree bound applies on
+    the torch backend too, and the closed forms still answer at x = 0 / |x| = 1."""
+    xs = torch.tensor([0.5, -1.0, 0.0, 1.0])
+    got = getattr(ops, name)(backend.tensor(xs), backend.tensor(
+        torch.tensor([[2.0**40], [3e12], [math.inf]]))).cpu()  # even degrees (float32)
+    closed = xs.abs() == 1 if "legendre" in name else xs == 0
+    assert got[:2, ~closed].isnan().all()
+    assert torch.equal(got[:2, closed], torch.ones(2, int(closed.sum())))
+    assert torch.equal(got[2], torch.zeros(4))  # +inf reads as torch's CPU kernels read it
+
 
 
 def test_one_launch_no_host_sync(metal_backend):
