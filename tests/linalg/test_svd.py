@@ -209,7 +209,9 @@ def test_tolerance_rules_match_torch(backend):
         on_kw = {k: backend.tensor(v) if isinstance(v, torch.Tensor) else v
                  for k, v in kwargs.items()}
         ours = mpslinalg.matrix_rank(A32, *on, **on_kw)
-        ref = torch.linalg.matrix_rank(A, *args, **kwargs)
+        # rtol 1e-3 meets a singular value of 1e-3: cuSOLVER's float32 rounding decides
+        ref = (torch.linalg.matrix_rank(A32, *on, **on_kw).cpu() if backend.name == "cuda"
+               else torch.linalg.matrix_rank(A, *args, **kwargs))
         assert torch.equal(ours.cpu(), ref), (args, kwargs, ours, ref)
         X = mpslinalg.pinv(A32, *on, **on_kw).cpu()
         Xr = torch.linalg.pinv(wide(A32), *args, **kwargs)
