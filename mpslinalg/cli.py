@@ -233,14 +233,20 @@ def _names(entries: list, key: str) -> str:
     return ", ".join(sorted({getattr(e, key) for e in entries})) or "(none registered)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(list_cases: bool = True) -> argparse.ArgumentParser:
+    """The command line; ``list_cases`` loads every case module to name the ops and groups in
+    the help (only a call that asks for help needs them)."""
+
+    def names(entries: list, key: str) -> str:
+        return _names(entries, key) if list_cases else "(see --help)"
+
     parser = argparse.ArgumentParser(prog="mpslinalg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions and what can run here, and why not")
     check = sub.add_parser("check", help="validate the kernels against SciPy on hard cases",
                            description="Run every registered hard case (or those of --op) and "
                            "print LAPACK-style error ratios; exit status 1 when any fails.",
-                           epilog=f"ops: {_names(_registry.CHECKS, 'op')}")
+                           epilog=f"ops: {names(_registry.CHECKS, 'op')}")
     check.add_argument("--backend", default="metal", choices=("metal", "torch", "auto"),
                        help="which implementation to check (default: metal, the Metal kernels: "
                        "on the Apple GPU for MPS tensors, in the emulator for CPU tensors)")
@@ -251,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Time the public functions against torch (and SciPy or "
                            "NumPy where they apply), interleaved; print min / median / max and "
                            "the ratio of medians.",
-                           epilog=f"groups: {_names(_registry.BENCHES, 'group')}")
+                           epilog=f"groups: {names(_registry.BENCHES, 'group')}")
     bench.add_argument("--backend", default="auto", choices=("metal", "torch", "auto"),
                        help="the backend mpslinalg runs on (default: auto)")
     bench.add_argument("--device", default=None, help="cpu, mps or cuda (default: mps if usable)")
@@ -271,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # a broken case module then fails the commands that use the cases, not `info`
+    args = build_parser(list_cases=any(a in ("-h", "--help") for a in argv)).parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench}[args.command]
     try:
         return handler(args)

@@ -186,3 +186,15 @@ def test_help_lists_ops_and_groups_and_wraps_long_cells():
     table = cli._table(("a", "b"), [("x", "word " * 30)], width=20)
     assert all(len(line) <= 1 + 2 + 20 for line in table.splitlines())
     assert " ".join(table.split()).count("word") == 30
+
+
+def test_info_does_not_load_the_case_modules(monkeypatch, capsys):
+    """Only help names the registered ops and groups: a broken case module fails the commands
+    that use the cases, not `info`."""
+    def broken():
+        raise ImportError("a broken case module")
+
+    monkeypatch.setattr("mpslinalg.cases.load_all", broken)
+    assert cli.main(["info"]) == 0
+    with pytest.raises(ImportError, match="broken case module"):
+        cli.main(["check", "--help"])

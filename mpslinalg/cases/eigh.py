@@ -15,7 +15,7 @@ import torch
 import mpslinalg
 
 from .._core.registry import bench_case, check_case, median_time
-from ..testing import eps, norm1, orthogonality_ratio, random_matrix, wide
+from ..testing import _ratio, eps, norm1, orthogonality_ratio, random_matrix, wide
 
 
 def hermitian(A: torch.Tensor, UPLO: str = "L") -> torch.Tensor:
@@ -42,14 +42,6 @@ def random_hermitian(n: int, dtype=torch.float32, batch: tuple = (), seed: int =
     """(B + B^H) / 2 for B with standard normal entries."""
     B = random_matrix(n, torch.complex128 if dtype.is_complex else torch.float64, batch, seed)
     return ((B + B.mH) / 2).to(dtype)
-
-
-def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
-    num, den = num.reshape(-1), den.reshape(-1)
-    if num.numel() == 0:
-        return 0.0
-    r = torch.where(num == 0, torch.zeros_like(num), num / den)
-    return float(r.max())
 
 
 def residual_ratio(A, L, V, UPLO: str = "L", dtype=None) -> float:
