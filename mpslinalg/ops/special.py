@@ -88,7 +88,15 @@ def _torch_polynomial(name: str):
         return torch_fn
 
     def bounded(x: Tensor, n: Tensor | float, *, out: Tensor | None = None) -> Tensor:
+        # Degrees within the bound (NaN included) are torch's own call: known at once for a
+        # number, with one comparison on the CPU; on other devices (no host read) and under
+        # torch.compile the bound is applied branch-free below.
+        if isinstance(n, numbers.Real) and not n > MAX_RECURRENCE_DEGREE:
+            return torch_fn(x, n, out=out)
         n = torch.as_tensor(n, device=x.device)
+        if (n.device.type == "cpu" and not torch.compiler.is_compiling()
+                and not bool((n > MAX_RECURRENCE_DEGREE).any())):
+            return torch_fn(x, n, out=out)
         if not n.is_floating_point():  # (integers promote no floating dtype)
             n = n.to(x.dtype)
         n = torch.where(n == math.inf, -1.0, n)
