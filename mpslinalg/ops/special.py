@@ -93,7 +93,8 @@ def _torch_polynomial(name: str):
         # torch.compile the bound is applied branch-free below.
         if isinstance(n, numbers.Real) and not n > MAX_RECURRENCE_DEGREE:
             return torch_fn(x, n, out=out)
-        n = torch.as_tensor(n, device=x.device)
+        if not isinstance(n, Tensor):
+            n = torch.as_tensor(n, device=x.device)
         if (n.device.type == "cpu" and not torch.compiler.is_compiling()
                 and not bool((n > MAX_RECURRENCE_DEGREE).any())):
             return torch_fn(x, n, out=out)
