@@ -56,11 +56,11 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"    - {reason}")
     else:
         print("  metal on the Apple GPU usable (torch.mps.compile_shader)")
-    if cxx:
-        print(f"  metal in the emulator  usable (CPU tensors; C++ compiler: {cxx})")
+    unusable = _platform.emulator_unavailable_reasons()
+    if unusable:
+        print(f"  metal in the emulator  not usable: {'; '.join(unusable)}")
     else:
-        print("  metal in the emulator  not usable: no C++ compiler found "
-              "(set $CXX or install g++ or clang++)")
+        print(f"  metal in the emulator  usable (CPU tensors; C++ compiler: {cxx})")
     _print_small_paths()
     return 0
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, settings
 
 import mpslinalg
 from mpslinalg._core import platform as _platform
+from mpslinalg.emulator.build import EmulatorUnavailableError
 
 # Every Metal kernel the tests launch runs under the emulator's race detector (kernels that are
 # racy on purpose, in the emulator's own lane-order tests, opt out per compile).
@@ -81,7 +82,22 @@ def _selected_backends(config) -> list[str]:
         names = [n for n in names if n not in ON_REQUEST]
         if _platform.mps_unavailable_reasons():
             names.remove("mps")  # not requested explicitly and not present
+        if _platform.emulator_unavailable_reasons():
+            names.remove("emulator")  # (off Linux, or no compiler)
     return names
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that reaches the emulator where it cannot run (off Linux) is reported skipped with
+    the reason, not failed: the emulator's own tests are deselected there, and the Metal paths
+    run on the Apple GPU backend instead."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(EmulatorUnavailableError):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0,
+                           f"Skipped: {call.excinfo.value}")
 
 
 def _parametrized_by_test(metafunc, name: str) -> bool:
@@ -117,6 +133,9 @@ def _enter_backend(name: str):
     if name == "mps" and _platform.mps_unavailable_reasons():
         pytest.fail("the mps backend was requested but MPS is not usable: "
                     + "; ".join(_platform.mps_unavailable_reasons()))
+    if name == "emulator" and _platform.emulator_unavailable_reasons():
+        pytest.fail("the emulator backend was requested but cannot run here: "
+                    + "; ".join(_platform.emulator_unavailable_reasons()))
     if name.startswith("cuda") and not torch.cuda.is_available():
         pytest.fail(f"the {name} backend was requested but torch sees no CUDA device")
     chosen = {

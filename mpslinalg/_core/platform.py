@@ -41,6 +41,18 @@ def mps_unavailable_reasons() -> list[str]:
     return reasons
 
 
+def emulator_unavailable_reasons() -> list[str]:
+    """Why the emulator (the metal backend on CPU tensors) cannot run here: empty if it can."""
+    from ..emulator.build import unsupported_platform
+
+    reason = unsupported_platform()
+    if reason is not None:
+        return [reason.removeprefix("mpslinalg.emulator ")]
+    if find_cxx() is None:
+        return ["no C++ compiler found (set $CXX or install g++ or clang++)"]
+    return []
+
+
 def find_cxx() -> str | None:
     """The C++ compiler the emulator would use ($CXX, else c++, g++, clang++), or None."""
     from ..emulator import find_compiler

@@ -79,8 +79,13 @@ def compile_shader(
         raise TypeError(f"compile_shader expects str source, got {type(source).__name__}")
     if metal_version not in (310, 320, 400):
         raise ValueError(f"metal_version must be 310, 320 or 400, got {metal_version!r}")
-    cxx = build.require_compiler()
-    race = race_check_default() if race_check is None else bool(race_check)
+    cxx = build.require_emulator()
+    if race_check is None:  # the environment's default: where the compiler can build it
+        race = race_check_default() and build.race_check_unsupported(cxx) is None
+    else:
+        race = bool(race_check)
+        if race and build.race_check_unsupported(cxx) is not None:
+            raise build.EmulatorUnavailableError(build.race_check_unsupported(cxx))
     mkey = (source, bool(debug), metal_version, cxx, race)
     with _memo_lock:
         lib = _memo.get(mkey)

@@ -10,6 +10,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -22,6 +23,7 @@ __all__ = [
     "build_library",
     "shim_hash",
     "CompilerNotFoundError",
+    "EmulatorUnavailableError",
 ]
 
 EMULATOR_VERSION = "0.1.0"
@@ -29,12 +31,8 @@ INCLUDE_DIR = pathlib.Path(__file__).resolve().parent / "include"
 _BASE_FLAGS = [
     "-std=c++17",
     "-O2",
-    # complete peeling of small constant loops keeps per-thread arrays (a 4x4 matrix) in
-    # registers, as the Metal compiler does: halves register-resident kernels, no compile cost
-    "-fpeel-loops",
     "-shared",
     "-fPIC",
-    "-fsingle-precision-constant",
     "-ffp-contract=off",
     "-fwrapv",
     "-fno-math-errno",
@@ -43,9 +41,18 @@ _BASE_FLAGS = [
     "-fno-strict-aliasing",
     "-fvisibility=hidden",
     "-w",
-    # large thread-private arrays probe page by page, so they hit the lane stack's guard page
-    "-fstack-clash-protection",
 ]
+# GCC's flags that other compilers (clang) lack; each is kept where the compiler accepts it.
+_OPTIONAL_FLAGS = (
+    # complete peeling of small constant loops keeps per-thread arrays (a 4x4 matrix) in
+    # registers, as the Metal compiler does: halves register-resident kernels, no compile cost
+    ("-fpeel-loops",),
+    # MSL's unsuffixed floating literals are float: the translation suffixes the kernels' own
+    # (translate.single_precision_literals); this covers the emulator's headers under GCC
+    ("-fsingle-precision-constant",),
+    # large thread-private arrays probe page by page, so they hit the lane stack's guard page
+    ("-fstack-clash-protection",),
+)
 
 
 class CompilerNotFoundError(RuntimeError):
@@ -66,6 +73,45 @@ def find_compiler() -> str | None:
         if path:
             return path
     return None
+
+
+class EmulatorUnavailableError(RuntimeError):
+    """The emulator cannot run on this operating system."""
+
+
+def unsupported_platform() -> str | None:
+    """Why the emulator's runtime cannot run here, or None (Linux)."""
+    if sys.platform.startswith("linux"):
+        return None
+    return (f"mpslinalg.emulator runs on Linux only (its runtime uses Linux's per-thread POSIX "
+            f"timers and real-time signals; this is {sys.platform}); on a Mac, run the Metal "
+            "kernels on the GPU (tensors on 'mps')")
+
+
+def race_check_unsupported(cxx: str) -> str | None:
+    """Why ``cxx`` cannot build the race detector, or None: it needs GCC's ThreadSanitizer
+    instrumentation (clang's also instruments the emulator's own runtime and reports races of
+    its bookkeeping)."""
+    with _shim_lock:
+        if cxx not in _is_clang:
+            probe = subprocess.run([cxx, "-x", "c++", "-dM", "-E", "-"], input=b"",
+                                   capture_output=True)
+            _is_clang[cxx] = b"__clang__" in probe.stdout
+    if _is_clang[cxx]:
+        return (f"the emulator's race detector needs g++ (GCC's ThreadSanitizer instrumentation); "
+                f"{cxx} is clang: set $CXX to g++")
+    return None
+
+
+_is_clang: dict = {}
+
+
+def require_emulator() -> str:
+    """The compiler the emulator uses, after checking that the emulator can run here."""
+    reason = unsupported_platform()
+    if reason is not None:
+        raise EmulatorUnavailableError(reason)
+    return require_compiler()
 
 
 def require_compiler() -> str:
@@ -125,37 +171,59 @@ def shim_hash() -> str:
 _RACE_FLAGS = [
     "-DEMU_RACECHECK=1",
     "-fsanitize=thread",
-    "--param=tsan-instrument-func-entry-exit=0",
     "-g1",
 ]
+# GCC's: no calls of the (empty) function entry and exit hooks
+_RACE_OPTIONAL_FLAGS = (("--param=tsan-instrument-func-entry-exit=0",),)
 
 
 # Metal rounds every half operation to half. GCC >= 13 and clang >= 16 evaluate _Float16 in float
 # by default on x86 (excess precision, C++23 FLT_EVAL_METHOD) unless told otherwise; older
 # compilers round per operation already and reject these flags.
 _HALF_ROUNDING_CANDIDATES = (["-fexcess-precision=16"], ["-ffloat16-excess-precision=none"])
-_half_rounding: dict = {}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS has one: Linux; else all)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+#: Libraries the kernels link against beyond the C and C++ runtimes (librt: Linux only).
+_SYSTEM_LIBS = ["-lrt"] if sys.platform.startswith("linux") else []
+
+_accepted: dict = {}
+
+
+def compiler_accepts(cxx: str, flags: tuple) -> bool:
+    """Whether ``cxx`` compiles a ``_Float16`` function with ``flags``, warnings as errors
+    (an unknown or unsupported flag is at least a warning); probed once per compiler."""
+    with _shim_lock:
+        if (cxx, flags) not in _accepted:
+            probe = subprocess.run(
+                [cxx, "-x", "c++", "-std=c++17", "-fsyntax-only", "-Werror", *flags, "-"],
+                input=b"_Float16 h(_Float16 a, _Float16 b) { return a * b + a; }\n",
+                capture_output=True,
+            )
+            _accepted[cxx, flags] = probe.returncode == 0
+        return _accepted[cxx, flags]
 
 
 def half_rounding_flags(cxx: str | None) -> list:
     """The flag (if any) that makes ``cxx`` round each ``_Float16`` operation to half, as Metal
-    does; probed once per compiler."""
+    does."""
     if cxx is None:
         return []
-    with _shim_lock:
-        if cxx not in _half_rounding:
-            chosen: list = []
-            for flags in _HALF_ROUNDING_CANDIDATES:
-                probe = subprocess.run(
-                    [cxx, "-x", "c++", "-std=c++17", "-fsyntax-only", "-Werror", *flags, "-"],
-                    input=b"_Float16 h(_Float16 a, _Float16 b) { return a * b + a; }\n",
-                    capture_output=True,
-                )
-                if probe.returncode == 0:
-                    chosen = flags
-                    break
-            _half_rounding[cxx] = chosen
-        return _half_rounding[cxx]
+    for flags in _HALF_ROUNDING_CANDIDATES:
+        if compiler_accepts(cxx, tuple(flags)):
+            return list(flags)
+    return []
+
+
+def _optional(cxx: str | None, candidates: tuple) -> list:
+    return [f for flags in candidates if cxx is not None and compiler_accepts(cxx, flags)
+            for f in flags]
 
 
 def compile_flags(debug: bool, race_check: bool = False, cxx: str | None = None) -> list:
@@ -164,9 +232,10 @@ def compile_flags(debug: bool, race_check: bool = False, cxx: str | None = None)
     # sanitizer runtime is linked)
     return (
         _BASE_FLAGS
+        + _optional(cxx, _OPTIONAL_FLAGS)
         + half_rounding_flags(cxx)
         + (["-DEMU_DEBUG=1", "-fsanitize=bounds", "-fno-sanitize-recover=bounds"] if debug else [])
-        + (_RACE_FLAGS if race_check else [])
+        + (_RACE_FLAGS + _optional(cxx, _RACE_OPTIONAL_FLAGS) if race_check else [])
     )
 
 
@@ -195,7 +264,7 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
     from .translate import assemble
 
     flags = compile_flags(debug, race_check, cxx)
-    nparts = max(1, min(len(os.sched_getaffinity(0)), 4, len(tr.kernels)))
+    nparts = max(1, min(usable_cpus(), 4, len(tr.kernels)))
     sources = assemble(tr, nparts)
     key = hashlib.sha256(
         json.dumps([sources, flags, EMULATOR_VERSION, shim_hash(), os.path.basename(cxx)]).encode()
@@ -221,7 +290,7 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
         # linking with -fsanitize=thread would pull in the ThreadSanitizer runtime, which cannot be
         # loaded into a running Python: race-check builds compile and link separately
         if len(srcs) == 1 and not race_check:
-            _run([[cxx] + flags + incs + [str(srcs[0]), "-o", str(so), "-lrt"]], srcs)
+            _run([[cxx] + flags + incs + [str(srcs[0]), "-o", str(so)] + _SYSTEM_LIBS], srcs)
         else:
             objs = [s.with_suffix(".o") for s in srcs]
             cflags = [f for f in flags if f != "-shared"]
@@ -233,7 +302,8 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
                 srcs,
             )
             _run(
-                [[cxx, "-shared", "-fPIC"] + [str(o) for o in objs] + ["-o", str(so), "-lrt"]], srcs
+                [[cxx, "-shared", "-fPIC", *map(str, objs), "-o", str(so), *_SYSTEM_LIBS]],
+                srcs,
             )
         check_host_symbols(so, tr, cxx)
         os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes

@@ -121,8 +121,6 @@ _TYPE_NAME_RE = re.compile(
     r"^(?:(?:packed_)?(?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234]"
     r"|(?:float|half)[234]x[234]|half|bfloat)$"
 )
-# An unsuffixed floating literal (MSL: single precision; C++/CUDA: double).
-_FLOAT_LIT_RE = re.compile(r"^(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][+-]?[0-9]+)?$")
 
 
 def _cuda_tokens(text: str) -> str:
@@ -132,13 +130,11 @@ def _cuda_tokens(text: str) -> str:
     toks = translate.tokenize(text)
     for i, tok in enumerate(toks):
         out.append(tok.ws)
-        s = tok.t
+        s = translate.single_precision(tok)
         if tok.k == "id" and _TYPE_NAME_RE.match(s):
             prev = toks[i - 1].t if i else ""
             if prev not in (".", "->"):
                 s = "mtl_" + s
-        elif tok.k == "num" and _FLOAT_LIT_RE.match(s) and not s.lower().startswith("0x"):
-            s += "f"
         out.append(s)
     return "".join(out)
 

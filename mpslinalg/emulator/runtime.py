@@ -14,6 +14,8 @@ import struct
 import subprocess
 import threading
 
+from .build import usable_cpus
+
 __all__ = [
     "Library",
     "Kernel",
@@ -413,7 +415,7 @@ def _threads():
     env = os.environ.get("MPSLINALG_EMULATOR_THREADS")
     if env:
         return max(1, int(env))
-    return max(1, min(len(os.sched_getaffinity(0)), 8))
+    return min(usable_cpus(), 8)
 
 
 def _err_buffer():

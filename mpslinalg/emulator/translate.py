@@ -351,6 +351,10 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
 _ENTER_MARKER_RE = re.compile(r'#\s*\d+\s+"((?:\\.|[^"\\])*)"((?:\s+\d+)*)\s*$')
 
 
+# The preprocessor's own predefinitions, which clang's line markers enter like files.
+_PSEUDO_FILES = frozenset({"<built-in>", "<command line>", "<command-line>"})
+
+
 def check_entered_files(toks) -> None:
     """No file may have been read by the preprocessor: Metal's headers were blanked out and others
     are not available (a safety net behind `check_raw`, for includes it cannot see, e.g. behind a
@@ -359,7 +363,7 @@ def check_entered_files(toks) -> None:
         if tok.k != "pp":
             continue
         m = _ENTER_MARKER_RE.match(tok.t.strip())
-        if m and "1" in m.group(2).split():
+        if m and "1" in m.group(2).split() and m.group(1) not in _PSEUDO_FILES:
             raise TranslateError(
                 f"{tok.file}:{tok.line}: error: #include of '{m.group(1)}' is not available: only "
                 "Metal's own headers may be included"
@@ -423,6 +427,23 @@ BUILTINS = {
 }
 _SWIZZLE_RE = re.compile(r"^(?:[xyzw]{2,4}|[rgba]{2,4})$")
 _HALF_LIT_RE = re.compile(r"^((?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)[hH]$")
+# An unsuffixed floating literal (MSL: single precision; C++ and CUDA: double).
+FLOAT_LITERAL_RE = re.compile(r"^(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][+-]?[0-9]+)?$")
+
+
+def single_precision(tok) -> str:
+    """A token's text, an unsuffixed floating literal made a ``float`` literal as MSL reads it
+    (GCC's -fsingle-precision-constant does that for one compiler; this for any)."""
+    if tok.k == "num" and FLOAT_LITERAL_RE.match(tok.t) and not tok.t.lower().startswith("0x"):
+        return tok.t + "f"
+    return tok.t
+
+
+def single_precision_literals(text: str) -> str:
+    """C++ ``text`` with every unsuffixed floating literal a ``float`` literal."""
+    return "".join(tok.ws + single_precision(tok) for tok in tokenize(text))
+
+
 _LONG_DOUBLE_LIT_RE = re.compile(r"^(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+[eE])[0-9eE+\-]*[lL]$")
 
 
@@ -1816,7 +1837,7 @@ def translate(source: str, cxx: str, *, metal_version: int = 320) -> Translation
     tr.inline_free_functions()
     tr.swizzle_members()
     tr.frame_calls(reaches_sync)
-    body = tr.emit()
+    body = single_precision_literals(tr.emit())
     snippets, table, kernels = _launchers(tr, reaches_sync)
     calls = {nm: f"{toks[j].file}:{toks[j].line}" for nm, j in tr.calls.items()}
     return Translation(body, snippets, table, kernels, calls)

@@ -797,3 +797,22 @@ def test_compile_error_is_syntax_error_with_line():
     assert re.search(r"\S+:7(:\d+)?\b", msg), msg
     # The message must not expose the generated C++ instead of the user's source.
     assert ".cpp:" not in msg and ".cc:" not in msg
+
+
+def test_off_linux_the_emulator_says_it_runs_on_linux_only(monkeypatch, capsys):
+    """Its runtime uses Linux's per-thread POSIX timers and real-time signals: elsewhere (macOS)
+    compile_shader raises a clear error, `info` says why the emulator is not usable, and the test
+    suite's default backends leave it out."""
+    import sys
+
+    from mpslinalg import cli
+    from mpslinalg.emulator import build
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(build.EmulatorUnavailableError, match="runs on Linux only.*'mps'"):
+        emu.compile_shader("kernel void k(device float* x [[buffer(0)]]) {}")
+    assert cli.main(["info"]) == 0
+    assert "metal in the emulator  not usable: runs on Linux only" in capsys.readouterr().out
+    from mpslinalg._core import platform
+
+    assert platform.emulator_unavailable_reasons()  # what tests/conftest.py asks

@@ -9,6 +9,12 @@ import torch
 from emu_helpers import raises
 
 from mpslinalg import emulator as emu
+from mpslinalg.emulator import build
+
+pytestmark = pytest.mark.skipif(
+    build.find_compiler() is not None
+    and build.race_check_unsupported(build.find_compiler()) is not None,
+    reason="the race detector needs g++ (this $CXX is clang)")
 
 SRC = r"""
 #include <metal_stdlib>

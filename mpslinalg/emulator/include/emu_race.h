@@ -22,7 +22,15 @@
 
 // Everything here runs uninstrumented (and GCC inlines only between functions of the same kind),
 // or the hooks would call themselves.
-#define EMU_RACE_FN __attribute__((no_sanitize_thread)) inline
+// Not instrumented: GCC's no_sanitize_thread leaves every access alone; clang's still
+// instruments atomics (the hooks' own atomics would call themselves), so clang takes
+// disable_sanitizer_instrumentation (clang >= 14).
+#if defined(__clang__)
+#define EMU_NO_TSAN disable_sanitizer_instrumentation
+#else
+#define EMU_NO_TSAN no_sanitize_thread
+#endif
+#define EMU_RACE_FN __attribute__((EMU_NO_TSAN)) inline
 
 namespace emu {
 namespace race {
@@ -98,7 +106,7 @@ EMU_RACE_FN bool ordered(const Runtime& R, const Acc& p, const Acc& c, bool tg) 
        p.pc & kPcBits, kind(c, R.race_cw), b.v[0], b.v[1], b.v[2], gb, R.cur->lidx, c.pc & kPcBits, why);
 }
 
-__attribute__((no_sanitize_thread, noinline)) inline void access(const void* addr, size_t n, bool write,
+__attribute__((EMU_NO_TSAN, noinline)) inline void access(const void* addr, size_t n, bool write,
                                                                 bool atomic, void* ret) {
   if (!active) return;
   Runtime& R = *active;
@@ -189,7 +197,7 @@ EMU_RACE_FN void simd_sync(Runtime& R, int sg) { ++R.race_sgsync[sg]; }
 }  // namespace emu
 
 // The hooks -fsanitize=thread calls. Weak: every translation unit of a library defines them.
-#define EMU_TSAN_HOOK extern "C" __attribute__((weak, no_sanitize_thread, visibility("hidden")))
+#define EMU_TSAN_HOOK extern "C" __attribute__((weak, EMU_NO_TSAN, visibility("hidden")))
 #define EMU_TSAN_RW(n)                                                                                     \
   EMU_TSAN_HOOK void __tsan_read##n(void* a) { emu::race::access(a, n, false, false, __builtin_return_address(0)); } \
   EMU_TSAN_HOOK void __tsan_write##n(void* a) { emu::race::access(a, n, true, false, __builtin_return_address(0)); } \
@@ -201,6 +209,22 @@ EMU_TSAN_RW(1) EMU_TSAN_RW(2) EMU_TSAN_RW(4) EMU_TSAN_RW(8) EMU_TSAN_RW(16)
 #undef EMU_TSAN_RW
 EMU_TSAN_HOOK void __tsan_read_range(void* a, unsigned long n) { emu::race::access(a, n, false, false, __builtin_return_address(0)); }
 EMU_TSAN_HOOK void __tsan_write_range(void* a, unsigned long n) { emu::race::access(a, n, true, false, __builtin_return_address(0)); }
+// clang's instrumentation routes memset / memcpy / memmove through these (GCC's calls the C
+// library's, which are not instrumented).
+EMU_TSAN_HOOK void* __tsan_memset(void* d, int c, unsigned long n) {
+  emu::race::access(d, n, true, false, __builtin_return_address(0));
+  return __builtin_memset(d, c, n);
+}
+EMU_TSAN_HOOK void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
+  emu::race::access(s, n, false, false, __builtin_return_address(0));
+  emu::race::access(d, n, true, false, __builtin_return_address(0));
+  return __builtin_memcpy(d, s, n);
+}
+EMU_TSAN_HOOK void* __tsan_memmove(void* d, const void* s, unsigned long n) {
+  emu::race::access(s, n, false, false, __builtin_return_address(0));
+  emu::race::access(d, n, true, false, __builtin_return_address(0));
+  return __builtin_memmove(d, s, n);
+}
 EMU_TSAN_HOOK void __tsan_init() {}
 EMU_TSAN_HOOK void __tsan_func_entry(void*) {}
 EMU_TSAN_HOOK void __tsan_func_exit() {}
