@@ -375,6 +375,26 @@ _SORT_NETWORK = {1: [], 2: [(0, 1)], 3: [(0, 1), (1, 2), (0, 1)],
                  4: [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)]}
 
 
+def emit_svd_any_shape(dl: Dialect, m: int, n: int, variant: str) -> list:
+    """The SVD of a{i}{j} (m x n): `emit_svd` of A when m >= n, of A^T otherwise (A^T = U' S V'^T
+    gives U = V', Vh = U'^T). ``variant``: "vals", "reduced" or "full". Returns the outputs to
+    store as (name, rows, cols, value of entry (i, j)): S, then U and VH but for "vals"."""
+    wide = m < n
+    big, small = max(m, n), min(m, n)
+    for i in range(big):
+        for j in range(small):
+            dl.declare(FLOAT, f"x{i}{j}", f"a{j}{i}" if wide else f"a{i}{j}")
+    want_uv = variant != "vals"
+    ucols = big if variant == "full" else small
+    emit_svd(dl, big, small, want_uv, ucols)
+    outputs = [("S", 1, small, lambda i, j: f"s{j}")]
+    if want_uv and not wide:  # U = u (m x ucols), Vh = v^T (n x n)
+        outputs += [("U", m, ucols, lambda i, j: f"u{i}{j}"), ("VH", n, n, lambda i, j: f"v{j}{i}")]
+    elif want_uv:  # U = v (m x m), Vh = u^T (ucols x n)
+        outputs += [("U", m, m, lambda i, j: f"v{i}{j}"), ("VH", ucols, n, lambda i, j: f"u{j}{i}")]
+    return outputs
+
+
 def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
     """One-sided Jacobi SVD of x{i}{j} (m x n, m >= n): s{j} (descending, NaN for a non-finite
     input), and with ``want_uv`` u{i}{j} (m x ucols, ucols = n or m; columns of zero singular

@@ -502,28 +502,11 @@ def _svd_variants(m: int, n: int) -> tuple[str, ...]:
 
 
 def _svd_block(w: _Writer, m: int, n: int, variant: str, double: bool) -> None:
-    """The body of the SVD block function (see `mpslinalg.small.codegen.emit_svd`): A
-    (m x n) is factored directly when m >= n, through its transpose otherwise
-    (A^T = U' S V'^T gives U = V', Vh = U'^T)."""
+    """The body of the SVD block function (see `mpslinalg.small.codegen.emit_svd_any_shape`)."""
     dl = _Cpp(w, double)
     _load(w, m, n)
-    wide = m < n
-    big, small = max(m, n), min(m, n)
-    for i in range(big):
-        for j in range(small):
-            w(f"vf x{i}{j} = {f'a{j}{i}' if wide else f'a{i}{j}'};")
-    want_uv = variant != "vals"
-    ucols = big if variant == "full" else small
-    _codegen.emit_svd(dl, big, small, want_uv, ucols)
-    _store(w, "S", 1, small, lambda i, j: f"s{j}")
-    if not want_uv:
-        return
-    if not wide:  # U = u (m x ucols), Vh = v^T (n x n)
-        _store(w, "U", m, ucols, lambda i, j: f"u{i}{j}")
-        _store(w, "VH", n, n, lambda i, j: f"v{j}{i}")
-    else:  # U = v (m x m), Vh = u^T (ucols x n)
-        _store(w, "U", m, m, lambda i, j: f"v{i}{j}")
-        _store(w, "VH", ucols, n, lambda i, j: f"u{j}{i}")
+    for name, rows, cols, value in _codegen.emit_svd_any_shape(dl, m, n, variant):
+        _store(w, name, rows, cols, value)
 
 
 def _eigh_block(w: _Writer, n: int, want_v: bool, double: bool) -> None:

@@ -363,7 +363,7 @@ def kernel_source(op: str, n: int, dtype: str = "float32", load: str | None = No
 
 def _svd_source(m: int, n: int, dtype: str, variant: str, load: str) -> tuple[str, str]:
     """(function name, source) of the SVD kernel of m x n matrices (one-sided Jacobi of
-    `mpslinalg.small.codegen.emit_svd`; wide matrices through their transpose).
+    `mpslinalg.small.codegen.emit_svd_any_shape`; wide matrices through their transpose).
     variant: "vals", "reduced" or "full"."""
     name = f"small_svd_m{m}_n{n}_{dtype}_{variant}_{_mode(m, load, n)}"
     w = _Writer()
@@ -371,27 +371,9 @@ def _svd_source(m: int, n: int, dtype: str, variant: str, load: str) -> tuple[st
     w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
     w("live = rows < batch")
     _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
-    wide = m < n
-    big, small = max(m, n), min(m, n)
-    for i in range(big):
-        for j in range(small):
-            w(f"x{i}{j} = {f'a{j}{i}' if wide else f'a{i}{j}'}")
-    want_uv = variant != "vals"
-    ucols = big if variant == "full" else small
-    _codegen.emit_svd(dl, big, small, want_uv, ucols)
-    _emit_store(w, "S", {j: f"s{j}" for j in range(small)}, 1, load, _chunk(small, dtype),
-                cols=small)
-    if want_uv:
-        if not wide:
-            uvals = {i * ucols + j: f"u{i}{j}" for i in range(m) for j in range(ucols)}
-            _emit_store(w, "U", uvals, m, load, _chunk(ucols, dtype), cols=ucols)
-            vvals = {i * n + j: f"v{j}{i}" for i in range(n) for j in range(n)}
-            _emit_store(w, "VH", vvals, n, load, _chunk(n, dtype), cols=n)
-        else:
-            uvals = {i * m + j: f"v{i}{j}" for i in range(m) for j in range(m)}
-            _emit_store(w, "U", uvals, m, load, _chunk(m, dtype), cols=m)
-            vvals = {i * n + j: f"u{j}{i}" for i in range(ucols) for j in range(n)}
-            _emit_store(w, "VH", vvals, ucols, load, _chunk(n, dtype), cols=n)
+    for out, rows, cols, value in _codegen.emit_svd_any_shape(dl, m, n, variant):
+        vals = {i * cols + j: value(i, j) for i in range(rows) for j in range(cols)}
+        _emit_store(w, out, vals, rows, load, _chunk(cols, dtype), cols=cols)
     head = f"def {name}(A, U, S, VH, batch, BLOCK: tl.constexpr):"
     return name, "\n".join([head, *w.lines]) + "\n"
 
