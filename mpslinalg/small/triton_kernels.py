@@ -140,6 +140,16 @@ def _emit_join(w: _Writer, names: dict[int, str], bits: int, prefix: str) -> str
     return names[0]
 
 
+def _begin(dtype: str, m: int, n: int, load: str) -> tuple[_Writer, _Triton]:
+    """A kernel body's start: this program's rows of the batch and its m x n matrices of A
+    loaded into a{i}{j}."""
+    w = _Writer()
+    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+    w("live = rows < batch")
+    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    return w, _Triton(w, dtype)
+
+
 def _emit_load(w: _Writer, ptr: str, n: int, load: str, c: int, cols: int | None = None) -> None:
     """a{i}{j} = entry (i, j) of this program's matrices in ``ptr`` (contiguous (batch, n, cols),
     cols = n by default)."""
@@ -281,11 +291,7 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
         "slogdet": "A, SIGN, LOGABS, batch",
     }[op]
     name = f"small_{op}_n{n}_{dtype}_{_mode(n, load)}"
-    w = _Writer()
-    dl = _Triton(w, dtype)
-    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-    w("live = rows < batch")
-    _emit_load(w, "A", n, load, _chunk(n, dtype))
+    w, dl = _begin(dtype, n, n, load)
     _codegen.emit_factor(dl, n)
     if op == "inv":
         out = {}
@@ -338,11 +344,7 @@ def _qr_source(m: int, n: int, dtype: str, mode: str, load: str) -> tuple[str, s
     rrows = m if mode == "complete" else k
     qcols = m if mode == "complete" else k
     name = f"small_qr_m{m}_n{n}_{dtype}_{mode}_{_mode(m, load, n)}"
-    w = _Writer()
-    dl = _Triton(w, dtype)
-    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-    w("live = rows < batch")
-    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    w, dl = _begin(dtype, m, n, load)
     _codegen.emit_qr_factor(dl, m, n)
     w("zero = tl.zeros([BLOCK], A.dtype.element_ty)")
     rvals = {i * n + j: (f"a{i}{j}" if i <= j and i < k else "zero")
@@ -366,11 +368,7 @@ def _svd_source(m: int, n: int, dtype: str, variant: str, load: str) -> tuple[st
     `mpslinalg.small.codegen.emit_svd_any_shape`; wide matrices through their transpose).
     variant: "vals", "reduced" or "full"."""
     name = f"small_svd_m{m}_n{n}_{dtype}_{variant}_{_mode(m, load, n)}"
-    w = _Writer()
-    dl = _Triton(w, dtype)
-    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-    w("live = rows < batch")
-    _emit_load(w, "A", m, load, _chunk(n, dtype), cols=n)
+    w, dl = _begin(dtype, m, n, load)
     for out, rows, cols, value in _codegen.emit_svd_any_shape(dl, m, n, variant):
         vals = {i * cols + j: value(i, j) for i in range(rows) for j in range(cols)}
         _emit_store(w, out, vals, rows, load, _chunk(cols, dtype), cols=cols)
@@ -383,11 +381,7 @@ def _eigh_source(n: int, dtype: str, upper: bool, want_v: bool, load: str) -> tu
     `mpslinalg.small.codegen.emit_eigh`), reading the upper or lower triangle."""
     name = (f"small_eigh_n{n}_{dtype}_{'upper' if upper else 'lower'}_"
             f"{'vecs' if want_v else 'vals'}_{_mode(n, load)}")
-    w = _Writer()
-    dl = _Triton(w, dtype)
-    w("rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-    w("live = rows < batch")
-    _emit_load(w, "A", n, load, _chunk(n, dtype))
+    w, dl = _begin(dtype, n, n, load)
     for i in range(n):
         for j in range(i, n):
             w(f"h{i}{j} = {f'a{i}{j}' if upper else f'a{j}{i}'}")
