@@ -16,6 +16,7 @@ import mpslinalg
 
 from .._core.registry import bench_case, check_case, median_time
 from ..testing import _ratio, eps, norm1, orthogonality_ratio, random_matrix, wide
+from . import scipy_per_matrix
 
 
 def hermitian(A: torch.Tensor, UPLO: str = "L") -> torch.Tensor:
@@ -143,18 +144,6 @@ _BENCH_SHAPES = [
 ]
 
 
-def _scipy_eigh():
-    try:
-        import scipy.linalg
-    except ImportError:
-        return None
-
-    def run(A):
-        return [scipy.linalg.eigh(a) for a in A.reshape(-1, *A.shape[-2:])]
-
-    return run
-
-
 def _register_bench(label, dtype, batch, cpu_n, gpu_n) -> None:
     name = str(dtype).removeprefix("torch.")
     @bench_case("eigh", f"{label} n={cpu_n} on cpu, n={gpu_n} on gpu, batch {batch} {name}")
@@ -163,7 +152,7 @@ def _register_bench(label, dtype, batch, cpu_n, gpu_n) -> None:
         A = random_hermitian(n, dtype, batch, seed=12).to(device)
         times = {"mpslinalg": median_time(lambda: mpslinalg.eigh(A), device, repeats),
                  "torch": median_time(lambda: torch.linalg.eigh(A), device, repeats)}
-        scipy_eigh = _scipy_eigh()
+        scipy_eigh = scipy_per_matrix("eigh")
         if scipy_eigh is not None and len(batch) == 0:  # a Python loop over 1e5 is no baseline
             An = A.cpu().numpy()
             times["scipy"] = median_time(lambda: scipy_eigh(An), torch.device("cpu"), repeats)

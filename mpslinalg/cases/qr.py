@@ -24,6 +24,7 @@ from ..testing import (
     solve_ratio,
     wide,
 )
+from . import scipy_per_matrix
 
 
 def _qr_ratios(A: torch.Tensor, mode: str = "reduced") -> float:
@@ -113,25 +114,13 @@ _BENCH_SHAPES = [
 ]
 
 
-def _scipy_qr():
-    try:
-        import scipy.linalg
-    except ImportError:
-        return None
-
-    def run(A):
-        return [scipy.linalg.qr(a, mode="economic") for a in A.reshape(-1, *A.shape[-2:])]
-
-    return run
-
-
 def _register_bench(label, batch, cpu_shape, gpu_shape) -> None:
     @bench_case("qr", f"{label} {cpu_shape} on cpu, {gpu_shape} on gpu, batch {batch} float32")
     def run(device, repeats):
         m, n = cpu_shape if device.type == "cpu" else gpu_shape
         A = random_matrix(n, torch.float32, batch, seed=13, m=m).to(device)
         contenders = {"mpslinalg": lambda: mpslinalg.qr(A), "torch": lambda: torch.linalg.qr(A)}
-        scipy_qr = _scipy_qr()
+        scipy_qr = scipy_per_matrix("qr", mode="economic")
         if scipy_qr is not None and len(batch) == 0:  # a Python loop over 1e5 is not a baseline
             An = A.cpu().numpy()
             contenders["scipy"] = lambda: scipy_qr(An)

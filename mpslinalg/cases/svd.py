@@ -28,6 +28,7 @@ from ..testing import (
     svd_ratio,
     wide,
 )
+from . import scipy_per_matrix
 
 
 def _svd_ratios(A: torch.Tensor, full_matrices: bool = False) -> float:
@@ -138,18 +139,6 @@ _BENCH_SHAPES = [
 ]
 
 
-def _scipy_svd():
-    try:
-        import scipy.linalg
-    except ImportError:
-        return None
-
-    def run(A):
-        return [scipy.linalg.svd(a, full_matrices=False) for a in A.reshape(-1, *A.shape[-2:])]
-
-    return run
-
-
 def _register_bench(label, batch, cpu_shape, gpu_shape) -> None:
     @bench_case("svd", f"{label} {cpu_shape} on cpu, {gpu_shape} on gpu, batch {batch} float32")
     def run(device, repeats):
@@ -161,7 +150,7 @@ def _register_bench(label, batch, cpu_shape, gpu_shape) -> None:
             "torch": median_time(lambda: torch.linalg.svd(A, full_matrices=False), device,
                                  repeats),
         }
-        scipy_svd = _scipy_svd()
+        scipy_svd = scipy_per_matrix("svd", full_matrices=False)
         if scipy_svd is not None and math.prod(batch) <= 64:  # a loop over 1e5 is no baseline
             An = A.cpu().numpy()
             times["scipy"] = median_time(lambda: scipy_svd(An), torch.device("cpu"), repeats)
