@@ -84,19 +84,19 @@ class Dialect(abc.ABC):
     #: Machine epsilon of the real type (the Jacobi methods' convergence threshold).
     eps: float = 1.1920928955078125e-07
 
+    @abc.abstractmethod
     def sweeps(self, count: int, flag: str) -> contextlib.AbstractContextManager:
         """A loop of at most ``count`` sweeps around the statements written inside; ``flag`` (an
         INT declared per sweep, false) is or-ed by the body where a lane rotated: a target may
         leave the loop once it stays false for every lane (SVD and eigh only)."""
-        raise NotImplementedError(f"{type(self).__name__} has no sweeps")
 
+    @abc.abstractmethod
     def sqrt(self, x: str) -> str:
         """The correctly rounded square root of x, lane by lane (QR, SVD and eigh only)."""
-        raise NotImplementedError(f"{type(self).__name__} has no sqrt")
 
+    @abc.abstractmethod
     def signbit(self, x: str) -> str:
         """An INT condition: the sign bit of x is set (true for -0.0, as copysign reads it)."""
-        raise NotImplementedError(f"{type(self).__name__} has no signbit")
 
     @abc.abstractmethod
     def mul_unit(self, s: str, d: str) -> str:
