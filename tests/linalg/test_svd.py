@@ -209,12 +209,15 @@ def test_tolerance_rules_match_torch(backend):
         on_kw = {k: backend.tensor(v) if isinstance(v, torch.Tensor) else v
                  for k, v in kwargs.items()}
         ours = mpslinalg.matrix_rank(A32, *on, **on_kw)
-        # rtol 1e-3 meets a singular value of 1e-3: cuSOLVER's float32 rounding decides
-        ref = (torch.linalg.matrix_rank(A32, *on, **on_kw).cpu() if backend.name == "cuda"
+        # rtol 1e-3 meets a singular value of 1e-3: on CUDA, cuSOLVER's float32 rounding
+        # decides whether it is kept, for the rank and for the pseudo-inverse alike
+        on_cuda = backend.name == "cuda"
+        ref = (torch.linalg.matrix_rank(A32, *on, **on_kw).cpu() if on_cuda
                else torch.linalg.matrix_rank(A, *args, **kwargs))
         assert torch.equal(ours.cpu(), ref), (args, kwargs, ours, ref)
         X = mpslinalg.pinv(A32, *on, **on_kw).cpu()
-        Xr = torch.linalg.pinv(wide(A32), *args, **kwargs)
+        Xr = (wide(torch.linalg.pinv(A32, *on, **on_kw)) if on_cuda
+              else torch.linalg.pinv(wide(A32), *args, **kwargs))
         assert X.shape == Xr.shape and X.dtype == torch.float32
         # kept singular values down to 1e-4: errors of order cond * eps relative to |X|
         torch.testing.assert_close(wide(X), Xr, rtol=0, atol=1e-2 * float(Xr.abs().max()))
