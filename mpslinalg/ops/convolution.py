@@ -44,15 +44,24 @@ def output_length(l_in: int, taps: int, stride: int, pad_left: int, pad_right: i
     return (l_in + pad_left + pad_right - dilation * (taps - 1) - 1) // stride + 1
 
 
-def _conv1d_metal(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
+def output_shape(x: Tensor, weight: Tensor, stride: int, pad_left: int, pad_right: int,
+                 dilation: int) -> tuple[int, int, int]:
+    """(N, C_out, L_out) of batched ``x``. An input without channels gives an output without
+    channels, bias or not: torch's rule (ATen's convolution of empty inputs), kept so that a
+    model's shapes do not depend on the backend."""
     n, c_in, l_in = x.shape
     c_out, _, taps = weight.shape
-    l_out = output_length(l_in, taps, stride, pad_left, pad_right, dilation)
-    out = torch.empty((n, c_out, l_out), dtype=x.dtype, device=x.device)
+    return (n, c_out if c_in else 0,
+            output_length(l_in, taps, stride, pad_left, pad_right, dilation))
+
+
+def _conv1d_metal(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
+    n, c_in, _ = x.shape
+    c_out = weight.shape[0]
+    out = x.new_empty(output_shape(x, weight, stride, pad_left, pad_right, dilation))
+    l_out = out.shape[-1]
     if out.numel() == 0:
         return out
-    if c_in == 0:  # an empty sum: the output is the bias
-        return out.copy_((bias if bias is not None else out.new_zeros(c_out))[:, None])
     x, weight = x.resolve_conj().resolve_neg(), weight.resolve_conj().resolve_neg()
     params = _params(x, weight, l_out, stride, pad_left, dilation, groups, bias is not None)
     bias_arg = bias.contiguous() if bias is not None else weight  # not read without a bias
@@ -119,8 +128,7 @@ def _conv1d_torch(x, weight, bias, stride, pad_left, pad_right, dilation, groups
 
 
 def _conv1d_fake(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
-    l_out = output_length(x.shape[-1], weight.shape[-1], stride, pad_left, pad_right, dilation)
-    return x.new_empty((x.shape[0], weight.shape[0], l_out))
+    return x.new_empty(output_shape(x, weight, stride, pad_left, pad_right, dilation))
 
 
 def _conv1d_save(ctx, inputs, output) -> None:
@@ -178,7 +186,9 @@ def _conv1d_backward(ctx, grad: Tensor):
     needs_input, needs_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     gx, gw = conv1d_backward_op(grad, x, weight, *ctx.geometry, needs_input, needs_weight,
                                 ctx.backend, False, "")
-    gb = grad.sum((0, 2)) if ctx.has_bias else None
+    # no output channels (an input without channels): the bias reached no output
+    gb = None if not ctx.has_bias else (
+        grad.sum((0, 2)) if grad.shape[1] else grad.new_zeros(weight.shape[0]))
     return (gx if needs_input else None, gw if needs_weight else None, gb,
             None, None, None, None, None)
 
@@ -297,7 +307,8 @@ def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     -------
     Tensor
         ``(N, C_out, L_out)`` (``(C_out, L_out)`` for unbatched input), in ``x``'s dtype.
-        Differentiable in ``x``, ``weight`` and ``bias``.
+        Differentiable in ``x``, ``weight`` and ``bias``. As in torch, an input with no
+        channels gives an output with no channels, ``(N, 0, L_out)``, bias or not.
 
     Notes
     -----

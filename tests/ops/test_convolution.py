@@ -212,6 +212,9 @@ def _conv_samples(complex_: bool) -> list[Sample]:
         Sample(inputs(1, 5, 3, 16, 5, 1, 3, bias=False), {"padding": "valid"},
                desc="no bias, valid"),
         Sample(inputs(2, 3, 35, 40, 2, 1, 4), {"dilation": 3}, desc="two channel tiles"),
+        # torch's rules for empty inputs: no input channels give no output channels
+        Sample(inputs(2, 0, 3, 9, 3, 1, 5), {"padding": 1}, desc="no input channels"),
+        Sample(inputs(0, 4, 2, 9, 3, 2, 6), {"stride": 2, "groups": 2}, desc="empty batch"),
     ]
 
 
