@@ -154,11 +154,27 @@ def _lu_solve_backward(ctx, gX: Tensor):
     return gLU, None, gB, None, None
 
 
+def memory_safe_pivots(LU: Tensor, pivots: Tensor) -> Tensor:
+    """``pivots`` of CUDA tensors clamped into 1..n on the device (no host synchronisation);
+    others as they are.
+
+    torch.linalg.lu_solve validates pivots on the CPU only. On CUDA it reads them unchecked, and
+    a pivot far out of range (-2**31, measured on an H200 with torch 2.11) reads outside the
+    matrix: an illegal memory access, after which the process's CUDA context is unusable.
+    Clamping leaves valid pivots unchanged and costs one elementwise launch; invalid ones give a
+    wrong solution without an error, as in torch. Reporting them would need a device read, which
+    makes a 3x3 solve cost four times torch's (benchmarks/results/overhead_cuda.md).
+    """
+    if pivots.is_cuda and LU.dim() >= 2:
+        return pivots.clamp(1, max(LU.shape[-2], 1))
+    return pivots
+
+
 def _lu_solve_torch(LU, pivots, B, left, adjoint):
     batch = B.shape[:-2]
     return torch.linalg.lu_solve(LU.expand(*batch, *LU.shape[-2:]),
-                                 pivots.expand(*batch, pivots.shape[-1]), B,
-                                 left=left, adjoint=adjoint)
+                                 memory_safe_pivots(LU, pivots).expand(*batch, pivots.shape[-1]),
+                                 B, left=left, adjoint=adjoint)
 
 
 def _check_pivots(LU: Tensor, pivots: Tensor, B: Tensor, left: bool, adjoint: bool, *,
@@ -365,13 +381,16 @@ def _check_lu_solve(fn: str, LU: object, pivots: object, B: object, left: bool) 
     checks.check_same_dtype(fn, LU=LU, B=B)
 
 
-def _torch_skips_pivot_checks(LU: Tensor) -> bool:
-    """torch.linalg.lu_solve validates the pivots on the CPU only (on CUDA an invalid pivot
-    raises nothing): there the general path checks them, as on the metal backend."""
-    return LU.device.type == "cuda"
+def _torch_lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
+                    adjoint: bool = False, out: Tensor | None = None) -> Tensor:
+    """The fast path: torch.linalg.lu_solve, with pivots made memory-safe on CUDA."""
+    pivots = memory_safe_pivots(LU, pivots)
+    if left is True and adjoint is False and out is None:  # torch parses keywords slowly
+        return torch.linalg.lu_solve(LU, pivots, B)
+    return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
 
 
-@public(torch.linalg.lu_solve, general_when=_torch_skips_pivot_checks)
+@public(_torch_lu_solve, torch_name="linalg.lu_solve")
 def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
              adjoint: bool = False, out: Tensor | None = None) -> Tensor:
     r"""Solve ``A X = B`` given the LU factorisation of ``A`` from `lu_factor`; like
@@ -400,10 +419,13 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
 
     Notes
     -----
-    On the metal backend (and for CUDA tensors, where torch does not check them) the pivots are
-    validated as torch does on the CPU (RuntimeError for a pivot outside 1..n), which reads
-    them from the device once: the one host synchronisation of the metal path outside the
-    checking forms. Differentiable with respect to ``LU`` and ``B``.
+    On the metal backend the pivots are validated as torch does on the CPU (RuntimeError for a
+    pivot outside 1..n), which reads them from the device once: the one host synchronisation of
+    the metal path outside the checking forms. For CUDA tensors torch does not validate them,
+    and a check would cost a device read on every call; mpslinalg clamps them into 1..n on the
+    device instead, so that an invalid pivot gives a wrong solution (as in torch) but never an
+    out-of-bounds memory access (torch's can end the process's CUDA context).
+    Differentiable with respect to ``LU`` and ``B``.
 
     Examples
     --------
@@ -420,7 +442,6 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     backend = resolve_backend(LU.device, fn)
     dtype = checks.compute_dtype(fn, LU.dtype, backend)
     Bc = to_dtype(B, dtype).expand(*batch, *B.shape[-2:])
-    check = ("mpslinalg.lu_solve" if backend == "metal" or _torch_skips_pivot_checks(LU)
-             else "")
+    check = "mpslinalg.lu_solve" if backend == "metal" else ""
     X = lu_solve_op(to_dtype(LU, dtype), pivots, Bc, left, adjoint, backend, False, check)
     return write_out(fn, out, cast_back(X, B.dtype))

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mpslinalg
+from mpslinalg.linalg.lu import memory_safe_pivots
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -282,6 +283,31 @@ def test_no_host_syncs(metal_backend):
     assert syncs.calls == ["lu_solve pivots"]
 
 
+def test_cuda_pivots_are_clamped_not_read(backend):
+    """torch validates lu_solve's pivots on the CPU only; on CUDA it reads them unchecked (-2**31
+    is an illegal memory access on an H200, torch 2.11). There the torch backend clamps them
+    into 1..n on the device, with no device read; every other backend raises as torch's CPU."""
+    A = backend.tensor(random_matrix(5, torch.float32, (2,), seed=9))
+    B = backend.tensor(random_matrix(2, torch.float32, (2,), seed=10, m=5))
+    LU, pivots = mpslinalg.lu_factor(A)
+    bad = pivots.clone()
+    bad[0, 1], bad[0, 3] = -2**31, 2**31 - 1
+    if backend.name != "cuda":
+        with pytest.raises(RuntimeError, match="mpslinalg.lu_solve: Pivots given to lu_solve"):
+            mpslinalg.lu_solve(LU, bad, B)
+        return
+    clamped = memory_safe_pivots(LU, bad).cpu()
+    assert clamped[0, 1] == 1 and clamped[0, 3] == 5 and torch.equal(clamped[1], pivots[1].cpu())
+    for call in (lambda: mpslinalg.lu_solve(LU, bad, B),  # the fast path
+                 lambda: mpslinalg.lu_solve(LU.half(), bad, B.half())):  # the op (upcast)
+        with count_host_syncs() as syncs:
+            X = call()
+        assert syncs.calls == []
+        torch.cuda.synchronize()  # an out-of-bounds access would be reported here
+        good = mpslinalg.lu_solve(LU.to(X.dtype), pivots, B.to(X.dtype))
+        assert torch.equal(X[1], good[1])
+
+
 # ---------------------------------------------------------------- autograd
 
 
@@ -440,9 +466,11 @@ def _lu_solve_bad() -> list[BadSample]:
         BadSample((LU, pivots.long(), LU), match="int32"),
         BadSample((LU, pivots[:2], LU), match="pivots"),
         BadSample((LU, pivots, LU[:2]), match="AX = B"),
-        BadSample((LU, pivots * 0, LU), match="greater or equal to 1"),
-        BadSample((LU, pivots - 1, LU), match="greater or equal to 1"),
-        BadSample((LU, pivots + 3, LU), match="smaller or equal to"),
+        # torch does not validate pivots on CUDA, and mpslinalg clamps them there instead of
+        # paying a device read per call (test_cuda_pivots_are_clamped_not_read)
+        BadSample((LU, pivots * 0, LU), match="greater or equal to 1", valid_on=("cuda",)),
+        BadSample((LU, pivots - 1, LU), match="greater or equal to 1", valid_on=("cuda",)),
+        BadSample((LU, pivots + 3, LU), match="smaller or equal to", valid_on=("cuda",)),
     ]
 
 
