@@ -407,33 +407,64 @@ def _wrapper_names(text: str) -> str:
     return text[: m.start()] + name + _wrapper_names(text[close:])
 
 
-_STATIC_ASSERT = "static assertion failed: "
+# g++: "static assertion failed: MSG"; clang: "static assertion failed due to requirement 'R': MSG"
+_STATIC_ASSERT_RE = re.compile(r"static assertion failed(?: due to requirement '.*?')?: ")
 
 
-def _at_user_line(error: str, before: list) -> str:
+def _in_emulator(line: str) -> bool:
+    return line.startswith((str(INCLUDE_DIR), "<emulator-"))
+
+
+def _at_user_line(error: str, before: list, after: list) -> str:
     """An error inside the emulator's headers (a static_assert that enforces a Metal rule) is
-    reported at the user's line that instantiated it: the last "required from here" before it."""
-    if not error.startswith((str(INCLUDE_DIR), "<emulator-")):
+    reported at the user's line that instantiated it: g++ names it in the last "required from
+    here" line before the error, clang in an "in instantiation of ... requested here" note
+    after it (``after``: the lines up to the next error)."""
+    if not _in_emulator(error):
         return error
-    for line in reversed(before):
-        if line.endswith("required from here") and not line.startswith(
-            (str(INCLUDE_DIR), "<emulator-")
-        ):
+    origins = [ln for ln in reversed(before) if ln.endswith("required from here")]
+    origins += [ln for ln in after if ln.endswith("requested here")]
+    for line in origins:
+        if not _in_emulator(line):
             where = line.split(": ", 1)[0].strip()
-            msg = error.split(": error: ", 1)[1].removeprefix(_STATIC_ASSERT)
+            msg = _STATIC_ASSERT_RE.sub("", error.split(": error: ", 1)[1], count=1)
             return f"{where}: error: {msg}"
     return error
 
 
+# the first line of a diagnostic (then come the quoted source and caret lines, g++ and clang)
+_DIAGNOSTIC_RE = re.compile(r"[^\s:][^:]*:\d+:(?:\d+:)? (?:fatal error|error|warning|note): "
+                            r"|\d+ errors? generated|In ")
+
+
+def _without_emulator_notes(lines: list) -> list:
+    """The diagnostics without the notes located in the emulator's own headers, and the source
+    lines they quote: they describe its C++ (clang lists every constructor of the pointer
+    wrappers it tried), not the user's Metal."""
+    shown, hiding = [], False
+    for line in lines:
+        if _DIAGNOSTIC_RE.match(line):
+            hiding = _in_emulator(line) and ": note: " in line
+        if not hiding:
+            shown.append(line)
+    return shown
+
+
+# clang's "'T' (aka 'U')" where both spellings became the same Metal type
+_SAME_AKA_RE = re.compile(r"'([^']*)' \(aka '\1'\)")
+
+
 def _format_errors(stderr: str, srcs: list) -> str:
     lines = []
-    for line in metal_type_names(stderr).splitlines():
+    for line in _SAME_AKA_RE.sub(r"'\1'", metal_type_names(stderr)).splitlines():
         for src in srcs:
             line = line.replace(src, "<emulator-translation>")
         if "In file included from" in line or line.startswith("compilation terminated"):
             continue
         lines.append(line)
-    errs = [_at_user_line(ln, lines[:k]) for k, ln in enumerate(lines) if ": error:" in ln]
+    starts = [k for k, ln in enumerate(lines) if ": error:" in ln]
+    errs = [_at_user_line(lines[k], lines[:k], lines[k + 1 : end])
+            for k, end in zip(starts, [*starts[1:], len(lines)], strict=True)]
     head = "Metal kernel compilation failed (emulator):\n"
-    text = "\n".join(errs[:20]) + "\n\n" + "\n".join(lines[:80])
+    text = "\n".join(errs[:20]) + "\n\n" + "\n".join(_without_emulator_notes(lines)[:80])
     return head + text

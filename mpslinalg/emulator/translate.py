@@ -324,12 +324,12 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
         err = proc.stderr.decode(errors="replace").replace("<stdin>", "program_source").strip()
         m = re.search(
             r"^(.*?:\d+):\d+: (?:fatal )?error: (?:no include path in which to search for (\S+)"
-            r"|(.*?): No such file or directory)",
+            r"|(.*?): No such file or directory|'(.*?)' file not found)",  # g++, g++, clang
             err,
             re.M,
         )
         if m:
-            where, header = m.group(1), m.group(2) or m.group(3)
+            where, header = m.group(1), m.group(2) or m.group(3) or m.group(4)
             # a header the compiler's own configuration still finds (a distribution's g++ may)
             # fails inside itself: name the source's include line instead
             chain = re.findall(r"(?:In file included from|^\s+from) ([^/\s][^:\s]*):(\d+)", err,
