@@ -17,6 +17,7 @@ and Legendre, whose torch kernels would run for hours, and without end on CUDA a
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -77,6 +78,16 @@ _LONG_RECURRENCES = {"laguerre_polynomial_l": lambda x: x == 0,
                      "legendre_polynomial_p": lambda x: x.abs() == 1}
 
 
+def _largest(n: Tensor) -> float:
+    """The largest degree of a CPU tensor, NaN if any is NaN (read by the caller as possibly
+    out of bounds): one reduction and one read, a third of a comparison's cost."""
+    count = n.numel()
+    if count == 1:
+        return float(n)
+    return n.max().item() if count else -math.inf
+
+
+@functools.cache
 def _torch_polynomial(name: str):
     """torch.special's function, with the metal backend's degree bound where its recurrence
     would run without bound: n = +inf is read as torch's CPU kernels read it (degree 0 of
@@ -86,18 +97,19 @@ def _torch_polynomial(name: str):
     closed_form = _LONG_RECURRENCES.get(name)
     if closed_form is None:
         return torch_fn
+    compiling = torch.compiler.is_compiling
 
     def bounded(x: Tensor, n: Tensor | float, *, out: Tensor | None = None) -> Tensor:
         # Degrees within the bound (NaN included) are torch's own call: known at once for a
-        # number, with one comparison on the CPU; on other devices (no host read) and under
+        # number, with one reduction on the CPU; on other devices (no host read) and under
         # torch.compile the bound is applied branch-free below.
-        if isinstance(n, numbers.Real) and not n > MAX_RECURRENCE_DEGREE:
-            return torch_fn(x, n, out=out)
-        if not isinstance(n, Tensor):
-            n = torch.as_tensor(n, device=x.device)
-        if (n.device.type == "cpu" and not torch.compiler.is_compiling()
-                and not bool((n > MAX_RECURRENCE_DEGREE).any())):
-            return torch_fn(x, n, out=out)
+        if isinstance(n, Tensor):
+            within = n.is_cpu and not compiling() and _largest(n) <= MAX_RECURRENCE_DEGREE
+        else:
+            within = not n > MAX_RECURRENCE_DEGREE
+            n = n if within else torch.as_tensor(n, device=x.device)
+        if within:  # (torch parses keywords slowly: out passed only when given)
+            return torch_fn(x, n) if out is None else torch_fn(x, n, out=out)
         if not n.is_floating_point():  # (integers promote no floating dtype)
             n = n.to(x.dtype)
         n = torch.where(n == math.inf, -1.0, n)
