@@ -112,11 +112,16 @@ def _torch_polynomial(name: str):
             return torch_fn(x, n) if out is None else torch_fn(x, n, out=out)
         if not n.is_floating_point():  # (integers promote no floating dtype)
             n = n.to(x.dtype)
+        # Each step is a kernel launch (~5 us on CUDA), so few steps. A degree above the bound
+        # is replaced by 2 or 3, of its parity (fmod(n, 2) in [0, 2): truncated, as torch
+        # truncates degrees, it is the parity of trunc(n)), which gives the closed forms' value.
         n = torch.where(n == math.inf, -1.0, n)
-        high = n.trunc() > MAX_RECURRENCE_DEGREE
-        # a small degree of the same parity gives the closed forms' value
-        value = torch_fn(x, torch.where(high, torch.fmod(n.trunc(), 2) + 2, n))
-        return torch.where(high & ~closed_form(x), value.new_tensor(math.nan), value, out=out)
+        high = n > MAX_RECURRENCE_DEGREE
+        value = torch_fn(x, torch.where(high, torch.fmod(n, 2) + 2, n))
+        nan = high > closed_form(x)  # high and no closed form
+        if out is None:
+            return value.masked_fill_(nan, math.nan)  # (torch's fresh result)
+        return torch.where(nan, value.new_tensor(math.nan), value, out=out)
 
     bounded.__name__ = name
     return bounded
@@ -170,6 +175,7 @@ def _operands(fn: str, x: object, n: object) -> tuple[Tensor, Tensor]:
 
 
 def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
+    degree = n
     x, n = _operands(fn, x, n)
     backend = resolve_backend(x.device, fn)
     if backend == "metal" and x.dtype not in METAL_DTYPES:
@@ -178,7 +184,10 @@ def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
                         "64-bit floating point: use the torch backend "
                         "(mpslinalg.use_backend('torch')) for float64")
     if backend == "torch" and x.dtype not in UPCAST:
-        result = call_torch(fn, _torch_polynomial(fn), x, n)
+        # a degree given as a number goes to torch as one: its bound is checked on the host
+        # (no device copy, no guard kernels on CUDA)
+        number = isinstance(degree, numbers.Real) and not isinstance(degree, bool)
+        result = call_torch(fn, _torch_polynomial(fn), x, degree if number else n)
     else:
         result = OPS[fn](x, n, backend, False, "")
     return write_out(fn, out, result)
