@@ -23,14 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench_overhead import _fmt_us, measure  # noqa: E402
+from bench_overhead import _fmt_us, measure, print_table  # noqa: E402
 
 from mpslinalg import ops  # noqa: E402
-from mpslinalg._core.timing import (  # noqa: E402
-    busy_warning,
-    machine_header,
-    time_interleaved,
-)
+from mpslinalg._core.timing import time_interleaved  # noqa: E402
 
 POLYNOMIALS = ("laguerre_polynomial_l", "legendre_polynomial_p", "chebyshev_polynomial_t")
 SIZES = (1, 1000, 1_000_000)
@@ -85,21 +81,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    print("# Drop-in cost of the guarded ops on the torch backend\n")
-    print("\n".join(f"    {line}" for line in machine_header(device)))
-    print(f"\n{args.rounds} interleaved rounds of {args.calls} calls (1e6 elements: "
-          f"{max(1, args.calls // 10)})\n")
-    warning = busy_warning()
-    if warning:
-        print(f"**{warning}**\n")
-    print("| function | shape | degree / groups | mpslinalg us/call min / median / max | "
-          "torch us/call min / median / max | ratio of medians |")
-    print("|---|---|---|---|---|---|")
-    rows = polynomial_rows(device, args.rounds, args.calls)
-    if device.type == "cuda" and hasattr(F, "grouped_mm"):
-        rows += grouped_rows(device, args.rounds, max(1, args.calls // 2))
-    for row in rows:
-        print("| " + " | ".join(row) + " |", flush=True)
+
+    def rows():
+        yield from polynomial_rows(device, args.rounds, args.calls)
+        if device.type == "cuda" and hasattr(F, "grouped_mm"):
+            yield from grouped_rows(device, args.rounds, max(1, args.calls // 2))
+
+    print_table("Drop-in cost of the guarded ops on the torch backend", device,
+                f"{args.rounds} interleaved rounds of {args.calls} calls (1e6 elements: "
+                f"{max(1, args.calls // 10)})", "degree / groups", rows())
 
 
 if __name__ == "__main__":

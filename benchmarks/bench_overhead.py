@@ -113,6 +113,23 @@ def run(device: torch.device, rounds: int, calls: int, names: set[str] | None,
     return rows
 
 
+def print_table(title: str, device: torch.device, method: str, column: str,
+                rows) -> None:
+    """The markdown report: title, the machine's header, ``method``, a warning when the machine
+    is busy, and the table of ``rows`` (printed as they come) under its ``column`` heading."""
+    print(f"# {title}\n")
+    print("\n".join(f"    {line}" for line in machine_header(device)))
+    print(f"\n{method}\n")
+    warning = busy_warning()
+    if warning:
+        print(f"**{warning}**\n")
+    print(f"| function | shape | {column} | mpslinalg us/call min / median / max | "
+          "torch us/call min / median / max | ratio of medians |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -123,21 +140,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     names = {n for n in args.only.split(",") if n} or None
-    print("# Drop-in cost on the torch backend\n")
-    print("\n".join(f"    {line}" for line in machine_header(device)))
-    print(f"\n{args.rounds} interleaved rounds of {args.calls} calls "
-          f"(64x64: {max(1, args.calls // 10)})\n")
-    warning = busy_warning()
-    if warning:
-        print(f"**{warning}**\n")
-    print("| function | shape | dtype | mpslinalg us/call min / median / max | "
-          "torch us/call min / median / max | ratio of medians |")
-    print("|---|---|---|---|---|---|")
     sizes = {int(n) for n in args.n.split(",") if n}
     shapes = [s for s in SHAPES if not sizes or s[1] in sizes]
-    for row in run(device, args.rounds, args.calls, names, shapes):
-        print("| " + " | ".join(row) + " |", flush=True)
-
+    print_table("Drop-in cost on the torch backend", device,
+                f"{args.rounds} interleaved rounds of {args.calls} calls "
+                f"(64x64: {max(1, args.calls // 10)})", "dtype",
+                run(device, args.rounds, args.calls, names, shapes))
 
 if __name__ == "__main__":
     main()
