@@ -133,10 +133,10 @@ def _bias_terms(bias: Tensor, mode: int, ids: Tensor | None, shape, offs) -> Ten
 _TORCH_CUDA_ALIGN_BYTES = 16
 
 
-def _torch_cuda_layout(x: Tensor) -> Tensor:
-    """``x`` as torch's CUDA grouped_mm accepts it: one of the last two dimensions contiguous,
-    the other's stride a multiple of 16 bytes, the data 16-byte aligned; otherwise a copy with
-    the last dimension padded to 16 bytes (a view of the first columns)."""
+def _torch_layout(x: Tensor) -> Tensor:
+    """``x`` as torch's grouped_mm (CUDA and CPU) accepts it: one of the last two dimensions
+    contiguous, the other's stride a multiple of 16 bytes, the data 16-byte aligned; otherwise a
+    copy with the last dimension padded to 16 bytes (a view of the first columns)."""
     align = _TORCH_CUDA_ALIGN_BYTES // x.element_size()
     rows, cols = x.shape[-2], x.shape[-1]
     row_major = x.stride(-1) == 1 and x.stride(-2) >= max(1, cols) and x.stride(-2) % align == 0
@@ -187,7 +187,7 @@ def _grouped_mm_torch_cuda(a: Tensor, b: Tensor, offs: Tensor | None, mode: int)
         else:  # zeros in the padding of the inner dimension add nothing
             a = torch.where(holds[None, :], a[:, source], zero)
             b = torch.where(holds[:, None], b[source], zero)
-    out = F.grouped_mm(_torch_cuda_layout(a), _torch_cuda_layout(b), offs=offs,
+    out = F.grouped_mm(_torch_layout(a), _torch_layout(b), offs=offs,
                        out_dtype=a.dtype)
     if mode == ROWS:
         return out[position]
@@ -196,27 +196,46 @@ def _grouped_mm_torch_cuda(a: Tensor, b: Tensor, offs: Tensor | None, mode: int)
     return out
 
 
-def _covered_only(out: Tensor, offs: Tensor, mode: int) -> Tensor:
-    """``out`` with zeros where no group writes (torch's CUDA kernel leaves those entries
-    uninitialised): rows or columns past the last offset, products of empty inner groups."""
+def _grouped_mm_torch_cpu(a: Tensor, b: Tensor, offs: Tensor | None, mode: int) -> Tensor:
+    """F.grouped_mm on CPU tensors. Its kernel multiplies group by group on the host (no
+    alignment rule for groups, unlike CUDA's), given strides it accepts and offsets made
+    non-decreasing within range, as on the CUDA route."""
+    if mode != BATCHED:
+        length = {ROWS: a.shape[0], COLS: b.shape[1], INNER: a.shape[1]}[mode]
+        offs = offs.clamp(0, length).cummax(0).values
+    return F.grouped_mm(_torch_layout(a), _torch_layout(b), offs=offs, out_dtype=a.dtype)
+
+
+def _covered_only(out: Tensor, offs: Tensor, mode: int, in_place: bool = False) -> Tensor:
+    """``out`` with zeros where no group writes (torch's kernels leave those entries
+    uninitialised): rows or columns past the last offset, products of empty inner groups.
+    ``in_place``: zeroed in ``out`` itself (a fresh result: no second output-sized buffer)."""
     if mode == INNER:
         starts = torch.cat([offs.new_zeros(1), offs[:-1]])
-        return torch.where((offs > starts)[:, None, None], out, out.new_zeros(()))
-    length = out.shape[0] if mode == ROWS else out.shape[1]
-    covered = _group_ids(offs, length) < offs.shape[0]
-    return torch.where(covered[:, None] if mode == ROWS else covered[None, :], out,
-                       out.new_zeros(()))
+        covered = (offs > starts)[:, None, None]
+    else:
+        ids = _group_ids(offs, out.shape[0] if mode == ROWS else out.shape[1])
+        covered = (ids < offs.shape[0])[:, None] if mode == ROWS else (ids < offs.shape[0])[None]
+    if in_place:
+        return out.masked_fill_(~covered, 0)
+    return torch.where(covered, out, out.new_zeros(()))
 
 
 def _grouped_mm_torch(a, b, offs, bias, out_dtype):
-    # torch's CUDA kernel writes only the inputs' dtype (float32 from bfloat16 is refused).
-    if (a.device.type == "cuda" and hasattr(F, "grouped_mm") and a.dtype != torch.float64
-            and out_dtype == a.dtype and a.numel() and b.numel()
+    # torch's kernels write only the inputs' dtype (float32 from bfloat16 is refused) and take
+    # no float64; the definition with torch operations serves the rest (and other devices).
+    if (a.device.type in ("cuda", "cpu") and hasattr(F, "grouped_mm")
+            and a.dtype != torch.float64 and out_dtype == a.dtype and a.numel() and b.numel()
             and (offs is None or offs.shape[0])):
         mode = mode_of(a, b)
-        out = _grouped_mm_torch_cuda(a, b, offs, mode)
-        if mode != BATCHED:
-            out = _covered_only(out, offs, mode)
+        if a.device.type == "cuda":
+            out = _grouped_mm_torch_cuda(a, b, offs, mode)
+            if mode != BATCHED:
+                out = _covered_only(out, offs, mode)
+        else:
+            out = _grouped_mm_torch_cpu(a, b, offs, mode)
+            if mode != BATCHED:  # (torch's fresh result)
+                out = _covered_only(out, offs, mode, in_place=True)
         if bias is not None:
             ids = None if mode in (BATCHED, INNER) else _group_ids(
                 offs, a.shape[0] if mode == ROWS else b.shape[1])
@@ -373,4 +392,10 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
     if check_offsets and offs is not None and a.device.type != "meta":
         length = {ROWS: a.shape[0], COLS: b.shape[-1], INNER: a.shape[1]}[mode]
         _check_offsets(fn, offs, length)
+    if (backend == "torch" and a.device.type == "cpu" and not torch.compiler.is_compiling()
+            and not (torch.is_grad_enabled()
+                     and any(t is not None and t.requires_grad for t in (a, b, bias)))):
+        # nothing to differentiate or trace: the op's forward without its dispatch (which
+        # costs more than torch's whole call on small CPU products)
+        return _grouped_mm_torch(a, b, offs, bias, out_dtype)
     return grouped_mm_op(a, b, offs, bias, out_dtype, backend, False, "")
