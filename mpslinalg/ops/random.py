@@ -6,8 +6,10 @@ Op ``mpslinalg::log_normal_`` writes into its argument. On the metal backend one
 row-major index / 4, so a seed gives the same numbers whatever the launch geometry and the
 tensor's strides (views are filled in place, at their strides). The seed is drawn from
 ``generator`` (torch's default CPU generator when None), so ``torch.manual_seed`` makes calls
-reproducible and successive calls differ. On the torch backend, torch's own sampler runs with a
-generator seeded by the same seed: reproducible too, but a different stream than the kernel's.
+reproducible and successive calls differ. On the torch backend the call is torch's own (its
+numbers, from the generator torch would use) when ``generator`` is None or on the input's
+device; a generator of another device seeds a generator of the input's device, as on the metal
+backend: reproducible too, but a different stream than the kernel's.
 """
 
 from __future__ import annotations
@@ -83,6 +85,14 @@ def _check(fn: str, x: object, mean: object, std: object) -> str:
     return backend
 
 
+def _fill(fn: str, x: Tensor, mean: float, std: float, generator, backend: str) -> None:
+    if backend == "torch" and (generator is None or (isinstance(generator, torch.Generator)
+                                                     and generator.device == x.device)):
+        x.log_normal_(mean, std, generator=generator)  # torch's call, torch's numbers
+        return
+    log_normal_op(x, float(mean), float(std), draw_seed(fn, generator), backend, False, "")
+
+
 def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
                 generator: torch.Generator | None = None) -> Tensor:
     r"""Fill ``input`` in place with numbers ``exp(mu + sigma z)``, ``z`` standard
@@ -99,7 +109,8 @@ def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
         ``sigma > 0``, its standard deviation.
     generator : torch.Generator, optional
         Where the 64-bit seed is drawn from; torch's default generator when None. The numbers
-        depend on the seed and on each element's row-major position only.
+        depend on the seed and on each element's row-major position only. On the torch backend
+        a generator of ``input``'s device (or None) is torch's call's own: torch's numbers.
 
     Returns
     -------
@@ -119,8 +130,7 @@ def log_normal_(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
     if input.requires_grad and torch.is_grad_enabled() and input.is_leaf:
         raise RuntimeError("mpslinalg.log_normal_: a leaf Variable that requires grad is being "
                            "used in an in-place operation.")
-    seed = draw_seed("log_normal_", generator)
-    log_normal_op(input, float(mean), float(std), seed, backend, False, "")
+    _fill("log_normal_", input, mean, std, generator, backend)
     return input
 
 
@@ -138,7 +148,8 @@ def log_normal(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
     std : float, optional
         ``sigma > 0``.
     generator : torch.Generator, optional
-        Where the seed is drawn from; torch's default generator when None.
+        Where the seed is drawn from; torch's default generator when None (on the torch
+        backend, one of ``input``'s device, or None, is torch's call's own).
 
     Returns
     -------
@@ -157,6 +168,5 @@ def log_normal(input: Tensor, mean: float = 1.0, std: float = 2.0, *,
     """
     backend = _check("log_normal", input, mean, std)
     out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    seed = draw_seed("log_normal", generator)
-    log_normal_op(out, float(mean), float(std), seed, backend, False, "")
+    _fill("log_normal", out, mean, std, generator, backend)
     return out

@@ -119,6 +119,26 @@ def test_one_launch_no_host_sync(metal_backend):
     assert emulator.total_launches() == 1 and syncs.calls == []
 
 
+def test_torch_backend_gives_torch_numbers():
+    """With no generator, or one of the input's device, the torch backend's call is torch's
+    own: the same numbers from the same generator state (the metal backend has its own
+    stream, Philox keyed by a drawn seed)."""
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    with mpslinalg.use_backend("torch"):
+        for device in devices:
+            for gen in (None, torch.Generator(device=device)):
+                torch.manual_seed(3)
+                state = gen.manual_seed(4).get_state() if gen is not None else None
+                ours = ops.log_normal(torch.empty(50, device=device), 0.5, 1.5, generator=gen)
+                torch.manual_seed(3)
+                if gen is not None:
+                    gen.set_state(state)
+                ref = torch.empty(50, device=device).log_normal_(0.5, 1.5, generator=gen)
+                assert torch.equal(ours, ref)
+                again = ops.log_normal_(torch.empty(50, device=device), 0.5, 1.5, generator=gen)
+                assert not torch.equal(again, ref)  # the generator advanced
+
+
 def test_torch_backend_float64():
     with mpslinalg.use_backend("torch"):
         x = ops.log_normal(torch.empty(3000, dtype=torch.float64), 0.0, 1.0,
