@@ -148,6 +148,17 @@ def _torch_layout(x: Tensor) -> Tensor:
     return padded[..., :cols]
 
 
+def grouped_length(a: Tensor, b: Tensor, mode: int) -> int:
+    """Length of the dimension ``offs`` splits: rows of ``a``, columns of ``b`` or the inner one."""
+    return {ROWS: a.shape[0], COLS: b.shape[-1], INNER: a.shape[1]}[mode]
+
+
+def _monotone_ends(offs: Tensor, length: int) -> Tensor:
+    """Group ends made non-decreasing within [0, length] (equal to ``offs`` when valid), the
+    form torch's kernels take without reading outside their operands or asserting."""
+    return offs.clamp(0, length).cummax(0).values
+
+
 def _torch_cuda_groups(offs: Tensor, length: int, align: int):
     """Groups as torch's CUDA kernels accept them. They check on the device that the offsets are
     non-decreasing, within ``length`` and (the CUTLASS path of bfloat16 on Hopper; cuBLAS's
@@ -159,7 +170,7 @@ def _torch_cuda_groups(offs: Tensor, length: int, align: int):
     Returns the padded group ends (int32), for each padded entry its source index and whether it
     holds data, and for each original index its padded position."""
     groups = offs.shape[0]
-    ends = offs.to(torch.int64).clamp(0, length).cummax(0).values
+    ends = _monotone_ends(offs.to(torch.int64), length)
     starts = torch.cat([ends.new_zeros(1), ends[:-1]])
     sizes = ends - starts
     padded_ends = ((sizes + align - 1) // align * align).cumsum(0)
@@ -177,8 +188,8 @@ def _torch_cuda_groups(offs: Tensor, length: int, align: int):
 def _grouped_mm_torch_cuda(a: Tensor, b: Tensor, offs: Tensor | None, mode: int) -> Tensor:
     """F.grouped_mm on CUDA tensors, given layouts and offsets it cannot assert on."""
     if mode != BATCHED:
-        length = {ROWS: a.shape[0], COLS: b.shape[1], INNER: a.shape[1]}[mode]
-        offs, source, holds, position = _torch_cuda_groups(offs, length, 16 // a.element_size())
+        offs, source, holds, position = _torch_cuda_groups(offs, grouped_length(a, b, mode),
+                                                           16 // a.element_size())
         zero = a.new_zeros(())
         if mode == ROWS:
             a = torch.where(holds[:, None], a[source], zero)
@@ -201,8 +212,7 @@ def _grouped_mm_torch_cpu(a: Tensor, b: Tensor, offs: Tensor | None, mode: int) 
     alignment rule for groups, unlike CUDA's), given strides it accepts and offsets made
     non-decreasing within range, as on the CUDA route."""
     if mode != BATCHED:
-        length = {ROWS: a.shape[0], COLS: b.shape[1], INNER: a.shape[1]}[mode]
-        offs = offs.clamp(0, length).cummax(0).values
+        offs = _monotone_ends(offs, grouped_length(a, b, mode))
     return F.grouped_mm(_torch_layout(a), _torch_layout(b), offs=offs, out_dtype=a.dtype)
 
 
@@ -237,8 +247,8 @@ def _grouped_mm_torch(a, b, offs, bias, out_dtype):
             if mode != BATCHED:  # (torch's fresh result)
                 out = _covered_only(out, offs, mode, in_place=True)
         if bias is not None:
-            ids = None if mode in (BATCHED, INNER) else _group_ids(
-                offs, a.shape[0] if mode == ROWS else b.shape[1])
+            ids = (None if mode in (BATCHED, INNER)
+                   else _group_ids(offs, grouped_length(a, b, mode)))
             out = out + _bias_terms(bias, mode, ids, out.shape, offs).to(out.dtype)
         return out
     return _grouped_mm_reference(a, b, offs, bias, out_dtype)
@@ -390,8 +400,7 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
                                f"of dtype {dtype}, got {checks.shape_str(bias)} {bias.dtype}")
         checks.check_same_device(fn, mat_a=a, bias=bias)
     if check_offsets and offs is not None and a.device.type != "meta":
-        length = {ROWS: a.shape[0], COLS: b.shape[-1], INNER: a.shape[1]}[mode]
-        _check_offsets(fn, offs, length)
+        _check_offsets(fn, offs, grouped_length(a, b, mode))
     if (backend == "torch" and a.device.type == "cpu" and not torch.compiler.is_compiling()
             and not (torch.is_grad_enabled()
                      and any(t is not None and t.requires_grad for t in (a, b, bias)))):
