@@ -78,8 +78,17 @@ def norm1(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.matrix_norm(wide(x), ord=1)
 
 
-def _ratio(num: torch.Tensor, den: torch.Tensor) -> float:
-    """max over the batch of num/den, with 0/0 = 0 (an exact empty or zero residual)."""
+def batch_ratio(num: torch.Tensor, den: torch.Tensor) -> float:
+    """The largest ``num / den`` over a batch, with 0/0 = 0 (an exact, empty or zero residual)
+    and NaN when any ratio is NaN: the reduction of every LAPACK-style ratio here.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mpslinalg.testing import batch_ratio
+    >>> batch_ratio(torch.tensor([0.0, 2.0]), torch.tensor([0.0, 4.0]))
+    0.5
+    """
     num, den = num.reshape(-1), den.reshape(-1)
     if num.numel() == 0:
         return 0.0
@@ -103,7 +112,7 @@ def lu_ratio(A, P, L, U, dtype=None) -> float:
     A, P, L, U = map(wide, (A, P, L, U))
     n = max(A.shape[-1], A.shape[-2], 1)
     res = norm1(A - P @ L @ U)
-    return _ratio(res, n * norm1(A) * eps(dtype))
+    return batch_ratio(res, n * norm1(A) * eps(dtype))
 
 
 def solve_ratio(A, X, B, dtype=None) -> float:
@@ -121,7 +130,7 @@ def solve_ratio(A, X, B, dtype=None) -> float:
     A, X, B = map(wide, (A, X, B))
     n = max(A.shape[-1], 1)
     res = norm1(A @ X - B)
-    return _ratio(res, norm1(A) * norm1(X) * n * eps(dtype))
+    return batch_ratio(res, norm1(A) * norm1(X) * n * eps(dtype))
 
 
 def inv_ratio(A, Ainv, dtype=None) -> float:
@@ -140,7 +149,7 @@ def inv_ratio(A, Ainv, dtype=None) -> float:
     n = max(A.shape[-1], 1)
     eye = torch.eye(n, dtype=A.dtype)
     res = norm1(A @ Ainv - eye)
-    return _ratio(res, n * norm1(A) * norm1(Ainv) * eps(dtype))
+    return batch_ratio(res, n * norm1(A) * norm1(Ainv) * eps(dtype))
 
 
 def qr_ratio(A, Q, R, dtype=None) -> float:
@@ -158,7 +167,7 @@ def qr_ratio(A, Q, R, dtype=None) -> float:
     dtype = dtype or R.dtype
     A, Q, R = map(wide, (A, Q, R))
     size = max(A.shape[-1], A.shape[-2], 1)
-    return _ratio(norm1(A - Q @ R), size * norm1(A) * eps(dtype))
+    return batch_ratio(norm1(A - Q @ R), size * norm1(A) * eps(dtype))
 
 
 def orthogonality_ratio(Q, dtype=None) -> float:
@@ -177,7 +186,7 @@ def orthogonality_ratio(Q, dtype=None) -> float:
     Q = wide(Q)
     eye = torch.eye(Q.shape[-1], dtype=Q.dtype)
     num = norm1(Q.mH @ Q - eye)
-    return _ratio(num, torch.full_like(num, max(Q.shape[-2], 1) * eps(dtype)))
+    return batch_ratio(num, torch.full_like(num, max(Q.shape[-2], 1) * eps(dtype)))
 
 
 def svd_ratio(A, U, S, Vh, dtype=None) -> float:
@@ -198,7 +207,7 @@ def svd_ratio(A, U, S, Vh, dtype=None) -> float:
     k = S.shape[-1]
     rebuilt = (U[..., :k] * S.unsqueeze(-2).to(U.dtype)) @ Vh[..., :k, :]
     size = max(A.shape[-1], A.shape[-2], 1)
-    return _ratio(norm1(A - rebuilt), size * norm1(A) * eps(dtype))
+    return batch_ratio(norm1(A - rebuilt), size * norm1(A) * eps(dtype))
 
 
 def singular_values_ratio(S, S_ref, m: int, n: int, dtype=None) -> float:
@@ -219,7 +228,7 @@ def singular_values_ratio(S, S_ref, m: int, n: int, dtype=None) -> float:
     if S.numel() == 0:
         return 0.0
     err = (S - S_ref).abs().amax(-1)
-    return _ratio(err, max(m, n, 1) * S_ref.amax(-1) * eps(dtype))
+    return batch_ratio(err, max(m, n, 1) * S_ref.amax(-1) * eps(dtype))
 
 
 def penrose_ratios(A, X, dtype=None) -> dict[str, float]:
@@ -242,10 +251,10 @@ def penrose_ratios(A, X, dtype=None) -> dict[str, float]:
     unit = max(A.shape[-1], A.shape[-2], 1) * eps(dtype)
     AX, XA = A @ X, X @ A
     return {
-        "AXA=A": _ratio(norm1(AX @ A - A), a * a * x * unit),
-        "XAX=X": _ratio(norm1(XA @ X - X), x * x * a * unit),
-        "(AX)^H=AX": _ratio(norm1(AX.mH - AX), a * x * unit),
-        "(XA)^H=XA": _ratio(norm1(XA.mH - XA), a * x * unit),
+        "AXA=A": batch_ratio(norm1(AX @ A - A), a * a * x * unit),
+        "XAX=X": batch_ratio(norm1(XA @ X - X), x * x * a * unit),
+        "(AX)^H=AX": batch_ratio(norm1(AX.mH - AX), a * x * unit),
+        "(XA)^H=XA": batch_ratio(norm1(XA.mH - XA), a * x * unit),
     }
 
 

@@ -15,7 +15,7 @@ import torch
 import mpslinalg
 
 from .._core.registry import bench_case, check_case, median_time
-from ..testing import _ratio, eps, norm1, orthogonality_ratio, random_matrix, wide
+from ..testing import batch_ratio, eps, norm1, orthogonality_ratio, random_matrix, wide
 from . import scipy_per_matrix
 
 
@@ -53,7 +53,7 @@ def residual_ratio(A, L, V, UPLO: str = "L", dtype=None) -> float:
     V, L = wide(V), wide(L)
     n = H.shape[-1]
     num = norm1(H @ V - V * L.to(V.dtype)[..., None, :])
-    return _ratio(num, n * norm1(H) * eps(dtype))
+    return batch_ratio(num, n * norm1(H) * eps(dtype))
 
 
 def eigenvalue_ratio(A, L, UPLO: str = "L", dtype=None) -> float:
@@ -70,7 +70,7 @@ def eigenvalue_ratio(A, L, UPLO: str = "L", dtype=None) -> float:
         *H.shape[:-1])
     ref = torch.from_numpy(ref)
     num = (wide(L) - ref).abs().amax(-1)
-    return _ratio(num, n * eps(dtype) * ref.abs().amax(-1))
+    return batch_ratio(num, n * eps(dtype) * ref.abs().amax(-1))
 
 
 def eigh_ratios(A, L, V, UPLO: str = "L") -> dict[str, float]:
