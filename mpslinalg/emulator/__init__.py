@@ -80,12 +80,12 @@ def compile_shader(
     if metal_version not in (310, 320, 400):
         raise ValueError(f"metal_version must be 310, 320 or 400, got {metal_version!r}")
     cxx = build.require_emulator()
-    if race_check is None:  # the environment's default: where the compiler can build it
-        race = race_check_default() and build.race_check_unsupported(cxx) is None
-    else:
-        race = bool(race_check)
-        if race and build.race_check_unsupported(cxx) is not None:
-            raise build.EmulatorUnavailableError(build.race_check_unsupported(cxx))
+    race = race_check_default() if race_check is None else bool(race_check)
+    why_not = build.race_check_unsupported(cxx) if race else None
+    if why_not is not None:
+        if race_check is not None:
+            raise build.EmulatorUnavailableError(why_not)
+        race = False  # the environment's default applies where the compiler can build it
     mkey = (source, bool(debug), metal_version, cxx, race)
     with _memo_lock:
         lib = _memo.get(mkey)

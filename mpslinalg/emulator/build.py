@@ -88,6 +88,9 @@ def unsupported_platform() -> str | None:
             "kernels on the GPU (tensors on 'mps')")
 
 
+_is_clang: dict = {}
+
+
 def race_check_unsupported(cxx: str) -> str | None:
     """Why ``cxx`` cannot build the race detector, or None: it needs GCC's ThreadSanitizer
     instrumentation (clang's also instruments the emulator's own runtime and reports races of
@@ -101,9 +104,6 @@ def race_check_unsupported(cxx: str) -> str | None:
         return (f"the emulator's race detector needs g++ (GCC's ThreadSanitizer instrumentation); "
                 f"{cxx} is clang: set $CXX to g++")
     return None
-
-
-_is_clang: dict = {}
 
 
 def require_emulator() -> str:
