@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench_overhead import _fmt_us, measure, print_table  # noqa: E402
+from bench_overhead import format_us, measure, print_table  # noqa: E402
 
 from mpslinalg import ops  # noqa: E402
 from mpslinalg._core.timing import time_interleaved  # noqa: E402
@@ -47,7 +47,7 @@ def polynomial_rows(device: torch.device, rounds: int, calls: int) -> list[list[
                 a, b = measure(lambda f=ours_fn, x=x, n=n: f(x, n),
                                lambda f=torch_fn, x=x, n=n: f(x, n),
                                rounds, calls if size < 10**6 else max(1, calls // 10), device)
-                rows.append([name, f"({size},)", label, _fmt_us(a), _fmt_us(b),
+                rows.append([name, f"({size},)", label, format_us(a), format_us(b),
                              f"{a.median / b.median:.2f}"])
     return rows
 
@@ -67,11 +67,11 @@ def grouped_rows(device: torch.device, rounds: int, calls: int) -> list[list[str
         ours, theirs = measure(lambda a=a, b=b, o=aligned: ops.grouped_mm(a, b, offs=o),
                                lambda a=a, b=b, o=aligned: F.grouped_mm(a, b, offs=o),
                                rounds, calls, device)
-        rows.append(["grouped_mm", shape, "equal groups (16-byte aligned)", _fmt_us(ours),
-                     _fmt_us(theirs), f"{ours.median / theirs.median:.2f}"])
+        rows.append(["grouped_mm", shape, "equal groups (16-byte aligned)", format_us(ours),
+                     format_us(theirs), f"{ours.median / theirs.median:.2f}"])
         t = time_interleaved({"ours": lambda a=a, b=b, o=ragged: ops.grouped_mm(a, b, offs=o)},
                              device, rounds, calls=calls, warmup=3)["ours"]
-        rows.append(["grouped_mm", shape, "groups of 3 rows", _fmt_us(t),
+        rows.append(["grouped_mm", shape, "groups of 3 rows", format_us(t),
                      "(device-side assert)" if device.type == "cuda" else "-", "-"])
     return rows
 

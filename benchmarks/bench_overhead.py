@@ -77,7 +77,7 @@ def _inputs(batch: tuple, n: int, dtype: torch.dtype, device: torch.device):
     return A.to(device), B.to(device)
 
 
-def _fmt_us(t: Timing) -> str:
+def format_us(t: Timing) -> str:
     return f"{t.min * 1e6:.1f} / {t.median * 1e6:.1f} / {t.max * 1e6:.1f}"
 
 
@@ -108,8 +108,8 @@ def run(device: torch.device, rounds: int, calls: int, names: set[str] | None,
                 a, b = measure(ours, theirs, rounds, scale, device)
                 ratio = a.median / b.median
                 shape = f"({', '.join(map(str, (*batch, n, n)))})"
-                rows.append([name, shape, str(dtype).removeprefix("torch."), _fmt_us(a),
-                             _fmt_us(b), f"{ratio:.2f}"])
+                rows.append([name, shape, str(dtype).removeprefix("torch."), format_us(a),
+                             format_us(b), f"{ratio:.2f}"])
     return rows
 
 
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{args.rounds} interleaved rounds of {args.calls} calls "
                 f"(64x64: {max(1, args.calls // 10)})", "dtype",
                 run(device, args.rounds, args.calls, names, shapes))
+
 
 if __name__ == "__main__":
     main()

@@ -118,6 +118,7 @@ def test_degree_bound_on_metal(metal_backend):
                                torch.special.chebyshev_polynomial_t(x.cpu(), 1e6),
                                atol=1e-1, rtol=0)
 
+
 @pytest.mark.parametrize("name", ["laguerre_polynomial_l", "legendre_polynomial_p"])
 def test_long_recurrences_are_bounded_on_every_backend(backend, name):
     """torch's Laguerre and Legendre kernels run the recurrence up to n (hours at 1e12; on CUDA
@@ -130,7 +131,6 @@ def test_long_recurrences_are_bounded_on_every_backend(backend, name):
     assert got[:2, ~closed].isnan().all()
     assert torch.equal(got[:2, closed], torch.ones(2, int(closed.sum())))
     assert torch.equal(got[2], torch.zeros(4))  # +inf reads as torch's CPU kernels read it
-
 
 
 def test_one_launch_no_host_sync(metal_backend):
