@@ -21,7 +21,10 @@ Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the rea
 - ``nonfinite``: NaN / Inf in one element, everywhere, or one batch element: no hang, no crash,
   the result is non-finite where torch's is, and a poisoned batch element leaves the others
   as they were;
-- ``no_host_sync`` (metal backend): no device read, except the one of a checking form.
+- ``no_host_sync`` (metal backend): no device read, except the one of a checking form;
+- ``orthonormal_factors``: the factors ``OpInfo.orthonormal`` names (svd's U and Vh, qr's Q,
+  eigh's eigenvectors) have orthonormal columns on degenerate input (`degenerate_samples`:
+  zero rows and columns, graded rows, rank 1, duplicates), whichever path serves it.
 """
 
 from __future__ import annotations
@@ -103,6 +106,12 @@ class OpInfo:
     #: the CPU: for results a GPU library may choose otherwise than LAPACK (LU of a complex
     #: matrix on CUDA: other pivots than LAPACK's largest |Re| + |Im|, an equally valid LU).
     ref_on_backend_device: bool = False
+    #: Maps an output to its factors that must have orthonormal columns (Q^H Q = I; a factor
+    #: with orthonormal rows, such as svd's Vh, as its conjugate transpose). None: the op has
+    #: no such factors and the orthonormal_factors test does not apply.
+    orthonormal: Callable[[Any], Sequence[torch.Tensor]] | None = None
+    #: The inputs of the orthonormal_factors test: ``degenerate(complex_)``.
+    degenerate: Callable[[bool], list[Sample]] = lambda c: degenerate_samples(c)
 
     @property
     def fn_name(self) -> str:
@@ -424,6 +433,36 @@ def check_no_host_sync(info: OpInfo, backend) -> None:
         assert len(syncs.calls) <= info.device_reads, (info.name, syncs.calls)
 
 
+def orthonormality_ratio(Q: torch.Tensor) -> float:
+    """LAPACK's ``||Q^H Q - I||_1 / (rows eps)`` (eps of Q's dtype), the largest over the
+    batch, in float64 / complex128."""
+    from mpslinalg.testing import eps
+
+    wide = _wide(Q)
+    gram = wide.mH @ wide - torch.eye(Q.shape[-1], dtype=wide.dtype)
+    if gram.numel() == 0:
+        return 0.0
+    return float(gram.abs().sum(-2).amax(-1).max()) / (max(Q.shape[-2], 1) * eps(Q.dtype))
+
+
+def check_orthonormal_factors(info: OpInfo, backend) -> None:
+    """On degenerate input every factor named by ``OpInfo.orthonormal`` has orthonormal
+    columns to working precision: ``||Q^H Q - I|| / (m eps) < THRESH``."""
+    from mpslinalg.small import cpu_simd
+    from mpslinalg.testing import THRESH
+
+    # The n <= 4 kernels serve the torch backend on the CPU once their library is built (in the
+    # background from import; calls meanwhile take torch.linalg): wait, so that they are checked.
+    cpu_simd.ORTH_LIBRARY.wait()
+    for dtype in _dtypes(info, backend):
+        for sample in info.degenerate(dtype.is_complex):
+            out, _ = _call(info, sample, dtype, backend.device)
+            for j, factor in enumerate(info.orthonormal(out)):
+                ratio = orthonormality_ratio(factor)
+                assert ratio < THRESH, (f"{info.name} {sample.desc} {dtype}: factor {j} "
+                                        f"||Q^H Q - I|| / (m eps) = {ratio:.3g}")
+
+
 GENERIC_TESTS = {
     "parity": check_parity,
     "layouts": check_layouts,
@@ -436,6 +475,7 @@ GENERIC_TESTS = {
     "bad_input": check_bad_input,
     "nonfinite": check_nonfinite,
     "no_host_sync": check_no_host_sync,
+    "orthonormal_factors": check_orthonormal_factors,
 }
 
 
@@ -452,6 +492,8 @@ def _applies(info: OpInfo, test_name: str) -> bool:
         return bool(info.grad_args)
     if test_name == "upcast":
         return any(not d.is_complex for d in info.dtypes)
+    if test_name == "orthonormal_factors":
+        return info.orthonormal is not None
     return True
 
 
@@ -547,6 +589,66 @@ def solve_samples(complex_: bool) -> list[Sample]:
                desc="X A = B"),
         Sample((A3, torch.zeros(0, 3, 2, dtype=A3.dtype)), desc="empty batch of B"),
     ]
+
+
+#: Shapes of `degenerate_samples`: those of the n <= 4 kernels (square, and the camera's 3 x 4
+#: and 4 x 3) and of the general paths (square beyond 4, tall, wide).
+DEGENERATE_SHAPES = ((2, 2), (3, 3), (4, 4), (3, 4), (4, 3), (6, 6), (7, 3), (3, 7))
+#: Matrices per kind of degenerate input: for n <= 4, 7 kinds x 40 = 280 matrices in one call,
+#: at or above every crossover of the small paths (mpslinalg.small.orthogonal: 256 at most).
+_DEGENERATE_BATCH = {True: 40, False: 2}
+
+
+def degenerate_matrices(m: int, n: int, complex_: bool = False, per_kind: int = 40,
+                        seed: int = 0, hermitian: bool = False) -> dict[str, torch.Tensor]:
+    """Batches (per_kind, m, n) in float64 / complex128 on which factorisations lose
+    orthogonality: a zero row, a zero column, rows graded 1e-20 .. 1e20, rank 1, two equal
+    rows, two equal columns, the zero matrix. With ``hermitian`` (m == n) the Hermitian
+    counterparts: a zero row and column, D H D graded 1e-10 .. 1e10 (entries 1e-20 .. 1e20),
+    v v^H, a repeated row and column."""
+    from mpslinalg.testing import random_matrix
+
+    dtype = torch.complex128 if complex_ else torch.float64
+    A = random_matrix(n, dtype, (per_kind,), seed, m=m)
+    r, c = min(1, m - 1), min(1, n - 1)
+    if hermitian:
+        H = A + A.mH
+        zero = H.clone()
+        zero[:, r, :] = 0
+        zero[:, :, r] = 0
+        d = torch.logspace(-10, 10, n, dtype=torch.float64).to(dtype)
+        v = A[..., :, :1]
+        repeated = H.clone()
+        repeated[:, r, :] = repeated[:, 0, :]
+        repeated[:, :, r] = repeated[:, :, 0]
+        return {"zero row and column": zero, "graded": d[:, None] * H * d[None, :],
+                "rank 1": v @ v.mH, "repeated row and column": repeated,
+                "zero": torch.zeros_like(H)}
+    zero_row, zero_col, equal_rows, equal_cols = A.clone(), A.clone(), A.clone(), A.clone()
+    zero_row[:, r, :] = 0
+    zero_col[:, :, c] = 0
+    equal_rows[:, r, :] = equal_rows[:, 0, :]
+    equal_cols[:, :, c] = equal_cols[:, :, 0]
+    graded = torch.logspace(-20, 20, m, dtype=torch.float64).to(dtype)[:, None] * A
+    return {"zero row": zero_row, "zero column": zero_col, "graded rows": graded,
+            "rank 1": A[..., :, :1] @ A[..., :1, :], "equal rows": equal_rows,
+            "equal columns": equal_cols, "zero": torch.zeros_like(A)}
+
+
+def degenerate_samples(complex_: bool, kwargs: Sequence[dict] = ({},),
+                       hermitian: bool = False) -> list[Sample]:
+    """One sample per shape of `DEGENERATE_SHAPES` (square ones only with ``hermitian``) and
+    keyword set: the kinds of `degenerate_matrices` stacked into one batch."""
+    samples = []
+    for seed, (m, n) in enumerate(DEGENERATE_SHAPES):
+        if hermitian and m != n:
+            continue
+        kinds = degenerate_matrices(m, n, complex_, _DEGENERATE_BATCH[max(m, n) <= 4], seed,
+                                    hermitian)
+        A = torch.cat(list(kinds.values()))
+        for kw in kwargs:
+            samples.append(Sample((A,), dict(kw), desc=f"{m}x{n} degenerate {kw or ''}"))
+    return samples
 
 
 def check_params_struct(header: str, struct: str, fields: Sequence[str]) -> None:

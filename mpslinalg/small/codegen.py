@@ -397,8 +397,10 @@ def emit_svd_any_shape(dl: Dialect, m: int, n: int, variant: str) -> list:
 
 def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
     """One-sided Jacobi SVD of x{i}{j} (m x n, m >= n): s{j} (descending, NaN for a non-finite
-    input), and with ``want_uv`` u{i}{j} (m x ucols, ucols = n or m; columns of zero singular
-    values and those past n completed to an orthonormal basis) and v{i}{j} (n x n)."""
+    input), and with ``want_uv`` u{i}{j} (m x ucols, ucols = n or m; orthonormalised column
+    by column in the order of S, a column mostly inside the span of those before it, such as
+    that of a zero singular value, and those past n completed to an orthonormal basis: see
+    `_emit_orthonormal_column`) and v{i}{j} (n x n)."""
     names = [f"x{i}{j}" for i in range(m) for j in range(n)]
     _emit_sanitize_and_scale(dl, names)
     eps = dl.eps
@@ -477,10 +479,7 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                 for i in range(m):
                     dl.declare(FLOAT, f"u{i}{j}", "zerov")
             with dl.scope():
-                need = "need"
-                dl.declare(INT, need, f"s{j} == {dl.float_literal(0.0)}" if j < n
-                           else f"zerov == {dl.float_literal(0.0)}")
-                _emit_complete(dl, m, j, need)
+                _emit_orthonormal_column(dl, m, j, own=j < n)
     for j in range(n):
         dl.assign(f"s{j}", dl.select("bad", "nanv", f"s{j} * amax"))
     if want_uv:
@@ -492,10 +491,21 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                 dl.assign(f"v{i}{j}", dl.select("bad", "nanv", f"v{i}{j}"))
 
 
-def _emit_complete(dl: Dialect, m: int, j: int, need: str) -> None:
-    """Where ``need``: u{.}{j} <- a unit vector orthogonal to u{.}{0..j-1} (orthonormal): the
-    basis vector e_k with the largest component outside their span, projected out (twice, for
-    orthogonality to working precision) and normalised."""
+def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool) -> None:
+    """u{.}{j} <- a unit vector orthogonal to u{.}{0..j-1} (orthonormal): u_j itself (when
+    ``own``) less its components along them, unless that leaves less than half of it, else
+    the basis vector e_k with the largest component outside their span (at least
+    sqrt((m - j) / m) >= 1/2); then projected out twice (for orthogonality to working
+    precision) and normalised.
+
+    u_j = x_j / |x_j| is orthogonal to the columns before it only once the sweeps converged
+    for its pairs. For rank-deficient input they never do: the column of a zero singular value
+    holds the rounding residue of the rotations, which lies in the span of the other columns
+    (a zero row of A keeps every column in a subspace) and only shrinks from sweep to sweep,
+    down to subnormal sizes; normalised, it is parallel to another column. The same holds of a
+    column whose entries are subnormal after the scaling (rows graded 1e-20 .. 1e20 in
+    float32). Such a column, and a zero one, is mostly inside the span and takes e_k instead;
+    a converged column moves by O(eps)."""
     prior = range(j)
     for k in range(m):
         for r in range(m):
@@ -513,6 +523,19 @@ def _emit_complete(dl: Dialect, m: int, j: int, need: str) -> None:
             dl.assign("best", dl.select("gt", f"nu{k}", "best"))
             for r in range(m):
                 dl.assign(f"y{r}", dl.select("gt", f"w{k}{r}", f"y{r}"))
+    if own:
+        with dl.scope():
+            for i in prior:
+                dl.declare(FLOAT, f"d{i}", " + ".join(f"u{r}{i} * u{r}{j}" for r in range(m)))
+            for r in range(m):
+                terms = [f"u{r}{i} * d{i}" for i in prior]
+                dl.declare(FLOAT, f"z{r}", f"u{r}{j} - ({' + '.join(terms)})" if terms
+                           else f"u{r}{j}")
+            # |z|^2 > 1/4: more than half of the unit vector u_j lies outside the span.
+            dl.declare(INT, "keep", " + ".join(f"z{r} * z{r}" for r in range(m))
+                       + f" > {dl.float_literal(0.25)}")
+            for r in range(m):
+                dl.assign(f"y{r}", dl.select("keep", f"z{r}", f"y{r}"))
     for _ in range(2):
         for i in prior:
             with dl.scope():
@@ -524,7 +547,7 @@ def _emit_complete(dl: Dialect, m: int, j: int, need: str) -> None:
             for r in range(m):
                 dl.assign(f"y{r}", dl.div(f"y{r}", "nrm"))
     for r in range(m):
-        dl.assign(f"u{r}{j}", dl.select(need, f"y{r}", f"u{r}{j}"))
+        dl.assign(f"u{r}{j}", f"y{r}")
 
 
 def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:

@@ -28,8 +28,11 @@ Both kernels come from the generators of `mpslinalg.small.codegen`:
   ``qr_small`` itself (`mpslinalg.linalg.qr_metal`).
 - SVD: one-sided Jacobi on the columns (wide matrices through their transpose), at most
   `mpslinalg.small.codegen.JACOBI_MAX_SWEEPS` sweeps with a per-pair convergence test;
-  S descending, U's columns of zero singular values (and past n with full_matrices) completed
-  to an orthonormal basis.
+  S descending; U's columns orthogonalised against those of larger singular values, and
+  where that leaves less than half of a column (a zero singular value, or the rounding residue
+  of rank-deficient input that the sweeps never make orthogonal), and past n with
+  full_matrices, completed to an orthonormal basis: U^T U = I to working precision for zero
+  rows, rank-deficient and graded input too.
 - eigh: cyclic two-sided Jacobi on the named triangle; eigenvalues ascending (torch's order).
 
 Both Jacobi methods divide the matrix by its largest |entry| first (scaled back after), and a

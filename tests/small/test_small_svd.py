@@ -25,6 +25,8 @@ from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import orthogonal as so
 from mpslinalg.testing import THRESH, eps, matrix_with_spread, noncontiguous, random_matrix
 
+from opdb import degenerate_matrices
+
 pytestmark = pytest.mark.skipif(sc.ORTH_LIBRARY.wait() is None, reason="no C++ compiler")
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -121,6 +123,25 @@ def test_svd_rank_deficient_orthogonality_float32():
     assert r["orth U"] < 10 and r["orth V"] < 10, r
 
 
+def _degenerate(m: int, n: int, dtype, hermitian: bool = False) -> torch.Tensor:
+    """The degenerate kinds of opdb.degenerate_matrices in one batch, in ``dtype``."""
+    kinds = degenerate_matrices(m, n, per_kind=40, seed=m * 10 + n, hermitian=hermitian)
+    return torch.cat(list(kinds.values())).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=("float32", "float64"))
+@pytest.mark.parametrize("shape", sc.SVD_SHAPES, ids=[f"{m}x{n}" for m, n in sc.SVD_SHAPES])
+def test_svd_degenerate_orthogonality(shape, dtype):
+    """A zero row or column, rows graded 1e-20 .. 1e20, rank 1, equal rows or columns: U and V
+    orthonormal. The column of a zero singular value holds rounding residue inside the span of
+    the others, which the sweeps shrink but never make orthogonal; it was normalised into U
+    (||U^T U - I|| = 1, a column parallel to another) while U S Vh still rebuilt A."""
+    A = _degenerate(*shape, dtype)
+    for full in (True, False):
+        U, S, Vh = sc.small_svd(A, full, True)
+        _check_svd(A, U, S, Vh, full)
+
+
 def test_svd_small_singular_values_relative_accuracy():
     """One-sided Jacobi keeps small singular values to high relative accuracy on graded
     matrices (A = D1 B D2 with well-conditioned B), where A^T A would square them away."""
@@ -204,6 +225,16 @@ def test_eigh_ratios(n, dtype):
         Lv, Ve = sc.small_eigh(A, upper, False)
         assert _same(Lv, L) and Ve.numel() == 0
     assert torch.equal(A, A0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=("float32", "float64"))
+@pytest.mark.parametrize("n", (2, 3, 4))
+def test_eigh_degenerate_orthogonality(n, dtype):
+    """The Hermitian degenerate kinds (a zero row and column, graded, rank 1, repeated): V is
+    a product of rotations, orthonormal whatever the sweeps reach."""
+    A = _degenerate(n, n, dtype, hermitian=True)
+    for upper in (False, True):
+        _check_eigh(A, *sc.small_eigh(A, upper, True))
 
 
 def test_eigh_reads_only_the_named_triangle():
@@ -294,6 +325,9 @@ def _triton_cases() -> dict[str, dict]:
             for full, uv in ((True, True), (False, True), (False, False)):
                 cases[f"svd-{name}-{m}x{n}-{full}-{uv}"] = {
                     "op": "svd", "A": A, "full": full, "uv": uv, "load": "auto"}
+            cases[f"svd-{name}-{m}x{n}-degenerate"] = {
+                "op": "svd", "A": _degenerate(m, n, dtype), "full": True, "uv": True,
+                "load": "auto"}
         for n in SQUARE:
             A = random_matrix(n, dtype, (200,), seed=6)
             A[3, n - 1, 0] = math.inf
@@ -325,6 +359,16 @@ def test_triton_bit_identical_to_cpu_kernels(triton_runs):
             want = sc.small_eigh(case["A"], case["upper"], case["uv"])
         for g, w in zip(out[key], want, strict=True):
             assert _same(g, w), key
+
+
+def test_triton_degenerate_orthogonality(triton_runs):
+    """The fused Triton kernels (the CPU kernels' generator) keep U and V orthonormal on the
+    degenerate batches."""
+    cases, out = triton_runs
+    keys = [key for key in cases if key.endswith("-degenerate")]
+    assert len(keys) == len(DTYPES) * len(sc.SVD_SHAPES)
+    for key in keys:
+        _check_svd(cases[key]["A"], *out[key], full=True)
 
 
 def test_triton_generated_source():
