@@ -380,7 +380,8 @@ def test_host_constants_mirror_header():
 
 # ---------------------------------------------------------------- op database
 
-from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402,I001
+from opdb import (  # noqa: E402,I001
+    BadSample, OpInfo, Sample, degenerate_samples, instantiate_generic_tests)
 
 
 def _wide_dtype(c: bool) -> torch.dtype:
@@ -424,7 +425,10 @@ _NONFINITE_SKIP = {"nonfinite": "torch raises LinAlgError for NaN input (and ret
 
 OPS = [
     OpInfo("eigh", mpslinalg.eigh, torch.linalg.eigh, _eigh_samples, bad_samples=_eigh_bad,
-           compare=_eigh_invariants, skips=dict(_NONFINITE_SKIP), **_HERMITIAN_PERTURBATION),
+           compare=_eigh_invariants, skips=dict(_NONFINITE_SKIP),
+           orthonormal=lambda out: (out.eigenvectors,),
+           degenerate=lambda c: degenerate_samples(c, ({}, {"UPLO": "U"}), hermitian=True),
+           **_HERMITIAN_PERTURBATION),
     OpInfo("eigvalsh", mpslinalg.eigvalsh, torch.linalg.eigvalsh, _eigh_samples,
            bad_samples=_eigh_bad, skips=dict(_NONFINITE_SKIP), **_HERMITIAN_PERTURBATION),
 ]

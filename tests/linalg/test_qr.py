@@ -501,7 +501,8 @@ def test_host_constants_mirror_header():
 
 # ---------------------------------------------------------------- op database
 
-from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402,I001
+from opdb import (  # noqa: E402,I001
+    BadSample, OpInfo, Sample, degenerate_samples, instantiate_generic_tests)
 
 
 def _real(c: bool) -> torch.dtype:
@@ -564,6 +565,18 @@ def _householder_samples(c: bool) -> list[Sample]:
     return out
 
 
+def _householder_degenerate(c: bool) -> list[Sample]:
+    """The reflectors of geqrf of the degenerate matrices, min(m, n) of them (Q = their
+    product's first min(m, n) columns)."""
+    out = []
+    for sample in degenerate_samples(c):
+        A = sample.args[0]
+        k = min(A.shape[-2:])
+        a, tau = torch.geqrf(A)
+        out.append(Sample((a[..., :k].contiguous(), tau), desc=sample.desc))
+    return out
+
+
 def _householder_bad() -> list[BadSample]:
     return [
         BadSample((torch.zeros(3, 5), torch.zeros(3)), match="greater than or equal"),
@@ -599,14 +612,17 @@ def _lstsq_bad() -> list[BadSample]:
 
 OPS = [
     OpInfo("qr", mpslinalg.qr, torch.linalg.qr, _qr_samples, bad_samples=_qr_bad,
-           compare=_qr_invariants,
+           compare=_qr_invariants, orthonormal=lambda out: (out.Q,),
+           degenerate=lambda c: degenerate_samples(c, ({"mode": "reduced"},
+                                                       {"mode": "complete"})),
            skips={"upcast": "the invariants (Q R) are products rounded in float16; "
                             "test_float16_upcast compares the raw Q and R instead"}),
     OpInfo("geqrf", mpslinalg.geqrf, torch.geqrf, _geqrf_samples,
            bad_samples=lambda: _qr_bad()[:2], grad_args=()),
     OpInfo("householder_product", mpslinalg.householder_product,
            torch.linalg.householder_product, _householder_samples,
-           bad_samples=_householder_bad, grad_args=(0, 1)),
+           bad_samples=_householder_bad, grad_args=(0, 1),
+           orthonormal=lambda out: (out,), degenerate=_householder_degenerate),
     OpInfo("lstsq", mpslinalg.lstsq, torch.linalg.lstsq, _lstsq_samples,
            bad_samples=_lstsq_bad, compare=lambda out: (out.solution,), grad_args=(0, 1),
            supports_out=False,

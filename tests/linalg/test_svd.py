@@ -509,7 +509,8 @@ def test_metal_gradients_against_torch(metal_backend):
 
 # ---------------------------------------------------------------- the op database
 
-from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402,I001
+from opdb import (  # noqa: E402,I001
+    BadSample, OpInfo, Sample, degenerate_samples, instantiate_generic_tests)
 
 
 def _dt(c: bool) -> torch.dtype:
@@ -617,7 +618,9 @@ _NO_NAN_REFERENCE = ("the reference, torch.linalg.svd on the CPU, raises LinAlgE
 
 OPS = [
     OpInfo("svd", mpslinalg.svd, torch.linalg.svd, _svd_samples, bad_samples=_svd_bad,
-           compare=_svd_compare,
+           compare=_svd_compare, orthonormal=lambda out: (out.U, out.Vh.mH),
+           degenerate=lambda c: degenerate_samples(c, ({"full_matrices": True},
+                                                       {"full_matrices": False})),
            skips={"upcast": "the invariants are products rounded in float16; "
                             "test_float16_upcast_raw compares the raw U and S instead",
                   "nonfinite": _NO_NAN_REFERENCE}),
