@@ -594,9 +594,12 @@ def solve_samples(complex_: bool) -> list[Sample]:
 #: Shapes of `degenerate_samples`: those of the n <= 4 kernels (square, and the camera's 3 x 4
 #: and 4 x 3) and of the general paths (square beyond 4, tall, wide).
 DEGENERATE_SHAPES = ((2, 2), (3, 3), (4, 4), (3, 4), (4, 3), (6, 6), (7, 3), (3, 7))
-#: Matrices per kind of degenerate input: for n <= 4, 7 kinds x 40 = 280 matrices in one call,
-#: at or above every crossover of the small paths (mpslinalg.small.orthogonal: 256 at most).
-_DEGENERATE_BATCH = {True: 40, False: 2}
+#: Matrices per kind of degenerate input for the shapes of the n <= 4 paths: their 7 kinds (5
+#: Hermitian ones) make 280 (200) matrices in one call, at or above the batches from which
+#: mpslinalg.small.orthogonal takes those paths (qr: 256, svd: 32, eigh: 64 at most).
+_DEGENERATE_PER_KIND_SMALL = 40
+#: ... and for the general paths, whose kernels treat every batch alike.
+_DEGENERATE_PER_KIND_GENERAL = 2
 
 
 def degenerate_matrices(m: int, n: int, complex_: bool = False, per_kind: int = 40,
@@ -643,8 +646,9 @@ def degenerate_samples(complex_: bool, kwargs: Sequence[dict] = ({},),
     for seed, (m, n) in enumerate(DEGENERATE_SHAPES):
         if hermitian and m != n:
             continue
-        kinds = degenerate_matrices(m, n, complex_, _DEGENERATE_BATCH[max(m, n) <= 4], seed,
-                                    hermitian)
+        per_kind = (_DEGENERATE_PER_KIND_SMALL if max(m, n) <= 4
+                    else _DEGENERATE_PER_KIND_GENERAL)
+        kinds = degenerate_matrices(m, n, complex_, per_kind, seed, hermitian)
         A = torch.cat(list(kinds.values()))
         for kw in kwargs:
             samples.append(Sample((A,), dict(kw), desc=f"{m}x{n} degenerate {kw or ''}"))

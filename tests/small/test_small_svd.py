@@ -25,7 +25,7 @@ from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import orthogonal as so
 from mpslinalg.testing import THRESH, eps, matrix_with_spread, noncontiguous, random_matrix
 
-from opdb import degenerate_matrices
+from opdb import degenerate_matrices, degenerate_samples
 
 pytestmark = pytest.mark.skipif(sc.ORTH_LIBRARY.wait() is None, reason="no C++ compiler")
 
@@ -276,6 +276,17 @@ def test_use_small_svd_and_eigh():
         assert not so.use_small_svd(big.to(torch.complex64))
         assert not so.use_small_eigh(torch.zeros(64, 5, 5))
     assert not so.use_small_svd(big, "metal") and not so.use_small_eigh(big, "metal")
+
+
+def test_degenerate_samples_take_the_small_paths():
+    """The op database's orthonormal_factors test checks the n <= 4 kernels on the torch
+    backend: its samples of those shapes are batches at or above the crossovers."""
+    with mpslinalg.use_backend("torch"):
+        for hermitian, use in ((False, so.use_small_svd), (False, so.use_small_qr),
+                               (True, so.use_small_eigh)):
+            small = [s.args[0] for s in degenerate_samples(False, hermitian=hermitian)
+                     if max(s.args[0].shape[-2:]) <= 4]
+            assert small and all(use(A.float()) and use(A) for A in small), use.__name__
 
 
 def test_entry_points_and_fallbacks():
