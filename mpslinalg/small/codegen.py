@@ -431,11 +431,15 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                     dl.declare(FLOAT, name, " + ".join(f"{a}{i} * {b}{i}" for i in range(m)))
                 dl.declare(INT, "rot", f"nonzero & ({dl.abs('gamma')} > {dl.float_literal(eps)} * "
                            f"{dl.sqrt('alpha')} * {dl.sqrt('beta')})")
-                dl.assign("rotated", "rotated | rot")
                 # zeta = (|x_q|^2 - |x_p|^2) / (2 x_p . x_q), numerator and denominator divided
                 # by cp cq.
                 _emit_tangent(dl, f"({dl.div('cq', 'cp')} * beta - {dl.div('cp', 'cq')} * alpha)",
                               f"({dl.float_literal(2.0)} * gamma)")
+                # A tangent of zero (cp / cq overflows: the rounding residue of a rank-deficient
+                # matrix, which the sweeps shrink to subnormal sizes but never make orthogonal)
+                # rotates by the identity: not counted, so that such a lane leaves the loop.
+                dl.assign("rot", f"rot & (t != {dl.float_literal(0.0)})")
+                dl.assign("rotated", "rotated | rot")
                 dl.assign("c", dl.select("rot", "c", dl.float_operand(1.0)))
                 dl.assign("s", dl.select("rot", "s", dl.float_operand(0.0)))
                 for i in range(m):
