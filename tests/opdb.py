@@ -112,6 +112,9 @@ class OpInfo:
     orthonormal: Callable[[Any], Sequence[torch.Tensor]] | None = None
     #: The inputs of the orthonormal_factors test: ``degenerate(complex_)``.
     degenerate: Callable[[bool], list[Sample]] = lambda c: degenerate_samples(c)
+    #: torch's function with ``out=``, the oracle of the ``out`` test (None: ``ref``), for ops
+    #: whose ``ref`` takes no ``out``.
+    out_ref: Callable[..., Any] | None = None
 
     @property
     def fn_name(self) -> str:
@@ -258,21 +261,77 @@ def check_inputs_unmodified(info: OpInfo, backend) -> None:
                     assert torch.equal(a, b), f"{info.name} {sample.desc} modified an input"
 
 
+#: The dtypes the ``out`` test offers each output (the wrong device is ``meta``).
+OUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+              torch.complex128, torch.int8, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def _call_out(fn: Callable[..., Any], args: list, kwargs: dict, outs: list[torch.Tensor],
+              single: bool) -> tuple[Any, Exception | None]:
+    try:
+        return fn(*args, **kwargs, out=outs[0] if single else tuple(outs)), None
+    except Exception as error:  # the test compares it with torch's
+        return None, error
+
+
+def _holds(device: torch.device, dtype: torch.dtype) -> bool:
+    try:
+        torch.empty(0, dtype=dtype, device=device)
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
 def check_out(info: OpInfo, backend) -> None:
-    dtype = info.dtypes[0]
-    sample = _samples(info, dtype)[0]
-    result, args = _call(info, sample, dtype, backend.device)
-    single = isinstance(result, torch.Tensor)
-    results = (result,) if single else tuple(result)
-    outs = tuple(torch.empty(0, dtype=r.dtype, device=r.device) for r in results)
-    got = info.op(*args, **_kwargs(sample, backend.device), out=outs[0] if single else outs)
-    got = (got,) if single else tuple(got)
-    for g, o, r in zip(got, outs, results, strict=True):
-        assert g is o or g.data_ptr() == o.data_ptr()
-        torch.testing.assert_close(o, r, equal_nan=True)
-    wrong = tuple(torch.empty(0, dtype=torch.int8, device=r.device) for r in results)
-    with pytest.raises(RuntimeError, match=f"mpslinalg.{info.fn_name}"):
-        info.op(*args, **_kwargs(sample, backend.device), out=wrong[0] if single else wrong)
+    """Each output offered each of `OUT_DTYPES` and a tensor on another device, the others
+    right: accepted or refused as torch on the CPU does (the oracle), refused with torch's
+    error type and text after ``mpslinalg.<fn>:``; accepted ones hold the result cast as torch
+    casts it, are the tensors returned, in torch's return type (``torch.return_types.*_out``)."""
+    oracle = info.out_ref or info.ref
+    cpu = torch.device("cpu")
+    for dtype in _dtypes(info, backend):
+        sample = _samples(info, dtype)[0]
+        result, args = _call(info, sample, dtype, backend.device)
+        ref_args = [_convert(a, dtype, cpu) for a in sample.args]
+        kwargs, ref_kwargs = _kwargs(sample, backend.device), _kwargs(sample, cpu)
+        single = isinstance(result, torch.Tensor)
+        results = (result,) if single else tuple(result)
+        # (MPS holds no float64 / complex128)
+        held = [d for d in OUT_DTYPES if _holds(backend.device, d)]
+        for index, wanted in enumerate(results):
+            for offered in (*held, "meta"):
+                what = f"{info.name} {dtype} out[{index}] {offered}"
+                devices = (backend.device, cpu)
+                ours, theirs = (
+                    [torch.empty(0, dtype=r.dtype, device=device) for r in results]
+                    for device in devices)
+                for outs, device in zip((ours, theirs), devices, strict=True):
+                    outs[index] = (torch.empty(0, dtype=wanted.dtype, device="meta")
+                                   if offered == "meta" else
+                                   torch.empty(0, dtype=offered, device=device))
+                want, refusal = _call_out(oracle, ref_args, ref_kwargs, theirs, single)
+                got, error = _call_out(info.op, args, kwargs, ours, single)
+                if refusal is not None:
+                    assert error is not None, f"{what}: accepted, torch refuses: {refusal}"
+                    prefix = f"mpslinalg.{info.fn_name}: "
+                    assert str(error).startswith(prefix), f"{what}: {error}"
+                    if offered == "meta":  # torch's kernels word (and type: NotImplementedError
+                        # where no meta kernel exists) a device mismatch variously
+                        assert isinstance(error, RuntimeError), f"{what}: {error!r}"
+                        continue
+                    assert type(error) is type(refusal), f"{what}: {error!r} != {refusal!r}"
+                    assert str(refusal).endswith(str(error).removeprefix(prefix)), (
+                        f"{what}: {error!s} is not torch's {refusal!s}")
+                    continue
+                if offered == "meta":  # torch's CPU kernels take meta outs and skip the copy
+                    continue
+                assert error is None, f"{what}: refused, torch accepts: {error!r}"
+                assert type(got) is type(want), f"{what}: {type(got)} != torch's {type(want)}"
+                got = (got,) if single else tuple(got)
+                for g, o, r in zip(got, ours, results, strict=True):
+                    assert g is o, f"{what}: the out tensor is not returned"
+                    torch.testing.assert_close(o, r.to(o.dtype), equal_nan=True, rtol=0, atol=0,
+                                               msg=what)
 
 
 def check_gradients(info: OpInfo, backend) -> None:

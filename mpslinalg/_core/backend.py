@@ -44,7 +44,7 @@ def _update_fast_mode() -> None:
 def _validate(name: object, where: str) -> str:
     if not isinstance(name, str) or name not in BACKENDS:
         raise ValueError(
-            f"mpslinalg.{where}: unknown backend {name!r}; valid backends are "
+            f"{where}: unknown backend {name!r}; valid backends are "
             + ", ".join(repr(b) for b in BACKENDS)
         )
     return name
@@ -68,25 +68,22 @@ def set_backend(name: str) -> None:
     >>> mpslinalg.set_backend("auto")
     """
     global _global_backend
-    _global_backend = _validate(name, "set_backend")
+    _global_backend = _validate(name, "mpslinalg.set_backend")
     _update_fast_mode()
 
 
 def read_environment() -> None:
     """Read ``$MPSLINALG_BACKEND`` (done once at import; a per-call read would cost more than
-    the rest of the backend choice)."""
+    the rest of the backend choice). An unknown name raises ValueError, so that a misspelt
+    variable stops the import rather than the first call."""
     global _env_backend
     env = os.environ.get(ENV_VAR, "").strip().lower()
-    _env_backend = env or None
+    _env_backend = _validate(env, f"mpslinalg: ${ENV_VAR}") if env else None
     _update_fast_mode()
 
 
 def _process_backend() -> str:
-    if _global_backend is not None:
-        return _global_backend
-    if _env_backend is not None:
-        return _validate(_env_backend, f"get_backend (from ${ENV_VAR})")
-    return "auto"
+    return _global_backend or _env_backend or "auto"
 
 
 def get_backend() -> str:
@@ -130,7 +127,7 @@ def use_backend(name: str) -> Iterator[None]:
     tensor(1.)
     """
     global _open_blocks
-    _validate(name, "use_backend")
+    _validate(name, "mpslinalg.use_backend")
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []

@@ -65,7 +65,8 @@ def check_errors(info: torch.Tensor, api_name: str) -> None:
     Parameters
     ----------
     info : Tensor
-        The int32 tensor (batch shape) an ``*_ex`` function returned.
+        The int32 tensor (batch shape) an ``*_ex`` function returned; anything but an integer
+        tensor raises TypeError.
     api_name : str
         The function named in the message, e.g. ``"mpslinalg.solve"``.
 
@@ -86,6 +87,14 @@ def check_errors(info: torch.Tensor, api_name: str) -> None:
     mpslinalg.LinAlgError: mpslinalg.inv: (Batch element 1): The diagonal element 2 is zero, \
 the inversion could not be completed because the input matrix is singular.
     """
+    if not isinstance(info, torch.Tensor) or info.is_floating_point() or info.is_complex():
+        got = str(info.dtype).removeprefix("torch.") + " tensor" if isinstance(
+            info, torch.Tensor) else type(info).__name__
+        raise TypeError("mpslinalg.check_errors: info must be the integer tensor an *_ex "
+                        f"function returned, got {got}")
+    if not isinstance(api_name, str):
+        raise TypeError("mpslinalg.check_errors: api_name must be a str (the function to name, "
+                        f"e.g. 'mpslinalg.inv'), got {type(api_name).__name__}")
     if info.numel() == 0 or info.device.type == "meta":
         return
     flat = info.reshape(-1)

@@ -23,7 +23,8 @@ family broadcast along batch dimensions inside the op get summed gradients).
 For public functions, `public` adds torch.linalg's fast path: on the torch backend, in a
 dtype torch computes natively, the call goes straight to ``torch.linalg`` (errors reworded to
 name mpslinalg), so a drop-in costs what torch costs. `compute_dtype` /
-`cast_back` implement the float16/bfloat16 upcast, `write_out` torch's ``out=``.
+`cast_back` implement the float16/bfloat16 upcast, `write_out` torch's ``out=`` with the
+function's `OutCasting` (which dtypes torch's function takes into ``out``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -171,9 +173,98 @@ def cast_back(x: Tensor, dtype: torch.dtype) -> Tensor:
     return x.to(dtype) if x.is_floating_point() and x.dtype != dtype else x
 
 
-def write_out(fn: str, out: Tensor | Sequence[Tensor] | None, result: Any) -> Any:
+#: dtype names as torch's C++ messages spell them: the type of the element in "Expected out
+#: tensor to have dtype float" (structured kernels), and the ScalarType in "safely castable
+#: from Float dtype" / "result type Float can't be cast" (the casting checks).
+_CPP_TYPE = {
+    torch.float16: ("c10::Half", "Half"), torch.bfloat16: ("c10::BFloat16", "BFloat16"),
+    torch.float32: ("float", "Float"), torch.float64: ("double", "Double"),
+    torch.complex64: ("c10::complex<float>", "ComplexFloat"),
+    torch.complex128: ("c10::complex<double>", "ComplexDouble"),
+    torch.int8: ("signed char", "Char"), torch.int16: ("short int", "Short"),
+    torch.int32: ("int", "Int"), torch.int64: ("long int", "Long"),
+    torch.uint8: ("unsigned char", "Byte"), torch.uint16: ("short unsigned int", "UInt16"),
+    torch.uint32: ("unsigned int", "UInt32"), torch.uint64: ("long unsigned int", "UInt64"),
+    torch.bool: ("bool", "Bool"),
+}
+
+
+def _cpp_type(dtype: torch.dtype) -> tuple[str, str]:
+    name = str(dtype).removeprefix("torch.")
+    return _CPP_TYPE.get(dtype, (name, name))
+
+
+@dataclass(frozen=True)
+class OutCasting:
+    """torch's rule for an ``out=`` tensor whose dtype differs from the result's, which differs
+    between torch functions: structured kernels require the exact dtype, linalg functions
+    written over ``resize_output`` + ``copy_`` and TensorIterator kernels take any dtype the
+    result can be cast to safely (`torch.can_cast`), comparisons take every dtype.
+
+    ``wrong_dtype`` and ``wrong_device`` are torch's messages, formatted with ``name`` (the
+    out argument's name in torch's message), ``want`` / ``got`` (C++ element types),
+    ``want_type`` / ``got_type`` (ScalarType names), ``want_device`` / ``got_device`` and
+    ``int32`` (whether the result is int32).
+    """
+
+    accepts: Callable[[torch.dtype, torch.dtype], bool]
+    wrong_dtype: str
+    wrong_device: str = (
+        "Expected out tensor to have device {want_device}, but got {got_device} instead")
+    #: Names of the outputs in the messages, one per output (the last repeats).
+    names: tuple[str, ...] = ("out",)
+
+    def named(self, *names: str) -> OutCasting:
+        """The same rule, naming the outputs ``names`` in its messages."""
+        return replace(self, names=names)
+
+    def check(self, fn: str, index: int, out: Tensor, result: Tensor) -> None:
+        """Raise torch's RuntimeError, naming ``mpslinalg.<fn>``, if ``out`` cannot take
+        ``result``."""
+        if out.dtype != result.dtype and not self.accepts(result.dtype, out.dtype):
+            message = self.wrong_dtype
+        elif out.device != result.device:
+            message = self.wrong_device
+        else:
+            return
+        (want, want_type), (got, got_type) = _cpp_type(result.dtype), _cpp_type(out.dtype)
+        name = self.names[min(index, len(self.names) - 1)]
+        raise RuntimeError(f"mpslinalg.{fn}: " + message.format(
+            name=name, want=want, got=got, want_type=want_type, got_type=got_type,
+            want_device=result.device, got_device=out.device,
+            int32=result.dtype == torch.int32))
+
+
+#: Structured kernels (most of torch.linalg): the result's dtype exactly.
+EXACT = OutCasting(lambda result, out: False,
+                   "Expected out tensor to have dtype {want}, but got {got} instead")
+#: linalg functions that cast into ``out`` (``checkLinalgCompatibleDtype``: pinv, matrix_rank,
+#: householder_product, geqrf): any dtype `torch.can_cast` allows; name the outputs with
+#: `OutCasting.named` as torch does.
+SAFE_CAST = OutCasting(
+    torch.can_cast,
+    "Expected {name} to be safely castable from {want_type} dtype, but got {name} with dtype "
+    "{got_type}",
+    "Expected {name} and input tensors to be on the same device, but got {name} on "
+    "{got_device} and input on {want_device}", names=("result",))
+#: TensorIterator kernels (elementwise functions): any dtype `torch.can_cast` allows.
+ITERATOR_CAST = OutCasting(
+    torch.can_cast, "result type {want_type} can't be cast to the desired output type {got_type}")
+#: TensorIterator comparisons: every dtype (the booleans are cast into it).
+ANY_DTYPE = OutCasting(lambda result, out: True, "")
+#: searchsorted / bucketize: the index dtype ``out_int32`` asks for, exactly.
+INDEX = OutCasting(
+    lambda result, out: False,
+    "output tensor's dtype is wrong, it can only be Int(int32) or Long(int64) depending on "
+    "whether out_int32 flag is True, but we got output tensor's dtype {got_type} and out_int32 "
+    "flag is {int32}")
+
+
+def write_out(fn: str, out: Tensor | Sequence[Tensor] | None, result: Any,
+              casting: OutCasting = EXACT) -> Any:
     """torch's ``out=`` semantics: results copied into the given tensors (resized when their
-    shape differs, as torch does), which are returned in place of the results."""
+    shape differs, cast by ``casting``, the rule of the torch function), which are returned in
+    place of the results, as the ``torch.return_types`` ``<name>_out`` tuple torch returns."""
     if out is None:
         return result
     single = isinstance(result, Tensor)
@@ -185,20 +276,23 @@ def write_out(fn: str, out: Tensor | Sequence[Tensor] | None, result: Any) -> An
     if torch.is_grad_enabled() and any(r.requires_grad for r in results):
         raise RuntimeError(f"mpslinalg.{fn}: functions with out=... arguments don't support "
                            "automatic differentiation, but one of the arguments requires grad.")
-    for o, r in zip(outs, results, strict=True):
-        if o.dtype != r.dtype:
-            raise RuntimeError(f"mpslinalg.{fn}: Expected out tensor to have dtype {r.dtype}, "
-                               f"but got {o.dtype} instead")
-        if o.device != r.device:
-            raise RuntimeError(f"mpslinalg.{fn}: Expected out tensor to be on device "
-                               f"{r.device}, but got {o.device} instead")
+    for index, (o, r) in enumerate(zip(outs, results, strict=True)):
+        casting.check(fn, index, o, r)
     for o, r in zip(outs, results, strict=True):
         if o.shape != r.shape:
             o.resize_(r.shape)
         o.copy_(r)
     if single:
         return outs[0]
-    return type(result)(outs) if hasattr(type(result), "n_fields") else type(result)(*outs)
+    kind = _out_type(type(result))
+    return kind(outs) if hasattr(kind, "n_fields") else kind(*outs)
+
+
+def _out_type(result_type: type) -> type:
+    """torch's result type of the ``out=`` form: ``torch.return_types.<name>_out``."""
+    if result_type.__module__ == "torch.return_types":
+        return getattr(torch.return_types, f"{result_type.__name__}_out", result_type)
+    return result_type
 
 
 # ---------------------------------------------------------------- public functions

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, cast_back, public, to_dtype, write_out
+from .._core.op import SAFE_CAST, Op, cast_back, public, to_dtype, write_out
 from . import qr_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
@@ -215,7 +215,7 @@ def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     A, Ac, backend = checks.prepare("geqrf", A, square=False)
     a, tau = geqrf_op(Ac, backend, False, "")
     result = torch.return_types.geqrf((cast_back(a, A.dtype), cast_back(tau, A.dtype)))
-    return write_out("geqrf", out, result)
+    return write_out("geqrf", out, result, SAFE_CAST.named("a", "tau"))
 
 
 # ---------------------------------------------------------------- householder_product
@@ -330,7 +330,7 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
                            f"input.shape[:-2], but got tau of shape {checks.shape_str(tau)} for "
                            f"input of shape {checks.shape_str(A)}")
     Q = householder_product_op(Ac, to_dtype(tau, Ac.dtype), backend, False, "")
-    return write_out(fn, out, cast_back(Q, A.dtype))
+    return write_out(fn, out, cast_back(Q, A.dtype), SAFE_CAST)
 
 
 # ---------------------------------------------------------------- lstsq

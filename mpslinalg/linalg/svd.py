@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, cast_back, public, values_unavailable, write_out
+from .._core.op import SAFE_CAST, Op, cast_back, public, values_unavailable, write_out
 from . import svd_metal
 
 __all__ = ["matrix_rank", "pinv", "svd", "svdvals"]
@@ -400,7 +400,7 @@ def _pinv_general(A: Tensor, *, atol: float | Tensor | None = None,
     atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
     _tol_batch(fn, A, atol_t, rtol_t)
     X = pinv_op(Ac, atol_t, rtol_t, bool(hermitian), backend, False, "")
-    return write_out(fn, out, cast_back(X, A.dtype))
+    return write_out(fn, out, cast_back(X, A.dtype), SAFE_CAST)
 
 
 _pinv_general.__name__ = "pinv"  # errors and the generated fast path name mpslinalg.pinv
@@ -477,17 +477,7 @@ def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
     S = svdvals_op(H, None, backend, False, "")
     tol = torch.maximum(atol_t.unsqueeze(-1), rtol_t.unsqueeze(-1) * S[..., :1])
     rank = (S > tol).sum(-1)
-    if out is None:
-        return rank
-    # torch's sum_out: any dtype, the count cast into it
-    if not isinstance(out, Tensor):
-        raise TypeError(f"mpslinalg.{fn}: out must be a tensor, got {type(out).__name__}")
-    if out.device != rank.device:
-        raise RuntimeError(f"mpslinalg.{fn}: Expected out tensor to be on device "
-                           f"{rank.device}, but got {out.device} instead")
-    if out.shape != rank.shape:
-        out.resize_(rank.shape)
-    return out.copy_(rank)
+    return write_out(fn, out, rank, SAFE_CAST)
 
 
 _matrix_rank_general.__name__ = "matrix_rank"

@@ -60,8 +60,8 @@ def vec4_rows(w: Tensor, k_stride: int, row_stride: int) -> int:
 def _linear_metal(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     k = x.shape[-1]
     n = weight.shape[0]
-    rows2d = x.reshape(-1, k)
-    m = rows2d.shape[0]
+    m = math.prod(x.shape[:-1])
+    rows2d = x.reshape(m, k)  # (not -1: with K = 0 the row count would be ambiguous)
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out.reshape(*x.shape[:-1], n)
@@ -94,9 +94,9 @@ def _linear_backward(ctx, grad: Tensor):
     extended collection of matrix derivative results", sec. 2.2.2); both products run through
     this op again, so they take the same backend and are differentiable themselves."""
     x, weight = ctx.saved_tensors
-    k = x.shape[-1]
-    g2 = grad.reshape(-1, weight.shape[0])
-    x2 = x.reshape(-1, k)
+    m = math.prod(x.shape[:-1])
+    g2 = grad.reshape(m, weight.shape[0])
+    x2 = x.reshape(m, x.shape[-1])
     gx = linear_op(grad, weight.t(), None, ctx.backend, False, "")
     gw = linear_op(g2.t(), x2.t(), None, ctx.backend, False, "")
     gb = g2.sum(0) if ctx.has_bias else None
@@ -130,11 +130,42 @@ def _validate(x, weight, bias):
         raise RuntimeError(f"mpslinalg.{fn}: mat1 and mat2 shapes cannot be multiplied "
                            f"({rows}x{x.shape[-1]} and {w_shape}): input "
                            f"{checks.shape_str(x)}, weight {checks.shape_str(weight)}")
-    n = weight.shape[0] if weight.dim() == 2 else 1
-    if bias is not None and bias.dim() > 1 or bias is not None and bias.numel() not in (1, n):
-        raise RuntimeError(f"mpslinalg.{fn}: bias must have shape ({n},) or one element, got "
-                           f"{checks.shape_str(bias)}")
     return backend
+
+
+def _fused_bias(weight: Tensor, bias: Tensor | None) -> bool:
+    """Whether the kernel adds ``bias``: ``(N,)``, ``(1,)`` or ``()`` with a 2-D weight, which
+    every route of F.linear takes (the other shapes are added after the product)."""
+    return (bias is not None and weight.dim() == 2 and bias.dim() <= 1
+            and bias.numel() in (1, weight.shape[0]))
+
+
+def _bias_target(x: Tensor, weight: Tensor, bias: Tensor) -> tuple[int, ...]:
+    """The shape F.linear expands a bias it does not fuse to, as torch's route for the call
+    decides it (aten/src/ATen/native/Linear.cpp, ``linear``): ``addmm`` on the ``(M, N)``
+    rows for 2-D input, and for contiguous input with a bias that is 1-D once squeezed;
+    otherwise the product plus the bias, broadcast into the output's shape. Raises the
+    RuntimeError torch raises where the bias does not expand to it."""
+    fn = "linear"
+    lead = tuple(x.shape[:-1])
+    rows = math.prod(lead)
+    squeezed = bias.squeeze().dim() == 1 or bias.dim() == 1
+    if x.dim() == 2 or (squeezed and bias.is_contiguous() and x.is_contiguous()):
+        if weight.dim() != 2:
+            raise RuntimeError(f"mpslinalg.{fn}: with a bias of shape {checks.shape_str(bias)} "
+                               f"and input {checks.shape_str(x)} torch adds the bias through "
+                               "addmm, which needs a 2-D weight, got "
+                               f"{checks.shape_str(weight)}")
+        target = (rows, weight.shape[0])
+    else:
+        target = (*lead, weight.shape[0]) if weight.dim() == 2 else lead
+    expandable = bias.dim() <= len(target) and all(
+        b in (1, t) for b, t in zip(reversed(bias.shape), reversed(target), strict=False))
+    if not expandable:
+        raise RuntimeError(f"mpslinalg.{fn}: bias of shape {checks.shape_str(bias)} does not "
+                           f"broadcast to {tuple(target)} (input {checks.shape_str(x)}, weight "
+                           f"{checks.shape_str(weight)})")
+    return target
 
 
 @public(F.linear, torch_name="linear")
@@ -149,13 +180,19 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         ``(N, K)`` (or ``(K,)``, giving ``(*)``), same dtype as ``input``: float32, float16 or
         bfloat16 (float64 on the torch backend).
     bias : Tensor, optional
-        ``(N,)`` or one element, fused into the kernel.
+        ``(N,)`` or one element: fused into the kernel. Any other shape F.linear takes (one
+        that broadcasts to the output, e.g. ``(M, N)`` or ``(M, 1)`` for 2-D input) is added
+        after the product, and the shapes F.linear refuses raise its RuntimeError (which ones
+        depend on torch's route: a bias that squeezes to 1-D is added to the flattened
+        ``(M, N)`` rows of a contiguous input; a 1-D weight takes a bias only where torch adds
+        it after the product, never with 2-D input).
 
     Returns
     -------
     Tensor
         ``(*, N)`` in the inputs' dtype, accumulated in float32 and rounded once.
-        Differentiable in all three arguments.
+        Differentiable in all three arguments. With ``K = 0`` the bias broadcast to the
+        output, or zeros.
 
     Notes
     -----
@@ -177,8 +214,12 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     vector_weight = weight.dim() == 1
     w = weight.unsqueeze(0) if vector_weight else weight
     n = w.shape[0]
-    b = bias.reshape(1).expand(n) if bias is not None and bias.numel() != n else bias
-    if b is not None and b.dim() == 0:
-        b = b.reshape(1)
-    out = linear_op(input, w, b, backend, False, "")
-    return out.squeeze(-1) if vector_weight else out
+    if _fused_bias(weight, bias):
+        b = bias.reshape(1).expand(n) if bias.numel() != n else bias.reshape(n)
+        return linear_op(input, w, b, backend, False, "")
+    target = None if bias is None else _bias_target(input, weight, bias)
+    out = linear_op(input, w, None, backend, False, "")
+    out = out.squeeze(-1) if vector_weight else out
+    if target is None:
+        return out
+    return (out.reshape(target) + bias).reshape(out.shape)

@@ -18,7 +18,7 @@ from torch import Tensor
 from .._core import elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.op import Op, call_torch, public, write_out
+from .._core.op import INDEX, Op, call_torch, public, write_out
 
 __all__ = ["bucketize", "searchsorted"]
 
@@ -156,7 +156,7 @@ def _search(fn: str, seq: object, values: object, out_int32: bool, right: bool, 
     else:
         result = call_torch(fn, torch.searchsorted, seq, values, sorter=sorter,
                             out_int32=out_int32, right=right)
-    return write_out(fn, out, result)
+    return write_out(fn, out, result, INDEX)
 
 
 @public(torch.searchsorted, torch_name="searchsorted")

@@ -27,7 +27,7 @@ from torch import Tensor
 from .._core import elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.op import UPCAST, Op, call_torch, cast_back, public, write_out
+from .._core.op import ITERATOR_CAST, UPCAST, Op, call_torch, cast_back, public, write_out
 
 #: Function name -> kernel code (mirrors the k* constants of metal/ops/special.h).
 POLYNOMIALS = {
@@ -190,7 +190,7 @@ def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
         result = call_torch(fn, _torch_polynomial(fn), x, degree if number else n)
     else:
         result = OPS[fn](x, n, backend, False, "")
-    return write_out(fn, out, result)
+    return write_out(fn, out, result, ITERATOR_CAST)
 
 
 _TITLES = {

@@ -19,7 +19,7 @@ from .._core import elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.errors import translate
-from .._core.op import Op, call_torch, public, write_out
+from .._core.op import ANY_DTYPE, ITERATOR_CAST, Op, call_torch, public, write_out
 
 __all__ = ["eq", "ge", "gt", "le", "lt", "maximum", "minimum", "ne"]
 
@@ -135,7 +135,9 @@ def _apply(fn: str, a: object, b: object, out: Tensor | None) -> Tensor:
                             f"uint64, got {str(a.dtype).removeprefix('torch.')}; use the torch "
                             "backend (mpslinalg.use_backend('torch')) or torch." + fn)
         return call_torch(fn, getattr(torch, fn), a, b, **({} if out is None else {"out": out}))
-    return write_out(fn, out, OPS[fn](a, b, backend, False, ""))
+    # comparisons cast their booleans into any out dtype; extrema only where safe
+    casting = ANY_DTYPE if fn in _COMPARISONS else ITERATOR_CAST
+    return write_out(fn, out, OPS[fn](a, b, backend, False, ""), casting)
 
 
 def _doc(fn: str, what: str, returns: str, example: str) -> str:

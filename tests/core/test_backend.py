@@ -56,9 +56,10 @@ def test_environment_variable(monkeypatch):
     assert mpslinalg.get_backend() == "torch"
     monkeypatch.setattr(_backend, "_global_backend", None)
     monkeypatch.setenv(_backend.ENV_VAR, "vulkan")
-    _backend.read_environment()
-    with pytest.raises(ValueError, match="MPSLINALG_BACKEND"):
-        mpslinalg.get_backend()
+    with pytest.raises(ValueError, match=r"^mpslinalg: \$MPSLINALG_BACKEND: unknown backend "
+                                         r"'vulkan'; valid backends are 'auto', 'torch', 'metal'$"):
+        _backend.read_environment()
+    assert mpslinalg.get_backend() == "metal"  # the last valid reading stays
 
 
 def test_environment_variable_in_fresh_process():
@@ -66,6 +67,18 @@ def test_environment_variable_in_fresh_process():
     out = subprocess.run([sys.executable, "-c", "import mpslinalg; print(mpslinalg.get_backend())"],
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "torch"
+
+
+def test_unknown_environment_backend_fails_the_import():
+    """The variable is read at import (as documented), so a misspelt one stops the import
+    with the valid names, before any call could run on a backend nobody chose."""
+    env = dict(os.environ, MPSLINALG_BACKEND="gpu")
+    out = subprocess.run([sys.executable, "-c", "import mpslinalg"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == (
+        "ValueError: mpslinalg: $MPSLINALG_BACKEND: unknown backend 'gpu'; valid backends are "
+        "'auto', 'torch', 'metal'")
 
 
 def test_use_backend_is_thread_local():

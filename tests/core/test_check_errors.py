@@ -62,3 +62,18 @@ def test_reads_the_device_once():
 def test_negative_info_is_an_internal_error():
     with pytest.raises(RuntimeError, match="illegal value"):
         mpslinalg.check_errors(torch.tensor([-2], dtype=torch.int32), "mpslinalg.solve")
+
+
+@pytest.mark.parametrize(("info", "got"), [
+    ([0, 1], "got list"), (1, "got int"), (None, "got NoneType"),
+    (torch.tensor([0.0, 1.0]), "got float32 tensor"),
+])
+def test_info_that_is_not_an_integer_tensor_is_a_type_error(info, got):
+    with pytest.raises(TypeError, match=rf"^mpslinalg.check_errors: info must be the integer "
+                                        rf"tensor an \*_ex function returned, {got}$"):
+        mpslinalg.check_errors(info, "mpslinalg.inv")
+
+
+def test_api_name_that_is_not_a_str_is_a_type_error():
+    with pytest.raises(TypeError, match="^mpslinalg.check_errors: api_name must be a str"):
+        mpslinalg.check_errors(torch.tensor([0], dtype=torch.int32), mpslinalg.inv)

@@ -57,10 +57,86 @@ def test_vector_weight_and_scalar_bias(backend):
     torch.testing.assert_close(ops.linear(backend.tensor(x), backend.tensor(w)).cpu(),
                                F.linear(x, w))
     b = torch.randn(())
-    if not backend.is_metal:
-        return  # torch refuses a 1-D weight with a bias; the metal path broadcasts it
-    torch.testing.assert_close(ops.linear(backend.tensor(x), backend.tensor(w),
-                                          backend.tensor(b)).cpu(), x @ w + b)
+    with pytest.raises(RuntimeError, match="^mpslinalg.linear: .*(2-D weight|must be a matrix)"):
+        ops.linear(backend.tensor(x), backend.tensor(w), backend.tensor(b))
+    x3 = torch.randn(2, 4, 6)  # torch adds a 0-dim bias after the product here
+    torch.testing.assert_close(ops.linear(backend.tensor(x3), backend.tensor(w),
+                                          backend.tensor(b)).cpu(), F.linear(x3, w, b))
+
+
+def _inputs_of_every_route():
+    """Inputs that take each of F.linear's routes for a bias: 1-D, 2-D, 3-D and 4-D input,
+    contiguous or not (a non-contiguous input adds the bias after the product), K = 0."""
+    gen = torch.Generator().manual_seed(11)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return [r(5), r(4, 5), r(2, 4, 5), r(2, 2, 4, 5), r(2, 5, 4).transpose(1, 2),
+            r(5, 4).t(), r(2, 4, 0)]
+
+
+_BIAS_SHAPES = [(), (1,), (3,), (1, 3), (4, 3), (4, 1), (8, 1), (8, 3), (2, 4, 3), (1, 4, 3),
+                (2, 1, 3), (4,), (2, 4), (1, 1), (1, 1, 1), (1, 1, 1, 3), (2,), (5,)]
+
+
+def test_every_bias_shape_as_torch(backend):
+    """A bias of every shape, for inputs on every route of F.linear and a 2-D and a 1-D
+    weight: accepted where F.linear accepts it (with its values), refused where it refuses
+    (RuntimeError naming mpslinalg.linear)."""
+    gen = torch.Generator().manual_seed(12)
+    for x in _inputs_of_every_route():
+        k = x.shape[-1]
+        for w in (torch.randn(3, k, generator=gen), torch.randn(k, generator=gen)):
+            for shape in _BIAS_SHAPES:
+                b = torch.randn(shape, generator=gen)
+                what = f"input {tuple(x.shape)} (strides {x.stride()}), weight " \
+                       f"{tuple(w.shape)}, bias {shape}"
+                try:
+                    want = F.linear(x, w, b)
+                except RuntimeError:
+                    with pytest.raises(RuntimeError, match="^mpslinalg.linear: "):
+                        ops.linear(*map(backend.tensor, (x, w, b)))
+                    continue
+                got = ops.linear(*map(backend.tensor, (x, w, b)))
+                assert got.shape == want.shape, what
+                torch.testing.assert_close(got.cpu(), want, msg=what)
+
+
+@pytest.mark.parametrize("bias_shape", [None, (4,), (), (3, 4), (2, 1, 4)])
+def test_no_inner_dimension_gives_the_bias_or_zeros_with_gradients(backend, bias_shape):
+    """K = 0: F.linear gives the bias broadcast to the output (or zeros), and gradients: the
+    bias's is the output gradient summed to its shape; input and weight have empty ones."""
+    gen = torch.Generator().manual_seed(13)
+    x, w = torch.randn(2, 3, 0, generator=gen), torch.randn(4, 0, generator=gen)
+    b = None if bias_shape is None else torch.randn(bias_shape, generator=gen)
+    g = torch.randn(2, 3, 4, generator=gen)
+    ref = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+    ours = [backend.tensor(t).requires_grad_() if t is not None else None for t in (x, w, b)]
+    want, got = F.linear(*ref), ops.linear(*ours)
+    torch.testing.assert_close(got.detach().cpu(), want.detach())
+    want.backward(g)
+    got.backward(backend.tensor(g))
+    for a, r in zip(ours, ref, strict=True):
+        if a is not None:
+            torch.testing.assert_close(a.grad.cpu(), r.grad)
+
+
+def test_broadcast_bias_gradients_against_torch(backend):
+    """A bias of the output's shape, or broadcast to it, gets torch's gradient (summed over
+    the broadcast dimensions)."""
+    gen = torch.Generator().manual_seed(14)
+    x = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64)
+    w = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    g = torch.randn(2, 4, 3, generator=gen, dtype=torch.float64)
+    for shape in ((4, 3), (2, 1, 3), (1, 1)):
+        b = torch.randn(shape, generator=gen, dtype=torch.float64)
+        ref = [t.clone().requires_grad_() for t in (x, w, b)]
+        ours = [backend.tensor(t.float()).requires_grad_() for t in (x, w, b)]
+        torch.autograd.backward(F.linear(*ref), g)
+        torch.autograd.backward(ops.linear(*ours), backend.tensor(g.float()))
+        for a, r in zip(ours, ref, strict=True):
+            torch.testing.assert_close(a.grad.double().cpu(), r.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_one_launch_no_host_sync_and_the_row_block(metal_backend):
@@ -153,6 +229,11 @@ def _samples(complex_: bool) -> list[Sample]:
         Sample((r(24), r(6, 24), None), desc="1-D input"),
         Sample((r(2, 5, 24), r(6, 24), r(6)), desc="(2, 5, 24): 10 rows, two row blocks"),
         Sample((r(0, 24), r(6, 24), r(6)), desc="no rows"),
+        Sample((r(3, 24), r(6, 24), r(3, 6)), desc="(3, 6) bias, one per output element"),
+        Sample((r(2, 4, 24), r(6, 24), r(4, 1, 6)[:, 0]), desc="(4, 6) bias broadcast over "
+               "the batch"),
+        Sample((r(2, 3, 0), r(6, 0), r(6)), desc="K = 0: the bias"),
+        Sample((r(3, 0), r(6, 0), None), desc="K = 0 without bias: zeros"),
     ]
 
 
@@ -161,6 +242,13 @@ def _bad_samples() -> list[BadSample]:
         BadSample((torch.zeros(2, 3), torch.zeros(4, 5)), match="cannot be multiplied"),
         BadSample((torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(5))),
         BadSample(([[1.0]], torch.zeros(1, 1)), error=(TypeError, AttributeError)),
+        BadSample((torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(3, 4)),
+                  match="does not broadcast|expanded size"),
+        # a bias that squeezes to 1-D goes to addmm over the (8, 4) rows of a contiguous input
+        BadSample((torch.zeros(2, 4, 3), torch.zeros(4, 3), torch.zeros(4, 1)),
+                  match="does not broadcast|expanded size"),
+        BadSample((torch.zeros(2, 3), torch.zeros(3), torch.zeros(())),
+                  match="2-D weight|must be a matrix"),
     ]
 
 
