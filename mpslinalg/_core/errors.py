@@ -62,6 +62,10 @@ def read_device(x: torch.Tensor, why: str) -> np.ndarray:
     kernel for CPU threads)."""
     for listener in read_listeners:
         listener(why)
+    if (type(x) is torch.Tensor and x.device.type == "cpu" and not x.requires_grad
+            and not x.is_conj() and not x.is_neg()
+            and not torch._C._is_torch_function_mode_enabled()):
+        return x.numpy()  # the common case, a microsecond cheaper than the general one below
     with torch._C.DisableTorchFunction():  # counted once, by the listeners above
         return x.detach().numpy(force=True)
 

@@ -272,26 +272,27 @@ def torch_path(A: torch.Tensor) -> str:
 # ------------------------------------------------------------------------------ non-finite input
 
 
-def _holds_nan(values: torch.Tensor) -> bool:
-    """Whether ``values`` holds a NaN: one device read (on the CPU through NumPy, no torch
-    kernel; elsewhere a single flag moved)."""
+def _first_holds_nan(values: torch.Tensor) -> bool:
+    """Whether ``values[..., 0]`` holds a NaN: one device read (on the CPU through NumPy, no
+    torch kernel; elsewhere a single flag moved)."""
     if values.device.type == "cpu":
-        return bool(np.isnan(read_device(values, "non-finite input")).any())
-    return bool(read_device(torch.isnan(values).any(), "non-finite input"))
+        return bool(np.isnan(read_device(values, "non-finite input")[..., :1]).any())
+    return bool(read_device(torch.isnan(values[..., :1]).any(), "non-finite input"))
 
 
 def _as_torch_where_nonfinite(result: tuple, values: torch.Tensor,
                               torch_call: Callable[[], tuple]) -> tuple:
     """A kernel's ``result``, or where the batch holds a matrix with a non-finite entry
-    (``values``, the singular values or eigenvalues, then hold NaN: the kernels give NaN in
-    every output of such a matrix) ``torch_call()``: torch.linalg's results or torch's error
-    for the whole batch, on whichever device. LAPACK raises for NaN input (svd: gesdd's info
-    -4; eigh: no convergence) and leaves some outputs finite for Inf, and what cuSOLVER does
-    is torch's to decide; so the torch backend behaves like torch at every batch size by
-    construction, not by imitating each library. The read costs what torch's own calls pay:
-    torch.linalg.svd and eigh read their ``info`` on every device (``_linalg_check_errors``).
-    The metal backend has its own kernels and never comes here."""
-    return torch_call() if _holds_nan(values) else result
+    (``values``, the singular values or eigenvalues, then hold NaN, the first of each matrix
+    too: the kernels give NaN in every output of such a matrix) ``torch_call()``:
+    torch.linalg's results or torch's error for the whole batch, on whichever device. LAPACK
+    raises for NaN input (svd: gesdd's info -4; eigh: no convergence) and leaves some outputs
+    finite for Inf, and what cuSOLVER does is torch's to decide; so the torch backend behaves
+    like torch at every batch size by construction, not by imitating each library. The read
+    costs what torch's own calls pay: torch.linalg.svd and eigh read their ``info`` on every
+    device (``_linalg_check_errors``). The metal backend has its own kernels and never comes
+    here."""
+    return torch_call() if _first_holds_nan(values) else result
 
 
 # ------------------------------------------------------------------------------ entry points
@@ -336,7 +337,7 @@ def small_svd(A: torch.Tensor, full_matrices: bool = True,
     if path is _TORCH or tuple(A.shape[-2:]) not in cpu_simd.SVD_SHAPES:
         return _TORCH.svd(A, full_matrices, compute_uv)
     result = path.svd(A, full_matrices, compute_uv)
-    return _as_torch_where_nonfinite(result, result[1][..., :1],
+    return _as_torch_where_nonfinite(result, result[1],
                                      lambda: _TORCH.svd(A, full_matrices, compute_uv))
 
 
@@ -361,5 +362,5 @@ def small_eigh(A: torch.Tensor, upper: bool = False,
     if path is _TORCH:
         return path.eigh(A, upper, compute_v)
     result = path.eigh(A, upper, compute_v)
-    return _as_torch_where_nonfinite(result, result[0][..., :1],
+    return _as_torch_where_nonfinite(result, result[0],
                                      lambda: _TORCH.eigh(A, upper, compute_v))
