@@ -25,6 +25,12 @@ Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the rea
 - ``orthonormal_factors``: the factors ``OpInfo.orthonormal`` names (svd's U and Vh, qr's Q,
   eigh's eigenvectors) have orthonormal columns on degenerate input (`degenerate_samples`:
   zero rows and columns, graded rows, rank 1, duplicates), whichever path serves it.
+- ``batch_size_independent`` (ops with an n <= 4 small path, ``OpInfo.small_path``): a matrix,
+  clean or holding NaN or Inf, gives alone the same values (or the same error type and
+  message) as inside a batch at each small-path crossover of ``mpslinalg.small``'s tables
+  (a skips key ``"batch_size_independent[complex Inf]"`` opts one input case out);
+- ``nonfinite_rank`` (ops returning a rank, ``OpInfo.rank_output``): input holding NaN raises
+  the error torch raises, in torch's wording, naming ``mpslinalg.<fn>``: never a plausible rank.
 """
 
 from __future__ import annotations
@@ -115,6 +121,11 @@ class OpInfo:
     #: torch's function with ``out=``, the oracle of the ``out`` test (None: ``ref``), for ops
     #: whose ``ref`` takes no ``out``.
     out_ref: Callable[..., Any] | None = None
+    #: The op has an n <= 4 small path whose choice depends on the batch size (the
+    #: batch_size_independent test applies).
+    small_path: bool = False
+    #: Index into ``compare(out)`` of a rank output (the nonfinite_rank test applies).
+    rank_output: int | None = None
 
     @property
     def fn_name(self) -> str:
@@ -520,6 +531,92 @@ def check_orthonormal_factors(info: OpInfo, backend) -> None:
                 ratio = orthonormality_ratio(factor)
                 assert ratio < THRESH, (f"{info.name} {sample.desc} {dtype}: factor {j} "
                                         f"||Q^H Q - I|| / (m eps) = {ratio:.3g}")
+def _small_path_batches(n: int, backend) -> list[int]:
+    """Batch sizes at which the small path of order ``n`` may change hands on ``backend``: on
+    the torch backend every crossover of ``mpslinalg.small``'s tables for the backend's device
+    (a table's kind is named by its device type, ``"cpu-simd"`` by ``"cpu"``); the metal
+    backend's kernels serve n <= 4 at any batch size, so one past the threadgroup of its
+    one-thread-per-matrix kernels."""
+    from mpslinalg.small import dispatch, orthogonal
+
+    if backend.is_metal:
+        return [dispatch._GROUP + 1]
+    tables = (dispatch._TORCH_MIN_BATCH, orthogonal._TORCH_MIN_BATCH,
+              orthogonal._SVD_TORCH_MIN_BATCH, orthogonal._EIGH_TORCH_MIN_BATCH)
+    return sorted({limits[n] for table in tables for kind, limits in table.items()
+                   if kind.split("-")[0] == backend.device.type and n in limits})
+
+
+def _outcome(info: OpInfo, args: list, sample: Sample, device: torch.device):
+    """The op's compared outputs for ``args``, or the error it raised."""
+    try:
+        return info.compare(info.op(*args, **_kwargs(sample, device)))
+    except Exception as error:  # compared with the other batch sizes' outcome
+        return error
+
+
+def _value_case(dtype: torch.dtype, value: float) -> str:
+    """The name of a non-finite input case, as ``OpInfo.skips`` keys it:
+    ``"batch_size_independent[complex Inf]"`` opts that case alone out."""
+    return ("complex " if dtype.is_complex else "") + ("NaN" if math.isnan(value) else "Inf")
+
+
+def check_batch_size_independent(info: OpInfo, backend) -> None:
+    """The same matrix (clean, or holding NaN or Inf) alone and as batch element 0 of each
+    small-path crossover's batch: the same values, or the same error type and message."""
+    for dtype in _dtypes(info, backend):
+        samples = [s for s in _samples(info, dtype)
+                   if s.args[0].dim() >= 2 and s.args[0].numel()
+                   and 2 <= s.args[0].shape[-1] <= 4 and 2 <= s.args[0].shape[-2] <= 4]
+        for sample in samples[:1]:
+            first = [_convert(a, dtype, backend.device).reshape(-1, *a.shape[-2:])[:1]
+                     if isinstance(a, torch.Tensor) and a.dim() >= 2 else a for a in sample.args]
+            n = first[0].shape[-1]
+            for value in (None, math.nan, math.inf):
+                if (value is not None and f"batch_size_independent[{_value_case(dtype, value)}]"
+                        in info.skips):
+                    continue
+                alone = [a.clone() if isinstance(a, torch.Tensor) else a for a in first]
+                if value is not None:
+                    for i in info.nonfinite_args:
+                        alone[i].view(-1)[0] = value
+                expected = _outcome(info, alone, sample, backend.device)
+                for batch in _small_path_batches(n, backend):
+                    where = f"{info.name} {dtype} value {value}: alone and in a batch of {batch}"
+                    args = []
+                    for a, one in zip(first, alone, strict=True):
+                        if isinstance(a, torch.Tensor) and a.dim() >= 2:
+                            a = a.expand(batch, *a.shape[1:]).clone()
+                            a[:1] = one
+                        args.append(a)
+                    got = _outcome(info, args, sample, backend.device)
+                    if isinstance(expected, Exception) or isinstance(got, Exception):
+                        assert type(got) is type(expected), f"{where}: {got!r} != {expected!r}"
+                        assert str(got) == str(expected), where
+                        continue
+                    assert_close([o[:1] for o in got], expected, info.rtol.get(dtype, 1e-4),
+                                 where)
+
+
+def check_nonfinite_rank(info: OpInfo, backend) -> None:
+    """A rank of input holding NaN: torch raises (its SVD does), so ours raises the same
+    type with torch's wording after the op's name; where torch returns, the same ranks."""
+    for dtype in info.dtypes:
+        samples = [s for s in _samples(info, dtype) if s.args[0].dim() > 2 and s.args[0].numel()]
+        for sample in samples[:1]:
+            bad = Sample(tuple(_poison(a, "one element", math.nan) if i == 0 else a
+                               for i, a in enumerate(sample.args)), sample.kwargs)
+            try:
+                ref = info.compare(_reference(info, bad, dtype))[info.rank_output]
+            except Exception as torch_error:  # what ours must raise too
+                with pytest.raises(type(torch_error)) as err:
+                    _call(info, bad, dtype, backend.device)
+                ours = str(err.value)
+                assert ours.startswith(f"mpslinalg.{info.fn_name}: "), ours
+                assert ours.partition(": ")[2] == str(torch_error).partition(": ")[2], ours
+                continue
+            ours, _ = _call(info, bad, dtype, backend.device)
+            assert torch.equal(_wide(info.compare(ours)[info.rank_output]), _wide(ref)), info.name
 
 
 GENERIC_TESTS = {
@@ -535,6 +632,8 @@ GENERIC_TESTS = {
     "nonfinite": check_nonfinite,
     "no_host_sync": check_no_host_sync,
     "orthonormal_factors": check_orthonormal_factors,
+    "batch_size_independent": check_batch_size_independent,
+    "nonfinite_rank": check_nonfinite_rank,
 }
 
 
@@ -553,6 +652,10 @@ def _applies(info: OpInfo, test_name: str) -> bool:
         return any(not d.is_complex for d in info.dtypes)
     if test_name == "orthonormal_factors":
         return info.orthonormal is not None
+    if test_name == "batch_size_independent":
+        return info.small_path
+    if test_name == "nonfinite_rank":
+        return info.rank_output is not None
     return True
 
 
@@ -583,6 +686,14 @@ def skipped_generic_tests(ops: Sequence[OpInfo]) -> dict[tuple[str, str], str]:
 
 
 # ---------------------------------------------------------------- shared sample inputs
+
+
+#: The batch_size_independent case the LU family's small path fails (left as it is, and seen).
+COMPLEX_INF_PIVOT = {
+    "batch_size_independent[complex Inf]":
+        "the small path's tensor ops (complex on the CPU) divide by an infinite pivot as torch's "
+        "complex division does (giving 0), where LAPACK's getrf gives NaN; matching LAPACK needs "
+        "its complex reciprocal in mpslinalg.small.dispatch"}
 
 
 def well_conditioned(n: int, batch: tuple = (), complex_: bool = False, seed: int = 0,

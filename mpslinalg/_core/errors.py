@@ -22,6 +22,13 @@ class LinAlgError(torch.linalg.LinAlgError):
     __module__ = "mpslinalg"  # where users import it from
 
 
+#: ``info`` of an SVD-based op whose input held NaN: LAPACK 3.10+ ``gesdd`` returns -4 for it,
+#: which torch's ``_linalg_check_errors`` reports with its own wording (NONFINITE_TEXT).
+NONFINITE_INFO = -4
+NONFINITE_TEXT = ("The algorithm failed to converge because the input matrix contained "
+                  "non-finite values.")
+
+
 def _failure_text(api_name: str, info: int) -> str:
     # torch's wordings (aten/src/ATen/native/BatchLinearAlgebra.cpp, _linalg_check_errors),
     # chosen by the op's name as torch does.
@@ -55,6 +62,10 @@ def read_device(x: torch.Tensor, why: str) -> np.ndarray:
     kernel for CPU threads)."""
     for listener in read_listeners:
         listener(why)
+    if (type(x) is torch.Tensor and x.device.type == "cpu" and not x.requires_grad
+            and not x.is_conj() and not x.is_neg()
+            and not torch._C._is_torch_function_mode_enabled()):
+        return x.numpy()  # the common case, a microsecond cheaper than the general one below
     with torch._C.DisableTorchFunction():  # counted once, by the listeners above
         return x.detach().numpy(force=True)
 
@@ -76,7 +87,9 @@ def check_errors(info: torch.Tensor, api_name: str) -> None:
     so it never competes with a running kernel for CPU threads, and on a GPU it moves two
     numbers. For batched input
     (``info.dim() > 0``) the message names the first failing batch element, in torch's wording.
-    Meta tensors hold no values and are not checked.
+    `NONFINITE_INFO` (an SVD of input holding NaN) raises with torch's wording for it; other
+    negative values are internal errors (RuntimeError). Meta tensors hold no values and are
+    not checked.
 
     Examples
     --------
@@ -111,11 +124,13 @@ the inversion could not be completed because the input matrix is singular.
             torch.stack([first, flat[first].to(first.dtype)]), "check_errors"))
         if value == 0:
             return
+    where = f": (Batch element {index})" if info.dim() > 0 else ""
+    if value == NONFINITE_INFO:
+        raise LinAlgError(f"{api_name}{where}: {NONFINITE_TEXT}")
     if value < 0:
         raise RuntimeError(
             f"{api_name}: internal error: info={value} (an argument had an illegal value)"
         )
-    where = f": (Batch element {index})" if info.dim() > 0 else ""
     raise LinAlgError(f"{api_name}{where}: {_failure_text(api_name, value)}")
 
 
@@ -128,8 +143,11 @@ _FAILURE_MARKERS = ("is zero", "singular", "not positive-definite", "failed to c
 def translate(error: Exception, torch_name: str, fn: str) -> Exception:
     """``error`` raised by ``torch.<torch_name>`` for a call of ``mpslinalg.<fn>``, reworded to
     name ``mpslinalg.<fn>``, with the same type (``torch.linalg.LinAlgError`` becomes
-    `LinAlgError`, as do numerical failures torch raises as RuntimeError). Types that
-    do not take a message are returned as they are."""
+    `LinAlgError`, as do numerical failures torch raises as RuntimeError). Errors that name
+    mpslinalg already (raised by mpslinalg's own checks on a general path) and types that do
+    not take a message are returned as they are."""
+    if str(error).startswith("mpslinalg."):
+        return error
     text = _TORCH_PREFIX.sub("", str(error), count=1)
     text = f"mpslinalg.{fn}: {text}"
     # torch raises some numerical failures (a zero pivot of lu_factor) as plain RuntimeError.

@@ -316,7 +316,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     is on the torch backend in a dtype torch.linalg computes natively and ``general_when`` (same
     arguments, or the first one alone if it takes one parameter) is false or absent, it calls
     ``torch_fn`` with the same arguments instead: torch's results, torch's ``out=``, torch's
-    errors reworded to name ``mpslinalg.<fn>``.
+    errors reworded to name ``mpslinalg.<fn>``. Errors of the general path are reworded the
+    same way (torch.linalg calls inside its ops, on any family's path), so no message names a
+    torch function whichever path served the call.
     ``checks`` says whether the function reads ``info`` and raises: True, or the name of the
     argument that decides it (``"check_errors"``). Under torch.compile such a call takes the
     general path, so that it raises `mpslinalg.LinAlgError` from inside its op (traced
@@ -367,7 +369,10 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"            return _torch_fn({passed})\n"
             f"        except Exception as error:\n"
             f"            raise _translate(error, {torch_name!r}, {name!r}) from None\n"
-            f"    return _general({passed})\n"
+            f"    try:\n"
+            f"        return _general({passed})\n"
+            f"    except Exception as error:\n"
+            f"        raise _translate(error, {torch_name!r}, {name!r}) from None\n"
         )
         namespace = dict(defaults, _compiling=torch.compiler.is_compiling, _b=_backend,
                          _Tensor=Tensor, _NATIVE=_backend.TORCH_NATIVE, _torch_fn=torch_fn,

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
+from .._core.errors import NONFINITE_INFO
 from .._core.op import SAFE_CAST, Op, cast_back, public, values_unavailable, write_out
 from . import svd_metal
 
@@ -465,6 +466,41 @@ def pinv(A: Tensor, rcond: float | Tensor | None = None, hermitian: bool = False
 # ---------------------------------------------------------------- matrix_rank
 
 
+def _rank(S: Tensor, atol: Tensor, rtol: Tensor) -> Tensor:
+    """The number of singular values above max(atol, rtol * S_max) (torch's rule)."""
+    tol = torch.maximum(atol.unsqueeze(-1), rtol.unsqueeze(-1) * S[..., :1])
+    return (S > tol).sum(-1)
+
+
+def _rank_metal(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
+    """(rank, info), ``info`` `NONFINITE_INFO` where A holds a NaN, 0 elsewhere. An integer
+    cannot carry NaN, so such input raises, as torch's does (LAPACK's gesdd reports NaN input,
+    and torch raises for it); Inf gives NaN singular values, which no tolerance exceeds:
+    rank 0, torch's rule applied to them as torch applies it to LAPACK's."""
+    S = svd_metal.svd_metal(A, vectors=False, fn="matrix_rank")[1]
+    info = A.isnan().flatten(-2).any(-1).to(torch.int32) * NONFINITE_INFO
+    return _rank(S, atol, rtol), info
+
+
+def _rank_torch(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
+    """(rank, zeros): torch.linalg.svdvals raises for NaN input itself."""
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    return _rank(torch.linalg.svdvals(A), atol, rtol), info
+
+
+def _matrix_rank_fake(A: Tensor, atol: Tensor, rtol: Tensor):
+    batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
+    return (A.new_empty(batch, dtype=torch.int64),
+            A.new_empty(A.shape[:-2], dtype=torch.int32))
+
+
+#: (rank, info) of torch.linalg.matrix_rank with tolerance tensors (atol, rtol); the metal
+#: backend raises through ``info`` (`_rank_metal`).
+matrix_rank_op = Op(
+    "matrix_rank", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
+    forward={"metal": _rank_metal, "torch": _rank_torch}, fake=_matrix_rank_fake, info=1)
+
+
 def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
                  rtol: float | Tensor | None = None, hermitian: bool = False,
                  out: Tensor | None = None) -> Tensor:
@@ -474,9 +510,7 @@ def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
     atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
     _tol_batch(fn, A, atol_t, rtol_t)
     H = _hermitian_from_lower(Ac) if hermitian else Ac
-    S = svdvals_op(H, None, backend, False, "")
-    tol = torch.maximum(atol_t.unsqueeze(-1), rtol_t.unsqueeze(-1) * S[..., :1])
-    rank = (S > tol).sum(-1)
+    rank, _ = matrix_rank_op(H, atol_t, rtol_t, backend, False, f"mpslinalg.{fn}")
     return write_out(fn, out, rank, SAFE_CAST)
 
 

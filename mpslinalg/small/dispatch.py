@@ -571,5 +571,10 @@ def small_det(A: torch.Tensor) -> torch.Tensor:
 
 
 def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf)."""
-    return choose_path(A).slogdet(A)
+    """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf). A real matrix
+    whose log|det| is NaN (a NaN in U's diagonal) has sign 0, as torch's product of sgn(U_kk)
+    gives (sgn(NaN) = 0), on every path and device; the kernels would give +-1."""
+    sign, logabs = choose_path(A).slogdet(A)
+    if not sign.is_complex():  # complex sgn(NaN) is NaN: the kernels give that already
+        sign = sign.masked_fill(logabs.isnan(), 0)
+    return sign, logabs

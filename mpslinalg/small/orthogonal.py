@@ -36,7 +36,10 @@ Both kernels come from the generators of `mpslinalg.small.codegen`:
 - eigh: cyclic two-sided Jacobi on the named triangle; eigenvalues ascending (torch's order).
 
 Both Jacobi methods divide the matrix by its largest |entry| first (scaled back after), and a
-matrix with a non-finite entry gets NaN in every output after a bounded amount of work.
+matrix with a non-finite entry gets NaN in every output after a bounded amount of work. torch
+does otherwise (LAPACK raises for NaN and leaves some outputs finite for Inf; cuSOLVER has its
+own ways), so `small_svd` and `small_eigh` hand a batch holding such a matrix to torch.linalg
+(`_as_torch_where_nonfinite`): the torch backend then behaves like torch at every batch size.
 Singular vectors and eigenvectors are unique up to sign (up to a rotation for repeated values),
 and those signs need not match torch's.
 """
@@ -47,9 +50,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .._core.backend import resolve_backend
+from .._core.errors import read_device
 from . import cpu_simd
 from .codegen import MAX_N
 from .dispatch import _TRITON_DTYPES, _batch_numel, _import_triton_kernels, _triton_available
@@ -267,6 +272,32 @@ def torch_path(A: torch.Tensor) -> str:
     return choose_path(A).name
 
 
+# ------------------------------------------------------------------------------ non-finite input
+
+
+def _first_holds_nan(values: torch.Tensor) -> bool:
+    """Whether ``values[..., 0]`` holds a NaN: one device read (on the CPU through NumPy, no
+    torch kernel; elsewhere a single flag moved)."""
+    if values.device.type == "cpu":
+        return bool(np.isnan(read_device(values, "non-finite input")[..., :1]).any())
+    return bool(read_device(torch.isnan(values[..., :1]).any(), "non-finite input"))
+
+
+def _as_torch_where_nonfinite(result: tuple, values: torch.Tensor,
+                              torch_call: Callable[[], tuple]) -> tuple:
+    """A kernel's ``result``, or where the batch holds a matrix with a non-finite entry
+    (``values``, the singular values or eigenvalues, then hold NaN, the first of each matrix
+    too: the kernels give NaN in every output of such a matrix) ``torch_call()``:
+    torch.linalg's results or torch's error for the whole batch, on whichever device. LAPACK
+    raises for NaN input (svd: gesdd's info -4; eigh: no convergence) and leaves some outputs
+    finite for Inf, and what cuSOLVER does is torch's to decide; so the torch backend behaves
+    like torch at every batch size by construction, not by imitating each library. The read
+    costs what torch's own calls pay: torch.linalg.svd and eigh read their ``info`` on every
+    device (``_linalg_check_errors``). The metal backend has its own kernels and never comes
+    here."""
+    return torch_call() if _first_holds_nan(values) else result
+
+
 # ------------------------------------------------------------------------------ entry points
 
 
@@ -292,8 +323,9 @@ def small_svd(A: torch.Tensor, full_matrices: bool = True,
     """(U, S, Vh) of ``torch.linalg.svd(A, full_matrices)`` for A (*, m, n) (square n <= 4,
     3 x 4 or 4 x 3 on the generated kernels; other shapes and complex dtypes go to
     torch.linalg). S descending; without ``compute_uv`` U and Vh are empty tensors. One-sided
-    Jacobi on the columns (never A^T A); a matrix with a non-finite entry gives NaN outputs.
-    Forward only, no host synchronisation, A never modified.
+    Jacobi on the columns (never A^T A); a batch holding a matrix with a non-finite entry is
+    torch.linalg's (its results or its error, see `_as_torch_where_nonfinite`). Forward only,
+    one device read on the kernels' paths (as torch.linalg.svd's), A never modified.
 
     Examples
     --------
@@ -305,9 +337,11 @@ def small_svd(A: torch.Tensor, full_matrices: bool = True,
     tensor([[6.7082, 2.2361]])
     """
     path = choose_path(A)
-    if path.name != _TORCH.name and tuple(A.shape[-2:]) not in cpu_simd.SVD_SHAPES:
-        path = _TORCH
-    return path.svd(A, full_matrices, compute_uv)
+    if path is _TORCH or tuple(A.shape[-2:]) not in cpu_simd.SVD_SHAPES:
+        return _TORCH.svd(A, full_matrices, compute_uv)
+    result = path.svd(A, full_matrices, compute_uv)
+    return _as_torch_where_nonfinite(result, result[1],
+                                     lambda: _TORCH.svd(A, full_matrices, compute_uv))
 
 
 def small_eigh(A: torch.Tensor, upper: bool = False,
@@ -315,8 +349,9 @@ def small_eigh(A: torch.Tensor, upper: bool = False,
     """(L, V) of ``torch.linalg.eigh(A, 'U' if upper else 'L')`` for symmetric A (*, n, n),
     n <= 4 (complex dtypes go to torch.linalg): eigenvalues ascending, eigenvectors in the
     columns of V; only the named triangle is read; without ``compute_v`` V is an empty tensor.
-    Cyclic Jacobi; a non-finite entry in the triangle gives NaN outputs. Forward only, no host
-    synchronisation, A never modified.
+    Cyclic Jacobi; a batch holding a non-finite entry in a triangle read is torch.linalg's (its
+    results or its error, see `_as_torch_where_nonfinite`). Forward only, one device read on
+    the kernels' paths (as torch.linalg.eigh's), A never modified.
 
     Examples
     --------
@@ -326,4 +361,9 @@ def small_eigh(A: torch.Tensor, upper: bool = False,
     >>> L
     tensor([[1., 3.]])
     """
-    return choose_path(A).eigh(A, upper, compute_v)
+    path = choose_path(A)
+    if path is _TORCH:
+        return path.eigh(A, upper, compute_v)
+    result = path.eigh(A, upper, compute_v)
+    return _as_torch_where_nonfinite(result, result[0],
+                                     lambda: _TORCH.eigh(A, upper, compute_v))

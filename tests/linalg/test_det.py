@@ -195,15 +195,21 @@ def test_gradients_on_backend(backend):
 
 # ---------------------------------------------------------------- op database
 
-from opdb import OpInfo, instantiate_generic_tests, square_bad_samples, square_samples  # noqa: E402
+from opdb import (  # noqa: E402
+    COMPLEX_INF_PIVOT,
+    OpInfo,
+    instantiate_generic_tests,
+    square_bad_samples,
+    square_samples,
+)
 
 OPS = [
     OpInfo("det", mpslinalg.det, torch.linalg.det, square_samples,
-           bad_samples=square_bad_samples),
+           bad_samples=square_bad_samples, small_path=True),
     OpInfo("slogdet", mpslinalg.slogdet, torch.linalg.slogdet, square_samples,
-           bad_samples=square_bad_samples),
+           bad_samples=square_bad_samples, small_path=True, skips=dict(COMPLEX_INF_PIVOT)),
     OpInfo("logdet", mpslinalg.logdet, torch.logdet, square_samples,
-           bad_samples=square_bad_samples, supports_out=False),
+           bad_samples=square_bad_samples, supports_out=False, small_path=True),
 ]
 instantiate_generic_tests(globals(), OPS)
 

@@ -425,11 +425,12 @@ _NONFINITE_SKIP = {"nonfinite": "torch raises LinAlgError for NaN input (and ret
 
 OPS = [
     OpInfo("eigh", mpslinalg.eigh, torch.linalg.eigh, _eigh_samples, bad_samples=_eigh_bad,
-           compare=_eigh_invariants, skips=dict(_NONFINITE_SKIP),
+           compare=_eigh_invariants, skips=dict(_NONFINITE_SKIP), small_path=True,
            orthonormal=lambda out: (out.eigenvectors,),
            degenerate=lambda c: degenerate_samples(c, ({}, {"UPLO": "U"}), hermitian=True),
            **_HERMITIAN_PERTURBATION),
     OpInfo("eigvalsh", mpslinalg.eigvalsh, torch.linalg.eigvalsh, _eigh_samples,
-           bad_samples=_eigh_bad, skips=dict(_NONFINITE_SKIP), **_HERMITIAN_PERTURBATION),
+           bad_samples=_eigh_bad, skips=dict(_NONFINITE_SKIP), small_path=True,
+           **_HERMITIAN_PERTURBATION),
 ]
 instantiate_generic_tests(globals(), OPS)

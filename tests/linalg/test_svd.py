@@ -317,6 +317,64 @@ def test_nonfinite_gives_nan_fast(backend, shape, value):
         assert mpslinalg.svdvals(backend.tensor(A))[1].isnan().all()
 
 
+_NONFINITE_MESSAGE = ("The algorithm failed to converge because the input matrix contained "
+                      "non-finite values.")
+
+
+@pytest.mark.parametrize("fn", [mpslinalg.svd, mpslinalg.svdvals])
+def test_nan_raises_at_every_batch_size_like_torch(fn):
+    """The issue's case: on the torch backend a NaN batch raises torch's LinAlgError below the
+    small path's crossover (torch.linalg) and above it (the Jacobi kernels, whose NaN result
+    hands the batch to torch.linalg), with the same message; Inf gives torch's values."""
+    A = random_matrix(3, torch.float32, (16,), seed=44)
+    A[:, 0, 0] = math.nan
+    with mpslinalg.use_backend("torch"):
+        for batch in (A, A[:15]):
+            with pytest.raises(torch.linalg.LinAlgError) as err:
+                fn(batch)
+            assert str(err.value) == (f"mpslinalg.{fn.__name__}: (Batch element 0): "
+                                      f"{_NONFINITE_MESSAGE}")
+        A[:, 0, 0] = math.inf
+        ours, theirs = fn(A), getattr(torch.linalg, fn.__name__)(A)
+        for o, t in zip(ours if fn is mpslinalg.svd else (ours,),
+                        theirs if fn is mpslinalg.svd else (theirs,), strict=True):
+            assert torch.equal(o.isnan(), t.isnan())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 3, 3), (16, 2, 4)])
+def test_general_path_errors_name_mpslinalg(dtype, shape):
+    """float16 / bfloat16 and shapes without a small kernel take the general path on the torch
+    backend, where torch.linalg runs inside the ops: its errors name mpslinalg.<fn> in
+    torch's wording, as the fast path's do (they named linalg.svd)."""
+    A = random_matrix(shape[-1], torch.float32, shape[:1], seed=45, m=shape[-2]).to(dtype)
+    A[1, 0, 0] = math.nan
+    with mpslinalg.use_backend("torch"):
+        for fn in (mpslinalg.svd, mpslinalg.svdvals, mpslinalg.pinv, mpslinalg.matrix_rank):
+            with pytest.raises(torch.linalg.LinAlgError) as err:
+                fn(A)
+            assert str(err.value) == (f"mpslinalg.{fn.__name__}: (Batch element 1): "
+                                      f"{_NONFINITE_MESSAGE}")
+        with pytest.raises(RuntimeError) as err:  # mpslinalg's own check: worded once
+            mpslinalg.svd(A[0, 0])
+        assert str(err.value).startswith("mpslinalg.svd: ")
+        assert "mpslinalg.svd: mpslinalg" not in str(err.value)
+
+
+def test_matrix_rank_of_nan_raises_on_metal(metal_backend):
+    """An integer cannot carry NaN: matrix_rank raises torch's LinAlgError for the batch element
+    holding NaN (it returned rank 0), with one device read; Inf gives torch's rank 0."""
+    A = random_matrix(3, torch.float32, (3,), seed=46)
+    A[1, 0, 0] = math.nan
+    with count_host_syncs() as syncs, pytest.raises(torch.linalg.LinAlgError) as err:
+        mpslinalg.matrix_rank(metal_backend.tensor(A))
+    assert len(syncs.calls) == 1
+    assert str(err.value) == f"mpslinalg.matrix_rank: (Batch element 1): {_NONFINITE_MESSAGE}"
+    A[1, 0, 0] = math.inf
+    assert mpslinalg.matrix_rank(metal_backend.tensor(A)).tolist() == (
+        torch.linalg.matrix_rank(A).tolist())
+
+
 def test_info_reports_sweeps_and_nonfinite(metal_backend):
     """The kernels' convergence report: sweeps to convergence (bounded, read only by tests and
     ``check``), NON_FINITE for poisoned matrices."""
@@ -618,18 +676,18 @@ _NO_NAN_REFERENCE = ("the reference, torch.linalg.svd on the CPU, raises LinAlgE
 
 OPS = [
     OpInfo("svd", mpslinalg.svd, torch.linalg.svd, _svd_samples, bad_samples=_svd_bad,
-           compare=_svd_compare, orthonormal=lambda out: (out.U, out.Vh.mH),
+           compare=_svd_compare, small_path=True,
            degenerate=lambda c: degenerate_samples(c, ({"full_matrices": True},
                                                        {"full_matrices": False})),
            skips={"upcast": "the invariants are products rounded in float16; "
                             "test_float16_upcast_raw compares the raw U and S instead",
                   "nonfinite": _NO_NAN_REFERENCE}),
     OpInfo("svdvals", mpslinalg.svdvals, torch.linalg.svdvals, _svdvals_samples,
-           bad_samples=_svd_bad, skips={"nonfinite": _NO_NAN_REFERENCE}),
+           bad_samples=_svd_bad, small_path=True, skips={"nonfinite": _NO_NAN_REFERENCE}),
     OpInfo("pinv", mpslinalg.pinv, torch.linalg.pinv, _pinv_samples, bad_samples=_tol_bad,
            skips={"nonfinite": _NO_NAN_REFERENCE}),
     OpInfo("matrix_rank", mpslinalg.matrix_rank, torch.linalg.matrix_rank, _rank_samples,
-           bad_samples=_tol_bad, grad_args=(),
+           bad_samples=_tol_bad, grad_args=(), rank_output=0, device_reads=1,
            skips={"nonfinite": _NO_NAN_REFERENCE,
                   "out": "torch.linalg.matrix_rank writes into an out of any dtype (its "
                          "sum_out casts), so the generic wrong-dtype error does not apply; "

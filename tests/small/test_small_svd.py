@@ -178,6 +178,38 @@ def test_svd_non_finite_gives_nan_quickly():
         assert torch.isnan(x[:4]).all() and torch.isfinite(x[4:]).all()
 
 
+def _outcome(call):
+    try:
+        out = call()
+    except torch.linalg.LinAlgError as error:
+        return type(error), str(error)
+    return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nonfinite_batches_are_torchs(dtype):
+    """The entry points on the kernels' path: a batch holding NaN or Inf gets torch.linalg's
+    values or error exactly (the kernels alone give NaN; LAPACK raises for NaN, and for Inf
+    raises or returns values), a clean batch the kernels' own results."""
+    A = random_matrix(3, dtype, (40,), seed=25)
+    A = A + A.mT
+    assert so.torch_path(A) == "simd kernel on CPU"
+    calls = ((lambda: so.small_svd(A, True, True), lambda: torch.linalg.svd(A)),
+             (lambda: so.small_svd(A, False, False)[1], lambda: torch.linalg.svdvals(A)),
+             (lambda: so.small_eigh(A, False, True), lambda: torch.linalg.eigh(A)),
+             (lambda: so.small_eigh(A, True, False)[0], lambda: torch.linalg.eigvalsh(A, "U")))
+    for where, value in (((2, 1, 1), math.nan), ((2, 1, 1), math.inf), ((3, 0, 0), math.inf)):
+        A[where] = value
+        for ours, theirs in calls:
+            got, want = _outcome(ours), _outcome(theirs)
+            if isinstance(want[0], type):
+                assert got == want
+            else:
+                assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+        A[where] = 1.0
+    assert not _same(so.small_svd(A, False, False)[1], torch.linalg.svdvals(A))  # the kernels'
+
+
 def test_svd_layouts_and_empty_batches():
     A = random_matrix(4, torch.float32, (2, 9), seed=25, m=3)
     U, S, Vh = sc.small_svd(A, True, True)
