@@ -492,7 +492,7 @@ FILL_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, t
 def fill_range_values(dtype: torch.dtype) -> list:
     """Fill values at and just beyond the range of ``dtype``, as ints and as floats, and the
     non-finite ones."""
-    special = [math.nan, math.inf, -math.inf, 0.5, -0.0]
+    special = [math.nan, math.inf, -math.inf, 0.5, -0.0, 10**400, -(10**400)]
     if dtype.is_floating_point:
         info = torch.finfo(dtype)
         beyond = info.max * (1 + info.eps)  # rounds to inf in dtype, but is not inf

@@ -15,15 +15,15 @@ copy; `to_float8` returns one for MPS input), and ``scaled_mm`` is told the form
 (the meta function of ``aten._scaled_mm_v2``; tests/ops/test_fp8.py compares the two), with
 ``L4 = round_up(K / 128, 4)``; ``mat_b``'s scale is that of ``mat_b.t()`` (N, K):
 
-==================================  ==========================  ==========================
-recipes (a, b)                      ``scale_a`` (shape, stride)  ``scale_b`` (shape, stride)
-==================================  ==========================  ==========================
-TensorWise, TensorWise              one element                 one element
-RowWise, RowWise                    ``(M, 1)``, ``(., 1)``      N elements, ``(., 1)``
-BlockWise1x128, BlockWise1x128      ``(M, K/128)``, ``(1, M)``  ``(N, K/128)``, ``(1, N)``
-BlockWise128x128, BlockWise1x128    ``(L4, M/128)``, ``(1, L4)``  ``(N, K/128)``, ``(1, N)``
-BlockWise1x128, BlockWise128x128    ``(M, K/128)``, ``(1, M)``  ``(L4, N/128)``, ``(1, L4)``
-==================================  ==========================  ==========================
+================================  ============================  ============================
+recipes (a, b)                    ``scale_a``: shape, stride    ``scale_b``: shape, stride
+================================  ============================  ============================
+TensorWise, TensorWise            one element                   one element
+RowWise, RowWise                  ``(M, 1)``, ``(., 1)``        N elements, ``(., 1)``
+BlockWise1x128, BlockWise1x128    ``(M, K/128)``, ``(1, M)``    ``(N, K/128)``, ``(1, N)``
+BlockWise128x128, BlockWise1x128  ``(L4, M/128)``, ``(1, L4)``  ``(N, K/128)``, ``(1, N)``
+BlockWise1x128, BlockWise128x128  ``(M, K/128)``, ``(1, M)``    ``(L4, N/128)``, ``(1, L4)``
+================================  ============================  ============================
 
 float32 scales. A blockwise scale of one column may also have stride 1 there. Other pairs
 torch's check refuses (RuntimeError); the MX and NVFP4 recipes (``BlockWise1x32``,
@@ -81,6 +81,8 @@ ScalingType = getattr(F, "ScalingType", _ScalingType)
 SwizzleType = getattr(F, "SwizzleType", _SwizzleType)
 
 TENSORWISE, ROWWISE, BLOCK_1X16, BLOCK_1X32, BLOCK_1X128, BLOCK_128X128 = 0, 1, 2, 3, 4, 5
+#: The values of every ScalingType.
+RECIPE_VALUES = frozenset(r.value for r in _ScalingType)
 SUPPORTED_RECIPES = {TENSORWISE: "TensorWise", ROWWISE: "RowWise",
                      BLOCK_1X128: "BlockWise1x128", BLOCK_128X128: "BlockWise128x128"}
 #: The recipe pairs (recipes of mat_a, recipes of mat_b) torch's shape check of
@@ -126,8 +128,7 @@ def _recipe_list(fn: str, name: str, recipe) -> tuple[int, ...]:
     """The ScalingType values of a recipe or a list of them (as ``F.scaled_mm`` takes)."""
     recipes = recipe if isinstance(recipe, (list, tuple)) else [recipe]
     values = tuple(getattr(r, "value", r) for r in recipes)
-    if not values or not all(isinstance(v, int) and v in _ScalingType._value2member_map_
-                             for v in values):
+    if not values or not all(isinstance(v, int) and v in RECIPE_VALUES for v in values):
         raise ValueError(f"mpslinalg.{fn}: {name} must be a ScalingType or a list of them, got "
                          f"{recipe!r}")
     return values

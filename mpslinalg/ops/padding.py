@@ -118,26 +118,31 @@ def check_fill_value(fn: str, value: object, dtype: torch.dtype) -> None:
         if not dtype.is_complex:
             raise TypeError(f"mpslinalg.{fn}: a complex value cannot fill a "
                             f"{str(dtype).removeprefix('torch.')} tensor, got {value!r}")
-        probes = [complex(value)]
+        _raise_torchs_refusal(fn, complex(value), dtype)
     elif isinstance(value, numbers.Integral) and _is_integer_dtype(dtype):
         info = torch.iinfo(dtype)
         if info.min <= value <= info.max:
             return
         # Out of range: torch's refusal, in torch's words. The exact integer first (as a float
-        # it could round into the range), then F.pad's float: torch lets a negative integer
-        # wrap round an unsigned dtype, F.pad refuses it.
-        probes = [int(value), float(value)]
+        # it could round into the range), then for a negative one F.pad's float: torch lets a
+        # negative integer wrap round an unsigned dtype, F.pad refuses it.
+        _raise_torchs_refusal(fn, int(value), dtype)
+        _raise_torchs_refusal(fn, float(value), dtype)
     else:
         try:
-            probes = [float(value)]
+            probe = float(value)
         except OverflowError as error:  # an integer past 1e308, which F.pad refuses alike
-            raise OverflowError(f"mpslinalg.{fn}: value: {error}") from None
-    for probe in probes:
-        try:
-            # a non-empty input: torch fills an empty input's padding without its float16 check
-            torch.constant_pad_nd(torch.zeros(1, dtype=dtype), [1, 0], probe)
-        except (RuntimeError, OverflowError) as error:
-            raise translate(error, "constant_pad_nd", fn) from None
+            raise OverflowError(f"mpslinalg.{fn}: {error}") from None
+        _raise_torchs_refusal(fn, probe, dtype)
+
+
+def _raise_torchs_refusal(fn: str, probe: numbers.Number, dtype: torch.dtype) -> None:
+    """Raise what torch raises when it pads a ``dtype`` tensor with ``probe``, if it does."""
+    try:
+        # a non-empty input: torch fills an empty input's padding without its float16 check
+        torch.constant_pad_nd(torch.zeros(1, dtype=dtype), [1, 0], probe)
+    except (RuntimeError, OverflowError) as error:
+        raise translate(error, "constant_pad_nd", fn) from None
 
 
 def fill_bits(value: numbers.Number, dtype: torch.dtype) -> tuple[int, int]:
