@@ -685,6 +685,56 @@ def skipped_generic_tests(ops: Sequence[OpInfo]) -> dict[tuple[str, str], str]:
     return {(op.name, test): why for op in ops for test, why in op.skips.items()}
 
 
+# ---------------------------------------------------------------- fill values
+
+#: The dtypes a fill value of an op is checked against: every integer and floating dtype.
+FILL_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
+               torch.uint32, torch.uint64, torch.float16, torch.bfloat16, torch.float32,
+               torch.float64, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def fill_range_values(dtype: torch.dtype) -> list:
+    """Fill values at and just beyond the range of ``dtype``, as ints and as floats, and the
+    non-finite ones."""
+    special = [math.nan, math.inf, -math.inf, 0.5, -0.0, 10**400, -(10**400)]
+    if dtype.is_floating_point:
+        info = torch.finfo(dtype)
+        beyond = info.max * (1 + info.eps)  # rounds to inf in dtype, but is not inf
+        return [info.max, -info.max, beyond, -beyond, 1e300, int(info.max), int(info.max) * 2,
+                info.tiny, info.tiny * info.eps / 4, 2**53 + 1, *special]
+    info = torch.iinfo(dtype)
+    return [info.min, info.max, info.min - 1, info.max + 1, -1, float(info.min),
+            float(info.max) * 2, 2**53 + 1, *special]
+
+
+def check_fill_range(call: Callable[[torch.Tensor, Any], torch.Tensor],
+                     oracle: Callable[[torch.Tensor, Any], torch.Tensor], backend,
+                     dtypes: Sequence[torch.dtype] = FILL_DTYPES) -> None:
+    """``call(x, value)`` of an op that fills with a scalar of ``x``'s dtype against torch's
+    ``oracle(x, value)`` on the CPU, for every dtype and `fill_range_values` value: what the
+    oracle accepts the op accepts with the same result bit for bit; what it refuses the op
+    refuses with the same exception type, in a message naming mpslinalg."""
+    for dtype in dtypes:
+        x = torch.arange(6).reshape(2, 3).to(dtype)
+        for value in fill_range_values(dtype):
+            try:
+                want = oracle(x, value)
+            except (RuntimeError, TypeError, ValueError, OverflowError) as error:
+                with pytest.raises(type(error)) as err:
+                    call(backend.tensor(x), value)
+                assert str(err.value).startswith("mpslinalg."), (dtype, value, str(err.value))
+                continue
+            got = call(backend.tensor(x), value).cpu()
+            assert got.dtype == want.dtype and got.shape == want.shape, (dtype, value)
+            if dtype.is_floating_point:  # NaN payloads may differ; the sign of zero may not
+                got, want = (t.double().nan_to_num(7.0, posinf=math.inf, neginf=-math.inf)
+                             for t in (got, want))
+                same = torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+            else:
+                same = torch.equal(got, want)
+            assert same, (dtype, value, got, want)
+
+
 # ---------------------------------------------------------------- shared sample inputs
 
 

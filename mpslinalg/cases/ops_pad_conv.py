@@ -45,7 +45,7 @@ def _pad_exact(device) -> float:
     x = torch.arange(60, dtype=torch.int64).reshape(3, 4, 5).transpose(0, 2)
     pads = [1, -1, -2, 3, 2, 0]
     value = 2**60 + 1
-    return _mismatches(mpslinalg.ops.pad(x.to(device), pads, value),
+    return _mismatches(mpslinalg.ops.pad(x.to(device), pads, value=value),
                        torch.constant_pad_nd(x, pads, value))
 
 

@@ -9,7 +9,7 @@ declared through the same op machinery as the linalg families.
 from . import streams
 from .attention import scaled_dot_product_attention
 from .convolution import conv1d
-from .fp8 import ScalingType, float8_storage, from_float8, scaled_mm, to_float8
+from .fp8 import ScalingType, SwizzleType, float8_storage, from_float8, scaled_mm, to_float8
 from .gemv import linear
 from .grouped_gemm import grouped_mm
 from .padding import pad
@@ -60,6 +60,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "scaled_mm",
     "ScalingType",
+    "SwizzleType",
     "searchsorted",
     "shifted_chebyshev_polynomial_t",
     "shifted_chebyshev_polynomial_u",

@@ -11,19 +11,26 @@ tensor of the same shape (`float8_storage` makes one from a CPU float8 tensor wi
 copy; `to_float8` returns one for MPS input), and ``scaled_mm`` is told the format with
 ``storage_dtype=``. Nothing goes through a float copy.
 
-Scale layouts are torch's ``_scaled_mm`` checks, applied to ``mat_a`` and to ``mat_b.t()``:
+``scaled_mm`` accepts the recipe pairs and scale layouts that torch's own shape check accepts
+(the meta function of ``aten._scaled_mm_v2``; tests/ops/test_fp8.py compares the two), with
+``L4 = round_up(K / 128, 4)``; ``mat_b``'s scale is that of ``mat_b.t()`` (N, K):
 
-====================  ================================  ================================
-recipe                ``scale_a``, ``mat_a`` (M, K)     ``scale_b``, ``mat_b`` (K, N)
-====================  ================================  ================================
-TensorWise            one element                       one element
-RowWise               ``(M, 1)``                        ``(1, N)``
-BlockWise1x128        ``(M, ceil(K/128))``              ``(ceil(K/128), N)``
-BlockWise128x128      ``(ceil(M/128), ceil(K/128))``    ``(ceil(K/128), ceil(N/128))``
-====================  ================================  ================================
+================================  ============================  ============================
+recipes (a, b)                    ``scale_a``: shape, stride    ``scale_b``: shape, stride
+================================  ============================  ============================
+TensorWise, TensorWise            one element                   one element
+RowWise, RowWise                  ``(M, 1)``, ``(., 1)``        N elements, ``(., 1)``
+BlockWise1x128, BlockWise1x128    ``(M, K/128)``, ``(1, M)``    ``(N, K/128)``, ``(1, N)``
+BlockWise128x128, BlockWise1x128  ``(L4, M/128)``, ``(1, L4)``  ``(N, K/128)``, ``(1, N)``
+BlockWise1x128, BlockWise128x128  ``(M, K/128)``, ``(1, M)``    ``(L4, N/128)``, ``(1, L4)``
+================================  ============================  ============================
 
-float32 scales; any strides (torch's CUDA kernels also demand particular strides; the Metal
-kernel reads through the strides given). Recipes may be mixed freely.
+float32 scales. A blockwise scale of one column may also have stride 1 there. Other pairs
+torch's check refuses (RuntimeError); the MX and NVFP4 recipes (``BlockWise1x32``,
+``BlockWise1x16``), which it accepts, are not implemented (NotImplementedError). Blockwise
+sizes must be multiples of 128: torch's check counts ``K // 128`` blocks, so a partial block
+would have no scale (ValueError). The operands themselves may have any strides and sizes
+(torch's CUDA kernels want a row-major ``mat_a``, a column-major ``mat_b`` and multiples of 16).
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ from .._core.metal import launch
 from .._core.op import Op
 from .gemv import gemv_grid, rows_per_simdgroup, vec4_rows
 
-__all__ = ["ScalingType", "float8_storage", "from_float8", "scaled_mm", "to_float8"]
+__all__ = ["ScalingType", "SwizzleType", "float8_storage", "from_float8", "scaled_mm",
+           "to_float8"]
 
 _SOURCE = "ops/fp8.metal"
 
@@ -60,12 +68,34 @@ class _ScalingType(enum.Enum):
     BlockWise128x128 = 5
 
 
-#: torch's own enum where the installed torch has one, else an enum with its names and values.
-ScalingType = getattr(F, "ScalingType", _ScalingType)
+class _SwizzleType(enum.Enum):
+    """The scale swizzles of `torch.nn.functional.scaled_mm` (same names and values), for torch
+    versions that do not define ``torch.nn.functional.SwizzleType``."""
 
-TENSORWISE, ROWWISE, BLOCK_1X128, BLOCK_128X128 = 0, 1, 4, 5
+    NO_SWIZZLE = 0
+    SWIZZLE_32_4_4 = 1
+
+
+#: torch's own enums where the installed torch has them, else enums with their names and values.
+ScalingType = getattr(F, "ScalingType", _ScalingType)
+SwizzleType = getattr(F, "SwizzleType", _SwizzleType)
+
+TENSORWISE, ROWWISE, BLOCK_1X16, BLOCK_1X32, BLOCK_1X128, BLOCK_128X128 = 0, 1, 2, 3, 4, 5
+#: The values of every ScalingType.
+RECIPE_VALUES = frozenset(r.value for r in _ScalingType)
 SUPPORTED_RECIPES = {TENSORWISE: "TensorWise", ROWWISE: "RowWise",
                      BLOCK_1X128: "BlockWise1x128", BLOCK_128X128: "BlockWise128x128"}
+#: The recipe pairs (recipes of mat_a, recipes of mat_b) torch's shape check of
+#: ``aten._scaled_mm_v2`` accepts and the kernels implement ...
+SCALED_MM_PAIRS = {((TENSORWISE,), (TENSORWISE,)), ((ROWWISE,), (ROWWISE,)),
+                   ((BLOCK_1X128,), (BLOCK_1X128,)), ((BLOCK_128X128,), (BLOCK_1X128,)),
+                   ((BLOCK_1X128,), (BLOCK_128X128,))}
+#: ... and those it accepts that are not implemented: MX (1x32 blocks, float8_e8m0fnu scales),
+#: NVFP4 with one or two levels of scales (1x16 blocks), all with swizzled scales.
+UNIMPLEMENTED_PAIRS = {((BLOCK_1X32,), (BLOCK_1X32,)): "MX (BlockWise1x32)",
+                       ((BLOCK_1X16,), (BLOCK_1X16,)): "NVFP4 (BlockWise1x16)",
+                       ((BLOCK_1X16, TENSORWISE), (BLOCK_1X16, TENSORWISE)):
+                           "NVFP4 (BlockWise1x16, TensorWise)"}
 #: Side of a scale block of the blockwise recipes (kGemvStep in metal/ops/gemv.h).
 BLOCK = 128
 #: Format codes of the kernels (kFp8E4M3FN, kFp8E5M2 in metal/ops/fp8.h).
@@ -92,6 +122,20 @@ def _recipe_value(fn: str, name: str, recipe) -> int:
         raise ValueError(f"mpslinalg.{fn}: {name} must be one of ScalingType.{{{names}}}, got "
                          f"{recipe!r}")
     return value
+
+
+def _recipe_list(fn: str, name: str, recipe) -> tuple[int, ...]:
+    """The ScalingType values of a recipe or a list of them (as ``F.scaled_mm`` takes)."""
+    recipes = recipe if isinstance(recipe, (list, tuple)) else [recipe]
+    values = tuple(getattr(r, "value", r) for r in recipes)
+    if not values or not all(isinstance(v, int) and v in RECIPE_VALUES for v in values):
+        raise ValueError(f"mpslinalg.{fn}: {name} must be a ScalingType or a list of them, got "
+                         f"{recipe!r}")
+    return values
+
+
+def _recipe_names(values: tuple[int, ...]) -> str:
+    return ", ".join(_ScalingType(v).name for v in values)
 
 
 def _fp8_name(dtype) -> str:
@@ -201,10 +245,58 @@ fp8_encode_op = Op(
 
 def _divisors(kind: int, rows: int, cols: int) -> tuple[int, int]:
     """(row_div, col_div): element (i, j) of a (rows, cols) tensor quantised with recipe
-    ``kind`` along its rows has the scale [i // row_div, j // col_div]."""
+    ``kind`` along its rows has the scale grid[i // row_div, j // col_div] (`_grid_shape`)."""
     whole_rows, whole_cols = max(rows, 1), max(cols, 1)
     return {TENSORWISE: (whole_rows, whole_cols), ROWWISE: (1, whole_cols),
             BLOCK_1X128: (1, BLOCK), BLOCK_128X128: (BLOCK, BLOCK)}[kind]
+
+
+def _grid_shape(kind: int, rows: int, cols: int) -> tuple[int, int]:
+    """The scale grid of a (rows, cols) tensor quantised along its rows: one scale per group,
+    indexed (row group, column group); the kernels read every recipe's scales this way."""
+    c = math.ceil
+    return {TENSORWISE: (1, 1), ROWWISE: (rows, 1), BLOCK_1X128: (rows, c(cols / BLOCK)),
+            BLOCK_128X128: (c(rows / BLOCK), c(cols / BLOCK))}[kind]
+
+
+def _round_up_4(blocks: int) -> int:
+    """torch's ``round_up(K / 128, 4)``: the K blocks of a BlockWise128x128 scale, padded."""
+    return -(-blocks // 4) * 4
+
+
+def _public_scale_shape(kind: int, rows: int, cols: int) -> tuple[int, ...]:
+    """The layout of a scale that `to_float8` returns and torch's checks take: the grid,
+    except a BlockWise128x128 scale, which torch takes K-major with its K blocks padded to a
+    multiple of 4: (round_up(K blocks, 4), row blocks)."""
+    if kind == TENSORWISE:
+        return ()
+    grid = _grid_shape(kind, rows, cols)
+    return (_round_up_4(grid[1]), grid[0]) if kind == BLOCK_128X128 else grid
+
+
+def _public_scale(kind: int, grid: Tensor) -> Tensor:
+    """A scale grid in the layout of `_public_scale_shape`, column-major where torch's checks
+    want it (the padding K blocks of BlockWise128x128 hold ones)."""
+    if kind == TENSORWISE:
+        return grid.reshape(())
+    if kind == BLOCK_1X128:
+        # (M, K/128) with stride (1, M), also for M = 1 (t().contiguous() keeps a size-1 view)
+        return grid.new_empty(grid.shape[::-1]).t().copy_(grid)
+    if kind == BLOCK_128X128:
+        row_blocks, k_blocks = grid.shape
+        padded = grid.new_ones(row_blocks, _round_up_4(k_blocks))
+        padded[:, :k_blocks] = grid
+        return padded.t()  # (L4, M/128) with stride (1, L4)
+    return grid
+
+
+def _grid(kind: int, scale: Tensor, k_blocks: int) -> Tensor:
+    """The scale grid (`_grid_shape`) of a scale in its public layout (a view)."""
+    if kind == TENSORWISE:
+        return scale.reshape(1, 1)
+    if kind == ROWWISE:
+        return scale.reshape(-1, 1)
+    return scale[:k_blocks].t() if kind == BLOCK_128X128 else scale
 
 
 def _block_amax(x: Tensor, rows_per_block: int, cols_per_block: int) -> Tensor:
@@ -232,7 +324,7 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
         float32, float16 or bfloat16 (float64 on the torch backend; the quotient is float32).
         Any shape for ``TensorWise``, ``(M, K)`` for the other recipes (groups along the last
         dimension: for ``mat_b`` of ``scaled_mm`` quantise the ``(N, K)`` weight and pass
-        ``data.t()``, ``scale.t()``).
+        ``data.t()`` with ``scale`` as it is).
     dtype : torch.dtype, optional
         ``torch.float8_e4m3fn`` (default) or ``torch.float8_e5m2``.
     recipe : ScalingType, optional
@@ -246,9 +338,10 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     data : Tensor
         ``x``'s shape, ``dtype`` (or uint8 bytes).
     scale : Tensor
-        float32, in the layout `scaled_mm` takes for ``mat_a``: one element, ``(M, 1)``,
-        ``(M, ceil(K/128))`` (column-major, as torch's checks want) or
-        ``(ceil(M/128), ceil(K/128))``.
+        float32, in the layout `scaled_mm` takes (torch's): one element, ``(M, 1)``,
+        ``(M, ceil(K/128))`` column-major, or for BlockWise128x128
+        ``(round_up(ceil(K/128), 4), ceil(M/128))`` column-major (K-major, the padding K
+        blocks hold ones).
 
     Examples
     --------
@@ -278,9 +371,7 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     if xf.numel():
         amax = _block_amax(xf, row_div, col_div)
     else:
-        amax = xf.new_zeros(_expected_scale_shape(kind, rows, cols, True) or (1, 1))
-    if kind == BLOCK_1X128:
-        amax = amax.t().contiguous().t()  # torch wants (M, K/128) with stride (1, M)
+        amax = xf.new_zeros(_grid_shape(kind, rows, cols))
     # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
     # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
     # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
@@ -295,9 +386,7 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
                         "storage=True (the default on MPS) for the uint8 bytes")
     if not storage:
         data = data.view(dtype)
-    if kind == TENSORWISE:
-        scale = scale.reshape(())
-    return data, scale
+    return data, _public_scale(kind, scale)
 
 
 def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
@@ -342,7 +431,8 @@ def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
         raise TypeError(f"mpslinalg.{fn}: dtype must be float32, float16 or bfloat16, got "
                         f"{dtype!r}")
     raw2 = raw.reshape(1, -1) if kind == TENSORWISE else raw
-    scale2 = _check_scale(fn, "scale", scale, kind, raw2, True)
+    scale2 = _grid(kind, _check_scale(fn, "scale", scale, kind, *raw2.shape),
+                   math.ceil(raw2.shape[1] / BLOCK))
     checks.check_same_device(fn, data=raw2, scale=scale2)
     backend = resolve_backend(raw.device, fn)
     out = fp8_decode_op(raw2, scale2, *_divisors(kind, *raw2.shape), fmt, dtype, backend, False,
@@ -353,16 +443,13 @@ def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
 # ---------------------------------------------------------------- scaled_mm
 
 
-def _scale_layout(kind: int, scale: Tensor, rows_first: bool) -> tuple[int, int, int]:
-    """(div, stride of the M/N index, stride of the K block) of a scale tensor, for A
-    (``rows_first``: scale indexed (i, kblock)) or B (indexed (kblock, j))."""
+def _scale_layout(kind: int, grid: Tensor) -> tuple[int, int, int]:
+    """(row div, row group stride, K block stride) of a scale grid, as the kernel reads it."""
     if kind == TENSORWISE:
         return 1, 0, 0
-    s_mn, s_k = (scale.stride(0), scale.stride(1)) if rows_first else (scale.stride(1),
-                                                                        scale.stride(0))
     if kind == ROWWISE:
-        return 1, s_mn, 0
-    return (1 if kind == BLOCK_1X128 else BLOCK), s_mn, s_k
+        return 1, grid.stride(0), 0
+    return (1 if kind == BLOCK_1X128 else BLOCK), grid.stride(0), grid.stride(1)
 
 
 def _scaled_mm_metal(a: Tensor, b: Tensor, scale_a: Tensor, recipe_a: int, scale_b: Tensor,
@@ -375,8 +462,8 @@ def _scaled_mm_metal(a: Tensor, b: Tensor, scale_a: Tensor, recipe_a: int, scale
         return out
     rows = rows_per_simdgroup(m)
     kernel = _metal.kernel(_SOURCE, "scaled_mm", out_dtype, a.device, fn="scaled_mm", rows=rows)
-    a_div, a_s0, a_s1 = _scale_layout(recipe_a, scale_a, True)
-    b_div, b_s1, b_s0 = _scale_layout(recipe_b, scale_b, False)
+    a_div, a_s0, a_s1 = _scale_layout(recipe_a, scale_a)
+    b_div, b_s1, b_s0 = _scale_layout(recipe_b, scale_b)
     has_bias = bias is not None
     params = [m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), a_div, a_s0, a_s1,
               b_div, b_s0, b_s1, format_a, format_b, bias.stride(0) if has_bias else 0,
@@ -386,14 +473,11 @@ def _scaled_mm_metal(a: Tensor, b: Tensor, scale_a: Tensor, recipe_a: int, scale
     return out
 
 
-def _decoded(bytes_: Tensor, fmt: int, scale: Tensor, kind: int, rows_first: bool) -> Tensor:
-    """float32 values of fp8 bytes times their scales (the reference composition)."""
+def _decoded(bytes_: Tensor, fmt: int, grid: Tensor, kind: int) -> Tensor:
+    """float32 values of the fp8 bytes of an operand (rows, K) (``mat_a`` or ``mat_b.t()``)
+    times their scales (the reference composition)."""
     values = bytes_.view(FP8_BY_CODE[fmt]).float()
-    if rows_first:
-        return values * _expand_scale(scale, *values.shape, *_divisors(kind, *values.shape))
-    # B (K, N) is quantised along its columns: the divisors of its transpose, swapped.
-    col_div, row_div = _divisors(kind, values.shape[1], values.shape[0])
-    return values * _expand_scale(scale, *values.shape, row_div, col_div)
+    return values * _expand_scale(grid, *values.shape, *_divisors(kind, *values.shape))
 
 
 #: torch's CUDA scaled_mm (cuBLASLt / CUTLASS fp8) wants K and N multiples of this.
@@ -409,6 +493,7 @@ def _torch_scaled_mm(a, b, scale_a, recipe, scale_b, bias, out_dtype, format_a, 
     torch's CUDA kernels require: ``a`` row-major, ``b`` column-major, K and N padded to
     multiples of 16 with zero codes (which add nothing; the padded columns are cut off)."""
     n = b.shape[1]
+    scale_b = scale_b.reshape(1, -1)  # the grid of a RowWise scale_b is (N, 1)
     align = _torch_alignment(a.device)
     pad_k, pad_n = -a.shape[1] % align, -n % align
     if align > 1:
@@ -441,8 +526,8 @@ def _scaled_mm_torch(a, b, scale_a, recipe_a, scale_b, recipe_b, bias, out_dtype
             pass
     # torch has no kernel for this recipe here (blockwise, mixed, or torch < 2.10): the
     # definition, in float32.
-    out = _decoded(a, format_a, scale_a, recipe_a, True) @ _decoded(b, format_b, scale_b,
-                                                                      recipe_b, False)
+    out = _decoded(a, format_a, scale_a, recipe_a) @ _decoded(b.t(), format_b, scale_b,
+                                                               recipe_b).t()
     if bias is not None:
         out = out + bias.float()
     return out.to(out_dtype)
@@ -470,39 +555,92 @@ def _fp8_operand(fn: str, name: str, x, storage_dtype) -> tuple[Tensor, int]:
                     f"uint8 storage), got {_fp8_name(x.dtype)}")
 
 
-def _expected_scale_shape(kind: int, rows: int, cols: int, is_a: bool) -> tuple[int, ...]:
-    """Scale shape for operand (rows, cols) = A (M, K) or B (K, N)."""
-    c = math.ceil
-    if kind == TENSORWISE:
-        return ()
-    if is_a:
-        return {ROWWISE: (rows, 1), BLOCK_1X128: (rows, c(cols / BLOCK)),
-                BLOCK_128X128: (c(rows / BLOCK), c(cols / BLOCK))}[kind]
-    return {ROWWISE: (1, cols), BLOCK_1X128: (c(rows / BLOCK), cols),
-            BLOCK_128X128: (c(rows / BLOCK), c(cols / BLOCK))}[kind]
-
-
-def _check_scale(fn: str, name: str, scale, kind: int, operand: Tensor, is_a: bool) -> Tensor:
+def _check_scale(fn: str, name: str, scale, kind: int, rows: int, cols: int) -> Tensor:
+    """A scale of `to_float8`'s layout for (rows, cols) data."""
     scale = checks.check_tensor(fn, name, scale)
     if scale.dtype != torch.float32:
         raise TypeError(f"mpslinalg.{fn}: {name} must be float32, got "
                         f"{_fp8_name(scale.dtype)}")
-    want = _expected_scale_shape(kind, *operand.shape, is_a)
     if kind == TENSORWISE:
         if scale.numel() != 1:
             raise ValueError(f"mpslinalg.{fn}: {name} must have one element for TensorWise "
                              f"scaling, got shape {checks.shape_str(scale)}")
-        return scale.reshape(1, 1)
+        return scale
+    want = _public_scale_shape(kind, rows, cols)
     if tuple(scale.shape) != want:
         raise ValueError(f"mpslinalg.{fn}: {name} must have shape {want} for "
-                         f"{SUPPORTED_RECIPES[kind]} scaling of a {tuple(operand.shape)} "
-                         f"operand, got {checks.shape_str(scale)}")
+                         f"{SUPPORTED_RECIPES[kind]} scaling of a {(rows, cols)} operand, got "
+                         f"{checks.shape_str(scale)}")
     return scale
 
 
-def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_recipe_a, scale_b: Tensor,
-              scale_recipe_b, swizzle_a=None, swizzle_b=None, bias: Tensor | None = None,
-              output_dtype: torch.dtype | None = torch.bfloat16,
+def _single_scale(fn: str, name: str, scale) -> Tensor:
+    """The scale tensor of a recipe of one scale (``F.scaled_mm`` also takes a list)."""
+    if isinstance(scale, (list, tuple)):
+        if len(scale) != 1:
+            raise ValueError(f"mpslinalg.{fn}: {name} must be one tensor or a list of one for "
+                             f"these recipes, got {len(scale)} tensors")
+        scale = scale[0]
+    return checks.check_tensor(fn, name, scale)
+
+
+def _check_mm_scale(fn: str, name: str, scale: Tensor, kind: int, rows: int, k: int,
+                    is_a: bool) -> Tensor:
+    """torch's shape check of ``aten._scaled_mm_v2`` for the scale of one operand (rows, K),
+    ``mat_a`` or ``mat_b.t()`` (``_check_scaled_mm_sizes_v2`` of torch/_meta_registrations.py,
+    torch 2.13; with its exception types), then the scale's grid (`_grid_shape`)."""
+    got = (f"got {checks.shape_str(scale)} {_fp8_name(scale.dtype)} with stride "
+           f"{tuple(scale.stride())}")
+    recipe = SUPPORTED_RECIPES[kind]
+    if kind == TENSORWISE:
+        if scale.numel() != 1 or scale.dtype != torch.float32:
+            raise ValueError(f"mpslinalg.{fn}: {name} must have one float32 element for "
+                             f"TensorWise scaling, {got}")
+        return scale.reshape(1, 1)
+    if scale.dim() < 2:  # torch reads size(1) / stride(1)
+        raise IndexError(f"mpslinalg.{fn}: {name} must have two dimensions for {recipe} "
+                         f"scaling, {got}")
+    if kind == ROWWISE:
+        # torch checks the shape of scale_a and the element count of both
+        shape_ok = not is_a or (scale.shape[0] == rows and scale.shape[1] == 1)
+        if (not shape_ok or scale.numel() != rows or scale.dtype != torch.float32
+                or scale.stride(1) != 1):
+            want = f"shape ({rows}, 1)" if is_a else f"{rows} elements"
+            raise ValueError(f"mpslinalg.{fn}: {name} must have {want} of float32 and stride 1 "
+                             f"in dimension 1 for RowWise scaling, {got}")
+        return scale.reshape(rows, 1)
+    blocks = k // BLOCK
+    want = (rows, blocks) if kind == BLOCK_1X128 else (_round_up_4(blocks), rows // BLOCK)
+    lead = want[0]
+    strides_ok = scale.stride(0) == 1 and (scale.stride(1) == lead or (
+        scale.shape[1] == 1 and scale.stride(1) == 1))
+    if (scale.dim() != 2 or scale.dtype != torch.float32 or tuple(scale.shape) != want
+            or not strides_ok):
+        operand = f"mat_a ({rows}, {k})" if is_a else f"mat_b.t() ({rows}, {k})"
+        padded = f" (L4 = round_up(K / 128, 4) = {lead})" if kind == BLOCK_128X128 else ""
+        raise RuntimeError(f"mpslinalg.{fn}: {name} must be float32 of shape {want} and "
+                           f"stride (1, {lead}) for {recipe} scaling of {operand}{padded}, {got}")
+    if k % BLOCK or (kind == BLOCK_128X128 and rows % BLOCK):
+        dims = "K" if kind == BLOCK_1X128 else f"K and the {'M' if is_a else 'N'} of {name}"
+        raise ValueError(f"mpslinalg.{fn}: {recipe} scaling needs {dims} to be multiples of "
+                         f"{BLOCK}: torch's scale layout has whole blocks only, which leaves "
+                         f"part of the ({rows}, {k}) operand without a scale")
+    return _grid(kind, scale, blocks)
+
+
+def _check_swizzle(fn: str, name: str, swizzle) -> None:
+    """A SwizzleType, a list of them, or None. torch's check reads swizzles for the MX and
+    NVFP4 recipes only; so does this one, which implements neither."""
+    swizzles = swizzle if isinstance(swizzle, (list, tuple)) else [swizzle]
+    for one in swizzles:
+        if one is not None and getattr(one, "value", one) not in (0, 1):
+            raise ValueError(f"mpslinalg.{fn}: {name} must be None or a SwizzleType, got "
+                             f"{swizzle!r}")
+
+
+def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor | list[Tensor], scale_recipe_a,
+              scale_b: Tensor | list[Tensor], scale_recipe_b, swizzle_a=None, swizzle_b=None,
+              bias: Tensor | None = None, output_dtype: torch.dtype | None = torch.bfloat16,
               contraction_dim: list[int] | tuple[int, ...] = (), use_fast_accum: bool = False,
               *, storage_dtype: torch.dtype | None = None) -> Tensor:
     r"""``(mat_a * scale_a) @ (mat_b * scale_b) + bias`` from fp8 operands; like
@@ -515,13 +653,17 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_recipe_a, sca
     mat_b : Tensor
         ``(K, N)``, same choices (the formats of ``mat_a`` and ``mat_b`` may differ). Any
         strides; ``weight.t()`` of an ``(N, K)`` weight is the fast layout.
-    scale_a, scale_b : Tensor
-        float32 decoding scales in the layout of the recipe (module docstring table).
-    scale_recipe_a, scale_recipe_b : ScalingType
-        ``TensorWise``, ``RowWise``, ``BlockWise1x128`` or ``BlockWise128x128`` (or a list of
-        one of them), in any combination.
+    scale_a, scale_b : Tensor or list of one Tensor
+        float32 decoding scales, in the layouts torch's check of ``F.scaled_mm`` accepts
+        (module docstring table): for ``mat_b = weight.t()``, the scale `to_float8` gives for
+        ``weight`` as it is (RowWise: or its transpose ``(1, N)``, which torch's CPU kernel
+        needs).
+    scale_recipe_a, scale_recipe_b : ScalingType or list of ScalingType
+        The pairs torch accepts: ``TensorWise`` twice, ``RowWise`` twice, ``BlockWise1x128``
+        twice, or ``BlockWise1x128`` with ``BlockWise128x128`` either way round. Other pairs
+        raise RuntimeError; the MX and NVFP4 recipes NotImplementedError.
     swizzle_a, swizzle_b : SwizzleType, optional
-        Only ``None`` / ``NO_SWIZZLE``.
+        Accepted and not read, as torch's check does for these recipes.
     bias : Tensor, optional
         ``(N,)`` in ``output_dtype``, added before the output is rounded.
     output_dtype : torch.dtype, optional
@@ -557,26 +699,35 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor, scale_recipe_a, sca
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise RuntimeError(f"mpslinalg.{fn}: expected mat_a (M, K) and mat_b (K, N), got "
                            f"{checks.shape_str(a)} and {checks.shape_str(b)}")
-    recipe_a = _recipe_value(fn, "scale_recipe_a", scale_recipe_a)
-    recipe_b = _recipe_value(fn, "scale_recipe_b", scale_recipe_b)
-    for name, swizzle in (("swizzle_a", swizzle_a), ("swizzle_b", swizzle_b)):
-        if isinstance(swizzle, (list, tuple)):
-            swizzle = swizzle[0] if len(swizzle) == 1 else swizzle
-        if swizzle is not None and getattr(swizzle, "value", swizzle) != 0:
-            raise ValueError(f"mpslinalg.{fn}: {name} must be None or NO_SWIZZLE, got "
-                             f"{swizzle!r}")
+    recipes = (_recipe_list(fn, "scale_recipe_a", scale_recipe_a),
+               _recipe_list(fn, "scale_recipe_b", scale_recipe_b))
+    _check_swizzle(fn, "swizzle_a", swizzle_a)
+    _check_swizzle(fn, "swizzle_b", swizzle_b)
+    if recipes in UNIMPLEMENTED_PAIRS:
+        raise NotImplementedError(f"mpslinalg.{fn}: {UNIMPLEMENTED_PAIRS[recipes]} scaling is "
+                                  "not implemented")
+    if recipes not in SCALED_MM_PAIRS:
+        raise RuntimeError(
+            f"mpslinalg.{fn}: invalid scaling configuration ({_recipe_names(recipes[0])}) x "
+            f"({_recipe_names(recipes[1])}); the pairs are TensorWise x TensorWise, RowWise x "
+            "RowWise, BlockWise1x128 x BlockWise1x128 and BlockWise1x128 with "
+            "BlockWise128x128 either way round")
+    (recipe_a,), (recipe_b,) = recipes
     if tuple(contraction_dim) not in ((), (1, 0)):
         raise ValueError(f"mpslinalg.{fn}: only contraction_dim=() (K = mat_a dim 1, mat_b dim "
                          f"0) is supported, got {contraction_dim!r}")
     if output_dtype not in OUT_DTYPES:
         raise TypeError(f"mpslinalg.{fn}: output_dtype must be bfloat16, float16 or float32, "
                         f"got {output_dtype!r}")
-    sa = _check_scale(fn, "scale_a", scale_a, recipe_a, a, True)
-    sb = _check_scale(fn, "scale_b", scale_b, recipe_b, b, False)
+    (m, k), n = a.shape, b.shape[1]
+    sa = _check_mm_scale(fn, "scale_a", _single_scale(fn, "scale_a", scale_a), recipe_a, m, k,
+                         True)
+    sb = _check_mm_scale(fn, "scale_b", _single_scale(fn, "scale_b", scale_b), recipe_b, n, k,
+                         False)
     if bias is not None:
         bias = checks.check_tensor(fn, "bias", bias)
-        if bias.shape != (b.shape[1],) or bias.dtype != output_dtype:
-            raise ValueError(f"mpslinalg.{fn}: bias must be ({b.shape[1]},) of dtype "
+        if bias.shape != (n,) or bias.dtype != output_dtype:
+            raise ValueError(f"mpslinalg.{fn}: bias must be ({n},) of dtype "
                              f"{_fp8_name(output_dtype)}, got {checks.shape_str(bias)} "
                              f"{_fp8_name(bias.dtype)}")
     checks.check_same_device(fn, mat_a=a, scale_a=sa, scale_b=sb,

@@ -1,9 +1,11 @@
-"""Constant padding: ``pad(x, pad, value)`` with ``F.pad(mode="constant")`` semantics.
+"""Padding: ``pad(input, pad, mode="constant", value=None)``, the signature of ``F.pad``.
 
-Op ``mpslinalg::pad``: on the metal backend one launch of ``metal/ops/padding.metal`` writes the
-output directly from the input's storage (any strides, no intermediate copy), so the peak extra
-memory of a call is its output. Negative pads crop, in the same single launch (the result is
-never a view of the input). The derivative is the opposite pad of the incoming gradient.
+Op ``mpslinalg::pad`` (constant mode): on the metal backend one launch of
+``metal/ops/padding.metal`` writes the output directly from the input's storage (any strides, no
+intermediate copy), so the peak extra memory of a call is its output. Negative pads crop, in the
+same single launch (the result is never a view of the input). The derivative is the opposite pad
+of the incoming gradient. The fill value is accepted or refused as torch's ``F.pad`` accepts or
+refuses it (`check_fill_value`). The other modes are torch's own ``F.pad``.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import numbers
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from .._core.errors import translate
 from .._core.op import Op, public
 
 __all__ = ["pad"]
@@ -90,13 +94,67 @@ def merged_dims(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequ
     return dims or [(1, 1, 1, 0)]
 
 
+def _is_integer_dtype(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def _is_complex_number(value: object) -> bool:
+    return isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real)
+
+
+def check_fill_value(fn: str, value: object, dtype: torch.dtype) -> None:
+    """Raise what ``F.pad`` raises for a fill ``value`` it cannot convert to ``dtype``: a
+    RuntimeError "value cannot be converted to type ... without overflow" (an integer beyond
+    the dtype's range, a float beyond the largest finite one, NaN or infinity for an integer
+    dtype), a TypeError for a complex value of a real dtype.
+
+    ``F.pad`` converts the value to a Python float before torch checks it; the check below is
+    torch's own on that float, except that an integer fill of an integer dtype is checked
+    exactly (as a float, 2**63 would pass for int64 and ``2**53 + 1`` would be rounded).
+    Complex dtypes also take complex values (``F.pad`` takes floats only)."""
+    if not isinstance(value, numbers.Number):
+        raise TypeError(f"mpslinalg.{fn}: value must be a number, got {type(value).__name__}")
+    if _is_complex_number(value):
+        if not dtype.is_complex:
+            raise TypeError(f"mpslinalg.{fn}: a complex value cannot fill a "
+                            f"{str(dtype).removeprefix('torch.')} tensor, got {value!r}")
+        _raise_torchs_refusal(fn, complex(value), dtype)
+    elif isinstance(value, numbers.Integral) and _is_integer_dtype(dtype):
+        info = torch.iinfo(dtype)
+        if info.min <= value <= info.max:
+            return
+        # Out of range: torch's refusal, in torch's words. The exact integer first (as a float
+        # it could round into the range), then for a negative one F.pad's float: torch lets a
+        # negative integer wrap round an unsigned dtype, F.pad refuses it.
+        _raise_torchs_refusal(fn, int(value), dtype)
+        _raise_torchs_refusal(fn, float(value), dtype)
+    else:
+        try:
+            probe = float(value)
+        except OverflowError as error:  # an integer past 1e308, which F.pad refuses alike
+            raise OverflowError(f"mpslinalg.{fn}: {error}") from None
+        _raise_torchs_refusal(fn, probe, dtype)
+
+
+def _raise_torchs_refusal(fn: str, probe: numbers.Number, dtype: torch.dtype) -> None:
+    """Raise what torch raises when it pads a ``dtype`` tensor with ``probe``, if it does."""
+    try:
+        # a non-empty input: torch fills an empty input's padding without its float16 check
+        torch.constant_pad_nd(torch.zeros(1, dtype=dtype), [1, 0], probe)
+    except (RuntimeError, OverflowError) as error:
+        raise translate(error, "constant_pad_nd", fn) from None
+
+
 def fill_bits(value: numbers.Number, dtype: torch.dtype) -> tuple[int, int]:
-    """The bit pattern of ``value`` converted to ``dtype`` (as torch converts it when it fills),
-    as two int64 words (the second is used by 16-byte dtypes only)."""
-    # the widest type of the value's kind first, so that it is rounded once (as torch fills)
-    wide = (None if isinstance(value, (bool, numbers.Integral)) else
-            torch.complex128 if isinstance(value, complex) else torch.float64)
-    scalar = torch.tensor(value, dtype=wide).to(dtype)
+    """The bit pattern of ``value`` (already checked by `check_fill_value`) converted to
+    ``dtype`` as ``F.pad`` converts it, as two int64 words (the second is used by 16-byte
+    dtypes only)."""
+    if isinstance(value, numbers.Integral) and _is_integer_dtype(dtype):
+        scalar = torch.tensor(int(value)).to(dtype)  # exact (a uint64 past 2**63 comes wrapped)
+    else:
+        # in float64 (complex128) first, so that the value is rounded once, as torch fills
+        wide = torch.complex128 if _is_complex_number(value) else torch.float64
+        scalar = torch.tensor(value, dtype=wide).to(dtype)
     if scalar.element_size() == 16:
         lo, hi = torch.view_as_real(scalar).view(torch.int64).tolist()
         return lo, hi
@@ -181,39 +239,55 @@ pad_op = Op(
     fake=_pad_fake, save=_pad_save, backward=_pad_backward)
 
 
-def _check_args(fn: str, x: object, pad: object, value: object) -> list[int]:
-    checks.check_tensor(fn, "x", x)
+def _check_args(fn: str, x: object, pad: object, mode: object) -> list[int]:
+    checks.check_tensor(fn, "input", x)
     if isinstance(pad, Tensor) or not isinstance(pad, Sequence) or not all(
             isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in pad):
         raise TypeError(f"mpslinalg.{fn}: pad must be a sequence of ints, got {pad!r}")
-    if not isinstance(value, numbers.Number):
-        raise TypeError(f"mpslinalg.{fn}: value must be a number, got {type(value).__name__}")
+    if not isinstance(mode, str):
+        raise TypeError(f"mpslinalg.{fn}: mode must be a str, got {type(mode).__name__} (the "
+                        "fill value is the fourth argument, or value=)")
     return [int(p) for p in pad]
 
 
-@public(torch.constant_pad_nd, torch_name="constant_pad_nd")
-def pad(x: Tensor, pad: Sequence[int], value: float = 0.0) -> Tensor:
-    r"""Pad ``x`` with a constant; like ``torch.nn.functional.pad(x, pad, value=value)``.
+def _takes_the_general_path(input, pad, mode="constant", value=None) -> bool:
+    """F.pad takes float fill values only: complex fills of complex tensors are the op's."""
+    return _is_complex_number(value)
+
+
+@public(F.pad, torch_name="nn.functional.pad", general_when=_takes_the_general_path)
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant",
+        value: numbers.Number | None = None) -> Tensor:
+    r"""Pad ``input``; like ``torch.nn.functional.pad(input, pad, mode, value)``.
 
     Parameters
     ----------
-    x : Tensor
+    input : Tensor
         Any shape and any dtype torch pads.
     pad : sequence of int
         ``(before_last, after_last, before_second_last, after_second_last, ...)``: padding of
         the last ``len(pad) // 2`` dimensions, last dimension first. Negative entries crop.
+    mode : str, optional
+        ``"constant"`` (default): the op of this module, on every backend. ``"reflect"``,
+        ``"replicate"`` and ``"circular"`` are torch's own ``F.pad`` on every backend
+        (torch has them on MPS), with torch's rules on shapes and dtypes.
     value : number, optional
-        The fill value, converted to ``x``'s dtype exactly as torch converts it (an int64
-        ``value`` beyond 2**53 stays exact).
+        The fill value of ``"constant"`` mode (default 0), converted to ``input``'s dtype as
+        ``F.pad`` converts it, and refused as ``F.pad`` refuses it: a value out of the
+        dtype's range raises RuntimeError "value cannot be converted to type ... without
+        overflow" (int8 128, uint8 -1, int32 NaN, float16 1e40). An integer fill of an
+        integer dtype is exact over the whole range (int64 past 2**53, uint64 up to
+        2**64 - 1), and a complex dtype also takes a complex value (``F.pad`` takes floats).
 
     Returns
     -------
     Tensor
-        A new tensor (never a view of ``x``, also for crop-only pads). Differentiable.
+        A new tensor (in constant mode never a view of ``input``, also for crop-only pads).
+        Differentiable.
 
     Notes
     -----
-    On the metal backend a single kernel launch reads ``x`` through its strides and writes
+    On the metal backend a single kernel launch reads ``input`` through its strides and writes
     every output element, so a call needs no memory beyond its output; index arithmetic is
     64-bit whenever a size, index or offset of the call reaches 2**31.
 
@@ -224,8 +298,23 @@ def pad(x: Tensor, pad: Sequence[int], value: float = 0.0) -> Tensor:
     tensor([[9, 1, 2],
             [9, 3, 4],
             [9, 9, 9]])
+    >>> mpslinalg.ops.pad(torch.tensor([[1.0, 2.0, 3.0]]), (2, 1), "reflect")
+    tensor([[3., 2., 1., 2., 3., 2.]])
     """
-    pad = _check_args("pad", x, pad, value)
-    backend = resolve_backend(x.device, "pad")
-    _padded_shape("pad", x.shape, pad)
-    return pad_op(x, pad, value, backend, False, "")
+    pad = _check_args("pad", input, pad, mode)
+    if mode != "constant":
+        try:
+            return F.pad(input, pad, mode, value)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as error:
+            raise translate(error, "nn.functional.pad", "pad") from None
+    value = 0 if value is None else value
+    check_fill_value("pad", value, input.dtype)
+    if isinstance(value, numbers.Integral) and not _is_integer_dtype(input.dtype):
+        value = float(value)  # as F.pad (the op's Scalar could not hold 1e38 as an integer)
+    elif isinstance(value, numbers.Integral) and value >= 2**63:
+        # uint64 past 2**63: the op's Scalar holds an int64, so the int64 of the same bits
+        # (torch wraps a negative integer fill of an unsigned dtype back, as fill_bits does)
+        value -= 2**64
+    backend = resolve_backend(input.device, "pad")
+    _padded_shape("pad", input.shape, pad)
+    return pad_op(input, pad, value, backend, False, "")

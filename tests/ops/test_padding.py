@@ -61,7 +61,7 @@ def test_pad_matches_torch(backend, data):
         pads += [lo, hi]
     value = _value_for(dtype, data.draw)
     ref = torch.constant_pad_nd(x, pads, value)
-    _same(mpslinalg.ops.pad(backend.tensor(x), pads, value), ref)
+    _same(mpslinalg.ops.pad(backend.tensor(x), pads, value=value), ref)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -86,7 +86,7 @@ def test_fill_values_are_exact_in_the_dtype(backend):
     for dtype, value in cases:
         x = torch.zeros(2, 3, dtype=dtype)
         ref = torch.constant_pad_nd(x, [1, 2], value)
-        ours = mpslinalg.ops.pad(backend.tensor(x), [1, 2], value)
+        ours = mpslinalg.ops.pad(backend.tensor(x), [1, 2], value=value)
         _same(ours, ref)
         if dtype == torch.int64:
             assert ours[0, 0].item() == value
@@ -102,7 +102,7 @@ def test_one_launch_no_copies_and_a_crop_is_not_a_view(metal_backend):
         for name, v in views.items():
             emulator.reset_launch_counts()
             with count_host_syncs() as syncs:
-                y = mpslinalg.ops.pad(v, pads, 0.5)
+                y = mpslinalg.ops.pad(v, pads, value=0.5)
             assert emulator.launch_counts() == {"pad_int32_wide0": 1}, (name, pads)
             assert syncs.calls == []
             _same(y, F.pad(v, pads, value=0.5))
@@ -121,7 +121,7 @@ def test_crop_to_a_few_elements_of_a_dimension_past_2_pow_32(backend):
     ref = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 0.0], [2.0, 2.0, 0.0]])
     _same(mpslinalg.ops.pad(backend.tensor(x), pads), ref)
     y = torch.zeros(2, 1).expand(2, 2**31 + 1)
-    _same(mpslinalg.ops.pad(backend.tensor(y), [-(2**31 - 1), -1], 7.0), torch.zeros(2, 1))
+    _same(mpslinalg.ops.pad(backend.tensor(y), [-(2**31 - 1), -1], value=7.0), torch.zeros(2, 1))
     if backend.name == "emulator":
         emulator.reset_launch_counts()
         mpslinalg.ops.pad(x, pads)
@@ -149,12 +149,12 @@ def test_the_64_bit_kernels_agree_with_the_32_bit_ones(monkeypatch):
              ((7,), [-2, 3])]
     with mpslinalg.use_backend("metal"):
         narrow = [mpslinalg.ops.pad(torch.randn(shape, generator=gen).transpose(0, -1), pads,
-                                    0.25) for shape, pads in cases]
+                                    value=0.25) for shape, pads in cases]
         monkeypatch.setattr(pad_module, "NARROW_LIMIT", 0)
         emulator.reset_launch_counts()
         gen.manual_seed(7)
         wide = [mpslinalg.ops.pad(torch.randn(shape, generator=gen).transpose(0, -1), pads,
-                                  0.25) for shape, pads in cases]
+                                  value=0.25) for shape, pads in cases]
     assert set(emulator.launch_counts()) == {"pad_int32_wide1"}
     for a, b in zip(narrow, wide, strict=True):
         assert torch.equal(a, b)
@@ -231,7 +231,7 @@ def test_dimensions_are_merged_to_fit_the_kernel():
 def test_gradients_of_pads_and_crops(backend):
     for pads in ([1, 2, -1, 0], [-1, -1, 2, 3]):
         x = backend.tensor(torch.randn(3, 4, 5, dtype=torch.float64)).requires_grad_()
-        torch.autograd.gradcheck(lambda t, pads=pads: mpslinalg.ops.pad(t, pads, 2.0), [x])
+        torch.autograd.gradcheck(lambda t, pads=pads: mpslinalg.ops.pad(t, pads, value=2.0), [x])
         torch.autograd.gradgradcheck(lambda t, pads=pads: mpslinalg.ops.pad(t, pads), [x])
 
 
@@ -242,14 +242,60 @@ def test_gradients_of_pads_and_crops(backend):
     (dict(pad=[1.5, 1]), TypeError, "sequence of ints"),
     (dict(pad=torch.tensor([1, 1])), TypeError, "sequence of ints"),
     (dict(pad=[1, 1], value="a"), TypeError, "value must be a number"),
-    (dict(x=[1.0, 2.0], pad=[1, 1]), TypeError, "x must be a torch.Tensor"),
+    (dict(x=[1.0, 2.0], pad=[1, 1]), TypeError, "input must be a torch.Tensor"),
+    (dict(pad=[1, 1], value=1e39), RuntimeError, "cannot be converted to type float without"),
+    (dict(pad=[1, 1], value=1 + 2j), TypeError, "complex"),
 ])
 def test_bad_input(backend, bad, error, match):
     args = dict(x=backend.tensor(torch.randn(2, 3)), value=0.0) | bad
     # the torch backend hands valid-looking calls to torch as they are, with torch's wording
     with pytest.raises(error, match="^mpslinalg.pad: " + (f".*{match}" if backend.is_metal
                                                           else "")):
-        mpslinalg.ops.pad(args["x"], args["pad"], args["value"])
+        mpslinalg.ops.pad(args["x"], args["pad"], value=args["value"])
+
+
+def test_the_signature_is_f_pads(backend):
+    """F.pad(input, pad, mode="constant", value=None): mode by position or keyword."""
+    x = torch.arange(6.0).reshape(2, 3)
+    ref = F.pad(x, (1, 2), value=0.0)
+    for call in (lambda t: mpslinalg.ops.pad(t, (1, 2), mode="constant"),
+                 lambda t: mpslinalg.ops.pad(t, (1, 2), "constant", 0),
+                 lambda t: mpslinalg.ops.pad(t, (1, 2), "constant"),
+                 lambda t: mpslinalg.ops.pad(input=t, pad=(1, 2), mode="constant", value=None)):
+        _same(call(backend.tensor(x)), ref)
+    _same(mpslinalg.ops.pad(backend.tensor(x), (1, 2), "constant", 7), F.pad(x, (1, 2), value=7))
+    with pytest.raises(TypeError):  # F.pad: "argument 'mode' (position 3) must be str"
+        F.pad(x, (1, 2), 2.0)
+    with pytest.raises(TypeError, match="^mpslinalg.pad: .*mode"):
+        mpslinalg.ops.pad(backend.tensor(x), (1, 2), 2.0)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_other_modes_are_torchs_f_pad(backend, mode):
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+    for pads in ((1, 2), (2, 1, 1, 0)):
+        _same(mpslinalg.ops.pad(backend.tensor(x), pads, mode), F.pad(x, pads, mode))
+    with pytest.raises(RuntimeError, match="^mpslinalg.pad: .*doesn't take in value"):
+        mpslinalg.ops.pad(backend.tensor(x), (1, 1), mode, 2.0)
+    with pytest.raises(NotImplementedError, match="^mpslinalg.pad: .*bogus"):
+        mpslinalg.ops.pad(backend.tensor(x), (1, 1), "bogus")
+
+
+def _f_pad_on_the_cpu(x: torch.Tensor, value) -> torch.Tensor:
+    """The oracle of the fill values: F.pad, which rounds the value through a Python float;
+    integers of integer dtypes beyond 2**53, which it cannot hold, are constant_pad_nd's exact
+    ones (F.pad would fill uint64 with 0 for 2**64 - 1 and let int64 take 2**63)."""
+    integer_dtype = not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool)
+    if integer_dtype and isinstance(value, int) and abs(value) > 2**53:
+        return torch.constant_pad_nd(x, [1, 2], value)
+    return F.pad(x, (1, 2), value=value)
+
+
+def test_fill_values_at_and_beyond_every_dtypes_range(backend):
+    """Issue 22 item 5: int8 128, uint8 300, int32 NaN and float16 1e40 were wrapped or
+    saturated on the metal backend, and uint64 2**64 - 1 failed there."""
+    check_fill_range(lambda x, value: mpslinalg.ops.pad(x, (1, 2), value=value),
+                     _f_pad_on_the_cpu, backend)
 
 
 def test_docstring_examples():
@@ -259,7 +305,13 @@ def test_docstring_examples():
 
 # ---------------------------------------------------------------- op database
 
-from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402
+from opdb import (  # noqa: E402
+    BadSample,
+    OpInfo,
+    Sample,
+    check_fill_range,
+    instantiate_generic_tests,
+)
 
 
 def _pad_samples(complex_: bool) -> list[Sample]:
@@ -285,6 +337,8 @@ def _pad_bad_samples() -> list[BadSample]:
         BadSample((x, [1] * 6), error=RuntimeError),
         BadSample((x, [1.5, 1]), error=TypeError),
         BadSample((x, [1, 1]), {"value": "a"}, error=TypeError),
+        BadSample((x, [1, 1]), {"value": 1e40}, error=RuntimeError, match="overflow"),
+        BadSample((x, [1, 1], 0.0), error=TypeError, match="mode must be a str"),
         BadSample(([1.0, 2.0], [1, 1]), error=TypeError),
     ]
 
@@ -294,7 +348,7 @@ _EXACT = {d: 0.0 for d in (torch.float16, torch.bfloat16, torch.float32, torch.f
 
 OPS = [
     OpInfo("ops.pad", mpslinalg.ops.pad,
-           lambda x, pad, value=0.0: F.pad(x, pad, value=value),
+           lambda x, pad, mode="constant", value=None: F.pad(x, pad, mode, value),
            _pad_samples, bad_samples=_pad_bad_samples,
            dtypes=(torch.float16, torch.bfloat16, torch.complex64, torch.float32),
            rtol=_EXACT, supports_out=False,

@@ -59,7 +59,7 @@ def test_kernels_run_on_the_current_stream_and_synchronize_waits():
     opened = _gate(s)
     with streams.stream(s):
         assert streams.current_stream("cpu") == s
-        y = mpslinalg.ops.pad(x, (1, 1), 2.0)
+        y = mpslinalg.ops.pad(x, (1, 1), value=2.0)
         z = mpslinalg.ops.conv1d(x[None], torch.ones(3, 4, 2))
     assert streams.current_stream("cpu") != s
     assert not s.query()  # held by the gate: the launches are queued, not done
@@ -75,12 +75,12 @@ def test_an_event_orders_two_streams():
     x = torch.randn(3, 4)
     opened = _gate(producer)
     with streams.stream(producer):
-        y = mpslinalg.ops.pad(x, (2, 2), 1.0)
+        y = mpslinalg.ops.pad(x, (2, 2), value=1.0)
         ready = producer.record_event()
     assert not ready.query()
     consumer.wait_event(ready)
     with streams.stream(consumer):
-        z = mpslinalg.ops.pad(y, (0, 0, 1, 1), -1.0)
+        z = mpslinalg.ops.pad(y, (0, 0, 1, 1), value=-1.0)
     assert not consumer.query()  # waits for the producer, still gated
     opened.set()
     consumer.synchronize()
