@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, cast_back, public, to_dtype, write_out
+from .._core.op import Op, call_torch, cast_back, public, to_dtype, write_out
 from . import qr_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
@@ -375,8 +375,25 @@ def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
     return X, residuals, rank, svals
 
 
+def _torch_lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *,
+                 driver: str | None = None):
+    """torch.linalg.lstsq, with LAPACK's refusal of NaN input said as such: torch reports the
+    argument check of LAPACK's drivers (NaN in A or B, or Inf for some drivers) as a failed
+    internal assert that asks for a bug report to PyTorch."""
+    try:
+        return torch.linalg.lstsq(A, B, rcond, driver=driver)
+    except RuntimeError as error:
+        if "illegal value" not in str(error):
+            raise
+        name = driver or ("gelsy" if A.device.type == "cpu" else "gels")
+        raise RuntimeError(
+            f"torch.linalg.lstsq: LAPACK's {name} rejected the input: A or B has NaN (or Inf) "
+            "entries, which torch's LAPACK drivers refuse (the metal backend returns NaN for "
+            "the batch elements concerned)") from None
+
+
 def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
-    X, residuals, rank, svals = torch.linalg.lstsq(A, B, rcond, driver=driver)
+    X, residuals, rank, svals = call_torch("lstsq", _torch_lstsq, A, B, rcond, driver=driver)
     if residuals.numel():
         # Recomputed: torch 2.13's complex residuals come out wrong when the op runs inside
         # a graph traced by AOTAutograd (torch.compile), though right in eager mode.
@@ -399,31 +416,41 @@ def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
 
 def _lstsq_save(ctx, inputs, outputs) -> None:
     A, B, _, _ = inputs
-    ctx.mark_non_differentiable(*outputs[1:])  # only the solution is, as in torch
+    ctx.mark_non_differentiable(*outputs[2:])  # rank and singular values are not, as in torch
     ctx.save_for_backward(A, B, outputs[0])
 
 
-def _lstsq_backward(ctx, gX: Tensor | None, *unused):
+def _lstsq_backward(ctx, gX: Tensor | None, gres: Tensor | None, *unused):
     """Solution of full-rank least squares, X = A^+ B: gB = A^+H gX and
     gA = -gB X^H + (B - A X) Z^H + Y (gX - A^H gB)^H with Z = (A^H A)^-1 gX (m >= n; the last
     term vanishes) and Y = (A A^H)^-1 B (m < n; the residual term vanishes), the pseudo-inverse
     derivative of Golub and Pereyra 1973, "The differentiation of pseudo-inverses and nonlinear
     least squares problems whose variables separate"; conjugate Wirtinger for complex.
-    Each inverse is itself a least-squares solution through the op."""
+    Each inverse is itself a least-squares solution through the op.
+    The residuals r_j = ||A x_j - b_j||^2 (m > n) are stationary in x_j at the solution, so
+    their derivative is the explicit one: gA = 2 (A X - B) diag(g_r) X^H, gB = -2 (A X - B)
+    diag(g_r)."""
     A, B, X = ctx.saved_tensors
-    if gX is None:
+    has_gX = gX is not None
+    has_gres = gres is not None and gres.numel() > 0
+    if not (has_gX or has_gres):
         return None, None, None, None
     m, n = A.shape[-2:]
+    gA = gB = None
+    if has_gX:
+        def solve(M, C):
+            return lstsq_op(M, C, None, "gels", ctx.backend, False, "")[0]
 
-    def solve(M, C):
-        return lstsq_op(M, C, None, "gels", ctx.backend, False, "")[0]
-
-    gB = solve(A.mH, gX)
-    gA = -(gB @ X.mH)
-    if m >= n:
-        gA = gA + (B - A @ X) @ solve(A, gB).mH
-    else:
-        gA = gA + solve(A.mH, X) @ (gX - A.mH @ gB).mH
+        gB = solve(A.mH, gX)
+        gA = -(gB @ X.mH)
+        if m >= n:
+            gA = gA + (B - A @ X) @ solve(A, gB).mH
+        else:
+            gA = gA + solve(A.mH, X) @ (gX - A.mH @ gB).mH
+    if has_gres:
+        weighted = (A @ X - B) * (2 * gres).unsqueeze(-2)
+        gA = weighted @ X.mH if gA is None else gA + weighted @ X.mH
+        gB = -weighted if gB is None else gB - weighted
     return gA, gB, None, None
 
 
@@ -435,7 +462,7 @@ lstsq_op = Op(
     fake=_lstsq_fake, save=_lstsq_save, backward=_lstsq_backward)
 
 
-@public(torch.linalg.lstsq, general_when=_through_the_op)
+@public(_torch_lstsq, torch_name="linalg.lstsq", general_when=_through_the_op)
 def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None):
     r"""Least-squares solution of ``A X = B``; like `torch.linalg.lstsq`.
 

@@ -353,6 +353,21 @@ def test_lstsq_nonfinite(metal_backend):
             torch.testing.assert_close(X[2], clean.solution[2])
 
 
+def test_lstsq_nan_refused_in_own_words():
+    """torch's CPU drivers refuse NaN input through LAPACK's argument check, which torch reports
+    as a failed internal assert: said as what it is, under mpslinalg's name, in every dtype
+    (float16 / bfloat16 are computed in float32 through the op)."""
+    A = random_matrix(3, torch.float32, (), seed=27, m=5)
+    B = random_matrix(2, torch.float32, (), seed=28, m=5)
+    A[0, 0] = float("nan")
+    with mpslinalg.use_backend("torch"):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for driver in (None, "gels", "gelsd"):
+                with pytest.raises(RuntimeError, match="^mpslinalg.lstsq: .*NaN") as err:
+                    mpslinalg.lstsq(A.to(dtype), B.to(dtype), driver=driver)
+                assert "INTERNAL ASSERT" not in str(err.value)
+
+
 def test_float16_upcast(backend):
     """float16 / bfloat16 compute in float32 and come back in their own dtype."""
     for low in (torch.float16, torch.bfloat16):
@@ -437,10 +452,16 @@ def test_rules_match_torch_autograd_float64(shape):
                 lambda A: torch.linalg.qr(A, mode), [A])  # noqa: B023 (called at once)
             torch.testing.assert_close(ours, ref)
         B = random_matrix(2, dtype, shape[:-2], seed=18, m=shape[-2])
+        # solution and residuals (m > n): torch differentiates its residuals too
         ours, ref = _grad_pair(
-            lambda A, B: qr_module.lstsq_op(A, B, None, "gels", "torch", False, "")[0],
-            lambda A, B: torch.linalg.lstsq(A, B).solution, [A, B])
+            lambda A, B: qr_module.lstsq_op(A, B, None, "gels", "torch", False, "")[:2],
+            lambda A, B: torch.linalg.lstsq(A, B, driver="gels")[:2], [A, B])
         torch.testing.assert_close(ours, ref)
+        if shape[-2] > shape[-1]:  # the residuals' own derivative, without the solution's
+            ours, ref = _grad_pair(
+                lambda A, B: qr_module.lstsq_op(A, B, None, "gels", "torch", False, "")[1],
+                lambda A, B: torch.linalg.lstsq(A, B, driver="gels")[1], [A, B])
+            torch.testing.assert_close(ours, ref)
         if shape[-2] >= shape[-1]:
             a, tau = torch.geqrf(A)
             ours, ref = _grad_pair(
@@ -469,9 +490,13 @@ def test_gradients_on_backend(backend):
             ours, ref = _grad_pair(mpslinalg.qr, torch.linalg.qr, [A])
             torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-3)
             B = backend.tensor(random_matrix(2, dtype, (2,), seed=22, m=m))
-            ours, ref = _grad_pair(lambda A, B: mpslinalg.lstsq(A, B).solution,
-                                   lambda A, B: torch.linalg.lstsq(A, B).solution, [A, B])
+            ours, ref = _grad_pair(lambda A, B: mpslinalg.lstsq(A, B, driver="gels")[:2],
+                                   lambda A, B: torch.linalg.lstsq(A, B, driver="gels")[:2],
+                                   [A, B])
             torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-3)
+            if m > n:
+                res = mpslinalg.lstsq(A.requires_grad_(), B, driver="gels").residuals
+                assert res.requires_grad
 
 
 # ---------------------------------------------------------------- docs, header mirrors
