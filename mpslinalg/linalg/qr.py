@@ -11,13 +11,16 @@ launch; on the torch backend, batches of m, n <= 4 take the small path of
 
 from __future__ import annotations
 
+import math
+import re
+
 import torch
 from torch import Tensor
 
 from .. import small
 from .._core import checks
 from .._core.op import Op, call_torch, cast_back, public, to_dtype, write_out
-from . import qr_metal
+from . import qr_metal, svd_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
 
@@ -337,6 +340,63 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
 
 
 def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    if driver == "gels":
+        return _gels_metal(A, B)
+    return _rank_revealing_metal(A, B, rcond, driver)
+
+
+def _of_a(t: Tensor, a_batch: torch.Size, batch: torch.Size) -> Tensor:
+    """The entries of ``t`` (*batch, ...), computed for A broadcast to ``batch``, that belong to
+    A's own batch shape ``a_batch`` (torch returns rank per matrix of A)."""
+    lead = len(batch) - len(a_batch)
+    index = (0,) * lead + tuple(slice(None) if a == b else slice(0, 1)
+                                for a, b in zip(a_batch, batch[lead:], strict=True))
+    return t[index]
+
+
+def _rank_revealing_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    """gelsy: `qr_metal.gelsy_metal` (LAPACK xGELSY: QR with column pivoting, incremental
+    condition estimation). gelsd / gelss: the Metal SVD A = U S V^H, x = V S^+ U^H b with the
+    singular values s <= rcond * s_max dropped (the rank is the number kept). Default rcond:
+    torch's, eps * max(m, n)."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    m, n = A.shape[-2:]
+    k = B.shape[-1]
+    real = A.real.dtype if A.is_complex() else A.dtype
+    if rcond is None:
+        rcond = torch.finfo(real).eps * max(m, n)
+    svd_driver = driver in ("gelsd", "gelss")
+    no_residuals = A.new_empty(0, dtype=real)
+    if math.prod(batch) == 0 or min(m, n) == 0 or (k == 0 and not svd_driver):
+        # LAPACK's quick returns: rank 0 (gelsy also for B without columns)
+        X = A.new_zeros((*batch, n, k))
+        rank = torch.zeros(A.shape[:-2], dtype=torch.int64, device=A.device)
+        svals = (A.new_zeros((*A.shape[:-2], min(m, n)), dtype=real) if svd_driver
+                 else A.new_empty(0, dtype=real))
+        # full column rank when n = 0 (or no matrices), so gelsd / gelss give residuals
+        residuals = (B.abs().square().sum(-2).expand(*batch, k) if svd_driver and m > n
+                     else no_residuals)
+        return X, residuals, rank, svals
+    if not svd_driver:
+        X, rank = qr_metal.gelsy_metal(A.expand(*batch, m, n).reshape(-1, m, n),
+                                       B.expand(*batch, m, k).reshape(-1, m, k), rcond)
+        rank = _of_a(rank.view(batch).to(torch.int64), A.shape[:-2], batch)
+        return X.view(*batch, n, k), no_residuals, rank, A.new_empty(0, dtype=real)
+    if rcond < 0:  # LAPACK's gelsd / gelss: machine precision instead
+        rcond = torch.finfo(real).eps / 2
+    U, S, Vh, _ = svd_metal.svd_metal(A, False, fn="lstsq")
+    kept = S > rcond * S[..., :1]
+    rank = kept.sum(-1)
+    inverse = torch.where(kept | S.isnan(), S.reciprocal(), 0)  # NaN stays NaN
+    X = Vh.mH @ (inverse.unsqueeze(-1).to(A.dtype) * (U.mH @ B))
+    residuals = no_residuals
+    # torch's rule: residuals only when every matrix has full column rank (a host read)
+    if m > n and bool((rank == n).all()):
+        residuals = (A @ X - B).abs().square().sum(-2)
+    return X, residuals, rank, S
+
+
+def _gels_metal(A: Tensor, B: Tensor):
     """LAPACK gels: x = R^-1 (Q^H b)[:n] for m >= n; for m < n, with A^H = Q R (A = R^H Q^H,
     an LQ factorisation), the minimum-norm x = Q [R^-H b; 0]. Tall-skinny A goes through the
     TSQR tree and its explicit Q."""
@@ -377,19 +437,27 @@ def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
 
 def _torch_lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *,
                  driver: str | None = None):
-    """torch.linalg.lstsq, with LAPACK's refusal of NaN input said as such: torch reports the
-    argument check of LAPACK's drivers (NaN in A or B, or Inf for some drivers) as a failed
-    internal assert that asks for a bug report to PyTorch."""
+    """torch.linalg.lstsq, with LAPACK's refusal of an argument said as such: torch reports it
+    as a failed internal assert that asks for a bug report to PyTorch. NaN in A or B is the
+    common cause (LAPACK's drivers check for it; gelsd also Inf in A); MKL's gelsd also refuses
+    B without columns. That B is given one zero column on the CPU for gelsd and gelss, whose
+    results are then cut back: LAPACK's gelss crashes the process on it (torch 2.13, MKL)."""
+    if B.shape[-1] == 0 and B.dim() == A.dim() and driver in ("gelsd", "gelss") \
+            and A.device.type == "cpu":
+        X, residuals, rank, svals = _torch_lstsq(A, B.new_zeros((*B.shape[:-1], 1)), rcond,
+                                                 driver=driver)
+        return torch.return_types.linalg_lstsq((X[..., :0], residuals[..., :0], rank, svals))
     try:
         return torch.linalg.lstsq(A, B, rcond, driver=driver)
     except RuntimeError as error:
-        if "illegal value" not in str(error):
+        found = re.search(r"Argument (\d+) has illegal value", str(error))
+        if found is None:
             raise
         name = driver or ("gelsy" if A.device.type == "cpu" else "gels")
         raise RuntimeError(
-            f"torch.linalg.lstsq: LAPACK's {name} rejected the input: A or B has NaN (or Inf) "
-            "entries, which torch's LAPACK drivers refuse (the metal backend returns NaN for "
-            "the batch elements concerned)") from None
+            f"torch.linalg.lstsq: LAPACK's {name} refused its argument {found.group(1)}, as "
+            "it refuses NaN entries of A or B (gelsd also Inf in A); "
+            "the metal backend returns NaN for the batch elements with NaN instead") from None
 
 
 def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
@@ -512,10 +580,6 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     if driver is not None and driver not in _DRIVERS:
         raise RuntimeError(f"mpslinalg.{fn}: parameter `driver` should be one of "
                            f"({', '.join(_DRIVERS)}), got {driver!r}")
-    if backend == "metal" and driver not in (None, "gels"):
-        raise RuntimeError(f"mpslinalg.{fn}: the metal backend implements driver='gels' (QR, "
-                           f"full-rank A), got driver={driver!r}; use the torch backend "
-                           "(mpslinalg.use_backend('torch')) for the rank-revealing drivers")
     vector = B.dim() == A.dim() - 1
     Bm = B.unsqueeze(-1) if vector else B
     if Bm.dim() != A.dim():
