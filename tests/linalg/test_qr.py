@@ -246,6 +246,33 @@ def test_lane_order_independent(metal_backend, monkeypatch):
         assert torch.equal(a, results[0][0]) and torch.equal(tau, results[0][1])
 
 
+def test_gelsy_larger_than_its_threadgroup(backend):
+    """m rows and n + k columns past lstsq_gelsy's threads (each thread serves several)."""
+    m, n = qr_metal.GELSY_MAX_THREADS + 14, qr_metal.GELSY_MAX_THREADS - 1
+    A = matrix_with_spread(m, 10.0, torch.float32, (), seed=31, rank=200)[:, :n]
+    B = random_matrix(3, torch.float32, (), seed=32, m=m)
+    res = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gelsy")
+    assert int(res.rank) == 200
+    ref, _ = scipy_min_norm(A, B, torch.finfo(torch.float32).eps * m)
+    err = float((wide(res.solution) - ref).abs().max() / ref.abs().max())
+    assert err < m * 100.0 * testing.eps(torch.float32), err
+
+
+def test_gelsy_lane_order_independent(metal_backend, monkeypatch):
+    if metal_backend.name != "emulator":
+        pytest.skip("lane orders are an emulator option")
+    A = matrix_with_spread(40, 1e3, torch.complex64, (2,), seed=29, rank=25)[..., :37, :]
+    B = random_matrix(3, torch.complex64, (2,), seed=30, m=37)
+    results = []
+    for order in (None, "reverse", "random"):
+        monkeypatch.setattr(_metal, "LANE_ORDER", order)
+        results.append(mpslinalg.lstsq(A, B, driver="gelsy"))
+    for res in results[1:]:
+        assert torch.equal(res.solution, results[0].solution)
+        assert torch.equal(res.rank, results[0].rank)
+    assert (results[0].rank == 25).all()
+
+
 def test_panel_in_device_memory(metal_backend):
     """Panels taller than the threadgroup stage are factored in device memory."""
     m = qr_metal.STAGE_ELEMS // qr_metal.PANEL_WIDTH + 40
@@ -262,6 +289,8 @@ def test_no_host_syncs(metal_backend):
         mpslinalg.householder_product(*mpslinalg.geqrf(A))
         mpslinalg.lstsq(A, B)
         mpslinalg.lstsq(A.mH, B[..., :20, :])
+        mpslinalg.lstsq(A, B, driver="gelsy")
+        mpslinalg.lstsq(A.mH, B[..., :20, :], driver="gelsd")  # m < n: no residuals to decide
         mpslinalg.qr(A[:, :3, :3])
     assert syncs.calls == []
 
@@ -302,6 +331,91 @@ def test_lstsq_against_scipy(backend, m, n):
         assert res.rank.numel() == 0 and res.singular_values.numel() == 0
 
 
+def drivers(backend) -> tuple[str, ...]:
+    """The lstsq drivers of the backend: all four but on CUDA's torch backend (gels only)."""
+    cuda_torch = backend.device.type == "cuda" and not backend.is_metal
+    return ("gels",) if cuda_torch else ("gels", "gelsy", "gelsd", "gelss")
+
+
+def normal_equations_ratio(A, X, B, dtype) -> float:
+    """||A^H (A X - B)|| / (||A|| (||A X - B|| + ||A|| ||X||) max(m, n, k) eps) (1-norms): the
+    residual of a least-squares solution is orthogonal to the columns of A (xQRT17's test,
+    normalised by the backward-error bound of a stable solver); the maximum over the batch."""
+    A, X, B = wide(A), wide(X), wide(B)
+    R = A @ X - B
+    a = testing.norm1(A)
+    unit = max(*A.shape[-2:], B.shape[-1]) * testing.eps(dtype)
+    return testing.batch_ratio(testing.norm1(A.mH @ R),
+                               a * (testing.norm1(R) + a * testing.norm1(X)) * unit)
+
+
+def scipy_min_norm(A: torch.Tensor, B: torch.Tensor, rcond: float):
+    """SciPy's (gelsd, float64) minimum-norm solutions with singular values <= rcond * s_max
+    dropped, their ranks and residues (empty unless m > n and the rank is n), A and B broadcast."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    a = wide(A).expand(*batch, *A.shape[-2:]).reshape(-1, *A.shape[-2:]).numpy()
+    b = wide(B).expand(*batch, *B.shape[-2:]).reshape(-1, *B.shape[-2:]).numpy()
+    out = [scipy.linalg.lstsq(x, y, cond=rcond, lapack_driver="gelsd") for x, y in
+           zip(a, b, strict=True)]
+    X = torch.from_numpy(np.stack([o[0] for o in out])).reshape(*batch, A.shape[-1], -1)
+    return X, [np.real(o[1]) for o in out]
+
+
+LSTSQ_SHAPES = [(7, 4), (4, 7), (6, 6), (12, 5), (5, 12), (1, 4), (4, 1), (20, 17)]
+
+
+@FIXTURE_OK
+@given(data=st.data())
+def test_lstsq_rank_revealing_against_scipy(backend, data):
+    """gelsy / gelsd / gelss on rank-deficient, ill-conditioned, wide, tall, batched and broadcast
+    problems: rank and minimum-norm solution as SciPy's in float64, the residual orthogonal to
+    A's columns, singular values and residuals (where the driver gives them) as SciPy's."""
+    if drivers(backend) == ("gels",):
+        pytest.skip("torch implements only gels on CUDA")
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    driver = data.draw(st.sampled_from(["gelsy", "gelsd", "gelss"]), label="driver")
+    m, n = data.draw(st.sampled_from(LSTSQ_SHAPES), label="shape")
+    rank = data.draw(st.integers(0, min(m, n)), label="rank")
+    spread = data.draw(st.sampled_from([1.0, 100.0, 1e4]), label="spread")
+    batch_a, batch_b = data.draw(st.sampled_from([((), ()), ((2,), (2,)), ((2, 1), (1, 3)),
+                                                  ((1,), (3,)), ((3,), (1,))]), label="batches")
+    k = data.draw(st.integers(1, 3), label="k")
+    seed = data.draw(st.integers(0, 999), label="seed")
+    # Q_m [M 0; 0 0] Q_n^H: the singular values of M, spread from 1 down to 1 / spread, the
+    # ones past the rank zero, with Q_m, Q_n orthogonal (unitary)
+    p = min(m, n)
+    M = matrix_with_spread(p, spread, torch.complex128 if dtype.is_complex else torch.float64,
+                           batch_a, seed, rank=rank)
+    padded = M.new_zeros((*batch_a, m, n))
+    padded[..., :p, :p] = M
+    Qm, Qn = (torch.linalg.qr(random_matrix(size, padded.dtype, (), seed + size))[0]
+              for size in (m, n))
+    A = (Qm @ padded @ Qn.mH).to(dtype)
+    B = random_matrix(k, dtype, batch_b, seed + 1, m=m)
+    res = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver=driver)
+    eps = testing.eps(dtype)
+    rcond = torch.finfo(torch.float32).eps * max(m, n)  # torch's default for float32 input
+    ref, residues = scipy_min_norm(A, B, rcond)
+    assert res.rank.shape == A.shape[:-2] and res.rank.dtype == torch.int64
+    assert (res.rank.cpu() == rank).all(), (res.rank, rank)
+    X = wide(res.solution)
+    cond = spread ** (max(rank - 1, 0) / max(p - 1, 1))  # of the kept singular values
+    err = float((X - ref).abs().max() / ref.abs().max()) if rank else float(X.abs().max())
+    assert err < max(m, n) * max(cond, 1.0) ** 2 * eps, err
+    assert normal_equations_ratio(A, X, B, dtype) < THRESH
+    if driver == "gelsy":
+        assert res.singular_values.numel() == 0 and res.residuals.numel() == 0
+        return
+    S_ref = torch.linalg.svdvals(wide(A))
+    assert testing.singular_values_ratio(res.singular_values, S_ref, m, n, dtype) < THRESH
+    if m > n and rank == n:
+        expected = torch.from_numpy(np.stack(residues)).reshape(*X.shape[:-2], k)
+        torch.testing.assert_close(wide(res.residuals), expected,
+                                   rtol=1e-3, atol=1e-4 * float(expected.abs().max()))
+    else:
+        assert res.residuals.numel() == 0
+
+
 def test_lstsq_shapes_like_torch(backend):
     cases = [((5, 3), (5, 2)), ((3, 5), (3, 2)), ((5, 3), (5,)), ((2, 5, 3), (2, 5)),
              ((2, 5, 3), (1, 5, 2)), ((1, 5, 3), (2, 5, 2)), ((0, 5, 3), (0, 5, 2)),
@@ -309,7 +423,7 @@ def test_lstsq_shapes_like_torch(backend):
     for shape_A, shape_B in cases:
         A = backend.tensor(torch.randn(shape_A))
         B = backend.tensor(torch.randn(shape_B))
-        for driver in ("gels", "gelsy", "gelsd", "gelss"):
+        for driver in drivers(backend):
             ours = mpslinalg.lstsq(A, B, driver=driver)
             if B.shape[-1] == 0 and driver in ("gelsd", "gelss"):
                 # torch's own call refuses (gelsd) or crashes the process (gelss)
@@ -353,12 +467,14 @@ def test_lstsq_nonfinite(metal_backend):
         for m, n in [(7, 4), (4, 7)]:
             A = random_matrix(n, dtype, (3,), seed=23, m=m)
             B = random_matrix(2, dtype, (3,), seed=24, m=m)
-            clean = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gels")
-            A[0, 1, 1] = float("nan")
-            A[1] = float("inf")
-            X = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gels").solution
-            assert not torch.isfinite(X[0]).all() and not torch.isfinite(X[1]).all()
-            torch.testing.assert_close(X[2], clean.solution[2])
+            for driver in ("gels", "gelsy", "gelsd", "gelss"):
+                bad = A.clone()
+                clean = mpslinalg.lstsq(backend.tensor(bad), backend.tensor(B), driver=driver)
+                bad[0, 1, 1] = float("nan")
+                bad[1] = float("inf")
+                X = mpslinalg.lstsq(backend.tensor(bad), backend.tensor(B), driver=driver).solution
+                assert not torch.isfinite(X[0]).all() and not torch.isfinite(X[1]).all(), driver
+                torch.testing.assert_close(X[2], clean.solution[2])
 
 
 def test_lstsq_nan_refused_in_own_words():
@@ -526,10 +642,11 @@ def test_host_constants_mirror_header():
             int(const("kQrModeR"))} == set(qr_metal.SMALL_MODES.values())
     assert int(const("kQrModeComplete")) == qr_metal.SMALL_MODES["complete"]
     assert int(const("kQrModeR")) == qr_metal.SMALL_MODES["r"]
+    assert int(const("kLstsqMaxThreads")) == qr_metal.GELSY_MAX_THREADS
     text = (_metal.metal_root() / "linalg" / "qr.h").read_text()
-    struct = re.search(r"struct QrParams \{(.*?)\};", text, re.S).group(1)
-    fields = tuple(re.findall(r"long (\w+);", struct))
-    assert fields == qr_metal.QR_PARAMS
+    for name, host in (("QrParams", qr_metal.QR_PARAMS), ("LstsqParams", qr_metal.LSTSQ_PARAMS)):
+        struct = re.search(rf"struct {name} \{{(.*?)\}};", text, re.S).group(1)
+        assert tuple(re.findall(r"long (\w+);", struct)) == host
 
 
 # ---------------------------------------------------------------- op database
