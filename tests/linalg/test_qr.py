@@ -724,17 +724,45 @@ def _householder_bad() -> list[BadSample]:
     ]
 
 
+def _rank_deficient(m: int, n: int, rank: int, batch: tuple, c: bool, seed: int) -> torch.Tensor:
+    size = max(m, n)
+    return matrix_with_spread(size, 10.0, _real(c), batch, seed, rank=rank)[..., :m, :n]
+
+
 def _lstsq_samples(c: bool) -> list[Sample]:
+    """Every sample names its driver: the default differs between the backends (gels on the
+    metal backend, torch's gelsy on the CPU), and so do the fields it gives. No tall
+    rank-deficient sample for gelsd / gelss: whether they give residuals depends on the rank
+    (test_lstsq_rank_revealing_against_scipy covers them), which meta tensors cannot know.
+    The rank-deficient samples give rcond: the float64 reference's default (its own eps) would
+    keep the singular values that rounding to float32 made nonzero."""
     return [
-        Sample((_matrix(7, 4, (), c, 15), _matrix(7, 2, (), c, 16)), desc="7x4 tall"),
-        Sample((_matrix(3, 5, (2,), c, 17), _matrix(3, 2, (2,), c, 18)), desc="(2, 3, 5) wide"),
-        Sample((_matrix(4, 4, (), c, 19), _matrix(4, 1, (), c, 20)), desc="square"),
-        Sample((_matrix(20, 18, (2,), c, 21), _matrix(20, 3, (2,), c, 22)), desc="two panels"),
+        Sample((_matrix(7, 4, (), c, 15), _matrix(7, 2, (), c, 16)), {"driver": "gels"},
+               desc="7x4 tall"),
+        Sample((_matrix(3, 5, (2,), c, 17), _matrix(3, 2, (2,), c, 18)), {"driver": "gelsy"},
+               desc="(2, 3, 5) wide gelsy"),
+        Sample((_matrix(4, 4, (), c, 19), _matrix(4, 1, (), c, 20)), {"driver": "gelsd"},
+               desc="square gelsd"),
+        Sample((_matrix(20, 18, (2,), c, 21), _matrix(20, 3, (2,), c, 22)), {"driver": "gels"},
+               desc="two panels"),
         Sample((_matrix(6, 3, (2,), c, 23), _matrix(6, 1, (2,), c, 24)[..., 0]),
-               desc="batched vectors"),
-        Sample((_matrix(6, 3, (1,), c, 25), _matrix(6, 2, (2,), c, 26)), desc="broadcast"),
+               {"driver": "gelss"}, desc="batched vectors gelss"),
+        Sample((_matrix(6, 3, (1,), c, 25), _matrix(6, 2, (2,), c, 26)), {"driver": "gelsy"},
+               desc="broadcast gelsy"),
+        Sample((_matrix(8, 5, (2,), c, 27), _matrix(8, 2, (2,), c, 28)), {"driver": "gelsd"},
+               desc="tall gelsd (residuals)"),
+        Sample((_rank_deficient(7, 5, 3, (2,), c, 29), _matrix(7, 2, (2,), c, 30)),
+               {"driver": "gelsy", "rcond": 1e-5}, desc="tall rank 3 gelsy"),
+        Sample((_rank_deficient(4, 6, 2, (), c, 31), _matrix(4, 2, (), c, 32)),
+               {"driver": "gelsd", "rcond": 1e-5}, desc="wide rank 2 gelsd"),
+        Sample((_rank_deficient(5, 5, 4, (2,), c, 33), _matrix(5, 1, (2,), c, 34)),
+               {"driver": "gelss", "rcond": 1e-5}, desc="square rank 4 gelss"),
+        Sample((matrix_with_spread(5, 1e3, _real(c), (), 35), _matrix(5, 2, (), c, 36)),
+               {"driver": "gelsd", "rcond": 1e-2}, desc="rcond drops two singular values"),
         Sample((torch.zeros(0, 5, 3, dtype=_real(c)), torch.zeros(0, 5, 2, dtype=_real(c))),
-               desc="empty batch"),
+               {"driver": "gels"}, desc="empty batch"),
+        Sample((torch.zeros(0, 5, 3, dtype=_real(c)), torch.zeros(0, 5, 2, dtype=_real(c))),
+               {"driver": "gelsd"}, desc="empty batch gelsd"),
     ]
 
 
@@ -758,10 +786,9 @@ OPS = [
            torch.linalg.householder_product, _householder_samples,
            bad_samples=_householder_bad, grad_args=(0, 1)),
     OpInfo("lstsq", mpslinalg.lstsq, torch.linalg.lstsq, _lstsq_samples,
-           bad_samples=_lstsq_bad, compare=lambda out: (out.solution,), grad_args=(0, 1),
-           supports_out=False,
-           skips={"nonfinite": "the reference, torch.linalg.lstsq (LAPACK gelsy), fails an "
-                               "internal assert on NaN input; test_lstsq_nonfinite checks ours",
+           bad_samples=_lstsq_bad, grad_args=(0, 1), supports_out=False,
+           skips={"nonfinite": "the reference, torch.linalg.lstsq on the CPU, refuses NaN input "
+                               "(LAPACK's argument check); test_lstsq_nonfinite checks ours",
                   "upcast": "torch's float32 lstsq on the CPU is not bit-reproducible from call "
                             "to call, and this test compares float16 results bit for bit; "
                             "test_float16_upcast compares them within float16's precision"}),
