@@ -6,7 +6,8 @@ Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` 
 the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
 launch; on the torch backend, batches of m, n <= 4 take the small path of
 `mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
-(m >= n) or LQ (m < n), as LAPACK's gels.
+(m >= n) or LQ (m < n), as LAPACK's gels, and rank-deficient ones by QR with column pivoting
+(gelsy, one kernel) or the Metal SVD (gelsd, gelss).
 """
 
 from __future__ import annotations
@@ -522,8 +523,8 @@ def _lstsq_backward(ctx, gX: Tensor | None, gres: Tensor | None, *unused):
     return gA, gB, None, None
 
 
-#: (solution, residuals, rank, singular_values) of torch.linalg.lstsq for ``driver``; the
-#: metal backend implements driver 'gels' (the factory sums gA and gB back to their shapes).
+#: (solution, residuals, rank, singular_values) of torch.linalg.lstsq for ``driver`` (the
+#: factory sums gA and gB back to their shapes).
 lstsq_op = Op(
     "lstsq", "(Tensor A, Tensor B, float? rcond, str driver) -> (Tensor, Tensor, Tensor, Tensor)",
     forward={"metal": _lstsq_metal, "torch": _lstsq_torch},
@@ -542,24 +543,27 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
         ``(*, m, k)``, or ``(*, m)`` when ``B.ndim == A.ndim - 1``; batch dimensions broadcast
         with ``A``'s.
     rcond : float, optional
-        As torch (used by the rank-revealing drivers only).
+        As torch: the relative threshold of the rank-revealing drivers (default
+        ``eps * max(m, n)`` of A's dtype); 'gels' ignores it.
     driver : {None, 'gels', 'gelsy', 'gelsd', 'gelss'}, optional
-        LAPACK's driver on the torch backend (None: torch's default). The metal backend
-        implements 'gels' (also its default): QR for m >= n, LQ for m < n, for full-rank
-        ``A``; other drivers raise there.
+        LAPACK's driver, on both backends: 'gels' QR (LQ for m < n) for full-rank ``A``;
+        'gelsy' QR with column pivoting; 'gelsd' / 'gelss' the SVD (the metal backend has
+        one SVD for both). None: 'gels' on the metal backend, torch's default on the torch
+        backend ('gelsy' on the CPU, 'gels' elsewhere).
 
     Returns
     -------
     solution : Tensor
-        ``(*, n, k)``: the least-squares solution (m >= n) or the minimum-norm one (m < n).
-        Differentiable with respect to ``A`` and ``B`` (full-rank ``A``).
+        ``(*, n, k)``: the least-squares solution of minimum norm. Differentiable with
+        respect to ``A`` and ``B`` (full-rank ``A``).
     residuals : Tensor
-        ``(*, k)`` squared residuals ``||A x - b||^2`` when m > n and the driver computes them
-        (not 'gelsy'); otherwise empty.
+        ``(*, k)`` squared residuals ``||A x - b||^2`` when m > n and the driver computes
+        them: 'gels', and 'gelsd' / 'gelss' when every matrix has rank n; otherwise empty.
+        Differentiable as the solution.
     rank : Tensor
-        int64; empty for 'gels'.
+        int64, ``A.shape[:-2]``; empty for 'gels'.
     singular_values : Tensor
-        For 'gelsd' and 'gelss'; otherwise empty.
+        ``(*A.shape[:-2], min(m, n))`` for 'gelsd' and 'gelss'; otherwise empty.
 
     Examples
     --------
@@ -569,6 +573,11 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     >>> mpslinalg.lstsq(A, B, driver="gels").solution
     tensor([[0.3333],
             [0.3333]])
+    >>> D = torch.tensor([[1., 1.], [1., 1.], [0., 0.]])  # rank 1
+    >>> res = mpslinalg.lstsq(D, B, driver="gelsd")
+    >>> res.solution, res.rank
+    (tensor([[0.5000],
+            [0.5000]]), tensor(1))
     """
     fn = "lstsq"
     A, Ac, backend = checks.prepare(fn, A, square=False)
@@ -591,7 +600,8 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
                            f"shapes {checks.shape_str(A)} and {checks.shape_str(B)}")
     checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
     if driver is None:
-        # torch's default: gelsy on the CPU, gels elsewhere; the metal backend implements gels.
+        # torch's default on the torch backend: gelsy on the CPU, gels elsewhere; gels on the
+        # metal backend.
         on_cpu = A.device.type in ("cpu", "meta")
         driver = "gelsy" if backend == "torch" and on_cpu else "gels"
     X, residuals, rank, svals = lstsq_op(Ac, to_dtype(Bm, Ac.dtype), rcond, driver, backend,
