@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
+from .._core.errors import read_device
 from .._core.op import Op, call_torch, cast_back, public, to_dtype, write_out
 from . import qr_metal, svd_metal
 
@@ -392,7 +393,8 @@ def _rank_revealing_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str
     X = Vh.mH @ (inverse.unsqueeze(-1).to(A.dtype) * (U.mH @ B))
     residuals = no_residuals
     # torch's rule: residuals only when every matrix has full column rank (a host read)
-    if m > n and bool((rank == n).all()):
+    if m > n and bool(read_device((rank == n).all(), "lstsq: whether gelsd / gelss give "
+                                  "residuals (every matrix of full column rank)")):
         residuals = (A @ X - B).abs().square().sum(-2)
     return X, residuals, rank, S
 

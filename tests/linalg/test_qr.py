@@ -416,6 +416,20 @@ def test_lstsq_rank_revealing_against_scipy(backend, data):
         assert res.residuals.numel() == 0
 
 
+def test_gelsd_reads_the_rank_only_for_residuals(metal_backend):
+    """Whether gelsd / gelss give residuals (m > n) depends on the ranks: one device read there,
+    none for m <= n."""
+    A = metal_backend.tensor(random_matrix(3, torch.float32, (2,), seed=37, m=6))
+    B = metal_backend.tensor(random_matrix(2, torch.float32, (2,), seed=38, m=6))
+    for driver in ("gelsd", "gelss"):
+        with count_host_syncs() as syncs:
+            mpslinalg.lstsq(A, B, driver=driver)
+        assert len(syncs.calls) == 1, syncs.calls
+        with count_host_syncs() as syncs:
+            mpslinalg.lstsq(A.mH, B[..., :3, :], driver=driver)
+        assert syncs.calls == []
+
+
 def test_lstsq_shapes_like_torch(backend):
     cases = [((5, 3), (5, 2)), ((3, 5), (3, 2)), ((5, 3), (5,)), ((2, 5, 3), (2, 5)),
              ((2, 5, 3), (1, 5, 2)), ((1, 5, 3), (2, 5, 2)), ((0, 5, 3), (0, 5, 2)),
@@ -787,6 +801,7 @@ OPS = [
            bad_samples=_householder_bad, grad_args=(0, 1)),
     OpInfo("lstsq", mpslinalg.lstsq, torch.linalg.lstsq, _lstsq_samples,
            bad_samples=_lstsq_bad, grad_args=(0, 1), supports_out=False,
+           device_reads=1,  # gelsd / gelss for m > n: whether the residuals exist
            skips={"nonfinite": "the reference, torch.linalg.lstsq on the CPU, refuses NaN input "
                                "(LAPACK's argument check); test_lstsq_nonfinite checks ours",
                   "upcast": "torch's float32 lstsq on the CPU is not bit-reproducible from call "
