@@ -445,7 +445,7 @@ def _torch_lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *,
     common cause (LAPACK's drivers check for it; gelsd also Inf in A); MKL's gelsd also refuses
     B without columns. That B is given one zero column on the CPU for gelsd and gelss, whose
     results are then cut back: LAPACK's gelss crashes the process on it (torch 2.13, MKL)."""
-    if B.shape[-1] == 0 and B.dim() == A.dim() and driver in ("gelsd", "gelss") \
+    if driver in ("gelsd", "gelss") and B.shape[-1] == 0 and B.dim() == A.dim() \
             and A.device.type == "cpu":
         X, residuals, rank, svals = _torch_lstsq(A, B.new_zeros((*B.shape[:-1], 1)), rcond,
                                                  driver=driver)

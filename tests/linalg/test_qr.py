@@ -246,6 +246,20 @@ def test_lane_order_independent(metal_backend, monkeypatch):
         assert torch.equal(a, results[0][0]) and torch.equal(tau, results[0][1])
 
 
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_rank_revealing_extreme_scales(backend, scale):
+    """Entries near float32's overflow or underflow: the same rank and (scaled) solution (the
+    column norms are scaled sums of squares; LAPACK's xGELSY rescales A instead)."""
+    A = matrix_with_spread(8, 10.0, torch.float32, (2,), seed=39, rank=5)[..., :, :6]
+    B = random_matrix(2, torch.float32, (2,), seed=40, m=8)
+    for driver in drivers(backend)[1:]:
+        plain = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver=driver)
+        scaled = mpslinalg.lstsq(backend.tensor(A * scale), backend.tensor(B), driver=driver)
+        assert (scaled.rank.cpu() == 5).all() and (plain.rank.cpu() == 5).all(), driver
+        torch.testing.assert_close(scaled.solution.cpu() * scale, plain.solution.cpu(),
+                                   rtol=1e-4, atol=1e-4 * float(plain.solution.abs().max()))
+
+
 def test_gelsy_larger_than_its_threadgroup(backend):
     """m rows and n + k columns past lstsq_gelsy's threads (each thread serves several)."""
     m, n = qr_metal.GELSY_MAX_THREADS + 14, qr_metal.GELSY_MAX_THREADS - 1
