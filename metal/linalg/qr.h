@@ -13,6 +13,8 @@
 //   qr_apply_update  C -= V W in threadgroup tiles (the matrix product of larfb).
 // qr_larft builds every panel's T from reflectors given by the caller (householder_product).
 // qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread.
+// lstsq_gelsy solves least-squares problems as LAPACK's xGELSY (QR with column pivoting), one
+// matrix per threadgroup (its own section below).
 //
 // Reflector conventions are LAPACK's larfg: H = I - tau v v^H with v[0] = 1, beta real (so the
 // diagonal of R is real), beta = -sign(re alpha) * |(alpha, x)|, tau = (beta - alpha) / beta;

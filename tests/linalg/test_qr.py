@@ -531,11 +531,15 @@ def test_float16_upcast(backend):
             torch.testing.assert_close(R, R32.to(low))
             torch.testing.assert_close(Q, Q32.to(low))
         B = backend.tensor(random_matrix(2, torch.float32, (2,), seed=26, m=7).to(low))
-        ours = mpslinalg.lstsq(A, B, driver="gels")
-        ref = mpslinalg.lstsq(A.float(), B.float(), driver="gels")
-        assert ours.solution.dtype == low and ours.residuals.dtype == low
-        torch.testing.assert_close(ours.solution, ref.solution.to(low), rtol=2e-3, atol=2e-3)
-        torch.testing.assert_close(ours.residuals, ref.residuals.to(low), rtol=2e-3, atol=2e-3)
+        for driver in drivers(backend):
+            ours = mpslinalg.lstsq(A, B, driver=driver)
+            ref = mpslinalg.lstsq(A.float(), B.float(), driver=driver)
+            assert ours.solution.dtype == low and ours.residuals.dtype == low
+            assert ours.singular_values.dtype == low and ours.rank.dtype == torch.int64
+            torch.testing.assert_close(ours.solution, ref.solution.to(low), rtol=2e-3,
+                                       atol=2e-3)
+            for o, r in zip(ours[1:], ref[1:], strict=True):
+                torch.testing.assert_close(o, r.to(o.dtype), rtol=2e-3, atol=2e-3)
 
 
 # ---------------------------------------------------------------- errors
