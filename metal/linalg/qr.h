@@ -862,8 +862,8 @@ inline void lstsq_laic1_min(T alpha, float sest, T gamma, thread float& sestpr, 
     sestpr = metal::sqrt(1.0f + t + 4.0f * kLstsqEps * kLstsqEps * norma) * absest;
   }
   const float tmp = metal::sqrt(lstsq_abs2(sine) + lstsq_abs2(cosine));
-  s = conj(sine) / tmp;
-  c = conj(cosine) / tmp;
+  s = sine / tmp;
+  c = cosine / tmp;
 }
 
 }  // namespace mpsl
