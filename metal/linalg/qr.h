@@ -13,6 +13,8 @@
 //   qr_apply_update  C -= V W in threadgroup tiles (the matrix product of larfb).
 // qr_larft builds every panel's T from reflectors given by the caller (householder_product).
 // qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread.
+// lstsq_gelsy solves least-squares problems as LAPACK's xGELSY (QR with column pivoting), one
+// matrix per threadgroup (its own section below).
 //
 // Reflector conventions are LAPACK's larfg: H = I - tau v v^H with v[0] = 1, beta real (so the
 // diagonal of R is real), beta = -sign(re alpha) * |(alpha, x)|, tau = (beta - alpha) / beta;
@@ -638,6 +640,411 @@ template <typename T, int M, int N>
       if (j < qcols) {
         Q[i * qcols + j] = qm[i][j];
       }
+    }
+  }
+}
+
+// ---- lstsq_gelsy: LAPACK xGELSY (QR with column pivoting, incremental rank, minimum norm) ----
+//
+// One threadgroup per matrix, working in device memory (so any size fits; threadgroup memory
+// holds a few broadcast scalars). The sequential parts (the pivot search, each reflector's norm,
+// the condition estimator) are run by thread 0; the parallel parts go over columns (each
+// reflector applied to one column by one thread) or rows (swaps, scalings), so every element is
+// written by one thread in a fixed order and the results do not depend on the order of lanes.
+//  1. A P = Q R by Householder reflectors with column pivoting (LAPACK geqp3 / laqp2): pivot on
+//     the largest remaining column norm (the first one on ties), norms downdated after each step
+//     and recomputed when the downdate loses too much (tol3z); Q^H is applied to B on the way.
+//  2. The numerical rank r as xGELSY decides it: the largest r for which the incremental
+//     condition estimate (laic1) of R[0:r, 0:r] satisfies smax * rcond <= smin (0 when
+//     R[0][0] = 0).
+//  3. The minimum-norm solution of [R11 R12] y = (Q^H B)[0:r] (R11 r x r): with the QR of
+//     W = [R11 R12]^H = Q2 R2 (n x r), y = Q2 [R2^-H c; 0] = W (W^H W)^-1 c, the solution
+//     xGELSY's complete orthogonal factorisation (tzrzf) gives; then x = P y.
+// NaN in a matrix makes its solution NaN (its pivots and rank are then unspecified); the other
+// matrices of the batch are unaffected. Every loop is bounded by m, n or k.
+
+namespace mpsl {
+
+// Sizes of one lstsq_gelsy launch, passed by the host as one list of int64 (field order:
+// mpslinalg.linalg.qr_metal.LSTSQ_PARAMS; tests/linalg/test_qr.py checks the two agree).
+struct LstsqParams {
+  long m;  // rows of A and B
+  long n;  // columns of A (rows of X)
+  long k;  // columns of B and X
+};
+
+// Most threads of an lstsq_gelsy threadgroup.
+constant constexpr int kLstsqMaxThreads = 256;
+// LAPACK's slamch('Epsilon') = 2^-24: laic1's negligibility threshold.
+constant constexpr float kLstsqEps = 5.9604644775390625e-8f;
+// LAPACK laqp2's tol3z = sqrt(slamch('Epsilon')): a downdated column norm whose square fell
+// below this fraction of the last computed one is recomputed from the column.
+constant constexpr float kLstsqTol3z = 2.44140625e-4f;
+
+static_assert(kLstsqMaxThreads <= kMaxThreadsPerGroup, "lstsq_gelsy's threadgroup must fit");
+
+inline float lstsq_abs2(float x) { return x * x; }
+inline float lstsq_abs2(float2 x) { return x.x * x.x + x.y * x.y; }
+
+// |x| of the len entries x[0], x[stride], ... as LAPACK's nrm2 (by one thread).
+template <typename T>
+inline float lstsq_nrm2(device const T* x, long stride, long len) {
+  float scale = 0.0f, ssq = 1.0f;
+  for (long i = 0; i < len; ++i) {
+    qr_ssq_add(scale, ssq, x[i * stride]);
+  }
+  return scale == 0.0f ? (metal::isnan(ssq) ? ssq : 0.0f) : scale * metal::sqrt(ssq);
+}
+
+// The reflector H = I - tau v v^H (larfg) of the column x[0], x[stride], ... x[(len-1) stride]:
+// x[0] becomes beta, the tail becomes v[1:] (v[0] = 1). The norm and larfg by thread 0, the
+// tail scaled by every thread; returns tau to every thread. shared: 3 elements, flags: 2.
+template <typename T>
+inline T lstsq_larfg(device T* x, long stride, long len, threadgroup T* shared,
+                     threadgroup int* flags, uint tid, uint nthreads) {
+  if (tid == 0) {
+    const float xnorm = lstsq_nrm2(x + stride, stride, len - 1);
+    const T alpha = x[0];
+    T tau, denom;
+    const QrReflector h = qr_larfg(alpha, xnorm, tau, denom);
+    x[0] = qr_real(h.beta, alpha);
+    shared[0] = tau;
+    shared[1] = denom;
+    shared[2] = recip(denom);
+    flags[0] = h.identity ? 1 : 0;
+    flags[1] = modulus(denom) >= kSafeMin ? 1 : 0;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  const T tau = shared[0], denom = shared[1], inv_denom = shared[2];
+  const bool identity = flags[0] != 0, use_recip = flags[1] != 0;
+  if (!identity) {
+    for (long i = 1 + long(tid); i < len; i += long(nthreads)) {
+      x[i * stride] = qr_scale(x[i * stride], denom, inv_denom, use_recip);
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  return tau;
+}
+
+// c <- (I - t v v^H) c for one column c (stride cstride) of len entries, v (stride vstride) with
+// v[0] = 1 implicit; t = conj(tau) applies H^H, t = tau applies H. By one thread.
+template <typename T>
+inline void lstsq_apply(device const T* v, long vstride, long len, T t, device T* c,
+                        long cstride) {
+  T d = c[0];
+  for (long i = 1; i < len; ++i) {
+    d += mul(conj(v[i * vstride]), c[i * cstride]);
+  }
+  const T td = mul(t, d);
+  c[0] -= td;
+  for (long i = 1; i < len; ++i) {
+    c[i * cstride] = sub_mul(c[i * cstride], v[i * vstride], td);
+  }
+}
+
+// LAPACK laic1 with job = 1: the estimate sestpr of the largest singular value of [L 0; w^H
+// gamma] from sest, the estimate for the lower triangular L with its vector x, alpha = x^H w;
+// the new vector is (s x, c). Real and complex alike (the real sign(alpha) is alpha / |alpha|).
+template <typename T>
+inline void lstsq_laic1_max(T alpha, float sest, T gamma, thread float& sestpr, thread T& s,
+                            thread T& c) {
+  const float absalp = modulus(alpha), absgam = modulus(gamma), absest = metal::fabs(sest);
+  if (sest == 0.0f) {
+    const float s1 = metal::max(absgam, absalp);
+    if (s1 == 0.0f) {
+      s = zero<T>();
+      c = one<T>();
+      sestpr = 0.0f;
+      return;
+    }
+    s = alpha / s1;
+    c = gamma / s1;
+    const float tmp = metal::sqrt(lstsq_abs2(s) + lstsq_abs2(c));
+    s = s / tmp;
+    c = c / tmp;
+    sestpr = s1 * tmp;
+    return;
+  }
+  if (absgam <= kLstsqEps * absest) {
+    s = one<T>();
+    c = zero<T>();
+    const float tmp = metal::max(absest, absalp);
+    const float s1 = absest / tmp, s2 = absalp / tmp;
+    sestpr = tmp * metal::sqrt(s1 * s1 + s2 * s2);
+    return;
+  }
+  if (absalp <= kLstsqEps * absest) {
+    const bool keep = absgam <= absest;
+    s = keep ? one<T>() : zero<T>();
+    c = keep ? zero<T>() : one<T>();
+    sestpr = keep ? absest : absgam;
+    return;
+  }
+  if (absest <= kLstsqEps * absalp || absest <= kLstsqEps * absgam) {
+    const float big = metal::max(absgam, absalp), small = metal::min(absgam, absalp);
+    const float tmp = small / big;
+    const float scl = metal::sqrt(1.0f + tmp * tmp);
+    sestpr = big * scl;
+    s = (alpha / big) / scl;
+    c = (gamma / big) / scl;
+    return;
+  }
+  const float zeta1 = absalp / absest, zeta2 = absgam / absest;
+  const float b = (1.0f - zeta1 * zeta1 - zeta2 * zeta2) * 0.5f;
+  const float cc = zeta1 * zeta1;
+  const float t = b > 0.0f ? cc / (b + metal::sqrt(b * b + cc)) : metal::sqrt(b * b + cc) - b;
+  const T sine = -(alpha / absest) / t;
+  const T cosine = -(gamma / absest) / (1.0f + t);
+  const float tmp = metal::sqrt(lstsq_abs2(sine) + lstsq_abs2(cosine));
+  s = sine / tmp;
+  c = cosine / tmp;
+  sestpr = metal::sqrt(t + 1.0f) * absest;
+}
+
+// LAPACK laic1 with job = 2: as lstsq_laic1_max for the smallest singular value.
+template <typename T>
+inline void lstsq_laic1_min(T alpha, float sest, T gamma, thread float& sestpr, thread T& s,
+                            thread T& c) {
+  const float absalp = modulus(alpha), absgam = modulus(gamma), absest = metal::fabs(sest);
+  if (sest == 0.0f) {
+    sestpr = 0.0f;
+    const bool none = metal::max(absgam, absalp) == 0.0f;
+    const T sine = none ? one<T>() : -conj(gamma);
+    const T cosine = none ? zero<T>() : conj(alpha);
+    const float s1 = metal::max(modulus(sine), modulus(cosine));
+    s = sine / s1;
+    c = cosine / s1;
+    const float tmp = metal::sqrt(lstsq_abs2(s) + lstsq_abs2(c));
+    s = s / tmp;
+    c = c / tmp;
+    return;
+  }
+  if (absgam <= kLstsqEps * absest) {
+    s = zero<T>();
+    c = one<T>();
+    sestpr = absgam;
+    return;
+  }
+  if (absalp <= kLstsqEps * absest) {
+    const bool grow = absgam <= absest;
+    s = grow ? zero<T>() : one<T>();
+    c = grow ? one<T>() : zero<T>();
+    sestpr = grow ? absgam : absest;
+    return;
+  }
+  if (absest <= kLstsqEps * absalp || absest <= kLstsqEps * absgam) {
+    const float big = metal::max(absgam, absalp), small = metal::min(absgam, absalp);
+    const float tmp = small / big;
+    const float scl = metal::sqrt(1.0f + tmp * tmp);
+    sestpr = absgam <= absalp ? absest * (tmp / scl) : absest / scl;
+    s = -(conj(gamma) / big) / scl;
+    c = (conj(alpha) / big) / scl;
+    return;
+  }
+  const float zeta1 = absalp / absest, zeta2 = absgam / absest;
+  const float norma = metal::max(1.0f + zeta1 * zeta1 + zeta1 * zeta2,
+                                 zeta1 * zeta2 + zeta2 * zeta2);
+  const float test = 1.0f + 2.0f * (zeta1 - zeta2) * (zeta1 + zeta2);
+  T sine, cosine;
+  if (test >= 0.0f) {  // the root is close to zero: computed directly
+    const float b = (zeta1 * zeta1 + zeta2 * zeta2 + 1.0f) * 0.5f;
+    const float cc = zeta2 * zeta2;
+    const float t = cc / (b + metal::sqrt(metal::fabs(b * b - cc)));
+    sine = (alpha / absest) / (1.0f - t);
+    cosine = -(gamma / absest) / t;
+    sestpr = metal::sqrt(t + 4.0f * kLstsqEps * kLstsqEps * norma) * absest;
+  } else {  // the root is closer to one: shifted by it
+    const float b = (zeta2 * zeta2 + zeta1 * zeta1 - 1.0f) * 0.5f;
+    const float cc = zeta1 * zeta1;
+    const float t = b >= 0.0f ? -cc / (b + metal::sqrt(b * b + cc)) : b - metal::sqrt(b * b + cc);
+    sine = -(alpha / absest) / t;
+    cosine = -(gamma / absest) / (1.0f + t);
+    sestpr = metal::sqrt(1.0f + t + 4.0f * kLstsqEps * kLstsqEps * norma) * absest;
+  }
+  const float tmp = metal::sqrt(lstsq_abs2(sine) + lstsq_abs2(cosine));
+  s = sine / tmp;
+  c = cosine / tmp;
+}
+
+}  // namespace mpsl
+
+// xGELSY of one matrix per threadgroup (see the section comment above). Grid: (nthreads, batch),
+// nthreads a multiple of kSimdWidth, at most kLstsqMaxThreads.
+template <typename T>
+[[kernel]] void lstsq_gelsy(
+    device T* a [[buffer(0)]],            // (batch, m, n): overwritten by the factorisation
+    device T* bw [[buffer(1)]],           // (batch, max(m, n), k): B in the first m rows; work
+    device T* x [[buffer(2)]],            // (batch, n, k): the solution
+    device int* rank [[buffer(3)]],       // (batch)
+    device int* jpvt [[buffer(4)]],       // (batch, n) work: the column permutation
+    device float* norms [[buffer(5)]],    // (batch, 2, n) work: LAPACK's vn1, vn2
+    device T* wt [[buffer(6)]],           // (batch, n, min(m, n)) work: W and its QR
+    device T* tau2 [[buffer(7)]],         // (batch, min(m, n)) work: the tau of W's QR
+    device T* ice [[buffer(8)]],          // (batch, 2, min(m, n)) work: laic1's two vectors
+    constant mpsl::LstsqParams& p [[buffer(9)]],
+    constant float& rcond [[buffer(10)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup T shared[3];
+  threadgroup int flags[2];
+  threadgroup int pivot[1];
+  threadgroup int rank_shared[1];
+
+  const long e = long(group.y);
+  const long m = p.m, n = p.n, k = p.k;
+  const long mn = m < n ? m : n;
+  const long rows_b = m > n ? m : n;
+  const uint nt = tpg.x;
+  device T* A = a + e * m * n;
+  device T* B = bw + e * rows_b * k;
+  device T* X = x + e * n * k;
+  device int* piv = jpvt + e * n;
+  device float* vn1 = norms + e * 2 * n;
+  device float* vn2 = vn1 + n;
+  device T* W = wt + e * n * mn;
+  device T* tw = tau2 + e * mn;
+  device T* xmin = ice + e * 2 * mn;
+  device T* xmax = xmin + mn;
+
+  // 1. QR with column pivoting (laqp2), Q^H applied to B.
+  for (long c = long(tid); c < n; c += long(nt)) {
+    piv[c] = int(c);
+    vn1[c] = lstsq_nrm2(A + c, n, m);
+    vn2[c] = vn1[c];
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  for (long i = 0; i < mn; ++i) {
+    if (tid == 0) {
+      long best = i;
+      float largest = vn1[i];
+      for (long c = i + 1; c < n; ++c) {
+        if (vn1[c] > largest) {
+          largest = vn1[c];
+          best = c;
+        }
+      }
+      pivot[0] = int(best);
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    const long pvt = long(pivot[0]);
+    if (pvt != i) {
+      for (long r = long(tid); r < m; r += long(nt)) {
+        const T held = A[r * n + pvt];
+        A[r * n + pvt] = A[r * n + i];
+        A[r * n + i] = held;
+      }
+      if (tid == 0) {
+        const int held = piv[pvt];
+        piv[pvt] = piv[i];
+        piv[i] = held;
+        vn1[pvt] = vn1[i];
+        vn2[pvt] = vn2[i];
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    device T* v = A + i * n + i;
+    const T ctau = conj(lstsq_larfg(v, n, m - i, shared, flags, tid, nt));
+    const long right = n - i - 1;  // columns of A right of the pivot, then the k of B
+    for (long q = long(tid); q < right + k; q += long(nt)) {
+      if (q < right) {
+        lstsq_apply(v, n, m - i, ctau, v + 1 + q, n);
+      } else {
+        lstsq_apply(v, n, m - i, ctau, B + i * k + (q - right), k);
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    for (long c = i + 1 + long(tid); c < n; c += long(nt)) {
+      if (vn1[c] != 0.0f) {
+        const float ratio = modulus(A[i * n + c]) / vn1[c];
+        const float temp = metal::max(1.0f - ratio * ratio, 0.0f);
+        const float last = vn1[c] / vn2[c];
+        if (temp * last * last <= kLstsqTol3z) {
+          vn1[c] = i + 1 < m ? lstsq_nrm2(A + (i + 1) * n + c, n, m - i - 1) : 0.0f;
+          vn2[c] = vn1[c];
+        } else {
+          vn1[c] *= metal::sqrt(temp);
+        }
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  }
+
+  // 2. The numerical rank (xGELSY's incremental condition estimation).
+  if (tid == 0) {
+    long r = 0;
+    if (mn > 0 && modulus(A[0]) != 0.0f) {
+      r = 1;
+      float smax = modulus(A[0]), smin = smax;
+      xmin[0] = one<T>();
+      xmax[0] = one<T>();
+      for (long i = 1; i < mn; ++i) {
+        T amin = zero<T>(), amax = zero<T>();
+        for (long l = 0; l < i; ++l) {
+          amin += mul(conj(xmin[l]), A[l * n + i]);
+          amax += mul(conj(xmax[l]), A[l * n + i]);
+        }
+        const T gamma = A[i * n + i];
+        float sminpr, smaxpr;
+        T s1, c1, s2, c2;
+        lstsq_laic1_min(amin, smin, gamma, sminpr, s1, c1);
+        lstsq_laic1_max(amax, smax, gamma, smaxpr, s2, c2);
+        if (!(smaxpr * rcond <= sminpr)) {
+          break;
+        }
+        for (long l = 0; l < i; ++l) {
+          xmin[l] = mul(s1, xmin[l]);
+          xmax[l] = mul(s2, xmax[l]);
+        }
+        xmin[i] = c1;
+        xmax[i] = c2;
+        smin = sminpr;
+        smax = smaxpr;
+        r = i + 1;
+      }
+    }
+    rank_shared[0] = int(r);
+    rank[e] = int(r);
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  const long r = long(rank_shared[0]);
+
+  // 3. The minimum-norm solution through the QR of W = [R11 R12]^H (n x r, row stride mn).
+  for (long idx = long(tid); idx < n * r; idx += long(nt)) {
+    const long j = idx / r, i = idx - j * r;
+    W[j * mn + i] = j >= i ? conj(A[i * n + j]) : zero<T>();
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  for (long i = 0; i < r; ++i) {
+    device T* w = W + i * mn + i;
+    const T t2 = lstsq_larfg(w, mn, n - i, shared, flags, tid, nt);
+    if (tid == 0) {
+      tw[i] = t2;
+    }
+    for (long c = i + 1 + long(tid); c < r; c += long(nt)) {
+      lstsq_apply(w, mn, n - i, conj(t2), w + (c - i), mn);
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  }
+  for (long c = long(tid); c < k; c += long(nt)) {
+    device T* y = B + c;  // (Q^H B)[:, c], then y
+    for (long i = 0; i < r; ++i) {  // R2^H z = c[0:r], forward substitution
+      T s = y[i * k];
+      for (long l = 0; l < i; ++l) {
+        s = sub_mul(s, conj(W[l * mn + i]), y[l * k]);
+      }
+      y[i * k] = div(s, conj(W[i * mn + i]));
+    }
+    for (long i = r; i < n; ++i) {
+      y[i * k] = zero<T>();
+    }
+    for (long step = 0; step < r; ++step) {  // y = H2_0 ... H2_{r-1} [z; 0]
+      const long i = r - 1 - step;
+      lstsq_apply(W + i * mn + i, mn, n - i, tw[i], y + i * k, k);
+    }
+    for (long i = 0; i < n; ++i) {
+      X[long(piv[i]) * k + c] = y[i * k];
     }
   }
 }

@@ -24,4 +24,6 @@ MPSL_KERNEL(qr_apply_update, float32, float)
 MPSL_KERNEL(qr_apply_update, complex64, float2)
 MPSL_QR_SMALL_ALL(float32, float)
 MPSL_QR_SMALL_ALL(complex64, float2)
+MPSL_KERNEL(lstsq_gelsy, float32, float)
+MPSL_KERNEL(lstsq_gelsy, complex64, float2)
 // clang-format on

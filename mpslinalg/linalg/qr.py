@@ -6,18 +6,23 @@ Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` 
 the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
 launch; on the torch backend, batches of m, n <= 4 take the small path of
 `mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
-(m >= n) or LQ (m < n), as LAPACK's gels.
+(m >= n) or LQ (m < n), as LAPACK's gels, and rank-deficient ones by QR with column pivoting
+(gelsy, one kernel) or the Metal SVD (gelsd, gelss).
 """
 
 from __future__ import annotations
+
+import math
+import re
 
 import torch
 from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import SAFE_CAST, Op, cast_back, public, to_dtype, write_out
-from . import qr_metal
+from .._core.errors import read_device
+from .._core.op import SAFE_CAST, Op, call_torch, cast_back, public, to_dtype, write_out
+from . import qr_metal, svd_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
 
@@ -337,6 +342,64 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
 
 
 def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    if driver == "gels":
+        return _gels_metal(A, B)
+    return _rank_revealing_metal(A, B, rcond, driver)
+
+
+def _of_a(t: Tensor, a_batch: torch.Size, batch: torch.Size) -> Tensor:
+    """The entries of ``t`` (*batch, ...), computed for A broadcast to ``batch``, that belong to
+    A's own batch shape ``a_batch`` (torch returns rank per matrix of A)."""
+    lead = len(batch) - len(a_batch)
+    index = (0,) * lead + tuple(slice(None) if a == b else slice(0, 1)
+                                for a, b in zip(a_batch, batch[lead:], strict=True))
+    return t[index]
+
+
+def _rank_revealing_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    """gelsy: `qr_metal.gelsy_metal` (LAPACK xGELSY: QR with column pivoting, incremental
+    condition estimation). gelsd / gelss: the Metal SVD A = U S V^H, x = V S^+ U^H b with the
+    singular values s <= rcond * s_max dropped (the rank is the number kept). Default rcond:
+    torch's, eps * max(m, n)."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    m, n = A.shape[-2:]
+    k = B.shape[-1]
+    real = A.real.dtype if A.is_complex() else A.dtype
+    if rcond is None:
+        rcond = torch.finfo(real).eps * max(m, n)
+    svd_driver = driver in ("gelsd", "gelss")
+    no_residuals = A.new_empty(0, dtype=real)
+    if math.prod(batch) == 0 or min(m, n) == 0 or (k == 0 and not svd_driver):
+        # LAPACK's quick returns: rank 0 (gelsy also for B without columns)
+        X = A.new_zeros((*batch, n, k))
+        rank = torch.zeros(A.shape[:-2], dtype=torch.int64, device=A.device)
+        svals = (A.new_zeros((*A.shape[:-2], min(m, n)), dtype=real) if svd_driver
+                 else A.new_empty(0, dtype=real))
+        # full column rank when n = 0 (or no matrices), so gelsd / gelss give residuals
+        residuals = (B.abs().square().sum(-2).expand(*batch, k) if svd_driver and m > n
+                     else no_residuals)
+        return X, residuals, rank, svals
+    if not svd_driver:
+        X, rank = qr_metal.gelsy_metal(A.expand(*batch, m, n).reshape(-1, m, n),
+                                       B.expand(*batch, m, k).reshape(-1, m, k), rcond)
+        rank = _of_a(rank.view(batch).to(torch.int64), A.shape[:-2], batch)
+        return X.view(*batch, n, k), no_residuals, rank, A.new_empty(0, dtype=real)
+    if rcond < 0:  # LAPACK's gelsd / gelss: machine precision instead
+        rcond = torch.finfo(real).eps / 2
+    U, S, Vh, _ = svd_metal.svd_metal(A, False, fn="lstsq")
+    kept = S > rcond * S[..., :1]
+    rank = kept.sum(-1)
+    inverse = torch.where(kept | S.isnan(), S.reciprocal(), 0)  # NaN stays NaN
+    X = Vh.mH @ (inverse.unsqueeze(-1).to(A.dtype) * (U.mH @ B))
+    residuals = no_residuals
+    # torch's rule: residuals only when every matrix has full column rank (a host read)
+    if m > n and bool(read_device((rank == n).all(), "lstsq: whether gelsd / gelss give "
+                                  "residuals (every matrix of full column rank)")):
+        residuals = (A @ X - B).abs().square().sum(-2)
+    return X, residuals, rank, S
+
+
+def _gels_metal(A: Tensor, B: Tensor):
     """LAPACK gels: x = R^-1 (Q^H b)[:n] for m >= n; for m < n, with A^H = Q R (A = R^H Q^H,
     an LQ factorisation), the minimum-norm x = Q [R^-H b; 0]. Tall-skinny A goes through the
     TSQR tree and its explicit Q."""
@@ -375,8 +438,33 @@ def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
     return X, residuals, rank, svals
 
 
+def _torch_lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *,
+                 driver: str | None = None):
+    """torch.linalg.lstsq, with LAPACK's refusal of an argument said as such: torch reports it
+    as a failed internal assert that asks for a bug report to PyTorch. NaN in A or B is the
+    common cause (LAPACK's drivers check for it; gelsd also Inf in A); MKL's gelsd also refuses
+    B without columns. That B is given one zero column on the CPU for gelsd and gelss, whose
+    results are then cut back: LAPACK's gelss crashes the process on it (torch 2.13, MKL)."""
+    if driver in ("gelsd", "gelss") and B.shape[-1] == 0 and B.dim() == A.dim() \
+            and A.device.type == "cpu":
+        X, residuals, rank, svals = _torch_lstsq(A, B.new_zeros((*B.shape[:-1], 1)), rcond,
+                                                 driver=driver)
+        return torch.return_types.linalg_lstsq((X[..., :0], residuals[..., :0], rank, svals))
+    try:
+        return torch.linalg.lstsq(A, B, rcond, driver=driver)
+    except RuntimeError as error:
+        found = re.search(r"Argument (\d+) has illegal value", str(error))
+        if found is None:
+            raise
+        name = driver or ("gelsy" if A.device.type == "cpu" else "gels")
+        raise RuntimeError(
+            f"torch.linalg.lstsq: LAPACK's {name} refused its argument {found.group(1)}, as "
+            "it refuses NaN entries of A or B (gelsd also Inf in A); "
+            "the metal backend returns NaN for the batch elements with NaN instead") from None
+
+
 def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
-    X, residuals, rank, svals = torch.linalg.lstsq(A, B, rcond, driver=driver)
+    X, residuals, rank, svals = call_torch("lstsq", _torch_lstsq, A, B, rcond, driver=driver)
     if residuals.numel():
         # Recomputed: torch 2.13's complex residuals come out wrong when the op runs inside
         # a graph traced by AOTAutograd (torch.compile), though right in eager mode.
@@ -399,43 +487,53 @@ def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
 
 def _lstsq_save(ctx, inputs, outputs) -> None:
     A, B, _, _ = inputs
-    ctx.mark_non_differentiable(*outputs[1:])  # only the solution is, as in torch
+    ctx.mark_non_differentiable(*outputs[2:])  # rank and singular values are not, as in torch
     ctx.save_for_backward(A, B, outputs[0])
 
 
-def _lstsq_backward(ctx, gX: Tensor | None, *unused):
+def _lstsq_backward(ctx, gX: Tensor | None, gres: Tensor | None, *unused):
     """Solution of full-rank least squares, X = A^+ B: gB = A^+H gX and
     gA = -gB X^H + (B - A X) Z^H + Y (gX - A^H gB)^H with Z = (A^H A)^-1 gX (m >= n; the last
     term vanishes) and Y = (A A^H)^-1 B (m < n; the residual term vanishes), the pseudo-inverse
     derivative of Golub and Pereyra 1973, "The differentiation of pseudo-inverses and nonlinear
     least squares problems whose variables separate"; conjugate Wirtinger for complex.
-    Each inverse is itself a least-squares solution through the op."""
+    Each inverse is itself a least-squares solution through the op.
+    The residuals r_j = ||A x_j - b_j||^2 (m > n) are stationary in x_j at the solution, so
+    their derivative is the explicit one: gA = 2 (A X - B) diag(g_r) X^H, gB = -2 (A X - B)
+    diag(g_r)."""
     A, B, X = ctx.saved_tensors
-    if gX is None:
+    has_gX = gX is not None
+    has_gres = gres is not None and gres.numel() > 0
+    if not (has_gX or has_gres):
         return None, None, None, None
     m, n = A.shape[-2:]
+    gA = gB = None
+    if has_gX:
+        def solve(M, C):
+            return lstsq_op(M, C, None, "gels", ctx.backend, False, "")[0]
 
-    def solve(M, C):
-        return lstsq_op(M, C, None, "gels", ctx.backend, False, "")[0]
-
-    gB = solve(A.mH, gX)
-    gA = -(gB @ X.mH)
-    if m >= n:
-        gA = gA + (B - A @ X) @ solve(A, gB).mH
-    else:
-        gA = gA + solve(A.mH, X) @ (gX - A.mH @ gB).mH
+        gB = solve(A.mH, gX)
+        gA = -(gB @ X.mH)
+        if m >= n:
+            gA = gA + (B - A @ X) @ solve(A, gB).mH
+        else:
+            gA = gA + solve(A.mH, X) @ (gX - A.mH @ gB).mH
+    if has_gres:
+        weighted = (A @ X - B) * (2 * gres).unsqueeze(-2)
+        gA = weighted @ X.mH if gA is None else gA + weighted @ X.mH
+        gB = -weighted if gB is None else gB - weighted
     return gA, gB, None, None
 
 
-#: (solution, residuals, rank, singular_values) of torch.linalg.lstsq for ``driver``; the
-#: metal backend implements driver 'gels' (the factory sums gA and gB back to their shapes).
+#: (solution, residuals, rank, singular_values) of torch.linalg.lstsq for ``driver`` (the
+#: factory sums gA and gB back to their shapes).
 lstsq_op = Op(
     "lstsq", "(Tensor A, Tensor B, float? rcond, str driver) -> (Tensor, Tensor, Tensor, Tensor)",
     forward={"metal": _lstsq_metal, "torch": _lstsq_torch},
     fake=_lstsq_fake, save=_lstsq_save, backward=_lstsq_backward)
 
 
-@public(torch.linalg.lstsq, general_when=_through_the_op)
+@public(_torch_lstsq, torch_name="linalg.lstsq", general_when=_through_the_op)
 def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None):
     r"""Least-squares solution of ``A X = B``; like `torch.linalg.lstsq`.
 
@@ -447,24 +545,27 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
         ``(*, m, k)``, or ``(*, m)`` when ``B.ndim == A.ndim - 1``; batch dimensions broadcast
         with ``A``'s.
     rcond : float, optional
-        As torch (used by the rank-revealing drivers only).
+        As torch: the relative threshold of the rank-revealing drivers (default
+        ``eps * max(m, n)`` of A's dtype); 'gels' ignores it.
     driver : {None, 'gels', 'gelsy', 'gelsd', 'gelss'}, optional
-        LAPACK's driver on the torch backend (None: torch's default). The metal backend
-        implements 'gels' (also its default): QR for m >= n, LQ for m < n, for full-rank
-        ``A``; other drivers raise there.
+        LAPACK's driver, on both backends: 'gels' QR (LQ for m < n) for full-rank ``A``;
+        'gelsy' QR with column pivoting; 'gelsd' / 'gelss' the SVD (the metal backend has
+        one SVD for both). None: 'gels' on the metal backend, torch's default on the torch
+        backend ('gelsy' on the CPU, 'gels' elsewhere).
 
     Returns
     -------
     solution : Tensor
-        ``(*, n, k)``: the least-squares solution (m >= n) or the minimum-norm one (m < n).
-        Differentiable with respect to ``A`` and ``B`` (full-rank ``A``).
+        ``(*, n, k)``: the least-squares solution of minimum norm. Differentiable with
+        respect to ``A`` and ``B`` (full-rank ``A``).
     residuals : Tensor
-        ``(*, k)`` squared residuals ``||A x - b||^2`` when m > n and the driver computes them
-        (not 'gelsy'); otherwise empty.
+        ``(*, k)`` squared residuals ``||A x - b||^2`` when m > n and the driver computes
+        them: 'gels', and 'gelsd' / 'gelss' when every matrix has rank n; otherwise empty.
+        Differentiable as the solution.
     rank : Tensor
-        int64; empty for 'gels'.
+        int64, ``A.shape[:-2]``; empty for 'gels'.
     singular_values : Tensor
-        For 'gelsd' and 'gelss'; otherwise empty.
+        ``(*A.shape[:-2], min(m, n))`` for 'gelsd' and 'gelss'; otherwise empty.
 
     Examples
     --------
@@ -474,6 +575,11 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     >>> mpslinalg.lstsq(A, B, driver="gels").solution
     tensor([[0.3333],
             [0.3333]])
+    >>> D = torch.tensor([[1., 1.], [1., 1.], [0., 0.]])  # rank 1
+    >>> res = mpslinalg.lstsq(D, B, driver="gelsd")
+    >>> res.solution, res.rank
+    (tensor([[0.5000],
+            [0.5000]]), tensor(1))
     """
     fn = "lstsq"
     A, Ac, backend = checks.prepare(fn, A, square=False)
@@ -485,10 +591,6 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     if driver is not None and driver not in _DRIVERS:
         raise RuntimeError(f"mpslinalg.{fn}: parameter `driver` should be one of "
                            f"({', '.join(_DRIVERS)}), got {driver!r}")
-    if backend == "metal" and driver not in (None, "gels"):
-        raise RuntimeError(f"mpslinalg.{fn}: the metal backend implements driver='gels' (QR, "
-                           f"full-rank A), got driver={driver!r}; use the torch backend "
-                           "(mpslinalg.use_backend('torch')) for the rank-revealing drivers")
     vector = B.dim() == A.dim() - 1
     Bm = B.unsqueeze(-1) if vector else B
     if Bm.dim() != A.dim():
@@ -500,7 +602,8 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
                            f"shapes {checks.shape_str(A)} and {checks.shape_str(B)}")
     checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
     if driver is None:
-        # torch's default: gelsy on the CPU, gels elsewhere; the metal backend implements gels.
+        # torch's default on the torch backend: gelsy on the CPU, gels elsewhere; gels on the
+        # metal backend.
         on_cpu = A.device.type in ("cpu", "meta")
         driver = "gelsy" if backend == "torch" and on_cpu else "gels"
     X, residuals, rank, svals = lstsq_op(Ac, to_dtype(Bm, Ac.dtype), rcond, driver, backend,

@@ -13,6 +13,7 @@ Launches per call, with P = ceil(min(m, n) / PANEL_WIDTH) panels:
   apply_q_metal     2 per panel (qr_apply_w + qr_apply_update), for Q C or Q^H C.
   orgqr_metal       as apply_q_metal on the first columns of the identity.
   larft_metal       1 (every panel's T at once).
+  gelsy_metal       1 (lstsq_gelsy, the whole of xGELSY for one matrix per threadgroup).
   qr_metal          m, n <= SMALL_MAX: 1 (qr_small). Tall-skinny (see use_tsqr): geqrf and orgqr
                     of the row blocks of each level of the tree, as one batch. Otherwise
                     geqrf_metal + orgqr_metal (Q not formed for mode='r').
@@ -34,6 +35,8 @@ _SOURCE = "linalg/qr.metal"
 
 #: Fields of the kernels' QrParams struct, in order (each an int64).
 QR_PARAMS = ("m", "n", "k", "k0", "w", "panel", "npanels", "ldc", "c_col0", "c_cols", "adjoint")
+#: Fields of lstsq_gelsy's LstsqParams struct, in order (each an int64).
+LSTSQ_PARAMS = ("m", "n", "k")
 
 # Mirrors of the named constants of metal/linalg/qr.h (tests/linalg/test_qr.py checks them).
 PANEL_WIDTH = 16  # kQrPanelWidth: columns per panel, order of each T
@@ -45,6 +48,7 @@ UPDATE_THREADS = 256  # kQrTileThreads
 LARFT_THREADS = PANEL_WIDTH * PANEL_WIDTH  # kQrLarftThreads
 SMALL_MAX = 4  # kQrSmallMax
 SMALL_MODES = {"reduced": 0, "complete": 1, "r": 2}  # kQrModeReduced / Complete / R
+GELSY_MAX_THREADS = 256  # kLstsqMaxThreads: lstsq_gelsy's threadgroup holds at most this many
 
 # Host-side launch geometry and path choice.
 SMALL_GROUP = 256  # qr_small: one thread per matrix
@@ -281,3 +285,40 @@ def qr_metal(A: torch.Tensor, mode: str = "reduced", *, fn: str = "qr"
     if Q is None:
         return A.new_empty(0), R
     return Q.reshape(*batch_shape, m, qcols), R
+
+
+# ---------------------------------------------------------------- lstsq (gelsy)
+
+
+def gelsy_metal(A: torch.Tensor, B: torch.Tensor, rcond: float, *, fn: str = "lstsq"
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """LAPACK xGELSY for each pair of matrices of ``A`` (batch, m, n) and ``B`` (batch, m, k),
+    m, n > 0 (neither modified): QR with column pivoting, the numerical rank by incremental
+    condition estimation against ``rcond``, the minimum-norm solution. One launch
+    (lstsq_gelsy, one threadgroup per matrix). Returns ``(X, rank)``: X (batch, n, k), rank
+    (batch,) int32."""
+    A, B = contiguous(A, fn), contiguous(B, fn)
+    _check(fn, A=A, B=B)
+    batch, m, n = A.shape
+    k = B.shape[-1]
+    mn = min(m, n)
+    dev, dtype = A.device, A.dtype
+    a = A.clone()
+    bw = torch.zeros((batch, max(m, n), k), dtype=dtype, device=dev)
+    bw[:, :m] = B
+    X = torch.empty((batch, n, k), dtype=dtype, device=dev)
+    rank = torch.empty((batch,), dtype=torch.int32, device=dev)
+    jpvt = torch.empty((batch, n), dtype=torch.int32, device=dev)
+    norms = torch.empty((batch, 2, n), dtype=torch.float32, device=dev)
+    wt = torch.empty((batch, n, mn), dtype=dtype, device=dev)
+    tau2 = torch.empty((batch, mn), dtype=dtype, device=dev)
+    ice = torch.empty((batch, 2, mn), dtype=dtype, device=dev)
+    if batch == 0:
+        return X, rank
+    kernel = _metal.kernel(_SOURCE, "lstsq_gelsy", dtype, dev, fn=fn)
+    threads = min(GELSY_MAX_THREADS,
+                  _metal.ceil_div(max(m, n + k), SIMD_WIDTH) * SIMD_WIDTH)
+    launch(kernel, a, bw, X, rank, jpvt, norms, wt, tau2, ice,
+           [m, n, k], float(rcond),
+           threads=[threads, batch], group_size=[threads, 1])
+    return X, rank

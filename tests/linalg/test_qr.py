@@ -246,6 +246,65 @@ def test_lane_order_independent(metal_backend, monkeypatch):
         assert torch.equal(a, results[0][0]) and torch.equal(tau, results[0][1])
 
 
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_rank_revealing_extreme_scales(backend, scale):
+    """Entries near float32's overflow or underflow: the same rank and (scaled) solution (the
+    column norms are scaled sums of squares; LAPACK's xGELSY rescales A instead)."""
+    A = matrix_with_spread(8, 10.0, torch.float32, (2,), seed=39, rank=5)[..., :, :6]
+    B = random_matrix(2, torch.float32, (2,), seed=40, m=8)
+    for driver in drivers(backend)[1:]:
+        plain = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver=driver)
+        scaled = mpslinalg.lstsq(backend.tensor(A * scale), backend.tensor(B), driver=driver)
+        assert (scaled.rank.cpu() == 5).all() and (plain.rank.cpu() == 5).all(), driver
+        torch.testing.assert_close(scaled.solution.cpu() * scale, plain.solution.cpu(),
+                                   rtol=1e-4, atol=1e-4 * float(plain.solution.abs().max()))
+
+
+def test_gelsy_larger_than_its_threadgroup(backend):
+    """m rows and n + k columns past lstsq_gelsy's threads (each thread serves several)."""
+    m, n = qr_metal.GELSY_MAX_THREADS + 14, qr_metal.GELSY_MAX_THREADS - 1
+    A = matrix_with_spread(m, 10.0, torch.float32, (), seed=31, rank=200)[:, :n]
+    B = random_matrix(3, torch.float32, (), seed=32, m=m)
+    res = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gelsy")
+    assert int(res.rank) == 200
+    ref, _ = scipy_min_norm(A, B, torch.finfo(torch.float32).eps * m)
+    err = float((wide(res.solution) - ref).abs().max() / ref.abs().max())
+    assert err < m * 100.0 * testing.eps(torch.float32), err
+
+
+def test_gelsy_rank_as_reference_lapack(metal_backend):
+    """On smoothly graded spectra the rank is decided by the condition estimates, so it is
+    xGELSY's rule itself that is compared: SciPy's gelsy (reference LAPACK) on the same float32
+    / complex64 input decides the same ranks. (MKL's gelsy, torch's on the CPU, differs from
+    both on about a third of these.)"""
+    for dtype in DTYPES:
+        for seed in range(8):
+            A = matrix_with_spread(16, 1e6, dtype, (4,), seed=41 + seed)[..., :, :12]
+            B = random_matrix(1, dtype, (4,), seed=seed, m=16)
+            for rcond in (1e-2, 3e-4, 1e-5):
+                ours = mpslinalg.lstsq(metal_backend.tensor(A), metal_backend.tensor(B),
+                                       rcond=rcond, driver="gelsy").rank.cpu()
+                ref = [scipy.linalg.lstsq(a.numpy(), b.numpy(), cond=rcond,
+                                          lapack_driver="gelsy")[2]
+                       for a, b in zip(A, B, strict=True)]
+                assert ours.tolist() == ref, (dtype, seed, rcond)
+
+
+def test_gelsy_lane_order_independent(metal_backend, monkeypatch):
+    if metal_backend.name != "emulator":
+        pytest.skip("lane orders are an emulator option")
+    A = matrix_with_spread(40, 1e3, torch.complex64, (2,), seed=29, rank=25)[..., :37, :]
+    B = random_matrix(3, torch.complex64, (2,), seed=30, m=37)
+    results = []
+    for order in (None, "reverse", "random"):
+        monkeypatch.setattr(_metal, "LANE_ORDER", order)
+        results.append(mpslinalg.lstsq(A, B, driver="gelsy"))
+    for res in results[1:]:
+        assert torch.equal(res.solution, results[0].solution)
+        assert torch.equal(res.rank, results[0].rank)
+    assert (results[0].rank == 25).all()
+
+
 def test_panel_in_device_memory(metal_backend):
     """Panels taller than the threadgroup stage are factored in device memory."""
     m = qr_metal.STAGE_ELEMS // qr_metal.PANEL_WIDTH + 40
@@ -262,6 +321,8 @@ def test_no_host_syncs(metal_backend):
         mpslinalg.householder_product(*mpslinalg.geqrf(A))
         mpslinalg.lstsq(A, B)
         mpslinalg.lstsq(A.mH, B[..., :20, :])
+        mpslinalg.lstsq(A, B, driver="gelsy")
+        mpslinalg.lstsq(A.mH, B[..., :20, :], driver="gelsd")  # m < n: no residuals to decide
         mpslinalg.qr(A[:, :3, :3])
     assert syncs.calls == []
 
@@ -302,6 +363,105 @@ def test_lstsq_against_scipy(backend, m, n):
         assert res.rank.numel() == 0 and res.singular_values.numel() == 0
 
 
+def drivers(backend) -> tuple[str, ...]:
+    """The lstsq drivers of the backend: all four but on CUDA's torch backend (gels only)."""
+    cuda_torch = backend.device.type == "cuda" and not backend.is_metal
+    return ("gels",) if cuda_torch else ("gels", "gelsy", "gelsd", "gelss")
+
+
+def normal_equations_ratio(A, X, B, dtype) -> float:
+    """||A^H (A X - B)|| / (||A|| (||A X - B|| + ||A|| ||X||) max(m, n, k) eps) (1-norms): the
+    residual of a least-squares solution is orthogonal to the columns of A (xQRT17's test,
+    normalised by the backward-error bound of a stable solver); the maximum over the batch."""
+    A, X, B = wide(A), wide(X), wide(B)
+    R = A @ X - B
+    a = testing.norm1(A)
+    unit = max(*A.shape[-2:], B.shape[-1]) * testing.eps(dtype)
+    return testing.batch_ratio(testing.norm1(A.mH @ R),
+                               a * (testing.norm1(R) + a * testing.norm1(X)) * unit)
+
+
+def scipy_min_norm(A: torch.Tensor, B: torch.Tensor, rcond: float):
+    """SciPy's (gelsd, float64) minimum-norm solutions with singular values <= rcond * s_max
+    dropped, their ranks and residues (empty unless m > n and the rank is n), A and B broadcast."""
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    a = wide(A).expand(*batch, *A.shape[-2:]).reshape(-1, *A.shape[-2:]).numpy()
+    b = wide(B).expand(*batch, *B.shape[-2:]).reshape(-1, *B.shape[-2:]).numpy()
+    out = [scipy.linalg.lstsq(x, y, cond=rcond, lapack_driver="gelsd") for x, y in
+           zip(a, b, strict=True)]
+    X = torch.from_numpy(np.stack([o[0] for o in out])).reshape(*batch, A.shape[-1], -1)
+    return X, [np.real(o[1]) for o in out]
+
+
+LSTSQ_SHAPES = [(7, 4), (4, 7), (6, 6), (12, 5), (5, 12), (1, 4), (4, 1), (20, 17)]
+
+
+@FIXTURE_OK
+@given(data=st.data())
+def test_lstsq_rank_revealing_against_scipy(backend, data):
+    """gelsy / gelsd / gelss on rank-deficient, ill-conditioned, wide, tall, batched and broadcast
+    problems: rank and minimum-norm solution as SciPy's in float64, the residual orthogonal to
+    A's columns, singular values and residuals (where the driver gives them) as SciPy's."""
+    if drivers(backend) == ("gels",):
+        pytest.skip("torch implements only gels on CUDA")
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    driver = data.draw(st.sampled_from(["gelsy", "gelsd", "gelss"]), label="driver")
+    m, n = data.draw(st.sampled_from(LSTSQ_SHAPES), label="shape")
+    rank = data.draw(st.integers(0, min(m, n)), label="rank")
+    spread = data.draw(st.sampled_from([1.0, 100.0, 1e4]), label="spread")
+    batch_a, batch_b = data.draw(st.sampled_from([((), ()), ((2,), (2,)), ((2, 1), (1, 3)),
+                                                  ((1,), (3,)), ((3,), (1,))]), label="batches")
+    k = data.draw(st.integers(1, 3), label="k")
+    seed = data.draw(st.integers(0, 999), label="seed")
+    # Q_m [M 0; 0 0] Q_n^H: the singular values of M, spread from 1 down to 1 / spread, the
+    # ones past the rank zero, with Q_m, Q_n orthogonal (unitary)
+    p = min(m, n)
+    M = matrix_with_spread(p, spread, torch.complex128 if dtype.is_complex else torch.float64,
+                           batch_a, seed, rank=rank)
+    padded = M.new_zeros((*batch_a, m, n))
+    padded[..., :p, :p] = M
+    Qm, Qn = (torch.linalg.qr(random_matrix(size, padded.dtype, (), seed + size))[0]
+              for size in (m, n))
+    A = (Qm @ padded @ Qn.mH).to(dtype)
+    B = random_matrix(k, dtype, batch_b, seed + 1, m=m)
+    res = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver=driver)
+    eps = testing.eps(dtype)
+    rcond = torch.finfo(torch.float32).eps * max(m, n)  # torch's default for float32 input
+    ref, residues = scipy_min_norm(A, B, rcond)
+    assert res.rank.shape == A.shape[:-2] and res.rank.dtype == torch.int64
+    assert (res.rank.cpu() == rank).all(), (res.rank, rank)
+    X = wide(res.solution)
+    cond = spread ** (max(rank - 1, 0) / max(p - 1, 1))  # of the kept singular values
+    err = float((X - ref).abs().max() / ref.abs().max()) if rank else float(X.abs().max())
+    assert err < max(m, n) * max(cond, 1.0) ** 2 * eps, err
+    assert normal_equations_ratio(A, X, B, dtype) < THRESH
+    if driver == "gelsy":
+        assert res.singular_values.numel() == 0 and res.residuals.numel() == 0
+        return
+    S_ref = torch.linalg.svdvals(wide(A))
+    assert testing.singular_values_ratio(res.singular_values, S_ref, m, n, dtype) < THRESH
+    if m > n and rank == n:
+        expected = torch.from_numpy(np.stack(residues)).reshape(*X.shape[:-2], k)
+        torch.testing.assert_close(wide(res.residuals), expected,
+                                   rtol=1e-3, atol=1e-4 * float(expected.abs().max()))
+    else:
+        assert res.residuals.numel() == 0
+
+
+def test_gelsd_reads_the_rank_only_for_residuals(metal_backend):
+    """Whether gelsd / gelss give residuals (m > n) depends on the ranks: one device read there,
+    none for m <= n."""
+    A = metal_backend.tensor(random_matrix(3, torch.float32, (2,), seed=37, m=6))
+    B = metal_backend.tensor(random_matrix(2, torch.float32, (2,), seed=38, m=6))
+    for driver in ("gelsd", "gelss"):
+        with count_host_syncs() as syncs:
+            mpslinalg.lstsq(A, B, driver=driver)
+        assert len(syncs.calls) == 1, syncs.calls
+        with count_host_syncs() as syncs:
+            mpslinalg.lstsq(A.mH, B[..., :3, :], driver=driver)
+        assert syncs.calls == []
+
+
 def test_lstsq_shapes_like_torch(backend):
     cases = [((5, 3), (5, 2)), ((3, 5), (3, 2)), ((5, 3), (5,)), ((2, 5, 3), (2, 5)),
              ((2, 5, 3), (1, 5, 2)), ((1, 5, 3), (2, 5, 2)), ((0, 5, 3), (0, 5, 2)),
@@ -309,11 +469,21 @@ def test_lstsq_shapes_like_torch(backend):
     for shape_A, shape_B in cases:
         A = backend.tensor(torch.randn(shape_A))
         B = backend.tensor(torch.randn(shape_B))
-        ours = mpslinalg.lstsq(A, B, driver="gels")
-        ref = torch.linalg.lstsq(A.cpu(), B.cpu(), driver="gels")
-        for o, r in zip(ours, ref, strict=True):
-            assert o.shape == r.shape and o.dtype == r.dtype, (shape_A, shape_B)
-        torch.testing.assert_close(ours.solution.cpu(), ref.solution, rtol=1e-4, atol=1e-4)
+        for driver in drivers(backend):
+            ours = mpslinalg.lstsq(A, B, driver=driver)
+            if B.shape[-1] == 0 and driver in ("gelsd", "gelss"):
+                # torch's own call refuses (gelsd) or crashes the process (gelss)
+                ref = torch.linalg.lstsq(A.cpu(), torch.zeros(5, 1), driver=driver)
+                ref = (ref[0][..., :0], ref[1][..., :0], *ref[2:])
+            else:
+                ref = torch.linalg.lstsq(A.cpu(), B.cpu(), driver=driver)
+            for o, r in zip(ours, ref, strict=True):
+                assert o.shape == r.shape and o.dtype == r.dtype, (shape_A, shape_B, driver)
+            fields = ("solution", "residuals", "rank", "singular_values")
+            for field, o, r in zip(fields, ours, ref, strict=True):
+                if field == "residuals" and driver == "gels" and A.shape[-1] == 0:
+                    continue  # torch's gels gives zeros there, the metal backend |b|^2
+                torch.testing.assert_close(o.cpu(), r, rtol=1e-4, atol=1e-4)
 
 
 def test_lstsq_errors(backend):
@@ -331,8 +501,6 @@ def test_lstsq_errors(backend):
             call()
         assert str(err.value).startswith("mpslinalg.lstsq: "), str(err.value)
     if backend.is_metal:
-        with pytest.raises(RuntimeError, match="driver='gels'"):
-            mpslinalg.lstsq(A, A, driver="gelsd")
         with pytest.raises(TypeError, match="torch backend"):
             mpslinalg.lstsq(A.double(), A.double())
 
@@ -345,12 +513,29 @@ def test_lstsq_nonfinite(metal_backend):
         for m, n in [(7, 4), (4, 7)]:
             A = random_matrix(n, dtype, (3,), seed=23, m=m)
             B = random_matrix(2, dtype, (3,), seed=24, m=m)
-            clean = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gels")
-            A[0, 1, 1] = float("nan")
-            A[1] = float("inf")
-            X = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gels").solution
-            assert not torch.isfinite(X[0]).all() and not torch.isfinite(X[1]).all()
-            torch.testing.assert_close(X[2], clean.solution[2])
+            for driver in ("gels", "gelsy", "gelsd", "gelss"):
+                bad = A.clone()
+                clean = mpslinalg.lstsq(backend.tensor(bad), backend.tensor(B), driver=driver)
+                bad[0, 1, 1] = float("nan")
+                bad[1] = float("inf")
+                X = mpslinalg.lstsq(backend.tensor(bad), backend.tensor(B), driver=driver).solution
+                assert not torch.isfinite(X[0]).all() and not torch.isfinite(X[1]).all(), driver
+                torch.testing.assert_close(X[2], clean.solution[2])
+
+
+def test_lstsq_nan_refused_in_own_words():
+    """torch's CPU drivers refuse NaN input through LAPACK's argument check, which torch reports
+    as a failed internal assert: said as what it is, under mpslinalg's name, in every dtype
+    (float16 / bfloat16 are computed in float32 through the op)."""
+    A = random_matrix(3, torch.float32, (), seed=27, m=5)
+    B = random_matrix(2, torch.float32, (), seed=28, m=5)
+    A[0, 0] = float("nan")
+    with mpslinalg.use_backend("torch"):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for driver in (None, "gels", "gelsd"):
+                with pytest.raises(RuntimeError, match="^mpslinalg.lstsq: .*refused .*NaN") as err:
+                    mpslinalg.lstsq(A.to(dtype), B.to(dtype), driver=driver)
+                assert "INTERNAL ASSERT" not in str(err.value)
 
 
 def test_float16_upcast(backend):
@@ -364,11 +549,15 @@ def test_float16_upcast(backend):
             torch.testing.assert_close(R, R32.to(low))
             torch.testing.assert_close(Q, Q32.to(low))
         B = backend.tensor(random_matrix(2, torch.float32, (2,), seed=26, m=7).to(low))
-        ours = mpslinalg.lstsq(A, B, driver="gels")
-        ref = mpslinalg.lstsq(A.float(), B.float(), driver="gels")
-        assert ours.solution.dtype == low and ours.residuals.dtype == low
-        torch.testing.assert_close(ours.solution, ref.solution.to(low), rtol=2e-3, atol=2e-3)
-        torch.testing.assert_close(ours.residuals, ref.residuals.to(low), rtol=2e-3, atol=2e-3)
+        for driver in drivers(backend):
+            ours = mpslinalg.lstsq(A, B, driver=driver)
+            ref = mpslinalg.lstsq(A.float(), B.float(), driver=driver)
+            assert ours.solution.dtype == low and ours.residuals.dtype == low
+            assert ours.singular_values.dtype == low and ours.rank.dtype == torch.int64
+            torch.testing.assert_close(ours.solution, ref.solution.to(low), rtol=2e-3,
+                                       atol=2e-3)
+            for o, r in zip(ours[1:], ref[1:], strict=True):
+                torch.testing.assert_close(o, r.to(o.dtype), rtol=2e-3, atol=2e-3)
 
 
 # ---------------------------------------------------------------- errors
@@ -437,10 +626,16 @@ def test_rules_match_torch_autograd_float64(shape):
                 lambda A: torch.linalg.qr(A, mode), [A])  # noqa: B023 (called at once)
             torch.testing.assert_close(ours, ref)
         B = random_matrix(2, dtype, shape[:-2], seed=18, m=shape[-2])
+        # solution and residuals (m > n): torch differentiates its residuals too
         ours, ref = _grad_pair(
-            lambda A, B: qr_module.lstsq_op(A, B, None, "gels", "torch", False, "")[0],
-            lambda A, B: torch.linalg.lstsq(A, B).solution, [A, B])
+            lambda A, B: qr_module.lstsq_op(A, B, None, "gels", "torch", False, "")[:2],
+            lambda A, B: torch.linalg.lstsq(A, B, driver="gels")[:2], [A, B])
         torch.testing.assert_close(ours, ref)
+        if shape[-2] > shape[-1]:  # the residuals' own derivative, without the solution's
+            ours, ref = _grad_pair(
+                lambda A, B: qr_module.lstsq_op(A, B, None, "gels", "torch", False, "")[1],
+                lambda A, B: torch.linalg.lstsq(A, B, driver="gels")[1], [A, B])
+            torch.testing.assert_close(ours, ref)
         if shape[-2] >= shape[-1]:
             a, tau = torch.geqrf(A)
             ours, ref = _grad_pair(
@@ -469,9 +664,13 @@ def test_gradients_on_backend(backend):
             ours, ref = _grad_pair(mpslinalg.qr, torch.linalg.qr, [A])
             torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-3)
             B = backend.tensor(random_matrix(2, dtype, (2,), seed=22, m=m))
-            ours, ref = _grad_pair(lambda A, B: mpslinalg.lstsq(A, B).solution,
-                                   lambda A, B: torch.linalg.lstsq(A, B).solution, [A, B])
+            ours, ref = _grad_pair(lambda A, B: mpslinalg.lstsq(A, B, driver="gels")[:2],
+                                   lambda A, B: torch.linalg.lstsq(A, B, driver="gels")[:2],
+                                   [A, B])
             torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-3)
+            if m > n:
+                res = mpslinalg.lstsq(A.requires_grad_(), B, driver="gels").residuals
+                assert res.requires_grad
 
 
 # ---------------------------------------------------------------- docs, header mirrors
@@ -493,10 +692,11 @@ def test_host_constants_mirror_header():
             int(const("kQrModeR"))} == set(qr_metal.SMALL_MODES.values())
     assert int(const("kQrModeComplete")) == qr_metal.SMALL_MODES["complete"]
     assert int(const("kQrModeR")) == qr_metal.SMALL_MODES["r"]
+    assert int(const("kLstsqMaxThreads")) == qr_metal.GELSY_MAX_THREADS
     text = (_metal.metal_root() / "linalg" / "qr.h").read_text()
-    struct = re.search(r"struct QrParams \{(.*?)\};", text, re.S).group(1)
-    fields = tuple(re.findall(r"long (\w+);", struct))
-    assert fields == qr_metal.QR_PARAMS
+    for name, host in (("QrParams", qr_metal.QR_PARAMS), ("LstsqParams", qr_metal.LSTSQ_PARAMS)):
+        struct = re.search(rf"struct {name} \{{(.*?)\}};", text, re.S).group(1)
+        assert tuple(re.findall(r"long (\w+);", struct)) == host
 
 
 # ---------------------------------------------------------------- op database
@@ -587,17 +787,45 @@ def _householder_bad() -> list[BadSample]:
     ]
 
 
+def _rank_deficient(m: int, n: int, rank: int, batch: tuple, c: bool, seed: int) -> torch.Tensor:
+    size = max(m, n)
+    return matrix_with_spread(size, 10.0, _real(c), batch, seed, rank=rank)[..., :m, :n]
+
+
 def _lstsq_samples(c: bool) -> list[Sample]:
+    """Every sample names its driver: the default differs between the backends (gels on the
+    metal backend, torch's gelsy on the CPU), and so do the fields it gives. No tall
+    rank-deficient sample for gelsd / gelss: whether they give residuals depends on the rank
+    (test_lstsq_rank_revealing_against_scipy covers them), which meta tensors cannot know.
+    The rank-deficient samples give rcond: the float64 reference's default (its own eps) would
+    keep the singular values that rounding to float32 made nonzero."""
     return [
-        Sample((_matrix(7, 4, (), c, 15), _matrix(7, 2, (), c, 16)), desc="7x4 tall"),
-        Sample((_matrix(3, 5, (2,), c, 17), _matrix(3, 2, (2,), c, 18)), desc="(2, 3, 5) wide"),
-        Sample((_matrix(4, 4, (), c, 19), _matrix(4, 1, (), c, 20)), desc="square"),
-        Sample((_matrix(20, 18, (2,), c, 21), _matrix(20, 3, (2,), c, 22)), desc="two panels"),
+        Sample((_matrix(7, 4, (), c, 15), _matrix(7, 2, (), c, 16)), {"driver": "gels"},
+               desc="7x4 tall"),
+        Sample((_matrix(3, 5, (2,), c, 17), _matrix(3, 2, (2,), c, 18)), {"driver": "gelsy"},
+               desc="(2, 3, 5) wide gelsy"),
+        Sample((_matrix(4, 4, (), c, 19), _matrix(4, 1, (), c, 20)), {"driver": "gelsd"},
+               desc="square gelsd"),
+        Sample((_matrix(20, 18, (2,), c, 21), _matrix(20, 3, (2,), c, 22)), {"driver": "gels"},
+               desc="two panels"),
         Sample((_matrix(6, 3, (2,), c, 23), _matrix(6, 1, (2,), c, 24)[..., 0]),
-               desc="batched vectors"),
-        Sample((_matrix(6, 3, (1,), c, 25), _matrix(6, 2, (2,), c, 26)), desc="broadcast"),
+               {"driver": "gelss"}, desc="batched vectors gelss"),
+        Sample((_matrix(6, 3, (1,), c, 25), _matrix(6, 2, (2,), c, 26)), {"driver": "gelsy"},
+               desc="broadcast gelsy"),
+        Sample((_matrix(8, 5, (2,), c, 27), _matrix(8, 2, (2,), c, 28)), {"driver": "gelsd"},
+               desc="tall gelsd (residuals)"),
+        Sample((_rank_deficient(7, 5, 3, (2,), c, 29), _matrix(7, 2, (2,), c, 30)),
+               {"driver": "gelsy", "rcond": 1e-5}, desc="tall rank 3 gelsy"),
+        Sample((_rank_deficient(4, 6, 2, (), c, 31), _matrix(4, 2, (), c, 32)),
+               {"driver": "gelsd", "rcond": 1e-5}, desc="wide rank 2 gelsd"),
+        Sample((_rank_deficient(5, 5, 4, (2,), c, 33), _matrix(5, 1, (2,), c, 34)),
+               {"driver": "gelss", "rcond": 1e-5}, desc="square rank 4 gelss"),
+        Sample((matrix_with_spread(5, 1e3, _real(c), (), 35), _matrix(5, 2, (), c, 36)),
+               {"driver": "gelsd", "rcond": 1e-2}, desc="rcond drops two singular values"),
         Sample((torch.zeros(0, 5, 3, dtype=_real(c)), torch.zeros(0, 5, 2, dtype=_real(c))),
-               desc="empty batch"),
+               {"driver": "gels"}, desc="empty batch"),
+        Sample((torch.zeros(0, 5, 3, dtype=_real(c)), torch.zeros(0, 5, 2, dtype=_real(c))),
+               {"driver": "gelsd"}, desc="empty batch gelsd"),
     ]
 
 
@@ -630,10 +858,10 @@ OPS = [
            bad_samples=_householder_bad, grad_args=(0, 1),
            orthonormal=lambda out: (out,), degenerate=_householder_degenerate),
     OpInfo("lstsq", mpslinalg.lstsq, torch.linalg.lstsq, _lstsq_samples,
-           bad_samples=_lstsq_bad, compare=lambda out: (out.solution,), grad_args=(0, 1),
-           supports_out=False,
-           skips={"nonfinite": "the reference, torch.linalg.lstsq (LAPACK gelsy), fails an "
-                               "internal assert on NaN input; test_lstsq_nonfinite checks ours",
+           bad_samples=_lstsq_bad, grad_args=(0, 1), supports_out=False,
+           device_reads=1,  # gelsd / gelss for m > n: whether the residuals exist
+           skips={"nonfinite": "the reference, torch.linalg.lstsq on the CPU, refuses NaN input "
+                               "(LAPACK's argument check); test_lstsq_nonfinite checks ours",
                   "upcast": "torch's float32 lstsq on the CPU is not bit-reproducible from call "
                             "to call, and this test compares float16 results bit for bit; "
                             "test_float16_upcast compares them within float16's precision"}),
