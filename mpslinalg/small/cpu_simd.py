@@ -96,7 +96,7 @@ class _Cpp(_codegen.Dialect):
         # float64 (the QR/SVD/eigh kernels): double vectors, unsuffixed literals, int64 masks.
         self.suffix = "" if double else "f"
         if double:
-            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.safe_min = 2.2250738585072014e-308
             self.eps = 2.220446049250313e-16
 
     def declare(self, kind: str, name: str, expr: str) -> None:

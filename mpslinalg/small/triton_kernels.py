@@ -219,7 +219,7 @@ class _Triton(_codegen.Dialect):
     def __init__(self, w: _Writer, dtype: str) -> None:
         self.out, self.dtype, self.indent = w, dtype, ""
         if dtype == "float64":
-            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.safe_min = 2.2250738585072014e-308
             self.eps = 2.220446049250313e-16
 
     def w(self, line: str) -> None:
