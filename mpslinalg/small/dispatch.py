@@ -22,7 +22,9 @@ Both follow LAPACK ``getrf`` + ``getrs``: partial pivoting with pivot = argmax |
 |re| + |im|, like ``icamax``), lowest row on ties, elimination carried on past a zero pivot,
 which is recorded in ``info`` (1-based index of the first zero pivot, 0 = ok); the inverse is
 the solution of ``A X = I`` (forward elimination, then column-oriented back substitution like
-``trsm``). So results, ``info`` and error semantics match the general LU path.
+``trsm``). So results, ``info`` and error semantics match the general LU path. The tensor ops
+scale a complex column by the pivot's reciprocal as LAPACK's getrf does through torch on the
+CPU (`_reciprocal`: NaN for an infinite pivot), so NaN and Inf propagate as in torch.linalg.
 
 The choice is one table (`_TABLE`, `choose_path`; the ``mpslinalg.small`` logger
 says at DEBUG level which path served a call). The public API (``mpslinalg.inv``/``det``/
@@ -298,6 +300,29 @@ def _factor_gather(M: torch.Tensor, n: int) -> torch.Tensor:
     return swaps
 
 
+def _reciprocal(p: torch.Tensor) -> torch.Tensor:
+    """1 / p for complex p as getrf's scaling of the column below the pivot gives it through
+    torch on the CPU: scaled by s = |re| + |im| (no overflow or underflow of |p|^2), so NaN for
+    an infinite p, where torch's own division (Smith's algorithm, which trsm's division by U's
+    diagonal matches) gives 0. p = 0 gives NaN."""
+    re, im = p.real, p.imag
+    s = re.abs() + im.abs()
+    re, im = re / s, im / s
+    d = s * (re * re + im * im)
+    return torch.complex(re / d, -im / d)
+
+
+def _div_by_pivot(x: torch.Tensor, p: torch.Tensor,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """The multipliers x / p of getrf's column below the pivot p: complex as getrf scales
+    (x * `_reciprocal` (p) where |p| >= safmin, the smallest normal number, else x / p), real
+    by IEEE division (which already gives what LAPACK gives)."""
+    if not x.is_complex():
+        return torch.div(x, p, out=out)
+    scaled = torch.mul(x, _reciprocal(p))
+    return torch.where(p.abs() >= torch.finfo(p.real.dtype).tiny, scaled, x / p, out=out)
+
+
 def _eliminate(M: torch.Tensor, k: int, R: torch.Tensor | None = None) -> None:
     """Step k of the elimination below the (already interchanged) pivot M[k, k], applied to the
     columns k+1.. of M and to all columns of R."""
@@ -307,7 +332,8 @@ def _eliminate(M: torch.Tensor, k: int, R: torch.Tensor | None = None) -> None:
     # multipliers are 0, not 0/0.
     zero = torch.eq(piv, 0, out=_buffer("zero", (batch,), torch.bool, dev))
     safe = torch.add(piv, zero, out=_buffer("safe", (batch,), M.dtype, dev))
-    mult = torch.div(M[k + 1:, k], safe, out=_buffer("mult", (n - k - 1, batch), M.dtype, dev))
+    mult = _div_by_pivot(M[k + 1:, k], safe,
+                         out=_buffer("mult", (n - k - 1, batch), M.dtype, dev))
     mult = mult.unsqueeze(1)
     M[k + 1:, k + 1:].addcmul_(mult, M[k:k + 1, k + 1:], value=-1)
     if R is not None:
@@ -367,7 +393,7 @@ def _factor_select(M: torch.Tensor, R: torch.Tensor | None, n: int) -> torch.Ten
 def _back_substitute(U: torch.Tensor, R: torch.Tensor, n: int) -> torch.Tensor:
     """Solve U X = R in place, column-oriented like LAPACK ``trsm``."""
     for k in range(n - 1, -1, -1):
-        R[k].div_(U[k, k].unsqueeze(0))
+        R[k].div_(U[k, k].unsqueeze(0))  # trsm's division: 0 for an infinite U_kk
         if k > 0:
             R[:k].addcmul_(U[:k, k].unsqueeze(1), R[k].unsqueeze(0), value=-1)
     return R

@@ -210,6 +210,46 @@ def test_nan_inf_isolated(backend):
     assert (info == 0).all()
 
 
+def _same_values(ours: torch.Tensor, theirs: torch.Tensor, rtol: float) -> bool:
+    """NaN (real and imaginary parts apart) and infinities where ``theirs`` has them, the
+    finite entries close."""
+    ours, theirs = (torch.view_as_real(t) if t.is_complex() else t for t in (ours, theirs))
+    ours, theirs = ours.double(), theirs.double()
+    finite = theirs.isfinite()
+    return (torch.equal(ours.isnan(), theirs.isnan())
+            and torch.equal(ours[theirs.isinf()], theirs[theirs.isinf()])
+            and torch.allclose(ours[finite], theirs[finite], rtol=rtol, atol=rtol))
+
+
+@pytest.mark.parametrize("dtype", (torch.complex64, torch.complex128, torch.float32,
+                                   torch.float64), ids=str)
+def test_nonfinite_like_torch(dtype):
+    """One entry NaN, +-Inf (complex: also i Inf), each entry in turn, n = 2..4: the torch
+    backend's paths (tensor ops, SIMD kernels) give torch.linalg's values, NaN where it gives
+    NaN (getrf's complex reciprocal of an infinite pivot), for inv_ex, solve_ex and, for
+    complex input, det and slogdet."""
+    rtol = 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-10
+    values = [math.nan, math.inf, -math.inf] + ([complex(0, math.inf)] if dtype.is_complex
+                                                else [])
+    with mpslinalg.use_backend("torch"):
+        for n in (2, 3, 4):
+            for value in values:
+                for pos in range(n * n):
+                    A = (random_matrix(n, dtype, (1,), seed=pos) + 2 * torch.eye(n)).to(dtype)
+                    A.view(-1)[pos] = value
+                    B = random_matrix(2, dtype, (1,), seed=99, m=n)
+                    where = (n, value, pos)
+                    assert _same_values(si.small_inv_ex(A)[0], torch.linalg.inv_ex(A)[0],
+                                        rtol), where
+                    assert _same_values(si.small_solve_ex(A, B)[0],
+                                        torch.linalg.solve_ex(A, B)[0], rtol), where
+                    if dtype.is_complex:
+                        assert _same_values(si.small_det(A), torch.linalg.det(A), rtol), where
+                        for ours, theirs in zip(si.small_slogdet(A), torch.linalg.slogdet(A),
+                                                strict=True):
+                            assert _same_values(ours, theirs, rtol), where
+
+
 # ---------------------------------------------------------------- camera geometry
 
 
