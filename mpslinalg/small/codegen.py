@@ -103,6 +103,22 @@ class Dialect(abc.ABC):
         counts as negative, like the Metal kernel)."""
 
 
+#: The ops whose kernels factor the transpose of the matrix they read: torch.linalg.det and
+#: slogdet of a contiguous real matrix factor the memory as LAPACK's column-major A^T
+#: (det(A^T) = det(A), no copy), so an Inf or NaN reaches U's diagonal as it does there.
+TRANSPOSED_OPS = ("det", "slogdet")
+
+
+def emit_transpose(dl: Dialect, n: int) -> None:
+    """a{i}{j} <-> a{j}{i} (renamings the compiler removes)."""
+    for i in range(n):
+        for j in range(i + 1, n):
+            with dl.scope():
+                dl.declare(FLOAT, "up", f"a{i}{j}")
+                dl.assign(f"a{i}{j}", f"a{j}{i}")
+                dl.assign(f"a{j}{i}", "up")
+
+
 def emit_factor(dl: Dialect, n: int) -> None:
     """getf2 (small_factor): LU with partial pivoting of a{i}{j} in place; p{k} = pivot row of
     step k (k < n - 1), info = first zero pivot (1-based, 0 = none)."""

@@ -182,6 +182,8 @@ def _emit_block(w: _Writer, op: str, n: int) -> None:
     for i in range(n):
         for j in range(n):
             w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[{i * n + j}], sizeof(vf));")
+    if op in _codegen.TRANSPOSED_OPS:
+        _codegen.emit_transpose(dl, n)
     _codegen.emit_factor(dl, n)
     if op == "inv":
         w(f"alignas(64) float o[{nn}][W];")

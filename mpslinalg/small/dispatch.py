@@ -450,9 +450,12 @@ def _torch_solve(A: torch.Tensor, B: torch.Tensor | None) -> tuple[torch.Tensor,
 
 
 def _torch_lu_diag(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The diagonal of U (batch, n) and the permutation sign (batch,)."""
+    """The diagonal of U (batch, n) and the permutation sign (batch,) of the matrix torch's det
+    factors: A^T for a contiguous real A (`_det_operand`), else A."""
     n = A.shape[-1]
     U, _, _ = _workspace(A, None, 0)
+    if not A.is_complex() and A.is_contiguous():
+        U = U.transpose(0, 1)
     swaps = torch.empty(U.shape[-1], dtype=torch.int64, device=A.device)
     for part in _chunks(U):
         swaps[part] = _factor(U[..., part], None, None, n)
@@ -591,16 +594,32 @@ def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
     return choose_path(A).solve_ex(A, B)
 
 
+def _det_operand(path: Path, A: torch.Tensor) -> torch.Tensor:
+    """What ``path``'s det and slogdet get for ``A``. torch.linalg.det and slogdet factor a
+    contiguous real A as LAPACK reads its memory, A^T (det(A^T) = det(A)), any other A as it
+    is, and where A holds Inf or NaN the two factorisations give different values. The
+    generated kernels factor the transpose of the contiguous matrix they read
+    (`mpslinalg.small.codegen.TRANSPOSED_OPS`) and the tensor ops choose by layout
+    themselves, so the kernels get A^T (contiguous where A is column-major) for any A but a
+    contiguous one. The Metal kernel factors A on the metal backend."""
+    if path in (_METAL, _TENSOR_OPS) or A.is_contiguous():
+        return A
+    return A.mT
+
+
 def small_det(A: torch.Tensor) -> torch.Tensor:
-    """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
-    return choose_path(A).det(A)
+    """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign
+    (on the torch backend of the matrix torch's det factors, see `_det_operand`)."""
+    path = choose_path(A)
+    return path.det(_det_operand(path, A))
 
 
 def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf). A real matrix
     whose log|det| is NaN (a NaN in U's diagonal) has sign 0, as torch's product of sgn(U_kk)
     gives (sgn(NaN) = 0), on every path and device; the kernels would give +-1."""
-    sign, logabs = choose_path(A).slogdet(A)
+    path = choose_path(A)
+    sign, logabs = path.slogdet(_det_operand(path, A))
     if not sign.is_complex():  # complex sgn(NaN) is NaN: the kernels give that already
         sign = sign.masked_fill(logabs.isnan(), 0)
     return sign, logabs

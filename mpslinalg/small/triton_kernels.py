@@ -292,6 +292,8 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     }[op]
     name = f"small_{op}_n{n}_{dtype}_{_mode(n, load)}"
     w, dl = _begin(dtype, n, n, load)
+    if op in _codegen.TRANSPOSED_OPS:
+        _codegen.emit_transpose(dl, n)
     _codegen.emit_factor(dl, n)
     if op == "inv":
         out = {}
