@@ -222,14 +222,16 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
 # shape: tests/small/test_small_qr.py), so that the NaN pattern and the finite entries are
 # torch's:
 #
-# - lapy2 (larfg's |(alpha, xnorm)|) as dlapy2 before LAPACK 3.10: w = max, z = min of |alpha|
-#   and xnorm, NaN-ignoring in alpha (w = z = xnorm for a NaN alpha, so R's diagonal entry is
-#   finite), w sqrt(1 + (z / w)^2) otherwise (NaN for two infinities);
+# - lapy2 (larfg's |(alpha, xnorm)|) as torch's LAPACK computes it (observed; Reference
+#   LAPACK's dlapy2 before 3.10, without its NaN tests): w = max, z = min of |alpha| and xnorm,
+#   each taking xnorm where alpha is NaN (w = z = xnorm: R's diagonal entry stays finite),
+#   w where z = 0, else w sqrt(1 + (z / w)^2) (NaN for two infinities);
 # - beta's sign: -sign(alpha) reads a NaN alpha as negative (beta > 0);
 # - org2r applies H_j to the columns after j only, and only to rows up to the last nonzero
 #   entry of v and columns up to the last one with a nonzero entry in those rows, nothing when
-#   tau = 0 (larf's scan, ilaslr / ilaslc); column j is then (1 - tau, -tau v) (a NaN tau
-#   leaves the zeros a non-finite entry of A would otherwise reach through 0 * NaN).
+#   tau = 0 (Reference LAPACK's larf scan, ila?lr / ila?lc); column j is then
+#   (1 - tau, -tau v) (a NaN tau leaves the zeros a non-finite entry of A would otherwise reach
+#   through 0 * NaN).
 # Besides the methods above, the QR emitters use a dialect's `sqrt`, `signbit` and `safe_min`.
 
 
