@@ -738,14 +738,6 @@ def check_fill_range(call: Callable[[torch.Tensor, Any], torch.Tensor],
 # ---------------------------------------------------------------- shared sample inputs
 
 
-#: The batch_size_independent case the LU family's small path fails (left as it is, and seen).
-COMPLEX_INF_PIVOT = {
-    "batch_size_independent[complex Inf]":
-        "the small path's tensor ops (complex on the CPU) divide by an infinite pivot as torch's "
-        "complex division does (giving 0), where LAPACK's getrf gives NaN; matching LAPACK needs "
-        "its complex reciprocal in mpslinalg.small.dispatch"}
-
-
 def well_conditioned(n: int, batch: tuple = (), complex_: bool = False, seed: int = 0,
                      m: int | None = None) -> torch.Tensor:
     """A float64 / complex128 matrix batch with condition number 10 (square) or a random

@@ -77,10 +77,9 @@ class Dialect(abc.ABC):
     def float_literal(self, value: float) -> str:
         """The float constant ``value`` as the right operand of a comparison with a vector."""
 
-    #: The smallest normal number and the largest finite one of the target's real type (LAPACK
-    #: safmin and overflow threshold); float32 unless a dialect says otherwise.
+    #: The smallest normal number of the target's real type (LAPACK safmin); float32 unless a
+    #: dialect says otherwise.
     safe_min: float = 1.1754943508222875e-38
-    real_max: float = 3.4028234663852886e38
     #: Machine epsilon of the real type (the Jacobi methods' convergence threshold).
     eps: float = 1.1920928955078125e-07
 
@@ -102,6 +101,22 @@ class Dialect(abc.ABC):
     def mul_unit(self, s: str, d: str) -> str:
         """``s * unit(d)`` for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 (a NaN
         counts as negative, like the Metal kernel)."""
+
+
+#: The ops whose kernels factor the transpose of the matrix they read: torch.linalg.det and
+#: slogdet of a contiguous real matrix factor the memory as LAPACK's column-major A^T
+#: (det(A^T) = det(A), no copy), so an Inf or NaN reaches U's diagonal as it does there.
+TRANSPOSED_OPS = ("det", "slogdet")
+
+
+def emit_transpose(dl: Dialect, n: int) -> None:
+    """a{i}{j} <-> a{j}{i} (renamings the compiler removes)."""
+    for i in range(n):
+        for j in range(i + 1, n):
+            with dl.scope():
+                dl.declare(FLOAT, "up", f"a{i}{j}")
+                dl.assign(f"a{i}{j}", f"a{j}{i}")
+                dl.assign(f"a{j}{i}", "up")
 
 
 def emit_factor(dl: Dialect, n: int) -> None:
@@ -200,9 +215,24 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
 # ------------------------------------------------------------------------------ Householder QR
 #
 # The operations of ``qr_small`` in metal/linalg/qr.h (LAPACK geqr2 with larfg's reflectors and
-# nrm2's scaled sum of squares, then orgqr by backward accumulation), in the same order, every
-# branch a select. Besides the methods above, the QR emitters use a dialect's `sqrt`,
-# `signbit`, `safe_min` and `real_max`.
+# nrm2's scaled sum of squares, then org2r by backward accumulation), in the same order, every
+# branch a select. For finite input they round like the Metal kernel (signs of zero aside); where
+# the input holds NaN or Inf they follow LAPACK as torch.linalg.qr on the CPU runs it (MKL's
+# geqrf / orgqr, checked entry by entry against it for every single non-finite entry of every
+# shape: tests/small/test_small_qr.py), so that the NaN pattern and the finite entries are
+# torch's:
+#
+# - lapy2 (larfg's |(alpha, xnorm)|) as torch's LAPACK computes it (observed; Reference
+#   LAPACK's dlapy2 before 3.10, without its NaN tests): w = max, z = min of |alpha| and xnorm,
+#   each taking xnorm where alpha is NaN (w = z = xnorm: R's diagonal entry stays finite),
+#   w where z = 0, else w sqrt(1 + (z / w)^2) (NaN for two infinities);
+# - beta's sign: -sign(alpha) reads a NaN alpha as negative (beta > 0);
+# - org2r applies H_j to the columns after j only, and only to rows up to the last nonzero
+#   entry of v and columns up to the last one with a nonzero entry in those rows, nothing when
+#   tau = 0 (Reference LAPACK's larf scan, ila?lr / ila?lc); column j is then
+#   (1 - tau, -tau v) (a NaN tau leaves the zeros a non-finite entry of A would otherwise reach
+#   through 0 * NaN).
+# Besides the methods above, the QR emitters use a dialect's `sqrt`, `signbit` and `safe_min`.
 
 
 def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
@@ -218,17 +248,31 @@ def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
                 _emit_apply_reflector(dl, m, j, "a", c)
 
 
-def _emit_apply_reflector(dl: Dialect, m: int, j: int, target: str, c: int) -> None:
+def _emit_apply_reflector(dl: Dialect, m: int, j: int, target: str, c: int,
+                          extent: tuple[dict[int, str], str] | None = None) -> None:
     """H_j = I - tau_j v v^T, v = (1, a[j+1:m, j]), applied to column c of ``target`` (``a`` in
-    geqr2, ``q`` in orgqr): target[j:m, c] -= tau_j v (v^T target[j:m, c]), as larf does."""
+    geqr2, ``q`` in org2r): target[j:m, c] -= tau_j v (v^T target[j:m, c]), as larf does.
+    ``extent`` (org2r): the INT conditions of `_emit_reflector_extent`, (row i -> row i is
+    within larf's scan, whether column c is): entries outside stay as they are."""
+    rows, column = extent if extent is not None else ({}, None)
+
+    def within(i: int) -> str | None:
+        conds = [x for x in (rows.get(i), column) if x is not None]
+        return " & ".join(conds) if conds else None
+
     with dl.scope():
         dl.declare(FLOAT, "d", f"{target}{j}{c}")
         for i in range(j + 1, m):
-            dl.assign("d", f"d + a{i}{j} * {target}{i}{c}")
+            term = f"a{i}{j} * {target}{i}{c}"
+            if i in rows:  # past v's last nonzero: v_i = 0, and 0 * NaN must not reach d
+                term = dl.select(rows[i], term, dl.float_operand(0.0))
+            dl.assign("d", f"d + ({term})")
         dl.declare(FLOAT, "td", f"tau{j} * d")
-        dl.assign(f"{target}{j}{c}", f"{target}{j}{c} - td")
-        for i in range(j + 1, m):
-            dl.assign(f"{target}{i}{c}", f"{target}{i}{c} - a{i}{j} * td")
+        for i, update in [(j, f"{target}{j}{c} - td")] + [
+                (i, f"{target}{i}{c} - a{i}{j} * td") for i in range(j + 1, m)]:
+            cond = within(i)
+            dl.assign(f"{target}{i}{c}",
+                      update if cond is None else dl.select(cond, update, f"{target}{i}{c}"))
 
 
 def _emit_tail_norm(dl: Dialect, m: int, j: int) -> None:
@@ -262,14 +306,15 @@ def _emit_larfg(dl: Dialect, m: int, j: int) -> None:
     dl.declare(FLOAT, "alpha", f"a{j}{j}")
     dl.declare(FLOAT, "ax", dl.abs("alpha"))
     dl.declare(FLOAT, "az", dl.abs(f"xnorm{j}"))
+    # max and min that take xnorm where alpha is NaN (a finite beta, as LAPACK's dlapy2 gives)
     dl.declare(FLOAT, "big", dl.select("ax > az", "ax", "az"))
-    dl.declare(FLOAT, "rx", dl.div("ax", "big"))
-    dl.declare(FLOAT, "rz", dl.div("az", "big"))
+    dl.declare(FLOAT, "small", dl.select("ax < az", "ax", "az"))
+    dl.declare(FLOAT, "ratio", dl.div("small", "big"))
     dl.declare(FLOAT, "lapy", dl.select(
-        "(ax != ax) | (az != az)", "ax + az",
-        dl.select(f"(big == {dl.float_literal(0.0)}) | (big > {dl.float_literal(dl.real_max)})",
-                  "big", f"big * {dl.sqrt('rx * rx + rz * rz')}")))
-    dl.declare(FLOAT, "nbeta", dl.select(dl.signbit("alpha"), "lapy", "-lapy"))
+        f"small == {dl.float_literal(0.0)}", "big",
+        f"big * {dl.sqrt(f'{dl.float_literal(1.0)} + ratio * ratio')}"))
+    dl.declare(FLOAT, "nbeta", dl.select(f"{dl.signbit('alpha')} | (alpha != alpha)",
+                                         "lapy", "-lapy"))
     dl.assign(f"tau{j}", dl.select("ident", dl.float_operand(0.0),
                                    dl.div("(nbeta - alpha)", "nbeta")))
     dl.declare(FLOAT, "denom", dl.select("ident", dl.float_operand(1.0), "alpha - nbeta"))
@@ -283,13 +328,38 @@ def _emit_larfg(dl: Dialect, m: int, j: int) -> None:
 
 def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
     """q{i}{c} (m x cols, cols = min(m, n) or m) = the first cols columns of
-    H_0 ... H_{k-1}, accumulated backwards from the identity (orgqr as qr_small does it)."""
+    H_0 ... H_{k-1}, accumulated backwards from the identity as org2r does: H_j applied to
+    the columns after j within larf's scan (`_emit_reflector_extent`), then column j set to
+    (1 - tau_j, -tau_j v) below the zeros above it."""
     for i in range(m):
         for c in range(cols):
             dl.declare(FLOAT, f"q{i}{c}", dl.full(FLOAT, 1.0 if i == c else 0.0))
     for j in range(min(m, n) - 1, -1, -1):
-        for c in range(cols):
-            _emit_apply_reflector(dl, m, j, "q", c)
+        if j + 1 < cols:
+            with dl.scope():
+                rows = _emit_reflector_extent(dl, m, j, cols)
+                for c in range(j + 1, cols):
+                    _emit_apply_reflector(dl, m, j, "q", c, (rows, f"col{c}"))
+        dl.assign(f"q{j}{j}", f"{dl.float_literal(1.0)} - tau{j}")
+        for i in range(j + 1, m):
+            dl.assign(f"q{i}{j}", f"-tau{j} * a{i}{j}")
+
+
+def _emit_reflector_extent(dl: Dialect, m: int, j: int, cols: int) -> dict[int, str]:
+    """What larf touches of q[j:m, j+1:cols] for H_j (LAPACK's scan for the last nonzero
+    entry of v, then for the last column with a nonzero entry in those rows, a NaN counting as
+    nonzero; nothing when tau = 0): declares INT row{i} (i > j, row i within) and col{c}
+    (column c within, tau != 0 included); returns {i: "row{i}"}."""
+    for i in range(m - 1, j, -1):
+        nonzero = f"a{i}{j} != {dl.float_literal(0.0)}"
+        dl.declare(INT, f"row{i}", nonzero if i == m - 1 else f"row{i + 1} | ({nonzero})")
+    dl.declare(INT, "tauz", f"tau{j} != {dl.float_literal(0.0)}")
+    for c in range(cols - 1, j, -1):
+        nonzero = " | ".join([f"(q{j}{c} != {dl.float_literal(0.0)})"] + [
+            f"(row{i} & (q{i}{c} != {dl.float_literal(0.0)}))" for i in range(j + 1, m)])
+        dl.declare(INT, f"col{c}", f"tauz & ({nonzero})" if c == cols - 1
+                   else f"col{c + 1} | (tauz & ({nonzero}))")
+    return {i: f"row{i}" for i in range(j + 1, m)}
 
 
 # ------------------------------------------------------------------------------ Jacobi: SVD, eigh

@@ -96,7 +96,7 @@ class _Cpp(_codegen.Dialect):
         # float64 (the QR/SVD/eigh kernels): double vectors, unsuffixed literals, int64 masks.
         self.suffix = "" if double else "f"
         if double:
-            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.safe_min = 2.2250738585072014e-308
             self.eps = 2.220446049250313e-16
 
     def declare(self, kind: str, name: str, expr: str) -> None:
@@ -182,6 +182,8 @@ def _emit_block(w: _Writer, op: str, n: int) -> None:
     for i in range(n):
         for j in range(n):
             w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[{i * n + j}], sizeof(vf));")
+    if op in _codegen.TRANSPOSED_OPS:
+        _codegen.emit_transpose(dl, n)
     _codegen.emit_factor(dl, n)
     if op == "inv":
         w(f"alignas(64) float o[{nn}][W];")

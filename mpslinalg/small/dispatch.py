@@ -22,7 +22,9 @@ Both follow LAPACK ``getrf`` + ``getrs``: partial pivoting with pivot = argmax |
 |re| + |im|, like ``icamax``), lowest row on ties, elimination carried on past a zero pivot,
 which is recorded in ``info`` (1-based index of the first zero pivot, 0 = ok); the inverse is
 the solution of ``A X = I`` (forward elimination, then column-oriented back substitution like
-``trsm``). So results, ``info`` and error semantics match the general LU path.
+``trsm``). So results, ``info`` and error semantics match the general LU path. The tensor ops
+scale a complex column by the pivot's reciprocal as LAPACK's getrf does through torch on the
+CPU (`_reciprocal`: NaN for an infinite pivot), so NaN and Inf propagate as in torch.linalg.
 
 The choice is one table (`_TABLE`, `choose_path`; the ``mpslinalg.small`` logger
 says at DEBUG level which path served a call). The public API (``mpslinalg.inv``/``det``/
@@ -298,6 +300,29 @@ def _factor_gather(M: torch.Tensor, n: int) -> torch.Tensor:
     return swaps
 
 
+def _reciprocal(p: torch.Tensor) -> torch.Tensor:
+    """1 / p for complex p as getrf's scaling of the column below the pivot gives it through
+    torch on the CPU: scaled by s = |re| + |im| (no overflow or underflow of |p|^2), so NaN for
+    an infinite p, where torch's own division (Smith's algorithm, which trsm's division by U's
+    diagonal matches) gives 0. p = 0 gives NaN."""
+    re, im = p.real, p.imag
+    s = re.abs() + im.abs()
+    re, im = re / s, im / s
+    d = s * (re * re + im * im)
+    return torch.complex(re / d, -im / d)
+
+
+def _div_by_pivot(x: torch.Tensor, p: torch.Tensor,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """The multipliers x / p of getrf's column below the pivot p: complex as getrf scales
+    (x * `_reciprocal` (p) where |p| >= safmin, the smallest normal number, else x / p), real
+    by IEEE division (which already gives what LAPACK gives)."""
+    if not x.is_complex():
+        return torch.div(x, p, out=out)
+    scaled = torch.mul(x, _reciprocal(p))
+    return torch.where(p.abs() >= torch.finfo(p.real.dtype).tiny, scaled, x / p, out=out)
+
+
 def _eliminate(M: torch.Tensor, k: int, R: torch.Tensor | None = None) -> None:
     """Step k of the elimination below the (already interchanged) pivot M[k, k], applied to the
     columns k+1.. of M and to all columns of R."""
@@ -307,7 +332,8 @@ def _eliminate(M: torch.Tensor, k: int, R: torch.Tensor | None = None) -> None:
     # multipliers are 0, not 0/0.
     zero = torch.eq(piv, 0, out=_buffer("zero", (batch,), torch.bool, dev))
     safe = torch.add(piv, zero, out=_buffer("safe", (batch,), M.dtype, dev))
-    mult = torch.div(M[k + 1:, k], safe, out=_buffer("mult", (n - k - 1, batch), M.dtype, dev))
+    mult = _div_by_pivot(M[k + 1:, k], safe,
+                         out=_buffer("mult", (n - k - 1, batch), M.dtype, dev))
     mult = mult.unsqueeze(1)
     M[k + 1:, k + 1:].addcmul_(mult, M[k:k + 1, k + 1:], value=-1)
     if R is not None:
@@ -367,7 +393,7 @@ def _factor_select(M: torch.Tensor, R: torch.Tensor | None, n: int) -> torch.Ten
 def _back_substitute(U: torch.Tensor, R: torch.Tensor, n: int) -> torch.Tensor:
     """Solve U X = R in place, column-oriented like LAPACK ``trsm``."""
     for k in range(n - 1, -1, -1):
-        R[k].div_(U[k, k].unsqueeze(0))
+        R[k].div_(U[k, k].unsqueeze(0))  # trsm's division: 0 for an infinite U_kk
         if k > 0:
             R[:k].addcmul_(U[:k, k].unsqueeze(1), R[k].unsqueeze(0), value=-1)
     return R
@@ -424,9 +450,12 @@ def _torch_solve(A: torch.Tensor, B: torch.Tensor | None) -> tuple[torch.Tensor,
 
 
 def _torch_lu_diag(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The diagonal of U (batch, n) and the permutation sign (batch,)."""
+    """The diagonal of U (batch, n) and the permutation sign (batch,) of the matrix torch's det
+    factors: A^T for a contiguous real A (`_det_operand`), else A."""
     n = A.shape[-1]
     U, _, _ = _workspace(A, None, 0)
+    if not A.is_complex() and A.is_contiguous():
+        U = U.transpose(0, 1)
     swaps = torch.empty(U.shape[-1], dtype=torch.int64, device=A.device)
     for part in _chunks(U):
         swaps[part] = _factor(U[..., part], None, None, n)
@@ -565,16 +594,32 @@ def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torc
     return choose_path(A).solve_ex(A, B)
 
 
+def _det_operand(path: Path, A: torch.Tensor) -> torch.Tensor:
+    """What ``path``'s det and slogdet get for ``A``. torch.linalg.det and slogdet factor a
+    contiguous real A as LAPACK reads its memory, A^T (det(A^T) = det(A)), any other A as it
+    is, and where A holds Inf or NaN the two factorisations give different values. The
+    generated kernels factor the transpose of the contiguous matrix they read
+    (`mpslinalg.small.codegen.TRANSPOSED_OPS`) and the tensor ops choose by layout
+    themselves, so the kernels get A^T (contiguous where A is column-major) for any A but a
+    contiguous one. The Metal kernel factors A on the metal backend."""
+    if path in (_METAL, _TENSOR_OPS) or A.is_contiguous():
+        return A
+    return A.mT
+
+
 def small_det(A: torch.Tensor) -> torch.Tensor:
-    """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign."""
-    return choose_path(A).det(A)
+    """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign
+    (on the torch backend of the matrix torch's det factors, see `_det_operand`)."""
+    path = choose_path(A)
+    return path.det(_det_operand(path, A))
 
 
 def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf). A real matrix
     whose log|det| is NaN (a NaN in U's diagonal) has sign 0, as torch's product of sgn(U_kk)
     gives (sgn(NaN) = 0), on every path and device; the kernels would give +-1."""
-    sign, logabs = choose_path(A).slogdet(A)
+    path = choose_path(A)
+    sign, logabs = path.slogdet(_det_operand(path, A))
     if not sign.is_complex():  # complex sgn(NaN) is NaN: the kernels give that already
         sign = sign.masked_fill(logabs.isnan(), 0)
     return sign, logabs

@@ -23,8 +23,10 @@ Both kernels come from the generators of `mpslinalg.small.codegen`:
   with larfg's reflectors (beta = -sign(alpha) * norm, so R's diagonal has LAPACK's signs and
   Q, R match torch.linalg.qr up to rounding), column norms by nrm2's scaled sum of squares
   (entries near 1e+-30 in float32 neither overflow nor underflow), orgqr by backward
-  accumulation; float32 results are bit-identical to the Metal kernel compiled for the CPU by
-  `mpslinalg.emulator` (tests/small/test_small_qr.py). The metal backend keeps
+  accumulation; for finite input float32 results are bit-identical to the Metal kernel
+  compiled for the CPU by `mpslinalg.emulator`, for input holding NaN or Inf Q and R are
+  torch.linalg.qr's on the CPU (LAPACK's NaN-ignoring lapy2 and larf's scan of zeros, see
+  `mpslinalg.small.codegen`; tests/small/test_small_qr.py). The metal backend keeps
   ``qr_small`` itself (`mpslinalg.linalg.qr_metal`).
 - SVD: one-sided Jacobi on the columns (wide matrices through their transpose), at most
   `mpslinalg.small.codegen.JACOBI_MAX_SWEEPS` sweeps with a per-pair convergence test;

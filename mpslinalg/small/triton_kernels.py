@@ -219,7 +219,7 @@ class _Triton(_codegen.Dialect):
     def __init__(self, w: _Writer, dtype: str) -> None:
         self.out, self.dtype, self.indent = w, dtype, ""
         if dtype == "float64":
-            self.safe_min, self.real_max = 2.2250738585072014e-308, 1.7976931348623157e308
+            self.safe_min = 2.2250738585072014e-308
             self.eps = 2.220446049250313e-16
 
     def w(self, line: str) -> None:
@@ -292,6 +292,8 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     }[op]
     name = f"small_{op}_n{n}_{dtype}_{_mode(n, load)}"
     w, dl = _begin(dtype, n, n, load)
+    if op in _codegen.TRANSPOSED_OPS:
+        _codegen.emit_transpose(dl, n)
     _codegen.emit_factor(dl, n)
     if op == "inv":
         out = {}

@@ -196,7 +196,6 @@ def test_gradients_on_backend(backend):
 # ---------------------------------------------------------------- op database
 
 from opdb import (  # noqa: E402
-    COMPLEX_INF_PIVOT,
     OpInfo,
     instantiate_generic_tests,
     square_bad_samples,
@@ -207,7 +206,7 @@ OPS = [
     OpInfo("det", mpslinalg.det, torch.linalg.det, square_samples,
            bad_samples=square_bad_samples, small_path=True),
     OpInfo("slogdet", mpslinalg.slogdet, torch.linalg.slogdet, square_samples,
-           bad_samples=square_bad_samples, small_path=True, skips=dict(COMPLEX_INF_PIVOT)),
+           bad_samples=square_bad_samples, small_path=True),
     OpInfo("logdet", mpslinalg.logdet, torch.logdet, square_samples,
            bad_samples=square_bad_samples, supports_out=False, small_path=True),
 ]

@@ -139,7 +139,6 @@ def test_gradients_on_backend(backend):
 # ---------------------------------------------------------------- op database
 
 from opdb import (  # noqa: E402
-    COMPLEX_INF_PIVOT,
     OpInfo,
     instantiate_generic_tests,
     singular_samples,
@@ -150,9 +149,8 @@ from opdb import (  # noqa: E402
 OPS = [
     OpInfo("inv", mpslinalg.inv, torch.linalg.inv, square_samples,
            bad_samples=lambda: square_bad_samples() + singular_samples(), device_reads=1,
-           small_path=True, skips=dict(COMPLEX_INF_PIVOT)),
+           small_path=True),
     OpInfo("inv_ex", mpslinalg.inv_ex, torch.linalg.inv_ex, square_samples,
-           bad_samples=square_bad_samples, small_path=True,
-           skips=dict(COMPLEX_INF_PIVOT)),
+           bad_samples=square_bad_samples, small_path=True),
 ]
 instantiate_generic_tests(globals(), OPS)

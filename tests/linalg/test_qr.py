@@ -844,12 +844,7 @@ OPS = [
            orthonormal=lambda out: (out.Q,),
            degenerate=lambda c: degenerate_samples(c, ({"mode": "reduced"},
                                                        {"mode": "complete"})),
-           skips={**dict.fromkeys(
-                      ("batch_size_independent[NaN]", "batch_size_independent[Inf]"),
-                      "the small path's QR kernels (mpslinalg.small.codegen) give NaN throughout "
-                      "Q and R for non-finite input, where LAPACK's geqrf leaves some entries "
-                      "finite; matching it without a device read is the kernels' to do"),
-                  "upcast": "the invariants (Q R) are products rounded in float16; "
+           skips={"upcast": "the invariants (Q R) are products rounded in float16; "
                             "test_float16_upcast compares the raw Q and R instead"}),
     OpInfo("geqrf", mpslinalg.geqrf, torch.geqrf, _geqrf_samples,
            bad_samples=lambda: _qr_bad()[:2], grad_args=()),

@@ -234,7 +234,7 @@ def test_gradients_on_backend(backend):
 # ---------------------------------------------------------------- op database
 
 from opdb import (  # noqa: E402,I001
-    COMPLEX_INF_PIVOT, BadSample, OpInfo, instantiate_generic_tests, singular_samples,
+    BadSample, OpInfo, instantiate_generic_tests, singular_samples,
     solve_samples)
 
 
@@ -257,10 +257,9 @@ def _solve_singular() -> list[BadSample]:
 OPS = [
     OpInfo("solve", mpslinalg.solve, torch.linalg.solve, solve_samples,
            bad_samples=lambda: _solve_bad() + _solve_singular(), grad_args=(0, 1),
-           nonfinite_args=(0,), device_reads=1, small_path=True,
-           skips=dict(COMPLEX_INF_PIVOT)),
+           nonfinite_args=(0,), device_reads=1, small_path=True),
     OpInfo("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex, solve_samples,
            bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,),
-           small_path=True, skips=dict(COMPLEX_INF_PIVOT)),
+           small_path=True),
 ]
 instantiate_generic_tests(globals(), OPS)

@@ -2,8 +2,9 @@
 
 They must be bit-identical to the Metal kernel compiled for the CPU by the emulator (the path
 they replace for float32 on the torch backend), including info, NaN/Inf propagation, pivot ties
-and every position of the first zero pivot; and they must cover every batch layout (block tails,
-thread splits, empty and non-contiguous batches).
+and every position of the first zero pivot (det and slogdet: of the transpose, which the kernels
+factor as torch's det does); and they must cover every batch layout (block tails, thread
+splits, empty and non-contiguous batches).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def _all_ops(mod_or_ref, A, B, threads):
     if mod_or_ref is sc:
         return (sc.small_inv_ex(A, threads), sc.small_solve_ex(A, B, threads),
                 sc.small_det(A, threads), sc.small_slogdet(A, threads))
-    return (si._metal_inv(A), si._metal_solve(A, B), si._metal_det(A), si._metal_slogdet(A))
+    At = A.mT.contiguous()  # the SIMD det and slogdet factor the transpose of what they read
+    return (si._metal_inv(A), si._metal_solve(A, B), si._metal_det(At), si._metal_slogdet(At))
 
 
 def _hard_batch(n: int) -> torch.Tensor:
@@ -110,9 +112,9 @@ def test_layouts_and_shapes():
     _exact(sc.small_inv_ex(-A), si._metal_inv((-A).contiguous()))  # lazy negation resolved
     _exact(sc.small_solve_ex(noncontiguous(A), noncontiguous(B)),
            si._metal_solve(A.contiguous(), B.contiguous()))
-    _exact(sc.small_det(A[0, 0]), si._metal_det(A[0, 0].contiguous()))  # no batch dimension
+    _exact(sc.small_det(A[0, 0]), si._metal_det(A[0, 0].mT.contiguous()))  # no batch dimension
     broadcast = A[0, :1].expand(5, 4, 4)  # stride-0 batch
-    _exact(sc.small_det(broadcast), si._metal_det(broadcast.contiguous()))
+    _exact(sc.small_det(broadcast), si._metal_det(broadcast.mT.contiguous()))
     for shape in ((0, 4, 4), (2, 0, 3, 3)):
         E = torch.zeros(shape)
         X, info = sc.small_inv_ex(E)
@@ -140,7 +142,7 @@ def test_torch_backend_dispatch(monkeypatch):
     assert si.torch_path(A.to(torch.complex64)) == "tensor ops"  # never the emulator
     with mpslinalg.use_backend("torch"):
         _exact(si.small_inv_ex(A), si._metal_inv(A))
-        _exact(si.small_slogdet(A), si._metal_slogdet(A))
+        _exact(si.small_slogdet(A), si._metal_slogdet(A.mT.contiguous()))
     monkeypatch.setattr(si, "_simd_available", lambda: False)  # still building, or failed
     assert si.torch_path(A) == "tensor ops"
 

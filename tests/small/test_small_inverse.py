@@ -210,6 +210,47 @@ def test_nan_inf_isolated(backend):
     assert (info == 0).all()
 
 
+def _same_values(ours: torch.Tensor, theirs: torch.Tensor, rtol: float) -> bool:
+    """NaN (real and imaginary parts apart) and infinities where ``theirs`` has them, the
+    finite entries close."""
+    ours, theirs = (torch.view_as_real(t) if t.is_complex() else t for t in (ours, theirs))
+    ours, theirs = ours.double(), theirs.double()
+    finite = theirs.isfinite()
+    return (torch.equal(ours.isnan(), theirs.isnan())
+            and torch.equal(ours[theirs.isinf()], theirs[theirs.isinf()])
+            and torch.allclose(ours[finite], theirs[finite], rtol=rtol, atol=rtol))
+
+
+@pytest.mark.parametrize("dtype", (torch.complex64, torch.complex128, torch.float32,
+                                   torch.float64), ids=str)
+def test_nonfinite_like_torch(dtype):
+    """One entry NaN, +-Inf (complex: also i Inf), each entry in turn, n = 2..4, row- and
+    column-major: the torch backend's paths (tensor ops, SIMD kernels) give torch.linalg's
+    values, NaN where it gives NaN (getrf's complex reciprocal of an infinite pivot; det and
+    slogdet of a contiguous real matrix through the LU of its transpose, as torch's), for
+    inv_ex, solve_ex, det and slogdet."""
+    rtol = 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-10
+    values = [math.nan, math.inf, -math.inf] + ([complex(0, math.inf)] if dtype.is_complex
+                                                else [])
+    with mpslinalg.use_backend("torch"):
+        for n in (2, 3, 4):
+            for value in values:
+                for pos in range(n * n):
+                    M = (random_matrix(n, dtype, (1,), seed=pos) + 2 * torch.eye(n)).to(dtype)
+                    M.view(-1)[pos] = value
+                    B = random_matrix(2, dtype, (1,), seed=99, m=n)
+                    for A in (M, M.mT.contiguous().mT):
+                        where = (n, value, pos, A.is_contiguous())
+                        assert _same_values(si.small_inv_ex(A)[0], torch.linalg.inv_ex(A)[0],
+                                            rtol), where
+                        assert _same_values(si.small_solve_ex(A, B)[0],
+                                            torch.linalg.solve_ex(A, B)[0], rtol), where
+                        assert _same_values(si.small_det(A), torch.linalg.det(A), rtol), where
+                        for ours, theirs in zip(si.small_slogdet(A), torch.linalg.slogdet(A),
+                                                strict=True):
+                            assert _same_values(ours, theirs, rtol), where
+
+
 # ---------------------------------------------------------------- camera geometry
 
 
@@ -440,8 +481,9 @@ def test_outputs_do_not_alias_work_buffers():
 def test_torch_backend_cpu_kernel_matches_metal_backend(monkeypatch):
     """On CPU the torch backend runs float32 batches through the SIMD kernels of
     mpslinalg.small.cpu_simd on torch's intra-op threads: results are bit-identical to the metal
-    backend's whatever the number of threads; complex64 takes the tensor-op path (never the
-    emulator, which is not a production compiler)."""
+    backend's whatever the number of threads (det and slogdet: the metal backend's of the
+    transpose, which torch's det factors for a contiguous real matrix); complex64 takes the
+    tensor-op path (never the emulator, which is not a production compiler)."""
     from mpslinalg.small import cpu_simd
 
     assert cpu_simd.available()  # waits for the background build
@@ -449,7 +491,9 @@ def test_torch_backend_cpu_kernel_matches_metal_backend(monkeypatch):
     A[17] = 0  # a singular element keeps its info
     B = random_matrix(2, torch.float32, (40000,), seed=6, m=4)
     with mpslinalg.use_backend("metal"):
-        want = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A))
+        At = A.mT.contiguous()
+        want = (si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(At),
+                si.small_slogdet(At))
     for threads in (1, 2, 3):
         monkeypatch.setattr(torch, "get_num_threads", lambda t=threads: t)
         assert si.torch_path(A) == "simd kernel on CPU"

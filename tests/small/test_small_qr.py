@@ -2,8 +2,10 @@
 Triton kernels of m x n QR, m, n <= 4, and their use by mpslinalg.qr on the torch backend.
 
 - float32: bit-identical to ``qr_small`` of metal/linalg/qr.h compiled for the CPU by the
-  emulator (same operations in the same order), including NaN/Inf, zero and -0.0 columns and
-  entries of 1e+-30; both instruction-set variants, every block tail, thread splits;
+  emulator (same operations in the same order) for finite input, zero and -0.0 columns and
+  entries of 1e+-30 included; both instruction-set variants, every block tail, thread splits;
+- NaN and Inf: the NaN pattern and the finite entries of torch.linalg.qr (LAPACK on the CPU),
+  every single non-finite entry of every shape and mode, float32/float64;
 - float32/float64: LAPACK's ratios (xQRT01) < 30 and equality with torch.linalg.qr, signs
   included;
 - the Triton kernels through Triton's interpreter (a subprocess with TRITON_INTERPRET=1):
@@ -90,15 +92,50 @@ def _check(A, Q, R, mode):
 @pytest.mark.parametrize("baseline", (False, True), ids=("auto", "baseline"))
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}" for m, n in SHAPES])
 def test_cpu_bit_identical_to_metal_kernel(shape, baseline, monkeypatch):
-    """float32: the same bits as qr_small compiled for the CPU by the emulator, every mode,
-    both instruction-set variants, 1-3 threads."""
+    """float32, finite input: the same bits as qr_small compiled for the CPU by the emulator,
+    every mode, both instruction-set variants, 1-3 threads (non-finite input follows LAPACK
+    instead: test_nonfinite_like_torch)."""
     monkeypatch.setattr(sc, "_BASELINE", baseline)
     A = _hard_batch(*shape)
+    A = A[A.flatten(1).isfinite().all(1)]
     for mode in MODES:
         want = qr_metal._qr_small(A, mode, "qr")
         for threads in (1, 3):
             got = sc.small_qr(A, mode, threads)
             assert _same(got[0], want[0]) and _same(got[1], want[1]), (mode, threads)
+
+
+def _nonfinite_batch(m: int, n: int, dtype) -> torch.Tensor:
+    """Random matrices with one entry NaN, Inf or -Inf, each entry in turn, alone or in a
+    column of zeros (the identity reflector and larf's scan of zeros meet the non-finite
+    value)."""
+    cases = []
+    for value in (math.nan, math.inf, -math.inf):
+        for pos in range(m * n):
+            for zero_column in (False, True):
+                A = random_matrix(n, dtype, (), seed=len(cases), m=m)
+                if zero_column:
+                    A[:, pos % n] = 0
+                A.view(-1)[pos] = value
+                cases.append(A)
+    return torch.stack(cases)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=("float32", "float64"))
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}" for m, n in SHAPES])
+def test_nonfinite_like_torch(shape, dtype):
+    """A NaN or Inf entry anywhere: Q and R non-finite exactly where torch.linalg.qr's are
+    (LAPACK's geqrf / orgqr on the CPU), the same infinities, and the finite entries equal to
+    rounding."""
+    A = _nonfinite_batch(*shape, dtype)
+    tol = 1e-4 if dtype == torch.float32 else 1e-11
+    for mode in MODES:
+        for ours, theirs in zip(sc.small_qr(A, mode), torch.linalg.qr(A, mode), strict=True):
+            assert torch.equal(ours.isnan(), theirs.isnan()), mode
+            assert torch.equal(ours.isinf(), theirs.isinf()), mode
+            finite = ours.isfinite()
+            assert torch.equal(ours[ours.isinf()], theirs[theirs.isinf()]), mode
+            torch.testing.assert_close(ours[finite], theirs[finite], rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=("float32", "float64"))
