@@ -488,6 +488,34 @@ def _rank_torch(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
     return _rank(torch.linalg.svdvals(A), atol, rtol), info
 
 
+def _eigh_nan_info(n: int) -> int:
+    """LAPACK's ``info`` for the eigenvalues of an n x n Hermitian matrix holding NaN, which
+    torch's eigvalsh (syevd) reports as no convergence: n - 2 from order 3 on (measured with
+    torch 2.13's CPU LAPACK: n = 3 ... 8 with the NaN at every place of the lower triangle and
+    n up to 300, float32, float64, complex64, complex128); orders 1 and 2 take no iteration
+    (the 2 x 2 formula) and return values, 0."""
+    return n - 2 if n >= 3 else 0
+
+
+def _rank_hermitian_metal(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
+    """(rank, info) of the Hermitian A through its singular values (the moduli of its
+    eigenvalues); ``info`` eigh's for input holding NaN (`_eigh_nan_info`), as torch computes
+    this rank with eigvalsh. Of orders 1 and 2 NaN input gives NaN singular values, rank 0
+    (torch's too, but for a 2 x 2 NaN diagonal, of which LAPACK's formula makes finite
+    eigenvalues)."""
+    S = svd_metal.svd_metal(A, vectors=False, fn="matrix_rank")[1]
+    info = A.isnan().flatten(-2).any(-1).to(torch.int32) * _eigh_nan_info(A.shape[-1])
+    return _rank(S, atol, rtol), info
+
+
+def _rank_hermitian_torch(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
+    """(rank, zeros) from the moduli of torch.linalg.eigvalsh's eigenvalues, as torch's
+    matrix_rank(hermitian=True) (which raises eigh's error for NaN input)."""
+    S = torch.linalg.eigvalsh(A).abs().sort(dim=-1, descending=True).values
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    return _rank(S, atol, rtol), info
+
+
 def _matrix_rank_fake(A: Tensor, atol: Tensor, rtol: Tensor):
     batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
     return (A.new_empty(batch, dtype=torch.int64),
@@ -500,6 +528,13 @@ matrix_rank_op = Op(
     "matrix_rank", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
     forward={"metal": _rank_metal, "torch": _rank_torch}, fake=_matrix_rank_fake, info=1)
 
+#: The same with hermitian=True, for the Hermitian matrix built from A's lower triangle: torch
+#: computes it with eigvalsh, so its failures are eigh's (`_rank_hermitian_metal`).
+matrix_rank_hermitian_op = Op(
+    "matrix_rank_hermitian", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
+    forward={"metal": _rank_hermitian_metal, "torch": _rank_hermitian_torch},
+    fake=_matrix_rank_fake, info=1, info_routine="eigh")
+
 
 def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
                  rtol: float | Tensor | None = None, hermitian: bool = False,
@@ -509,8 +544,11 @@ def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
     _check_hermitian(fn, A, hermitian)
     atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
     _tol_batch(fn, A, atol_t, rtol_t)
-    H = _hermitian_from_lower(Ac) if hermitian else Ac
-    rank, _ = matrix_rank_op(H, atol_t, rtol_t, backend, False, f"mpslinalg.{fn}")
+    if hermitian:
+        rank, _ = matrix_rank_hermitian_op(_hermitian_from_lower(Ac), atol_t, rtol_t, backend,
+                                           False, f"mpslinalg.{fn}")
+    else:
+        rank, _ = matrix_rank_op(Ac, atol_t, rtol_t, backend, False, f"mpslinalg.{fn}")
     return write_out(fn, out, rank, SAFE_CAST)
 
 
