@@ -50,14 +50,20 @@ def _through_the_op(A) -> bool:
 
 
 def _svd_general(A) -> bool:
-    """The op's calls on the torch backend: `_through_the_op`, and batches of matrices up to
-    4 x 4 that the small path may serve."""
+    """svd's calls of the op on the torch backend: `_through_the_op`, and batches of matrices
+    up to 4 x 4 that the small path may serve."""
     return _through_the_op(A) or (isinstance(A, Tensor) and small.may_use_small_svd(A))
 
 
-def _use_small(A: Tensor, driver: str | None, backend: str) -> bool:
+def _svdvals_general(A) -> bool:
+    """svdvals' (as `_svd_general`, at its own crossovers)."""
+    return _through_the_op(A) or (isinstance(A, Tensor)
+                                  and small.may_use_small_svd(A, compute_uv=False))
+
+
+def _use_small(A: Tensor, driver: str | None, backend: str, compute_uv: bool) -> bool:
     """The small path serves torch-backend calls without a cuSOLVER driver choice."""
-    return driver is None and small.use_small_svd(A, backend)
+    return driver is None and small.use_small_svd(A, backend, compute_uv)
 
 
 # ---------------------------------------------------------------- svd
@@ -208,7 +214,7 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
     A, Ac, backend = checks.prepare("svd", A, square=False)
     _check_driver("svd", driver, A, backend)
     U, S, Vh = svd_op(Ac, bool(full_matrices), driver, backend,
-                      _use_small(Ac, driver, backend), "")
+                      _use_small(Ac, driver, backend, True), "")
     result = torch.return_types.linalg_svd(
         (cast_back(U, A.dtype), cast_back(S, _real(A.dtype)), cast_back(Vh, A.dtype)))
     return write_out("svd", out, result)
@@ -242,7 +248,7 @@ svdvals_op = Op(
     save=_svdvals_save, backward=_svdvals_backward)
 
 
-@public(torch.linalg.svdvals, general_when=_svd_general)
+@public(torch.linalg.svdvals, general_when=_svdvals_general)
 def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) -> Tensor:
     r"""Singular values in descending order; like `torch.linalg.svdvals`.
 
@@ -268,7 +274,7 @@ def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) 
     """
     A, Ac, backend = checks.prepare("svdvals", A, square=False)
     _check_driver("svdvals", driver, A, backend)
-    S = svdvals_op(Ac, driver, backend, _use_small(Ac, driver, backend), "")
+    S = svdvals_op(Ac, driver, backend, _use_small(Ac, driver, backend, False), "")
     return write_out("svdvals", out, cast_back(S, _real(A.dtype)))
 
 
