@@ -542,7 +542,8 @@ def _small_path_batches(n: int, backend) -> list[int]:
     if backend.is_metal:
         return [dispatch._GROUP + 1]
     tables = (dispatch._TORCH_MIN_BATCH, orthogonal._TORCH_MIN_BATCH,
-              orthogonal._SVD_TORCH_MIN_BATCH, orthogonal._EIGH_TORCH_MIN_BATCH)
+              orthogonal._SVD_TORCH_MIN_BATCH, orthogonal._EIGH_TORCH_MIN_BATCH,
+              orthogonal._SVDVALS_TORCH_MIN_BATCH, orthogonal._EIGVALSH_TORCH_MIN_BATCH)
     return sorted({limits[n] for table in tables for kind, limits in table.items()
                    if kind.split("-")[0] == backend.device.type and n in limits})
 
@@ -807,9 +808,9 @@ def solve_samples(complex_: bool) -> list[Sample]:
 #: and 4 x 3) and of the general paths (square beyond 4, tall, wide).
 DEGENERATE_SHAPES = ((2, 2), (3, 3), (4, 4), (3, 4), (4, 3), (6, 6), (7, 3), (3, 7))
 #: Matrices per kind of degenerate input for the shapes of the n <= 4 paths: their 7 kinds (5
-#: Hermitian ones) make 280 (200) matrices in one call, at or above the batches from which
-#: mpslinalg.small.orthogonal takes those paths (qr: 256, svd: 32, eigh: 64 at most).
-_DEGENERATE_PER_KIND_SMALL = 40
+#: Hermitian ones) make 364 (260) matrices in one call, at or above the batches from which
+#: mpslinalg.small.orthogonal takes those paths (qr: 256, svd: 256, eigh: 256 at most).
+_DEGENERATE_PER_KIND_SMALL = 52
 #: ... and for the general paths, whose kernels treat every batch alike.
 _DEGENERATE_PER_KIND_GENERAL = 2
 

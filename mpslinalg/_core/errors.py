@@ -31,7 +31,7 @@ NONFINITE_TEXT = ("The algorithm failed to converge because the input matrix con
 
 def _failure_text(api_name: str, info: int) -> str:
     # torch's wordings (aten/src/ATen/native/BatchLinearAlgebra.cpp, _linalg_check_errors),
-    # chosen by the op's name as torch does.
+    # chosen by the failing op's name as torch does.
     if "solve" in api_name:
         return "The solver failed because the input matrix is singular."
     if "inv" in api_name:
@@ -49,6 +49,11 @@ def _failure_text(api_name: str, info: int) -> str:
         return (
             "The factorization could not be completed because the input is not positive-definite "
             f"(the leading minor of order {info} is not positive-definite)."
+        )
+    if "eig" in api_name:
+        return (
+            "The algorithm failed to converge because the input matrix is ill-conditioned or has "
+            f"too many repeated eigenvalues (error code: {info})."
         )
     return (
         "The algorithm failed to converge because the input matrix is ill-conditioned or has too "
@@ -70,7 +75,7 @@ def read_device(x: torch.Tensor, why: str) -> np.ndarray:
         return x.detach().numpy(force=True)
 
 
-def check_errors(info: torch.Tensor, api_name: str) -> None:
+def check_errors(info: torch.Tensor, api_name: str, *, routine: str | None = None) -> None:
     """Raise `LinAlgError` if any entry of ``info`` is non-zero.
 
     Parameters
@@ -80,6 +85,10 @@ def check_errors(info: torch.Tensor, api_name: str) -> None:
         tensor raises TypeError.
     api_name : str
         The function named in the message, e.g. ``"mpslinalg.solve"``.
+    routine : str, optional
+        The decomposition that reported ``info``, when it is not the one ``api_name`` names
+        (torch words a failure after the call that failed: ``matrix_rank(A, hermitian=True)``'s
+        is eigh's), e.g. ``"eigh"``; its wording is used.
 
     Notes
     -----
@@ -131,7 +140,7 @@ the inversion could not be completed because the input matrix is singular.
         raise RuntimeError(
             f"{api_name}: internal error: info={value} (an argument had an illegal value)"
         )
-    raise LinAlgError(f"{api_name}{where}: {_failure_text(api_name, value)}")
+    raise LinAlgError(f"{api_name}{where}: {_failure_text(routine or api_name, value)}")
 
 
 #: The op name torch puts before its messages ("linalg.solve: ", "torch.lu_factor: ").

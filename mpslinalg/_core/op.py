@@ -74,6 +74,9 @@ class Op:
         op that only writes into a mutable argument, ``Tensor(a!)``, with schema ``-> ()``).
     info : int, optional
         Index of the ``info`` output that ``check`` raises on.
+    info_routine : str, optional
+        The decomposition whose failure ``info`` reports, when it is not the one the API names
+        (`check_errors`' ``routine``).
     save : callable, optional
         ``save(ctx, inputs, outputs)`` keeps what ``backward`` needs (``inputs`` excludes the
         appended arguments; ``ctx.backend`` and ``ctx.small`` are set by the factory).
@@ -86,6 +89,7 @@ class Op:
 
     def __init__(self, name: str, schema: str, *, forward: dict[str, Callable[..., Any]],
                  fake: Callable[..., Any], info: int | None = None,
+                 info_routine: str | None = None,
                  save: Callable[..., None] | None = None,
                  backward: Callable[..., Sequence[Tensor | None]] | None = None,
                  check_inputs: Callable[..., None] | None = None) -> None:
@@ -94,6 +98,7 @@ class Op:
         self.name = name
         self.forward = forward
         self.info = info
+        self.info_routine = info_routine
         self._check_inputs = check_inputs
         self._fake = fake
         self._save = save
@@ -127,7 +132,7 @@ class Op:
             return None
         out = tuple(map(fresh, out)) if isinstance(out, tuple) else fresh(out)
         if check and self.info is not None:
-            check_errors(out[self.info], check)
+            check_errors(out[self.info], check, routine=self.info_routine)
         return out
 
     def _run_fake(self, *args: Any) -> Any:

@@ -214,7 +214,12 @@ def _real(dtype: torch.dtype) -> torch.dtype:
     return _REAL.get(dtype, dtype)
 
 
-@public(torch.linalg.eigh, general_when=small.may_use_small_eigh)
+def _eigh_general(A: Tensor) -> bool:
+    """eigh's calls of the op on the torch backend: batches the small path may serve."""
+    return small.may_use_small_eigh(A)
+
+
+@public(torch.linalg.eigh, general_when=_eigh_general)
 def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None):
     r"""Eigenvalues and eigenvectors of a Hermitian (real symmetric) matrix; like
     `torch.linalg.eigh`: ``A = V diag(L) V^H``.
@@ -261,7 +266,13 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
     return write_out("eigh", out, result)
 
 
-@public(torch.linalg.eigvalsh, general_when=small.may_use_small_eigh)
+def _eigvalsh_general(A: Tensor) -> bool:
+    """eigvalsh's calls of the op on the torch backend: batches the small path may serve at
+    the eigenvalues-only crossovers."""
+    return small.may_use_small_eigh(A, compute_v=False)
+
+
+@public(torch.linalg.eigvalsh, general_when=_eigvalsh_general)
 def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor:
     r"""Eigenvalues of a Hermitian (real symmetric) matrix; like `torch.linalg.eigvalsh`.
 
@@ -289,5 +300,6 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor
     A, Ac, backend = checks.prepare("eigvalsh", A)
     uplo = _uplo("eigvalsh", UPLO)
     vectors = Ac.requires_grad and torch.is_grad_enabled()
-    L, _, _ = eigh_op(Ac, uplo, vectors, backend, small.use_small_eigh(Ac, backend), "")
+    L, _, _ = eigh_op(Ac, uplo, vectors, backend,
+                      small.use_small_eigh(Ac, backend, vectors), "")
     return write_out("eigvalsh", out, cast_back(L, _real(A.dtype)))

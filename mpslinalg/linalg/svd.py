@@ -50,14 +50,20 @@ def _through_the_op(A) -> bool:
 
 
 def _svd_general(A) -> bool:
-    """The op's calls on the torch backend: `_through_the_op`, and batches of matrices up to
-    4 x 4 that the small path may serve."""
+    """svd's calls of the op on the torch backend: `_through_the_op`, and batches of matrices
+    up to 4 x 4 that the small path may serve."""
     return _through_the_op(A) or (isinstance(A, Tensor) and small.may_use_small_svd(A))
 
 
-def _use_small(A: Tensor, driver: str | None, backend: str) -> bool:
+def _svdvals_general(A) -> bool:
+    """svdvals' (as `_svd_general`, at its own crossovers)."""
+    return _through_the_op(A) or (isinstance(A, Tensor)
+                                  and small.may_use_small_svd(A, compute_uv=False))
+
+
+def _use_small(A: Tensor, driver: str | None, backend: str, compute_uv: bool) -> bool:
     """The small path serves torch-backend calls without a cuSOLVER driver choice."""
-    return driver is None and small.use_small_svd(A, backend)
+    return driver is None and small.use_small_svd(A, backend, compute_uv)
 
 
 # ---------------------------------------------------------------- svd
@@ -208,7 +214,7 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
     A, Ac, backend = checks.prepare("svd", A, square=False)
     _check_driver("svd", driver, A, backend)
     U, S, Vh = svd_op(Ac, bool(full_matrices), driver, backend,
-                      _use_small(Ac, driver, backend), "")
+                      _use_small(Ac, driver, backend, True), "")
     result = torch.return_types.linalg_svd(
         (cast_back(U, A.dtype), cast_back(S, _real(A.dtype)), cast_back(Vh, A.dtype)))
     return write_out("svd", out, result)
@@ -242,7 +248,7 @@ svdvals_op = Op(
     save=_svdvals_save, backward=_svdvals_backward)
 
 
-@public(torch.linalg.svdvals, general_when=_svd_general)
+@public(torch.linalg.svdvals, general_when=_svdvals_general)
 def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) -> Tensor:
     r"""Singular values in descending order; like `torch.linalg.svdvals`.
 
@@ -268,7 +274,7 @@ def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) 
     """
     A, Ac, backend = checks.prepare("svdvals", A, square=False)
     _check_driver("svdvals", driver, A, backend)
-    S = svdvals_op(Ac, driver, backend, _use_small(Ac, driver, backend), "")
+    S = svdvals_op(Ac, driver, backend, _use_small(Ac, driver, backend, False), "")
     return write_out("svdvals", out, cast_back(S, _real(A.dtype)))
 
 
@@ -488,6 +494,34 @@ def _rank_torch(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
     return _rank(torch.linalg.svdvals(A), atol, rtol), info
 
 
+def _eigh_nan_info(n: int) -> int:
+    """LAPACK's ``info`` for the eigenvalues of an n x n Hermitian matrix holding NaN, which
+    torch's eigvalsh (syevd) reports as no convergence: n - 2 from order 3 on (measured with
+    torch 2.13's CPU LAPACK: n = 3 ... 8 with the NaN at every place of the lower triangle and
+    n up to 300, float32, float64, complex64, complex128); orders 1 and 2 take no iteration
+    (the 2 x 2 formula) and return values, 0."""
+    return n - 2 if n >= 3 else 0
+
+
+def _rank_hermitian_metal(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
+    """(rank, info) of the Hermitian A through its singular values (the moduli of its
+    eigenvalues); ``info`` eigh's for input holding NaN (`_eigh_nan_info`), as torch computes
+    this rank with eigvalsh. Of orders 1 and 2 NaN input gives NaN singular values, rank 0
+    (torch's too, but for a 2 x 2 NaN diagonal, of which LAPACK's formula makes finite
+    eigenvalues)."""
+    S = svd_metal.svd_metal(A, vectors=False, fn="matrix_rank")[1]
+    info = A.isnan().flatten(-2).any(-1).to(torch.int32) * _eigh_nan_info(A.shape[-1])
+    return _rank(S, atol, rtol), info
+
+
+def _rank_hermitian_torch(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor, Tensor]:
+    """(rank, zeros) from the moduli of torch.linalg.eigvalsh's eigenvalues, as torch's
+    matrix_rank(hermitian=True) (which raises eigh's error for NaN input)."""
+    S = torch.linalg.eigvalsh(A).abs().sort(dim=-1, descending=True).values
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    return _rank(S, atol, rtol), info
+
+
 def _matrix_rank_fake(A: Tensor, atol: Tensor, rtol: Tensor):
     batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
     return (A.new_empty(batch, dtype=torch.int64),
@@ -500,6 +534,13 @@ matrix_rank_op = Op(
     "matrix_rank", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
     forward={"metal": _rank_metal, "torch": _rank_torch}, fake=_matrix_rank_fake, info=1)
 
+#: The same with hermitian=True, for the Hermitian matrix built from A's lower triangle: torch
+#: computes it with eigvalsh, so its failures are eigh's (`_rank_hermitian_metal`).
+matrix_rank_hermitian_op = Op(
+    "matrix_rank_hermitian", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
+    forward={"metal": _rank_hermitian_metal, "torch": _rank_hermitian_torch},
+    fake=_matrix_rank_fake, info=1, info_routine="eigh")
+
 
 def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
                  rtol: float | Tensor | None = None, hermitian: bool = False,
@@ -509,8 +550,11 @@ def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
     _check_hermitian(fn, A, hermitian)
     atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
     _tol_batch(fn, A, atol_t, rtol_t)
-    H = _hermitian_from_lower(Ac) if hermitian else Ac
-    rank, _ = matrix_rank_op(H, atol_t, rtol_t, backend, False, f"mpslinalg.{fn}")
+    if hermitian:
+        rank, _ = matrix_rank_hermitian_op(_hermitian_from_lower(Ac), atol_t, rtol_t, backend,
+                                           False, f"mpslinalg.{fn}")
+    else:
+        rank, _ = matrix_rank_op(Ac, atol_t, rtol_t, backend, False, f"mpslinalg.{fn}")
     return write_out(fn, out, rank, SAFE_CAST)
 
 

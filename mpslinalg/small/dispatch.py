@@ -81,11 +81,19 @@ _SCRATCH_MAX_BYTES = 16 << 20
 #: "cpu-simd": the SIMD CPU kernels (float32, `mpslinalg.small.cpu_simd`), measured with 2
 #: threads through the public API: the kernel alone beats torch.linalg from batch 16 (11 us
 #: against 14-17 us), but the custom op that carries the small path's autograd costs ~15 us
-#: more per call than the direct torch.linalg call, which is recovered from batch 256 (n = 2)
-#: and 128 (n = 3, 4).
+#: more per call than the direct torch.linalg call, which inv recovers from batch 256 (n = 2)
+#: and 128 (n = 3, 4). The table is shared by inv, solve, det and slogdet, whose torch.linalg
+#: calls are cheaper than inv's: re-measured 2026-12-01 (2-core machine, load average ~30,
+#: torch 2.13.0+cpu; the public call with the small path forced against torch.linalg,
+#: interleaved, 15-21 rounds of 50 calls, twice; minima, since torch's own batched LU took
+#: ~8 ms in some rounds): at 128 3x3 / 4x4 inv 1.2-1.6x, det 1.2-1.6x, slogdet 1.35-1.8x,
+#: solve 3.3-3.6x (its small path ~60-70 us at any batch up to 2048); at 512 solve still
+#: 1.2-1.8x, the others 0.7-1.07x; at 1024 solve 0.5-1.0x and the others 0.25-0.8x; 2x2 alike
+#: (solve 2.5x at 256, 1.5x at 512, 0.4-0.5x at 1024). So 1024 for every n, until the ops get
+#: tables of their own.
 _TORCH_MIN_BATCH = {
     "cpu": {2: 4096, 3: 8192, 4: 65536},
-    "cpu-simd": {2: 256, 3: 128, 4: 128},
+    "cpu-simd": {2: 1024, 3: 1024, 4: 1024},
     "cuda": {2: 131072, 3: 131072, 4: 131072},
     "cuda-soa": {2: 786432, 3: 524288, 4: 786432},
 }

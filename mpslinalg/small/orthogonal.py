@@ -134,59 +134,100 @@ def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
     return kind is not None and _batch_numel(A) >= _TORCH_MIN_BATCH[kind][max(A.shape[-2:])]
 
 
-#: Smallest batch for which small_svd / small_eigh beat torch.linalg.svd / eigh once wrapped in
-#: a registered op (~15 us per call on CPU), per kernel and max(m, n). "cpu-simd": measured on
-#: the 2-core CI machine: the bare functions cost ~8 us (svd) / ~5 us (eigh) up to batch 32
-#: while torch.linalg.svd costs ~5 us + 0.6 / 1.4 / 2.2 us per 2x2 / 3x3 / 4x4 matrix and
-#: eigh ~4 us + 0.3 / 0.8 / 1.1 us; the thresholds add the op's ~15 us. "cuda": measured on an
-#: H200 (benchmarks/results/small_svd_h200.md) at 1000 3x3 matrices: svd 0.39 ms in torch vs
-#: 0.24 ms for the kernel, svdvals 0.34 vs 0.18, eigh 0.22 vs 0.14; with the op's ~0.2 ms of
-#: dispatch the public call is then ~1.1x torch for svd and ~1.5x for eigh, so the small path
-#: starts at 1024 matrices for the SVD and at 4096 for eigh (torch's eigh grows ~linearly;
-#: cuSOLVER's batched eigh fails outright from some batch below 1e5, which this path serves).
-_SVD_TORCH_MIN_BATCH = {"cpu-simd": {1: 32, 2: 32, 3: 16, 4: 8},
+#: Smallest batch for which the public svd / svdvals / eigh / eigvalsh through small_svd /
+#: small_eigh beat the matching torch.linalg call, per kernel and max(m, n); an order a table
+#: does not list is torch.linalg's at every batch. The values-only calls have their own
+#: tables: torch.linalg.svdvals / eigvalsh cost about half of svd / eigh, while the registered
+#: op's dispatch (~15 us on a quiet CPU) and the kernels' fixed cost stay.
+#: "cpu-simd": measured 2026-12-01 on the 2-core CI machine, shared (load average 29-35),
+#: torch 2.13.0+cpu, 2 threads, after `_as_torch_where_nonfinite`'s check was added: the
+#: public call (`benchmarks/bench_overhead.py`'s ``run`` on n x n randn batches, float32 and
+#: float64, 7 interleaved rounds of 100 calls, each sweep twice) with the small path forced
+#: at batches 8 ... 65536, then with these tables at each crossover and the batch below it.
+#: Each crossover is the smallest power of two from which the ratio of medians stayed below 1
+#: in both runs and both dtypes: there 0.38-0.87 (svd), 0.37-0.74 (svdvals), 0.41-1.00 (eigh),
+#: 0.46-0.92 (eigvalsh), and 1.03-1.08 at the batch below (torch.linalg's fast path, its
+#: medians up to 1.22 in noisy rounds). The 2026-11-30 tables (svd 32 / 32 / 16 / 8 and eigh
+#: 64 / 64 / 32 / 16 for n = 1 ... 4, shared by svdvals / eigvalsh) lost there after the check:
+#: svd 2.4-4.8x (1 x 1 at 32), 1.3-3.0x (2 x 2 at 32), 1.1-3.0x (4 x 4 at 8); eigh 6x (1 x 1
+#: at 64), 1.2-3.4x (2 x 2 at 64); svdvals 1.4-4.8x (3 x 3 at 16), eigvalsh 1.9-3.7x (3 x 3 at
+#: 32). The 1 x 1 eigh / eigvalsh won only from 65536 matrices (1.0-2.3x at 1024-16384). 3 x 4
+#: and 4 x 3 take the 4 x 4 crossover: svd at 16 1.01-1.09x (torch's 3 x 4 is cheaper than
+#: its 4 x 4; 0.41-0.78x at 32), svdvals at 64 0.38-0.65x.
+#: "cuda": measured on an H200 (benchmarks/results/small_svd_h200.md) at 1000 3x3 matrices:
+#: svd 0.39 ms in torch vs 0.24 ms for the kernel, svdvals 0.34 vs 0.18, eigh 0.22 vs 0.14;
+#: with the op's ~0.2 ms of dispatch the public call is then ~1.1x torch for svd and ~1.5x for
+#: eigh, so the small path starts at 1024 matrices for the SVD and at 4096 for eigh (torch's
+#: eigh grows ~linearly; cuSOLVER's batched eigh fails outright from some batch below 1e5,
+#: which this path serves); not re-measured (no GPU here): the values-only calls keep them.
+_SVD_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 64, 3: 32, 4: 16},
                         "cuda": {n: 1024 for n in range(1, MAX_N + 1)}}
-_EIGH_TORCH_MIN_BATCH = {"cpu-simd": {1: 64, 2: 64, 3: 32, 4: 16},
+_SVDVALS_TORCH_MIN_BATCH = {"cpu-simd": {1: 1024, 2: 256, 3: 64, 4: 64},
+                            "cuda": _SVD_TORCH_MIN_BATCH["cuda"]}
+_EIGH_TORCH_MIN_BATCH = {"cpu-simd": {2: 256, 3: 64, 4: 32},
                          "cuda": {n: 4096 for n in range(1, MAX_N + 1)}}
+_EIGVALSH_TORCH_MIN_BATCH = {"cpu-simd": {2: 512, 3: 128, 4: 64},
+                             "cuda": _EIGH_TORCH_MIN_BATCH["cuda"]}
 
 
-def _may_use(A: torch.Tensor, limits: dict) -> bool:
+def _may_use(A: torch.Tensor, limits: dict, shapes) -> bool:
+    """The shapes-only part of `_use_jacobi`: m x n in ``shapes`` and the batch at least the
+    crossover of max(m, n) for A's device type (a batch of another order between crossovers
+    would take the op without the small path, and pay its dispatch for nothing)."""
     # one matrix or a dtype without kernels (complex): never the small path, answered first
     if A.dim() < 3 or A.dtype not in cpu_simd.ORTH_DTYPES:
         return False
-    shape = A.shape
-    if not _small_shape(shape):
+    m, n = A.shape[-2:]
+    if (m, n) not in shapes:
         return False
-    kind = "cpu-simd" if A.device.type == "cpu" else A.device.type
-    table = limits.get(kind)
-    return table is not None and A.numel() >= min(table.values()) * shape[-1] * shape[-2]
+    table = limits.get("cpu-simd" if A.device.type == "cpu" else A.device.type)
+    limit = table.get(max(m, n)) if table is not None else None
+    return limit is not None and A.numel() >= limit * m * n
 
 
-def may_use_small_svd(A: torch.Tensor) -> bool:
-    """A cheap necessary condition of `use_small_svd` (shapes only: the public ``svd`` /
-    ``svdvals``' fast path asks it on every call)."""
-    return _may_use(A, _SVD_TORCH_MIN_BATCH)
+#: The shapes of the symmetric eigendecomposition's kernels.
+_EIGH_SHAPES = tuple((n, n) for n in range(1, MAX_N + 1))
 
 
-def may_use_small_eigh(A: torch.Tensor) -> bool:
-    """A cheap necessary condition of `use_small_eigh` (shapes only)."""
-    return _may_use(A, _EIGH_TORCH_MIN_BATCH)
+def _svd_limits(compute_uv: bool) -> dict:
+    return _SVD_TORCH_MIN_BATCH if compute_uv else _SVDVALS_TORCH_MIN_BATCH
 
 
-def use_small_svd(A: torch.Tensor, backend: str | None = None) -> bool:
-    """True when `small_svd` should compute the SVD of ``A`` on ``backend`` (default: the
-    one in force): (m, n) in `mpslinalg.small.cpu_simd.SVD_SHAPES` (square n <= 4, 3 x 4,
-    4 x 3), float32/float64, torch backend, a kernel available and the batch at least the
-    crossover of `_SVD_TORCH_MIN_BATCH`. The metal backend has its own SVD kernels."""
-    return _use_jacobi(A, backend, "svd", _SVD_TORCH_MIN_BATCH,
+def _eigh_limits(compute_v: bool) -> dict:
+    return _EIGH_TORCH_MIN_BATCH if compute_v else _EIGVALSH_TORCH_MIN_BATCH
+
+
+def may_use_small_svd(A: torch.Tensor, compute_uv: bool = True) -> bool:
+    """A cheap necessary condition of `use_small_svd` with the same ``compute_uv`` (shapes
+    only: the public ``svd`` / ``svdvals``' fast paths ask it on every call)."""
+    return _may_use(A, _svd_limits(compute_uv), cpu_simd.SVD_SHAPES)
+
+
+def may_use_small_eigh(A: torch.Tensor, compute_v: bool = True) -> bool:
+    """A cheap necessary condition of `use_small_eigh` with the same ``compute_v`` (shapes
+    only)."""
+    return _may_use(A, _eigh_limits(compute_v), _EIGH_SHAPES)
+
+
+def use_small_svd(A: torch.Tensor, backend: str | None = None,
+                  compute_uv: bool = True) -> bool:
+    """True when `small_svd` should compute the SVD of ``A`` (singular values only without
+    ``compute_uv``) on ``backend`` (default: the one in force): (m, n) in
+    `mpslinalg.small.cpu_simd.SVD_SHAPES` (square n <= 4, 3 x 4, 4 x 3), float32/float64,
+    torch backend, a kernel available and the batch at least the crossover of
+    `_SVD_TORCH_MIN_BATCH` (`_SVDVALS_TORCH_MIN_BATCH` without ``compute_uv``). The metal
+    backend has its own SVD kernels."""
+    return _use_jacobi(A, backend, "svd", _svd_limits(compute_uv),
                        tuple(A.shape[-2:]) in cpu_simd.SVD_SHAPES)
 
 
-def use_small_eigh(A: torch.Tensor, backend: str | None = None) -> bool:
+def use_small_eigh(A: torch.Tensor, backend: str | None = None,
+                   compute_v: bool = True) -> bool:
     """True when `small_eigh` should compute the eigendecomposition of the symmetric
-    ``A`` on ``backend`` (as `use_small_svd`; square n <= 4)."""
+    ``A`` (eigenvalues only without ``compute_v``, `_EIGVALSH_TORCH_MIN_BATCH`) on
+    ``backend`` (as `use_small_svd`; square n <= 4)."""
     square = A.dim() >= 2 and A.shape[-1] == A.shape[-2]
-    return _use_jacobi(A, backend, "eigh", _EIGH_TORCH_MIN_BATCH, square)
+    return _use_jacobi(A, backend, "eigh", _eigh_limits(compute_v), square)
 
 
 def _use_jacobi(A: torch.Tensor, backend: str | None, fn: str, limits: dict,
@@ -198,7 +239,8 @@ def _use_jacobi(A: torch.Tensor, backend: str | None, fn: str, limits: dict,
     if backend != "torch":
         return False
     kind = _kind(A)
-    return kind is not None and _batch_numel(A) >= limits[kind][max(A.shape[-2:])]
+    limit = limits[kind].get(max(A.shape[-2:])) if kind is not None else None
+    return limit is not None and _batch_numel(A) >= limit
 
 
 # ------------------------------------------------------------------------------ path table

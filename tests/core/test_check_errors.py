@@ -52,6 +52,22 @@ def test_batched_wording_matches_torch():
     assert str(ours.value) == str(theirs.value)
 
 
+def test_routine_words_the_failure_of_the_call_that_failed():
+    """torch words a failure after the LAPACK call that reported it: matrix_rank with
+    hermitian=True fails in eigh, and says eigh's "repeated eigenvalues" after its own name."""
+    A = torch.eye(3).repeat(2, 1, 1)
+    A[1, 1, 1] = float("nan")
+    with pytest.raises(torch.linalg.LinAlgError) as theirs:
+        torch.linalg.eigvalsh(A)
+    info = torch.tensor([0, 1], dtype=torch.int32)
+    with pytest.raises(mpslinalg.LinAlgError) as ours:
+        mpslinalg.check_errors(info, "linalg.eigh")
+    assert str(ours.value) == str(theirs.value)
+    with pytest.raises(mpslinalg.LinAlgError) as ours:
+        mpslinalg.check_errors(info, "mpslinalg.matrix_rank", routine="eigh")
+    assert str(ours.value) == "mpslinalg.matrix_rank: " + str(theirs.value).partition(": ")[2]
+
+
 def test_reads_the_device_once():
     info = torch.tensor([[0, 2], [0, 0]], dtype=torch.int32)
     with count_host_syncs() as syncs, pytest.raises(mpslinalg.LinAlgError, match="element 1"):

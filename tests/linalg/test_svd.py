@@ -375,6 +375,36 @@ def test_matrix_rank_of_nan_raises_on_metal(metal_backend):
         torch.linalg.matrix_rank(A).tolist())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_hermitian_matrix_rank_of_nan_raises_eighs_error_on_metal(metal_backend, dtype):
+    """torch computes matrix_rank(hermitian=True) with eigvalsh, so NaN in the lower triangle
+    raises eigh's LinAlgError ("... repeated eigenvalues (error code: n - 2)") from order 3
+    on, and of orders 1 and 2 (no iteration) returns a rank; the metal backend says the same
+    (it raised the SVD's "non-finite values"), with one device read. NaN in the upper
+    triangle alone is not read."""
+    for n, batch in ((3, (3,)), (4, (2, 2)), (7, (2,))):
+        A = random_matrix(n, dtype, batch, seed=47 + n)
+        A = A + A.mH
+        A.view(-1, n, n)[1, n - 1, 1] = math.nan
+        with pytest.raises(torch.linalg.LinAlgError) as expected:
+            torch.linalg.matrix_rank(A, hermitian=True)
+        with count_host_syncs() as syncs, pytest.raises(torch.linalg.LinAlgError) as err:
+            mpslinalg.matrix_rank(metal_backend.tensor(A), hermitian=True)
+        assert len(syncs.calls) == 1
+        assert str(err.value) == "mpslinalg.matrix_rank: " + str(expected.value).partition(
+            ": ")[2]
+        upper = A.view(-1, n, n)[1]
+        upper[n - 1, 1], upper[1, n - 1] = upper[1, n - 1].conj(), math.nan
+        assert torch.equal(
+            mpslinalg.matrix_rank(metal_backend.tensor(A), hermitian=True).cpu(),
+            torch.linalg.matrix_rank(A, hermitian=True))
+    for n in (1, 2):  # NaN off the diagonal of a 2 x 2: eigenvalues NaN, rank 0
+        A = torch.eye(n, dtype=dtype).expand(2, n, n).clone()
+        A[1, n - 1, 0] = math.nan
+        assert mpslinalg.matrix_rank(metal_backend.tensor(A), hermitian=True).tolist() == (
+            torch.linalg.matrix_rank(A, hermitian=True).tolist())
+
+
 def test_info_reports_sweeps_and_nonfinite(metal_backend):
     """The kernels' convergence report: sweeps to convergence (bounded, read only by tests and
     ``check``), NON_FINITE for poisoned matrices."""

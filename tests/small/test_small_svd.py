@@ -310,6 +310,67 @@ def test_use_small_svd_and_eigh():
     assert not so.use_small_svd(big, "metal") and not so.use_small_eigh(big, "metal")
 
 
+#: (full call, values-only call, the small_* function serving both, its table for the full call
+#: and for the values-only one, whether the input is symmetric)
+_CROSSOVER_PAIRS = [
+    (mpslinalg.svd, mpslinalg.svdvals, "small_svd", so._SVD_TORCH_MIN_BATCH,
+     so._SVDVALS_TORCH_MIN_BATCH, False),
+    (mpslinalg.eigh, mpslinalg.eigvalsh, "small_eigh", so._EIGH_TORCH_MIN_BATCH,
+     so._EIGVALSH_TORCH_MIN_BATCH, True),
+]
+
+
+def test_values_only_calls_take_the_small_path_from_their_own_crossovers(monkeypatch):
+    """torch.linalg.svdvals and eigvalsh cost about half of svd and eigh while the op's dispatch
+    and the kernels' fixed cost stay, so the public svdvals / eigvalsh take the small path from
+    their own, larger crossovers (sharing svd's / eigh's, they were 1.4-4.7x torch there): at
+    the full call's crossover the values-only call is torch.linalg's."""
+    taken = []
+
+    def spy(name):
+        real = getattr(mpslinalg.small, name)
+
+        def call(*args):
+            taken.append(name)
+            return real(*args)
+        return call
+
+    for name in ("small_svd", "small_eigh"):
+        monkeypatch.setattr(mpslinalg.small, name, spy(name))
+    with mpslinalg.use_backend("torch"):
+        for full, values, name, full_table, values_table, symmetric in _CROSSOVER_PAIRS:
+            for n in (2, 3, 4):
+                full_batch = full_table["cpu-simd"][n]
+                values_batch = values_table["cpu-simd"][n]
+                assert full_batch < values_batch, (name, n)
+                A = random_matrix(n, torch.float32, (values_batch,), seed=50 + n)
+                A = A + A.mT if symmetric else A
+                for fn, batch, takes in ((full, full_batch, True), (values, full_batch, False),
+                                         (values, values_batch, True)):
+                    taken.clear()
+                    fn(A[:batch])
+                    assert taken == ([name] if takes else []), (fn.__name__, n, batch)
+
+
+def test_fast_path_predicates_read_the_crossover_of_the_order():
+    """The public calls' shapes-only predicates say yes from the crossover of the batch's own
+    order and shape on (they took the smallest of the table: a batch of 2 x 2 matrices at the
+    4 x 4 crossover, or of 2 x 3 ones, which have no kernel, took the op without the small path
+    and paid its dispatch on top of torch.linalg)."""
+    predicates = [(so.may_use_small_svd, so._SVD_TORCH_MIN_BATCH),
+                  (lambda A: so.may_use_small_svd(A, compute_uv=False),
+                   so._SVDVALS_TORCH_MIN_BATCH),
+                  (so.may_use_small_eigh, so._EIGH_TORCH_MIN_BATCH),
+                  (lambda A: so.may_use_small_eigh(A, compute_v=False),
+                   so._EIGVALSH_TORCH_MIN_BATCH)]
+    for may_use, table in predicates:
+        for n, batch in table["cpu-simd"].items():
+            assert may_use(torch.zeros(batch, n, n)), (table, n)
+            assert not may_use(torch.zeros(batch - 1, n, n)), (table, n)
+    assert not so.may_use_small_svd(torch.zeros(1 << 12, 2, 3))
+    assert not so.may_use_small_eigh(torch.zeros(1 << 12, 4, 3))
+
+
 def test_degenerate_samples_take_the_small_paths():
     """The op database's orthonormal_factors test checks the n <= 4 kernels on the torch
     backend: its samples of those shapes are batches at or above the crossovers."""
