@@ -216,7 +216,7 @@ def svd_ratio(A, U, S, Vh, dtype=None) -> float:
 
 
 def singular_values_ratio(S, S_ref, m: int, n: int, dtype=None) -> float:
-    """max |S - S_ref| / (max(m, n) S_ref,max eps): singular values against a reference
+    """``max |S - S_ref| / (max(m, n) S_ref,max eps)``: singular values against a reference
     (e.g. SciPy's in float64); the maximum over the batch.
 
     Examples
