@@ -30,6 +30,11 @@ from torch.overrides import TorchFunctionMode
 
 from ._core import errors as _errors
 
+__all__ = ["THRESH", "batch_ratio", "lu_ratio", "solve_ratio", "inv_ratio", "qr_ratio",
+           "orthogonality_ratio", "svd_ratio", "singular_values_ratio", "penrose_ratios",
+           "random_matrix", "matrix_with_spread", "singular_matrix", "noncontiguous",
+           "count_host_syncs", "wide", "eps", "norm1"]
+
 THRESH = 30.0
 
 _WIDE = {torch.float32: torch.float64, torch.complex64: torch.complex128,
@@ -211,7 +216,7 @@ def svd_ratio(A, U, S, Vh, dtype=None) -> float:
 
 
 def singular_values_ratio(S, S_ref, m: int, n: int, dtype=None) -> float:
-    """max |S - S_ref| / (max(m, n) S_ref,max eps): singular values against a reference
+    """``max |S - S_ref| / (max(m, n) S_ref,max eps)``: singular values against a reference
     (e.g. SciPy's in float64); the maximum over the batch.
 
     Examples

@@ -85,3 +85,30 @@ def test_external_references_are_in_the_committed_inventories():
     missing = sorted(r for r in referenced if r not in known and not r.startswith("torch.nn."
                      "functional._"))
     assert not missing, f"not in docs/_intersphinx: {missing}"
+
+
+def test_testing_page_documents_every_public_helper():
+    defined = {n for n, o in vars(mpslinalg.testing).items() if not n.startswith("_")
+               and getattr(o, "__module__", None) == "mpslinalg.testing"}
+    assert set(mpslinalg.testing.__all__) == defined | {"THRESH"}
+    text = (DOCS / "testing.rst").read_text()
+    members = re.search(r"automodule:: mpslinalg\.testing\n\s+:members: ([\w,\s]+?)\n\n?$", text)
+    assert set(re.findall(r"\w+", members.group(1))) == set(mpslinalg.testing.__all__)
+
+
+@pytest.mark.parametrize("page", ["index.rst", "api.rst"])
+def test_the_list_of_missing_torch_linalg_functions_is_true(page):
+    missing = {n for n in dir(torch.linalg) if not n.startswith("_")
+               and callable(getattr(torch.linalg, n))} - set(mpslinalg.__all__)
+    text = (DOCS / page).read_text()
+    listed = re.search(r"Not provided yet \(call `torch\.linalg` for these\): (.*?)\.\n", text,
+                       re.S)
+    assert set(re.findall(r"``(\w+)``", listed.group(1))) == missing
+
+
+def test_the_quick_start_installs_what_its_commands_need():
+    index = (DOCS / "index.rst").read_text()
+    block = re.search(r"Quick start\n-+\n\n\.\. code-block:: bash\n\n(.*?)\n\n", index, re.S)[1]
+    extras = set(re.findall(r'pip install -e "\.\[([\w,-]+)\]"', block)[0].split(","))
+    assert "test" in extras
+    assert "--plot" not in block or "plot" in extras

@@ -5,6 +5,8 @@ Every message starts with ``mpslinalg.<fn>:`` and shows what was received.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 #: dtypes each backend computes in natively.
@@ -76,10 +78,30 @@ def compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
     )
 
 
+def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
+    """``torch.broadcast_shapes`` in plain Python (sizes may be SymInts under torch.compile).
+
+    torch's own goes through ``torch.fx.experimental.symbolic_shapes``, whose import pulls in
+    sympy: about 0.4 s of the first call in a fresh process. Raises RuntimeError when the shapes
+    do not broadcast.
+    """
+    ndim = max([0, *(len(shape) for shape in shapes)])
+    common = [1] * ndim
+    for shape in shapes:
+        for dim, size in enumerate(shape, ndim - len(shape)):
+            if size == 1 or size == common[dim]:
+                continue
+            if common[dim] != 1:
+                got = ", ".join(str(tuple(s)) for s in shapes)
+                raise RuntimeError(f"shape mismatch: the shapes {got} do not broadcast")
+            common[dim] = size
+    return torch.Size(common)
+
+
 def broadcast_batch(fn: str, *shapes_named: tuple[str, torch.Size]) -> torch.Size:
     """Broadcast batch shapes like torch, naming the inputs when they do not broadcast."""
     try:
-        return torch.broadcast_shapes(*(s for _, s in shapes_named))
+        return broadcast_shapes(*(s for _, s in shapes_named))
     except RuntimeError:
         got = ", ".join(f"{n} batch shape {tuple(s)}" for n, s in shapes_named)
         raise RuntimeError(f"mpslinalg.{fn}: batch dimensions do not broadcast: {got}") from None

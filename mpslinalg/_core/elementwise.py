@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from . import checks
+
 #: Upper bound on the grid of elementwise kernels; their grid-stride loops cover the rest.
 MAX_GRID = 1 << 22
 #: Mirrors ``kMaxElementwiseDims`` in metal/common/elementwise.h.
@@ -19,7 +21,7 @@ def broadcast_views(fn: str, *tensors: torch.Tensor) -> tuple[torch.Size, list[t
     """The broadcast shape of ``tensors`` and each one expanded to it (views, no copy); raises
     torch's broadcasting error reworded to name ``mpslinalg.<fn>``."""
     try:
-        shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+        shape = checks.broadcast_shapes(*(t.shape for t in tensors))
     except RuntimeError:
         got = ", ".join(str(tuple(t.shape)) for t in tensors)
         raise RuntimeError(f"mpslinalg.{fn}: the shapes {got} do not broadcast") from None

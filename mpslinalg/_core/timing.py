@@ -146,11 +146,15 @@ def require_matplotlib() -> None:
             "pip install 'mpslinalg[plot]' (or pip install matplotlib)") from exc
 
 
-def plot_ratios(results: Sequence[tuple[str, Mapping[str, Timing]]], path: str, *,
-                reference: str = "mpslinalg", title: str = "") -> None:
-    """Write a horizontal bar chart of ``other median / reference median`` per case and contender
-    (log scale; right of 1: the reference is faster), with the min/max spread as error bars
-    (the other's max over the reference's min, and the other way round)."""
+def ratio_figure(results: Sequence[tuple[str, Mapping[str, Timing]]], *,
+                 reference: str = "mpslinalg", title: str = ""):
+    """A horizontal bar chart (a matplotlib Figure) of ``other median / reference median`` per case
+    and contender, with the min/max spread as error bars (the other's max over the reference's
+    min, and the other way round).
+
+    The axis is logarithmic and centred at 1, and each bar starts at 1: right of 1 the reference
+    is faster, left of it slower, by as much on either side (a bar from the axis' edge would draw
+    a ratio of 0.5 as a long bar and 2 as a shorter one)."""
     require_matplotlib()
     import textwrap
 
@@ -164,6 +168,7 @@ def plot_ratios(results: Sequence[tuple[str, Mapping[str, Timing]]], path: str, 
     fig = Figure(figsize=(9, 1.6 + 0.3 * bars + 0.15 * len(results)))
     ax = fig.add_subplot()
     labelled: set[str] = set()
+    reach = 2.0  # the axis spans [1 / reach, reach]: at least a factor 2 either way
     for i, (_, timings) in enumerate(results):
         present = [n for n in timings if n != reference]
         if reference not in timings or not present:
@@ -172,21 +177,29 @@ def plot_ratios(results: Sequence[tuple[str, Mapping[str, Timing]]], path: str, 
         for k, name in enumerate(present):
             theirs = timings[name]
             mid = theirs.median / ours.median
-            low = max(0.0, mid - theirs.min / ours.max)
-            high = max(0.0, theirs.max / ours.min - mid)
-            ax.barh(len(results) - 1 - i + 0.4 - (k + 0.5) * height, mid, height=height,
-                    xerr=[[low], [high]], capsize=2, color=colours[name],
-                    label=None if name in labelled else name)
+            low, high = theirs.min / ours.max, theirs.max / ours.min
+            reach = max(reach, high, 1 / low)
+            ax.barh(len(results) - 1 - i + 0.4 - (k + 0.5) * height, mid - 1.0, left=1.0,
+                    height=height, xerr=[[max(0.0, mid - low)], [max(0.0, high - mid)]],
+                    capsize=2, color=colours[name], label=None if name in labelled else name)
             labelled.add(name)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
+    ax.set_xlim(1 / (1.2 * reach), 1.2 * reach)
     ax.set_yticks(range(len(results)),
                   [textwrap.fill(label, 40) for label, _ in reversed(results)], fontsize=7)
     ax.set_ylim(-0.6, len(results) - 0.4)
     ax.set_xlabel(f"time of other / time of {reference}: ratio of medians, bars min-max "
-                  f"(> 1: {reference} faster)", fontsize=8)
+                  f"(> 1: {reference} faster, < 1: slower)", fontsize=8)
     if title:
         ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
+    return fig
+
+
+def plot_ratios(results: Sequence[tuple[str, Mapping[str, Timing]]], path: str, *,
+                reference: str = "mpslinalg", title: str = "") -> None:
+    """Write `ratio_figure` of ``results`` to ``path``."""
+    fig = ratio_figure(results, reference=reference, title=title)
     fig.savefig(path, dpi=110, bbox_inches="tight")  # long case labels stay whole

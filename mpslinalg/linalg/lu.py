@@ -40,7 +40,7 @@ def tri_solve(T: Tensor, B: Tensor, *, unit_lower: bool, left: bool, adjoint: bo
     factors whose other factor is the identity (identity pivots), so derivative rules built on
     it run on the Apple GPU and can themselves be differentiated.
     """
-    batch = torch.broadcast_shapes(T.shape[:-2], B.shape[:-2])
+    batch = checks.broadcast_shapes(T.shape[:-2], B.shape[:-2])
     T = T.expand(*batch, *T.shape[-2:])
     B = B.expand(*batch, *B.shape[-2:])
     if backend == "torch":

@@ -403,7 +403,7 @@ def _gels_metal(A: Tensor, B: Tensor):
     """LAPACK gels: x = R^-1 (Q^H b)[:n] for m >= n; for m < n, with A^H = Q R (A = R^H Q^H,
     an LQ factorisation), the minimum-norm x = Q [R^-H b; 0]. Tall-skinny A goes through the
     TSQR tree and its explicit Q."""
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = checks.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     m, n = A.shape[-2:]
     k = B.shape[-1]
     A = A.expand(*batch, m, n)
@@ -473,7 +473,7 @@ def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
 
 
 def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = checks.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     m, n = A.shape[-2:]
     k = B.shape[-1]
     real = A.real.dtype if A.is_complex() else A.dtype

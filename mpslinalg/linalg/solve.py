@@ -33,7 +33,7 @@ def _first_of_broadcast(t: Tensor, shape: torch.Size) -> Tensor:
 
 def _rhs(A: Tensor, B: Tensor) -> Tensor:
     """B broadcast to the batch shape it shares with A."""
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = checks.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     return B.expand(*batch, *B.shape[-2:])
 
 

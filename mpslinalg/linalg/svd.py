@@ -339,7 +339,7 @@ def _pinv_from_svd(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool, backe
                    ) -> Tensor:
     """V diag(S^+) U^H, S^+ the reciprocals of the singular values above
     max(atol, rtol * S_max) and 0 elsewhere (torch's rule)."""
-    batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
+    batch = checks.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
     m, n = A.shape[-2:]
     if A.numel() == 0:
         return A.new_zeros((*batch, n, m))
@@ -384,7 +384,7 @@ def _pinv_backward(ctx, gX: Tensor):
 
 
 def _pinv_fake(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool) -> Tensor:
-    batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
+    batch = checks.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
     return A.new_empty((*batch, A.shape[-1], A.shape[-2]))
 
 

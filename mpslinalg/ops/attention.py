@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import elementwise
+from .._core import checks, elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import Op, call_torch, public
@@ -67,13 +67,13 @@ def _layout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: bo
     L, S = q.shape[-2], k.shape[-2]
     if _uses_gqa(q, k, enable_gqa):
         heads, group = q.shape[-3], q.shape[-3] // k.shape[-3]
-        batch = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
+        batch = checks.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3])
         qe = q.expand(*batch, heads, L, q.shape[-1])
         ke = k.expand(*batch, k.shape[-3], S, k.shape[-1])
         ve = v.expand(*batch, v.shape[-3], S, v.shape[-1])
         me = None if mask is None else mask.expand(*batch, heads, L, S)
         return batch, heads, group, qe, ke, ve, me
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = checks.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     qe = q.expand(*batch, L, q.shape[-1])
     ke = k.expand(*batch, S, k.shape[-1])
     ve = v.expand(*batch, S, v.shape[-1])

@@ -24,7 +24,7 @@ import numbers
 import torch
 from torch import Tensor
 
-from .._core import elementwise
+from .._core import checks, elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import ITERATOR_CAST, UPCAST, Op, call_torch, cast_back, public, write_out
@@ -140,7 +140,7 @@ def _torch_forward(name: str):
 #: One op per polynomial: ``mpslinalg::special_<name>(x, n)``, x and n of one floating dtype.
 OPS = {name: Op(f"special_{name}", "(Tensor x, Tensor n) -> Tensor",
                 forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
-                fake=lambda x, n: x.new_empty(torch.broadcast_shapes(x.shape, n.shape)))
+                fake=lambda x, n: x.new_empty(checks.broadcast_shapes(x.shape, n.shape)))
        for name in POLYNOMIALS}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._core import elementwise
+from .._core import checks, elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.errors import translate
@@ -84,7 +84,7 @@ def _metal_forward(name: str):
 def _fake(name: str):
     def fake(a: Tensor, b: Tensor) -> Tensor:
         dtype = a.dtype if name in _EXTREMA else torch.bool
-        return a.new_empty(torch.broadcast_shapes(a.shape, b.shape), dtype=dtype)
+        return a.new_empty(checks.broadcast_shapes(a.shape, b.shape), dtype=dtype)
 
     return fake
 

@@ -61,3 +61,18 @@ def test_broadcast_batch():
     with pytest.raises(RuntimeError, match=r"mpslinalg.solve: batch dimensions do not broadcast: "
                        r"A batch shape \(2,\), B batch shape \(3,\)"):
         _checks.broadcast_batch("solve", ("A", torch.Size([2])), ("B", torch.Size([3])))
+
+
+@pytest.mark.parametrize("shapes", [
+    (), ((),), ((2, 3),), ((2, 1), (3,)), ((1,), (0,)), ((0, 1), (1, 4)), ((5, 1, 3), (2, 1), ()),
+    ((1, 1), (1,)), ((2,), (3,)), ((2, 0), (3,)), ((4, 1), (3, 4, 2)), ((0,), (2,)),
+])
+def test_broadcast_shapes_follows_torch(shapes):
+    try:
+        expected = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        with pytest.raises(RuntimeError, match=r"^shape mismatch: the shapes .* do not broadcast$"):
+            _checks.broadcast_shapes(*shapes)
+        return
+    got = _checks.broadcast_shapes(*shapes)
+    assert type(got) is torch.Size and got == expected
