@@ -119,9 +119,10 @@ def _torch_polynomial(name: str):
         high = n > MAX_RECURRENCE_DEGREE
         value = torch_fn(x, torch.where(high, torch.fmod(n, 2) + 2, n))
         nan = high > closed_form(x)  # high and no closed form
-        if out is None:
-            return value.masked_fill_(nan, math.nan)  # (torch's fresh result)
-        return torch.where(nan, value.new_tensor(math.nan), value, out=out)
+        value = value.masked_fill_(nan, math.nan)  # (torch's fresh result)
+        # out= as torch's elementwise kernels take it (any dtype the result casts to), which
+        # torch.where(..., out=) would not
+        return value if out is None else write_out(name, out, value, ITERATOR_CAST)
 
     bounded.__name__ = name
     return bounded
