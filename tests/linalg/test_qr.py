@@ -853,7 +853,12 @@ OPS = [
            degenerate=lambda c: degenerate_samples(c, ({"mode": "reduced"},
                                                        {"mode": "complete"})),
            skips={"upcast": "the invariants (Q R) are products rounded in float16; "
-                            "test_float16_upcast compares the raw Q and R instead"}),
+                            "test_float16_upcast compares the raw Q and R instead",
+                  **dict.fromkeys(
+                      ("batch_size_independent[cuda NaN]", "batch_size_independent[cuda Inf]"),
+                      "the small path's Triton QR gives non-finite input LAPACK's (torch's CPU) "
+                      "NaN pattern, not cuSOLVER's, which leaves other entries finite "
+                      "(docs/known_issues.rst)")}),
     OpInfo("geqrf", mpslinalg.geqrf, torch.geqrf, _geqrf_samples,
            bad_samples=lambda: _qr_bad()[:2], grad_args=()),
     OpInfo("householder_product", mpslinalg.householder_product,
