@@ -101,22 +101,15 @@ def _small_shape(shape) -> bool:
     return len(shape) >= 2 and 1 <= shape[-2] <= MAX_N and 1 <= shape[-1] <= MAX_N
 
 
-#: Fewest matrices per device type for which the torch backend may take the small QR path.
-_FEWEST = {"cpu": min(_TORCH_MIN_BATCH["cpu-simd"].values()),
-           "cuda": min(_TORCH_MIN_BATCH["cuda"].values())}
+#: The shapes of the QR kernels: every m x n up to 4 x 4.
+_QR_SHAPES = tuple((m, n) for m in range(1, MAX_N + 1) for n in range(1, MAX_N + 1))
 
 
 def may_use_small_qr(A: torch.Tensor) -> bool:
     """A cheap necessary condition of `use_small_qr` on the torch backend (shapes only:
     the public ``qr``'s fast path asks it on every call; a single matrix, the common case that
-    must stay cheapest, is answered first)."""
-    if A.dim() < 3 or A.dtype not in cpu_simd.ORTH_DTYPES:
-        return False
-    shape = A.shape
-    if not _small_shape(shape):
-        return False
-    fewest = _FEWEST.get(A.device.type)
-    return fewest is not None and A.numel() >= fewest * shape[-1] * shape[-2]
+    must stay cheapest, is answered first), from the crossover of the batch's own order."""
+    return _may_use(A, _TORCH_MIN_BATCH, _QR_SHAPES)
 
 
 def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
@@ -171,9 +164,10 @@ _EIGVALSH_TORCH_MIN_BATCH = {"cpu-simd": {2: 512, 3: 128, 4: 64},
 
 
 def _may_use(A: torch.Tensor, limits: dict, shapes) -> bool:
-    """The shapes-only part of `_use_jacobi`: m x n in ``shapes`` and the batch at least the
-    crossover of max(m, n) for A's device type (a batch of another order between crossovers
-    would take the op without the small path, and pay its dispatch for nothing)."""
+    """The shapes-only part of `_use_jacobi` and `use_small_qr`: m x n in ``shapes`` and the
+    batch at least the crossover of max(m, n) for A's device type (a batch of another order
+    between crossovers would take the op without the small path, and pay its dispatch for
+    nothing)."""
     # one matrix or a dtype without kernels (complex): never the small path, answered first
     if A.dim() < 3 or A.dtype not in cpu_simd.ORTH_DTYPES:
         return False

@@ -362,7 +362,8 @@ def test_fast_path_predicates_read_the_crossover_of_the_order():
                    so._SVDVALS_TORCH_MIN_BATCH),
                   (so.may_use_small_eigh, so._EIGH_TORCH_MIN_BATCH),
                   (lambda A: so.may_use_small_eigh(A, compute_v=False),
-                   so._EIGVALSH_TORCH_MIN_BATCH)]
+                   so._EIGVALSH_TORCH_MIN_BATCH),
+                  (so.may_use_small_qr, so._TORCH_MIN_BATCH)]
     for may_use, table in predicates:
         for n, batch in table["cpu-simd"].items():
             assert may_use(torch.zeros(batch, n, n)), (table, n)
