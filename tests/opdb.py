@@ -738,8 +738,8 @@ METAL_ONLY = {"no_host_sync"}
 
 
 def _applies(info: OpInfo, test_name: str) -> bool:
-    if test_name in info.skips:
-        return False
+    """Whether the generic test concerns the op at all (an opt-out in ``OpInfo.skips`` still
+    applies: it is reported as a skip with its reason)."""
     if test_name == "out":
         return info.supports_out
     if test_name == "gradients":
@@ -758,17 +758,19 @@ def _applies(info: OpInfo, test_name: str) -> bool:
 def instantiate_generic_tests(namespace: dict, ops: Sequence[OpInfo]) -> None:
     """Add ``test_generic_<name>`` to a test module for its registered ``ops``, parametrized
     by op (and by backend through the ``backend`` / ``metal_backend`` fixtures). An op takes
-    part in each test that applies to it; ``OpInfo.skips`` records, with the reason, where it
-    opts out (``skipped_generic_tests`` lists them, so they stay visible)."""
+    part in each test that applies to it; where ``OpInfo.skips`` opts it out of one, that test
+    is reported as skipped with the reason, so opt-outs stay visible in every run."""
     for test_name, check in GENERIC_TESTS.items():
         chosen = [op for op in ops if _applies(op, test_name)]
         if not chosen:
             continue
         if test_name in METAL_ONLY:
-            def test(metal_backend, info, check=check):
+            def test(metal_backend, info, check=check, test_name=test_name):
+                _skip_if_opted_out(info, test_name)
                 check(info, metal_backend)
         else:
-            def test(backend, info, check=check):
+            def test(backend, info, check=check, test_name=test_name):
+                _skip_if_opted_out(info, test_name)
                 check(info, backend)
         test.__name__ = f"test_generic_{test_name}"
         test.__doc__ = check.__doc__
@@ -776,9 +778,10 @@ def instantiate_generic_tests(namespace: dict, ops: Sequence[OpInfo]) -> None:
             "info", chosen, ids=[op.name for op in chosen])(test)
 
 
-def skipped_generic_tests(ops: Sequence[OpInfo]) -> dict[tuple[str, str], str]:
-    """(op, generic test) -> the reason it opts out."""
-    return {(op.name, test): why for op in ops for test, why in op.skips.items()}
+def _skip_if_opted_out(info: OpInfo, test_name: str) -> None:
+    if test_name in info.skips:
+        pytest.skip(f"{info.name} opts out of the generic {test_name} test: "
+                    f"{info.skips[test_name]}")
 
 
 # ---------------------------------------------------------------- fill values

@@ -718,10 +718,7 @@ OPS = [
            skips={"nonfinite": _NO_NAN_REFERENCE}),
     OpInfo("matrix_rank", mpslinalg.matrix_rank, torch.linalg.matrix_rank, _rank_samples,
            bad_samples=_tol_bad, grad_args=(), rank_output=0, device_reads=1,
-           skips={"nonfinite": _NO_NAN_REFERENCE,
-                  "out": "torch.linalg.matrix_rank writes into an out of any dtype (its "
-                         "sum_out casts), so the generic wrong-dtype error does not apply; "
-                         "test_matrix_rank_out checks torch's behaviour"}),
+           skips={"nonfinite": _NO_NAN_REFERENCE}),
 ]
 
 instantiate_generic_tests(globals(), OPS)
