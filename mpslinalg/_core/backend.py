@@ -5,9 +5,11 @@ GPU for MPS tensors and in `mpslinalg.emulator` for CPU tensors; ``"auto"`` pick
 MPS tensors and torch otherwise. The choice is process-wide (``set_backend``, the
 ``MPSLINALG_BACKEND`` variable) with a thread-local override (``use_backend``).
 
-Every public call asks `torch_fast_path` first, so it is written to cost a few hundred
-nanoseconds: it reads two module globals, and the thread-local stack only while some thread is
-inside a ``use_backend`` block.
+Every public call reads the backend in force once (``fast_mode or get_backend()``, inlined in
+the generated public functions, `mpslinalg._core.op.public`) and hands it down: that read costs
+a few hundred nanoseconds (two module globals, and the thread-local stack only while some
+thread is inside a ``use_backend`` block); `concrete_backend` turns it into "torch" or "metal"
+for the call's device.
 """
 
 from __future__ import annotations
@@ -144,9 +146,9 @@ def use_backend(name: str) -> Iterator[None]:
             _update_fast_mode()
 
 
-def resolve_backend(device: torch.device, fn: str) -> str:
-    """The concrete backend ("torch" or "metal") for a call of ``fn`` on a tensor on ``device``."""
-    name = get_backend()
+def concrete_backend(name: str, device: torch.device, fn: str) -> str:
+    """The concrete backend ("torch" or "metal") for a call of ``fn`` on a tensor on ``device``
+    when ``name`` ("auto", "torch" or "metal") is in force."""
     if name == "auto":
         return "metal" if device.type == "mps" else "torch"
     if name == "metal" and device.type not in ("mps", "cpu", "meta"):
@@ -161,18 +163,13 @@ def resolve_backend(device: torch.device, fn: str) -> str:
     return name
 
 
+def resolve_backend(device: torch.device, fn: str) -> str:
+    """`concrete_backend` of the backend in force for this thread."""
+    return concrete_backend(get_backend(), device, fn)
+
+
 #: dtypes torch.linalg computes in natively (the others are upcast by mpslinalg).
 TORCH_NATIVE = frozenset((torch.float32, torch.float64, torch.complex64, torch.complex128))
-
-
-def torch_fast_path(x: object) -> bool:
-    """True when a call whose first tensor is ``x`` runs on the torch backend in a dtype torch
-    computes natively: the public function may then hand it to torch.linalg unchanged. (The
-    public wrappers inline this test; this is its readable form.)"""
-    if not isinstance(x, torch.Tensor) or x.dtype not in TORCH_NATIVE:
-        return False
-    mode = fast_mode or get_backend()
-    return mode == "torch" or (mode == "auto" and not x.is_mps)
 
 
 read_environment()

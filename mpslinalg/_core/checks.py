@@ -127,7 +127,12 @@ def check_ops_dtype(fn: str, backend: str, **tensors: torch.Tensor) -> torch.dty
     """The common dtype of an inference op's floating inputs (mpslinalg.ops: computed natively
     in float16 / bfloat16, no upcast); TypeError when a backend cannot compute in it."""
     check_same_dtype(fn, **tensors)
-    dtype = next(iter(tensors.values())).dtype
+    return ops_compute_dtype(fn, next(iter(tensors.values())).dtype, backend)
+
+
+def ops_compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """The dtype an inference op computes in for inputs of ``dtype``: itself (no upcast), or
+    TypeError when ``backend`` cannot compute in it."""
     allowed = OPS_METAL_DTYPES if backend == "metal" else OPS_TORCH_DTYPES
     if dtype not in allowed:
         extra = ("; Metal has no 64-bit floating point: use the torch backend "

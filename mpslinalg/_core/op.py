@@ -8,7 +8,7 @@ declaration gives the primitive, its shape rule and its derivative). The declara
   Tensor)"``; the factory appends ``str backend, bool small, str check`` (which implementation
   runs, and the ``api_name`` to raise `mpslinalg.LinAlgError` with, or ``""``);
 - ``forward``: one function per path, ``{"torch": ..., "metal": ..., "small": ...}``; the
-  ``"small"`` one (n <= 4) runs with the call's backend in force;
+  ``"small"`` one (n <= 4) gets the call's backend as keyword ``backend``;
 - ``fake``: output shapes and dtypes from input shapes (torch.compile, meta tensors);
 - ``backward`` (optional) and ``save``: the derivative rule, with its citation in its docstring.
 
@@ -123,9 +123,8 @@ class Op:
         *own, backend, small, check = args
         if check and self._check_inputs is not None:
             self._check_inputs(*own, api=check)
-        if small:
-            with _backend.use_backend(backend):
-                out = self.forward["small"](*own)
+        if small:  # the n <= 4 forward chooses its kernel by the call's backend
+            out = self.forward["small"](*own, backend=backend)
         else:
             out = self.forward[backend](*own)
         if out is None:  # an op that writes into a mutable argument (schema "-> ()")
@@ -155,10 +154,6 @@ class Op:
 
 
 # ---------------------------------------------------------------- dtype policy and out=
-
-#: Low-precision inputs are computed in float32 and the results cast back.
-UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
-
 
 def values_unavailable(*tensors: Tensor) -> bool:
     """True where a derivative rule cannot read values to check them: while torch.compile
@@ -313,7 +308,8 @@ def call_torch(fn: str, torch_fn: Callable[..., Any], *args: Any, **kwargs: Any)
 
 
 def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
-           general_when: Callable[..., bool] | None = None, checks: bool | str = False):
+           general_when: Callable[..., bool] | None = None, checks: bool | str = False,
+           mode_arg: bool = False):
     """Decorator for a public function whose body is the general path (validation, upcast,
     metal and small paths, ``out=``).
 
@@ -330,6 +326,8 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     code cannot catch and reword); the others are traced through torch.linalg.
     The wrapper is generated from the signature so that the fast path passes arguments
     without packing them (a drop-in has about a microsecond to spend on a 3x3 call).
+    ``mode_arg``: the general path takes the backend read for the fast path as its first
+    argument, so that a call decides its backend once (`mpslinalg._core.declare`).
     """
 
     def wrap(general: Callable[..., Any]) -> Callable[..., Any]:
@@ -341,10 +339,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
         passed = ", ".join(
             p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}"
             for p in sig.parameters.values())
-        # torch_fast_path, inlined (a function call costs a tenth of a 3x3 LU factorisation).
+        # Inlined: a function call costs a tenth of a 3x3 LU factorisation.
         condition = (f"isinstance({first}, _Tensor) and {first}.dtype in _NATIVE "
-                     f"and ((_m := _b.fast_mode or _b.get_backend()) == 'torch' or "
-                     f"(_m == 'auto' and not {first}.is_mps))")
+                     f"and (_m == 'torch' or (_m == 'auto' and not {first}.is_mps))")
         if checks:
             condition += (" and not _compiling()" if checks is True
                           else f" and (not {checks} or not _compiling())")
@@ -367,6 +364,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             params.append(p.name if p.default is p.empty else f"{p.name}=_d_{p.name}")
         source = (
             f"def {name}({', '.join(params)}):\n"
+            f"    _m = _b.fast_mode or _b.get_backend()\n"
             f"    if {condition}:\n"
             f"        try:\n"
             f"            if {all_default}:\n"
@@ -375,7 +373,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"        except Exception as error:\n"
             f"            raise _translate(error, {torch_name!r}, {name!r}) from None\n"
             f"    try:\n"
-            f"        return _general({passed})\n"
+            f"        return _general({'_m, ' if mode_arg else ''}{passed})\n"
             f"    except Exception as error:\n"
             f"        raise _translate(error, {torch_name!r}, {name!r}) from None\n"
         )

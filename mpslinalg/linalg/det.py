@@ -13,11 +13,11 @@ import torch
 from torch import Tensor
 
 from .. import small
-from .._core import checks
-from .._core.op import Op, cast_back, public, write_out
-from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
+from .._core.declare import REAL, Call, Declaration, Matrix, Result
+from .._core.torch_bugs import per_matrix
 from . import lu_metal
 from .inverse import inv_ex_op
+from .lu import small_lu_when, through_lu_op
 
 __all__ = ["det", "logdet", "slogdet"]
 
@@ -90,10 +90,6 @@ def _prod_others(S: Tensor) -> Tensor:
     return before * after
 
 
-def _det_save(ctx, inputs, d) -> None:
-    ctx.save_for_backward(inputs[0], d)
-
-
 def _det_backward(ctx, g: Tensor):
     """gA = g conj(det) A^-H = g adj(A)^H (Jacobi's formula; Giles 2008, "An extended
     collection of matrix derivative results for forward and reverse mode AD", sec. 2.2.4).
@@ -138,23 +134,22 @@ def _det_backward(ctx, g: Tensor):
                         nonsingular(torch.where(mask, eye, A))),)
 
 
-det_op = Op(
-    "det", "(Tensor A) -> Tensor",
+def _through_det_op(A) -> bool:
+    """det's torch-backend calls through the op: the LU families' (`through_lu_op`), and
+    differentiated ones (torch's rule is 0 at exactly singular matrices, ours the adjugate)."""
+    return through_lu_op(A) or (A.requires_grad and torch.is_grad_enabled())
+
+
+det_decl = Declaration(
+    "det", [Matrix("A")], [Result("det")],
     forward={"metal": _det_metal, "torch": lambda A: per_matrix(torch.linalg.det, A),
              "small": small.small_det},
-    fake=lambda A: A.new_empty(A.shape[:-2]), save=_det_save, backward=_det_backward)
+    small_when=small_lu_when, through_op=_through_det_op, backward=_det_backward,
+    saves=["A", "det"])
+det_op = det_decl.op
 
 
 # ---------------------------------------------------------------- mpslinalg::slogdet
-
-
-def _slogdet_fake(A: Tensor) -> tuple[Tensor, Tensor]:
-    real = A.real.dtype if A.is_complex() else A.dtype
-    return A.new_empty(A.shape[:-2]), A.new_empty(A.shape[:-2], dtype=real)
-
-
-def _slogdet_save(ctx, inputs, outputs) -> None:
-    ctx.save_for_backward(inputs[0], outputs[0])
 
 
 def _slogdet_backward(ctx, gsign: Tensor | None, glogabsdet: Tensor | None):
@@ -177,27 +172,20 @@ def _slogdet_backward(ctx, gsign: Tensor | None, glogabsdet: Tensor | None):
     return (c[..., None, None] * inv_ex_op(A, ctx.backend, ctx.small, "")[0].mH,)
 
 
-slogdet_op = Op(
-    "slogdet", "(Tensor A) -> (Tensor, Tensor)",
+slogdet_decl = Declaration(
+    "slogdet", [Matrix("A")], [Result("sign"), Result("logabsdet", dtype=REAL)],
     forward={"metal": _slogdet_metal,
              "torch": lambda A: tuple(per_matrix(torch.linalg.slogdet, A)),
              "small": small.small_slogdet},
-    fake=_slogdet_fake, save=_slogdet_save, backward=_slogdet_backward)
+    small_when=small_lu_when, through_op=through_lu_op, backward=_slogdet_backward,
+    saves=["A", "sign"])
+slogdet_op = slogdet_decl.op
 
 
 # ---------------------------------------------------------------- public API
 
 
-def _det_takes_general_path(A) -> bool:
-    return (small.may_use_small_path(A) or (A.requires_grad and torch.is_grad_enabled())
-            or mkl_batched_getrf_affected(A))
-
-
-def _slogdet_takes_general_path(A) -> bool:
-    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
-
-
-@public(torch.linalg.det, general_when=_det_takes_general_path)
+@det_decl.public(torch.linalg.det)
 def det(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     r"""Determinant of a square matrix; like `torch.linalg.det`.
 
@@ -224,20 +212,9 @@ def det(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     >>> mpslinalg.det(torch.tensor([[1., 2.], [3., 4.]]))
     tensor(-2.)
     """
-    A, Ac, backend = checks.prepare("det", A)
-    use_small = small.use_small_path(Ac, backend)
-    d = cast_back(det_op(Ac, backend, use_small, ""), A.dtype)
-    return write_out("det", out, d)
 
 
-def _slogdet(fn: str, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    A, Ac, backend = checks.prepare(fn, A)
-    use_small = small.use_small_path(Ac, backend)
-    sign, logabsdet = slogdet_op(Ac, backend, use_small, "")
-    return A, sign, logabsdet
-
-
-@public(torch.linalg.slogdet, general_when=_slogdet_takes_general_path)
+@slogdet_decl.public(torch.linalg.slogdet)
 def slogdet(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     r"""Sign (or complex phase) and natural log of the absolute value of the determinant; like
     `torch.linalg.slogdet`: ``det(A) = sign * exp(logabsdet)``.
@@ -269,14 +246,15 @@ def slogdet(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     sign=tensor(-1.),
     logabsdet=tensor(0.6931))
     """
-    A, sign, logabsdet = _slogdet("slogdet", A)
-    real = A.real.dtype if A.is_complex() else A.dtype
-    result = torch.return_types.linalg_slogdet((cast_back(sign, A.dtype),
-                                                cast_back(logabsdet, real)))
-    return write_out("slogdet", out, result)
 
 
-@public(torch.logdet, torch_name="logdet", general_when=_slogdet_takes_general_path)
+def _logdet(call: Call, sign: Tensor, logabsdet: Tensor) -> Tensor:
+    if sign.is_complex():
+        return call.cast(torch.complex(logabsdet, torch.angle(sign)))
+    return call.cast(torch.where(sign < 0, torch.full_like(logabsdet, float("nan")), logabsdet))
+
+
+@slogdet_decl.public(torch.logdet, torch_name="logdet", finish=_logdet)
 def logdet(A: Tensor) -> Tensor:
     r"""Natural log of the determinant; like `torch.logdet`.
 
@@ -297,9 +275,3 @@ def logdet(A: Tensor) -> Tensor:
     >>> mpslinalg.logdet(torch.tensor([[2., 0.], [0., 3.]]))
     tensor(1.7918)
     """
-    A, sign, logabsdet = _slogdet("logdet", A)
-    if sign.is_complex():
-        out = torch.complex(logabsdet, torch.angle(sign))
-    else:
-        out = torch.where(sign < 0, torch.full_like(logabsdet, float("nan")), logabsdet)
-    return cast_back(out, A.dtype)

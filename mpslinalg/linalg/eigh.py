@@ -134,7 +134,8 @@ def _eigh_torch(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Te
     return call_torch("eigvalsh", torch.linalg.eigvalsh, A, UPLO), A.new_empty(0), info
 
 
-def _eigh_small(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _eigh_small(A: Tensor, UPLO: str, vectors: bool, *, backend: str
+                ) -> tuple[Tensor, Tensor, Tensor]:
     w, V = small.small_eigh(A, UPLO == "U", vectors)
     return w, V, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
 

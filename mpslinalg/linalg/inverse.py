@@ -10,10 +10,10 @@ import torch
 from torch import Tensor
 
 from .. import small
-from .._core import checks
-from .._core.op import Op, cast_back, public, write_out
-from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
+from .._core.declare import Declaration, Matrix, Result, info
+from .._core.torch_bugs import per_matrix
 from . import lu_metal
+from .lu import small_lu_when, through_lu_op
 
 __all__ = ["inv", "inv_ex"]
 
@@ -26,10 +26,6 @@ def _inv_metal(A: Tensor) -> tuple[Tensor, Tensor]:
     return lu_metal.lu_solve_metal(LU, pivots, eye, fn="inv"), info
 
 
-def _inv_save(ctx, inputs, outputs) -> None:
-    ctx.save_for_backward(outputs[0])
-
-
 def _inv_backward(ctx, gX: Tensor, ginfo):
     """d(A^-1) = -A^-1 dA A^-1, so gA = -X^H gX X^H (Giles 2008, "An extended collection of
     matrix derivative results for forward and reverse mode AD", sec. 2.2.3; conjugate
@@ -39,28 +35,16 @@ def _inv_backward(ctx, gX: Tensor, ginfo):
     return (-(XH @ gX @ XH),)
 
 
-#: (inverse, info) of square ``A`` in its compute dtype.
-inv_ex_op = Op(
-    "inv_ex", "(Tensor A) -> (Tensor, Tensor)",
+#: (inverse, info) of square ``A``.
+inv_ex_decl = Declaration(
+    "inv_ex", [Matrix("A")], [Result("inverse", "A"), info()],
     forward={"metal": _inv_metal, "torch": lambda A: tuple(per_matrix(torch.linalg.inv_ex, A)),
              "small": small.small_inv_ex},
-    fake=lambda A: (torch.empty_like(A, memory_format=torch.contiguous_format),
-                    A.new_empty(A.shape[:-2], dtype=torch.int32)),
-    info=1, save=_inv_save, backward=_inv_backward)
+    small_when=small_lu_when, through_op=through_lu_op, backward=_inv_backward, saves=["inverse"])
+inv_ex_op = inv_ex_decl.op
 
 
-def _takes_general_path(A) -> bool:
-    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
-
-
-def _inv_ex(fn: str, A: Tensor, check: str) -> tuple[Tensor, Tensor]:
-    A, Ac, backend = checks.prepare(fn, A)
-    use_small = small.use_small_path(Ac, backend)
-    X, info = inv_ex_op(Ac, backend, use_small, check)
-    return cast_back(X, A.dtype), info
-
-
-@public(torch.linalg.inv_ex, general_when=_takes_general_path, checks="check_errors")
+@inv_ex_decl.public(torch.linalg.inv_ex)
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] | None = None):
     r"""Inverse of a square matrix and ``info``; like `torch.linalg.inv_ex`.
 
@@ -89,12 +73,9 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] 
     tensor([[0.5000, 0.0000],
             [0.0000, 0.2500]])
     """
-    api = "mpslinalg.inv_ex" if check_errors else ""
-    result = torch.return_types.linalg_inv_ex(_inv_ex("inv_ex", A, api))
-    return write_out("inv_ex", out, result)
 
 
-@public(torch.linalg.inv, general_when=_takes_general_path, checks=True)
+@inv_ex_decl.public(torch.linalg.inv)
 def inv(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     r"""Inverse of a square matrix; like `torch.linalg.inv`.
 
@@ -123,5 +104,3 @@ def inv(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     tensor([[0.5000, 0.0000],
             [0.0000, 0.2500]])
     """
-    X, _ = _inv_ex("inv", A, "mpslinalg.inv")
-    return write_out("inv", out, X)

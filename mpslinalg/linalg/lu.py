@@ -12,17 +12,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import small
 from .._core import checks
-from .._core.backend import resolve_backend
+from .._core.declare import Call, Declaration, Matrix, Operand, Param, Result, info
 from .._core.errors import read_device
-from .._core.op import Op, cast_back, public, to_dtype, write_out
 from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
 from . import lu_metal
 
 __all__ = ["lu", "lu_factor", "lu_factor_ex", "lu_solve"]
-
-_RESULTS = torch.return_types
-
 
 def identity_pivots(shape: torch.Size, device: torch.device) -> Tensor:
     """Pivots of the identity permutation (1-based, int32) for LU factors of ``shape``."""
@@ -59,17 +56,6 @@ def tri_solve(T: Tensor, B: Tensor, *, unit_lower: bool, left: bool, adjoint: bo
 # ---------------------------------------------------------------- mpslinalg::lu_factor_ex
 
 
-def _lu_factor_fake(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    batch, k = A.shape[:-2], min(A.shape[-2], A.shape[-1])
-    return (torch.empty_like(A, memory_format=torch.contiguous_format),
-            A.new_empty((*batch, k), dtype=torch.int32), A.new_empty(batch, dtype=torch.int32))
-
-
-def _lu_factor_save(ctx, inputs, outputs) -> None:
-    LU, pivots, _ = outputs
-    ctx.save_for_backward(LU, pivots)
-
-
 def _lu_factor_backward(ctx, gLU: Tensor, gpivots, ginfo) -> tuple[Tensor]:
     """Gradient of the packed LU factors pulled back to A (square, wide and tall).
 
@@ -102,23 +88,49 @@ def _lu_factor_backward(ctx, gLU: Tensor, gpivots, ginfo) -> tuple[Tensor]:
                       backend=backend)
         X = torch.cat([X + gL[..., :k, :], gL[..., k:, :]], dim=-2)
         X = tri_solve(U, X, unit_lower=False, left=False, adjoint=True, backend=backend)
-    return (P @ X,)
+    return P @ X, None
 
 
-lu_factor_ex_op = Op(
-    "lu_factor_ex", "(Tensor A) -> (Tensor, Tensor, Tensor)",
-    forward={"metal": lambda A: lu_metal.lu_factor_metal(A, fn="lu_factor"),
-             "torch": lambda A: tuple(per_matrix(torch.linalg.lu_factor_ex, A))},
-    fake=_lu_factor_fake, info=2, save=_lu_factor_save, backward=_lu_factor_backward)
+def _lu_factor_torch(A: Tensor, pivot: bool) -> tuple[Tensor, Tensor, Tensor]:
+    if not pivot:  # CUDA only (prepare refuses it elsewhere); MKL's bug is a pivoting one
+        return tuple(torch.linalg.lu_factor_ex(A, pivot=False))
+    return tuple(per_matrix(torch.linalg.lu_factor_ex, A))
+
+
+def _refuse_no_pivot(call: Call, A: Tensor, pivot: bool) -> tuple[Tensor, bool]:
+    # torch implements pivot=False only for CUDA tensors (MAGMA/cuSOLVER); CPU raises
+    # "linalg.lu_factor: LU without pivoting is not implemented on the CPU".
+    if pivot or (call.backend == "torch" and A.device.type == "cuda"):
+        return A, bool(pivot)
+    where = "the CPU" if A.device.type == "cpu" else A.device.type.upper()
+    if call.backend == "metal":
+        where += " (metal backend)"
+    raise RuntimeError(f"mpslinalg.{call.fn}: LU without pivoting is not implemented on {where}")
+
+
+def through_lu_op(A) -> bool:
+    """The LU-based families' (inv, solve, det, slogdet) torch-backend calls that go through
+    their op: batches the small path may serve, and those MKL's batched getrf gets wrong."""
+    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
+
+
+def small_lu_when(backend: str, A: Tensor, *rest) -> bool:
+    """Whether the LU-based families' call of square ``A`` takes the small path."""
+    return small.use_small_path(A, backend)
+
+
+#: (LU, pivots, info) of LAPACK's getrf (pivot=False: CUDA on the torch backend only).
+lu_factor_ex_decl = Declaration(
+    "lu_factor_ex", [Matrix("A", square=False), Param("pivot", "bool")],
+    [Result("LU", "A"), Result("pivots", lambda A, pivot: (min(A),), torch.int32), info()],
+    forward={"metal": lambda A, pivot: lu_metal.lu_factor_metal(A, fn="lu_factor"),
+             "torch": _lu_factor_torch},
+    through_op=mkl_batched_getrf_affected, prepare=_refuse_no_pivot,
+    backward=_lu_factor_backward, saves=["LU", "pivots"])
+lu_factor_ex_op = lu_factor_ex_decl.op
 
 
 # ---------------------------------------------------------------- mpslinalg::lu_solve
-
-
-def _lu_solve_save(ctx, inputs, X) -> None:
-    LU, pivots, _, left, adjoint = inputs
-    ctx.save_for_backward(LU, pivots, X)
-    ctx.flags = (left, adjoint)
 
 
 def _lu_solve_backward(ctx, gX: Tensor):
@@ -132,7 +144,7 @@ def _lu_solve_backward(ctx, gX: Tensor):
     chained through A = P L U as in torch's linalg_lu_solve_LU. Complex: conjugate Wirtinger.
     """
     LU, pivots, X = ctx.saved_tensors
-    left, adjoint = ctx.flags
+    left, adjoint = ctx.left, ctx.adjoint
     backend = ctx.backend
     gLU = gB = None
     if ctx.needs_input_grad[2]:
@@ -193,46 +205,25 @@ def _check_pivots(LU: Tensor, pivots: Tensor, B: Tensor, left: bool, adjoint: bo
 
 
 #: X with op(A) X = B (left) or X op(A) = B, A = P L U given packed; LU and pivots broadcast
-#: to B's batch shape inside (the factory sums their gradients back). With ``check`` set, the
+#: to B's batch shape inside (the factory sums their gradients back). On the metal backend the
 #: pivots are validated first (the documented device read of the metal lu_solve).
-lu_solve_op = Op(
-    "lu_solve", "(Tensor LU, Tensor pivots, Tensor B, bool left, bool adjoint) -> Tensor",
+lu_solve_decl = Declaration(
+    "lu_solve", [Matrix("LU"), Operand("pivots", 1, same_dtype=False), Operand("B", 2),
+                 Param("left", "bool"), Param("adjoint", "bool")],
+    [Result("X", "B")],
     forward={"metal": lambda LU, pivots, B, left, adjoint: lu_metal.lu_solve_metal(
                  LU, pivots, B, left=left, adjoint=adjoint),
              "torch": _lu_solve_torch},
-    fake=lambda LU, pivots, B, left, adjoint: torch.empty_like(
-        B, memory_format=torch.contiguous_format),
-    save=_lu_solve_save, backward=_lu_solve_backward, check_inputs=_check_pivots)
+    prepare=lambda call, LU, pivots, B, left, adjoint: _prepare_lu_solve(
+        call.fn, LU, pivots, B, left, adjoint),
+    backward=_lu_solve_backward, saves=["LU", "pivots", "X"], check_inputs=_check_pivots)
+lu_solve_op = lu_solve_decl.op
 
 
 # ---------------------------------------------------------------- public API
 
 
-def _no_pivot_error(fn: str, A: Tensor, backend: str) -> None:
-    # torch implements pivot=False only for CUDA tensors (MAGMA/cuSOLVER); CPU raises
-    # "linalg.lu_factor: LU without pivoting is not implemented on the CPU".
-    if backend == "torch" and A.device.type == "cuda":
-        return
-    where = "the CPU" if A.device.type == "cpu" else A.device.type.upper()
-    if backend == "metal":
-        where += " (metal backend)"
-    raise RuntimeError(f"mpslinalg.{fn}: LU without pivoting is not implemented on {where}")
-
-
-def _lu_factor(fn: str, A: Tensor, pivot: bool, check: str) -> tuple[Tensor, Tensor, Tensor]:
-    """(LU in A's dtype, pivots, info) on the chosen backend, raising when ``check`` names the
-    API."""
-    A, Ac, backend = checks.prepare(fn, A, square=False)
-    if not pivot:
-        _no_pivot_error(fn, A, backend)
-    if backend == "torch" and not pivot:
-        LU, pivots, info = torch.linalg.lu_factor_ex(Ac, pivot=False, check_errors=bool(check))
-    else:
-        LU, pivots, info = lu_factor_ex_op(Ac, backend, False, check)
-    return cast_back(LU, A.dtype), pivots, info
-
-
-@public(torch.linalg.lu_factor_ex, checks="check_errors", general_when=mkl_batched_getrf_affected)
+@lu_factor_ex_decl.public(torch.linalg.lu_factor_ex)
 def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
                  out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``, in LAPACK's packed form, plus
@@ -268,12 +259,9 @@ def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False,
     >>> pivots, info
     (tensor([2, 2], dtype=torch.int32), tensor(0, dtype=torch.int32))
     """
-    api = "mpslinalg.lu_factor_ex" if check_errors else ""
-    result = _RESULTS.linalg_lu_factor_ex(_lu_factor("lu_factor_ex", A, pivot, api))
-    return write_out("lu_factor_ex", out, result)
 
 
-@public(torch.linalg.lu_factor, checks=True, general_when=mkl_batched_getrf_affected)
+@lu_factor_ex_decl.public(torch.linalg.lu_factor)
 def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting in packed form; like
     `torch.linalg.lu_factor`.
@@ -306,11 +294,13 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor] | Non
     tensor([[3.0000, 4.0000],
             [0.3333, 0.6667]])
     """
-    LU, pivots, _ = _lu_factor("lu_factor", A, pivot, "mpslinalg.lu_factor")
-    return write_out("lu_factor", out, _RESULTS.linalg_lu_factor((LU, pivots)))
 
 
-@public(torch.linalg.lu, general_when=mkl_batched_getrf_affected)
+def _unpack(call: Call, LU: Tensor, pivots: Tensor, info: Tensor):
+    return torch.return_types.linalg_lu(tuple(map(call.cast, torch.lu_unpack(LU, pivots))))
+
+
+@lu_factor_ex_decl.public(torch.linalg.lu, finish=_unpack)
 def lu(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LU factorisation with partial pivoting, ``A = P L U``; like `torch.linalg.lu`.
 
@@ -345,23 +335,10 @@ def lu(A: Tensor, *, pivot: bool = True, out: tuple[Tensor, Tensor, Tensor] | No
     >>> torch.allclose(P @ L @ U, A)
     True
     """
-    fn = "lu"
-    A, Ac, backend = checks.prepare(fn, A, square=False)
-    if not pivot:
-        _no_pivot_error(fn, A, backend)
-    if backend == "torch" and not pivot:
-        P, L, U = torch.linalg.lu(Ac, pivot=False)
-    else:
-        LU, pivots, _ = lu_factor_ex_op(Ac, backend, False, "")
-        P, L, U = torch.lu_unpack(LU, pivots)
-    result = _RESULTS.linalg_lu(tuple(cast_back(t, A.dtype) for t in (P, L, U)))
-    return write_out(fn, out, result)
 
 
-def _check_lu_solve(fn: str, LU: object, pivots: object, B: object, left: bool) -> None:
-    LU = checks.check_matrix(fn, "LU", LU)
-    pivots = checks.check_tensor(fn, "pivots", pivots)
-    B = checks.check_tensor(fn, "B", B)
+def _prepare_lu_solve(fn: str, LU: Tensor, pivots: Tensor, B: Tensor, left: bool,
+                      adjoint: bool) -> tuple:
     if B.dim() < 2:
         raise RuntimeError(f"mpslinalg.{fn}: the input tensor B must have at least 2 dimensions, "
                            f"got shape {checks.shape_str(B)}")
@@ -377,8 +354,8 @@ def _check_lu_solve(fn: str, LU: object, pivots: object, B: object, left: bool) 
         equation = "AX = B" if left else "XA = B"
         raise RuntimeError(f"mpslinalg.{fn}: Incompatible shapes of A and B for the equation "
                            f"{equation} ({n}x{n} and {B.shape[-2]}x{B.shape[-1]})")
-    checks.check_same_device(fn, LU=LU, pivots=pivots, B=B)
-    checks.check_same_dtype(fn, LU=LU, B=B)
+    batch = checks.broadcast_batch(fn, ("LU", LU.shape[:-2]), ("B", B.shape[:-2]))
+    return LU, pivots, B.expand(*batch, *B.shape[-2:]), bool(left), bool(adjoint)
 
 
 def _torch_lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
@@ -390,7 +367,7 @@ def _torch_lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     return torch.linalg.lu_solve(LU, pivots, B, left=left, adjoint=adjoint, out=out)
 
 
-@public(_torch_lu_solve, torch_name="linalg.lu_solve")
+@lu_solve_decl.public(_torch_lu_solve, torch_name="linalg.lu_solve")
 def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
              adjoint: bool = False, out: Tensor | None = None) -> Tensor:
     r"""Solve ``A X = B`` given the LU factorisation of ``A`` from `lu_factor`; like
@@ -436,12 +413,3 @@ def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True,
     tensor([[-4.0000],
             [ 4.5000]])
     """
-    fn = "lu_solve"
-    _check_lu_solve(fn, LU, pivots, B, left)
-    batch = checks.broadcast_batch(fn, ("LU", LU.shape[:-2]), ("B", B.shape[:-2]))
-    backend = resolve_backend(LU.device, fn)
-    dtype = checks.compute_dtype(fn, LU.dtype, backend)
-    Bc = to_dtype(B, dtype).expand(*batch, *B.shape[-2:])
-    check = "mpslinalg.lu_solve" if backend == "metal" else ""
-    X = lu_solve_op(to_dtype(LU, dtype), pivots, Bc, left, adjoint, backend, False, check)
-    return write_out(fn, out, cast_back(X, B.dtype))

@@ -104,7 +104,7 @@ def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
 qr_op = Op(
     "qr", "(Tensor A, str mode) -> (Tensor, Tensor)",
     forward={"metal": qr_metal.qr_metal, "torch": lambda A, mode: tuple(torch.linalg.qr(A, mode)),
-             "small": small.small_qr},
+             "small": lambda A, mode, backend: small.small_qr(A, mode)},
     fake=_qr_fake, save=_qr_save, backward=_qr_backward)
 
 

@@ -13,9 +13,10 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.op import Op, cast_back, public, to_dtype, write_out
-from .._core.torch_bugs import mkl_batched_getrf_affected, per_matrix
+from .._core.declare import Call, Declaration, Matrix, Operand, Param, Prepared, Result, info
+from .._core.torch_bugs import per_matrix
 from . import lu_metal
+from .lu import small_lu_when, through_lu_op
 
 __all__ = ["solve", "solve_ex"]
 
@@ -37,17 +38,17 @@ def _rhs(A: Tensor, B: Tensor) -> Tensor:
     return B.expand(*batch, *B.shape[-2:])
 
 
-def _solve_small(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+def _solve_small(A: Tensor, B: Tensor, left: bool, *, backend: str) -> tuple[Tensor, Tensor]:
     B = _rhs(A, B)
     if B.numel() == 0:  # nothing to solve, but info still describes A
-        return torch.empty_like(B), small.small_inv_ex(A.contiguous())[1]
+        return torch.empty_like(B), small.small_inv_ex(A.contiguous(), backend=backend)[1]
     Ab = A.expand(*B.shape[:-2], *A.shape[-2:]).contiguous()
     if left:
-        X, info = small.small_solve_ex(Ab, B.contiguous())
+        X, info = small.small_solve_ex(Ab, B.contiguous(), backend=backend)
     else:
         # X A = B: multiply by the inverse so that info describes A itself, as on the general
         # path (solving A^T X^T = B^T would report the pivots of A^T).
-        Ainv, info = small.small_inv_ex(Ab)
+        Ainv, info = small.small_inv_ex(Ab, backend=backend)
         X = B @ Ainv
     return X, _first_of_broadcast(info, A.shape[:-2])
 
@@ -66,17 +67,6 @@ def _solve_torch(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
     return X, info
 
 
-def _solve_fake(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
-    return torch.empty_like(_rhs(A, B), memory_format=torch.contiguous_format), A.new_empty(
-        A.shape[:-2], dtype=torch.int32)
-
-
-def _solve_save(ctx, inputs, outputs) -> None:
-    A, _, left = inputs
-    ctx.save_for_backward(A, outputs[0])
-    ctx.left = left
-
-
 def _solve_backward(ctx, gX: Tensor, ginfo):
     """A X = B: dX = A^-1 (dB - dA X), so gB = A^-H gX and gA = -gB X^H; for X A = B,
     gB = gX A^-H and gA = -X^H gB (Giles 2008, "An extended collection of matrix derivative
@@ -88,23 +78,8 @@ def _solve_backward(ctx, gX: Tensor, ginfo):
     return gA, gB, None
 
 
-#: (X, info) for A X = B (left) or X A = B; B a batch of matrices; batches broadcast, info has
-#: A's batch shape (the factory sums gA and gB back to their inputs' shapes).
-solve_ex_op = Op(
-    "solve_ex", "(Tensor A, Tensor B, bool left) -> (Tensor, Tensor)",
-    forward={"metal": _solve_metal, "torch": _solve_torch, "small": _solve_small},
-    fake=_solve_fake, info=1, save=_solve_save, backward=_solve_backward)
-
-
-def _takes_general_path(A) -> bool:
-    return small.may_use_small_path(A) or mkl_batched_getrf_affected(A)
-
-
-def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Tensor, Tensor]:
-    A, Ac, backend = checks.prepare(fn, A)
-    B = checks.check_tensor(fn, "B", B)
-    checks.check_same_device(fn, A=A, B=B)
-    checks.check_same_dtype(fn, A=A, B=B)
+def _prepare_solve(call: Call, A: Tensor, B: Tensor, left: bool) -> Prepared:
+    fn = call.fn
     if B.dim() == 0:
         raise RuntimeError(f"mpslinalg.{fn}: B must have at least 1 dimension, got a scalar")
     # torch's rule (linalg_solve_is_vector_rhs): a vector, or a batch of vectors with A's
@@ -117,15 +92,23 @@ def _solve_ex(fn: str, A: Tensor, B: Tensor, left: bool, check: str) -> tuple[Te
         raise RuntimeError(f"mpslinalg.{fn}: Incompatible shapes of A and B for the equation "
                            f"{equation} ({n}x{n} and {Bm.shape[-2]}x{Bm.shape[-1]})")
     checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
-    Bc = to_dtype(Bm, Ac.dtype)
-    use_small = small.use_small_path(Ac, backend)
-    X, info = solve_ex_op(Ac, Bc, left, backend, use_small, check)
     if vector:
-        X = X.squeeze(-1)
-    return cast_back(X, B.dtype), info
+        return Prepared((A, Bm, bool(left)), lambda X, info: (X.squeeze(-1), info))
+    return Prepared((A, Bm, bool(left)), lambda X, info: (X, info))
 
 
-@public(torch.linalg.solve_ex, general_when=_takes_general_path, checks="check_errors")
+#: (X, info) for A X = B (left) or X A = B; B a batch of matrices; batches broadcast, info has
+#: A's batch shape (the factory sums gA and gB back to their inputs' shapes).
+solve_ex_decl = Declaration(
+    "solve_ex", [Matrix("A"), Operand("B", 2), Param("left", "bool")],
+    [Result("result", "B"), info(batch="A")],
+    forward={"metal": _solve_metal, "torch": _solve_torch, "small": _solve_small},
+    small_when=small_lu_when, through_op=through_lu_op, prepare=_prepare_solve,
+    backward=_solve_backward, saves=["A", "result"])
+solve_ex_op = solve_ex_decl.op
+
+
+@solve_ex_decl.public(torch.linalg.solve_ex)
 def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False,
              out: tuple[Tensor, Tensor] | None = None):
     r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``) and ``info``; like
@@ -163,12 +146,9 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     result=tensor([1.0000, 0.5000]),
     info=tensor(0, dtype=torch.int32))
     """
-    api = "mpslinalg.solve_ex" if check_errors else ""
-    result = torch.return_types.linalg_solve_ex(_solve_ex("solve_ex", A, B, left, api))
-    return write_out("solve_ex", out, result)
 
 
-@public(torch.linalg.solve, general_when=_takes_general_path, checks=True)
+@solve_ex_decl.public(torch.linalg.solve)
 def solve(A: Tensor, B: Tensor, *, left: bool = True, out: Tensor | None = None) -> Tensor:
     r"""Solution of ``A X = B`` (or ``X A = B`` when ``left=False``); like
     `torch.linalg.solve`.
@@ -201,5 +181,3 @@ def solve(A: Tensor, B: Tensor, *, left: bool = True, out: Tensor | None = None)
     tensor([[1.0000],
             [0.5000]])
     """
-    X, _ = _solve_ex("solve", A, B, left, "mpslinalg.solve")
-    return write_out("solve", out, X)

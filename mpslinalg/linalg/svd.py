@@ -163,7 +163,7 @@ svd_op = Op(
     "svd", "(Tensor A, bool full_matrices, str? driver) -> (Tensor, Tensor, Tensor)",
     forward={"metal": lambda A, full, driver: svd_metal.svd_metal(A, full, fn="svd")[:3],
              "torch": _svd_torch,
-             "small": lambda A, full, driver: small.small_svd(A, full, True)},
+             "small": lambda A, full, driver, backend: small.small_svd(A, full, True)},
     fake=_svd_fake, save=_svd_save, backward=_svd_backward)
 
 
@@ -242,7 +242,7 @@ svdvals_op = Op(
     forward={"metal": lambda A, driver: svd_metal.svd_metal(A, vectors=False,
                                                             fn="svdvals")[1],
              "torch": lambda A, driver: torch.linalg.svdvals(A, driver=driver),
-             "small": lambda A, driver: small.small_svd(A, False, False)[1]},
+             "small": lambda A, driver, backend: small.small_svd(A, False, False)[1]},
     fake=lambda A, driver: A.new_empty((*A.shape[:-2], min(A.shape[-2:])),
                                        dtype=_real(A.dtype)),
     save=_svdvals_save, backward=_svdvals_backward)

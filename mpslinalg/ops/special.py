@@ -27,7 +27,7 @@ from torch import Tensor
 from .._core import checks, elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.op import ITERATOR_CAST, UPCAST, Op, call_torch, cast_back, public, write_out
+from .._core.op import ITERATOR_CAST, Op, call_torch, cast_back, public, write_out
 
 #: Function name -> kernel code (mirrors the k* constants of metal/ops/special.h).
 POLYNOMIALS = {
@@ -132,7 +132,7 @@ def _torch_forward(name: str):
     torch_fn = _torch_polynomial(name)
 
     def forward(x: Tensor, n: Tensor) -> Tensor:
-        wide = UPCAST.get(x.dtype, x.dtype)
+        wide = checks.UPCAST_DTYPES.get(x.dtype, x.dtype)
         return cast_back(torch_fn(x.to(wide), n.to(wide)), x.dtype)
 
     return forward
@@ -184,7 +184,7 @@ def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
                         f"bfloat16, got {str(x.dtype).removeprefix('torch.')}; Metal has no "
                         "64-bit floating point: use the torch backend "
                         "(mpslinalg.use_backend('torch')) for float64")
-    if backend == "torch" and x.dtype not in UPCAST:
+    if backend == "torch" and x.dtype not in checks.UPCAST_DTYPES:
         # a degree given as a number goes to torch as one: its bound is checked on the host
         # (no device copy, no guard kernels on CUDA)
         number = isinstance(degree, numbers.Real) and not isinstance(degree, bool)

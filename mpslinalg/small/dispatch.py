@@ -592,14 +592,17 @@ def torch_path(A: torch.Tensor) -> str:
 
 # ------------------------------------------------------------------------------ entry points
 
-def small_inv_ex(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based)."""
-    return choose_path(A).inv_ex(A)
+def small_inv_ex(A: torch.Tensor, *, backend: str | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inverse, info) of A (*, n, n), n <= 4; info as ``getrf``'s (first zero pivot, 1-based).
+    ``backend``: the call's (default: the one in force), which chooses the kernel."""
+    return choose_path(A, backend).inv_ex(A)
 
 
-def small_solve_ex(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def small_solve_ex(A: torch.Tensor, B: torch.Tensor, *, backend: str | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(X, info) with A X = B for A (*, n, n), B (*, n, k) of the same batch shape."""
-    return choose_path(A).solve_ex(A, B)
+    return choose_path(A, backend).solve_ex(A, B)
 
 
 def _det_operand(path: Path, A: torch.Tensor) -> torch.Tensor:
@@ -615,18 +618,19 @@ def _det_operand(path: Path, A: torch.Tensor) -> torch.Tensor:
     return A.mT
 
 
-def small_det(A: torch.Tensor) -> torch.Tensor:
+def small_det(A: torch.Tensor, *, backend: str | None = None) -> torch.Tensor:
     """det(A) for A (*, n, n), n <= 4: product of U's diagonal times the permutation sign
     (on the torch backend of the matrix torch's det factors, see `_det_operand`)."""
-    path = choose_path(A)
+    path = choose_path(A, backend)
     return path.det(_det_operand(path, A))
 
 
-def small_slogdet(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def small_slogdet(A: torch.Tensor, *, backend: str | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sign, log|det|) for A (*, n, n), n <= 4; singular gives (0, -inf). A real matrix
     whose log|det| is NaN (a NaN in U's diagonal) has sign 0, as torch's product of sgn(U_kk)
     gives (sgn(NaN) = 0), on every path and device; the kernels would give +-1."""
-    path = choose_path(A)
+    path = choose_path(A, backend)
     sign, logabs = path.slogdet(_det_operand(path, A))
     if not sign.is_complex():  # complex sgn(NaN) is NaN: the kernels give that already
         sign = sign.masked_fill(logabs.isnan(), 0)

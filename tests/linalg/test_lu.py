@@ -332,7 +332,7 @@ def test_rules_match_torch_autograd_float64():
     for dtype in (torch.float64, torch.complex128):
         for m, n in ((5, 5), (3, 6), (6, 3)):
             A = random_matrix(n, dtype, (2,), seed=m, m=m)
-            ours, ref = _grad_pair(lambda A: lu_module.lu_factor_ex_op(A, "torch", False, "")[0],
+            ours, ref = _grad_pair(lambda A: lu_module.lu_factor_ex_op(A, True, "torch", False, "")[0],
                                    lambda A: torch.linalg.lu_factor_ex(A)[0], [A])
             torch.testing.assert_close(ours[0], ref[0])
         A = random_matrix(5, dtype, (2,), seed=1)
@@ -352,7 +352,7 @@ def test_rules_match_torch_autograd_float64():
 
 def test_gradcheck_rules():
     A = random_matrix(4, torch.complex128, (2,), seed=3, m=5).requires_grad_()
-    torch.autograd.gradcheck(lambda A: lu_module.lu_factor_ex_op(A, "torch", False, "")[0], (A,))
+    torch.autograd.gradcheck(lambda A: lu_module.lu_factor_ex_op(A, True, "torch", False, "")[0], (A,))
     A = random_matrix(4, torch.float64, seed=4).requires_grad_()
     LU, pivots = torch.linalg.lu_factor(A.detach())
     B = random_matrix(2, torch.float64, seed=5, m=4).requires_grad_()
@@ -365,7 +365,7 @@ def test_opcheck():
     A = random_matrix(4, torch.float64, (2,), seed=6).requires_grad_()
     LU, pivots = torch.linalg.lu_factor(A.detach())
     B = random_matrix(2, torch.float64, (2,), seed=7, m=4).requires_grad_()
-    torch.library.opcheck(lu_module.lu_factor_ex_op.overload, (A, "torch", False, ""))
+    torch.library.opcheck(lu_module.lu_factor_ex_op.overload, (A, True, "torch", False, ""))
     torch.library.opcheck(lu_module.lu_solve_op.overload,
                           (LU.requires_grad_(), pivots, B, True, False, "torch", False, ""))
 
@@ -394,7 +394,7 @@ def test_opcheck_metal_ops(metal_backend):
     B = metal_backend.tensor(random_matrix(2, torch.complex64, (2,), seed=12, m=6)).requires_grad_()
     LU, pivots = mpslinalg.lu_factor(A.detach())
     for op, args in [
-        (lu_module.lu_factor_ex_op, (A, "metal", False, "")),
+        (lu_module.lu_factor_ex_op, (A, True, "metal", False, "")),
         (lu_module.lu_solve_op, (LU.requires_grad_(), pivots, B, True, True, "metal", False, "")),
         (ops["solve"].solve_ex_op, (A, B, True, "metal", False, "")),
         (ops["inverse"].inv_ex_op, (A, "metal", False, "")),

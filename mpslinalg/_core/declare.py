@@ -1,0 +1,398 @@
+"""An op is one declaration: `Declaration` states it, and generates everything else.
+
+A family writes, once per op (the model is JAX's ``linalg_primitive``: one declaration gives
+the primitive, its shape rule and its derivative):
+
+- ``inputs``: `Matrix` arguments (core rank 2, validated, cast to the compute dtype), other
+  tensor `Operand` s (the first tensor argument decides the call's backend and dtype) and
+  `Param` s (bool, str, int, float: they become the schema's types and attributes of the
+  derivative rule's ``ctx``);
+- ``dtypes``: the dtype policy, `LINALG` (float16/bfloat16 computed in float32 and cast back;
+  the metal backend computes float32/complex64, torch also float64/complex128) or `INFERENCE`
+  (mpslinalg.ops: float16/bfloat16 natively, no upcast);
+- ``results``: one `Result` each, with its core shape (a function of the inputs' core shapes
+  and the parameters), its dtype (the compute dtype, its real counterpart, or fixed) and whose
+  batch it carries (all inputs' broadcast, or one input's). The batch shapes of the fake
+  outputs, torch.compile's shapes, the casts back from the compute dtype and the batch
+  dimensions a sharded call may split (`Declaration.batch_ndims`) follow from these;
+- ``forward``: one function per path, ``"torch"``, ``"metal"`` and ``"small"`` (n <= 4; it gets
+  the call's backend as keyword ``backend``), each taking the op's arguments;
+- ``small_when``: whether the call takes the small path (``small_when(backend, *args)``);
+- ``through_op``: the predicate that sends a torch-backend call in a native dtype through the
+  op instead of straight to ``torch.linalg`` (reads shapes only: it runs on every call);
+- ``backward`` with its citation, and ``saves``: the names of the inputs and results the rule
+  keeps (the parameters are kept as ``ctx.<name>`` without asking);
+- ``prepare``: the family's own validation, ``prepare(call, **arguments)`` returning the op's
+  arguments (or `Prepared`).
+
+`Declaration.public` then turns a signature (a function whose body is its numpydoc docstring)
+into the public function: validation, backend decided once per call, dtype upcast and cast
+back, the op call, the ``_ex`` form's ``check_errors`` or the plain form's raising check,
+``torch.return_types``, ``out=`` with torch's casting rule, and the fast path straight to
+torch (`mpslinalg._core.op.public`). The registered op (`Op`: schema, fake, autograd) is
+``Declaration.op``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import backend as _backend
+from . import checks
+from .op import EXACT, Op, OutCasting, cast_back, public, to_dtype, write_out
+
+#: ``Result.dtype``: the compute dtype of the call / its real counterpart (singular values,
+#: eigenvalues, log|det|).
+SAME = "same"
+REAL = "real"
+
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+#: Dtype policies: ``policy(fn, dtype, backend)`` is the compute dtype of inputs of ``dtype``
+#: (TypeError naming ``fn`` when the backend cannot compute in it).
+LINALG = checks.compute_dtype
+INFERENCE = checks.ops_compute_dtype
+
+
+def real_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The real dtype of ``dtype``'s values (float32 for complex64, itself when real)."""
+    return _REAL.get(dtype, dtype)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A ``(*, m, n)`` tensor argument (``m == n`` when ``square``), computed in the call's
+    dtype. The first `Matrix` of an op decides the backend and the compute dtype."""
+
+    name: str
+    square: bool = True
+    rank = 2
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Any other tensor argument, of core rank ``rank`` (its last ``rank`` dimensions; the
+    rest is batch). ``same_dtype``: it must have the first tensor's dtype and is computed in
+    the call's dtype; else it is passed as given (pivots, indices). An optional one (schema
+    type ``Tensor?``, ``optional``) may be None."""
+
+    name: str
+    rank: int
+    same_dtype: bool = True
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Param:
+    """A non-tensor argument; ``type`` is its schema type (``"bool"``, ``"str?"``, ...)."""
+
+    name: str
+    type: str
+    rank = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """One output. ``core``: its core shape, from the core shapes of the tensor inputs and
+    the parameters' values (in the op's argument order); ``()`` for one value per batch
+    element; a name: that input's core shape. ``batch``: the input whose batch shape it has
+    (None: all tensor inputs' broadcast). ``dtype``: `SAME`, `REAL` or a torch dtype."""
+
+    name: str
+    core: Callable[..., Sequence[int]] | Sequence[int] | str = ()
+    dtype: str | torch.dtype = SAME
+    batch: str | None = None
+    info: bool = False
+
+
+def info(name: str = "info", *, batch: str | None = None) -> Result:
+    """The ``info`` result of a factorisation: one int32 per batch element (LAPACK's)."""
+    return Result(name, (), torch.int32, batch, info=True)
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one public call decided, once: its function's name, the concrete backend, the
+    input's dtype (results are cast back to it), and the API name ``info`` raises with (or
+    ``""``)."""
+
+    fn: str
+    backend: str
+    dtype: torch.dtype
+    check: str
+
+    def cast(self, x: Tensor) -> Tensor:
+        """A floating result of the compute dtype in the input's dtype (real values in its
+        real counterpart); integers as they are."""
+        return cast_back(x, real_dtype(self.dtype) if not x.is_complex() else self.dtype)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a ``prepare`` hook returns when the results need a last step that depends on the
+    arguments (solve's vector right-hand side): the op's arguments and ``finish(*results)``."""
+
+    args: tuple
+    finish: Callable[..., tuple]
+
+
+@dataclass
+class _Public:
+    name: str
+    checking: bool  # the plain form of an _ex pair: raises, returns no info
+    check_param: bool  # has a check_errors parameter
+    result_type: type | None
+    casting: OutCasting
+    prepare: Callable[..., tuple] | None
+    finish: Callable[..., Any] | None
+    params: list[str] = field(default_factory=list)
+
+
+def _schema_type(spec: Matrix | Operand | Param) -> str:
+    if isinstance(spec, Param):
+        return spec.type
+    return "Tensor?" if isinstance(spec, Operand) and spec.optional else "Tensor"
+
+
+class Declaration:
+    """One op: see the module docstring. ``Declaration.op`` is the registered `Op`."""
+
+    def __init__(self, name: str, inputs: Sequence[Matrix | Operand | Param],
+                 results: Sequence[Result], *, forward: dict[str, Callable[..., Any]],
+                 small_when: Callable[..., bool] | None = None,
+                 through_op: Callable[..., bool] | None = None,
+                 prepare: Callable[..., tuple] | None = None,
+                 backward: Callable[..., Sequence[Tensor | None]] | None = None,
+                 saves: Sequence[str] = (), check_inputs: Callable[..., None] | None = None,
+                 info_routine: str | None = None,
+                 dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG) -> None:
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.results = tuple(results)
+        self.small_when = small_when
+        self.through_op = through_op
+        self.prepare = prepare
+        self.check_inputs = check_inputs
+        self.dtypes = dtypes
+        self._names = [a.name for a in self.inputs]
+        self._params = [a.name for a in self.inputs if isinstance(a, Param)]
+        self._first = next(i for i, a in enumerate(self.inputs) if not isinstance(a, Param))
+        self._saves = [self._locate(s) for s in saves]
+        infos = [i for i, r in enumerate(self.results) if r.info]
+        self.info_index = infos[0] if infos else None
+        self.op = Op(name, self.schema(), forward=forward, fake=self._fake,
+                     info=self.info_index, info_routine=info_routine,
+                     save=self._save if backward is not None else None, backward=backward,
+                     check_inputs=check_inputs)
+
+    def __repr__(self) -> str:
+        return f"Declaration(mpslinalg::{self.name})"
+
+    # ------------------------------------------------------------ derived: schema, fake, saves
+
+    def schema(self) -> str:
+        """The op's schema without the appended arguments (`Op` adds them)."""
+        args = ", ".join(f"{_schema_type(a)} {a.name}" for a in self.inputs)
+        results = ", ".join("Tensor" for _ in self.results)
+        return f"({args}) -> ({results})" if len(self.results) != 1 else f"({args}) -> Tensor"
+
+    def _core_shape(self, x: Any, spec: Matrix | Operand | Param) -> Any:
+        if isinstance(spec, Param) or x is None:
+            return x
+        return tuple(x.shape[x.dim() - spec.rank:]) if spec.rank else ()
+
+    def batch_ndims(self, *args: Any) -> list[int | None]:
+        """The number of batch dimensions of each argument (None for parameters): the
+        dimensions every op maps over independently, so a call may be split along them."""
+        return [None if isinstance(spec, Param) or x is None else x.dim() - spec.rank
+                for x, spec in zip(args, self.inputs, strict=True)]
+
+    def result_shapes(self, *args: Any) -> list[torch.Size]:
+        """Each result's shape for the op's arguments ``args``: batch + core (the shape
+        rule that fake tensors and sharding read)."""
+        cores = [self._core_shape(x, spec) for x, spec in zip(args, self.inputs, strict=True)]
+        batches = {spec.name: x.shape[:x.dim() - spec.rank]
+                   for x, spec in zip(args, self.inputs, strict=True)
+                   if not isinstance(spec, Param) and x is not None}
+        shapes = []
+        for r in self.results:
+            if r.batch is not None:
+                batch = batches[r.batch]
+            else:
+                batch = checks.broadcast_shapes(*batches.values())
+            if isinstance(r.core, str):
+                core = cores[self._names.index(r.core)]
+            elif callable(r.core):
+                core = r.core(*cores)
+            else:
+                core = r.core
+            shapes.append(torch.Size((*batch, *core)))
+        return shapes
+
+    def _result_dtype(self, r: Result, dtype: torch.dtype) -> torch.dtype:
+        if r.dtype == SAME:
+            return dtype
+        if r.dtype == REAL:
+            return real_dtype(dtype)
+        return r.dtype
+
+    def _fake(self, *args: Any) -> Any:
+        first = args[self._first]
+        outs = tuple(first.new_empty(shape, dtype=self._result_dtype(r, first.dtype))
+                     for r, shape in zip(self.results, self.result_shapes(*args), strict=True))
+        return outs if len(outs) != 1 else outs[0]
+
+    def _locate(self, name: str) -> tuple[str, int]:
+        if name in self._names:
+            return "input", self._names.index(name)
+        return "result", [r.name for r in self.results].index(name)
+
+    def _save(self, ctx, inputs, outputs) -> None:
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        ctx.save_for_backward(*((inputs if where == "input" else outs)[i]
+                                for where, i in self._saves))
+        for i, spec in enumerate(self.inputs):
+            if isinstance(spec, Param):
+                setattr(ctx, spec.name, inputs[i])
+
+    # ------------------------------------------------------------ the general path of a call
+
+    def _validate(self, fn: str, mode: str, values: dict[str, Any]) -> Call | None:
+        """Check the tensor arguments present in ``values`` and cast them to the compute
+        dtype in place; the call's context (None when the op's first tensor is not among
+        them: the public function's ``prepare`` builds the arguments then)."""
+        first = self.inputs[self._first]
+        if first.name not in values:
+            return None
+        tensors = {}
+        for spec in self.inputs:
+            if spec.name not in values or isinstance(spec, Param):
+                continue
+            if isinstance(spec, Matrix):
+                tensors[spec.name] = checks.check_matrix(fn, spec.name, values[spec.name],
+                                                         square=spec.square)
+            elif values[spec.name] is not None or spec is first:
+                tensors[spec.name] = checks.check_tensor(fn, spec.name, values[spec.name])
+        A = tensors[first.name]
+        backend = _backend.concrete_backend(mode, A.device, fn)
+        dtype = self.dtypes(fn, A.dtype, backend)
+        same = {}
+        for spec in self.inputs:
+            if spec.name not in tensors:
+                continue
+            x = tensors[spec.name]
+            if not isinstance(spec, Operand) or spec.same_dtype:
+                same[spec.name] = x
+            else:
+                checks.check_same_device(fn, **{first.name: A, spec.name: x})
+        if len(same) > 1:
+            checks.check_same_device(fn, **same)
+            checks.check_same_dtype(fn, **same)
+        for name, x in same.items():
+            values[name] = to_dtype(x, dtype)
+        return Call(fn, backend, A.dtype, "")
+
+    def run(self, pub: _Public, mode: str, values: dict[str, Any], check_errors: bool,
+            out: Any) -> Any:
+        """A public call on the general path (`public` generates the call of it)."""
+        fn = pub.name
+        call = self._validate(fn, mode, values)
+        prepare = pub.prepare or self.prepare
+        finish = None
+        if prepare is not None:
+            args = prepare(call, **values)
+            if isinstance(args, Prepared):
+                args, finish = args.args, args.finish
+            if call is None:  # the first matrix was made by prepare
+                A = args[self._first]
+                call = Call(fn, _backend.concrete_backend(mode, A.device, fn), A.dtype, "")
+        else:
+            args = tuple(values[n] for n in self._names)
+        check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
+        if self.check_inputs is not None and self.info_index is None:
+            # validation that reads values: on the metal backend, where no torch kernel does it
+            check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
+        call = Call(fn, call.backend, call.dtype, check)
+        small = bool(self.small_when is not None and self.small_when(call.backend, *args))
+        outs = self.op(*args, call.backend, small, check)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        if finish is not None:
+            outs = finish(*outs)
+        if pub.finish is not None:  # a result derived from the op's, cast by the finish
+            return write_out(fn, out, pub.finish(call, *outs), pub.casting)
+        outs = [cast_back(x, self._result_dtype(r, call.dtype))
+                for x, r in zip(outs, self.results, strict=True)]
+        if pub.checking and self.info_index is not None:
+            del outs[self.info_index]
+        result = outs[0] if len(outs) == 1 else (
+            pub.result_type(outs) if pub.result_type is not None else tuple(outs))
+        return write_out(fn, out, result, pub.casting)
+
+    # ------------------------------------------------------------ public functions
+
+    def public(self, torch_fn: Callable[..., Any], *, torch_name: str | None = None,
+               through_op: Callable[..., bool] | None | str = "declared",
+               prepare: Callable[..., tuple] | None = None,
+               finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
+               result_type: type | None = None, checking: bool | None = None):
+        """Decorator: ``signature`` (a function whose body is its docstring) becomes the
+        public function calling this op, with ``torch_fn`` as its fast path.
+
+        Parameters named like the op's arguments are passed to it (``prepare(call, **those)``
+        builds the arguments otherwise); ``check_errors`` makes it the ``_ex`` form of an op
+        with ``info`` (raising only when asked); without it such an op's public function is the
+        checking form (raises, returns no ``info``); ``out`` takes torch's ``out=`` with
+        ``casting``. ``finish(call, *results)`` replaces the result when the function returns
+        something derived from the op's results (``logdet`` from ``slogdet``); it gets them in
+        the compute dtype and casts its own (`Call.cast`).
+        """
+        torch_name = torch_name or torch_fn.__name__.replace("linalg_", "linalg.")
+        if torch_name == torch_fn.__name__ and hasattr(torch.linalg, torch_name) and getattr(
+                torch.linalg, torch_name) is torch_fn:
+            torch_name = f"linalg.{torch_name}"
+        guard = self.through_op if through_op == "declared" else through_op
+
+        def wrap(signature: Callable[..., Any]) -> Callable[..., Any]:
+            sig = inspect.signature(signature)
+            names = [p for p in sig.parameters if p not in ("out", "check_errors")]
+            check_param = "check_errors" in sig.parameters
+            raises = checking if checking is not None else finish is None
+            checking_form = self.info_index is not None and not check_param and raises
+            kind = result_type or getattr(torch.return_types, torch_name.replace(".", "_"), None)
+            pub = _Public(signature.__name__, checking_form, check_param, kind, casting, prepare,
+                          finish, names)
+            packed = ", ".join(f"{n!r}: {n}" for n in names)
+            check = "check_errors" if check_param else "False"
+            out = "out" if "out" in sig.parameters else "None"
+            params = []
+            star = False
+            for p in sig.parameters.values():
+                if p.kind is p.KEYWORD_ONLY and not star:
+                    params.append("*")
+                    star = True
+                params.append(p.name if p.default is p.empty else f"{p.name}=_d_{p.name}")
+            source = (f"def {pub.name}(_mode, {', '.join(params)}):\n"
+                      f"    return _run(_pub, _mode, {{{packed}}}, {check}, {out})\n")
+            defaults = {f"_d_{p.name}": p.default for p in sig.parameters.values()
+                        if p.default is not p.empty}
+            namespace = dict(defaults, _run=self.run, _pub=pub)
+            exec(compile(source, f"<mpslinalg.{pub.name} general path>", "exec"),  # noqa: S102
+                 namespace)
+            general = namespace[pub.name]
+            general.__signature__ = sig
+            general.__doc__ = signature.__doc__
+            general.__name__ = general.__qualname__ = signature.__name__
+            general.__module__ = signature.__module__
+            checks_flag: bool | str = "check_errors" if check_param else checking_form
+            function = public(torch_fn, torch_name=torch_name, general_when=guard,
+                              checks=checks_flag, mode_arg=True)(general)
+            function.declaration = self
+            return function
+
+        return wrap
