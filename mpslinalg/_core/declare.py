@@ -21,9 +21,10 @@ the primitive, its shape rule and its derivative):
 - ``through_op``: the predicate that sends a torch-backend call in a native dtype through the
   op instead of straight to ``torch.linalg`` (reads shapes only: it runs on every call);
 - ``backward`` with its citation, and ``saves``: the names of the inputs and results the rule
-  keeps (the parameters are kept as ``ctx.<name>`` without asking);
+  keeps (the parameters are kept as ``ctx.<name>`` without asking), or, for a rule that needs
+  more of ``ctx``, the function ``saves(ctx, inputs, outputs)``;
 - ``prepare``: the family's own validation, ``prepare(call, **arguments)`` returning the op's
-  arguments (or `Prepared`).
+  arguments (or `Prepared`, or None: the arguments as they are).
 
 `Declaration.public` then turns a signature (a function whose body is its numpydoc docstring)
 into the public function: validation, backend decided once per call, dtype upcast and cast
@@ -54,6 +55,10 @@ REAL = "real"
 
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
+#: ``Result.core`` of an output a mode does not compute: torch's empty ``(0,)`` tensor (no
+#: batch), as qr's Q for mode 'r' and eigvalsh's eigenvectors.
+NOT_COMPUTED = "not computed"
+
 #: Dtype policies: ``policy(fn, dtype, backend)`` is the compute dtype of inputs of ``dtype``
 #: (TypeError naming ``fn`` when the backend cannot compute in it).
 LINALG = checks.compute_dtype
@@ -80,12 +85,15 @@ class Operand:
     """Any other tensor argument, of core rank ``rank`` (its last ``rank`` dimensions; the
     rest is batch). ``same_dtype``: it must have the first tensor's dtype and is computed in
     the call's dtype; else it is passed as given (pivots, indices). An optional one (schema
-    type ``Tensor?``, ``optional``) may be None."""
+    type ``Tensor?``, ``optional``) may be None. ``built``: the family's ``prepare`` makes it
+    from the public arguments (pinv's tolerance tensors from floats), so it is not validated
+    here."""
 
     name: str
     rank: int
     same_dtype: bool = True
     optional: bool = False
+    built: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,14 +109,17 @@ class Param:
 class Result:
     """One output. ``core``: its core shape, from the core shapes of the tensor inputs and
     the parameters' values (in the op's argument order); ``()`` for one value per batch
-    element; a name: that input's core shape. ``batch``: the input whose batch shape it has
-    (None: all tensor inputs' broadcast). ``dtype``: `SAME`, `REAL` or a torch dtype."""
+    element; a name: that input's core shape; `NOT_COMPUTED` (also as the callable's value).
+    ``batch``: the input whose batch shape it has (None: all tensor inputs' broadcast).
+    ``dtype``: `SAME`, `REAL` or a torch dtype. ``differentiable=False``: marked so for
+    autograd (ranks, singular values of a solver)."""
 
     name: str
     core: Callable[..., Sequence[int]] | Sequence[int] | str = ()
     dtype: str | torch.dtype = SAME
     batch: str | None = None
     info: bool = False
+    differentiable: bool = True
 
 
 def info(name: str = "info", *, batch: str | None = None) -> Result:
@@ -169,8 +180,9 @@ class Declaration:
                  through_op: Callable[..., bool] | None = None,
                  prepare: Callable[..., tuple] | None = None,
                  backward: Callable[..., Sequence[Tensor | None]] | None = None,
-                 saves: Sequence[str] = (), check_inputs: Callable[..., None] | None = None,
-                 info_routine: str | None = None,
+                 saves: Sequence[str] | Callable[..., None] = (),
+                 check_inputs: Callable[..., None] | None = None,
+                 info_routine: str | Callable[..., str | None] | None = None,
                  dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG) -> None:
         self.name = name
         self.inputs = tuple(inputs)
@@ -181,14 +193,16 @@ class Declaration:
         self.check_inputs = check_inputs
         self.dtypes = dtypes
         self._names = [a.name for a in self.inputs]
-        self._params = [a.name for a in self.inputs if isinstance(a, Param)]
+        self._flags = {i for i, a in enumerate(self.inputs)
+                       if isinstance(a, Param) and a.type == "bool"}
         self._first = next(i for i, a in enumerate(self.inputs) if not isinstance(a, Param))
-        self._saves = [self._locate(s) for s in saves]
+        self._saves = [] if callable(saves) else [self._locate(s) for s in saves]
+        save = saves if callable(saves) else self._save
         infos = [i for i, r in enumerate(self.results) if r.info]
         self.info_index = infos[0] if infos else None
         self.op = Op(name, self.schema(), forward=forward, fake=self._fake,
                      info=self.info_index, info_routine=info_routine,
-                     save=self._save if backward is not None else None, backward=backward,
+                     save=save if backward is not None else None, backward=backward,
                      check_inputs=check_inputs)
 
     def __repr__(self) -> str:
@@ -226,13 +240,16 @@ class Declaration:
                 batch = batches[r.batch]
             else:
                 batch = checks.broadcast_shapes(*batches.values())
-            if isinstance(r.core, str):
+            if r.core == NOT_COMPUTED:
+                core = r.core
+            elif isinstance(r.core, str):
                 core = cores[self._names.index(r.core)]
             elif callable(r.core):
                 core = r.core(*cores)
             else:
                 core = r.core
-            shapes.append(torch.Size((*batch, *core)))
+            shapes.append(torch.Size((0,)) if core == NOT_COMPUTED
+                          else torch.Size((*batch, *core)))
         return shapes
 
     def _result_dtype(self, r: Result, dtype: torch.dtype) -> torch.dtype:
@@ -255,6 +272,9 @@ class Declaration:
 
     def _save(self, ctx, inputs, outputs) -> None:
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        fixed = [x for x, r in zip(outs, self.results, strict=True) if not r.differentiable]
+        if fixed:
+            ctx.mark_non_differentiable(*fixed)
         ctx.save_for_backward(*((inputs if where == "input" else outs)[i]
                                 for where, i in self._saves))
         for i, spec in enumerate(self.inputs):
@@ -272,7 +292,8 @@ class Declaration:
             return None
         tensors = {}
         for spec in self.inputs:
-            if spec.name not in values or isinstance(spec, Param):
+            if spec.name not in values or isinstance(spec, Param) or getattr(spec, "built",
+                                                                              False):
                 continue
             if isinstance(spec, Matrix):
                 tensors[spec.name] = checks.check_matrix(fn, spec.name, values[spec.name],
@@ -307,13 +328,17 @@ class Declaration:
         finish = None
         if prepare is not None:
             args = prepare(call, **values)
-            if isinstance(args, Prepared):
+            if args is None:  # validation only
+                args = tuple(values[n] for n in self._names)
+            elif isinstance(args, Prepared):
                 args, finish = args.args, args.finish
             if call is None:  # the first matrix was made by prepare
                 A = args[self._first]
                 call = Call(fn, _backend.concrete_backend(mode, A.device, fn), A.dtype, "")
         else:
             args = tuple(values[n] for n in self._names)
+        if self._flags:  # bool parameters as the schema takes them (torch accepts any truth)
+            args = tuple(bool(a) if i in self._flags else a for i, a in enumerate(args))
         check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
         if self.check_inputs is not None and self.info_index is None:
             # validation that reads values: on the metal backend, where no torch kernel does it
@@ -340,7 +365,8 @@ class Declaration:
                through_op: Callable[..., bool] | None | str = "declared",
                prepare: Callable[..., tuple] | None = None,
                finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
-               result_type: type | None = None, checking: bool | None = None):
+               result_type: type | None = None, checking: bool | None = None,
+               name: str | None = None):
         """Decorator: ``signature`` (a function whose body is its docstring) becomes the
         public function calling this op, with ``torch_fn`` as its fast path.
 
@@ -348,9 +374,10 @@ class Declaration:
         builds the arguments otherwise); ``check_errors`` makes it the ``_ex`` form of an op
         with ``info`` (raising only when asked); without it such an op's public function is the
         checking form (raises, returns no ``info``); ``out`` takes torch's ``out=`` with
-        ``casting``. ``finish(call, *results)`` replaces the result when the function returns
-        something derived from the op's results (``logdet`` from ``slogdet``); it gets them in
-        the compute dtype and casts its own (`Call.cast`).
+        ``casting``. ``name``: the public name, when the signature's is another (a keyword
+        form that the public function calls). ``finish(call, *results)`` replaces the result
+        when the function returns something derived from the op's results (``logdet`` from
+        ``slogdet``); it gets them in the compute dtype and casts its own (`Call.cast`).
         """
         torch_name = torch_name or torch_fn.__name__.replace("linalg_", "linalg.")
         if torch_name == torch_fn.__name__ and hasattr(torch.linalg, torch_name) and getattr(
@@ -365,8 +392,8 @@ class Declaration:
             raises = checking if checking is not None else finish is None
             checking_form = self.info_index is not None and not check_param and raises
             kind = result_type or getattr(torch.return_types, torch_name.replace(".", "_"), None)
-            pub = _Public(signature.__name__, checking_form, check_param, kind, casting, prepare,
-                          finish, names)
+            pub = _Public(name or signature.__name__, checking_form, check_param, kind, casting,
+                          prepare, finish, names)
             packed = ", ".join(f"{n!r}: {n}" for n in names)
             check = "check_errors" if check_param else "False"
             out = "out" if "out" in sig.parameters else "None"
@@ -387,7 +414,7 @@ class Declaration:
             general = namespace[pub.name]
             general.__signature__ = sig
             general.__doc__ = signature.__doc__
-            general.__name__ = general.__qualname__ = signature.__name__
+            general.__name__ = general.__qualname__ = pub.name
             general.__module__ = signature.__module__
             checks_flag: bool | str = "check_errors" if check_param else checking_form
             function = public(torch_fn, torch_name=torch_name, general_when=guard,

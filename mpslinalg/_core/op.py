@@ -74,9 +74,9 @@ class Op:
         op that only writes into a mutable argument, ``Tensor(a!)``, with schema ``-> ()``).
     info : int, optional
         Index of the ``info`` output that ``check`` raises on.
-    info_routine : str, optional
+    info_routine : str or callable, optional
         The decomposition whose failure ``info`` reports, when it is not the one the API names
-        (`check_errors`' ``routine``).
+        (`check_errors`' ``routine``); a callable gets the op's arguments.
     save : callable, optional
         ``save(ctx, inputs, outputs)`` keeps what ``backward`` needs (``inputs`` excludes the
         appended arguments; ``ctx.backend`` and ``ctx.small`` are set by the factory).
@@ -89,7 +89,7 @@ class Op:
 
     def __init__(self, name: str, schema: str, *, forward: dict[str, Callable[..., Any]],
                  fake: Callable[..., Any], info: int | None = None,
-                 info_routine: str | None = None,
+                 info_routine: str | Callable[..., str | None] | None = None,
                  save: Callable[..., None] | None = None,
                  backward: Callable[..., Sequence[Tensor | None]] | None = None,
                  check_inputs: Callable[..., None] | None = None) -> None:
@@ -131,7 +131,9 @@ class Op:
             return None
         out = tuple(map(fresh, out)) if isinstance(out, tuple) else fresh(out)
         if check and self.info is not None:
-            check_errors(out[self.info], check, routine=self.info_routine)
+            routine = self.info_routine
+            check_errors(out[self.info], check,
+                         routine=routine(*own) if callable(routine) else routine)
         return out
 
     def _run_fake(self, *args: Any) -> Any:

@@ -23,11 +23,11 @@ import torch
 from torch import Tensor
 
 from .. import small
-from .._core import checks
 from .._core import metal as _metal
 from .._core.copy import contiguous
+from .._core.declare import NOT_COMPUTED, REAL, Call, Declaration, Matrix, Param, Result, info
 from .._core.metal import launch
-from .._core.op import Op, call_torch, cast_back, public, values_unavailable, write_out
+from .._core.op import call_torch, values_unavailable
 
 __all__ = ["eigh", "eigvalsh"]
 
@@ -140,13 +140,6 @@ def _eigh_small(A: Tensor, UPLO: str, vectors: bool, *, backend: str
     return w, V, torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
 
 
-def _eigh_fake(A: Tensor, UPLO: str, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
-    real = A.real.dtype if A.is_complex() else A.dtype
-    V = A.new_empty(A.shape) if vectors else A.new_empty(0)
-    return (A.new_empty(A.shape[:-1], dtype=real), V,
-            A.new_empty(A.shape[:-2], dtype=torch.int32))
-
-
 def _eigh_save(ctx, inputs, outputs) -> None:
     # An unused V (eigvalsh, or a loss of L alone) must reach the backward as None, as torch's
     # undefined gradient, not as zeros: 0 / 0 at a repeated eigenvalue would give NaN.
@@ -191,10 +184,14 @@ def _eigh_backward(ctx, gL: Tensor | None, gV: Tensor | None, ginfo):
 
 #: (eigenvalues, eigenvectors or an empty tensor, info) of Hermitian ``A`` given by the
 #: ``UPLO`` triangle.
-eigh_op = Op(
-    "eigh", "(Tensor A, str UPLO, bool vectors) -> (Tensor, Tensor, Tensor)",
+eigh_decl = Declaration(
+    "eigh", [Matrix("A"), Param("UPLO", "str"), Param("vectors", "bool")],
+    [Result("eigenvalues", lambda A, UPLO, vectors: A[-1:], REAL),
+     Result("eigenvectors", lambda A, UPLO, vectors: A if vectors else NOT_COMPUTED), info()],
     forward={"metal": _eigh_metal, "torch": _eigh_torch, "small": _eigh_small},
-    fake=_eigh_fake, save=_eigh_save, backward=_eigh_backward)
+    small_when=lambda backend, A, UPLO, vectors: small.use_small_eigh(A, backend, vectors),
+    backward=_eigh_backward, saves=_eigh_save)
+eigh_op = eigh_decl.op
 
 
 # ---------------------------------------------------------------- public API
@@ -208,19 +205,21 @@ def _uplo(fn: str, UPLO: object) -> str:
     return UPLO.upper()
 
 
-_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-
-
-def _real(dtype: torch.dtype) -> torch.dtype:
-    return _REAL.get(dtype, dtype)
-
-
 def _eigh_general(A: Tensor) -> bool:
     """eigh's calls of the op on the torch backend: batches the small path may serve."""
     return small.may_use_small_eigh(A)
 
 
-@public(torch.linalg.eigh, general_when=_eigh_general)
+def _eigh_args(call: Call, A: Tensor, UPLO: object) -> tuple:
+    return A, _uplo(call.fn, UPLO), True
+
+
+def _eigh_results(call: Call, L: Tensor, V: Tensor, info: Tensor):
+    return torch.return_types.linalg_eigh((call.cast(L), call.cast(V)))
+
+
+@eigh_decl.public(torch.linalg.eigh, through_op=_eigh_general, prepare=_eigh_args,
+                  finish=_eigh_results)
 def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None):
     r"""Eigenvalues and eigenvectors of a Hermitian (real symmetric) matrix; like
     `torch.linalg.eigh`: ``A = V diag(L) V^H``.
@@ -259,12 +258,6 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
     >>> torch.allclose(V @ torch.diag(L) @ V.mT, A)
     True
     """
-    A, Ac, backend = checks.prepare("eigh", A)
-    uplo = _uplo("eigh", UPLO)
-    L, V, _ = eigh_op(Ac, uplo, True, backend, small.use_small_eigh(Ac, backend), "")
-    result = torch.return_types.linalg_eigh((cast_back(L, _real(A.dtype)),
-                                             cast_back(V, A.dtype)))
-    return write_out("eigh", out, result)
 
 
 def _eigvalsh_general(A: Tensor) -> bool:
@@ -273,7 +266,13 @@ def _eigvalsh_general(A: Tensor) -> bool:
     return small.may_use_small_eigh(A, compute_v=False)
 
 
-@public(torch.linalg.eigvalsh, general_when=_eigvalsh_general)
+def _eigvalsh_args(call: Call, A: Tensor, UPLO: object) -> tuple:
+    # the eigenvectors only where the derivative needs them
+    return A, _uplo(call.fn, UPLO), A.requires_grad and torch.is_grad_enabled()
+
+
+@eigh_decl.public(torch.linalg.eigvalsh, through_op=_eigvalsh_general, prepare=_eigvalsh_args,
+                  finish=lambda call, L, V, info: call.cast(L))
 def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor:
     r"""Eigenvalues of a Hermitian (real symmetric) matrix; like `torch.linalg.eigvalsh`.
 
@@ -298,9 +297,3 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Tensor | None = None) -> Tensor
     >>> mpslinalg.eigvalsh(torch.tensor([[2., 1.], [1., 2.]]))
     tensor([1., 3.])
     """
-    A, Ac, backend = checks.prepare("eigvalsh", A)
-    uplo = _uplo("eigvalsh", UPLO)
-    vectors = Ac.requires_grad and torch.is_grad_enabled()
-    L, _, _ = eigh_op(Ac, uplo, vectors, backend,
-                      small.use_small_eigh(Ac, backend, vectors), "")
-    return write_out("eigvalsh", out, cast_back(L, _real(A.dtype)))

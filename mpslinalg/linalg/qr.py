@@ -20,8 +20,19 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
+from .._core.declare import (
+    NOT_COMPUTED,
+    REAL,
+    Call,
+    Declaration,
+    Matrix,
+    Operand,
+    Param,
+    Prepared,
+    Result,
+)
 from .._core.errors import read_device
-from .._core.op import SAFE_CAST, Op, call_torch, cast_back, public, to_dtype, write_out
+from .._core.op import SAFE_CAST, call_torch, to_dtype
 from . import qr_metal, svd_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
@@ -38,27 +49,14 @@ def _solve_r_torch(R: Tensor, B: Tensor, left: bool, adjoint: bool) -> Tensor:
 #: X with op(R) X = B (``left``) or X op(R) = B, R upper triangular (*, n, n) with B's batch
 #: shape, op(R) = R^H when ``adjoint``: the solves of the derivative rules, as an op so that
 #: traced backward graphs do not trace into the kernels.
-solve_r_op = Op(
-    "qr_solve_r", "(Tensor R, Tensor B, bool left, bool adjoint) -> Tensor",
+solve_r_op = Declaration(
+    "qr_solve_r", [Matrix("R"), Operand("B", 2), Param("left", "bool"), Param("adjoint", "bool")],
+    [Result("X", "B")],
     forward={"metal": lambda R, B, left, adjoint: qr_metal.solve_r_metal(
-        R, B, left=left, adjoint=adjoint, fn="qr"), "torch": _solve_r_torch},
-    fake=lambda R, B, left, adjoint: torch.empty_like(B, memory_format=torch.contiguous_format))
+        R, B, left=left, adjoint=adjoint, fn="qr"), "torch": _solve_r_torch}).op
 
 
 # ---------------------------------------------------------------- qr
-
-
-def _qr_fake(A: Tensor, mode: str) -> tuple[Tensor, Tensor]:
-    *batch, m, n = A.shape
-    k = min(m, n)
-    rows = m if mode == "complete" else k
-    Q = A.new_empty(0) if mode == "r" else A.new_empty((*batch, m, rows))
-    return Q, A.new_empty((*batch, rows, n))
-
-
-def _qr_save(ctx, inputs, outputs) -> None:
-    ctx.mode = inputs[1]
-    ctx.save_for_backward(*outputs)
 
 
 def _copyltu(M: Tensor) -> Tensor:
@@ -100,15 +98,36 @@ def _qr_backward(ctx, gQ: Tensor | None, gR: Tensor | None):
     return torch.cat([gX, Q @ gV], dim=-1), None
 
 
+def _q_core(A, mode: str):
+    m, n = A
+    return NOT_COMPUTED if mode == "r" else (m, m if mode == "complete" else min(m, n))
+
+
+def _r_core(A, mode: str):
+    m, n = A
+    return (m if mode == "complete" else min(m, n), n)
+
+
+def _check_mode(call: Call, A: Tensor, mode: str) -> tuple:
+    if mode not in _MODES:
+        raise RuntimeError(f"mpslinalg.qr: qr received unrecognized mode '{mode}' but expected "
+                           "one of 'reduced' (default), 'r', or 'complete'")
+    return A, mode
+
+
 #: (Q, R) of torch.linalg.qr for ``mode``.
-qr_op = Op(
-    "qr", "(Tensor A, str mode) -> (Tensor, Tensor)",
+qr_decl = Declaration(
+    "qr", [Matrix("A", square=False), Param("mode", "str")],
+    [Result("Q", _q_core), Result("R", _r_core)],
     forward={"metal": qr_metal.qr_metal, "torch": lambda A, mode: tuple(torch.linalg.qr(A, mode)),
              "small": lambda A, mode, backend: small.small_qr(A, mode)},
-    fake=_qr_fake, save=_qr_save, backward=_qr_backward)
+    small_when=lambda backend, A, mode: small.use_small_qr(A, backend),
+    through_op=small.may_use_small_qr, prepare=_check_mode, backward=_qr_backward,
+    saves=["Q", "R"])
+qr_op = qr_decl.op
 
 
-@public(torch.linalg.qr, general_when=small.may_use_small_qr)
+@qr_decl.public(torch.linalg.qr)
 def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = None):
     r"""QR decomposition ``A = Q R``; like `torch.linalg.qr`.
 
@@ -152,13 +171,6 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
     >>> torch.allclose(Q @ R, A)
     True
     """
-    A, Ac, backend = checks.prepare("qr", A, square=False)
-    if mode not in _MODES:
-        raise RuntimeError(f"mpslinalg.qr: qr received unrecognized mode '{mode}' but expected "
-                           "one of 'reduced' (default), 'r', or 'complete'")
-    Q, R = qr_op(Ac, mode, backend, small.use_small_qr(Ac, backend), "")
-    result = torch.return_types.linalg_qr((cast_back(Q, A.dtype), cast_back(R, A.dtype)))
-    return write_out("qr", out, result)
 
 
 # ---------------------------------------------------------------- geqrf
@@ -177,16 +189,15 @@ def _geqrf_backward(ctx, ga, gtau):
 
 
 #: (a, tau) of LAPACK geqrf, as torch.geqrf.
-geqrf_op = Op(
-    "geqrf", "(Tensor A) -> (Tensor, Tensor)",
+geqrf_decl = Declaration(
+    "geqrf", [Matrix("A", square=False)], [Result("a", "A"), Result("tau", lambda A: (min(A),))],
     forward={"metal": lambda A: qr_metal.geqrf_metal(A)[:2],
              "torch": lambda A: tuple(torch.geqrf(A))},
-    fake=lambda A: (torch.empty_like(A, memory_format=torch.contiguous_format),
-                    A.new_empty((*A.shape[:-2], min(A.shape[-2:])))),
-    backward=_geqrf_backward)
+    through_op=_through_the_op, backward=_geqrf_backward)
+geqrf_op = geqrf_decl.op
 
 
-@public(torch.geqrf, torch_name="geqrf", general_when=_through_the_op)
+@geqrf_decl.public(torch.geqrf, torch_name="geqrf", casting=SAFE_CAST.named("a", "tau"))
 def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     r"""Householder QR in LAPACK's packed form; like `torch.geqrf`.
 
@@ -217,10 +228,6 @@ def geqrf(A: Tensor, *, out: tuple[Tensor, Tensor] | None = None):
     >>> tau
     tensor([1.6000, 0.0000])
     """
-    A, Ac, backend = checks.prepare("geqrf", A, square=False)
-    a, tau = geqrf_op(Ac, backend, False, "")
-    result = torch.return_types.geqrf((cast_back(a, A.dtype), cast_back(tau, A.dtype)))
-    return write_out("geqrf", out, result, SAFE_CAST.named("a", "tau"))
 
 
 # ---------------------------------------------------------------- householder_product
@@ -234,10 +241,6 @@ def _householder_product_metal(A: Tensor, tau: Tensor) -> Tensor:
     tmat = qr_metal.larft_metal(a, tau)
     return qr_metal.orgqr_metal(a, tmat, k=tau.shape[-1], cols=A.shape[-1],
                                 fn="householder_product")
-
-
-def _householder_product_save(ctx, inputs, output) -> None:
-    ctx.save_for_backward(inputs[0], inputs[1])
 
 
 def _householder_product_backward(ctx, gQ: Tensor):
@@ -273,15 +276,40 @@ def _householder_product_backward(ctx, gQ: Tensor):
     return gA, gtau
 
 
+def _check_reflectors(call: Call, A: Tensor, tau: Tensor) -> tuple:
+    fn = call.fn
+    if tau.dim() != A.dim() - 1:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected tau to have one dimension less than input, "
+                           f"but got tau.ndim equal to {tau.dim()} and input.ndim is equal to "
+                           f"{A.dim()}")
+    if tau.dtype != call.dtype:
+        raise RuntimeError(f"mpslinalg.{fn}: tau dtype {tau.dtype} does not match input dtype "
+                           f"{call.dtype}")
+    m, n = A.shape[-2:]
+    if m < n:
+        raise RuntimeError(f"mpslinalg.{fn}: input.shape[-2] must be greater than or equal to "
+                           f"input.shape[-1], got shape {checks.shape_str(A)}")
+    if tau.shape[-1] > n:
+        raise RuntimeError(f"mpslinalg.{fn}: input.shape[-1] must be greater than or equal to "
+                           f"tau.shape[-1], got shapes {checks.shape_str(A)} and "
+                           f"{checks.shape_str(tau)}")
+    if tau.shape[:-1] != A.shape[:-2]:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected batch dimensions of tau to be equal to "
+                           f"input.shape[:-2], but got tau of shape {checks.shape_str(tau)} for "
+                           f"input of shape {checks.shape_str(A)}")
+    return A, to_dtype(tau, A.dtype)
+
+
 #: Q = H_1 ... H_k (first n columns), as torch.linalg.householder_product.
-householder_product_op = Op(
-    "householder_product", "(Tensor A, Tensor tau) -> Tensor",
+householder_product_decl = Declaration(
+    "householder_product",
+    [Matrix("A", square=False), Operand("tau", 1, same_dtype=False)], [Result("Q", "A")],
     forward={"metal": _householder_product_metal, "torch": torch.linalg.householder_product},
-    fake=lambda A, tau: torch.empty_like(A, memory_format=torch.contiguous_format),
-    save=_householder_product_save, backward=_householder_product_backward)
+    prepare=_check_reflectors, backward=_householder_product_backward, saves=["A", "tau"])
+householder_product_op = householder_product_decl.op
 
 
-@public(torch.linalg.householder_product)
+@householder_product_decl.public(torch.linalg.householder_product, casting=SAFE_CAST)
 def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) -> Tensor:
     r"""The first n columns of the product of Householder reflectors (LAPACK orgqr / ungqr);
     like `torch.linalg.householder_product`.
@@ -311,31 +339,6 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
     tensor([[-0.6000, -0.8000],
             [-0.8000,  0.6000]])
     """
-    fn = "householder_product"
-    A, Ac, backend = checks.prepare(fn, A, square=False)
-    tau = checks.check_tensor(fn, "tau", tau)
-    checks.check_same_device(fn, A=A, tau=tau)
-    if tau.dim() != A.dim() - 1:
-        raise RuntimeError(f"mpslinalg.{fn}: Expected tau to have one dimension less than input, "
-                           f"but got tau.ndim equal to {tau.dim()} and input.ndim is equal to "
-                           f"{A.dim()}")
-    if tau.dtype != A.dtype:
-        raise RuntimeError(f"mpslinalg.{fn}: tau dtype {tau.dtype} does not match input dtype "
-                           f"{A.dtype}")
-    m, n = A.shape[-2:]
-    if m < n:
-        raise RuntimeError(f"mpslinalg.{fn}: input.shape[-2] must be greater than or equal to "
-                           f"input.shape[-1], got shape {checks.shape_str(A)}")
-    if tau.shape[-1] > n:
-        raise RuntimeError(f"mpslinalg.{fn}: input.shape[-1] must be greater than or equal to "
-                           f"tau.shape[-1], got shapes {checks.shape_str(A)} and "
-                           f"{checks.shape_str(tau)}")
-    if tau.shape[:-1] != A.shape[:-2]:
-        raise RuntimeError(f"mpslinalg.{fn}: Expected batch dimensions of tau to be equal to "
-                           f"input.shape[:-2], but got tau of shape {checks.shape_str(tau)} for "
-                           f"input of shape {checks.shape_str(A)}")
-    Q = householder_product_op(Ac, to_dtype(tau, Ac.dtype), backend, False, "")
-    return write_out(fn, out, cast_back(Q, A.dtype), SAFE_CAST)
 
 
 # ---------------------------------------------------------------- lstsq
@@ -472,25 +475,6 @@ def _lstsq_torch(A: Tensor, B: Tensor, rcond: float | None, driver: str):
     return X, residuals, rank, svals
 
 
-def _lstsq_fake(A: Tensor, B: Tensor, rcond: float | None, driver: str):
-    batch = checks.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-    m, n = A.shape[-2:]
-    k = B.shape[-1]
-    real = A.real.dtype if A.is_complex() else A.dtype
-    with_residuals = driver != "gelsy" and m > n
-    residuals = A.new_empty((*batch, k) if with_residuals else (0,), dtype=real)
-    rank = A.new_empty(A.shape[:-2] if driver != "gels" else (0,), dtype=torch.int64)
-    svals = A.new_empty((*A.shape[:-2], min(m, n)) if driver in ("gelsd", "gelss") else (0,),
-                        dtype=real)
-    return A.new_empty((*batch, n, k)), residuals, rank, svals
-
-
-def _lstsq_save(ctx, inputs, outputs) -> None:
-    A, B, _, _ = inputs
-    ctx.mark_non_differentiable(*outputs[2:])  # rank and singular values are not, as in torch
-    ctx.save_for_backward(A, B, outputs[0])
-
-
 def _lstsq_backward(ctx, gX: Tensor | None, gres: Tensor | None, *unused):
     """Solution of full-rank least squares, X = A^+ B: gB = A^+H gX and
     gA = -gB X^H + (B - A X) Z^H + Y (gX - A^H gB)^H with Z = (A^H A)^-1 gX (m >= n; the last
@@ -525,15 +509,59 @@ def _lstsq_backward(ctx, gX: Tensor | None, gres: Tensor | None, *unused):
     return gA, gB, None, None
 
 
+def _prepare_lstsq(call: Call, A: Tensor, B: Tensor, rcond: float | None,
+                   driver: str | None) -> Prepared:
+    fn = call.fn
+    if B.dtype != call.dtype:
+        raise RuntimeError(f"mpslinalg.{fn}: Expected input and other to have the same dtype, "
+                           f"but got input's dtype {call.dtype} and other's dtype {B.dtype}")
+    if driver is not None and driver not in _DRIVERS:
+        raise RuntimeError(f"mpslinalg.{fn}: parameter `driver` should be one of "
+                           f"({', '.join(_DRIVERS)}), got {driver!r}")
+    vector = B.dim() == A.dim() - 1
+    Bm = B.unsqueeze(-1) if vector else B
+    if Bm.dim() != A.dim():
+        raise RuntimeError(f"mpslinalg.{fn}: input.dim() must be greater or equal to other.dim() "
+                           f"and (input.dim() - other.dim()) <= 1, got shapes "
+                           f"{checks.shape_str(A)} and {checks.shape_str(B)}")
+    if Bm.shape[-2] != A.shape[-2]:
+        raise RuntimeError(f"mpslinalg.{fn}: input.size(-2) should match other.size(-2), got "
+                           f"shapes {checks.shape_str(A)} and {checks.shape_str(B)}")
+    checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
+    if driver is None:
+        # torch's default on the torch backend: gelsy on the CPU, gels elsewhere; gels on the
+        # metal backend.
+        on_cpu = A.device.type in ("cpu", "meta")
+        driver = "gelsy" if call.backend == "torch" and on_cpu else "gels"
+    args = (A, to_dtype(Bm, A.dtype), rcond, driver)
+    if vector:
+        return Prepared(args, lambda X, *rest: (X.squeeze(-1), *rest))
+    return Prepared(args, lambda *results: results)
+
+
+def _residuals_core(A, B, rcond, driver: str):
+    return (B[-1],) if driver != "gelsy" and A[0] > A[1] else NOT_COMPUTED
+
+
 #: (solution, residuals, rank, singular_values) of torch.linalg.lstsq for ``driver`` (the
 #: factory sums gA and gB back to their shapes).
-lstsq_op = Op(
-    "lstsq", "(Tensor A, Tensor B, float? rcond, str driver) -> (Tensor, Tensor, Tensor, Tensor)",
+lstsq_decl = Declaration(
+    "lstsq", [Matrix("A", square=False), Operand("B", 2, same_dtype=False),
+              Param("rcond", "float?"), Param("driver", "str")],
+    [Result("solution", lambda A, B, rcond, driver: (A[1], B[1])),
+     Result("residuals", _residuals_core, REAL),
+     Result("rank", lambda A, B, rcond, driver: NOT_COMPUTED if driver == "gels" else (),
+            torch.int64, batch="A", differentiable=False),
+     Result("singular_values", lambda A, B, rcond, driver: (
+         (min(A),) if driver in ("gelsd", "gelss") else NOT_COMPUTED), REAL, batch="A",
+         differentiable=False)],
     forward={"metal": _lstsq_metal, "torch": _lstsq_torch},
-    fake=_lstsq_fake, save=_lstsq_save, backward=_lstsq_backward)
+    through_op=_through_the_op, prepare=_prepare_lstsq, backward=_lstsq_backward,
+    saves=["A", "B", "solution"])
+lstsq_op = lstsq_decl.op
 
 
-@public(_torch_lstsq, torch_name="linalg.lstsq", general_when=_through_the_op)
+@lstsq_decl.public(_torch_lstsq, torch_name="linalg.lstsq")
 def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None):
     r"""Least-squares solution of ``A X = B``; like `torch.linalg.lstsq`.
 
@@ -581,35 +609,3 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
     (tensor([[0.5000],
             [0.5000]]), tensor(1))
     """
-    fn = "lstsq"
-    A, Ac, backend = checks.prepare(fn, A, square=False)
-    B = checks.check_tensor(fn, "B", B)
-    checks.check_same_device(fn, A=A, B=B)
-    if A.dtype != B.dtype:
-        raise RuntimeError(f"mpslinalg.{fn}: Expected input and other to have the same dtype, "
-                           f"but got input's dtype {A.dtype} and other's dtype {B.dtype}")
-    if driver is not None and driver not in _DRIVERS:
-        raise RuntimeError(f"mpslinalg.{fn}: parameter `driver` should be one of "
-                           f"({', '.join(_DRIVERS)}), got {driver!r}")
-    vector = B.dim() == A.dim() - 1
-    Bm = B.unsqueeze(-1) if vector else B
-    if Bm.dim() != A.dim():
-        raise RuntimeError(f"mpslinalg.{fn}: input.dim() must be greater or equal to other.dim() "
-                           f"and (input.dim() - other.dim()) <= 1, got shapes "
-                           f"{checks.shape_str(A)} and {checks.shape_str(B)}")
-    if Bm.shape[-2] != A.shape[-2]:
-        raise RuntimeError(f"mpslinalg.{fn}: input.size(-2) should match other.size(-2), got "
-                           f"shapes {checks.shape_str(A)} and {checks.shape_str(B)}")
-    checks.broadcast_batch(fn, ("A", A.shape[:-2]), ("B", Bm.shape[:-2]))
-    if driver is None:
-        # torch's default on the torch backend: gelsy on the CPU, gels elsewhere; gels on the
-        # metal backend.
-        on_cpu = A.device.type in ("cpu", "meta")
-        driver = "gelsy" if backend == "torch" and on_cpu else "gels"
-    X, residuals, rank, svals = lstsq_op(Ac, to_dtype(Bm, Ac.dtype), rcond, driver, backend,
-                                         False, "")
-    if vector:
-        X = X.squeeze(-1)
-    if Ac.dtype != A.dtype:  # computed in float32 for float16 / bfloat16 input
-        X, residuals, svals = (cast_back(t, A.dtype) for t in (X, residuals, svals))
-    return torch.return_types.linalg_lstsq((X, residuals, rank, svals))

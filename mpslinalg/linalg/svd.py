@@ -16,8 +16,19 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
+from .._core.declare import (
+    REAL,
+    Call,
+    Declaration,
+    Matrix,
+    Operand,
+    Param,
+    Result,
+    info,
+    real_dtype,
+)
 from .._core.errors import NONFINITE_INFO
-from .._core.op import SAFE_CAST, Op, cast_back, public, values_unavailable, write_out
+from .._core.op import SAFE_CAST, values_unavailable
 from . import svd_metal
 
 __all__ = ["matrix_rank", "pinv", "svd", "svdvals"]
@@ -29,16 +40,10 @@ _GAUGE_ERROR = ("svd_backward: The singular vectors in the complex case are spec
                 "term, making it ill-defined.")
 
 
-_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-
-
-def _real(dtype: torch.dtype) -> torch.dtype:
-    return _REAL.get(dtype, dtype)  # (dtype.to_real does not trace under torch.compile)
-
-
-def _check_driver(fn: str, driver: str | None, A: Tensor, backend: str) -> None:
-    if driver is not None and (backend == "metal" or A.device.type != "cuda"):
-        raise RuntimeError(f"mpslinalg.{fn}: {_DRIVER_ERROR}")
+def _check_driver(call: Call, A: Tensor, driver: str | None, **rest) -> None:
+    """torch's rule: ``driver`` for CUDA tensors on cuSOLVER only."""
+    if driver is not None and (call.backend == "metal" or A.device.type != "cuda"):
+        raise RuntimeError(f"mpslinalg.{call.fn}: {_DRIVER_ERROR}")
 
 
 def _through_the_op(A) -> bool:
@@ -61,28 +66,16 @@ def _svdvals_general(A) -> bool:
                                   and small.may_use_small_svd(A, compute_uv=False))
 
 
-def _use_small(A: Tensor, driver: str | None, backend: str, compute_uv: bool) -> bool:
+def _small_svd_when(backend: str, A: Tensor, full: bool, driver: str | None) -> bool:
     """The small path serves torch-backend calls without a cuSOLVER driver choice."""
-    return driver is None and small.use_small_svd(A, backend, compute_uv)
+    return driver is None and small.use_small_svd(A, backend, True)
+
+
+def _small_svdvals_when(backend: str, A: Tensor, driver: str | None) -> bool:
+    return driver is None and small.use_small_svd(A, backend, False)
 
 
 # ---------------------------------------------------------------- svd
-
-
-def _svd_shapes(A: Tensor, full: bool):
-    *batch, m, n = A.shape
-    k = min(m, n)
-    return (*batch, m, m if full else k), (*batch, k), (*batch, n if full else k, n)
-
-
-def _svd_fake(A: Tensor, full: bool, driver: str | None):
-    u, s, vh = _svd_shapes(A, full)
-    return A.new_empty(u), A.new_empty(s, dtype=_real(A.dtype)), A.new_empty(vh)
-
-
-def _svd_save(ctx, inputs, outputs) -> None:
-    ctx.full_matrices = inputs[1]
-    ctx.save_for_backward(*outputs)
 
 
 def _sv_backward(U: Tensor, gS: Tensor, Vh: Tensor) -> Tensor:
@@ -159,15 +152,20 @@ def _svd_torch(A: Tensor, full: bool, driver: str | None):
 
 
 #: (U, S, Vh) of torch.linalg.svd.
-svd_op = Op(
-    "svd", "(Tensor A, bool full_matrices, str? driver) -> (Tensor, Tensor, Tensor)",
+svd_decl = Declaration(
+    "svd", [Matrix("A", square=False), Param("full_matrices", "bool"), Param("driver", "str?")],
+    [Result("U", lambda A, full, driver: (A[0], A[0] if full else min(A))),
+     Result("S", lambda A, full, driver: (min(A),), REAL),
+     Result("Vh", lambda A, full, driver: (A[1] if full else min(A), A[1]))],
     forward={"metal": lambda A, full, driver: svd_metal.svd_metal(A, full, fn="svd")[:3],
              "torch": _svd_torch,
              "small": lambda A, full, driver, backend: small.small_svd(A, full, True)},
-    fake=_svd_fake, save=_svd_save, backward=_svd_backward)
+    small_when=_small_svd_when, through_op=_svd_general, prepare=_check_driver,
+    backward=_svd_backward, saves=["U", "S", "Vh"])
+svd_op = svd_decl.op
 
 
-@public(torch.linalg.svd, general_when=_svd_general)
+@svd_decl.public(torch.linalg.svd)
 def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
         out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""Singular value decomposition ``A = U diag(S) Vh``; like `torch.linalg.svd`.
@@ -211,21 +209,9 @@ def svd(A: Tensor, full_matrices: bool = True, *, driver: str | None = None,
     >>> torch.allclose(U @ torch.diag(S) @ Vh, A, atol=1e-5)
     True
     """
-    A, Ac, backend = checks.prepare("svd", A, square=False)
-    _check_driver("svd", driver, A, backend)
-    U, S, Vh = svd_op(Ac, bool(full_matrices), driver, backend,
-                      _use_small(Ac, driver, backend, True), "")
-    result = torch.return_types.linalg_svd(
-        (cast_back(U, A.dtype), cast_back(S, _real(A.dtype)), cast_back(Vh, A.dtype)))
-    return write_out("svd", out, result)
 
 
 # ---------------------------------------------------------------- svdvals
-
-
-def _svdvals_save(ctx, inputs, outputs) -> None:
-    ctx.driver = inputs[1]
-    ctx.save_for_backward(inputs[0])
 
 
 def _svdvals_backward(ctx, gS: Tensor):
@@ -237,18 +223,19 @@ def _svdvals_backward(ctx, gS: Tensor):
 
 
 #: S of torch.linalg.svdvals (no singular vectors formed on the metal backend).
-svdvals_op = Op(
-    "svdvals", "(Tensor A, str? driver) -> Tensor",
+svdvals_decl = Declaration(
+    "svdvals", [Matrix("A", square=False), Param("driver", "str?")],
+    [Result("S", lambda A, driver: (min(A),), REAL)],
     forward={"metal": lambda A, driver: svd_metal.svd_metal(A, vectors=False,
                                                             fn="svdvals")[1],
              "torch": lambda A, driver: torch.linalg.svdvals(A, driver=driver),
              "small": lambda A, driver, backend: small.small_svd(A, False, False)[1]},
-    fake=lambda A, driver: A.new_empty((*A.shape[:-2], min(A.shape[-2:])),
-                                       dtype=_real(A.dtype)),
-    save=_svdvals_save, backward=_svdvals_backward)
+    small_when=_small_svdvals_when, through_op=_svdvals_general, prepare=_check_driver,
+    backward=_svdvals_backward, saves=["A"])
+svdvals_op = svdvals_decl.op
 
 
-@public(torch.linalg.svdvals, general_when=_svdvals_general)
+@svdvals_decl.public(torch.linalg.svdvals)
 def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) -> Tensor:
     r"""Singular values in descending order; like `torch.linalg.svdvals`.
 
@@ -272,10 +259,6 @@ def svdvals(A: Tensor, *, driver: str | None = None, out: Tensor | None = None) 
     >>> mpslinalg.svdvals(torch.tensor([[0., 2.], [-3., 0.]]))
     tensor([3., 2.])
     """
-    A, Ac, backend = checks.prepare("svdvals", A, square=False)
-    _check_driver("svdvals", driver, A, backend)
-    S = svdvals_op(Ac, driver, backend, _use_small(Ac, driver, backend, False), "")
-    return write_out("svdvals", out, cast_back(S, _real(A.dtype)))
 
 
 # ---------------------------------------------------------------- tolerances (pinv, matrix_rank)
@@ -300,7 +283,7 @@ def tolerances(fn: str, A: Tensor, atol: object, rtol: object) -> tuple[Tensor, 
     """torch's (atol, rtol) for pinv and matrix_rank (ATen's get_atol_rtol): atol defaults to
     0; rtol to eps * max(m, n) when neither is given, and where atol is given, to 0 where
     atol > 0 and to that default elsewhere. eps is that of A's compute dtype."""
-    real = _real(A.dtype)
+    real = real_dtype(A.dtype)
     atol_t = (torch.zeros((), dtype=real, device=A.device) if atol is None
               else _tolerance(fn, "atol", atol, real, A.device))
     if rtol is not None:
@@ -360,10 +343,6 @@ def _pinv_from_svd(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool, backe
     return X.expand(*batch, n, m)
 
 
-def _pinv_save(ctx, inputs, outputs) -> None:
-    ctx.save_for_backward(inputs[0], outputs)
-
-
 def _pinv_backward(ctx, gX: Tensor):
     """The derivative of the pseudo-inverse at constant rank (Golub and Pereyra 1973, "The
     differentiation of pseudo-inverses and nonlinear least squares problems whose variables
@@ -383,36 +362,35 @@ def _pinv_backward(ctx, gX: Tensor):
     return gA, None, None, None
 
 
-def _pinv_fake(A: Tensor, atol: Tensor, rtol: Tensor, hermitian: bool) -> Tensor:
-    batch = checks.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
-    return A.new_empty((*batch, A.shape[-1], A.shape[-2]))
+def _tolerance_args(call: Call, A: Tensor, atol: object, rtol: object, hermitian: bool
+                    ) -> tuple:
+    """(A, atol, rtol, hermitian) of the op: the tolerances as tensors (`tolerances`)."""
+    fn = call.fn
+    _check_hermitian(fn, A, hermitian)
+    atol_t, rtol_t = tolerances(fn, A, atol, rtol)
+    _tol_batch(fn, A, atol_t, rtol_t)
+    return A, atol_t, rtol_t, bool(hermitian)
 
+
+_TOLERANCES = [Matrix("A", square=False), Operand("atol", 0, built=True),
+               Operand("rtol", 0, built=True), Param("hermitian", "bool")]
 
 #: The pseudo-inverse of torch.linalg.pinv with tolerance tensors (atol, rtol).
-pinv_op = Op(
-    "pinv", "(Tensor A, Tensor atol, Tensor rtol, bool hermitian) -> Tensor",
+pinv_decl = Declaration(
+    "pinv", _TOLERANCES, [Result("pinv", lambda A, atol, rtol, hermitian: A[::-1])],
     forward={"metal": lambda A, atol, rtol, hermitian: _pinv_from_svd(A, atol, rtol, hermitian,
                                                                      "metal"),
              "torch": lambda A, atol, rtol, hermitian: _pinv_from_svd(A, atol, rtol, hermitian,
                                                                      "torch")},
-    fake=_pinv_fake, save=_pinv_save, backward=_pinv_backward)
+    through_op=_through_the_op, prepare=_tolerance_args, backward=_pinv_backward,
+    saves=["A", "pinv"])
+pinv_op = pinv_decl.op
 
 
-def _pinv_general(A: Tensor, *, atol: float | Tensor | None = None,
-                  rtol: float | Tensor | None = None, hermitian: bool = False,
-                  out: Tensor | None = None) -> Tensor:
-    fn = "pinv"
-    A, Ac, backend = checks.prepare(fn, A, square=False)
-    _check_hermitian(fn, A, hermitian)
-    atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
-    _tol_batch(fn, A, atol_t, rtol_t)
-    X = pinv_op(Ac, atol_t, rtol_t, bool(hermitian), backend, False, "")
-    return write_out(fn, out, cast_back(X, A.dtype), SAFE_CAST)
-
-
-_pinv_general.__name__ = "pinv"  # errors and the generated fast path name mpslinalg.pinv
-#: pinv's keyword form (torch.linalg.pinv's first overload) with torch's fast path.
-_pinv = public(torch.linalg.pinv, general_when=_through_the_op)(_pinv_general)
+@pinv_decl.public(torch.linalg.pinv, casting=SAFE_CAST, name="pinv")
+def _pinv(A: Tensor, *, atol: float | Tensor | None = None, rtol: float | Tensor | None = None,
+          hermitian: bool = False, out: Tensor | None = None) -> Tensor:
+    """pinv's keyword form (torch.linalg.pinv's first overload), with torch's fast path."""
 
 
 def _legacy(fn: str, name: str, value: object, atol: object, rtol: object) -> None:
@@ -522,46 +500,32 @@ def _rank_hermitian_torch(A: Tensor, atol: Tensor, rtol: Tensor) -> tuple[Tensor
     return _rank(S, atol, rtol), info
 
 
-def _matrix_rank_fake(A: Tensor, atol: Tensor, rtol: Tensor):
-    batch = torch.broadcast_shapes(A.shape[:-2], atol.shape, rtol.shape)
-    return (A.new_empty(batch, dtype=torch.int64),
-            A.new_empty(A.shape[:-2], dtype=torch.int32))
+def _rank_args(call: Call, A: Tensor, atol: object, rtol: object, hermitian: bool) -> tuple:
+    """`_tolerance_args`, with hermitian=True's A the Hermitian matrix of its lower triangle."""
+    A, atol_t, rtol_t, hermitian = _tolerance_args(call, A, atol, rtol, hermitian)
+    return _hermitian_from_lower(A) if hermitian else A, atol_t, rtol_t, hermitian
 
 
 #: (rank, info) of torch.linalg.matrix_rank with tolerance tensors (atol, rtol); the metal
-#: backend raises through ``info`` (`_rank_metal`).
-matrix_rank_op = Op(
-    "matrix_rank", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
-    forward={"metal": _rank_metal, "torch": _rank_torch}, fake=_matrix_rank_fake, info=1)
+#: backend raises through ``info`` (`_rank_metal`). torch computes hermitian=True's with
+#: eigvalsh, so its failures are eigh's (`_rank_hermitian_metal`).
+matrix_rank_decl = Declaration(
+    "matrix_rank", _TOLERANCES,
+    [Result("rank", dtype=torch.int64), info(batch="A")],
+    forward={"metal": lambda A, atol, rtol, hermitian: (
+                 _rank_hermitian_metal if hermitian else _rank_metal)(A, atol, rtol),
+             "torch": lambda A, atol, rtol, hermitian: (
+                 _rank_hermitian_torch if hermitian else _rank_torch)(A, atol, rtol)},
+    through_op=_through_the_op, prepare=_rank_args,
+    info_routine=lambda A, atol, rtol, hermitian: "eigh" if hermitian else None)
+matrix_rank_op = matrix_rank_decl.op
 
-#: The same with hermitian=True, for the Hermitian matrix built from A's lower triangle: torch
-#: computes it with eigvalsh, so its failures are eigh's (`_rank_hermitian_metal`).
-matrix_rank_hermitian_op = Op(
-    "matrix_rank_hermitian", "(Tensor A, Tensor atol, Tensor rtol) -> (Tensor, Tensor)",
-    forward={"metal": _rank_hermitian_metal, "torch": _rank_hermitian_torch},
-    fake=_matrix_rank_fake, info=1, info_routine="eigh")
 
-
-def _matrix_rank_general(A: Tensor, *, atol: float | Tensor | None = None,
+@matrix_rank_decl.public(torch.linalg.matrix_rank, casting=SAFE_CAST, name="matrix_rank")
+def _matrix_rank(A: Tensor, *, atol: float | Tensor | None = None,
                  rtol: float | Tensor | None = None, hermitian: bool = False,
                  out: Tensor | None = None) -> Tensor:
-    fn = "matrix_rank"
-    A, Ac, backend = checks.prepare(fn, A, square=False)
-    _check_hermitian(fn, A, hermitian)
-    atol_t, rtol_t = tolerances(fn, Ac, atol, rtol)
-    _tol_batch(fn, A, atol_t, rtol_t)
-    if hermitian:
-        rank, _ = matrix_rank_hermitian_op(_hermitian_from_lower(Ac), atol_t, rtol_t, backend,
-                                           False, f"mpslinalg.{fn}")
-    else:
-        rank, _ = matrix_rank_op(Ac, atol_t, rtol_t, backend, False, f"mpslinalg.{fn}")
-    return write_out(fn, out, rank, SAFE_CAST)
-
-
-_matrix_rank_general.__name__ = "matrix_rank"
-#: matrix_rank's keyword form with torch's fast path.
-_matrix_rank = public(torch.linalg.matrix_rank,
-                      general_when=_through_the_op)(_matrix_rank_general)
+    """matrix_rank's keyword form, with torch's fast path."""
 
 
 def matrix_rank(A: Tensor, tol: float | Tensor | None = None, hermitian: bool = False, *,
