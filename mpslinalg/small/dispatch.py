@@ -46,6 +46,7 @@ import torch
 
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from .._core.checks import TORCH_DTYPES
 from . import cpu_simd
 from .codegen import MAX_N
 
@@ -134,8 +135,8 @@ def use_small_path(A: torch.Tensor, backend: str | None = None) -> bool:
     if backend is None:
         backend = resolve_backend(A.device, "inv")
     if backend == "metal":
-        return A.dtype in (torch.float32, torch.complex64)
-    if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        return A.dtype in _metal.LINALG_DTYPES
+    if A.dtype not in TORCH_DTYPES:
         return False
     device = A.device.type
     if device == "cuda" and not (A.dtype in _TRITON_DTYPES and _triton_available()):
@@ -494,8 +495,8 @@ def _metal_run(op: str, fn: str, A: torch.Tensor, tensors: list[torch.Tensor],
     if batch == 0:
         return
     kern = _metal.kernel(_SOURCE, op, A.dtype, A.device, fn=fn, n=A.shape[-1])
-    kern(*(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
-         threads=batch, group_size=min(_GROUP, batch))
+    _metal.launch(kern, *(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
+                  threads=batch, group_size=min(_GROUP, batch))
 
 
 def _metal_inv(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
