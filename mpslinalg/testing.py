@@ -7,7 +7,8 @@ check`` and the benchmarks, and public for users who test code built on mpslinal
 - Matrix generators in the style of LAPACK's ``xLATMS``: a chosen condition number, scale and
   rank, real or complex, batched, reproducible from a seed (`matrix_with_spread`,
   `random_matrix`, `singular_matrix`, `noncontiguous`).
-- `count_host_syncs`: counts the reads that force a device-to-host synchronisation.
+- `count_host_syncs`: counts the reads that force a device-to-host synchronisation;
+  `count_launches`: the Metal kernels launched, on any executor.
 
 Examples
 --------
@@ -29,11 +30,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ._core import errors as _errors
+from ._core import metal as _metal
 
 __all__ = ["THRESH", "batch_ratio", "lu_ratio", "solve_ratio", "inv_ratio", "qr_ratio",
            "orthogonality_ratio", "svd_ratio", "singular_values_ratio", "penrose_ratios",
            "random_matrix", "matrix_with_spread", "singular_matrix", "noncontiguous",
-           "count_host_syncs", "wide", "eps", "norm1"]
+           "count_host_syncs", "count_launches", "wide", "eps", "norm1"]
 
 THRESH = 30.0
 
@@ -392,3 +394,31 @@ def count_host_syncs():
             yield counter
     finally:
         _errors.read_listeners.remove(counter.calls.append)
+
+
+class _LaunchCounter:
+    def __init__(self):
+        self.names: list[str] = []
+
+
+@contextlib.contextmanager
+def count_launches():
+    """Records the Metal kernels mpslinalg launches inside the block, by host name in the order
+    submitted (``names``), on every executor: the Apple GPU, the emulator (also what is queued
+    on a stream) and the CUDA executor.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import count_launches
+    >>> with mpslinalg.use_backend("metal"), count_launches() as launches:
+    ...     _ = mpslinalg.inv_ex(torch.eye(3))
+    >>> launches.names
+    ['small_inv_float32_n3']
+    """
+    counter = _LaunchCounter()
+    _metal.launch_listeners.append(counter.names.append)
+    try:
+        yield counter
+    finally:
+        _metal.launch_listeners.remove(counter.names.append)

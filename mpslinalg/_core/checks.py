@@ -9,8 +9,10 @@ from collections.abc import Sequence
 
 import torch
 
+from .metal import LINALG_DTYPES
+
 #: dtypes each backend computes in natively.
-METAL_DTYPES = (torch.float32, torch.complex64)
+METAL_DTYPES = LINALG_DTYPES
 TORCH_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 #: low-precision inputs are computed in float32 and cast back (Metal and torch alike).
 UPCAST_DTYPES = {torch.float16: torch.float32, torch.bfloat16: torch.float32}

@@ -10,9 +10,6 @@ import torch
 
 from . import metal as _metal
 
-#: Upper bound on the grid; larger tensors are covered by the kernel's grid-stride loop.
-_MAX_GRID = 1 << 22
-
 
 def contiguous(x: torch.Tensor, fn: str = "contiguous") -> torch.Tensor:
     """``x`` as a contiguous tensor, gathered by the Metal kernel when it is not already; lazy
@@ -29,5 +26,5 @@ def contiguous(x: torch.Tensor, fn: str = "contiguous") -> torch.Tensor:
     sizes = list(x.shape) or [1]
     strides = list(x.stride()) or [1]
     _metal.launch(kernel, x, out, sizes, strides, len(sizes), numel,
-                  threads=min(numel, _MAX_GRID), group_size=None)
+                  threads=_metal.grid_stride_threads(numel), group_size=None)
     return out

@@ -11,8 +11,6 @@ import torch
 
 from . import checks
 
-#: Upper bound on the grid of elementwise kernels; their grid-stride loops cover the rest.
-MAX_GRID = 1 << 22
 #: Mirrors ``kMaxElementwiseDims`` in metal/common/elementwise.h.
 MAX_DIMS = 16
 
@@ -36,7 +34,3 @@ def layout(shape: torch.Size, *views: torch.Tensor) -> list[list[int]]:
     if len(shape) == 0:
         return [[1]] + [[0] for _ in views]
     return [list(shape)] + [list(v.stride()) for v in views]
-
-
-def grid(numel: int) -> int:
-    return min(numel, MAX_GRID)

@@ -7,6 +7,8 @@ import re
 import numpy as np
 import torch
 
+from . import metal as _metal
+
 #: Callbacks told of every device read ``check_errors`` makes (``mpslinalg.testing
 #: .count_host_syncs`` listens: the read may happen inside a registered op, where torch
 #: function modes do not reach).
@@ -64,9 +66,11 @@ def _failure_text(api_name: str, info: int) -> str:
 def read_device(x: torch.Tensor, why: str) -> np.ndarray:
     """``x`` on the host as a NumPy array: the one device read of a checking call, told to
     `read_listeners`, and no torch kernel on the host (nothing competes with a running
-    kernel for CPU threads)."""
+    kernel for CPU threads). On an emulator stream it first waits for the work queued on it
+    (`mpslinalg._core.metal.wait_for_host_read`)."""
     for listener in read_listeners:
         listener(why)
+    _metal.wait_for_host_read(x)
     if (type(x) is torch.Tensor and x.device.type == "cpu" and not x.requires_grad
             and not x.is_conj() and not x.is_neg()
             and not torch._C._is_torch_function_mode_enabled()):

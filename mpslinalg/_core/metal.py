@@ -12,6 +12,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,24 @@ DTYPE_NAMES = {
     torch.uint32: "uint32",
     torch.uint64: "uint64",
 }
+
+#: What the linear-algebra kernels (metal/linalg: lu, triangular, qr, svd, eigh, the n <= 4
+#: kernels) are instantiated for: Metal has no float64 (the families' Metal dtype policy).
+LINALG_DTYPES = (torch.float32, torch.complex64)
+
+#: Lanes of a SIMD-group on Apple GPUs, the emulator and the CUDA executor (``kSimdWidth`` of
+#: metal/common/defines.h).
+SIMD_WIDTH = 32
+
+#: Largest grid of the grid-stride kernels (copy, elementwise, pad), which loop over the rest:
+#: 4 Mi threads fill any Apple GPU many times over, so a larger grid buys no parallelism, and
+#: thread positions stay far inside the 32-bit ``uint`` the kernels index the grid with.
+MAX_GRID = 1 << 22
+
+
+def grid_stride_threads(numel: int) -> int:
+    """Threads of a grid-stride kernel over ``numel`` elements (at most `MAX_GRID`)."""
+    return min(numel, MAX_GRID)
 
 
 def metal_root() -> Path:
@@ -138,6 +157,9 @@ def _compiler_for(device: torch.device, fn: str) -> tuple[str, Any]:
 
 _libraries: dict[tuple[str, str], Any] = {}
 _kernels: dict[tuple[str, str, str], Any] = {}
+#: Host name of each kernel object `kernel` returned, by id (torch's MPS kernels carry no name;
+#: the objects are kept in `_kernels` for the process, so an id is never reused).
+_host_names: dict[int, str] = {}
 _lock = threading.Lock()
 
 
@@ -163,8 +185,15 @@ def kernel(path: str, op: str, dtype: torch.dtype, device: torch.device, *,
     key = (path, executor, name)
     k = _kernels.get(key)
     if k is None:
-        k = _kernels[key] = getattr(library(path, device, fn), name)
+        k = getattr(library(path, device, fn), name)
+        _host_names[id(k)] = name
+        _kernels[key] = k
     return k
+
+
+def host_name(kernel: Any) -> str:
+    """The host name of a kernel object (from `kernel`, else its own ``name``)."""
+    return _host_names.get(id(kernel)) or getattr(kernel, "name", repr(kernel))
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -176,20 +205,57 @@ def ceil_div(a: int, b: int) -> int:
 LANE_ORDER: str | None = None
 
 
-#: Set by mpslinalg.ops.streams once an emulator stream exists: ``stream_submit(kernel, args,
-#: kwargs)`` runs a launch of CPU tensors on the thread's current stream (queued, or at once on
-#: the default stream, checked for races either way). None: launches run in the calling thread.
-stream_submit: Callable[[Any, tuple, dict], None] | None = None
+@dataclass(frozen=True)
+class StreamHooks:
+    """How launches and host reads of CPU tensors reach the emulator's streams
+    (`mpslinalg.ops.streams` registers them with `set_stream_hooks` once a stream exists).
+
+    ``submit(kernel, args, kwargs)`` runs a launch on the calling thread's current stream
+    (queued, or at once on the default stream); ``wait_for_host_read(x)`` returns once the host
+    may read ``x``: the work queued so far on the current stream is complete."""
+
+    submit: Callable[[Any, tuple, dict], None]
+    wait_for_host_read: Callable[[torch.Tensor], None]
+
+
+#: None until `set_stream_hooks`: launches run in the calling thread, reads need no wait.
+_stream_hooks: StreamHooks | None = None
+
+
+def set_stream_hooks(*, submit: Callable[[Any, tuple, dict], None],
+                     wait_for_host_read: Callable[[torch.Tensor], None]) -> None:
+    """Route every later launch and host read of CPU tensors through the emulator's streams
+    (see `StreamHooks`)."""
+    global _stream_hooks
+    _stream_hooks = StreamHooks(submit, wait_for_host_read)
+
+
+#: Callbacks told of every launch, with the kernel's host name, when it is submitted
+#: (`mpslinalg.testing.count_launches` listens), on every executor.
+launch_listeners: list[Callable[[str], None]] = []
 
 
 def launch(kernel: Any, *args: Any, threads: Any, group_size: Any) -> None:
-    """Run ``kernel(*args, threads=, group_size=)`` on the current stream, in the lane order
-    of `LANE_ORDER` on the emulator."""
+    """Run ``kernel(*args, threads=, group_size=)``: the one way host code starts a kernel.
+
+    The launch is told to `launch_listeners`; on the emulator (CPU tensors) it runs in the
+    lane order of `LANE_ORDER`, on the thread's current stream (see `set_stream_hooks`); MPS
+    and the CUDA executor queue it on the device's current stream themselves."""
+    for listener in launch_listeners:
+        listener(host_name(kernel))
     kwargs = {"threads": threads, "group_size": group_size}
     if args[0].device.type == "cpu":
         if LANE_ORDER is not None:
             kwargs["order"] = LANE_ORDER
-        if stream_submit is not None:
-            stream_submit(kernel, args, kwargs)
+        if _stream_hooks is not None:
+            _stream_hooks.submit(kernel, args, kwargs)
             return
     kernel(*args, **kwargs)
+
+
+def wait_for_host_read(x: torch.Tensor) -> None:
+    """Return once the host may read ``x``: on the emulator, the work queued so far on the
+    thread's current stream is complete (as a device-to-host copy on a GPU's current stream
+    waits for it). Elsewhere torch's own read waits."""
+    if _stream_hooks is not None and x.device.type == "cpu":
+        _stream_hooks.wait_for_host_read(x)

@@ -26,7 +26,7 @@ from .. import small
 from .._core import metal as _metal
 from .._core.copy import contiguous
 from .._core.declare import NOT_COMPUTED, REAL, Call, Declaration, Matrix, Param, Result, info
-from .._core.metal import launch
+from .._core.metal import SIMD_WIDTH, launch
 from .._core.op import call_torch, values_unavailable
 
 __all__ = ["eigh", "eigvalsh"]
@@ -50,7 +50,6 @@ MAX_N = 46340
 
 # Host-side launch geometry.
 SMALL_GROUP = 256  # eigh_small: one thread per matrix
-SIMD_WIDTH = 32
 
 
 def group_max_n(dtype: torch.dtype) -> int:

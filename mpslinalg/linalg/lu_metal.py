@@ -24,9 +24,8 @@ import torch
 
 from .._core import metal as _metal
 from .._core.copy import contiguous
-from .._core.metal import launch
+from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from . import triangular_metal
-from .triangular_metal import SIMD_WIDTH
 
 _LU_SOURCE = "linalg/lu.metal"
 
@@ -41,15 +40,13 @@ PANEL_MAX_THREADS = 256  # rows beyond this many threads are dealt cyclically
 SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
 PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
 
-_SUPPORTED = (torch.float32, torch.complex64)
-
 
 def _check(fn: str, **tensors: torch.Tensor) -> None:
     """Internal contract checks (shapes only: no device reads)."""
     for name, t in tensors.items():
         if not t.is_contiguous():
             raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be contiguous")
-        if name != "pivots" and t.dtype not in _SUPPORTED:
+        if name != "pivots" and t.dtype not in LINALG_DTYPES:
             raise TypeError(
                 f"mpslinalg.{fn}: internal error: {name} has dtype {t.dtype}; the LU kernels "
                 "take float32 or complex64"

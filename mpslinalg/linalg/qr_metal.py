@@ -27,9 +27,8 @@ import torch
 
 from .._core import metal as _metal
 from .._core.copy import contiguous
-from .._core.metal import launch
+from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from . import triangular_metal
-from .triangular_metal import SIMD_WIDTH
 
 _SOURCE = "linalg/qr.metal"
 
@@ -59,8 +58,6 @@ TSQR_MAX_COLS = TSQR_ROWS // 2
 #: ... and at least this many row blocks (fewer leave the GPU as idle as one factorisation).
 TSQR_MIN_BLOCKS = 4
 
-_SUPPORTED = (torch.float32, torch.complex64)
-
 #: (lower, unit, trans, swaps) of triangular_metal's solves with the upper triangle R of a QR
 #: factor (packed square): R X = B is one backward substitution; R^H X = B one forward
 #: substitution with the conjugate transpose of the stored triangle.
@@ -72,7 +69,7 @@ def _check(fn: str, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         if not t.is_contiguous():
             raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be contiguous")
-        if t.dtype not in _SUPPORTED:
+        if t.dtype not in LINALG_DTYPES:
             raise TypeError(f"mpslinalg.{fn}: internal error: {name} has dtype {t.dtype}; the "
                             "QR kernels take float32 or complex64")
 

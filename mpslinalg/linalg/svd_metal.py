@@ -23,7 +23,7 @@ import torch
 
 from .._core import metal as _metal
 from .._core.copy import contiguous
-from .._core.metal import launch
+from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from . import qr_metal
 
 _SOURCE = "linalg/svd.metal"
@@ -36,15 +36,8 @@ MAX_SIMDGROUPS = 16  # kSvdMaxSimdgroups
 SMALL_MAX = 4  # kSvdSmallMax
 STAGE_BYTES = 32768 - MAX_SIMDGROUPS * 4  # kSvdStageBytes
 
-SIMD_WIDTH = 32
 #: svd_small: matrices (threads) per threadgroup.
 SMALL_GROUP = 256
-
-_SUPPORTED = (torch.float32, torch.complex64)
-
-
-def _real_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float32, torch.complex64) else dtype.to_real()
 
 
 def jacobi_threads(n: int) -> int:
@@ -115,7 +108,7 @@ def _tall(A: torch.Tensor, vectors: bool, full: bool, fn: str):
 def _empty(batch_shape, m: int, n: int, dtype, device, vectors: bool, full: bool):
     k = min(m, n)
     ucols, vrows = (m, n) if full else (k, k)
-    S = torch.zeros((*batch_shape, k), dtype=_real_dtype(dtype), device=device)
+    S = torch.zeros((*batch_shape, k), dtype=dtype.to_real(), device=device)
     info = torch.zeros(batch_shape, dtype=torch.int32, device=device)
     if not vectors:
         return None, S, None, info
@@ -136,7 +129,7 @@ def svd_metal(A: torch.Tensor, full_matrices: bool = False, *, vectors: bool = T
     input with NaN or Inf (then S, U and Vh are NaN).
     """
     *batch_shape, m, n = A.shape
-    if A.dtype not in _SUPPORTED:
+    if A.dtype not in LINALG_DTYPES:
         raise TypeError(f"mpslinalg.{fn}: internal error: the SVD kernels take float32 or "
                         f"complex64, got {A.dtype}")
     batch = math.prod(batch_shape)

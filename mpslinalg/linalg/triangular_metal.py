@@ -13,14 +13,13 @@ import math
 import torch
 
 from .._core import metal as _metal
-from .._core.metal import launch
+from .._core.metal import SIMD_WIDTH, launch
 
 _SOURCE = "linalg/triangular.metal"
 
 #: Fields of the kernels' TriSolveParams struct, in order (each an int64).
 TRI_SOLVE_PARAMS = ("n", "k", "lower", "unit", "trans", "swaps")
 
-SIMD_WIDTH = 32
 SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at most 32)
 TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
 TRSV_MIN_N = 128  # ... on matrices at least this large; trsm otherwise

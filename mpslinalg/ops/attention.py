@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks, elementwise
+from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from .._core.metal import SIMD_WIDTH
 from .._core.op import Op, call_torch, public
 from .._core.seed import draw_seed
 
@@ -45,7 +46,6 @@ MAX_HEAD_DIM = 256
 #: Head-dimension buckets the kernels are instantiated for (the smallest that holds E and Ev).
 HEAD_DIM_BUCKETS = (64, 128, 256)
 ROWS_PER_GROUP = 32
-SIMD_WIDTH = 32
 _MASKS = {None: 0, "bool": 1, "additive": 2}
 #: Queries of at most this many rows take the decode kernel (a SIMD group per row).
 DECODE_MAX_ROWS = 4
@@ -152,7 +152,7 @@ def dropout_multipliers(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool, dropo
     kernel = _metal.kernel(_PATH, "attention_dropout_mask", torch.float32, q.device,
                            fn="scaled_dot_product_attention")
     _metal.launch(kernel, out, params, _factors(1.0, dropout_p), numel,
-                  threads=elementwise.grid(numel), group_size=None)
+                  threads=_metal.grid_stride_threads(numel), group_size=None)
     return out
 
 

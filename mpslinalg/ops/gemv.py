@@ -21,7 +21,7 @@ from torch import Tensor
 from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.metal import launch
+from .._core.metal import SIMD_WIDTH, launch
 from .._core.op import Op, public
 
 __all__ = ["linear"]
@@ -34,7 +34,6 @@ GEMV_PARAMS = ("m", "n", "k", "x_row", "x_col", "w_row", "w_col", "bias_step", "
 LANE_ELEMS = 4
 #: Rows of x per simdgroup the kernels are instantiated for (kGemvMaxRows is the largest).
 ROW_BLOCKS = (1, 2, 4, 8)
-SIMD_WIDTH = 32
 COLS_PER_GROUP = 4  # kGemvColsPerGroup: simdgroups (output features) per threadgroup
 
 

@@ -24,7 +24,7 @@ from torch import Tensor
 from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.errors import read_listeners
+from .._core.errors import read_device
 from .._core.metal import launch
 from .._core.op import Op
 
@@ -303,10 +303,7 @@ grouped_mm_op = Op(
 
 def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
     """One device read: offsets non-decreasing, within [0, length]."""
-    for listener in read_listeners:
-        listener("grouped_mm check_offsets")
-    with torch._C.DisableTorchFunction():
-        values = offs.detach().cpu().tolist()
+    values = read_device(offs, "grouped_mm check_offsets").tolist()
     bad_order = any(x > y for x, y in zip(values, values[1:], strict=False))
     if bad_order or (values and (values[0] < 0 or values[-1] > length)):
         raise ValueError(f"mpslinalg.{fn}: offs must be non-decreasing group ends in [0, "

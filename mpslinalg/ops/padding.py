@@ -34,8 +34,6 @@ PAD_PARAMS = ("ndim", "numel", "value_lo", "value_hi", "out_sizes", "in_sizes", 
               "before")
 #: kPadMaxDims of metal/ops/padding.h: dimensions the kernel takes after merging.
 MAX_DIMS = 16
-#: Upper bound on the grid; larger outputs are covered by the kernel's grid-stride loop.
-MAX_GRID = 1 << 22
 #: Calls whose sizes, linear indices and input offsets are all below this take the 32-bit
 #: ("wide0") kernels.
 NARROW_LIMIT = 1 << 31
@@ -204,7 +202,7 @@ def _pad_metal(x: Tensor, pad: list[int], value) -> Tensor:
     kernel = _metal.kernel(_SOURCE, "pad", _STORAGE[x.element_size()], x.device, fn="pad",
                            wide=needs_wide_indices(arguments))
     _metal.launch(kernel, source, _as_storage(out), arguments,
-                  threads=min(out.numel(), MAX_GRID), group_size=None)
+                  threads=_metal.grid_stride_threads(out.numel()), group_size=None)
     return out
 
 

@@ -33,7 +33,7 @@ NORMALS_PER_BLOCK = 4
 
 
 def launch_log_normal(x: Tensor, mean: float, std: float, seed: int, *,
-                      max_threads: int = elementwise.MAX_GRID,
+                      max_threads: int = _metal.MAX_GRID,
                       group_size: int | None = None) -> None:
     """Fill ``x`` (any view) in place on the metal backend; ``max_threads`` and ``group_size``
     choose the launch geometry (the numbers do not depend on it)."""

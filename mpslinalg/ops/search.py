@@ -15,7 +15,6 @@ import numbers
 import torch
 from torch import Tensor
 
-from .._core import elementwise
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import INDEX, Op, call_torch, public, write_out
@@ -58,7 +57,7 @@ def _metal_searchsorted(seq: Tensor, values: Tensor, sorter: Tensor | None, out_
     _metal.launch(kernel, seq_arg, vals, sorter_arg, out, params, list(vals.shape),
                   list(vals.stride()), _outer_strides(seq, ndim),
                   _outer_strides(sorter, ndim) if has_sorter else [0] * max(ndim - 1, 1),
-                  threads=elementwise.grid(numel), group_size=None)
+                  threads=_metal.grid_stride_threads(numel), group_size=None)
     return out
 
 

@@ -63,7 +63,7 @@ def _metal_forward(name: str):
         kernel = _metal.kernel(_PATH, "special_polynomial", x.dtype, x.device, fn=name, kind=code)
         sizes, x_strides, n_strides = elementwise.layout(shape, vx, vn)
         _metal.launch(kernel, vx, vn, out, sizes, x_strides, n_strides, len(sizes), numel,
-                      threads=elementwise.grid(numel), group_size=None)
+                      threads=_metal.grid_stride_threads(numel), group_size=None)
         return out
 
     return forward

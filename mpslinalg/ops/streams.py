@@ -13,7 +13,8 @@ What a stream is depends on the device:
   behave as on a GPU and can be tested here. The default stream is synchronous: launches on it
   run in the calling thread. Only mpslinalg's kernel launches are queued; torch's own CPU
   operations run at once on the host, so read a stream's results after synchronising with it
-  (`Stream.synchronize`, `Event.synchronize`, `synchronize`).
+  (`Stream.synchronize`, `Event.synchronize`, `synchronize`). mpslinalg's own device reads
+  (``check_errors``...) wait for the current stream first, as on a GPU.
 
 On the emulator, every launch is checked for a missing dependency: a kernel that reads or
 writes an allocation another stream's kernel writes (or writes one it reads), with no event,
@@ -155,7 +156,10 @@ class _Tracker:
             _merge(self.host_clock, clock)
 
     def check(self, me: int, seq: int, clock: dict[int, int], name: str,
-              touched: list[tuple[Any, bool]], where: str) -> None:
+              touched: list[tuple[Any, bool]], who: str) -> None:
+        """Raise StreamRaceError if an access of ``touched`` by ``who`` (kernel ``name``, item
+        ``seq`` of queue ``me`` with happens-before ``clock``) is unordered with an earlier
+        one; else record them."""
         def ordered(access) -> bool:
             qid, item, _ = access
             return qid in (me, _HOST) or clock.get(qid, 0) >= item
@@ -171,7 +175,7 @@ class _Tracker:
                     theirs = "writes" if access is last_write else "reads"
                     ours = "writes" if writes else "reads"
                     raise StreamRaceError(
-                        f"mpslinalg.streams: race on the emulator: kernel {name!r} {where} "
+                        f"mpslinalg.streams: race on the emulator: {who} "
                         f"{ours} an allocation that kernel {access[2]!r} on emulator stream "
                         f"{access[0]} {theirs} (its item {access[1]}), and nothing orders the "
                         "two; record an Event after the first and wait for it "
@@ -213,7 +217,7 @@ def _submit_launch(kernel: Any, args: tuple, kwargs: dict) -> None:
     if current._queue is None:  # the synchronous default stream: run it here and now
         with _tracker.lock:
             _tracker.check(_HOST, 0, _tracker.host_clock, name, touched,
-                           "on the default stream")
+                           f"kernel {name!r} on the default stream")
         kernel(*args, **kwargs)
         return
     queue = current._queue
@@ -221,12 +225,24 @@ def _submit_launch(kernel: Any, args: tuple, kwargs: dict) -> None:
         _merge(queue.clock, _tracker.host_clock)
         seq = queue.submitted + 1
         _tracker.check(queue.id, seq, queue.clock, name, touched,
-                       f"on emulator stream {queue.id}")
+                       f"kernel {name!r} on emulator stream {queue.id}")
         queue.submit(lambda: kernel(*args, **kwargs))
 
 
+def _wait_for_host_read(x: torch.Tensor) -> None:
+    """The host-read hook of mpslinalg._core.metal while emulator streams exist: the host reads
+    ``x`` once the thread's current stream has run what was queued on it (as a GPU's
+    device-to-host copy on its current stream), checked for races with other streams' work."""
+    current = _current_cpu()
+    if current._queue is not None:
+        current.synchronize()
+    with _tracker.lock:
+        _tracker.check(_HOST, 0, _tracker.host_clock, "a host read",
+                       [(x.untyped_storage(), False)], "a host read")
+
+
 def _cpu_streams_in_use() -> None:
-    _metal.stream_submit = _submit_launch
+    _metal.set_stream_hooks(submit=_submit_launch, wait_for_host_read=_wait_for_host_read)
 
 
 # ---------------------------------------------------------------- Stream and Event

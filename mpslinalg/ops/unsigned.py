@@ -75,7 +75,7 @@ def _metal_forward(name: str):
         kernel = _metal.kernel(_PATH, kernel_op, a.dtype, a.device, fn=name, code=code)
         sizes, a_strides, b_strides = elementwise.layout(shape, va, vb)
         _metal.launch(kernel, va, vb, out, sizes, a_strides, b_strides, len(sizes), numel,
-                      threads=elementwise.grid(numel), group_size=None)
+                      threads=_metal.grid_stride_threads(numel), group_size=None)
         return out
 
     return forward

@@ -46,6 +46,7 @@ import torch
 
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from .._core.checks import TORCH_DTYPES
 from . import cpu_simd
 from .codegen import MAX_N
 
@@ -99,13 +100,6 @@ _TORCH_MIN_BATCH = {
 }
 
 
-def _batch_numel(A: torch.Tensor) -> int:
-    b = 1
-    for s in A.shape[:-2]:
-        b *= s
-    return b
-
-
 #: Fewest matrices (per device type and n) for which the torch backend may take the small path.
 _FEWEST = {
     device: {n: min(limits[n] for kind, limits in _TORCH_MIN_BATCH.items()
@@ -134,16 +128,16 @@ def use_small_path(A: torch.Tensor, backend: str | None = None) -> bool:
     if backend is None:
         backend = resolve_backend(A.device, "inv")
     if backend == "metal":
-        return A.dtype in (torch.float32, torch.complex64)
-    if A.dtype not in (torch.float32, torch.float64, torch.complex64, torch.complex128):
+        return A.dtype in _metal.LINALG_DTYPES
+    if A.dtype not in TORCH_DTYPES:
         return False
     device = A.device.type
-    if device == "cuda" and not (A.dtype in _TRITON_DTYPES and _triton_available()):
+    if device == "cuda" and not (A.dtype in _TRITON_DTYPES and _TRITON_INSTALLED):
         device = "cuda-soa"
     elif device == "cpu" and A.dtype == torch.float32 and _simd_available():
         device = "cpu-simd"
     limit = _TORCH_MIN_BATCH.get(device, {}).get(A.shape[-1])
-    return limit is not None and _batch_numel(A) >= limit
+    return limit is not None and math.prod(A.shape[:-2]) >= limit
 
 
 @functools.cache
@@ -163,10 +157,6 @@ _TRITON_DTYPES = (torch.float32, torch.float64)
 #: Whether triton is installed (found without importing it, which takes a second; a triton that
 #: then fails to import sends calls to the tensor-op path).
 _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
-
-
-def _triton_available() -> bool:
-    return _TRITON_INSTALLED
 
 
 def _simd_available() -> bool:
@@ -236,7 +226,7 @@ def _workspace(A: torch.Tensor, rhs: torch.Tensor | None, m: int):
     elsewhere they are views into one (n, n + m, batch) tensor M, also returned, so that each
     row operation is a single kernel launch. Returns (U, R, M or None)."""
     n = A.shape[-1]
-    batch = _batch_numel(A)
+    batch = math.prod(A.shape[:-2])
     # Copying a (batch, n*n, 1) -> (1, n*n, batch) transposed view into a contiguous tensor takes
     # torch's fast transpose path (2-4x faster on CPU than copying a permuted (n, n, batch) view).
     if A.device.type == "cpu":
@@ -438,7 +428,7 @@ def _chunks(U: torch.Tensor) -> list[slice]:
 def _torch_solve(A: torch.Tensor, B: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     n = A.shape[-1]
     batch_shape = A.shape[:-2]
-    batch = _batch_numel(A)
+    batch = math.prod(A.shape[:-2])
     m = n if B is None else B.shape[-1]
     U, R, M = _workspace(A, B, m)
     info = torch.empty(batch, dtype=torch.int32, device=A.device)
@@ -490,12 +480,12 @@ def _metal_run(op: str, fn: str, A: torch.Tensor, tensors: list[torch.Tensor],
     Kernel arguments: A, ``tensors`` (batch-leading, contiguous), the batch size, ``scalars``."""
     from .._core.copy import contiguous
 
-    batch = _batch_numel(A)
+    batch = math.prod(A.shape[:-2])
     if batch == 0:
         return
     kern = _metal.kernel(_SOURCE, op, A.dtype, A.device, fn=fn, n=A.shape[-1])
-    kern(*(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
-         threads=batch, group_size=min(_GROUP, batch))
+    _metal.launch(kern, *(contiguous(t, fn) for t in [A, *tensors]), batch, *scalars,
+                  threads=batch, group_size=min(_GROUP, batch))
 
 
 def _metal_inv(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

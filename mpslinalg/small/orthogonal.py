@@ -49,6 +49,7 @@ and those signs need not match torch's.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ from .._core.backend import resolve_backend
 from .._core.errors import read_device
 from . import cpu_simd
 from .codegen import MAX_N
-from .dispatch import _TRITON_DTYPES, _batch_numel, _import_triton_kernels, _triton_available
+from .dispatch import _TRITON_DTYPES, _TRITON_INSTALLED, _import_triton_kernels
 
 log = logging.getLogger("mpslinalg.small")
 
@@ -92,7 +93,7 @@ def _kind(A: torch.Tensor) -> str | None:
         return None
     if A.device.type == "cpu":
         return "cpu-simd" if _simd_available() else None
-    if A.device.type == "cuda" and A.dtype in _TRITON_DTYPES and _triton_available():
+    if A.device.type == "cuda" and A.dtype in _TRITON_DTYPES and _TRITON_INSTALLED:
         return "cuda"
     return None
 
@@ -124,7 +125,8 @@ def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
     if backend != "torch":
         return False
     kind = _kind(A)
-    return kind is not None and _batch_numel(A) >= _TORCH_MIN_BATCH[kind][max(A.shape[-2:])]
+    batch = math.prod(A.shape[:-2])
+    return kind is not None and batch >= _TORCH_MIN_BATCH[kind][max(A.shape[-2:])]
 
 
 #: Smallest batch for which the public svd / svdvals / eigh / eigvalsh through small_svd /
@@ -234,7 +236,7 @@ def _use_jacobi(A: torch.Tensor, backend: str | None, fn: str, limits: dict,
         return False
     kind = _kind(A)
     limit = limits[kind].get(max(A.shape[-2:])) if kind is not None else None
-    return limit is not None and _batch_numel(A) >= limit
+    return limit is not None and math.prod(A.shape[:-2]) >= limit
 
 
 # ------------------------------------------------------------------------------ path table

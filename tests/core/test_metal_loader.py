@@ -1,9 +1,15 @@
+import collections
 import re
 
 import pytest
 import torch
 
+import mpslinalg
+from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
+from mpslinalg.testing import count_launches
+
+from opdb import metal_constant
 
 ROOT = _metal.metal_root()
 METAL_FILES = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.metal"))
@@ -86,3 +92,60 @@ def test_compilation_is_cached_per_source_and_executor():
     k1 = _metal.kernel("common/copy.metal", "copy_strided", torch.float32, device)
     k2 = _metal.kernel("common/copy.metal", "copy_strided", torch.float32, device)
     assert k1 is k2
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def test_simd_width_mirrors_the_header():
+    assert int(metal_constant("common/defines.h", "kSimdWidth")) == _metal.SIMD_WIDTH
+
+
+def test_the_linalg_kernels_are_instantiated_for_the_linalg_dtypes():
+    """Every metal/linalg source instantiates its floating-point kernels for exactly
+    LINALG_DTYPES (the checks' Metal dtype policy and the families' contract checks read it)."""
+    for path in (p for p in METAL_FILES if p.startswith("linalg/")):
+        dtypes = {_DTYPE_BY_NAME[_HOST_NAME.match(name).group("dtype")]
+                  for name in dir(_metal.library(path, torch.device("cpu")))}
+        floating = {d for d in dtypes if d.is_floating_point or d.is_complex}
+        assert floating == set(_metal.LINALG_DTYPES), path
+
+
+# ---------------------------------------------------------------- the one launch function
+
+
+def _calls():
+    A = torch.randn(3, 6, 6) + 6 * torch.eye(6)
+    small = torch.randn(5, 3, 3) + 3 * torch.eye(3)
+    return [
+        lambda: mpslinalg.inv_ex(small.mT),  # n <= 4 kernel after a gather
+        lambda: mpslinalg.det(small),
+        lambda: mpslinalg.solve(A, torch.randn(3, 6, 2)),
+        lambda: mpslinalg.qr(A),
+        lambda: mpslinalg.svd(A),
+        lambda: mpslinalg.eigh(A + A.mT),
+        lambda: mpslinalg.ops.pad(A, (1, 1)),
+    ]
+
+
+def test_every_launch_goes_through_launch():
+    """What the emulator ran is what went through `launch`, kernel for kernel (a kernel called
+    directly would be missing from count_launches, and from the streams, the lane order and
+    the race check)."""
+    with mpslinalg.use_backend("metal"):
+        for call in _calls():
+            emulator.reset_launch_counts()
+            with count_launches() as launches:
+                call()
+            assert collections.Counter(launches.names) == emulator.launch_counts()
+            assert launches.names
+
+
+def test_launch_listeners_are_told_of_each_launch_and_removed_after():
+    with mpslinalg.use_backend("metal"), count_launches() as outer:
+        mpslinalg.ops.pad(torch.ones(3), (1, 1))
+        with count_launches() as inner:
+            mpslinalg.inv_ex(torch.eye(2).repeat(4, 1, 1))
+    assert inner.names == ["small_inv_float32_n2"]
+    assert outer.names == ["pad_int32_wide0", "small_inv_float32_n2"]
+    assert _metal.launch_listeners == []

@@ -332,8 +332,9 @@ def test_rules_match_torch_autograd_float64():
     for dtype in (torch.float64, torch.complex128):
         for m, n in ((5, 5), (3, 6), (6, 3)):
             A = random_matrix(n, dtype, (2,), seed=m, m=m)
-            ours, ref = _grad_pair(lambda A: lu_module.lu_factor_ex_op(A, True, "torch", False, "")[0],
-                                   lambda A: torch.linalg.lu_factor_ex(A)[0], [A])
+            ours, ref = _grad_pair(
+                lambda A: lu_module.lu_factor_ex_op(A, True, "torch", False, "")[0],
+                lambda A: torch.linalg.lu_factor_ex(A)[0], [A])
             torch.testing.assert_close(ours[0], ref[0])
         A = random_matrix(5, dtype, (2,), seed=1)
         LU, pivots = torch.linalg.lu_factor(A)
@@ -352,7 +353,8 @@ def test_rules_match_torch_autograd_float64():
 
 def test_gradcheck_rules():
     A = random_matrix(4, torch.complex128, (2,), seed=3, m=5).requires_grad_()
-    torch.autograd.gradcheck(lambda A: lu_module.lu_factor_ex_op(A, True, "torch", False, "")[0], (A,))
+    torch.autograd.gradcheck(
+        lambda A: lu_module.lu_factor_ex_op(A, True, "torch", False, "")[0], (A,))
     A = random_matrix(4, torch.float64, seed=4).requires_grad_()
     LU, pivots = torch.linalg.lu_factor(A.detach())
     B = random_matrix(2, torch.float64, seed=5, m=4).requires_grad_()

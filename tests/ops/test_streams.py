@@ -236,3 +236,76 @@ def test_bad_arguments():
 def test_docstring_examples():
     failures, tried = doctest.testmod(streams_module, raise_on_error=False)
     assert tried and not failures
+
+
+# ---------------------------------------------------------------- linalg ops on a stream
+
+
+def test_a_small_path_kernel_runs_on_the_current_stream():
+    """The n <= 4 kernel of inv queues behind the stream's earlier work: the gather of its
+    non-contiguous input, whose source a gated pad writes."""
+    s = streams.Stream("cpu")
+    x = torch.randn(6, 3, 3) + 4 * torch.eye(3)
+    opened = _gate(s)
+    with streams.stream(s):
+        padded = mpslinalg.ops.pad(x, (0, 1))  # (6, 3, 4): the matrices are a strided view
+        X, info = mpslinalg.inv_ex(padded[..., :3])
+    opened.set()
+    s.synchronize()
+    torch.testing.assert_close(X, torch.linalg.inv(x))
+    assert not info.any()
+
+
+def _open_soon(s: streams.Stream) -> None:
+    """Hold ``s``'s later work for a moment, from another thread: a read that did not wait for
+    it would find what the stream has not computed yet (the tests load their kernels first, so
+    the moment is not spent compiling)."""
+    threading.Timer(0.2, _gate(s).set).start()
+
+
+def test_check_errors_waits_for_the_current_stream():
+    """inv's one device read (of info) sees what the stream's kernels wrote, however late."""
+    s = streams.Stream("cpu")
+    singular = torch.ones(8, 8)  # the general LU path: info starts as zeros
+    mpslinalg.inv_ex(singular)
+    _open_soon(s)
+    with streams.stream(s), pytest.raises(mpslinalg.LinAlgError, match="is zero"):
+        mpslinalg.inv(singular)
+    with streams.stream(s):
+        _, info = mpslinalg.inv_ex(singular)
+        _open_soon(s)
+        with pytest.raises(mpslinalg.LinAlgError, match=r"mpslinalg.inv: The diagonal"):
+            mpslinalg.check_errors(info, "mpslinalg.inv")
+
+
+def test_a_host_read_of_another_streams_unfinished_work_is_a_race():
+    producer = streams.Stream("cpu")
+    opened = _gate(producer)
+    with streams.stream(producer):
+        _, info = mpslinalg.inv_ex(torch.ones(8, 8))
+    with pytest.raises(streams.StreamRaceError, match="a host read reads an allocation that "
+                                                      "kernel .* writes"):
+        mpslinalg.check_errors(info, "mpslinalg.inv")
+    opened.set()
+    producer.synchronize()
+    with pytest.raises(mpslinalg.LinAlgError):
+        mpslinalg.check_errors(info, "mpslinalg.inv")
+
+
+def test_check_offsets_waits_for_the_current_stream():
+    """grouped_mm's device read of ``offs`` sees the offsets the stream's pad kernel writes."""
+    s = streams.Stream("cpu")
+    a, b = torch.randn(5, 3), torch.randn(3, 3, 2)
+
+    def grouped(first_end: int) -> torch.Tensor:
+        offs = mpslinalg.ops.pad(torch.tensor([first_end, 5], dtype=torch.int32), (0, 1),
+                                 value=5)
+        return mpslinalg.ops.grouped_mm(a, b, offs=offs, check_offsets=True)
+
+    grouped(1)  # other offsets: the allocator may give their memory to the ones below
+    _open_soon(s)
+    with streams.stream(s):
+        out = grouped(2)
+    s.synchronize()
+    expected = torch.cat([a[:2] @ b[0], a[2:5] @ b[1]])
+    torch.testing.assert_close(out, expected)
