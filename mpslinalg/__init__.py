@@ -9,16 +9,22 @@ Layout: `mpslinalg.linalg` (the op families), `mpslinalg.small` (the n <= 4 path
 `mpslinalg.emulator` (Metal on the CPU); ``mpslinalg._core`` holds the shared machinery.
 """
 
+import importlib as _importlib
+
 from . import ops as ops  # the companion module, mpslinalg.ops (documented on its own)
 from ._core.backend import get_backend, set_backend, use_backend
 from ._core.errors import LinAlgError, check_errors
-from .linalg.det import det, logdet, slogdet
-from .linalg.eigh import eigh, eigvalsh
-from .linalg.inverse import inv, inv_ex
-from .linalg.lu import lu, lu_factor, lu_factor_ex, lu_solve
-from .linalg.qr import geqrf, householder_product, lstsq, qr
-from .linalg.solve import solve, solve_ex
-from .linalg.svd import matrix_rank, pinv, svd, svdvals
+from .linalg import FAMILIES as _FAMILIES
+
+__all__ = ["LinAlgError", "check_errors", "get_backend", "set_backend", "use_backend"]
+
+# Each family's public functions (mpslinalg.linalg.FAMILIES is the one registration line).
+for _family in _FAMILIES:
+    _module = _importlib.import_module(f".linalg.{_family}", __name__)
+    globals().update({_name: getattr(_module, _name) for _name in _module.__all__})
+    __all__ += _module.__all__
+__all__.sort()
+del _family, _module
 
 __version__ = "0.1.0"
 
@@ -28,32 +34,3 @@ from .small import cpu_simd as _cpu_simd  # noqa: E402
 
 _cpu_simd.LIBRARY.start()
 _cpu_simd.ORTH_LIBRARY.start()
-
-__all__ = [
-    "LinAlgError",
-    "check_errors",
-    "det",
-    "eigh",
-    "eigvalsh",
-    "geqrf",
-    "get_backend",
-    "householder_product",
-    "inv",
-    "inv_ex",
-    "logdet",
-    "lstsq",
-    "lu",
-    "lu_factor",
-    "lu_factor_ex",
-    "lu_solve",
-    "matrix_rank",
-    "pinv",
-    "qr",
-    "set_backend",
-    "slogdet",
-    "solve",
-    "solve_ex",
-    "svd",
-    "svdvals",
-    "use_backend",
-]

@@ -1,16 +1,17 @@
-"""The one way to define an op: registration, fake, autograd, dtype policy, ``out=``, and the
-torch fast path of the public function.
+"""The registration layer under `mpslinalg._core.declare`: `Op` (schema, fake, autograd,
+fresh outputs, the raising check), ``out=`` with torch's casting rules, and the torch fast path
+of the public functions (`public`).
 
-A family declares each op once with `Op` (learned from JAX's ``linalg_primitive``: one
-declaration gives the primitive, its shape rule and its derivative). The declaration states:
+Families do not call `Op` themselves: a `mpslinalg._core.declare.Declaration` states the op
+once and builds its `Op` from:
 
 - the schema of the op's own arguments, e.g. ``"(Tensor A, Tensor B, bool left) -> (Tensor,
-  Tensor)"``; the factory appends ``str backend, bool small, str check`` (which implementation
+  Tensor)"``; `Op` appends ``str backend, bool small, str check`` (which implementation
   runs, and the ``api_name`` to raise `mpslinalg.LinAlgError` with, or ``""``);
 - ``forward``: one function per path, ``{"torch": ..., "metal": ..., "small": ...}``; the
   ``"small"`` one (n <= 4) gets the call's backend as keyword ``backend``;
 - ``fake``: output shapes and dtypes from input shapes (torch.compile, meta tensors);
-- ``backward`` (optional) and ``save``: the derivative rule, with its citation in its docstring.
+- ``backward`` (optional) and ``save``: the derivative rule.
 
 The factory then registers ``mpslinalg::<name>`` with ``torch.library.Library`` (about 20 us per
 call and no ``torch._dynamo`` import, against about 38 us and a 2 s first call for
@@ -20,7 +21,7 @@ the API (so the checking forms raise under ``torch.compile`` too, where a host r
 code would break the graph), and reduces each gradient to the shape of its input (inputs the
 family broadcast along batch dimensions inside the op get summed gradients).
 
-For public functions, `public` adds torch.linalg's fast path: on the torch backend, in a
+For public functions, `public` adds torch's fast path: on the torch backend, in a
 dtype torch computes natively, the call goes straight to ``torch.linalg`` (errors reworded to
 name mpslinalg), so a drop-in costs what torch costs. `compute_dtype` /
 `cast_back` implement the float16/bfloat16 upcast, `write_out` torch's ``out=`` with the
@@ -287,7 +288,7 @@ def write_out(fn: str, out: Tensor | Sequence[Tensor] | None, result: Any,
     if single:
         return outs[0]
     kind = _out_type(type(result))
-    return kind(outs) if hasattr(kind, "n_fields") else kind(*outs)
+    return kind(outs) if hasattr(kind, "n_fields") or kind is tuple else kind(*outs)
 
 
 def _out_type(result_type: type) -> type:

@@ -564,3 +564,8 @@ def matrix_rank(A: Tensor, tol: float | Tensor | None = None, hermitian: bool = 
     if tol is not None:
         atol, rtol = tol, 0.0
     return _matrix_rank(A, atol=atol, rtol=rtol, hermitian=hermitian, out=out)
+
+
+# The positional legacy forms call the declared keyword forms.
+pinv.declaration = pinv_decl
+matrix_rank.declaration = matrix_rank_decl
