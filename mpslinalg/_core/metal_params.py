@@ -61,10 +61,14 @@ class ParamStruct:
     fields: tuple[Field, ...]
     size: int
 
-    def pack(self, **values: int | float | bool | Sequence[int | float]) -> list[int]:
+    def pack(self, fill: int | None = None, /,
+             **values: int | float | bool | Sequence[int | float]) -> list[int]:
         """The struct holding ``values`` (one per field, an array field a sequence of exactly
-        its length), as ``int64`` words."""
+        its length; with ``fill``, the fields not given hold it), as ``int64`` words."""
         names = {f.name for f in self.fields}
+        if fill is not None:
+            values = {f.name: [fill] * (f.count or 1) if f.count else fill
+                      for f in self.fields} | values
         missing = [f.name for f in self.fields if f.name not in values]
         unknown = sorted(set(values) - names)
         if missing or unknown:
@@ -137,10 +141,12 @@ def param_struct(header: str, name: str) -> ParamStruct:
         raise KeyError(f"mpslinalg: no struct {name} in metal/{header}") from None
 
 
-def pack(header: str, name: str, **values: int | float | bool | Sequence[int | float]) -> list[int]:
-    """The parameter struct ``name`` of ``metal/<header>`` holding ``values``, as the list of
-    ``int64`` words a launch passes for its ``constant <name>&`` argument."""
-    return param_struct(header, name).pack(**values)
+def pack(header: str, name: str, fill: int | None = None, /,
+         **values: int | float | bool | Sequence[int | float]) -> list[int]:
+    """The parameter struct ``name`` of ``metal/<header>`` holding ``values`` (and ``fill``
+    in the fields not given, when given), as the list of ``int64`` words a launch passes for
+    its ``constant <name>&`` argument."""
+    return param_struct(header, name).pack(fill, **values)
 
 
 def all_param_structs() -> list[ParamStruct]:
