@@ -520,6 +520,13 @@ inline float svd_small_norm(thread T (&x)[R][C], int j) {
   return mx * metal::sqrt(ss);
 }
 
+// Scalars of svd_small.
+struct SvdSmallParams {
+  long batch;    // matrices (threads of work)
+  long vectors;  // 1: u and vh are written
+  long full;     // 1: full_matrices (u M x M, vh N x N)
+};
+
 // SVD of the M x N matrices a (batch of them, row-major): s (batch, K), and when `vectors`
 // u (batch, M, full ? M : K) and vh (batch, full ? N : K, N); K = min(M, N). A wide matrix is
 // factored through its conjugate transpose (W = A^H = U' S V'^H gives U = V', V^H = U'^H).
@@ -530,20 +537,18 @@ template <typename T, int M, int N>
     device float* s [[buffer(2)]],
     device T* vh [[buffer(3)]],
     device int* info [[buffer(4)]],
-    constant long& batch [[buffer(5)]],
-    constant long& vectors_arg [[buffer(6)]],
-    constant long& full_arg [[buffer(7)]],
+    constant SvdSmallParams& params [[buffer(5)]],
     uint gid [[thread_position_in_grid]]) {
   using namespace mpsl;
   constexpr bool kWide = M < N;
   constexpr int R = kWide ? N : M;  // rows of the working matrix
   constexpr int C = kWide ? M : N;  // its columns, K
   const long b = long(gid);
-  if (b >= batch) {
+  if (b >= params.batch) {
     return;
   }
-  const bool vectors = vectors_arg != 0;
-  const bool full = full_arg != 0;
+  const bool vectors = params.vectors != 0;
+  const bool full = params.full != 0;
   const int ucols = full ? M : C;
   const int vrows = full ? N : C;
   device const T* ab = a + b * M * N;

@@ -15,8 +15,28 @@ from mpslinalg._core import metal_params
 
 _STRUCTS = metal_params.all_param_structs()
 
+#: Fields of every size in an order that needs padding: the compiled layout shows the host
+#: follows Metal's alignment rules, which the headers' structs (longs, then floats) do not test.
+_MIXED_SOURCE = """
+#include <metal_stdlib>
+namespace mpsl {
+struct MixedParams {
+  long a;
+  float b;  // packed after the long
+  int c[3];
+  bool d, e;
+  short g;
+  long f;  // aligned up to 8
+  uint h;
+};
+}  // namespace mpsl
+"""
+_MIXED = metal_params._layout("(test)", "MixedParams",
+                              _MIXED_SOURCE.split("{")[2].split("};")[0], _MIXED_SOURCE)
+_CASES = [(s, _metal.load_source(s.header)) for s in _STRUCTS] + [(_MIXED, _MIXED_SOURCE)]
 
-def _probe(s: metal_params.ParamStruct) -> str:
+
+def _probe(s: metal_params.ParamStruct, source: str) -> str:
     """A kernel writing sizeof the struct, then per field its offset, its size and its (last)
     entry as read by name from the bound struct."""
     lines = [f"  out[0] = long(sizeof(mpsl::{s.name}));"]
@@ -27,7 +47,7 @@ def _probe(s: metal_params.ParamStruct) -> str:
                   f"  out[{3 * k + 2}] = long(sizeof(p.{f.name}));",
                   f"  out[{3 * k + 3}] = long({last});"]
     body = "\n".join(lines)
-    return _metal.load_source(s.header) + f"""
+    return source + f"""
 [[kernel]] void layout_probe(constant mpsl::{s.name}& p [[buffer(0)]],
                              device long* out [[buffer(1)]],
                              uint i [[thread_position_in_grid]]) {{
@@ -47,10 +67,11 @@ def _distinct_values(s: metal_params.ParamStruct) -> dict:
     return values
 
 
-@pytest.mark.parametrize("s", _STRUCTS, ids=[f"{s.header}:{s.name}" for s in _STRUCTS])
-def test_host_layout_is_the_compiled_layout(s):
+@pytest.mark.parametrize("s, source", _CASES, ids=[f"{s.header}:{s.name}" for s, _ in _CASES])
+def test_host_layout_is_the_compiled_layout(s, source):
     out = torch.full((1 + 3 * len(s.fields),), -1, dtype=torch.int64)
-    emulator.compile_shader(_probe(s)).layout_probe(s.pack(**_distinct_values(s)), out, threads=1)
+    emulator.compile_shader(_probe(s, source)).layout_probe(s.pack(**_distinct_values(s)), out,
+                                                            threads=1)
     expected = [s.size]
     for k, f in enumerate(s.fields):
         echo = 1 if f.type == "bool" else (k + 1 if f.count is None else k + 2)
@@ -66,21 +87,10 @@ def test_every_header_with_a_params_struct_is_covered():
 
 
 def test_fields_follow_metals_alignment():
-    text = """
-struct MixedParams {
-  long a;
-  float b;  // 4-byte, packed after the long
-  int c[3];
-  bool d, e;
-  long f;  // aligned up to 8
-  uint g;
-};
-"""
-    s = metal_params._layout("x.h", "MixedParams", text.split("{")[1].split("};")[0], text)
-    assert [(f.name, f.offset) for f in s.fields] == [
-        ("a", 0), ("b", 8), ("c", 12), ("d", 24), ("e", 25), ("f", 32), ("g", 40)]
-    assert s.size == 48
-    words = s.pack(a=-1, b=1.5, c=[1, 2, 3], d=True, e=False, f=7, g=9)
+    assert [(f.name, f.offset) for f in _MIXED.fields] == [
+        ("a", 0), ("b", 8), ("c", 12), ("d", 24), ("e", 25), ("g", 26), ("f", 32), ("h", 40)]
+    assert _MIXED.size == 48
+    words = _MIXED.pack(a=-1, b=1.5, c=[1, 2, 3], d=True, e=False, g=-2, f=7, h=9)
     assert len(words) == 6 and words[0] == -1 and words[4] == 7
 
 
@@ -103,3 +113,17 @@ def test_pack_names_missing_unknown_and_misshapen_fields():
         s.pack(**{k: v for k, v in values.items() if k != "batch"}, bogus=1)
     with pytest.raises(ValueError, match=r"Conv1dParams.x_strides holds 3 entries, got 2"):
         s.pack(**values | {"x_strides": [1, 2]})
+
+
+_SCALAR_ARGUMENT = re.compile(r"constant\s+(?:bool|char|uchar|short|ushort|int|uint|long|ulong|"
+                              r"half|float)\s*&")
+
+
+def test_kernels_with_more_than_two_scalars_take_a_params_struct():
+    crowded = []
+    for path in sorted(_metal.metal_root().rglob("*.h")):
+        text = path.read_text()
+        for m in re.finditer(r"\[\[kernel\]\]\s+void\s+(\w+)\s*\((.*?)\)\s*\{", text, re.S):
+            if len(_SCALAR_ARGUMENT.findall(m.group(2))) > 2:
+                crowded.append(f"{path.name}:{m.group(1)}")
+    assert crowded == []
