@@ -21,6 +21,7 @@
 #include "../common/defines.h"
 #include "../common/pivots.h"
 #include "../common/scalar.h"
+#include "../common/simd.h"
 
 namespace mpsl {
 
@@ -95,8 +96,7 @@ template <typename T>
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, ncols = p_.ncols;
-  threadgroup float part_key[kLuMaxSimdgroups];
-  threadgroup int part_row[kLuMaxSimdgroups];
+  threadgroup KeyIndex part[kLuMaxSimdgroups];
   threadgroup T prow[kLuPanelMaxCols];
 
   const long batch = long(group.y);
@@ -121,18 +121,12 @@ template <typename T>
         }
       }
     }
-    float best = metal::simd_max(key);
-    int best_row = metal::simd_min(key == best ? row : kLuNoRow);
-    if (lane == 0) {
-      part_key[sg] = best;
-      part_row[sg] = best_row;
-    }
-    // Also orders the previous step's row updates before this step's interchange.
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    key = lane < nsg ? part_key[lane] : kLuNoKey;
-    row = lane < nsg ? part_row[lane] : kLuNoRow;
-    best = metal::simd_max(key);
-    const long p = long(metal::simd_min(key == best ? row : kLuNoRow));
+    // Its barrier also orders the previous step's row updates before this step's interchange.
+    const KeyIndex pivot_at =
+        group_argmax(KeyIndex{key, row}, KeyIndex{kLuNoKey, kLuNoRow}, part, lane, sg, nsg,
+                     metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    const float best = pivot_at.key;
+    const long p = long(pivot_at.index);
 
     if (tid == 0) {
       piv[r] = int(p + 1);

@@ -199,35 +199,22 @@ inline void qr_t_column(threadgroup T* t, int j, T tau, thread const T* y) {
 // threadgroup memory: P is the pointer type), by the whole threadgroup; rows are dealt to
 // threads cyclically. Leaves R on and above the diagonal, the reflectors below it, tau in
 // tau_out[0:w] and T in t (both threadgroup). part is kQrMaxSimdgroups * kQrPanelWidth scratch,
-// npart 2 * kQrMaxSimdgroups.
+// npart kQrMaxSimdgroups.
 template <typename T, typename P>
 inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, threadgroup T* t,
                      threadgroup T* part, threadgroup float* npart, uint tid, uint nthreads,
                      uint lane, uint sg, uint nsg) {
   for (int j = 0; j < w; ++j) {
-    // |x| for x = a[j + 1 : rows, j]: per-thread scaled sums of squares, then within the
-    // simdgroup and across simdgroups, each rescaled to the largest scale.
+    // |x| for x = a[j + 1 : rows, j]: per-thread scaled sums of squares, each rescaled to the
+    // group's largest scale and summed.
     float scale = 0.0f, ssq = 1.0f;
     for (long i = long(tid); i < rows; i += long(nthreads)) {
       if (i > j) {
         qr_ssq_add(scale, ssq, a[i * lda + j]);
       }
     }
-    float smax = metal::simd_max(scale);
-    float s = metal::simd_sum(qr_ssq_rescale(scale, ssq, smax));
-    if (lane == 0) {
-      npart[sg] = smax;
-      npart[kQrMaxSimdgroups + sg] = s;
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    smax = 0.0f;
-    for (uint g = 0; g < nsg; ++g) {
-      smax = metal::max(smax, npart[g]);
-    }
-    s = 0.0f;
-    for (uint g = 0; g < nsg; ++g) {
-      s += qr_ssq_rescale(npart[g], npart[kQrMaxSimdgroups + g], smax);
-    }
+    const float smax = group_max(scale, npart, lane, sg, nsg);
+    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, nsg);
     const float xnorm = smax == 0.0f ? (metal::isnan(s) ? s : 0.0f) : smax * metal::sqrt(s);
 
     const T alpha = a[j * lda + j];
@@ -338,7 +325,7 @@ template <typename T>
   using namespace mpsl;
   threadgroup T stage[kQrStageElems];
   threadgroup T part[kQrMaxSimdgroups * kQrPanelWidth];
-  threadgroup float npart[2 * kQrMaxSimdgroups];
+  threadgroup float npart[kQrMaxSimdgroups];
   threadgroup T t[kQrPanelWidth * kQrPanelWidth];
   threadgroup T tau_panel[kQrPanelWidth];
 
