@@ -40,6 +40,28 @@ inline T group_sum(T v, threadgroup T* part, uint lane, uint sg, uint nsg,
   return total;
 }
 
+// The sums of N values per thread at once (one pair of barriers for all), in place; part holds
+// N entries per simdgroup.
+template <typename T, int N>
+inline void group_sum_each(thread T* v, threadgroup T* part, uint lane, uint sg, uint nsg,
+                           metal::mem_flags flags = metal::mem_flags::mem_threadgroup) {
+  for (int c = 0; c < N; ++c) {
+    const T total = simd_sum(v[c]);
+    if (lane == 0) {
+      part[sg * N + c] = total;
+    }
+  }
+  threadgroup_barrier(flags);
+  for (int c = 0; c < N; ++c) {
+    T total = part[c];
+    for (uint i = 1; i < nsg; ++i) {
+      total += part[i * N + c];
+    }
+    v[c] = total;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+}
+
 // Largest v (NaN loses to any number, as with metal::max).
 inline float group_max(float v, threadgroup float* part, uint lane, uint sg, uint nsg,
                        metal::mem_flags flags = metal::mem_flags::mem_threadgroup) {

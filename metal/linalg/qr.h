@@ -235,37 +235,25 @@ inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, th
 
     // Dot products with v = (1, a[j + 1 : rows, j]): v^H a_c for the columns c > j (to apply
     // H^H), V_c^H v for the reflectors c < j (for T).
-    T acc[kQrPanelWidth];
+    T dot[kQrPanelWidth];
     for (int c = 0; c < kQrPanelWidth; ++c) {
-      acc[c] = zero<T>();
+      dot[c] = zero<T>();
     }
     for (long i = long(tid); i < rows; i += long(nthreads)) {
       if (i >= j) {
         const T v = i == j ? one<T>() : a[i * lda + j];
         for (int c = 0; c < kQrPanelWidth; ++c) {
           if (c < j) {
-            acc[c] += mul(conj(a[i * lda + c]), v);
+            dot[c] += mul(conj(a[i * lda + c]), v);
           } else if (c > j && c < w) {
-            acc[c] += mul(conj(v), a[i * lda + c]);
+            dot[c] += mul(conj(v), a[i * lda + c]);
           }
         }
       }
     }
-    for (int c = 0; c < kQrPanelWidth; ++c) {
-      const T total = simd_sum(acc[c]);
-      if (lane == 0) {
-        part[sg * kQrPanelWidth + c] = total;
-      }
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    T dot[kQrPanelWidth];
-    for (int c = 0; c < kQrPanelWidth; ++c) {
-      T total = zero<T>();
-      for (uint g = 0; g < nsg; ++g) {
-        total += part[g * kQrPanelWidth + c];
-      }
-      dot[c] = total;
-    }
+    // Device memory too: the panel may live there (P).
+    group_sum_each<T, kQrPanelWidth>(
+        dot, part, lane, sg, nsg, metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
 
     // a_c -= conj(tau) v (v^H a_c): H^H applied to the rest of the panel (geqr2 / larf).
     const T ctau = conj(tau);

@@ -1,4 +1,5 @@
-"""The threadgroup reductions of metal/common/simd.h (group_sum, group_max, group_argmax), run
+"""The threadgroup reductions of metal/common/simd.h (group_sum, group_sum_each, group_max,
+group_argmax), run
 by the emulator on groups of one, partial and many simdgroups, in both lane orders: every
 thread gets the result, and a buffer is reused at once by the next reduction."""
 
@@ -17,6 +18,7 @@ _PROBE = """
                              device float* maxima [[buffer(3)]],
                              device float* keys [[buffer(4)]],
                              device int* indices [[buffer(5)]],
+                             device float2* each_sums [[buffer(6)]],
                              uint tid [[thread_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]],
@@ -25,6 +27,7 @@ _PROBE = """
   threadgroup float part[kMaxThreadsPerGroup / kSimdWidth];
   threadgroup float2 complex_part[kMaxThreadsPerGroup / kSimdWidth];
   threadgroup KeyIndex key_part[kMaxThreadsPerGroup / kSimdWidth];
+  threadgroup float2 each_part[3 * kMaxThreadsPerGroup / kSimdWidth];
   const float v = x[tid];
   // the same buffer twice in a row: the second must not see the first's partials
   const float first = group_sum(v, part, lane, sg, nsg);
@@ -37,6 +40,11 @@ _PROBE = """
   const KeyIndex best = group_argmax(mine, none, key_part, lane, sg, nsg);
   keys[tid] = best.key;
   indices[tid] = best.index;
+  float2 each[3] = {float2(v, 0.0f), float2(2.0f * v, v), float2(-v, 5.0f)};
+  group_sum_each<float2, 3>(each, each_part, lane, sg, nsg);
+  for (int c = 0; c < 3; ++c) {
+    each_sums[3 * tid + c] = each[c];
+  }
 }
 """
 
@@ -52,13 +60,16 @@ def test_every_thread_gets_the_groups_reduction(library, threads, order):
     gen = torch.Generator().manual_seed(threads)
     x = torch.randint(-50, 51, (threads,), generator=gen).float()  # integers: exact sums
     out = [torch.empty(threads), torch.empty(threads, 2), torch.empty(threads),
-           torch.empty(threads), torch.empty(threads, dtype=torch.int32)]
+           torch.empty(threads), torch.empty(threads, dtype=torch.int32),
+           torch.empty(threads, 3, 2)]
     extra = {} if order is None else {"order": order}
     library.reduce_probe(x, *out, threads=threads, group_size=threads, **extra)
-    sums, complex_sums, maxima, keys, indices = out
+    sums, complex_sums, maxima, keys, indices, each_sums = out
     total = x.sum().item()
     assert (sums == 3 * total).all()
     assert (complex_sums == torch.tensor([total, -3 * total])).all()
+    assert (each_sums == torch.tensor([[total, 0], [2 * total, total], [-total, 5 * threads]])
+            ).all()
     assert (maxima == x.abs().max()).all()
     candidates = torch.arange(threads) % 3 != 2
     tens = torch.floor(x / 10)
