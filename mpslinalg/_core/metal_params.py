@@ -15,6 +15,7 @@ types below; anything else in a parameter struct is an error naming the line.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import struct as _struct
 from collections.abc import Sequence
@@ -83,9 +84,13 @@ class ParamStruct:
                 raise ValueError(f"mpslinalg: {self.name}.{f.name} holds {f.count} entries, "
                                  f"got {len(items)}")
             code = SCALAR_CODES[f.type]
-            if code != "f":
-                items = [int(v) for v in items]
-            _struct.pack_into(f"<{len(items)}{code}", buffer, f.offset, *items)
+            try:
+                # an integer field takes integers (and bools) only: a float there is a mistake
+                items = [float(v) if code == "f" else operator.index(v) for v in items]
+                _struct.pack_into(f"<{len(items)}{code}", buffer, f.offset, *items)
+            except (TypeError, _struct.error) as exc:
+                raise ValueError(f"mpslinalg: {self.name}.{f.name} ({f.type}) cannot hold "
+                                 f"{value!r}: {exc}") from None
         return list(_struct.unpack(f"<{words}q", buffer))
 
 

@@ -113,6 +113,10 @@ def test_pack_names_missing_unknown_and_misshapen_fields():
         s.pack(**{k: v for k, v in values.items() if k != "batch"}, bogus=1)
     with pytest.raises(ValueError, match=r"Conv1dParams.x_strides holds 3 entries, got 2"):
         s.pack(**values | {"x_strides": [1, 2]})
+    with pytest.raises(ValueError, match=r"Conv1dParams.stride \(long\) cannot hold 2.0"):
+        s.pack(**values | {"stride": 2.0})
+    with pytest.raises(ValueError, match=r"Conv1dParams.batch \(long\) cannot hold 9223372036"):
+        s.pack(**values | {"batch": 2**63})
 
 
 _SCALAR_ARGUMENT = re.compile(r"constant\s+(?:bool|char|uchar|short|ushort|int|uint|long|ulong|"
