@@ -643,9 +643,10 @@ namespace mpsl {
 // Sizes of one lstsq_gelsy launch, passed by the host as one list of int64 (field order:
 // mpslinalg.linalg.qr_metal.LSTSQ_PARAMS; tests/linalg/test_qr.py checks the two agree).
 struct LstsqParams {
-  long m;  // rows of A and B
-  long n;  // columns of A (rows of X)
-  long k;  // columns of B and X
+  long m;       // rows of A and B
+  long n;       // columns of A (rows of X)
+  long k;       // columns of B and X
+  float rcond;  // the rank is the largest r with smax * rcond <= smin of R[0:r, 0:r]
 };
 
 // Most threads of an lstsq_gelsy threadgroup.
@@ -857,7 +858,6 @@ template <typename T>
     device T* tau2 [[buffer(7)]],         // (batch, min(m, n)) work: the tau of W's QR
     device T* ice [[buffer(8)]],          // (batch, 2, min(m, n)) work: laic1's two vectors
     constant mpsl::LstsqParams& p [[buffer(9)]],
-    constant float& rcond [[buffer(10)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
@@ -965,7 +965,7 @@ template <typename T>
         T s1, c1, s2, c2;
         lstsq_laic1_min(amin, smin, gamma, sminpr, s1, c1);
         lstsq_laic1_max(amax, smax, gamma, smaxpr, s2, c2);
-        if (!(smaxpr * rcond <= sminpr)) {
+        if (!(smaxpr * p.rcond <= sminpr)) {
           break;
         }
         for (long l = 0; l < i; ++l) {

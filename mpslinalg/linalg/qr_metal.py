@@ -318,6 +318,6 @@ def gelsy_metal(A: torch.Tensor, B: torch.Tensor, rcond: float, *, fn: str = "ls
     threads = min(GELSY_MAX_THREADS,
                   _metal.ceil_div(max(m, n + k), SIMD_WIDTH) * SIMD_WIDTH)
     launch(kernel, a, bw, X, rank, jpvt, norms, wt, tau2, ice,
-           metal_params.pack(_HEADER, "LstsqParams", m=m, n=n, k=k), float(rcond),
+           metal_params.pack(_HEADER, "LstsqParams", m=m, n=n, k=k, rcond=rcond),
            threads=[threads, batch], group_size=[threads, 1])
     return X, rank
