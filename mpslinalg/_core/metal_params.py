@@ -15,7 +15,6 @@ types below; anything else in a parameter struct is an error naming the line.
 from __future__ import annotations
 
 import functools
-import operator
 import re
 import struct as _struct
 from collections.abc import Sequence
@@ -62,36 +61,54 @@ class ParamStruct:
     fields: tuple[Field, ...]
     size: int
 
+    def __post_init__(self) -> None:
+        # One compiled format for the whole struct (padding bytes as "x"), then the same bytes
+        # read as int64 words: a launch packs in one call.
+        fmt, end = "<", 0
+        for f in self.fields:
+            fmt += "x" * (f.offset - end) + f"{f.count or 1}{SCALAR_CODES[f.type]}"
+            end = f.offset + f.size
+        words = -(-self.size // _WORD)
+        object.__setattr__(self, "_bytes", _struct.Struct(fmt + "x" * (words * _WORD - end)))
+        object.__setattr__(self, "_words", _struct.Struct(f"<{words}q"))
+        object.__setattr__(self, "_names", frozenset(f.name for f in self.fields))
+
     def pack(self, fill: int | None = None, /,
              **values: int | float | bool | Sequence[int | float]) -> list[int]:
         """The struct holding ``values`` (one per field, an array field a sequence of exactly
-        its length; with ``fill``, the fields not given hold it), as ``int64`` words."""
-        names = {f.name for f in self.fields}
+        its length; with ``fill``, the fields not given hold it), as ``int64`` words. An
+        integer field takes integers and bools only (a float there is a mistake)."""
         if fill is not None:
-            values = {f.name: [fill] * (f.count or 1) if f.count else fill
+            values = {f.name: [fill] * f.count if f.count else fill
                       for f in self.fields} | values
-        missing = [f.name for f in self.fields if f.name not in values]
-        unknown = sorted(set(values) - names)
-        if missing or unknown:
+        if values.keys() != self._names:
+            missing = [f.name for f in self.fields if f.name not in values]
             raise TypeError(f"mpslinalg: {self.name} (metal/{self.header}): missing fields "
-                            f"{missing}, unknown fields {unknown}")
-        words = -(-self.size // _WORD)
-        buffer = bytearray(words * _WORD)
+                            f"{missing}, unknown fields {sorted(values.keys() - self._names)}")
+        flat: list = []
         for f in self.fields:
             value = values[f.name]
-            items = [value] if f.count is None else list(value)
-            if len(items) != (f.count or 1):
+            if f.count is None:
+                flat.append(value)
+            elif len(value) == f.count:
+                flat.extend(value)
+            else:
                 raise ValueError(f"mpslinalg: {self.name}.{f.name} holds {f.count} entries, "
-                                 f"got {len(items)}")
-            code = SCALAR_CODES[f.type]
+                                 f"got {len(value)}")
+        try:
+            return list(self._words.unpack(self._bytes.pack(*flat)))
+        except _struct.error:
+            self._raise_bad_value(values)
+            raise
+
+    def _raise_bad_value(self, values: dict) -> None:
+        for f in self.fields:
+            items = [values[f.name]] if f.count is None else values[f.name]
             try:
-                # an integer field takes integers (and bools) only: a float there is a mistake
-                items = [float(v) if code == "f" else operator.index(v) for v in items]
-                _struct.pack_into(f"<{len(items)}{code}", buffer, f.offset, *items)
-            except (TypeError, _struct.error) as exc:
+                _struct.pack(f"<{len(items)}{SCALAR_CODES[f.type]}", *items)
+            except _struct.error as exc:
                 raise ValueError(f"mpslinalg: {self.name}.{f.name} ({f.type}) cannot hold "
-                                 f"{value!r}: {exc}") from None
-        return list(_struct.unpack(f"<{words}q", buffer))
+                                 f"{values[f.name]!r}: {exc}") from None
 
 
 def _layout(header: str, name: str, body: str, text: str) -> ParamStruct:
