@@ -966,28 +966,6 @@ def degenerate_samples(complex_: bool, kwargs: Sequence[dict] = ({},),
     return samples
 
 
-def check_params_struct(header: str, struct: str, fields: Sequence[str]) -> None:
-    """A kernel's int64 parameter struct ``mpsl::<struct>`` (declared in ``metal/<header>``)
-    has exactly ``fields``, in that order: the order host code packs the list in. A kernel
-    compiled from the header copies each field, read by name, to the position ``fields`` gives
-    it."""
-    from mpslinalg import emulator
-    from mpslinalg._core import metal as _metal
-
-    copies = "\n".join(f"  out[{i}] = p.{name};" for i, name in enumerate(fields))
-    source = _metal.load_source(header) + f"""
-kernel void read_params(constant mpsl::{struct}& p [[buffer(0)]],
-                        device long* out [[buffer(1)]], uint i [[thread_position_in_grid]]) {{
-  static_assert(sizeof(mpsl::{struct}) == {len(fields)} * sizeof(long), "{struct} layout");
-{copies}
-}}
-"""
-    values = [1000 + i for i in range(len(fields))]
-    out = torch.zeros(len(fields), dtype=torch.int64)
-    emulator.compile_shader(source).read_params(values, out, threads=1)
-    assert out.tolist() == values, f"{struct}: fields out of the host's order"
-
-
 def metal_constant(header: str, name: str) -> str:
     """The value text of ``constexpr <type> <name> = <value>;`` in ``metal/<header>``, for the
     tests that check a host module mirrors its kernel header's constants."""

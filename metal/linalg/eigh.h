@@ -145,42 +145,6 @@ inline int eigh_rank(float wi, int i, float wj, int j) {
 
 // ---- one threadgroup per matrix ----
 
-// max over the threadgroup of a non-negative value per thread; scratch holds one float per
-// simdgroup. Every thread gets the result.
-inline float eigh_group_max(float x, threadgroup float* scratch, uint tid, uint nthreads) {
-  const float s = metal::simd_max(x);
-  const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
-  const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
-  if (lane == 0) {
-    scratch[sg] = s;
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  float m = 0.0f;
-  for (uint k = 0; k < nsg; ++k) {
-    m = metal::max(m, scratch[k]);
-  }
-  // scratch is reused by the next reduction: every thread must have read it first.
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  return m;
-}
-
-// Sum over the threadgroup (as eigh_group_max).
-inline float eigh_group_sum(float x, threadgroup float* scratch, uint tid, uint nthreads) {
-  const float s = metal::simd_sum(x);
-  const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
-  const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
-  if (lane == 0) {
-    scratch[sg] = s;
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  float total = 0.0f;
-  for (uint k = 0; k < nsg; ++k) {
-    total += scratch[k];
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  return total;
-}
-
 // The sweeps and the output of one matrix, held at x (A) and vm (V) (threadgroup or device
 // memory: P is the pointer type), with rotations in rot (kEighRotFloats per pair, threadgroup or
 // device memory: R). The whole threadgroup calls it; barriers are on both memories (the same
@@ -206,8 +170,10 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
     bad = eigh_finite(value) ? bad : 1.0f;
     amax = metal::max(amax, modulus(value));
   }
-  const float any_bad = eigh_group_max(bad, scratch, tid, nthreads);
-  amax = eigh_group_max(amax, scratch, tid, nthreads);
+  const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
+  const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
+  const float any_bad = group_max(bad, scratch, lane, sg, nsg);
+  amax = group_max(amax, scratch, lane, sg, nsg);
   device int* st = status + b * kEighStatusInts;
   if (any_bad != 0.0f) {
     for (long k = long(tid); k < nn; k += long(nthreads)) {
@@ -319,7 +285,7 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
       }
       threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
     }
-    rotations = eigh_group_sum(mine, scratch, tid, nthreads);
+    rotations = group_sum(mine, scratch, lane, sg, nsg);
     if (rotations == 0.0f) {
       break;
     }

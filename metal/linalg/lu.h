@@ -21,6 +21,7 @@
 #include "../common/defines.h"
 #include "../common/pivots.h"
 #include "../common/scalar.h"
+#include "../common/simd.h"
 
 namespace mpsl {
 
@@ -43,6 +44,22 @@ constant constexpr int kLuTileK = 16;
 constant constexpr int kLuNoRow = 0x7fffffff;
 // Pivot search key of a thread that owns no candidate row (below NaN's key -1 and every |x|).
 constant constexpr float kLuNoKey = -2.0f;
+
+// Scalars of lu_panel, lu_swap_trsm and lu_update (the last two do not read ncols).
+struct LuParams {
+  long m;      // rows of each matrix
+  long n;      // columns (row stride)
+  long k0;     // first column of the panel
+  long w;      // columns of the panel
+  long ncols;  // lu_panel: columns [k0, k0 + ncols) that interchanges and updates extend over
+};
+
+// Scalars of lu_pivots_to_perm.
+struct LuPermParams {
+  long m;      // rows: length of each permutation
+  long k;      // pivots per matrix
+  long batch;  // matrices
+};
 
 // Pivot search key: abs1, with NaN ranked below every number (never chosen over one).
 template <typename T>
@@ -70,11 +87,7 @@ template <typename T>
     device T* a [[buffer(0)]],
     device int* pivots [[buffer(1)]],
     device int* info [[buffer(2)]],
-    constant long& m [[buffer(3)]],
-    constant long& n [[buffer(4)]],
-    constant long& k0 [[buffer(5)]],
-    constant long& w [[buffer(6)]],
-    constant long& ncols [[buffer(7)]],
+    constant mpsl::LuParams& p_ [[buffer(3)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
@@ -82,8 +95,8 @@ template <typename T>
     uint sg [[simdgroup_index_in_threadgroup]],
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
-  threadgroup float part_key[kLuMaxSimdgroups];
-  threadgroup int part_row[kLuMaxSimdgroups];
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, ncols = p_.ncols;
+  threadgroup KeyIndex part[kLuMaxSimdgroups];
   threadgroup T prow[kLuPanelMaxCols];
 
   const long batch = long(group.y);
@@ -108,18 +121,12 @@ template <typename T>
         }
       }
     }
-    float best = metal::simd_max(key);
-    int best_row = metal::simd_min(key == best ? row : kLuNoRow);
-    if (lane == 0) {
-      part_key[sg] = best;
-      part_row[sg] = best_row;
-    }
-    // Also orders the previous step's row updates before this step's interchange.
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    key = lane < nsg ? part_key[lane] : kLuNoKey;
-    row = lane < nsg ? part_row[lane] : kLuNoRow;
-    best = metal::simd_max(key);
-    const long p = long(metal::simd_min(key == best ? row : kLuNoRow));
+    // Its barrier also orders the previous step's row updates before this step's interchange.
+    const KeyIndex pivot_at =
+        group_argmax(KeyIndex{key, row}, KeyIndex{kLuNoKey, kLuNoRow}, part, lane, sg, nsg,
+                     metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    const float best = pivot_at.key;
+    const long p = long(pivot_at.index);
 
     if (tid == 0) {
       piv[r] = int(p + 1);
@@ -166,15 +173,13 @@ template <typename T>
 [[kernel]] void lu_swap_trsm(
     device T* a [[buffer(0)]],
     device const int* pivots [[buffer(1)]],
-    constant long& m [[buffer(2)]],
-    constant long& n [[buffer(3)]],
-    constant long& k0 [[buffer(4)]],
-    constant long& w [[buffer(5)]],
+    constant mpsl::LuParams& p_ [[buffer(2)]],
     uint2 gid [[thread_position_in_grid]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup T l11[kLuPanelWidth * kLuPanelWidth];
 
   const long batch = long(group.y);
@@ -232,13 +237,11 @@ template <typename T>
 template <typename T>
 [[kernel]] void lu_update(
     device T* a [[buffer(0)]],
-    constant long& m [[buffer(1)]],
-    constant long& n [[buffer(2)]],
-    constant long& k0 [[buffer(3)]],
-    constant long& w [[buffer(4)]],
+    constant mpsl::LuParams& p_ [[buffer(1)]],
     uint tid [[thread_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup T ls[kLuTile * kLuTileK];  // L21 block, [row][k]
   threadgroup T us[kLuTileK * kLuTile];  // U12 block, [k][col]
 
@@ -300,11 +303,10 @@ template <typename I>
 [[kernel]] void lu_pivots_to_perm(
     device const I* pivots [[buffer(0)]],
     device long* perm [[buffer(1)]],
-    constant long& m [[buffer(2)]],
-    constant long& k [[buffer(3)]],
-    constant long& batch [[buffer(4)]],
+    constant mpsl::LuPermParams& p_ [[buffer(2)]],
     uint gid [[thread_position_in_grid]]) {
   using namespace mpsl;
+  const long m = p_.m, k = p_.k, batch = p_.batch;
   const long b = long(gid);
   if (b >= batch) {
     return;

@@ -199,35 +199,22 @@ inline void qr_t_column(threadgroup T* t, int j, T tau, thread const T* y) {
 // threadgroup memory: P is the pointer type), by the whole threadgroup; rows are dealt to
 // threads cyclically. Leaves R on and above the diagonal, the reflectors below it, tau in
 // tau_out[0:w] and T in t (both threadgroup). part is kQrMaxSimdgroups * kQrPanelWidth scratch,
-// npart 2 * kQrMaxSimdgroups.
+// npart kQrMaxSimdgroups.
 template <typename T, typename P>
 inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, threadgroup T* t,
                      threadgroup T* part, threadgroup float* npart, uint tid, uint nthreads,
                      uint lane, uint sg, uint nsg) {
   for (int j = 0; j < w; ++j) {
-    // |x| for x = a[j + 1 : rows, j]: per-thread scaled sums of squares, then within the
-    // simdgroup and across simdgroups, each rescaled to the largest scale.
+    // |x| for x = a[j + 1 : rows, j]: per-thread scaled sums of squares, each rescaled to the
+    // group's largest scale and summed.
     float scale = 0.0f, ssq = 1.0f;
     for (long i = long(tid); i < rows; i += long(nthreads)) {
       if (i > j) {
         qr_ssq_add(scale, ssq, a[i * lda + j]);
       }
     }
-    float smax = metal::simd_max(scale);
-    float s = metal::simd_sum(qr_ssq_rescale(scale, ssq, smax));
-    if (lane == 0) {
-      npart[sg] = smax;
-      npart[kQrMaxSimdgroups + sg] = s;
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    smax = 0.0f;
-    for (uint g = 0; g < nsg; ++g) {
-      smax = metal::max(smax, npart[g]);
-    }
-    s = 0.0f;
-    for (uint g = 0; g < nsg; ++g) {
-      s += qr_ssq_rescale(npart[g], npart[kQrMaxSimdgroups + g], smax);
-    }
+    const float smax = group_max(scale, npart, lane, sg, nsg);
+    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, nsg);
     const float xnorm = smax == 0.0f ? (metal::isnan(s) ? s : 0.0f) : smax * metal::sqrt(s);
 
     const T alpha = a[j * lda + j];
@@ -248,37 +235,25 @@ inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, th
 
     // Dot products with v = (1, a[j + 1 : rows, j]): v^H a_c for the columns c > j (to apply
     // H^H), V_c^H v for the reflectors c < j (for T).
-    T acc[kQrPanelWidth];
+    T dot[kQrPanelWidth];
     for (int c = 0; c < kQrPanelWidth; ++c) {
-      acc[c] = zero<T>();
+      dot[c] = zero<T>();
     }
     for (long i = long(tid); i < rows; i += long(nthreads)) {
       if (i >= j) {
         const T v = i == j ? one<T>() : a[i * lda + j];
         for (int c = 0; c < kQrPanelWidth; ++c) {
           if (c < j) {
-            acc[c] += mul(conj(a[i * lda + c]), v);
+            dot[c] += mul(conj(a[i * lda + c]), v);
           } else if (c > j && c < w) {
-            acc[c] += mul(conj(v), a[i * lda + c]);
+            dot[c] += mul(conj(v), a[i * lda + c]);
           }
         }
       }
     }
-    for (int c = 0; c < kQrPanelWidth; ++c) {
-      const T total = simd_sum(acc[c]);
-      if (lane == 0) {
-        part[sg * kQrPanelWidth + c] = total;
-      }
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    T dot[kQrPanelWidth];
-    for (int c = 0; c < kQrPanelWidth; ++c) {
-      T total = zero<T>();
-      for (uint g = 0; g < nsg; ++g) {
-        total += part[g * kQrPanelWidth + c];
-      }
-      dot[c] = total;
-    }
+    // Device memory too: the panel may live there (P).
+    group_sum_each<T, kQrPanelWidth>(
+        dot, part, lane, sg, nsg, metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
 
     // a_c -= conj(tau) v (v^H a_c): H^H applied to the rest of the panel (geqr2 / larf).
     const T ctau = conj(tau);
@@ -338,7 +313,7 @@ template <typename T>
   using namespace mpsl;
   threadgroup T stage[kQrStageElems];
   threadgroup T part[kQrMaxSimdgroups * kQrPanelWidth];
-  threadgroup float npart[2 * kQrMaxSimdgroups];
+  threadgroup float npart[kQrMaxSimdgroups];
   threadgroup T t[kQrPanelWidth * kQrPanelWidth];
   threadgroup T tau_panel[kQrPanelWidth];
 
@@ -668,9 +643,10 @@ namespace mpsl {
 // Sizes of one lstsq_gelsy launch, passed by the host as one list of int64 (field order:
 // mpslinalg.linalg.qr_metal.LSTSQ_PARAMS; tests/linalg/test_qr.py checks the two agree).
 struct LstsqParams {
-  long m;  // rows of A and B
-  long n;  // columns of A (rows of X)
-  long k;  // columns of B and X
+  long m;       // rows of A and B
+  long n;       // columns of A (rows of X)
+  long k;       // columns of B and X
+  float rcond;  // the rank is the largest r with smax * rcond <= smin of R[0:r, 0:r]
 };
 
 // Most threads of an lstsq_gelsy threadgroup.
@@ -882,7 +858,6 @@ template <typename T>
     device T* tau2 [[buffer(7)]],         // (batch, min(m, n)) work: the tau of W's QR
     device T* ice [[buffer(8)]],          // (batch, 2, min(m, n)) work: laic1's two vectors
     constant mpsl::LstsqParams& p [[buffer(9)]],
-    constant float& rcond [[buffer(10)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
@@ -990,7 +965,7 @@ template <typename T>
         T s1, c1, s2, c2;
         lstsq_laic1_min(amin, smin, gamma, sminpr, s1, c1);
         lstsq_laic1_max(amax, smax, gamma, smaxpr, s2, c2);
-        if (!(smaxpr * rcond <= sminpr)) {
+        if (!(smaxpr * p.rcond <= sminpr)) {
           break;
         }
         for (long l = 0; l < i; ++l) {

@@ -128,22 +128,6 @@ inline JacobiRotation<T> svd_pair_rotation(float nx, float ny, T c) {
 
 // ---- svd_jacobi: one threadgroup per square matrix ----
 
-// Max over the threadgroup of a per-thread value (all threads get it); `part` holds one entry
-// per simdgroup. Ends with a barrier so `part` may be reused.
-inline float svd_group_max(float v, threadgroup float* part, uint lane, uint sg, uint nsg) {
-  v = metal::simd_max(v);
-  if (lane == 0) {
-    part[sg] = v;
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  float r = part[0];
-  for (uint i = 1; i < nsg; ++i) {
-    r = metal::max(r, part[i]);
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  return r;
-}
-
 // The pair (p, q), p < q, met by `slot` in `step` of the circle ordering of n2 (even) players;
 // q == n2 - 1 >= n marks the bye of an odd n.
 inline void svd_round_robin(long n2, long step, long slot, thread long& p, thread long& q) {
@@ -344,7 +328,7 @@ inline void svd_jacobi_body(P w, P v, device const T* ab, device T* scratch, dev
       }
       threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
     }
-    if (svd_group_max(rotated, part, lane, sg, nsg) == 0.0f) {
+    if (group_max(rotated, part, lane, sg, nsg) == 0.0f) {
       sweeps = sweep;
       break;
     }
@@ -427,8 +411,8 @@ template <typename T>
       bad = 1.0f;
     }
   }
-  anrm = svd_group_max(anrm, part, lane, sg, nsg);
-  bad = svd_group_max(bad, part, lane, sg, nsg);
+  anrm = group_max(anrm, part, lane, sg, nsg);
+  bad = group_max(bad, part, lane, sg, nsg);
   if (bad != 0.0f) {
     for (long e = tid; e < n; e += nthreads) {
       sb[e] = NAN;
@@ -520,6 +504,13 @@ inline float svd_small_norm(thread T (&x)[R][C], int j) {
   return mx * metal::sqrt(ss);
 }
 
+// Scalars of svd_small.
+struct SvdSmallParams {
+  long batch;    // matrices (threads of work)
+  long vectors;  // 1: u and vh are written
+  long full;     // 1: full_matrices (u M x M, vh N x N)
+};
+
 // SVD of the M x N matrices a (batch of them, row-major): s (batch, K), and when `vectors`
 // u (batch, M, full ? M : K) and vh (batch, full ? N : K, N); K = min(M, N). A wide matrix is
 // factored through its conjugate transpose (W = A^H = U' S V'^H gives U = V', V^H = U'^H).
@@ -530,20 +521,18 @@ template <typename T, int M, int N>
     device float* s [[buffer(2)]],
     device T* vh [[buffer(3)]],
     device int* info [[buffer(4)]],
-    constant long& batch [[buffer(5)]],
-    constant long& vectors_arg [[buffer(6)]],
-    constant long& full_arg [[buffer(7)]],
+    constant SvdSmallParams& params [[buffer(5)]],
     uint gid [[thread_position_in_grid]]) {
   using namespace mpsl;
   constexpr bool kWide = M < N;
   constexpr int R = kWide ? N : M;  // rows of the working matrix
   constexpr int C = kWide ? M : N;  // its columns, K
   const long b = long(gid);
-  if (b >= batch) {
+  if (b >= params.batch) {
     return;
   }
-  const bool vectors = vectors_arg != 0;
-  const bool full = full_arg != 0;
+  const bool vectors = params.vectors != 0;
+  const bool full = params.full != 0;
   const int ucols = full ? M : C;
   const int vrows = full ? N : C;
   device const T* ab = a + b * M * N;

@@ -15,6 +15,15 @@ namespace mpsl {
 // Elements drawn from one Philox call.
 constant constexpr long kNormalsPerBlock = 4;
 
+// Scalars of log_normal.
+struct LogNormalParams {
+  long ndim;      // entries of sizes / strides
+  long numel;     // elements of the tensor
+  long seed;      // the 64-bit Philox key
+  float mean;     // of the normal's logarithm
+  float std_dev;  // likewise
+};
+
 }  // namespace mpsl
 
 // x: the tensor's storage at its offset; sizes / strides: its shape and strides (ndim entries);
@@ -24,13 +33,11 @@ template <typename T>
     device T* x [[buffer(0)]],
     constant long* sizes [[buffer(1)]],
     constant long* strides [[buffer(2)]],
-    constant long& ndim [[buffer(3)]],
-    constant long& numel [[buffer(4)]],
-    constant long& seed [[buffer(5)]],
-    constant float& mean [[buffer(6)]],
-    constant float& std_dev [[buffer(7)]],
+    constant mpsl::LogNormalParams& p [[buffer(3)]],
     uint gid [[thread_position_in_grid]],
     uint grid_size [[threads_per_grid]]) {
+  const long ndim = p.ndim, numel = p.numel, seed = p.seed;
+  const float mean = p.mean, std_dev = p.std_dev;
   const ulong key64 = ulong(seed);
   const uint2 key = uint2(uint(key64), uint(key64 >> 32));
   const long blocks = (numel + mpsl::kNormalsPerBlock - 1) / mpsl::kNormalsPerBlock;

@@ -9,6 +9,8 @@
 - `.errors`: `mpslinalg.LinAlgError`, ``check_errors``, ``read_device``, torch errors reworded;
 - `.metal`: loading, naming and launching the Metal sources (the one launch path, stream
   hooks, the dtype / SIMD width / grid tables);
+- `.metal_params`: the kernels' parameter structs, read from their header declarations and
+  packed by field name;
 - `.copy`, `.elementwise`: the strided gather kernel and the grid-stride elementwise kernels;
 - `.platform`: what this machine can run (``python -m mpslinalg info``);
 - `.registry`, `.timing`: the cases behind ``python -m mpslinalg check`` and ``bench``, and how

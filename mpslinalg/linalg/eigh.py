@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .. import small
 from .._core import metal as _metal
+from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.declare import NOT_COMPUTED, REAL, Call, Declaration, Matrix, Param, Result, info
 from .._core.metal import SIMD_WIDTH, launch
@@ -32,9 +33,6 @@ from .._core.op import call_torch, values_unavailable
 __all__ = ["eigh", "eigvalsh"]
 
 _SOURCE = "linalg/eigh.metal"
-
-#: Fields of the kernels' EighParams struct, in order (each an int64).
-EIGH_PARAMS = ("n", "batch", "lower", "vectors")
 
 # Mirrors of the named constants of metal/linalg/eigh.h (tests/linalg/test_eigh.py checks them).
 SMALL_MAX = 4  # kEighSmallMax
@@ -95,7 +93,8 @@ def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
     if batch == 0 or n == 0:
         return w, V, status
     v_arg = V if vectors else A.new_empty(1)  # never written
-    params = [n, batch, int(lower), int(vectors)]
+    params = metal_params.pack("linalg/eigh.h", "EighParams", n=n, batch=batch, lower=lower,
+                               vectors=vectors)
     kind = path(n, A.dtype)
     if kind == "small":
         kernel = _metal.kernel(_SOURCE, "eigh_small", A.dtype, A.device, fn=fn, n=n)

@@ -23,11 +23,13 @@ import math
 import torch
 
 from .._core import metal as _metal
+from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from . import triangular_metal
 
 _LU_SOURCE = "linalg/lu.metal"
+_LU_HEADER = "linalg/lu.h"
 
 # Mirrors of the named constants of metal/linalg/lu.h (tests/linalg/test_lu_metal.py checks them).
 PANEL_WIDTH = 32  # kLuPanelWidth: columns per panel of the blocked factorization
@@ -53,9 +55,14 @@ def _check(fn: str, **tensors: torch.Tensor) -> None:
             )
 
 
-def _panel(kernel, LU, pivots, info, m, n, k0, w, ncols, batch) -> None:
-    threads = min(PANEL_MAX_THREADS, _metal.ceil_div(m - k0, SIMD_WIDTH) * SIMD_WIDTH)
-    launch(kernel, LU, pivots, info, m, n, k0, w, ncols,
+def _lu_params(m: int, n: int, k0: int, w: int, ncols: int) -> list[int]:
+    return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols)
+
+
+def _panel(kernel, LU, pivots, info, params, rows, batch) -> None:
+    """lu_panel on the ``rows`` rows from the panel's first one down."""
+    threads = min(PANEL_MAX_THREADS, _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
+    launch(kernel, LU, pivots, info, params,
             threads=[threads, batch], group_size=[threads, 1])
 
 
@@ -82,21 +89,22 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     panel = _metal.kernel(_LU_SOURCE, "lu_panel", A.dtype, A.device, fn=fn)
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
     if n <= PANEL_MAX_COLS:
-        _panel(panel, LU, pivots, info_flat, m, n, 0, kmax, n, batch)
+        _panel(panel, LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n), m, batch)
         return LU, pivots, info
 
     swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", A.dtype, A.device, fn=fn)
     update = _metal.kernel(_LU_SOURCE, "lu_update", A.dtype, A.device, fn=fn)
     for k0 in range(0, kmax, PANEL_WIDTH):
         w = min(PANEL_WIDTH, kmax - k0)
-        _panel(panel, LU, pivots, info_flat, m, n, k0, w, w, batch)
+        params = _lu_params(m, n, k0, w, w)
+        _panel(panel, LU, pivots, info_flat, params, m - k0, batch)
         # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
-        launch(swap_trsm, LU, pivots, m, n, k0, w,
+        launch(swap_trsm, LU, pivots, params,
                 threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
                 group_size=[SWAP_GROUP, 1])
         s = k0 + w
         if s < m and s < n:
-            launch(update, LU, m, n, k0, w,
+            launch(update, LU, params,
                     threads=[_metal.ceil_div(n - s, UPDATE_TILE) * UPDATE_THREADS,
                              _metal.ceil_div(m - s, UPDATE_TILE), batch],
                     group_size=[UPDATE_THREADS, 1, 1])
@@ -120,7 +128,8 @@ def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_u
         return perm
     kernel = _metal.kernel(_LU_SOURCE, "lu_pivots_to_perm", torch.int32, pivots.device, fn=fn)
     group = min(PERM_GROUP, batch)
-    launch(kernel, pivots, perm, n, k, batch,
+    launch(kernel, pivots, perm,
+            metal_params.pack(_LU_HEADER, "LuPermParams", m=n, k=k, batch=batch),
             threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
     return perm
 

@@ -26,16 +26,14 @@ import math
 import torch
 
 from .._core import metal as _metal
+from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from . import triangular_metal
 
 _SOURCE = "linalg/qr.metal"
 
-#: Fields of the kernels' QrParams struct, in order (each an int64).
-QR_PARAMS = ("m", "n", "k", "k0", "w", "panel", "npanels", "ldc", "c_col0", "c_cols", "adjoint")
-#: Fields of lstsq_gelsy's LstsqParams struct, in order (each an int64).
-LSTSQ_PARAMS = ("m", "n", "k")
+_HEADER = "linalg/qr.h"
 
 # Mirrors of the named constants of metal/linalg/qr.h (tests/linalg/test_qr.py checks them).
 PANEL_WIDTH = 16  # kQrPanelWidth: columns per panel, order of each T
@@ -75,7 +73,8 @@ def _check(fn: str, **tensors: torch.Tensor) -> None:
 
 
 def _params(**fields: int) -> list[int]:
-    return [int(fields.get(name, 0)) for name in QR_PARAMS]
+    """The QrParams struct holding ``fields`` (0 in the fields a kernel does not read)."""
+    return metal_params.pack(_HEADER, "QrParams", 0, **fields)
 
 
 def _panels(k: int) -> list[tuple[int, int]]:
@@ -95,7 +94,7 @@ def _apply_panel(a: torch.Tensor, tmat: torch.Tensor, c: torch.Tensor, work: tor
     if c_cols <= 0 or m - k0 <= 0:
         return
     params = _params(m=m, n=n, k=k, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=npanels,
-                     ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=int(adjoint))
+                     ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=adjoint)
     apply_w = _metal.kernel(_SOURCE, "qr_apply_w", a.dtype, a.device, fn=fn)
     update = _metal.kernel(_SOURCE, "qr_apply_update", a.dtype, a.device, fn=fn)
     launch(apply_w, a, tmat, c, work, params,
@@ -316,6 +315,6 @@ def gelsy_metal(A: torch.Tensor, B: torch.Tensor, rcond: float, *, fn: str = "ls
     threads = min(GELSY_MAX_THREADS,
                   _metal.ceil_div(max(m, n + k), SIMD_WIDTH) * SIMD_WIDTH)
     launch(kernel, a, bw, X, rank, jpvt, norms, wt, tau2, ice,
-           [m, n, k], float(rcond),
+           metal_params.pack(_HEADER, "LstsqParams", m=m, n=n, k=k, rcond=rcond),
            threads=[threads, batch], group_size=[threads, 1])
     return X, rank

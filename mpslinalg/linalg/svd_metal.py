@@ -22,6 +22,7 @@ import math
 import torch
 
 from .._core import metal as _metal
+from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from . import qr_metal
@@ -84,7 +85,9 @@ def _small(A: torch.Tensor, vectors: bool, full: bool, fn: str):
     Vh = torch.empty((batch, vrows, n) if vectors else (1,), dtype=A.dtype, device=dev)
     kernel = _metal.kernel(_SOURCE, "svd_small", A.dtype, dev, fn=fn, m=m, n=n)
     group = min(SMALL_GROUP, _metal.ceil_div(batch, SIMD_WIDTH) * SIMD_WIDTH)
-    launch(kernel, A, U, S, Vh, info, batch, int(vectors), int(full),
+    params = metal_params.pack("linalg/svd.h", "SvdSmallParams", batch=batch, vectors=vectors,
+                               full=full)
+    launch(kernel, A, U, S, Vh, info, params,
            threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
     return (U if vectors else None), S, (Vh if vectors else None), info
 

@@ -2,8 +2,8 @@
 with the triangles of a packed square matrix, optionally applying LAPACK row interchanges.
 
 ``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
-of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (a list of
-int64 on the host, `TRI_SOLVE_PARAMS` gives its field order).
+of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (packed by
+`mpslinalg._core.metal_params` from its declaration in metal/linalg/triangular.h).
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ import math
 import torch
 
 from .._core import metal as _metal
+from .._core import metal_params
 from .._core.metal import SIMD_WIDTH, launch
 
 _SOURCE = "linalg/triangular.metal"
-
-#: Fields of the kernels' TriSolveParams struct, in order (each an int64).
-TRI_SOLVE_PARAMS = ("n", "k", "lower", "unit", "trans", "swaps")
 
 SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at most 32)
 TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
@@ -57,7 +55,9 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
         group = SIMD_WIDTH if k <= SIMD_WIDTH else SOLVE_GROUP
         grid = {"threads": [_metal.ceil_div(k, group) * group, batch], "group_size": [group, 1]}
     for lower, unit, trans, swaps in steps:
-        launch(kernel, M, pivots, X, [n, k, lower, unit, trans, swaps], **grid)
+        params = metal_params.pack("linalg/triangular.h", "TriSolveParams", n=n, k=k,
+                                   lower=lower, unit=unit, trans=trans, swaps=swaps)
+        launch(kernel, M, pivots, X, params, **grid)
     return X
 
 

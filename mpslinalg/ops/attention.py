@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.metal import SIMD_WIDTH
@@ -39,6 +39,7 @@ from .._core.seed import draw_seed
 __all__ = ["scaled_dot_product_attention"]
 
 _PATH = "ops/attention.metal"
+_HEADER = "ops/attention.h"
 #: dtypes with a Metal kernel.
 METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Mirrors kMaxHeadDim / kRowsPerGroup / kMask* in metal/ops/attention.h.
@@ -49,10 +50,6 @@ ROWS_PER_GROUP = 32
 _MASKS = {None: 0, "bool": 1, "additive": 2}
 #: Queries of at most this many rows take the decode kernel (a SIMD group per row).
 DECODE_MAX_ROWS = 4
-#: Fields of the kernels' AttentionParams struct, in order (each an int64).
-ATTENTION_PARAMS = ("batch_ndim", "batch", "heads", "group", "L", "S", "E", "Ev", "causal",
-                    "q_head", "q_row", "q_col", "k_head", "k_row", "k_col", "v_head", "v_row",
-                    "v_col", "m_head", "m_row", "m_col", "dropout", "seed")
 #: Dropout decisions need the query row and the (batch, head) index in 32 bits each.
 _MAX_DROPOUT_INDEX = 2**32
 
@@ -113,8 +110,11 @@ def attention_metal(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_cau
 
     (qb, qh, qr, qc), (kb, kh, kr, kc), (vb, vh, vr, vc), (mb, mh, mr, mc) = (
         strides(qe), strides(ke), strides(ve), strides(me))
-    params = [max(len(batch), 1), n_batch, heads, group, L, S, E, Ev, int(is_causal),
-              qh, qr, qc, kh, kr, kc, vh, vr, vc, mh, mr, mc, int(dropout_p > 0.0), seed]
+    params = metal_params.pack(
+        _HEADER, "AttentionParams", batch_ndim=max(len(batch), 1), batch=n_batch, heads=heads,
+        group=group, L=L, S=S, E=E, Ev=Ev, causal=is_causal, q_head=qh, q_row=qr, q_col=qc,
+        k_head=kh, k_row=kr, k_col=kc, v_head=vh, v_row=vr, v_col=vc, m_head=mh, m_row=mr,
+        m_col=mc, dropout=dropout_p > 0.0, seed=seed)
     kind = None if mask is None else ("bool" if mask.dtype == torch.bool else "additive")
     bool_mask = me if kind == "bool" else torch.zeros(1, dtype=torch.bool, device=q.device)
     add_mask = me if kind == "additive" else torch.zeros(1, dtype=q.dtype, device=q.device)
@@ -146,9 +146,7 @@ def dropout_multipliers(q: Tensor, k: Tensor, v: Tensor, enable_gqa: bool, dropo
     numel = out.numel()
     if numel == 0:
         return out
-    params = [0] * len(ATTENTION_PARAMS)
-    for name, value in (("L", L), ("S", S), ("dropout", 1), ("seed", seed)):
-        params[ATTENTION_PARAMS.index(name)] = value
+    params = metal_params.pack(_HEADER, "AttentionParams", 0, L=L, S=S, dropout=1, seed=seed)
     kernel = _metal.kernel(_PATH, "attention_dropout_mask", torch.float32, q.device,
                            fn="scaled_dot_product_attention")
     _metal.launch(kernel, out, params, _factors(1.0, dropout_p), numel,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import Op, public
@@ -25,10 +25,6 @@ __all__ = ["conv1d"]
 
 _SOURCE = "ops/convolution.metal"
 
-#: Fields of the kernels' Conv1dParams struct, in order (each an int64; the strides are three
-#: entries each).
-CONV1D_PARAMS = ("batch", "c_in", "l_in", "c_out", "l_out", "taps", "stride", "pad_left",
-                 "dilation", "groups", "has_bias", "x_strides", "w_strides")
 #: Dtypes the Metal kernels are instantiated for.
 METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: kConvDepthwiseRun, kConvSide, kConvTileM / kConvTileN of metal/ops/convolution.h.
@@ -77,11 +73,13 @@ def _conv1d_metal(x, weight, bias, stride, pad_left, pad_right, dilation, groups
 
 
 def _params(x, weight, l_out, stride, pad_left, dilation, groups, has_bias) -> list[int]:
-    """The Conv1dParams list (x and weight read through their strides)."""
+    """The Conv1dParams struct (x and weight read through their strides)."""
     n, c_in, l_in = x.shape
     c_out, _, taps = weight.shape
-    return [n, c_in, l_in, c_out, l_out, taps, stride, pad_left, dilation, groups,
-            int(has_bias), *x.stride(), *weight.stride()]
+    return metal_params.pack(
+        "ops/convolution.h", "Conv1dParams", batch=n, c_in=c_in, l_in=l_in, c_out=c_out,
+        l_out=l_out, taps=taps, stride=stride, pad_left=pad_left, dilation=dilation,
+        groups=groups, has_bias=has_bias, x_strides=x.stride(), w_strides=weight.stride())
 
 
 def _gemm(name, x, weight, aux, out, params, *, rows, cols, slices) -> None:

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.metal import launch
@@ -102,12 +102,6 @@ BLOCK = 128
 FP8_FORMATS = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}
 FP8_BY_CODE = {code: dtype for dtype, code in FP8_FORMATS.items()}
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-#: Fields of the kernels' parameter structs, in order (each an int64).
-SCALED_MM_PARAMS = ("m", "n", "k", "a_row", "a_col", "b_row", "b_col", "a_div", "a_s0", "a_s1",
-                    "b_div", "b_s0", "b_s1", "a_format", "b_format", "bias_step", "has_bias",
-                    "b_vec4")
-CONVERT_PARAMS = ("rows", "cols", "x_row", "x_col", "row_div", "col_div", "s0", "s1", "format",
-                  "e4m3_overflow_nan")
 _CONVERT_GROUP = (32, 8)
 
 
@@ -203,8 +197,10 @@ def _convert_metal(op: str, x: Tensor, scale: Tensor, row_div: int, col_div: int
         return out
     fn = "to_float8" if op == "fp8_encode" else "from_float8"
     kernel = _metal.kernel(_SOURCE, op, kernel_dtype, x.device, fn=fn)
-    params = [rows, cols, x.stride(0), x.stride(1), row_div, col_div, scale.stride(0),
-              scale.stride(1), fmt, int(e4m3_overflow_is_nan())]
+    params = metal_params.pack(
+        "ops/fp8.h", "Fp8ConvertParams", rows=rows, cols=cols, x_row=x.stride(0),
+        x_col=x.stride(1), row_div=row_div, col_div=col_div, s0=scale.stride(0),
+        s1=scale.stride(1), format=fmt, e4m3_overflow_nan=e4m3_overflow_is_nan())
     gx, gy = _CONVERT_GROUP
     launch(kernel, x, scale, out, params,
            threads=[_metal.ceil_div(cols, gx) * gx, _metal.ceil_div(rows, gy) * gy],
@@ -465,9 +461,12 @@ def _scaled_mm_metal(a: Tensor, b: Tensor, scale_a: Tensor, recipe_a: int, scale
     a_div, a_s0, a_s1 = _scale_layout(recipe_a, scale_a)
     b_div, b_s1, b_s0 = _scale_layout(recipe_b, scale_b)
     has_bias = bias is not None
-    params = [m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), a_div, a_s0, a_s1,
-              b_div, b_s0, b_s1, format_a, format_b, bias.stride(0) if has_bias else 0,
-              int(has_bias), vec4_rows(b, b.stride(0), b.stride(1))]
+    params = metal_params.pack(
+        "ops/fp8.h", "ScaledMmParams", m=m, n=n, k=k, a_row=a.stride(0), a_col=a.stride(1),
+        b_row=b.stride(0), b_col=b.stride(1), a_div=a_div, a_s0=a_s0, a_s1=a_s1, b_div=b_div,
+        b_s0=b_s0, b_s1=b_s1, a_format=format_a, b_format=format_b,
+        bias_step=bias.stride(0) if has_bias else 0, has_bias=has_bias,
+        b_vec4=vec4_rows(b, b.stride(0), b.stride(1)))
     launch(kernel, a, b, scale_a, scale_b, bias if has_bias else out, out, params,
            **gemv_grid(m, n, rows))
     return out

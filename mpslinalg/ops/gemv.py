@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.metal import SIMD_WIDTH, launch
@@ -27,9 +27,6 @@ from .._core.op import Op, public
 __all__ = ["linear"]
 
 _SOURCE = "ops/gemv.metal"
-#: Fields of the kernel's GemvParams struct, in order (each an int64).
-GEMV_PARAMS = ("m", "n", "k", "x_row", "x_col", "w_row", "w_col", "bias_step", "has_bias",
-               "w_vec4")
 #: Elements of one wide load (kGemvLaneElems in metal/ops/gemv.h).
 LANE_ELEMS = 4
 #: Rows of x per simdgroup the kernels are instantiated for (kGemvMaxRows is the largest).
@@ -67,9 +64,11 @@ def _linear_metal(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     r = rows_per_simdgroup(m)
     kernel = _metal.kernel(_SOURCE, "gemv", x.dtype, x.device, fn="linear", rows=r)
     has_bias = bias is not None
-    params = [m, n, k, rows2d.stride(0), rows2d.stride(1), weight.stride(0), weight.stride(1),
-              bias.stride(0) if has_bias else 0, int(has_bias),
-              vec4_rows(weight, weight.stride(1), weight.stride(0))]
+    params = metal_params.pack(
+        "ops/gemv.h", "GemvParams", m=m, n=n, k=k, x_row=rows2d.stride(0),
+        x_col=rows2d.stride(1), w_row=weight.stride(0), w_col=weight.stride(1),
+        bias_step=bias.stride(0) if has_bias else 0, has_bias=has_bias,
+        w_vec4=vec4_rows(weight, weight.stride(1), weight.stride(0)))
     launch(kernel, rows2d, weight, bias if has_bias else out, out, params, **gemv_grid(m, n, r))
     return out.reshape(*x.shape[:-1], n)
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.errors import read_device
@@ -33,9 +33,6 @@ __all__ = ["grouped_mm"]
 _SOURCE = "ops/grouped_gemm.metal"
 #: Shape codes (kGroupRows ... in metal/ops/grouped_gemm.h): which dimension ``offs`` splits.
 ROWS, COLS, INNER, BATCHED = 0, 1, 2, 3
-#: Fields of the kernel's GroupedMmParams struct, in order (each an int64).
-GROUPED_MM_PARAMS = ("mode", "groups", "m", "n", "k", "batch", "a_group", "a_row", "a_col",
-                     "b_group", "b_row", "b_col", "bias_group", "bias_col", "has_bias")
 _GROUP = (16, 8, 1)
 
 
@@ -71,8 +68,11 @@ def _grouped_mm_metal(a: Tensor, b: Tensor, offs: Tensor | None, bias: Tensor | 
     wide = out_dtype != a.dtype
     kernel = _metal.kernel(_SOURCE, "grouped_mm", a.dtype, a.device, fn="grouped_mm", wide=wide)
     offsets = offs if offs is not None else torch.zeros(1, dtype=torch.int32, device=a.device)
-    params = [mode, groups, m, n, a.shape[-1] if mode != INNER else a.shape[1], batch,
-              a_group, a_row, a_col, b_group, b_row, b_col, bias_group, bias_col, int(has_bias)]
+    params = metal_params.pack(
+        "ops/grouped_gemm.h", "GroupedMmParams", mode=mode, groups=groups, m=m, n=n,
+        k=a.shape[-1] if mode != INNER else a.shape[1], batch=batch, a_group=a_group,
+        a_row=a_row, a_col=a_col, b_group=b_group, b_row=b_row, b_col=b_col,
+        bias_group=bias_group, bias_col=bias_col, has_bias=has_bias)
     gx, gy, gz = _GROUP
     launch(kernel, a, b, offsets, bias if has_bias else a, out, params,
            threads=[_metal.ceil_div(n, gx) * gx, _metal.ceil_div(m, gy) * gy, batch],

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.errors import translate
@@ -28,10 +28,7 @@ __all__ = ["pad"]
 
 _SOURCE = "ops/padding.metal"
 
-#: Fields of the kernel's PadParams struct, in order (each an int64; the arrays hold
-#: `MAX_DIMS` entries each).
-PAD_PARAMS = ("ndim", "numel", "value_lo", "value_hi", "out_sizes", "in_sizes", "in_strides",
-              "before")
+_HEADER = "ops/padding.h"
 #: kPadMaxDims of metal/ops/padding.h: dimensions the kernel takes after merging.
 MAX_DIMS = 16
 #: Calls whose sizes, linear indices and input offsets are all below this take the 32-bit
@@ -166,9 +163,9 @@ def _as_storage(x: Tensor) -> Tensor:
     return x.view(_STORAGE[x.element_size()])
 
 
-def params(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[int],
-           pad: Sequence[int], bits: tuple[int, int]) -> list[int]:
-    """The PadParams list for one call (public for the kernel-level tests)."""
+def fields(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[int],
+           pad: Sequence[int], bits: tuple[int, int]) -> dict:
+    """The PadParams fields of one call (public for the kernel-level tests)."""
     dims = merged_dims(out_shape, in_shape, strides, _before(len(in_shape), pad))
     if len(dims) > MAX_DIMS:
         raise RuntimeError(
@@ -176,15 +173,17 @@ def params(out_shape: Sequence[int], in_shape: Sequence[int], strides: Sequence[
             f"or non-contiguous); the metal kernel takes at most {MAX_DIMS}")
     spare = [0] * (MAX_DIMS - len(dims))
     out_sizes, in_sizes, in_strides, before = (list(c) + spare for c in zip(*dims, strict=True))
-    return [len(dims), math.prod(out_shape), *bits, *out_sizes, *in_sizes, *in_strides, *before]
+    return {"ndim": len(dims), "numel": math.prod(out_shape), "value_lo": bits[0],
+            "value_hi": bits[1], "out_sizes": out_sizes, "in_sizes": in_sizes,
+            "in_strides": in_strides, "before": before}
 
 
-def needs_wide_indices(arguments: list[int]) -> bool:
-    """Whether a call (its PadParams list) needs the 64-bit kernels: some size, linear index,
+def needs_wide_indices(call: dict) -> bool:
+    """Whether a call (its PadParams fields) needs the 64-bit kernels: some size, linear index,
     padding or input offset reaches 2**31."""
-    ndim, numel = arguments[0], arguments[1]
-    fields = [arguments[4 + k * MAX_DIMS: 4 + k * MAX_DIMS + ndim] for k in range(4)]
-    out_sizes, in_sizes, in_strides, before = fields
+    ndim, numel = call["ndim"], call["numel"]
+    out_sizes, in_sizes, in_strides, before = (
+        call[name][:ndim] for name in ("out_sizes", "in_sizes", "in_strides", "before"))
     last_offset = sum((s - 1) * t for s, t in zip(in_sizes, in_strides, strict=True) if s > 0)
     largest = max([numel, last_offset, *out_sizes, *in_sizes, *(abs(b) for b in before)])
     return largest >= NARROW_LIMIT
@@ -194,14 +193,15 @@ def _pad_metal(x: Tensor, pad: list[int], value) -> Tensor:
     out_shape = _padded_shape("pad", x.shape, pad)
     if math.prod(out_shape) == 0:
         return x.new_empty(out_shape)
-    arguments = params(out_shape, x.shape, x.stride(), pad, fill_bits(value, x.dtype))
+    call = fields(out_shape, x.shape, x.stride(), pad, fill_bits(value, x.dtype))
     out = x.new_empty(out_shape)
     x = x.resolve_conj().resolve_neg()
     # An empty input (a padded empty dimension) is never read: bind the output in its place.
     source = _as_storage(x if x.numel() else out)
     kernel = _metal.kernel(_SOURCE, "pad", _STORAGE[x.element_size()], x.device, fn="pad",
-                           wide=needs_wide_indices(arguments))
-    _metal.launch(kernel, source, _as_storage(out), arguments,
+                           wide=needs_wide_indices(call))
+    params = metal_params.pack(_HEADER, "PadParams", **call)
+    _metal.launch(kernel, source, _as_storage(out), params,
                   threads=_metal.grid_stride_threads(out.numel()), group_size=None)
     return out
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._core import elementwise
+from .._core import elementwise, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
 from .._core.op import Op
@@ -44,7 +44,9 @@ def launch_log_normal(x: Tensor, mean: float, std: float, seed: int, *,
     sizes, strides = elementwise.layout(x.shape, x)
     blocks = -(-numel // NORMALS_PER_BLOCK)
     threads = min(blocks, max_threads)
-    _metal.launch(kernel, x, sizes, strides, len(sizes), numel, seed, float(mean), float(std),
+    params = metal_params.pack("ops/random.h", "LogNormalParams", ndim=len(sizes), numel=numel,
+                               seed=seed, mean=mean, std_dev=std)
+    _metal.launch(kernel, x, sizes, strides, params,
                   threads=threads, group_size=None if group_size is None
                   else min(group_size, threads))
 

@@ -16,15 +16,13 @@ import torch
 from torch import Tensor
 
 from .._core import metal as _metal
+from .._core import metal_params
 from .._core.backend import resolve_backend
 from .._core.op import INDEX, Op, call_torch, public, write_out
 
 __all__ = ["bucketize", "searchsorted"]
 
 _PATH = "ops/search.metal"
-#: Fields of the kernel's SearchParams struct, in order (each an int64).
-SEARCH_PARAMS = ("numel", "ndim", "seq_len", "seq_stride", "sorter_stride", "has_sorter",
-                 "right")
 #: dtypes with a Metal kernel.
 METAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64)
 _INT32_MAX = 2**31 - 1
@@ -50,8 +48,10 @@ def _metal_searchsorted(seq: Tensor, values: Tensor, sorter: Tensor | None, out_
     has_sorter = sorter is not None
     sorter_arg = sorter if has_sorter else torch.zeros(1, dtype=torch.int64, device=seq.device)
     seq_arg = seq if seq.numel() else torch.zeros(1, dtype=seq.dtype, device=seq.device)
-    params = [numel, ndim, seq.shape[-1], seq.stride(-1),
-              sorter.stride(-1) if has_sorter else 0, int(has_sorter), int(right)]
+    params = metal_params.pack(
+        "ops/search.h", "SearchParams", numel=numel, ndim=ndim, seq_len=seq.shape[-1],
+        seq_stride=seq.stride(-1), sorter_stride=sorter.stride(-1) if has_sorter else 0,
+        has_sorter=has_sorter, right=right)
     kernel = _metal.kernel(_PATH, "searchsorted", seq.dtype, seq.device, fn="searchsorted",
                            out=32 if out_int32 else 64)
     _metal.launch(kernel, seq_arg, vals, sorter_arg, out, params, list(vals.shape),

@@ -321,27 +321,3 @@ def test_host_constants_mirror_header():
     assert lanes * lanes == _lu_metal.UPDATE_THREADS
     assert _lu_metal.PANEL_MAX_THREADS <= 1024 and _lu_metal.PANEL_MAX_THREADS % 32 == 0
 
-
-def test_tri_solve_params_layout():
-    """The kernels' TriSolveParams struct and the host's list agree field by field: a probe
-    kernel echoes each field of distinct values, and the struct's size (in the emulator; the
-    same probe runs on any executor)."""
-    from mpslinalg.linalg.triangular_metal import TRI_SOLVE_PARAMS
-
-    probe = """
-kernel void echo_tri_params(constant mpsl::TriSolveParams& p [[buffer(0)]],
-                            device long* out [[buffer(1)]],
-                            uint i [[thread_position_in_grid]]) {
-  if (i == 0) {
-    out[0] = p.n; out[1] = p.k; out[2] = p.lower; out[3] = p.unit; out[4] = p.trans;
-    out[5] = p.swaps; out[6] = long(sizeof(mpsl::TriSolveParams));
-  }
-}
-"""
-    lib = emulator.compile_shader(_metal.load_source("linalg/triangular.metal") + probe)
-    out = torch.zeros(7, dtype=torch.int64)
-    values = [11, 12, 13, 14, 15, 16]
-    lib.echo_tri_params(values, out, threads=1)
-    assert dict(zip(TRI_SOLVE_PARAMS, out[:6].tolist(), strict=True)) == dict(
-        zip(TRI_SOLVE_PARAMS, values, strict=True))
-    assert out[6] == 8 * len(TRI_SOLVE_PARAMS)

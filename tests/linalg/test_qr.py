@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import re
 
 import numpy as np
 import pytest
@@ -697,10 +696,6 @@ def test_host_constants_mirror_header():
     assert int(const("kQrModeComplete")) == qr_metal.SMALL_MODES["complete"]
     assert int(const("kQrModeR")) == qr_metal.SMALL_MODES["r"]
     assert int(const("kLstsqMaxThreads")) == qr_metal.GELSY_MAX_THREADS
-    text = (_metal.metal_root() / "linalg" / "qr.h").read_text()
-    for name, host in (("QrParams", qr_metal.QR_PARAMS), ("LstsqParams", qr_metal.LSTSQ_PARAMS)):
-        struct = re.search(rf"struct {name} \{{(.*?)\}};", text, re.S).group(1)
-        assert tuple(re.findall(r"long (\w+);", struct)) == host
 
 
 # ---------------------------------------------------------------- op database

@@ -275,14 +275,6 @@ def test_dropout_public_reproducible_and_differentiable(metal_backend):
     assert (everything == 0).all()
 
 
-def test_params_struct_layout():
-    from mpslinalg.ops import attention as module
-
-    from opdb import check_params_struct
-
-    check_params_struct("ops/attention.h", "AttentionParams", module.ATTENTION_PARAMS)
-
-
 # ---------------------------------------------------------------- op database
 
 from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402

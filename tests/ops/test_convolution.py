@@ -178,19 +178,6 @@ def test_metal_refuses_float64_with_a_clear_error(metal_backend):
         mpslinalg.ops.conv1d(metal_backend.tensor(x), metal_backend.tensor(w))
 
 
-def test_params_struct_size():
-    probe = """
-[[kernel]] void conv1d_params_size(device long* out [[buffer(0)]],
-                                   uint i [[thread_position_in_grid]]) {
-  out[0] = long(sizeof(mpsl::Conv1dParams));
-}
-"""
-    library = emulator.compile_shader(_metal.load_source("ops/convolution.h") + probe)
-    size = torch.zeros(1, dtype=torch.int64)
-    library.conv1d_params_size(size, threads=1)
-    assert size.item() == 8 * (len(conv1d_module.CONV1D_PARAMS) - 2 + 2 * 3)
-
-
 def test_docstring_examples():
     failures, tried = doctest.testmod(conv1d_module, raise_on_error=False)
     assert tried and not failures

@@ -72,15 +72,6 @@ def _close(got, ref, dtype):
         assert err <= RTOL[dtype] * scale, (err, scale)
 
 
-def test_params_layout_matches_the_kernel_struct():
-    text = open(mpslinalg._core.metal.metal_root() / "ops" / "grouped_gemm.h").read()
-    start = text.index("struct GroupedMmParams {")
-    body = text[start:text.index("};", start)]
-    names = [n.strip().rstrip(";") for line in body.splitlines()[1:] if "long" in line
-             for n in line.split("//")[0].replace("long", "").split(",")]
-    assert tuple(n for n in names if n) == gmm_module.GROUPED_MM_PARAMS
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", ["rows", "cols", "inner", "batched"])
 def test_matches_the_per_group_reference(backend, dtype, shape):

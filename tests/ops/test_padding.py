@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import mpslinalg
 from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
+from mpslinalg._core import metal_params
 from mpslinalg.testing import count_host_syncs
 
 pad_module = importlib.import_module("mpslinalg.ops.padding")
@@ -130,7 +131,7 @@ def test_crop_to_a_few_elements_of_a_dimension_past_2_pow_32(backend):
 
 def _call_params(shape, strides, pads):
     out_shape = pad_module._padded_shape("pad", shape, pads)
-    return pad_module.params(out_shape, shape, strides, pads, (0, 0))
+    return pad_module.fields(out_shape, shape, strides, pads, (0, 0))
 
 
 def test_the_32_bit_kernels_are_taken_only_when_everything_fits():
@@ -167,10 +168,6 @@ _PROBE = """
                                  uint i [[thread_position_in_grid]]) {
   offsets[i] = mpsl::pad_source_offset<long>(indices[i], p);
 }
-[[kernel]] void pad_params_size(device long* out [[buffer(0)]],
-                                uint i [[thread_position_in_grid]]) {
-  out[0] = long(sizeof(mpsl::PadParams));
-}
 """
 
 
@@ -191,18 +188,15 @@ def test_kernel_index_arithmetic_is_64_bit():
     """pad_source_offset of metal/ops/padding.h, run by the emulator on shapes, strides, pads and
     linear indices past 2^32 that no test can allocate: every offset equals Python's."""
     library = emulator.compile_shader(_metal.load_source("ops/padding.h") + _PROBE)
-    size = torch.zeros(1, dtype=torch.int64)
-    library.pad_params_size(size, threads=1)
-    assert size.item() == 8 * (4 + 4 * pad_module.MAX_DIMS)
 
     in_shape = [3, 2**31 + 3, 2**20 - 2]
     strides = [2**53, 2**22, 2]  # not contiguous: no dimensions merged
     pads = [1, 1, 2**31 + 7, -5]  # last dimension first
     out_shape = pad_module._padded_shape("pad", in_shape, pads)
     before = [0, 2**31 + 7, 1]
-    params = pad_module.params(out_shape, in_shape, strides, pads, (0, 0))
-    assert params[0] == 3
-    numel = params[1]
+    call = pad_module.fields(out_shape, in_shape, strides, pads, (0, 0))
+    assert call["ndim"] == 3
+    numel = call["numel"]
     assert numel > 2**53
     gen = torch.Generator().manual_seed(0)
     indices = torch.cat([
@@ -210,7 +204,8 @@ def test_kernel_index_arithmetic_is_64_bit():
         torch.tensor([0, numel - 1, 2**32, 2**32 - 1, 2**31, (2**31 + 8) * 2**20 + 5]),
     ])
     offsets = torch.empty_like(indices)
-    library.pad_offset_probe(params, indices, offsets, threads=len(indices))
+    library.pad_offset_probe(metal_params.pack("ops/padding.h", "PadParams", **call), indices,
+                             offsets, threads=len(indices))
     expected = [_reference_offset(i, out_shape, in_shape, strides, before)
                 for i in indices.tolist()]
     assert offsets.tolist() == expected

@@ -116,14 +116,6 @@ def test_one_launch_no_host_sync(metal_backend):
     assert emulator.total_launches() == 1 and syncs.calls == []
 
 
-def test_params_struct_layout():
-    from mpslinalg.ops import search as module
-
-    from opdb import check_params_struct
-
-    check_params_struct("ops/search.h", "SearchParams", module.SEARCH_PARAMS)
-
-
 # ---------------------------------------------------------------- op database
 
 from opdb import BadSample, OpInfo, Sample, instantiate_generic_tests  # noqa: E402

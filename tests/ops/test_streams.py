@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import mpslinalg
 from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
+from mpslinalg._core import metal_params
 from mpslinalg.ops import streams
 
 streams_module = importlib.import_module("mpslinalg.ops.streams")
@@ -124,7 +125,8 @@ def test_a_missing_dependency_is_reported():
 def _write_into(out: torch.Tensor, x: torch.Tensor) -> None:
     """Launch the pad kernel with ``out`` as its output (a kernel writing an existing tensor)."""
     kernel = _metal.kernel("ops/padding.metal", "pad", torch.int32, x.device, wide=False)
-    params = pad_module.params(list(out.shape), list(x.shape), list(x.stride()), [0, 0], (0, 0))
+    params = metal_params.pack("ops/padding.h", "PadParams", **pad_module.fields(
+        list(out.shape), list(x.shape), list(x.stride()), [0, 0], (0, 0)))
     _metal.launch(kernel, x.view(torch.int32), out.view(torch.int32), params,
                   threads=out.numel(), group_size=None)
 
