@@ -28,6 +28,7 @@ from mpslinalg.testing import (
     orthogonality_ratio,
     penrose_ratios,
     random_matrix,
+    singular_matrix,
     singular_values_ratio,
     svd_ratio,
     wide,
@@ -471,6 +472,18 @@ def test_metal_rejects_64_bit(metal_backend):
         mpslinalg.svd(metal_backend.tensor(torch.eye(3, dtype=torch.float64)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matrix_rank_upcast(backend, dtype):
+    """float16 / bfloat16 input: the rank of the same matrices in float32 (rank 2, 3 and 4
+    matrices, and tolerances that cut the spectrum between its values)."""
+    A = torch.cat([singular_matrix(4, r, torch.float32, (2,), seed=46 + r) for r in (2, 3)]
+                  + [matrix_with_spread(4, 1e2, torch.float32, (2,), seed=49)]).to(dtype)
+    for kwargs in ({}, {"rtol": 0.05}, {"atol": 0.5}):
+        want = mpslinalg.matrix_rank(backend.tensor(A.float()), **kwargs)
+        got = mpslinalg.matrix_rank(backend.tensor(A), **kwargs)
+        assert got.dtype == torch.int64 and torch.equal(got, want), (kwargs, got, want)
+
+
 def test_float16_upcast_raw(backend):
     A = backend.tensor(random_matrix(5, torch.float32, (2,), seed=45, m=6))
     U, S, Vh = mpslinalg.svd(A.half(), full_matrices=False)
@@ -718,7 +731,9 @@ OPS = [
            skips={"nonfinite": _NO_NAN_REFERENCE}),
     OpInfo("matrix_rank", mpslinalg.matrix_rank, torch.linalg.matrix_rank, _rank_samples,
            bad_samples=_tol_bad, grad_args=(), rank_output=0, device_reads=1,
-           skips={"nonfinite": _NO_NAN_REFERENCE}),
+           skips={"nonfinite": _NO_NAN_REFERENCE,
+                  "upcast": "the rank is an integer, and the upcast test compares floating "
+                            "outputs; test_matrix_rank_upcast compares the ranks"}),
 ]
 
 instantiate_generic_tests(globals(), OPS)
