@@ -27,7 +27,7 @@ from mpslinalg.testing import THRESH, eps, matrix_with_spread, noncontiguous, ra
 
 from opdb import degenerate_matrices, degenerate_samples
 
-pytestmark = pytest.mark.skipif(sc.ORTH_LIBRARY.wait() is None, reason="no C++ compiler")
+pytestmark = pytest.mark.usefixtures("native_orth")
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DTYPES = (torch.float32, torch.float64)
