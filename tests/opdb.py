@@ -3,7 +3,9 @@
 adds the generic tests below to that file, one per (op, backend) (learned from PyTorch's OpInfo
 and instantiate_device_type_tests).
 
-Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the reason):
+Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the reason, and is
+then reported as skipped with it; each check returns how many cases it checked, and one that
+checked none fails, see `assert_checked_some`):
 
 - ``parity``: every sample, in every supported dtype, against the torch reference computed in
   float64 / complex128 on the CPU (the outputs mapped through ``OpInfo.compare`` first);
