@@ -115,6 +115,10 @@ class NativeLibrary:
             self._finish(None, NativeBuildError(f"the built library does not load: {exc}"),
                          warn=True)
             return
+        except Exception as exc:  # the source's generator: a defect, and wait() must return
+            self._finish(None, NativeBuildError(f"generating the source failed: {exc!r}"),
+                         warn=True)
+            return
         self._finish(lib, None)
 
     def _finish(self, lib: ctypes.CDLL | None,
@@ -127,11 +131,10 @@ class NativeLibrary:
             self.status = f"the build failed: {error}"
         else:
             self.status = str(error)
-        status = self.status
-        log.debug("native library %s: %s", self.name, status)
+        log.debug("native library %s: %s", self.name, self.status)
         if warn:
             warnings.warn(f"mpslinalg: the native small-matrix CPU kernels are not available "
-                          f"({status}); torch.linalg serves those calls instead",
+                          f"({self.status}); torch.linalg serves those calls instead",
                           RuntimeWarning, stacklevel=2)
         self._done.set()
 

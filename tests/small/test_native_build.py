@@ -28,11 +28,12 @@ def _failing_compiler(tmp_path: Path, script: str) -> str:
     return str(cxx)
 
 
-def _library(monkeypatch, tmp_path: Path, cxx: str) -> native.NativeLibrary:
+def _library(monkeypatch, tmp_path: Path, cxx: str,
+             make_source=lambda: _SOURCE) -> native.NativeLibrary:
     monkeypatch.setenv("CXX", cxx)
     monkeypatch.setenv("MPSLINALG_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(native.ENABLE_VAR, raising=False)
-    return native.NativeLibrary("build_test", lambda: _SOURCE, _FLAGS, lambda lib: None)
+    return native.NativeLibrary("build_test", make_source, _FLAGS, lambda lib: None)
 
 
 @_QUIET
@@ -59,6 +60,19 @@ def test_failed_build_fails_with_the_compilers_message(monkeypatch, tmp_path, sc
     assert library.status.startswith("the build failed: ")
     with pytest.raises(native.NativeBuildError, match=message):  # not a skip
         require_native(library)
+
+
+@_QUIET
+def test_a_failing_source_generator_ends_the_wait(monkeypatch, tmp_path):
+    """A defect of the generator fails the build (the thread died and wait() hung before)."""
+    def broken() -> str:
+        raise ValueError("no such kernel")
+
+    library = _library(monkeypatch, tmp_path, sys.executable, broken)
+    library.wait(timeout=30)  # bounds the wait of a build thread that died without a word
+    assert isinstance(library.error, native.NativeBuildError), library.status
+    with pytest.raises(native.NativeBuildError, match="ValueError..no such kernel"):
+        library.require()
 
 
 def test_disabled_is_unavailable(monkeypatch, tmp_path):
