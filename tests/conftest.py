@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 
 import mpslinalg
 from mpslinalg._core import platform as _platform
-from mpslinalg.emulator.build import EmulatorUnavailableError
+from mpslinalg.emulator import build as _emulator_build
 
 # Every Metal kernel the tests launch runs under the emulator's race detector (kernels that are
 # racy on purpose, in the emulator's own lane-order tests, opt out per compile).
@@ -87,6 +87,17 @@ def _selected_backends(config) -> list[str]:
     return names
 
 
+def _emulator_skip_reason(excinfo: pytest.ExceptionInfo | None) -> str | None:
+    """Why a test that raised ``excinfo`` is a skip, or None: only for the cause
+    `EmulatorUnavailableError` exists for, an operating system the emulator's runtime cannot
+    run on (off Linux). Raised for any other cause (an explicit race check under clang), or
+    with another message, it stays a failure."""
+    if excinfo is None or not excinfo.errisinstance(_emulator_build.EmulatorUnavailableError):
+        return None
+    reason = _emulator_build.unsupported_platform()
+    return reason if reason is not None and str(excinfo.value) == reason else None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A test that reaches the emulator where it cannot run (off Linux) is reported skipped with
@@ -94,10 +105,10 @@ def pytest_runtest_makereport(item, call):
     run on the Apple GPU backend instead."""
     outcome = yield
     report = outcome.get_result()
-    if call.excinfo is not None and call.excinfo.errisinstance(EmulatorUnavailableError):
+    reason = _emulator_skip_reason(call.excinfo)
+    if reason is not None:
         report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0,
-                           f"Skipped: {call.excinfo.value}")
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {reason}")
 
 
 def _parametrized_by_test(metafunc, name: str) -> bool:

@@ -3,7 +3,9 @@
 adds the generic tests below to that file, one per (op, backend) (learned from PyTorch's OpInfo
 and instantiate_device_type_tests).
 
-Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the reason):
+Generic tests (each can be opted out of per op in ``OpInfo.skips``, with the reason, and is
+then reported as skipped with it; each check returns how many cases it checked, and one that
+checked none fails, see `assert_checked_some`):
 
 - ``parity``: every sample, in every supported dtype, against the torch reference computed in
   float64 / complex128 on the CPU (the outputs mapped through ``OpInfo.compare`` first);
@@ -216,7 +218,8 @@ def _samples(info: OpInfo, dtype: torch.dtype, backend=None) -> list[Sample]:
 # ---------------------------------------------------------------- the generic tests
 
 
-def check_parity(info: OpInfo, backend) -> None:
+def check_parity(info: OpInfo, backend) -> int:
+    checked = 0
     for dtype in _dtypes(info, backend):
         rtol = info.rtol.get(dtype, 1e-4)
         for sample in _samples(info, dtype, backend):
@@ -226,6 +229,8 @@ def check_parity(info: OpInfo, backend) -> None:
                              backend.device if on_device else torch.device("cpu"))
             assert_close(info.compare(ours), info.compare(ref), rtol,
                          f"{info.name} {sample.desc} {dtype}")
+            checked += 1
+    return checked
 
 
 def _noncontiguous(x: torch.Tensor) -> torch.Tensor:
@@ -236,8 +241,9 @@ def _noncontiguous(x: torch.Tensor) -> torch.Tensor:
     return buf[..., ::2]
 
 
-def check_layouts(info: OpInfo, backend) -> None:
+def check_layouts(info: OpInfo, backend) -> int:
     """Non-contiguous and lazily conjugated inputs give the contiguous inputs' results."""
+    checked = 0
     for dtype in info.dtypes:
         for sample in _samples(info, dtype, backend):
             plain, _ = _call(info, sample, dtype, backend.device)
@@ -251,9 +257,12 @@ def check_layouts(info: OpInfo, backend) -> None:
                 assert any(a.is_conj() for a in args if isinstance(a, torch.Tensor))
                 assert_close(info.compare(lazy), info.compare(plain), info.rtol[dtype],
                              f"{info.name} {sample.desc} conjugate view")
+            checked += 1
+    return checked
 
 
-def check_upcast(info: OpInfo, backend) -> None:
+def check_upcast(info: OpInfo, backend) -> int:
+    checked = 0
     for low in (torch.float16, torch.bfloat16):
         for sample in _samples(info, torch.float32, backend):
             ours, _ = _call(info, sample, low, backend.device)
@@ -265,9 +274,12 @@ def check_upcast(info: OpInfo, backend) -> None:
                 if b.is_floating_point():
                     assert a.dtype == low, f"{info.name}: {a.dtype} for {low} input"
                     torch.testing.assert_close(a.float(), b.to(low).float(), equal_nan=True)
+                    checked += 1
+    return checked
 
 
-def check_inputs_unmodified(info: OpInfo, backend) -> None:
+def check_inputs_unmodified(info: OpInfo, backend) -> int:
+    checked = 0
     for dtype in info.dtypes:
         for sample in _samples(info, dtype, backend):
             args = [_convert(a, dtype, backend.device) for a in sample.args]
@@ -276,6 +288,8 @@ def check_inputs_unmodified(info: OpInfo, backend) -> None:
             for a, b in zip(args, before, strict=True):
                 if isinstance(a, torch.Tensor):
                     assert torch.equal(a, b), f"{info.name} {sample.desc} modified an input"
+            checked += 1
+    return checked
 
 
 #: The dtypes the ``out`` test offers each output (the wrong device is ``meta``).
@@ -299,13 +313,14 @@ def _holds(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
-def check_out(info: OpInfo, backend) -> None:
+def check_out(info: OpInfo, backend) -> int:
     """Each output offered each of `OUT_DTYPES` and a tensor on another device, the others
     right: accepted or refused as torch on the CPU does (the oracle), refused with torch's
     error type and text after ``mpslinalg.<fn>:``; accepted ones hold the result cast as torch
     casts it, are the tensors returned, in torch's return type (``torch.return_types.*_out``)."""
     oracle = info.out_ref or info.ref
     cpu = torch.device("cpu")
+    checked = 0
     for dtype in _dtypes(info, backend):
         sample = _samples(info, dtype, backend)[0]
         result, args = _call(info, sample, dtype, backend.device)
@@ -349,9 +364,12 @@ def check_out(info: OpInfo, backend) -> None:
                     assert g is o, f"{what}: the out tensor is not returned"
                     torch.testing.assert_close(o, r.to(o.dtype), equal_nan=True, rtol=0, atol=0,
                                                msg=what)
+        checked += 1
+    return checked
 
 
-def check_gradients(info: OpInfo, backend) -> None:
+def check_gradients(info: OpInfo, backend) -> int:
+    checked = 0
     for dtype in info.grad_dtypes or info.dtypes:
         wide = _WIDE[dtype]
         for sample in _samples(info, dtype, backend)[:2]:
@@ -369,11 +387,13 @@ def check_gradients(info: OpInfo, backend) -> None:
                                  if o.is_floating_point() or o.is_complex())
                 diff = [args[i].clone().requires_grad_() for i in info.grad_args]
                 torch.autograd.gradcheck(f, diff, nondet_tol=1e-10)
-                continue
-            ours = _grads(info, info.op, sample, dtype, backend.device)
-            ref = _grads(info, info.ref, sample, wide, torch.device("cpu"))
-            assert_close(ours, ref, info.grad_rtol.get(dtype, 1e-3),
-                         f"{info.name} {sample.desc} gradient")
+            else:
+                ours = _grads(info, info.op, sample, dtype, backend.device)
+                ref = _grads(info, info.ref, sample, wide, torch.device("cpu"))
+                assert_close(ours, ref, info.grad_rtol.get(dtype, 1e-3),
+                             f"{info.name} {sample.desc} gradient")
+            checked += 1
+    return checked
 
 
 def _grads(info: OpInfo, fn, sample: Sample, dtype, device) -> list[torch.Tensor]:
@@ -390,7 +410,7 @@ def _grads(info: OpInfo, fn, sample: Sample, dtype, device) -> list[torch.Tensor
     return list(torch.autograd.grad(loss, diff, allow_unused=True))
 
 
-def check_compile(info: OpInfo, backend) -> None:
+def check_compile(info: OpInfo, backend) -> int:
     torch._dynamo.reset()
     dtype = info.dtypes[-1]
     sample = _samples(info, dtype, backend)[0]
@@ -414,19 +434,24 @@ def check_compile(info: OpInfo, backend) -> None:
                          or o.is_complex())
         assert_close(grads, torch.autograd.grad(eager_loss, diff), 1e-3,
                      f"{info.name} compiled backward")
+    return 1
 
 
-def check_meta(info: OpInfo, backend) -> None:
+def check_meta(info: OpInfo, backend) -> int:
     dtype = info.dtypes[0]
+    checked = 0
     for sample in _samples(info, dtype, backend):
         ours, _ = _call(info, sample, dtype, torch.device("meta"))
         ref, _ = _call(info, sample, dtype, backend.device)
         for a, b in zip(info.compare(ours), info.compare(ref), strict=True):
             assert a.device.type == "meta"
             assert a.shape == b.shape and a.dtype == b.dtype, info.name
+        checked += 1
+    return checked
 
 
-def check_bad_input(info: OpInfo, backend) -> None:
+def check_bad_input(info: OpInfo, backend) -> int:
+    checked = 0
     for bad in info.bad_samples():
         if backend.name in bad.valid_on:
             continue
@@ -438,6 +463,7 @@ def check_bad_input(info: OpInfo, backend) -> None:
             cpu = [_convert(a, info.dtypes[0], torch.device("cpu")) for a in bad.args]
             with pytest.raises(bad.error):
                 info.ref(*cpu, **bad.kwargs)
+        checked += 1
     for dtype in info.dtypes:  # good samples this backend refuses, as torch on its device
         refused = [s for s in info.samples(dtype.is_complex) if backend.name in s.refused_on]
         for sample in refused:
@@ -448,6 +474,8 @@ def check_bad_input(info: OpInfo, backend) -> None:
             if not backend.is_metal:
                 with pytest.raises(RuntimeError):
                     info.ref(*args, **_kwargs(sample, backend.device))
+            checked += 1
+    return checked
 
 
 def _poison(x: torch.Tensor, how: str, value: float) -> torch.Tensor:
@@ -474,7 +502,8 @@ def _torch_in_dtype_finite(info: OpInfo, sample: Sample, dtype: torch.dtype,
     return _wide(same[output]).isfinite()
 
 
-def check_nonfinite(info: OpInfo, backend) -> None:
+def check_nonfinite(info: OpInfo, backend) -> int:
+    checked = 0
     for dtype in info.dtypes:
         samples = [s for s in _samples(info, dtype, backend)
                    if all(s.args[i].numel() and s.args[i].dim() > 2 for i in info.nonfinite_args)]
@@ -508,15 +537,20 @@ def check_nonfinite(info: OpInfo, backend) -> None:
                         if how == "batch element" and o.dim() > 0 and o.shape[0] > 1:
                             assert_close([o[1:]], [_wide(c)[1:]], info.rtol[dtype],
                                          f"{where}: other batch elements changed")
+                        checked += 1
+    return checked
 
 
-def check_no_host_sync(info: OpInfo, backend) -> None:
+def check_no_host_sync(info: OpInfo, backend) -> int:
     dtype = info.dtypes[0]
+    checked = 0
     for sample in _samples(info, dtype, backend):
         args = [_convert(a, dtype, backend.device) for a in sample.args]
         with count_host_syncs() as syncs:
             info.op(*args, **_kwargs(sample, backend.device))
         assert len(syncs.calls) <= info.device_reads, (info.name, syncs.calls)
+        checked += 1
+    return checked
 
 
 def orthonormality_ratio(Q: torch.Tensor) -> float:
@@ -531,18 +565,23 @@ def orthonormality_ratio(Q: torch.Tensor) -> float:
     return float(gram.abs().sum(-2).amax(-1).max()) / (max(Q.shape[-2], 1) * eps(Q.dtype))
 
 
-def check_orthonormal_factors(info: OpInfo, backend) -> None:
+def check_orthonormal_factors(info: OpInfo, backend) -> int:
     """On degenerate input every factor named by ``OpInfo.orthonormal`` has orthonormal
     columns to working precision: ``||Q^H Q - I|| / (m eps) < THRESH``. On the torch backend,
     where torch's own call on the same device fails that (cuSOLVER's float32 QR and eigh on
     rows graded to 1e+-20: NaN, or a LinAlgError), ours does as torch does: the same error,
     or factors no less orthonormal than torch's."""
-    from mpslinalg.small import cpu_simd
+    from mpslinalg.small import cpu_simd, native
     from mpslinalg.testing import THRESH
 
     # The n <= 4 kernels serve the torch backend on the CPU once their library is built (in the
     # background from import; calls meanwhile take torch.linalg): wait, so that they are checked.
-    cpu_simd.ORTH_LIBRARY.wait()
+    # A failed build fails here; without a compiler torch.linalg serves them, and is checked.
+    try:
+        cpu_simd.ORTH_LIBRARY.require()
+    except native.NativeUnavailableError:
+        pass
+    checked = 0
     for dtype in _dtypes(info, backend):
         for sample in info.degenerate(dtype.is_complex):
             where = f"{info.name} {sample.desc} {dtype}"
@@ -554,6 +593,7 @@ def check_orthonormal_factors(info: OpInfo, backend) -> None:
                 except Exception as error:  # torch's own call fails: so must ours
                     with pytest.raises(type(error)):
                         _call(info, sample, dtype, backend.device)
+                    checked += 1
                     continue
             out, _ = _call(info, sample, dtype, backend.device)
             for j, factor in enumerate(info.orthonormal(out)):
@@ -564,6 +604,8 @@ def check_orthonormal_factors(info: OpInfo, backend) -> None:
                     bound = math.inf if math.isnan(theirs) else max(THRESH, 2 * theirs)
                 assert bound == math.inf or ratio < bound, (
                     f"{where}: factor {j} ||Q^H Q - I|| / (m eps) = {ratio:.3g}")
+            checked += 1
+    return checked
 
 
 #: The crossover tables of ``mpslinalg.small`` that decide each op's small path (by the
@@ -643,11 +685,12 @@ def _torch_outcome(info: OpInfo, args: list, sample: Sample, device: torch.devic
         return error
 
 
-def check_batch_size_independent(info: OpInfo, backend) -> None:
+def check_batch_size_independent(info: OpInfo, backend) -> int:
     """A matrix (clean, or holding NaN or Inf) as batch element 0 of each small-path
     crossover's batch: on the torch backend the same values as torch's own call on the same
     batch and device, or the same error type and message (after the function's name); on the
     metal backend, whose kernels serve every batch size, the same as the matrix alone."""
+    checked = 0
     for dtype in _dtypes(info, backend):
         samples = [s for s in _samples(info, dtype, backend)
                    if s.args[0].dim() >= 2 and s.args[0].numel()
@@ -681,6 +724,7 @@ def check_batch_size_independent(info: OpInfo, backend) -> None:
                         want = _torch_outcome(info, args, sample, backend.device)
                     if _torch_failed(want) and not _torch_failed(got):
                         where, want = f"{case}: alone and in a batch of {batch}", expected
+                    checked += 1
                     if isinstance(want, Exception) or isinstance(got, Exception):
                         assert isinstance(got, type(want)), f"{where}: {got!r} != {want!r}"
                         assert _message(got) == _message(want), where
@@ -688,13 +732,15 @@ def check_batch_size_independent(info: OpInfo, backend) -> None:
                     if want is expected:
                         got = [o[:1] for o in got]
                     assert_close(got, want, info.rtol.get(dtype, 1e-4), where)
+    return checked
 
 
-def check_nonfinite_rank(info: OpInfo, backend) -> None:
+def check_nonfinite_rank(info: OpInfo, backend) -> int:
     """A rank of input holding NaN: torch raises (its SVD does on the CPU), so ours raises the
     same type with torch's wording after the op's name; where torch returns (CUDA), the same
     ranks. The torch backend is held to torch on its own device, the metal backend to torch on
     the CPU."""
+    checked = 0
     for dtype in info.dtypes:
         samples = [s for s in _samples(info, dtype, backend)
                    if s.args[0].dim() > 2 and s.args[0].numel()]
@@ -710,9 +756,12 @@ def check_nonfinite_rank(info: OpInfo, backend) -> None:
                 ours = str(err.value)
                 assert ours.startswith(f"mpslinalg.{info.fn_name}: "), ours
                 assert ours.partition(": ")[2] == str(torch_error).partition(": ")[2], ours
-                continue
-            ours, _ = _call(info, bad, dtype, backend.device)
-            assert torch.equal(_wide(info.compare(ours)[info.rank_output]), _wide(ref)), info.name
+            else:
+                ours, _ = _call(info, bad, dtype, backend.device)
+                assert torch.equal(_wide(info.compare(ours)[info.rank_output]), _wide(ref)), (
+                    info.name)
+            checked += 1
+    return checked
 
 
 GENERIC_TESTS = {
@@ -767,15 +816,24 @@ def instantiate_generic_tests(namespace: dict, ops: Sequence[OpInfo]) -> None:
         if test_name in METAL_ONLY:
             def test(metal_backend, info, check=check, test_name=test_name):
                 _skip_if_opted_out(info, test_name)
-                check(info, metal_backend)
+                assert_checked_some(info, test_name, check(info, metal_backend))
         else:
             def test(backend, info, check=check, test_name=test_name):
                 _skip_if_opted_out(info, test_name)
-                check(info, backend)
+                assert_checked_some(info, test_name, check(info, backend))
         test.__name__ = f"test_generic_{test_name}"
         test.__doc__ = check.__doc__
         namespace[test.__name__] = pytest.mark.parametrize(
             "info", chosen, ids=[op.name for op in chosen])(test)
+
+
+def assert_checked_some(info: OpInfo, test_name: str, checked: int) -> None:
+    """A generic check returns how many cases (a sample in a dtype, a poisoned input, a batch
+    size) it checked: none is a failure, never a pass. An op that has nothing to check for a
+    test (all its samples filtered out) opts out of it in ``OpInfo.skips``, with the reason."""
+    assert isinstance(checked, int) and checked >= 1, (
+        f"{info.name}: the generic {test_name} test checked {checked!r} cases; an op with "
+        f"nothing to check for it opts out in OpInfo.skips[{test_name!r}], saying why")
 
 
 def _skip_if_opted_out(info: OpInfo, test_name: str) -> None:

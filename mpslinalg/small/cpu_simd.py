@@ -349,11 +349,6 @@ def ready() -> bool:
     return LIBRARY.get() is not None
 
 
-def available() -> bool:
-    """Whether the kernels can run here, waiting for the build if it is under way."""
-    return LIBRARY.wait() is not None
-
-
 def _prepare(A: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     batch = 1
     for s in A.shape[:-2]:

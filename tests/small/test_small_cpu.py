@@ -19,7 +19,7 @@ from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import dispatch as si
 from mpslinalg.testing import matrix_with_spread, noncontiguous, random_matrix, singular_matrix
 
-pytestmark = pytest.mark.skipif(not sc.available(), reason="no C++ compiler")
+pytestmark = pytest.mark.usefixtures("native_small_cpu")
 
 SIZES = (1, 2, 3, 4)
 

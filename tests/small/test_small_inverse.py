@@ -478,15 +478,12 @@ def test_outputs_do_not_alias_work_buffers():
         assert torch.equal(o, k)
 
 
-def test_torch_backend_cpu_kernel_matches_metal_backend(monkeypatch):
+def test_torch_backend_cpu_kernel_matches_metal_backend(monkeypatch, native_small_cpu):
     """On CPU the torch backend runs float32 batches through the SIMD kernels of
     mpslinalg.small.cpu_simd on torch's intra-op threads: results are bit-identical to the metal
     backend's whatever the number of threads (det and slogdet: the metal backend's of the
     transpose, which torch's det factors for a contiguous real matrix); complex64 takes the
     tensor-op path (never the emulator, which is not a production compiler)."""
-    from mpslinalg.small import cpu_simd
-
-    assert cpu_simd.available()  # waits for the background build
     A = random_matrix(4, torch.float32, (40000,), seed=5)
     A[17] = 0  # a singular element keeps its info
     B = random_matrix(2, torch.float32, (40000,), seed=6, m=4)

@@ -36,7 +36,7 @@ from mpslinalg.testing import (
     random_matrix,
 )
 
-pytestmark = pytest.mark.skipif(sc.ORTH_LIBRARY.wait() is None, reason="no C++ compiler")
+pytestmark = pytest.mark.usefixtures("native_orth")
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SHAPES = [(m, n) for m in range(1, 5) for n in range(1, 5)]

@@ -11,8 +11,9 @@ repeated-value and 1e+-30-scaled batches.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from mpslinalg.testing import THRESH, eps, matrix_with_spread, noncontiguous, ra
 
 from opdb import degenerate_matrices, degenerate_samples
 
-pytestmark = pytest.mark.skipif(sc.ORTH_LIBRARY.wait() is None, reason="no C++ compiler")
+pytestmark = pytest.mark.usefixtures("native_orth")
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DTYPES = (torch.float32, torch.float64)
@@ -165,17 +166,84 @@ def test_svd_extreme_scales_float32():
         torch.testing.assert_close((S.double() / scale).float(), S1, rtol=1e-5, atol=0)
 
 
-def test_svd_non_finite_gives_nan_quickly():
-    A = random_matrix(4, torch.float32, (8,), seed=24)
+def _sweep_counting_svd(m: int, n: int):
+    """The float32 singular-value kernel of m x n matrices, generated as the library's is but
+    counting the sweeps its blocks run: ``svd(A)`` returns (S, sweeps), on blocks of 4 lanes
+    (the baseline variant), one thread."""
+    from mpslinalg.small import native
+
+    original = sc._Cpp.sweeps
+
+    @contextlib.contextmanager
+    def counted(self, count, flag):
+        with original(self, count, flag):
+            self.w("++sweeps_run;", self.depth)
+            yield
+
+    name = sc._svd_name(m, n, "vals", "f32")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sc._Cpp, "sweeps", counted)
+        kernel = sc._orth_function(name, "f32", sc._SVD_ARGS, "A, U, S, VH",
+                                   lambda w: sc._svd_block(w, m, n, "vals", False))
+    assert "++sweeps_run;" in kernel
+    source = (sc._PRELUDE + "static long sweeps_run = 0;\n"
+              'extern "C" __attribute__((visibility("default"))) long mpsl_sweeps_run() '
+              "{ long run = sweeps_run; sweeps_run = 0; return run; }\n" + kernel)
+    lib = ctypes.CDLL(str(native.build(source, sc._ORTH_FLAGS, native.find_compiler(),
+                                       "small_svd_sweep_count")))
+    lib.mpsl_sweeps_run.restype = ctypes.c_long
+    fn = getattr(lib, f"mpsl_small_{name}")
+    p = ctypes.c_void_p
+    fn.argtypes = [p, p, p, p, ctypes.c_long, ctypes.c_int, ctypes.c_int]
+
+    def svd(A: torch.Tensor) -> tuple[torch.Tensor, int]:
+        A = A.contiguous()
+        S = torch.empty(A.shape[0], min(m, n))
+        empty = torch.empty(0)
+        lib.mpsl_sweeps_run()
+        fn(A.data_ptr(), empty.data_ptr(), S.data_ptr(), empty.data_ptr(), A.shape[0], 1, 1)
+        return S, lib.mpsl_sweeps_run()
+
+    return svd
+
+
+def _poisoned(A: torch.Tensor) -> torch.Tensor:
+    """A's first four matrices with a NaN, an Inf, a -Inf and Inf everywhere."""
+    A = A.clone()
     A[0, 1, 2] = math.nan
     A[1, 0, 0] = math.inf
     A[2, 3, 3] = -math.inf
     A[3] = math.inf
-    start = time.perf_counter()
+    return A
+
+
+def test_svd_non_finite_gives_nan_quickly():
+    A = _poisoned(random_matrix(4, torch.float32, (8,), seed=24))
     U, S, Vh = sc.small_svd(A, True, True)
-    assert time.perf_counter() - start < 5
     for x in (U, S, Vh):
         assert torch.isnan(x[:4]).all() and torch.isfinite(x[4:]).all()
+
+
+def test_svd_non_finite_runs_no_sweeps_of_its_own():
+    """A matrix with NaN or Inf is zeroed for the sweeps: a block of such matrices leaves the
+    loop after its first sweep (no rotation), and one in a block of clean matrices adds no
+    sweep to theirs (it would run all JACOBI_MAX_SWEEPS if its lanes kept rotating)."""
+    from mpslinalg.small.codegen import JACOBI_MAX_SWEEPS
+
+    svd = _sweep_counting_svd(4, 4)
+    clean = random_matrix(4, torch.float32, (8,), seed=24)
+    bad = _poisoned(clean)[:4]
+    S, sweeps = svd(bad)
+    assert S.isnan().all() and sweeps == 1, sweeps
+    for i in range(4):  # each kind alone, in a block whose other lanes are empty
+        assert svd(bad[i:i + 1])[1] == 1
+    _, clean_sweeps = svd(clean[4:])
+    assert 2 <= clean_sweeps < JACOBI_MAX_SWEEPS, clean_sweeps
+    for i in range(4):  # one lane poisoned among three clean ones
+        mixed = torch.cat([bad[i:i + 1], clean[5:]])
+        S, sweeps = svd(mixed)
+        assert S[0].isnan().all() and S[1:].isfinite().all()
+        assert sweeps == svd(clean[5:])[1], (i, sweeps)
 
 
 def _outcome(call):
