@@ -86,6 +86,8 @@ class Operand:
     rank: int
     same_dtype: bool = True
     optional: bool = False
+    #: The op writes into it (schema ``Tensor(a!)``; an op with no results returns nothing).
+    mutable: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,11 +104,13 @@ class Result:
     """One output. ``core``: its core shape, from the core shapes of the tensor inputs and
     the parameters' values (in the op's argument order); ``()`` for one value per batch
     element; a name: that input's core shape. ``batch``: the input whose batch shape it has
-    (None: all tensor inputs' broadcast). ``dtype``: `SAME`, `REAL` or a torch dtype."""
+    (None: all tensor inputs' broadcast). ``dtype``: `SAME`, `REAL` or a torch dtype, or a
+    function of the op's arguments giving one (``out_int32``, ``out_dtype``: such a result is
+    not cast back)."""
 
     name: str
     core: Callable[..., Sequence[int]] | Sequence[int] | str = ()
-    dtype: str | torch.dtype = SAME
+    dtype: str | torch.dtype | Callable[..., torch.dtype] = SAME
     batch: str | None = None
     info: bool = False
 
@@ -157,6 +161,8 @@ class _Public:
 def _schema_type(spec: Matrix | Operand | Param) -> str:
     if isinstance(spec, Param):
         return spec.type
+    if isinstance(spec, Operand) and spec.mutable:
+        return "Tensor(a!)"
     return "Tensor?" if isinstance(spec, Operand) and spec.optional else "Tensor"
 
 
@@ -235,7 +241,9 @@ class Declaration:
             shapes.append(torch.Size((*batch, *core)))
         return shapes
 
-    def _result_dtype(self, r: Result, dtype: torch.dtype) -> torch.dtype:
+    def _result_dtype(self, r: Result, dtype: torch.dtype, args: tuple = ()) -> torch.dtype:
+        if callable(r.dtype):  # chosen by an argument: computed in it, never cast back
+            return r.dtype(*args)
         if r.dtype == SAME:
             return dtype
         if r.dtype == REAL:
@@ -243,8 +251,10 @@ class Declaration:
         return r.dtype
 
     def _fake(self, *args: Any) -> Any:
+        if not self.results:  # writes into a mutable argument only
+            return None
         first = args[self._first]
-        outs = tuple(first.new_empty(shape, dtype=self._result_dtype(r, first.dtype))
+        outs = tuple(first.new_empty(shape, dtype=self._result_dtype(r, first.dtype, args))
                      for r, shape in zip(self.results, self.result_shapes(*args), strict=True))
         return outs if len(outs) != 1 else outs[0]
 
@@ -326,7 +336,7 @@ class Declaration:
             outs = finish(*outs)
         if pub.finish is not None:  # a result derived from the op's, cast by the finish
             return write_out(fn, out, pub.finish(call, *outs), pub.casting)
-        outs = [cast_back(x, self._result_dtype(r, call.dtype))
+        outs = [cast_back(x, self._result_dtype(r, call.dtype, args))
                 for x, r in zip(outs, self.results, strict=True)]
         if pub.checking and self.info_index is not None:
             del outs[self.info_index]
