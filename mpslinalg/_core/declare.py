@@ -177,7 +177,8 @@ class Declaration:
                  backward: Callable[..., Sequence[Tensor | None]] | None = None,
                  saves: Sequence[str] = (), check_inputs: Callable[..., None] | None = None,
                  info_routine: str | None = None,
-                 dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG) -> None:
+                 dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG,
+                 torch_direct: bool = False) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.results = tuple(results)
@@ -186,6 +187,10 @@ class Declaration:
         self.prepare = prepare
         self.check_inputs = check_inputs
         self.dtypes = dtypes
+        #: The torch backend runs the "torch" forward without the registered op: for ops with
+        #: nothing to differentiate whose torch forward is torch's own function, where the
+        #: op's dispatch would only add its cost.
+        self.torch_direct = torch_direct
         self._names = [a.name for a in self.inputs]
         self._params = [a.name for a in self.inputs if isinstance(a, Param)]
         self._first = next(i for i, a in enumerate(self.inputs) if not isinstance(a, Param))
@@ -322,6 +327,7 @@ class Declaration:
             if call is None:  # the first matrix was made by prepare
                 A = args[self._first]
                 call = Call(fn, _backend.concrete_backend(mode, A.device, fn), A.dtype, "")
+                self.dtypes(fn, A.dtype, call.backend)  # the policy's refusal; prepare cast
         else:
             args = tuple(values[n] for n in self._names)
         check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
@@ -330,7 +336,10 @@ class Declaration:
             check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
         call = Call(fn, call.backend, call.dtype, check)
         small = bool(self.small_when is not None and self.small_when(call.backend, *args))
-        outs = self.op(*args, call.backend, small, check)
+        if self.torch_direct and call.backend == "torch":
+            outs = self.op.forward["torch"](*args)
+        else:
+            outs = self.op(*args, call.backend, small, check)
         outs = outs if isinstance(outs, tuple) else (outs,)
         if finish is not None:
             outs = finish(*outs)
