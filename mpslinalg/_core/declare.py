@@ -80,10 +80,11 @@ class Operand:
     """Any other tensor argument, of core rank ``rank`` (its last ``rank`` dimensions; the
     rest is batch). ``same_dtype``: it must have the first tensor's dtype and is computed in
     the call's dtype; else it is passed as given (pivots, indices). An optional one (schema
-    type ``Tensor?``, ``optional``) may be None."""
+    type ``Tensor?``, ``optional``) may be None. ``rank`` None: every dimension is core (an op
+    whose shape rule reads the whole shape, as pad's)."""
 
     name: str
-    rank: int
+    rank: int | None
     same_dtype: bool = True
     optional: bool = False
     #: The op writes into it (schema ``Tensor(a!)``; an op with no results returns nothing).
@@ -158,6 +159,18 @@ class _Public:
     params: list[str] = field(default_factory=list)
 
 
+def _batch_ndim(x: Tensor, spec: Matrix | Operand) -> int:
+    return 0 if spec.rank is None else x.dim() - spec.rank
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What a ``prepare`` hook returns when the call is not the op's (pad's modes other than
+    constant, torch's own function on every backend): the public function's result."""
+
+    result: Any
+
+
 def _schema_type(spec: Matrix | Operand | Param) -> str:
     if isinstance(spec, Param):
         return spec.type
@@ -216,19 +229,21 @@ class Declaration:
     def _core_shape(self, x: Any, spec: Matrix | Operand | Param) -> Any:
         if isinstance(spec, Param) or x is None:
             return x
+        if spec.rank is None:
+            return tuple(x.shape)
         return tuple(x.shape[x.dim() - spec.rank:]) if spec.rank else ()
 
     def batch_ndims(self, *args: Any) -> list[int | None]:
         """The number of batch dimensions of each argument (None for parameters): the
         dimensions every op maps over independently, so a call may be split along them."""
-        return [None if isinstance(spec, Param) or x is None else x.dim() - spec.rank
+        return [None if isinstance(spec, Param) or x is None else _batch_ndim(x, spec)
                 for x, spec in zip(args, self.inputs, strict=True)]
 
     def result_shapes(self, *args: Any) -> list[torch.Size]:
         """Each result's shape for the op's arguments ``args``: batch + core (the shape
         rule that fake tensors and sharding read)."""
         cores = [self._core_shape(x, spec) for x, spec in zip(args, self.inputs, strict=True)]
-        batches = {spec.name: x.shape[:x.dim() - spec.rank]
+        batches = {spec.name: x.shape[:_batch_ndim(x, spec)]
                    for x, spec in zip(args, self.inputs, strict=True)
                    if not isinstance(spec, Param) and x is not None}
         shapes = []
@@ -322,6 +337,8 @@ class Declaration:
         finish = None
         if prepare is not None:
             args = prepare(call, **values)
+            if isinstance(args, Answered):
+                return write_out(fn, out, args.result, pub.casting)
             if isinstance(args, Prepared):
                 args, finish = args.args, args.finish
             if call is None:  # the first matrix was made by prepare
