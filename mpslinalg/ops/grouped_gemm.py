@@ -24,9 +24,9 @@ from torch import Tensor
 from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from .._core.declare import Declaration, Operand, Param, Result
 from .._core.errors import read_listeners
 from .._core.metal import launch
-from .._core.op import Op
 
 __all__ = ["grouped_mm"]
 
@@ -39,19 +39,28 @@ GROUPED_MM_PARAMS = ("mode", "groups", "m", "n", "k", "batch", "a_group", "a_row
 _GROUP = (16, 8, 1)
 
 
+#: The shape code of operands of these ranks.
+_MODES = {(2, 3): ROWS, (3, 2): COLS, (2, 2): INNER, (3, 3): BATCHED}
+
+
 def mode_of(a: Tensor, b: Tensor) -> int:
-    return {(2, 3): ROWS, (3, 2): COLS, (2, 2): INNER, (3, 3): BATCHED}[(a.dim(), b.dim())]
+    return _MODES[(a.dim(), b.dim())]
 
 
 def _out_shape(a: Tensor, b: Tensor, offs: Tensor | None) -> tuple[int, ...]:
-    mode = mode_of(a, b)
+    return _output_core(a.shape, b.shape, None if offs is None else offs.shape)
+
+
+def _output_core(a, b, offs, *_) -> tuple[int, ...]:
+    """The output's shape from the shapes of ``a``, ``b`` and ``offs``: the op's shape rule."""
+    mode = _MODES[(len(a), len(b))]
     if mode == ROWS:
-        return (a.shape[0], b.shape[-1])
+        return (a[0], b[-1])
     if mode == COLS:
-        return (a.shape[1], b.shape[-1])
+        return (a[1], b[-1])
     if mode == INNER:
-        return (offs.shape[0], a.shape[0], b.shape[1])
-    return (a.shape[0], a.shape[1], b.shape[2])
+        return (offs[0], a[0], b[1])
+    return (a[0], a[1], b[2])
 
 
 def _grouped_mm_metal(a: Tensor, b: Tensor, offs: Tensor | None, bias: Tensor | None,
@@ -254,16 +263,6 @@ def _grouped_mm_torch(a, b, offs, bias, out_dtype):
     return _grouped_mm_reference(a, b, offs, bias, out_dtype)
 
 
-def _grouped_mm_fake(a, b, offs, bias, out_dtype):
-    return a.new_empty(_out_shape(a, b, offs), dtype=out_dtype)
-
-
-def _save(ctx, inputs, output) -> None:
-    a, b, offs, bias, out_dtype = inputs
-    ctx.bias_dim = None if bias is None else bias.dim()
-    ctx.save_for_backward(a, b, offs)
-
-
 def _backward(ctx, grad: Tensor):
     """Each group's C_g = A_g B_g gives gA_g = G_g B_g^T and gB_g = A_g^T G_g (e.g. Giles 2008,
     "An extended collection of matrix derivative results", sec. 2.2.2). The four shapes map onto
@@ -278,14 +277,16 @@ def _backward(ctx, grad: Tensor):
     ga = run(g, b.transpose(-2, -1), offs, None, a.dtype, *extra)
     gb = run(a.transpose(-2, -1), g, offs, None, a.dtype, *extra)
     gbias = None
-    if ctx.bias_dim is not None:
+    bias_shape = ctx.input_shapes[3]
+    bias_dim = None if bias_shape is None else len(bias_shape)
+    if bias_dim is not None:
         gw = grad.to(torch.float64 if a.dtype == torch.float64 else torch.float32)
         if mode in (BATCHED, INNER):
-            gbias = gw.sum(1) if ctx.bias_dim == 2 else gw.sum((0, 1))
+            gbias = gw.sum(1) if bias_dim == 2 else gw.sum((0, 1))
         elif mode == ROWS:
             ids = _group_ids(offs, a.shape[0])
             per = gw.new_zeros(offs.shape[0] + 1, gw.shape[1]).index_add_(0, ids, gw)[:-1]
-            gbias = per if ctx.bias_dim == 2 else per.sum(0)
+            gbias = per if bias_dim == 2 else per.sum(0)
         else:
             covered = (_group_ids(offs, b.shape[1]) < offs.shape[0]).to(gw.dtype)
             gbias = gw.sum(0) * covered
@@ -293,12 +294,17 @@ def _backward(ctx, grad: Tensor):
     return ga, gb, None, gbias, None
 
 
-#: Grouped products of the four shapes (module docstring); offs int32 or None.
-grouped_mm_op = Op(
+#: Grouped products of the four shapes (module docstring); offs int32 or None. The shapes
+#: (hence the output's) depend on the operands' ranks: the whole of each is core.
+grouped_mm_decl = Declaration(
     "ops_grouped_mm",
-    "(Tensor a, Tensor b, Tensor? offs, Tensor? bias, ScalarType out_dtype) -> Tensor",
+    [Operand("a", None), Operand("b", None), Operand("offs", None, optional=True),
+     Operand("bias", None, optional=True), Param("out_dtype", "ScalarType")],
+    [Result("output", _output_core,
+            dtype=lambda a, b, offs, bias, out_dtype: out_dtype)],
     forward={"metal": _grouped_mm_metal, "torch": _grouped_mm_torch},
-    fake=_grouped_mm_fake, save=_save, backward=_backward)
+    backward=_backward, saves=["a", "b", "offs"])
+grouped_mm_op = grouped_mm_decl.op
 
 
 def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
