@@ -46,8 +46,8 @@ from torch import Tensor
 from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
+from .._core.declare import Declaration, Operand, Param, Result
 from .._core.metal import launch
-from .._core.op import Op
 from .gemv import gemv_grid, rows_per_simdgroup, vec4_rows
 
 __all__ = ["ScalingType", "SwizzleType", "float8_storage", "from_float8", "scaled_mm",
@@ -227,20 +227,23 @@ def _decode_torch(data: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: 
     return (data.view(FP8_BY_CODE[fmt]).float() * full).to(dtype)
 
 
+_BLOCKS = [Param("row_div", "int"), Param("col_div", "int"), Param("fmt", "int")]
+
 #: (rows, cols) in dtype = decode(bytes) * scale[i // row_div, j // col_div], rounded once.
-fp8_decode_op = Op(
+fp8_decode_op = Declaration(
     "ops_fp8_decode",
-    "(Tensor data, Tensor scale, int row_div, int col_div, int fmt, ScalarType dtype) -> Tensor",
-    forward={"metal": _decode_metal, "torch": _decode_torch},
-    fake=lambda data, scale, row_div, col_div, fmt, dtype: data.new_empty(data.shape,
-                                                                          dtype=dtype))
+    [Operand("data", 2), Operand("scale", 2, same_dtype=False), *_BLOCKS,
+     Param("dtype", "ScalarType")],
+    [Result("output", "data", batch="data",
+            dtype=lambda data, scale, row_div, col_div, fmt, dtype: dtype)],
+    forward={"metal": _decode_metal, "torch": _decode_torch}).op
 
 
 #: bytes (rows, cols) = fp8(x / scale[i // row_div, j // col_div]), x 2-D, scale 2-D float32.
-fp8_encode_op = Op(
-    "ops_fp8_encode", "(Tensor x, Tensor scale, int row_div, int col_div, int fmt) -> Tensor",
-    forward={"metal": _encode_metal, "torch": _encode_torch},
-    fake=lambda x, scale, row_div, col_div, fmt: x.new_empty(x.shape, dtype=torch.uint8))
+fp8_encode_op = Declaration(
+    "ops_fp8_encode", [Operand("x", 2), Operand("scale", 2, same_dtype=False), *_BLOCKS],
+    [Result("data", "x", torch.uint8, batch="x")],
+    forward={"metal": _encode_metal, "torch": _encode_torch}).op
 
 
 def _divisors(kind: int, rows: int, cols: int) -> tuple[int, int]:
@@ -533,13 +536,17 @@ def _scaled_mm_torch(a, b, scale_a, recipe_a, scale_b, recipe_b, bias, out_dtype
     return out.to(out_dtype)
 
 
-#: fp8 bytes a (M, K), b (K, N) with their scales -> (M, N) in out_dtype.
-scaled_mm_op = Op(
+#: fp8 bytes a (M, K), b (K, N) with their scale grids (of the recipes' shapes) -> (M, N) in
+#: out_dtype.
+scaled_mm_op = Declaration(
     "ops_scaled_mm",
-    "(Tensor a, Tensor b, Tensor scale_a, int recipe_a, Tensor scale_b, int recipe_b, "
-    "Tensor? bias, ScalarType out_dtype, int format_a, int format_b) -> Tensor",
-    forward={"metal": _scaled_mm_metal, "torch": _scaled_mm_torch},
-    fake=lambda a, b, *rest: a.new_empty((a.shape[0], b.shape[1]), dtype=rest[5]))
+    [Operand("a", 2), Operand("b", 2), Operand("scale_a", None, same_dtype=False),
+     Param("recipe_a", "int"), Operand("scale_b", None, same_dtype=False),
+     Param("recipe_b", "int"), Operand("bias", 1, same_dtype=False, optional=True),
+     Param("out_dtype", "ScalarType"), Param("format_a", "int"), Param("format_b", "int")],
+    [Result("output", lambda a, b, *rest: (a[0], b[1]), batch="a",
+            dtype=lambda *args: args[7])],
+    forward={"metal": _scaled_mm_metal, "torch": _scaled_mm_torch}).op
 
 
 def _fp8_operand(fn: str, name: str, x, storage_dtype) -> tuple[Tensor, int]:
