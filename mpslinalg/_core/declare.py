@@ -35,6 +35,7 @@ torch (`mpslinalg._core.op.public`). The registered op (`Op`: schema, fake, auto
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -200,9 +201,8 @@ class Declaration:
         self.prepare = prepare
         self.check_inputs = check_inputs
         self.dtypes = dtypes
-        #: The torch backend runs the "torch" forward without the registered op: for ops with
-        #: nothing to differentiate whose torch forward is torch's own function, where the
-        #: op's dispatch would only add its cost.
+        #: The torch backend runs the "torch" forward without the registered op when nothing is
+        #: traced or differentiated: the op's dispatch would only add its cost.
         self.torch_direct = torch_direct
         self._names = [a.name for a in self.inputs]
         self._params = [a.name for a in self.inputs if isinstance(a, Param)]
@@ -353,7 +353,7 @@ class Declaration:
             check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
         call = Call(fn, call.backend, call.dtype, check)
         small = bool(self.small_when is not None and self.small_when(call.backend, *args))
-        if self.torch_direct and call.backend == "torch":
+        if self.torch_direct and call.backend == "torch" and not _traced_or_differentiated(args):
             outs = self.op.forward["torch"](*args)
         else:
             outs = self.op(*args, call.backend, small, check)
@@ -372,7 +372,7 @@ class Declaration:
 
     # ------------------------------------------------------------ public functions
 
-    def public(self, torch_fn: Callable[..., Any], *, torch_name: str | None = None,
+    def public(self, torch_fn: Callable[..., Any] | None, *, torch_name: str | None = None,
                through_op: Callable[..., bool] | None | str = "declared",
                prepare: Callable[..., tuple] | None = None,
                finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
@@ -388,9 +388,10 @@ class Declaration:
         something derived from the op's results (``logdet`` from ``slogdet``); it gets them in
         the compute dtype and casts its own (`Call.cast`).
         """
-        torch_name = torch_name or torch_fn.__name__.replace("linalg_", "linalg.")
-        if torch_name == torch_fn.__name__ and hasattr(torch.linalg, torch_name) and getattr(
-                torch.linalg, torch_name) is torch_fn:
+        own = torch_fn is None  # an op of mpslinalg's own: no torch function, no fast path
+        torch_name = torch_name or ("" if own else torch_fn.__name__.replace("linalg_", "linalg."))
+        if not own and torch_name == torch_fn.__name__ and hasattr(torch.linalg, torch_name) \
+                and getattr(torch.linalg, torch_name) is torch_fn:
             torch_name = f"linalg.{torch_name}"
         guard = self.through_op if through_op == "declared" else through_op
 
@@ -426,9 +427,30 @@ class Declaration:
             general.__name__ = general.__qualname__ = signature.__name__
             general.__module__ = signature.__module__
             checks_flag: bool | str = "check_errors" if check_param else checking_form
-            function = public(torch_fn, torch_name=torch_name, general_when=guard,
-                              checks=checks_flag, mode_arg=True)(general)
+            if own:
+                function = _own_function(general)
+            else:
+                function = public(torch_fn, torch_name=torch_name, general_when=guard,
+                                  checks=checks_flag, mode_arg=True)(general)
             function.declaration = self
             return function
 
         return wrap
+
+
+def _own_function(general: Callable[..., Any]) -> Callable[..., Any]:
+    """The public function of an op with no torch counterpart: the general path, given the
+    backend in force."""
+
+    @functools.wraps(general)
+    def function(*args: Any, **kwargs: Any) -> Any:
+        return general(_backend.fast_mode or _backend.get_backend(), *args, **kwargs)
+
+    return function
+
+
+def _traced_or_differentiated(args: Sequence[Any]) -> bool:
+    """Whether a call must go through the registered op: torch.compile traces it, or autograd
+    records it."""
+    return torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
+        isinstance(x, Tensor) and x.requires_grad for x in args))

@@ -23,8 +23,7 @@ from torch import Tensor
 
 from .._core import checks
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
-from .._core.declare import Declaration, Operand, Param, Result
+from .._core.declare import INFERENCE, Call, Declaration, Operand, Param, Result
 from .._core.errors import read_listeners
 from .._core.metal import launch
 
@@ -298,12 +297,13 @@ def _backward(ctx, grad: Tensor):
 #: (hence the output's) depend on the operands' ranks: the whole of each is core.
 grouped_mm_decl = Declaration(
     "ops_grouped_mm",
-    [Operand("a", None), Operand("b", None), Operand("offs", None, optional=True),
-     Operand("bias", None, optional=True), Param("out_dtype", "ScalarType")],
+    [Operand("mat_a", None), Operand("mat_b", None),
+     Operand("offs", None, same_dtype=False, optional=True),
+     Operand("bias", None, same_dtype=False, optional=True), Param("out_dtype", "ScalarType")],
     [Result("output", _output_core,
             dtype=lambda a, b, offs, bias, out_dtype: out_dtype)],
     forward={"metal": _grouped_mm_metal, "torch": _grouped_mm_torch},
-    backward=_backward, saves=["a", "b", "offs"])
+    backward=_backward, saves=["mat_a", "mat_b", "offs"], dtypes=INFERENCE, torch_direct=True)
 grouped_mm_op = grouped_mm_decl.op
 
 
@@ -319,6 +319,49 @@ def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
                          f"{length}], got {values}")
 
 
+def _prepare(call: Call, mat_a: Tensor, mat_b: Tensor, offs: Tensor | None,
+             bias: Tensor | None, out_dtype: torch.dtype | None, check_offsets: bool) -> tuple:
+    """torch's checks of the operands' shapes, offs, out_dtype and bias; the op's arguments."""
+    fn = call.fn
+    a, b, dtype = mat_a, mat_b, mat_a.dtype
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+        raise RuntimeError(f"mpslinalg.{fn}: mat_a and mat_b must be 2-D or 3-D, got "
+                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
+    mode = mode_of(a, b)
+    if (offs is None) != (mode == BATCHED):
+        raise RuntimeError(f"mpslinalg.{fn}: Have to provide offsets if there is a 2d matrix, or "
+                           "no offset if both matrices are 3d")
+    k_a, k_b = a.shape[-1], b.shape[-2]
+    if k_a != k_b or (mode == BATCHED and a.shape[0] != b.shape[0]):
+        raise RuntimeError(f"mpslinalg.{fn}: contraction dimension of mat_a and mat_b must "
+                           f"match, got {checks.shape_str(a)} and {checks.shape_str(b)}")
+    if offs is not None:
+        if offs.dtype != torch.int32 or offs.dim() != 1:
+            raise RuntimeError(f"mpslinalg.{fn}: offs must be a 1-D int32 tensor, got "
+                               f"{checks.shape_str(offs)} {offs.dtype}")
+        offs = offs.contiguous()  # the kernel reads offs[g] densely (G int32: negligible)
+        groups = offs.shape[0]
+        if mode == ROWS and b.shape[0] != groups or mode == COLS and a.shape[0] != groups:
+            raise RuntimeError(f"mpslinalg.{fn}: offs has {groups} groups but the 3-D operand "
+                               f"has {b.shape[0] if mode == ROWS else a.shape[0]}")
+    if out_dtype is None:
+        out_dtype = dtype
+    if out_dtype not in (dtype, torch.float32):
+        raise RuntimeError(f"mpslinalg.{fn}: out_dtype must be the inputs' dtype or float32, "
+                           f"got {out_dtype}")
+    if bias is not None:
+        n = b.shape[-1]
+        groups = offs.shape[0] if offs is not None else a.shape[0]
+        allowed = [(n,)] + ([] if mode == COLS else [(groups, n)])
+        if tuple(bias.shape) not in allowed or bias.dtype != dtype:
+            raise RuntimeError(f"mpslinalg.{fn}: bias must be {' or '.join(map(str, allowed))} "
+                               f"of dtype {dtype}, got {checks.shape_str(bias)} {bias.dtype}")
+    if check_offsets and offs is not None and a.device.type != "meta":
+        _check_offsets(fn, offs, grouped_length(a, b, mode))
+    return a, b, offs, bias, out_dtype
+
+
+@grouped_mm_decl.public(None, prepare=_prepare)
 def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
                bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
                check_offsets: bool = False) -> Tensor:
@@ -362,55 +405,3 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
             [2., 2.],
             [2., 2.]])
     """
-    fn = "grouped_mm"
-    a = checks.check_tensor(fn, "mat_a", mat_a)
-    b = checks.check_tensor(fn, "mat_b", mat_b)
-    backend = resolve_backend(a.device, fn)
-    tensors = {"mat_a": a, "mat_b": b}
-    checks.check_same_device(fn, **tensors)
-    dtype = checks.check_ops_dtype(fn, backend, **tensors)
-    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
-        raise RuntimeError(f"mpslinalg.{fn}: mat_a and mat_b must be 2-D or 3-D, got "
-                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
-    mode = mode_of(a, b)
-    if (offs is None) != (mode == BATCHED):
-        raise RuntimeError(f"mpslinalg.{fn}: Have to provide offsets if there is a 2d matrix, or "
-                           "no offset if both matrices are 3d")
-    k_a, k_b = a.shape[-1], b.shape[-2]
-    if k_a != k_b or (mode == BATCHED and a.shape[0] != b.shape[0]):
-        raise RuntimeError(f"mpslinalg.{fn}: contraction dimension of mat_a and mat_b must "
-                           f"match, got {checks.shape_str(a)} and {checks.shape_str(b)}")
-    if offs is not None:
-        offs = checks.check_tensor(fn, "offs", offs)
-        if offs.dtype != torch.int32 or offs.dim() != 1:
-            raise RuntimeError(f"mpslinalg.{fn}: offs must be a 1-D int32 tensor, got "
-                               f"{checks.shape_str(offs)} {offs.dtype}")
-        checks.check_same_device(fn, mat_a=a, offs=offs)
-        offs = offs.contiguous()  # the kernel reads offs[g] densely (G int32: negligible)
-        groups = offs.shape[0]
-        if mode == ROWS and b.shape[0] != groups or mode == COLS and a.shape[0] != groups:
-            raise RuntimeError(f"mpslinalg.{fn}: offs has {groups} groups but the 3-D operand "
-                               f"has {b.shape[0] if mode == ROWS else a.shape[0]}")
-    if out_dtype is None:
-        out_dtype = dtype
-    if out_dtype not in (dtype, torch.float32):
-        raise RuntimeError(f"mpslinalg.{fn}: out_dtype must be the inputs' dtype or float32, "
-                           f"got {out_dtype}")
-    if bias is not None:
-        bias = checks.check_tensor(fn, "bias", bias)
-        n = b.shape[-1]
-        groups = offs.shape[0] if offs is not None else a.shape[0]
-        allowed = [(n,)] + ([] if mode == COLS else [(groups, n)])
-        if tuple(bias.shape) not in allowed or bias.dtype != dtype:
-            raise RuntimeError(f"mpslinalg.{fn}: bias must be {' or '.join(map(str, allowed))} "
-                               f"of dtype {dtype}, got {checks.shape_str(bias)} {bias.dtype}")
-        checks.check_same_device(fn, mat_a=a, bias=bias)
-    if check_offsets and offs is not None and a.device.type != "meta":
-        _check_offsets(fn, offs, grouped_length(a, b, mode))
-    if (backend == "torch" and a.device.type == "cpu" and not torch.compiler.is_compiling()
-            and not (torch.is_grad_enabled()
-                     and any(t is not None and t.requires_grad for t in (a, b, bias)))):
-        # nothing to differentiate or trace: the op's forward without its dispatch (which
-        # costs more than torch's whole call on small CPU products)
-        return _grouped_mm_torch(a, b, offs, bias, out_dtype)
-    return grouped_mm_op(a, b, offs, bias, out_dtype, backend, False, "")
