@@ -61,6 +61,15 @@ LINALG = checks.compute_dtype
 INFERENCE = checks.ops_compute_dtype
 
 
+def _as_given(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    return dtype
+
+
+#: The dtype policy of an op that takes every dtype as it is (bytes moved, fp8 codes), or whose
+#: prepare checks the dtypes itself, in torch's order.
+AS_GIVEN = _as_given
+
+
 def real_dtype(dtype: torch.dtype) -> torch.dtype:
     """The real dtype of ``dtype``'s values (float32 for complex64, itself when real)."""
     return _REAL.get(dtype, dtype)

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .._core import checks, elementwise
 from .._core import metal as _metal
-from .._core.declare import Answered, Call, Declaration, Operand, Param, Result
+from .._core.declare import AS_GIVEN, Answered, Call, Declaration, Operand, Param, Result
 from .._core.seed import draw_seed
 
 __all__ = ["scaled_dot_product_attention"]
@@ -229,10 +229,6 @@ def _backward(ctx, grad_out: Tensor):
     return (dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None, None, None)
 
 
-def _any_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
-    return dtype  # the public function's prepare checks the dtypes, in torch's order
-
-
 def _through_op(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                 scale=None, enable_gqa=False) -> bool:
     """Dropout (the kernel's, on the metal backend) and a mask on another device (moved)."""
@@ -247,7 +243,7 @@ attention_decl = Declaration(
      Param("enable_gqa", "bool"), Param("dropout_p", "float"), Param("seed", "int")],
     [Result("output", _output_shape)],
     forward={"torch": _torch_attention, "metal": attention_metal}, through_op=_through_op,
-    backward=_backward, saves=["query", "k", "v", "mask"], dtypes=_any_dtype)
+    backward=_backward, saves=["query", "k", "v", "mask"], dtypes=AS_GIVEN)
 attention_op = attention_decl.op
 
 

@@ -46,7 +46,7 @@ from torch import Tensor
 from .._core import checks
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.declare import Declaration, Operand, Param, Result
+from .._core.declare import AS_GIVEN, Declaration, Operand, Param, Prepared, Result
 from .._core.metal import launch
 from .gemv import gemv_grid, rows_per_simdgroup, vec4_rows
 
@@ -230,13 +230,14 @@ def _decode_torch(data: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: 
 _BLOCKS = [Param("row_div", "int"), Param("col_div", "int"), Param("fmt", "int")]
 
 #: (rows, cols) in dtype = decode(bytes) * scale[i // row_div, j // col_div], rounded once.
-fp8_decode_op = Declaration(
+fp8_decode_decl = Declaration(
     "ops_fp8_decode",
-    [Operand("data", 2), Operand("scale", 2, same_dtype=False), *_BLOCKS,
+    [Operand("codes", 2), Operand("grid", 2, same_dtype=False), *_BLOCKS,
      Param("dtype", "ScalarType")],
-    [Result("output", "data", batch="data",
-            dtype=lambda data, scale, row_div, col_div, fmt, dtype: dtype)],
-    forward={"metal": _decode_metal, "torch": _decode_torch}).op
+    [Result("output", "codes", batch="codes",
+            dtype=lambda codes, grid, row_div, col_div, fmt, dtype: dtype)],
+    forward={"metal": _decode_metal, "torch": _decode_torch}, dtypes=AS_GIVEN)
+fp8_decode_op = fp8_decode_decl.op
 
 
 #: bytes (rows, cols) = fp8(x / scale[i // row_div, j // col_div]), x 2-D, scale 2-D float32.
@@ -392,6 +393,28 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     return data, _public_scale(kind, scale)
 
 
+def _prepare_from_float8(call: None, data: Tensor, scale: Tensor, recipe, dtype: torch.dtype,
+                         storage_dtype: torch.dtype | None) -> Prepared:
+    fn = "from_float8"
+    raw, fmt = _fp8_operand(fn, "data", data, storage_dtype)
+    kind = _recipe_value(fn, "recipe", recipe)
+    if kind != TENSORWISE and raw.dim() != 2:
+        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs 2-D data, "
+                           f"got shape {checks.shape_str(raw)}")
+    if dtype not in OUT_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: dtype must be float32, float16 or bfloat16, got "
+                        f"{dtype!r}")
+    raw2 = raw.reshape(1, -1) if kind == TENSORWISE else raw
+    scale2 = _grid(kind, _check_scale(fn, "scale", scale, kind, *raw2.shape),
+                   math.ceil(raw2.shape[1] / BLOCK))
+    checks.check_same_device(fn, data=raw2, scale=scale2)
+    return Prepared((raw2, scale2, *_divisors(kind, *raw2.shape), fmt, dtype),
+                    lambda out: (out.reshape(raw.shape),))
+
+
+
+
+@fp8_decode_decl.public(None, prepare=_prepare_from_float8)
 def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
                 dtype: torch.dtype = torch.float32, *, storage_dtype: torch.dtype | None = None
                 ) -> Tensor:
@@ -424,23 +447,6 @@ def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
     >>> from_float8(*to_float8(torch.tensor([0.5, -4.0, 1.0])))
     tensor([ 0.5000, -4.0000,  1.0000])
     """
-    fn = "from_float8"
-    raw, fmt = _fp8_operand(fn, "data", data, storage_dtype)
-    kind = _recipe_value(fn, "recipe", recipe)
-    if kind != TENSORWISE and raw.dim() != 2:
-        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs 2-D data, "
-                           f"got shape {checks.shape_str(raw)}")
-    if dtype not in OUT_DTYPES:
-        raise TypeError(f"mpslinalg.{fn}: dtype must be float32, float16 or bfloat16, got "
-                        f"{dtype!r}")
-    raw2 = raw.reshape(1, -1) if kind == TENSORWISE else raw
-    scale2 = _grid(kind, _check_scale(fn, "scale", scale, kind, *raw2.shape),
-                   math.ceil(raw2.shape[1] / BLOCK))
-    checks.check_same_device(fn, data=raw2, scale=scale2)
-    backend = resolve_backend(raw.device, fn)
-    out = fp8_decode_op(raw2, scale2, *_divisors(kind, *raw2.shape), fmt, dtype, backend, False,
-                        "")
-    return out.reshape(raw.shape)
 
 
 # ---------------------------------------------------------------- scaled_mm
@@ -538,7 +544,7 @@ def _scaled_mm_torch(a, b, scale_a, recipe_a, scale_b, recipe_b, bias, out_dtype
 
 #: fp8 bytes a (M, K), b (K, N) with their scale grids (of the recipes' shapes) -> (M, N) in
 #: out_dtype.
-scaled_mm_op = Declaration(
+scaled_mm_decl = Declaration(
     "ops_scaled_mm",
     [Operand("a", 2), Operand("b", 2), Operand("scale_a", None, same_dtype=False),
      Param("recipe_a", "int"), Operand("scale_b", None, same_dtype=False),
@@ -546,7 +552,8 @@ scaled_mm_op = Declaration(
      Param("out_dtype", "ScalarType"), Param("format_a", "int"), Param("format_b", "int")],
     [Result("output", lambda a, b, *rest: (a[0], b[1]), batch="a",
             dtype=lambda *args: args[7])],
-    forward={"metal": _scaled_mm_metal, "torch": _scaled_mm_torch}).op
+    forward={"metal": _scaled_mm_metal, "torch": _scaled_mm_torch}, dtypes=AS_GIVEN)
+scaled_mm_op = scaled_mm_decl.op
 
 
 def _fp8_operand(fn: str, name: str, x, storage_dtype) -> tuple[Tensor, int]:
@@ -645,6 +652,53 @@ def _check_swizzle(fn: str, name: str, swizzle) -> None:
                              f"{swizzle!r}")
 
 
+def _prepare_scaled_mm(call: None, mat_a, mat_b, scale_a, scale_recipe_a, scale_b,
+                       scale_recipe_b, swizzle_a, swizzle_b, bias, output_dtype,
+                       contraction_dim, use_fast_accum, storage_dtype) -> tuple:
+    fn = "scaled_mm"
+    a, format_a = _fp8_operand(fn, "mat_a", mat_a, storage_dtype)
+    b, format_b = _fp8_operand(fn, "mat_b", mat_b, storage_dtype)
+    checks.check_same_device(fn, mat_a=a, mat_b=b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mpslinalg.{fn}: expected mat_a (M, K) and mat_b (K, N), got "
+                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
+    recipes = (_recipe_list(fn, "scale_recipe_a", scale_recipe_a),
+               _recipe_list(fn, "scale_recipe_b", scale_recipe_b))
+    _check_swizzle(fn, "swizzle_a", swizzle_a)
+    _check_swizzle(fn, "swizzle_b", swizzle_b)
+    if recipes in UNIMPLEMENTED_PAIRS:
+        raise NotImplementedError(f"mpslinalg.{fn}: {UNIMPLEMENTED_PAIRS[recipes]} scaling is "
+                                  "not implemented")
+    if recipes not in SCALED_MM_PAIRS:
+        raise RuntimeError(
+            f"mpslinalg.{fn}: invalid scaling configuration ({_recipe_names(recipes[0])}) x "
+            f"({_recipe_names(recipes[1])}); the pairs are TensorWise x TensorWise, RowWise x "
+            "RowWise, BlockWise1x128 x BlockWise1x128 and BlockWise1x128 with "
+            "BlockWise128x128 either way round")
+    (recipe_a,), (recipe_b,) = recipes
+    if tuple(contraction_dim) not in ((), (1, 0)):
+        raise ValueError(f"mpslinalg.{fn}: only contraction_dim=() (K = mat_a dim 1, mat_b dim "
+                         f"0) is supported, got {contraction_dim!r}")
+    if output_dtype not in OUT_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: output_dtype must be bfloat16, float16 or float32, "
+                        f"got {output_dtype!r}")
+    (m, k), n = a.shape, b.shape[1]
+    sa = _check_mm_scale(fn, "scale_a", _single_scale(fn, "scale_a", scale_a), recipe_a, m, k,
+                         True)
+    sb = _check_mm_scale(fn, "scale_b", _single_scale(fn, "scale_b", scale_b), recipe_b, n, k,
+                         False)
+    if bias is not None:
+        bias = checks.check_tensor(fn, "bias", bias)
+        if bias.shape != (n,) or bias.dtype != output_dtype:
+            raise ValueError(f"mpslinalg.{fn}: bias must be ({n},) of dtype "
+                             f"{_fp8_name(output_dtype)}, got {checks.shape_str(bias)} "
+                             f"{_fp8_name(bias.dtype)}")
+    checks.check_same_device(fn, mat_a=a, scale_a=sa, scale_b=sb,
+                             **({"bias": bias} if bias is not None else {}))
+    return a, b, sa, recipe_a, sb, recipe_b, bias, output_dtype, format_a, format_b
+
+
+@scaled_mm_decl.public(None, prepare=_prepare_scaled_mm)
 def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor | list[Tensor], scale_recipe_a,
               scale_b: Tensor | list[Tensor], scale_recipe_b, swizzle_a=None, swizzle_b=None,
               bias: Tensor | None = None, output_dtype: torch.dtype | None = torch.bfloat16,
@@ -699,46 +753,3 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor | list[Tensor], scal
     tensor([[ 1.,  2.,  3.],
             [ 4.,  8., 12.]], dtype=torch.bfloat16)
     """
-    fn = "scaled_mm"
-    a, format_a = _fp8_operand(fn, "mat_a", mat_a, storage_dtype)
-    b, format_b = _fp8_operand(fn, "mat_b", mat_b, storage_dtype)
-    checks.check_same_device(fn, mat_a=a, mat_b=b)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise RuntimeError(f"mpslinalg.{fn}: expected mat_a (M, K) and mat_b (K, N), got "
-                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
-    recipes = (_recipe_list(fn, "scale_recipe_a", scale_recipe_a),
-               _recipe_list(fn, "scale_recipe_b", scale_recipe_b))
-    _check_swizzle(fn, "swizzle_a", swizzle_a)
-    _check_swizzle(fn, "swizzle_b", swizzle_b)
-    if recipes in UNIMPLEMENTED_PAIRS:
-        raise NotImplementedError(f"mpslinalg.{fn}: {UNIMPLEMENTED_PAIRS[recipes]} scaling is "
-                                  "not implemented")
-    if recipes not in SCALED_MM_PAIRS:
-        raise RuntimeError(
-            f"mpslinalg.{fn}: invalid scaling configuration ({_recipe_names(recipes[0])}) x "
-            f"({_recipe_names(recipes[1])}); the pairs are TensorWise x TensorWise, RowWise x "
-            "RowWise, BlockWise1x128 x BlockWise1x128 and BlockWise1x128 with "
-            "BlockWise128x128 either way round")
-    (recipe_a,), (recipe_b,) = recipes
-    if tuple(contraction_dim) not in ((), (1, 0)):
-        raise ValueError(f"mpslinalg.{fn}: only contraction_dim=() (K = mat_a dim 1, mat_b dim "
-                         f"0) is supported, got {contraction_dim!r}")
-    if output_dtype not in OUT_DTYPES:
-        raise TypeError(f"mpslinalg.{fn}: output_dtype must be bfloat16, float16 or float32, "
-                        f"got {output_dtype!r}")
-    (m, k), n = a.shape, b.shape[1]
-    sa = _check_mm_scale(fn, "scale_a", _single_scale(fn, "scale_a", scale_a), recipe_a, m, k,
-                         True)
-    sb = _check_mm_scale(fn, "scale_b", _single_scale(fn, "scale_b", scale_b), recipe_b, n, k,
-                         False)
-    if bias is not None:
-        bias = checks.check_tensor(fn, "bias", bias)
-        if bias.shape != (n,) or bias.dtype != output_dtype:
-            raise ValueError(f"mpslinalg.{fn}: bias must be ({n},) of dtype "
-                             f"{_fp8_name(output_dtype)}, got {checks.shape_str(bias)} "
-                             f"{_fp8_name(bias.dtype)}")
-    checks.check_same_device(fn, mat_a=a, scale_a=sa, scale_b=sb,
-                             **({"bias": bias} if bias is not None else {}))
-    backend = resolve_backend(a.device, fn)
-    return scaled_mm_op(a, b, sa, recipe_a, sb, recipe_b, bias, output_dtype, format_a,
-                        format_b, backend, False, "")

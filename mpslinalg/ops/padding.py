@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._core import metal as _metal
-from .._core.declare import Answered, Call, Declaration, Operand, Param, Result
+from .._core.declare import AS_GIVEN, Answered, Call, Declaration, Operand, Param, Result
 from .._core.errors import translate
 
 __all__ = ["pad"]
@@ -222,11 +222,6 @@ def _pad_backward(ctx, grad: Tensor):
     return pad_op(grad, back, 0, ctx.backend, False, ""), None, None
 
 
-def _any_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
-    """The dtype policy: every dtype, as it is (the kernel moves elements of any size)."""
-    return dtype
-
-
 def _takes_the_general_path(input, pad, mode="constant", value=None) -> bool:
     """F.pad takes float fill values only: complex fills of complex tensors are the op's."""
     return _is_complex_number(value)
@@ -238,7 +233,7 @@ pad_decl = Declaration(
     "pad", [Operand("input", None), Param("pad", "int[]"), Param("value", "Scalar")],
     [Result("output", lambda x, pad, value: _padded_shape("pad", x, pad))],
     forward={"metal": _pad_metal, "torch": _pad_torch}, through_op=_takes_the_general_path,
-    backward=_pad_backward, dtypes=_any_dtype)
+    backward=_pad_backward, dtypes=AS_GIVEN)
 pad_op = pad_decl.op
 
 
