@@ -25,6 +25,14 @@ the primitive, its shape rule and its derivative):
 - ``prepare``: the family's own validation, ``prepare(call, **arguments)`` returning the op's
   arguments (or `Prepared`).
 
+The inference ops of `mpslinalg.ops` use a few more of its parts: an `Operand` of ``rank``
+None (the whole shape is core: pad, attention), a ``mutable`` one (``log_normal_``, schema
+``Tensor(a!)``, no results), a `Result` whose ``dtype`` is a function of the arguments
+(``out_int32``, ``out_dtype``), the `INFERENCE` / `AS_GIVEN` dtype policies, ``torch_direct``
+(the torch forward without the op's dispatch when nothing is traced or differentiated), a
+``prepare`` returning `Answered` (a call that is not the op's: pad's other modes) and
+``Declaration.public(None, ...)`` for a function without a torch counterpart (no fast path).
+
 `Declaration.public` then turns a signature (a function whose body is its numpydoc docstring)
 into the public function: validation, backend decided once per call, dtype upcast and cast
 back, the op call, the ``_ex`` form's ``check_errors`` or the plain form's raising check,
@@ -395,7 +403,8 @@ class Declaration:
         checking form (raises, returns no ``info``); ``out`` takes torch's ``out=`` with
         ``casting``. ``finish(call, *results)`` replaces the result when the function returns
         something derived from the op's results (``logdet`` from ``slogdet``); it gets them in
-        the compute dtype and casts its own (`Call.cast`).
+        the compute dtype and casts its own (`Call.cast`). ``torch_fn`` None: a function of
+        mpslinalg's own, without a fast path.
         """
         own = torch_fn is None  # an op of mpslinalg's own: no torch function, no fast path
         torch_name = torch_name or ("" if own else torch_fn.__name__.replace("linalg_", "linalg."))
