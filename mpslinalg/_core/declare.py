@@ -368,9 +368,12 @@ class Declaration:
         if self.check_inputs is not None and self.info_index is None:
             # validation that reads values: on the metal backend, where no torch kernel does it
             check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
-        call = Call(fn, call.backend, call.dtype, check)
+        if call.check != check:  # (a dataclass costs half a microsecond)
+            call = Call(fn, call.backend, call.dtype, check)
         small = bool(self.small_when is not None and self.small_when(call.backend, *args))
-        if self.torch_direct and call.backend == "torch" and not _traced_or_differentiated(args):
+        if self.torch_direct and call.backend == "torch" and not (
+                torch.compiler.is_compiling() or (self.op._backward is not None
+                                                  and _differentiated(args))):
             outs = self.op.forward["torch"](*args)
         else:
             outs = self.op(*args, call.backend, small, check)
@@ -467,8 +470,11 @@ def _own_function(general: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
-def _traced_or_differentiated(args: Sequence[Any]) -> bool:
-    """Whether a call must go through the registered op: torch.compile traces it, or autograd
-    records it."""
-    return torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
-        isinstance(x, Tensor) and x.requires_grad for x in args))
+def _differentiated(args: Sequence[Any]) -> bool:
+    """Whether autograd records a call with these arguments (it must then go through the op)."""
+    if not torch.is_grad_enabled():
+        return False
+    for x in args:
+        if isinstance(x, Tensor) and x.requires_grad:
+            return True
+    return False

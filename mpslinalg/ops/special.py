@@ -132,7 +132,9 @@ def _torch_forward(name: str):
     torch_fn = _torch_polynomial(name)
 
     def forward(x: Tensor, n: Tensor) -> Tensor:
-        wide = checks.UPCAST_DTYPES.get(x.dtype, x.dtype)
+        wide = checks.UPCAST_DTYPES.get(x.dtype)
+        if wide is None:  # torch computes it
+            return torch_fn(x, n)
         return cast_back(torch_fn(x.to(wide), n.to(wide)), x.dtype)
 
     return forward
