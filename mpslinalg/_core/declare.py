@@ -163,6 +163,9 @@ class Prepared:
 
     args: tuple
     finish: Callable[..., tuple]
+    #: ``finish`` gives the public function's result itself (to_float8's data and the scale
+    #: prepare computed), not the op's results.
+    whole: bool = False
 
 
 @dataclass
@@ -352,11 +355,13 @@ class Declaration:
         call = self._validate(fn, mode, values)
         prepare = pub.prepare or self.prepare
         finish = None
+        whole = False
         if prepare is not None:
             args = prepare(call, **values)
             if isinstance(args, Answered):
                 return write_out(fn, out, args.result, pub.casting)
             if isinstance(args, Prepared):
+                whole = args.whole
                 args, finish = args.args, args.finish
             if call is None:  # the first matrix was made by prepare
                 A = args[self._first]
@@ -379,6 +384,8 @@ class Declaration:
             outs = self.op(*args, call.backend, small, check)
         outs = outs if isinstance(outs, tuple) else (outs,)
         if finish is not None:
+            if whole:
+                return write_out(fn, out, finish(*outs), pub.casting)
             outs = finish(*outs)
         if pub.finish is not None:  # a result derived from the op's, cast by the finish
             return write_out(fn, out, pub.finish(call, *outs), pub.casting)

@@ -45,8 +45,16 @@ from torch import Tensor
 
 from .._core import checks
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
-from .._core.declare import AS_GIVEN, Declaration, Operand, Param, Prepared, Result
+from .._core.declare import (
+    AS_GIVEN,
+    INFERENCE,
+    Call,
+    Declaration,
+    Operand,
+    Param,
+    Prepared,
+    Result,
+)
 from .._core.metal import launch
 from .gemv import gemv_grid, rows_per_simdgroup, vec4_rows
 
@@ -241,10 +249,11 @@ fp8_decode_op = fp8_decode_decl.op
 
 
 #: bytes (rows, cols) = fp8(x / scale[i // row_div, j // col_div]), x 2-D, scale 2-D float32.
-fp8_encode_op = Declaration(
+fp8_encode_decl = Declaration(
     "ops_fp8_encode", [Operand("x", 2), Operand("scale", 2, same_dtype=False), *_BLOCKS],
     [Result("data", "x", torch.uint8, batch="x")],
-    forward={"metal": _encode_metal, "torch": _encode_torch}).op
+    forward={"metal": _encode_metal, "torch": _encode_torch}, dtypes=INFERENCE)
+fp8_encode_op = fp8_encode_decl.op
 
 
 def _divisors(kind: int, rows: int, cols: int) -> tuple[int, int]:
@@ -311,6 +320,43 @@ def _block_amax(x: Tensor, rows_per_block: int, cols_per_block: int) -> Tensor:
     return padded.reshape(nr, rows_per_block, nc, cols_per_block).amax(dim=(1, 3))
 
 
+def _prepare_to_float8(call: Call, x: Tensor, dtype: torch.dtype, recipe,
+                       storage: bool | None) -> Prepared:
+    fn = call.fn
+    if dtype not in FP8_FORMATS:
+        raise TypeError(f"mpslinalg.{fn}: dtype must be torch.float8_e4m3fn or "
+                        f"torch.float8_e5m2, got {dtype!r}")
+    kind = _recipe_value(fn, "recipe", recipe)
+    if kind != TENSORWISE and x.dim() != 2:
+        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs a 2-D x, "
+                           f"got shape {checks.shape_str(x)}")
+    x2 = x.reshape(1, -1) if kind == TENSORWISE else x
+    fmax = torch.finfo(dtype).max
+    rows, cols = x2.shape
+    xf = x2.detach().float()
+    row_div, col_div = _divisors(kind, rows, cols)
+    if xf.numel():
+        amax = _block_amax(xf, row_div, col_div)
+    else:
+        amax = xf.new_zeros(_grid_shape(kind, rows, cols))
+    # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
+    # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
+    # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
+    scale = torch.where(amax > 0, amax / amax.new_full((), fmax), torch.ones_like(amax))
+    if storage is None:
+        storage = x.device.type == "mps"
+    if not storage and x.device.type == "mps":
+        raise TypeError(f"mpslinalg.{fn}: MPS tensors cannot hold {_fp8_name(dtype)}; use "
+                        "storage=True (the default on MPS) for the uint8 bytes")
+
+    def finish(data: Tensor) -> tuple[Tensor, Tensor]:
+        data = data.reshape(x.shape)
+        return data if storage else data.view(dtype), _public_scale(kind, scale)
+
+    return Prepared((x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype]), finish, whole=True)
+
+
+@fp8_encode_decl.public(None, prepare=_prepare_to_float8)
 def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
               recipe=ScalingType.TensorWise, *, storage: bool | None = None
               ) -> tuple[Tensor, Tensor]:
@@ -356,41 +402,6 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     >>> data.float(), scale
     (tensor([[   0.5000, -448.0000]]), tensor([[2.]]))
     """
-    fn = "to_float8"
-    x = checks.check_tensor(fn, "x", x)
-    backend = resolve_backend(x.device, fn)
-    checks.check_ops_dtype(fn, backend, x=x)
-    if dtype not in FP8_FORMATS:
-        raise TypeError(f"mpslinalg.{fn}: dtype must be torch.float8_e4m3fn or "
-                        f"torch.float8_e5m2, got {dtype!r}")
-    kind = _recipe_value(fn, "recipe", recipe)
-    if kind != TENSORWISE and x.dim() != 2:
-        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs a 2-D x, "
-                           f"got shape {checks.shape_str(x)}")
-    x2 = x.reshape(1, -1) if kind == TENSORWISE else x
-    fmax = torch.finfo(dtype).max
-    rows, cols = x2.shape
-    xf = x2.detach().float()
-    row_div, col_div = _divisors(kind, rows, cols)
-    if xf.numel():
-        amax = _block_amax(xf, row_div, col_div)
-    else:
-        amax = xf.new_zeros(_grid_shape(kind, rows, cols))
-    # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
-    # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
-    # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
-    scale = torch.where(amax > 0, amax / amax.new_full((), fmax), torch.ones_like(amax))
-    data = fp8_encode_op(x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype], backend,
-                         False, "")
-    data = data.reshape(x.shape)
-    if storage is None:
-        storage = x.device.type == "mps"
-    if not storage and x.device.type == "mps":
-        raise TypeError(f"mpslinalg.{fn}: MPS tensors cannot hold {_fp8_name(dtype)}; use "
-                        "storage=True (the default on MPS) for the uint8 bytes")
-    if not storage:
-        data = data.view(dtype)
-    return data, _public_scale(kind, scale)
 
 
 def _prepare_from_float8(call: None, data: Tensor, scale: Tensor, recipe, dtype: torch.dtype,
