@@ -26,6 +26,14 @@ the primitive, its shape rule and its derivative):
 - ``prepare``: the family's own validation, ``prepare(call, **arguments)`` returning the op's
   arguments (or `Prepared`, or None: the arguments as they are).
 
+The inference ops of `mpslinalg.ops` use a few more of its parts: an `Operand` of ``rank``
+None (the whole shape is core: pad, attention), a ``mutable`` one (``log_normal_``, schema
+``Tensor(a!)``, no results), a `Result` whose ``dtype`` is a function of the arguments
+(``out_int32``, ``out_dtype``), the `INFERENCE` / `AS_GIVEN` dtype policies, ``torch_direct``
+(the torch forward without the op's dispatch when nothing is traced or differentiated), a
+``prepare`` returning `Answered` (a call that is not the op's: pad's other modes) and
+``Declaration.public(None, ...)`` for a function without a torch counterpart (no fast path).
+
 `Declaration.public` then turns a signature (a function whose body is its numpydoc docstring)
 into the public function: validation, backend decided once per call, dtype upcast and cast
 back, the op call, the ``_ex`` form's ``check_errors`` or the plain form's raising check,
@@ -36,6 +44,7 @@ torch (`mpslinalg._core.op.public`). The registered op (`Op`: schema, fake, auto
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +74,15 @@ LINALG = checks.compute_dtype
 INFERENCE = checks.ops_compute_dtype
 
 
+def _as_given(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    return dtype
+
+
+#: The dtype policy of an op that takes every dtype as it is (bytes moved, fp8 codes), or whose
+#: prepare checks the dtypes itself, in torch's order.
+AS_GIVEN = _as_given
+
+
 def real_dtype(dtype: torch.dtype) -> torch.dtype:
     """The real dtype of ``dtype``'s values (float32 for complex64, itself when real)."""
     return _REAL.get(dtype, dtype)
@@ -85,15 +103,18 @@ class Operand:
     """Any other tensor argument, of core rank ``rank`` (its last ``rank`` dimensions; the
     rest is batch). ``same_dtype``: it must have the first tensor's dtype and is computed in
     the call's dtype; else it is passed as given (pivots, indices). An optional one (schema
-    type ``Tensor?``, ``optional``) may be None. ``built``: the family's ``prepare`` makes it
-    from the public arguments (pinv's tolerance tensors from floats), so it is not validated
-    here."""
+    type ``Tensor?``, ``optional``) may be None. ``rank`` None: every dimension is core (an op
+    whose shape rule reads the whole shape, as pad's). ``built``: the family's ``prepare``
+    makes it from the public arguments (pinv's tolerance tensors from floats), so it is not
+    validated here."""
 
     name: str
-    rank: int
+    rank: int | None
     same_dtype: bool = True
     optional: bool = False
     built: bool = False
+    #: The op writes into it (schema ``Tensor(a!)``; an op with no results returns nothing).
+    mutable: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,12 +132,13 @@ class Result:
     the parameters' values (in the op's argument order); ``()`` for one value per batch
     element; a name: that input's core shape; `NOT_COMPUTED` (also as the callable's value).
     ``batch``: the input whose batch shape it has (None: all tensor inputs' broadcast).
-    ``dtype``: `SAME`, `REAL` or a torch dtype. ``differentiable=False``: marked so for
-    autograd (ranks, singular values of a solver)."""
+    ``dtype``: `SAME`, `REAL` or a torch dtype, or a function of the op's arguments giving one
+    (``out_int32``, ``out_dtype``: such a result is not cast back). ``differentiable=False``:
+    marked so for autograd (ranks, singular values of a solver)."""
 
     name: str
     core: Callable[..., Sequence[int]] | Sequence[int] | str = ()
-    dtype: str | torch.dtype = SAME
+    dtype: str | torch.dtype | Callable[..., torch.dtype] = SAME
     batch: str | None = None
     info: bool = False
     differentiable: bool = True
@@ -151,6 +173,9 @@ class Prepared:
 
     args: tuple
     finish: Callable[..., tuple]
+    #: ``finish`` gives the public function's result itself (to_float8's data and the scale
+    #: prepare computed), not the op's results.
+    whole: bool = False
 
 
 @dataclass
@@ -165,9 +190,23 @@ class _Public:
     params: list[str] = field(default_factory=list)
 
 
+def _batch_ndim(x: Tensor, spec: Matrix | Operand) -> int:
+    return 0 if spec.rank is None else x.dim() - spec.rank
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What a ``prepare`` hook returns when the call is not the op's (pad's modes other than
+    constant, torch's own function on every backend): the public function's result."""
+
+    result: Any
+
+
 def _schema_type(spec: Matrix | Operand | Param) -> str:
     if isinstance(spec, Param):
         return spec.type
+    if isinstance(spec, Operand) and spec.mutable:
+        return "Tensor(a!)"
     return "Tensor?" if isinstance(spec, Operand) and spec.optional else "Tensor"
 
 
@@ -183,7 +222,8 @@ class Declaration:
                  saves: Sequence[str] | Callable[..., None] = (),
                  check_inputs: Callable[..., None] | None = None,
                  info_routine: str | Callable[..., str | None] | None = None,
-                 dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG) -> None:
+                 dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG,
+                 torch_direct: bool = False) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.results = tuple(results)
@@ -192,6 +232,9 @@ class Declaration:
         self.prepare = prepare
         self.check_inputs = check_inputs
         self.dtypes = dtypes
+        #: The torch backend runs the "torch" forward without the registered op when nothing is
+        #: traced or differentiated: the op's dispatch would only add its cost.
+        self.torch_direct = torch_direct
         self._names = [a.name for a in self.inputs]
         self._flags = {i for i, a in enumerate(self.inputs)
                        if isinstance(a, Param) and a.type == "bool"}
@@ -219,19 +262,21 @@ class Declaration:
     def _core_shape(self, x: Any, spec: Matrix | Operand | Param) -> Any:
         if isinstance(spec, Param) or x is None:
             return x
+        if spec.rank is None:
+            return tuple(x.shape)
         return tuple(x.shape[x.dim() - spec.rank:]) if spec.rank else ()
 
     def batch_ndims(self, *args: Any) -> list[int | None]:
         """The number of batch dimensions of each argument (None for parameters): the
         dimensions every op maps over independently, so a call may be split along them."""
-        return [None if isinstance(spec, Param) or x is None else x.dim() - spec.rank
+        return [None if isinstance(spec, Param) or x is None else _batch_ndim(x, spec)
                 for x, spec in zip(args, self.inputs, strict=True)]
 
     def result_shapes(self, *args: Any) -> list[torch.Size]:
         """Each result's shape for the op's arguments ``args``: batch + core (the shape
         rule that fake tensors and sharding read)."""
         cores = [self._core_shape(x, spec) for x, spec in zip(args, self.inputs, strict=True)]
-        batches = {spec.name: x.shape[:x.dim() - spec.rank]
+        batches = {spec.name: x.shape[:_batch_ndim(x, spec)]
                    for x, spec in zip(args, self.inputs, strict=True)
                    if not isinstance(spec, Param) and x is not None}
         shapes = []
@@ -252,7 +297,9 @@ class Declaration:
                           else torch.Size((*batch, *core)))
         return shapes
 
-    def _result_dtype(self, r: Result, dtype: torch.dtype) -> torch.dtype:
+    def _result_dtype(self, r: Result, dtype: torch.dtype, args: tuple = ()) -> torch.dtype:
+        if callable(r.dtype):  # chosen by an argument: computed in it, never cast back
+            return r.dtype(*args)
         if r.dtype == SAME:
             return dtype
         if r.dtype == REAL:
@@ -260,8 +307,10 @@ class Declaration:
         return r.dtype
 
     def _fake(self, *args: Any) -> Any:
+        if not self.results:  # writes into a mutable argument only
+            return None
         first = args[self._first]
-        outs = tuple(first.new_empty(shape, dtype=self._result_dtype(r, first.dtype))
+        outs = tuple(first.new_empty(shape, dtype=self._result_dtype(r, first.dtype, args))
                      for r, shape in zip(self.results, self.result_shapes(*args), strict=True))
         return outs if len(outs) != 1 else outs[0]
 
@@ -326,15 +375,20 @@ class Declaration:
         call = self._validate(fn, mode, values)
         prepare = pub.prepare or self.prepare
         finish = None
+        whole = False
         if prepare is not None:
             args = prepare(call, **values)
             if args is None:  # validation only
                 args = tuple(values[n] for n in self._names)
+            elif isinstance(args, Answered):
+                return write_out(fn, out, args.result, pub.casting)
             elif isinstance(args, Prepared):
+                whole = args.whole
                 args, finish = args.args, args.finish
             if call is None:  # the first matrix was made by prepare
                 A = args[self._first]
                 call = Call(fn, _backend.concrete_backend(mode, A.device, fn), A.dtype, "")
+                self.dtypes(fn, A.dtype, call.backend)  # the policy's refusal; prepare cast
         else:
             args = tuple(values[n] for n in self._names)
         if self._flags:  # bool parameters as the schema takes them (torch accepts any truth)
@@ -343,15 +397,23 @@ class Declaration:
         if self.check_inputs is not None and self.info_index is None:
             # validation that reads values: on the metal backend, where no torch kernel does it
             check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
-        call = Call(fn, call.backend, call.dtype, check)
+        if call.check != check:  # (a dataclass costs half a microsecond)
+            call = Call(fn, call.backend, call.dtype, check)
         small = bool(self.small_when is not None and self.small_when(call.backend, *args))
-        outs = self.op(*args, call.backend, small, check)
+        if self.torch_direct and call.backend == "torch" and not (
+                torch.compiler.is_compiling() or (self.op._backward is not None
+                                                  and _differentiated(args))):
+            outs = self.op.forward["torch"](*args)
+        else:
+            outs = self.op(*args, call.backend, small, check)
         outs = outs if isinstance(outs, tuple) else (outs,)
         if finish is not None:
+            if whole:
+                return write_out(fn, out, finish(*outs), pub.casting)
             outs = finish(*outs)
         if pub.finish is not None:  # a result derived from the op's, cast by the finish
             return write_out(fn, out, pub.finish(call, *outs), pub.casting)
-        outs = [cast_back(x, self._result_dtype(r, call.dtype))
+        outs = [cast_back(x, self._result_dtype(r, call.dtype, args))
                 for x, r in zip(outs, self.results, strict=True)]
         if pub.checking and self.info_index is not None:
             del outs[self.info_index]
@@ -361,7 +423,7 @@ class Declaration:
 
     # ------------------------------------------------------------ public functions
 
-    def public(self, torch_fn: Callable[..., Any], *, torch_name: str | None = None,
+    def public(self, torch_fn: Callable[..., Any] | None, *, torch_name: str | None = None,
                through_op: Callable[..., bool] | None | str = "declared",
                prepare: Callable[..., tuple] | None = None,
                finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
@@ -378,10 +440,12 @@ class Declaration:
         form that the public function calls). ``finish(call, *results)`` replaces the result
         when the function returns something derived from the op's results (``logdet`` from
         ``slogdet``); it gets them in the compute dtype and casts its own (`Call.cast`).
+        ``torch_fn`` None: a function of mpslinalg's own, without a fast path.
         """
-        torch_name = torch_name or torch_fn.__name__.replace("linalg_", "linalg.")
-        if torch_name == torch_fn.__name__ and hasattr(torch.linalg, torch_name) and getattr(
-                torch.linalg, torch_name) is torch_fn:
+        own = torch_fn is None  # an op of mpslinalg's own: no torch function, no fast path
+        torch_name = torch_name or ("" if own else torch_fn.__name__.replace("linalg_", "linalg."))
+        if not own and torch_name == torch_fn.__name__ and hasattr(torch.linalg, torch_name) \
+                and getattr(torch.linalg, torch_name) is torch_fn:
             torch_name = f"linalg.{torch_name}"
         guard = self.through_op if through_op == "declared" else through_op
 
@@ -417,9 +481,33 @@ class Declaration:
             general.__name__ = general.__qualname__ = pub.name
             general.__module__ = signature.__module__
             checks_flag: bool | str = "check_errors" if check_param else checking_form
-            function = public(torch_fn, torch_name=torch_name, general_when=guard,
-                              checks=checks_flag, mode_arg=True)(general)
+            if own:
+                function = _own_function(general)
+            else:
+                function = public(torch_fn, torch_name=torch_name, general_when=guard,
+                                  checks=checks_flag, mode_arg=True)(general)
             function.declaration = self
             return function
 
         return wrap
+
+
+def _own_function(general: Callable[..., Any]) -> Callable[..., Any]:
+    """The public function of an op with no torch counterpart: the general path, given the
+    backend in force."""
+
+    @functools.wraps(general)
+    def function(*args: Any, **kwargs: Any) -> Any:
+        return general(_backend.fast_mode or _backend.get_backend(), *args, **kwargs)
+
+    return function
+
+
+def _differentiated(args: Sequence[Any]) -> bool:
+    """Whether autograd records a call with these arguments (it must then go through the op)."""
+    if not torch.is_grad_enabled():
+        return False
+    for x in args:
+        if isinstance(x, Tensor) and x.requires_grad:
+            return True
+    return False

@@ -31,9 +31,8 @@ from torch import Tensor
 
 from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
+from .._core.declare import AS_GIVEN, Answered, Call, Declaration, Operand, Param, Result
 from .._core.metal import SIMD_WIDTH
-from .._core.op import Op, call_torch, public
 from .._core.seed import draw_seed
 
 __all__ = ["scaled_dot_product_attention"]
@@ -55,7 +54,21 @@ _MAX_DROPOUT_INDEX = 2**32
 
 
 def _uses_gqa(q: Tensor, k: Tensor, enable_gqa: bool) -> bool:
-    return enable_gqa and q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] != q.shape[-3]
+    return _grouped_heads(q.shape, k.shape, enable_gqa)
+
+
+def _grouped_heads(q: tuple, k: tuple, enable_gqa: bool) -> bool:
+    """Whether query and key of these shapes have grouped heads (Hkv divides Hq, Hkv < Hq)."""
+    return enable_gqa and len(q) >= 3 and len(k) >= 3 and k[-3] != q[-3]
+
+
+def _output_shape(q, k, v, mask, is_causal, scale, enable_gqa, dropout_p, seed):
+    """The output's shape from the operands' shapes: the op's shape rule (batch dimensions of
+    query, key and value broadcast; with grouped heads the query's head count)."""
+    if _grouped_heads(q, k, enable_gqa):
+        batch = checks.broadcast_shapes(q[:-3], k[:-3], v[:-3])
+        return (*batch, q[-3], q[-2], v[-1])
+    return (*checks.broadcast_shapes(q[:-2], k[:-2], v[:-2]), q[-2], v[-1])
 
 
 def _layout(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, enable_gqa: bool):
@@ -181,13 +194,6 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool
     return p.masked_fill(nothing, 0.0)
 
 
-def _save(ctx, inputs, output) -> None:
-    q, k, v, mask, is_causal, scale, enable_gqa, dropout_p, seed = inputs
-    ctx.save_for_backward(q, k, v, mask)
-    ctx.is_causal, ctx.scale, ctx.enable_gqa = is_causal, scale, enable_gqa
-    ctx.dropout_p, ctx.seed = dropout_p, seed
-
-
 def _backward(ctx, grad_out: Tensor):
     """With P = softmax(S), S = Q K^T * scale + mask, O = (P * D) V (D: the dropout
     multipliers, 1 without dropout): dV = (P * D)^T dO, dP = (dO V^T) * D,
@@ -221,20 +227,22 @@ def _backward(ctx, grad_out: Tensor):
     return (dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None, None, None)
 
 
-def _fake(q, k, v, mask, is_causal, scale, enable_gqa, dropout_p, seed):
-    batch, heads, group, *_ = _layout(q, k, v, mask, enable_gqa)
-    shape = (*batch, heads, q.shape[-2], v.shape[-1]) if group > 1 else (
-        *batch, q.shape[-2], v.shape[-1])
-    return q.new_empty(shape)
+def _through_op(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+                scale=None, enable_gqa=False) -> bool:
+    """Dropout (the kernel's, on the metal backend) and a mask on another device (moved)."""
+    return dropout_p > 0.0 or (isinstance(attn_mask, Tensor) and attn_mask.device != query.device)
 
 
-#: Fused attention of validated operands.
-attention_op = Op(
+#: Fused attention of validated operands (shapes of any rank: the whole of each is core).
+attention_decl = Declaration(
     "scaled_dot_product_attention",
-    "(Tensor q, Tensor k, Tensor v, Tensor? mask, bool is_causal, float scale, bool enable_gqa,"
-    " float dropout_p, int seed) -> Tensor",
-    forward={"torch": _torch_attention, "metal": attention_metal},
-    fake=_fake, save=_save, backward=_backward)
+    [Operand("query", None), Operand("k", None), Operand("v", None),
+     Operand("mask", None, optional=True), Param("is_causal", "bool"), Param("scale", "float"),
+     Param("enable_gqa", "bool"), Param("dropout_p", "float"), Param("seed", "int")],
+    [Result("output", _output_shape)],
+    forward={"torch": _torch_attention, "metal": attention_metal}, through_op=_through_op,
+    backward=_backward, saves=["query", "k", "v", "mask"], dtypes=AS_GIVEN)
+attention_op = attention_decl.op
 
 
 def _check(fn: str, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
@@ -294,10 +302,44 @@ def _check(fn: str, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
             + " do not broadcast") from None
 
 
-@public(F.scaled_dot_product_attention, torch_name="scaled_dot_product_attention",
-        general_when=lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-        *, scale=None, enable_gqa=False: dropout_p > 0.0 or (
-            isinstance(attn_mask, Tensor) and attn_mask.device != query.device))
+def _prepare(call: Call, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None,
+             dropout_p: float, is_causal: bool, scale: float | None,
+             enable_gqa: bool) -> tuple | Answered:
+    fn = call.fn
+    backend = call.backend
+    _check(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    scale_value = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if backend == "torch" and dropout_p > 0.0:
+        return Answered(F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa))
+    if backend == "metal":
+        if query.dtype not in METAL_DTYPES:
+            raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
+                            f"bfloat16, got {str(query.dtype).removeprefix('torch.')}; use the "
+                            "torch backend (mpslinalg.use_backend('torch')) for float64")
+        if max(query.shape[-1], value.shape[-1]) > MAX_HEAD_DIM:
+            raise RuntimeError(f"mpslinalg.{fn}: head dimensions up to {MAX_HEAD_DIM} on the "
+                               f"metal backend, got E = {query.shape[-1]}, "
+                               f"Ev = {value.shape[-1]}")
+    mask = attn_mask
+    if mask is not None:
+        mask = mask.to(query.device)
+        if mask.dtype != torch.bool:
+            mask = mask.to(query.dtype)
+    seed = 0
+    if dropout_p > 0.0:
+        batch, heads, *_ = _layout(query, key, value, None, enable_gqa)
+        if max(query.shape[-2], math.prod(batch) * heads) >= _MAX_DROPOUT_INDEX:
+            raise RuntimeError(f"mpslinalg.{fn}: dropout on the metal backend supports fewer "
+                               f"than 2^32 query rows and batch elements x heads")
+        seed = draw_seed(fn, None)
+    return (query, key, value, mask, bool(is_causal), scale_value, bool(enable_gqa),
+            float(dropout_p), seed)
+
+
+@attention_decl.public(F.scaled_dot_product_attention, torch_name="scaled_dot_product_attention",
+                       prepare=_prepare)
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Tensor | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, *, scale: float | None = None,
@@ -345,34 +387,3 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     >>> ops.scaled_dot_product_attention(q, k, v, scale=math.log(3.0))
     tensor([[[1.5000]]])
     """
-    fn = "scaled_dot_product_attention"
-    _check(fn, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    backend = resolve_backend(query.device, fn)
-    scale_value = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if backend == "torch" and dropout_p > 0.0:
-        return call_torch(fn, F.scaled_dot_product_attention, query, key, value,
-                          attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                          scale=scale, enable_gqa=enable_gqa)
-    if backend == "metal":
-        if query.dtype not in METAL_DTYPES:
-            raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
-                            f"bfloat16, got {str(query.dtype).removeprefix('torch.')}; use the "
-                            "torch backend (mpslinalg.use_backend('torch')) for float64")
-        if max(query.shape[-1], value.shape[-1]) > MAX_HEAD_DIM:
-            raise RuntimeError(f"mpslinalg.{fn}: head dimensions up to {MAX_HEAD_DIM} on the "
-                               f"metal backend, got E = {query.shape[-1]}, "
-                               f"Ev = {value.shape[-1]}")
-    mask = attn_mask
-    if mask is not None:
-        mask = mask.to(query.device)
-        if mask.dtype != torch.bool:
-            mask = mask.to(query.dtype)
-    seed = 0
-    if dropout_p > 0.0:
-        batch, heads, *_ = _layout(query, key, value, None, enable_gqa)
-        if max(query.shape[-2], math.prod(batch) * heads) >= _MAX_DROPOUT_INDEX:
-            raise RuntimeError(f"mpslinalg.{fn}: dropout on the metal backend supports fewer "
-                               f"than 2^32 query rows and batch elements x heads")
-        seed = draw_seed(fn, None)
-    return attention_op(query, key, value, mask, bool(is_causal), scale_value, bool(enable_gqa),
-                        float(dropout_p), seed, backend, False, "")

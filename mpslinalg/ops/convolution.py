@@ -18,8 +18,7 @@ from torch import Tensor
 
 from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
-from .._core.op import Op, public
+from .._core.declare import Declaration, Operand, Param, Prepared, Result
 
 __all__ = ["conv1d"]
 
@@ -45,9 +44,14 @@ def output_shape(x: Tensor, weight: Tensor, stride: int, pad_left: int, pad_righ
     """(N, C_out, L_out) of batched ``x``. An input without channels gives an output without
     channels, bias or not: torch's rule (ATen's convolution of empty inputs), kept so that a
     model's shapes do not depend on the backend."""
-    n, c_in, l_in = x.shape
-    c_out, _, taps = weight.shape
-    return (n, c_out if c_in else 0,
+    return (x.shape[0], *_output_core(x.shape[1:], weight.shape, None, stride, pad_left,
+                                      pad_right, dilation))
+
+
+def _output_core(x, weight, bias, stride, pad_left, pad_right, dilation, groups=None):
+    """(C_out, L_out) for an input of core shape (C_in, L_in): the op's shape rule."""
+    (c_in, l_in), (c_out, _, taps) = x, weight
+    return (c_out if c_in else 0,
             output_length(l_in, taps, stride, pad_left, pad_right, dilation))
 
 
@@ -125,17 +129,6 @@ def _conv1d_torch(x, weight, bias, stride, pad_left, pad_right, dilation, groups
     return F.conv1d(x, weight, bias, stride, pad_left, dilation, groups)
 
 
-def _conv1d_fake(x, weight, bias, stride, pad_left, pad_right, dilation, groups) -> Tensor:
-    return x.new_empty(output_shape(x, weight, stride, pad_left, pad_right, dilation))
-
-
-def _conv1d_save(ctx, inputs, output) -> None:
-    x, weight, bias, *rest = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.has_bias = bias is not None
-    ctx.geometry = rest
-
-
 def _grads_torch(grad, x, weight, stride, pad_left, pad_right, dilation, groups, needs_input,
                  needs_weight):
     """(dx, dw) by aten's convolution_backward, on the input padded by the asymmetric extra of
@@ -150,12 +143,6 @@ def _grads_torch(grad, x, weight, stride, pad_left, pad_right, dilation, groups,
     return dx, dw
 
 
-def _grads_fake(grad, x, weight, stride, pad_left, pad_right, dilation, groups, needs_input,
-                needs_weight):
-    return (x.new_empty(x.shape if needs_input else (0,)),
-            weight.new_empty(weight.shape if needs_weight else (0,)))
-
-
 def _unused_as_empty(fn):
     """A (dx, dw) implementation for the op, an empty tensor standing for an unneeded one."""
     def run(grad, x, weight, *geometry):
@@ -164,14 +151,19 @@ def _unused_as_empty(fn):
     return run
 
 
+_GEOMETRY = [Param("stride", "int"), Param("pad_left", "int"), Param("pad_right", "int"),
+             Param("dilation", "int"), Param("groups", "int")]
+
 #: (dx, dw) of conv1d for the output gradient ``grad`` (empty where not needed).
-conv1d_backward_op = Op(
+conv1d_backward_decl = Declaration(
     "conv1d_backward",
-    "(Tensor grad, Tensor x, Tensor weight, int stride, int pad_left, int pad_right, "
-    "int dilation, int groups, bool needs_input, bool needs_weight) -> (Tensor, Tensor)",
+    [Operand("grad", None), Operand("x", None), Operand("weight", None), *_GEOMETRY,
+     Param("needs_input", "bool"), Param("needs_weight", "bool")],
+    [Result("grad_input", lambda g, x, w, *geometry: x if geometry[-2] else (0,)),
+     Result("grad_weight", lambda g, x, w, *geometry: w if geometry[-1] else (0,))],
     forward={"metal": _unused_as_empty(_conv1d_grads_metal),
-             "torch": _unused_as_empty(_grads_torch)},
-    fake=_grads_fake)
+             "torch": _unused_as_empty(_grads_torch)})
+conv1d_backward_op = conv1d_backward_decl.op
 
 
 def _conv1d_backward(ctx, grad: Tensor):
@@ -182,22 +174,37 @@ def _conv1d_backward(ctx, grad: Tensor):
     torch backend with aten's convolution_backward."""
     x, weight = ctx.saved_tensors
     needs_input, needs_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    gx, gw = conv1d_backward_op(grad, x, weight, *ctx.geometry, needs_input, needs_weight,
+    geometry = (ctx.stride, ctx.pad_left, ctx.pad_right, ctx.dilation, ctx.groups)
+    gx, gw = conv1d_backward_op(grad, x, weight, *geometry, needs_input, needs_weight,
                                 ctx.backend, False, "")
+    has_bias = ctx.input_shapes[2] is not None
     # no output channels (an input without channels): the bias reached no output
-    gb = None if not ctx.has_bias else (
+    gb = None if not has_bias else (
         grad.sum((0, 2)) if grad.shape[1] else grad.new_zeros(weight.shape[0]))
     return (gx if needs_input else None, gw if needs_weight else None, gb,
             None, None, None, None, None)
 
 
-#: F.conv1d of batched ``x`` with explicit (left, right) zero padding.
-conv1d_op = Op(
+def _conv1d_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """The dtype policy: natively, in the dtypes with a kernel on metal."""
+    if backend == "metal" and dtype not in METAL_DTYPES:
+        raise TypeError(
+            f"mpslinalg.{fn}: the metal backend supports float32, float16 and bfloat16, got "
+            f"{str(dtype).removeprefix('torch.')}; use the torch backend "
+            "(mpslinalg.use_backend('torch')) for other dtypes")
+    return dtype
+
+
+#: F.conv1d of batched ``input`` (N, C_in, L) with explicit (left, right) zero padding. The
+#: public function validates everything itself, in torch's order (shapes before dtypes), so the
+#: op's first input is not one of its parameters.
+conv1d_decl = Declaration(
     "conv1d",
-    "(Tensor x, Tensor weight, Tensor? bias, int stride, int pad_left, int pad_right, "
-    "int dilation, int groups) -> Tensor",
+    [Operand("input", 2), Operand("weight", 3), Operand("bias", 1, optional=True), *_GEOMETRY],
+    [Result("output", _output_core, batch="input")],
     forward={"metal": _conv1d_metal, "torch": _conv1d_torch},
-    fake=_conv1d_fake, save=_conv1d_save, backward=_conv1d_backward)
+    backward=_conv1d_backward, saves=["input", "weight"], dtypes=_conv1d_dtype)
+conv1d_op = conv1d_decl.op
 
 
 def _single(fn: str, name: str, value: object) -> int:
@@ -280,7 +287,14 @@ def _validate(fn, x, weight, bias, stride, padding, dilation, groups):
     return stride, pad_left, pad_right, dilation, int(groups)
 
 
-@public(F.conv1d, torch_name="conv1d")
+def _prepare_conv1d(call: None, x, weight, bias, stride, padding, dilation, groups) -> Prepared:
+    geometry = _validate("conv1d", x, weight, bias, stride, padding, dilation, groups)
+    if x.dim() == 2:  # unbatched
+        return Prepared((x[None], weight, bias, *geometry), lambda out: (out[0],))
+    return (x, weight, bias, *geometry)
+
+
+@conv1d_decl.public(F.conv1d, torch_name="conv1d", prepare=_prepare_conv1d)
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     r"""1-D convolution (cross-correlation) over ``(N, C_in, L)``; like
@@ -321,15 +335,3 @@ def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     >>> mpslinalg.ops.conv1d(x, torch.tensor([[[1., -1.]]]), padding="same")
     tensor([[[-1., -1., -1.,  4.]]])
     """
-    stride, pad_left, pad_right, dilation, groups = _validate(
-        "conv1d", x, weight, bias, stride, padding, dilation, groups)
-    backend = resolve_backend(x.device, "conv1d")
-    if backend == "metal" and x.dtype not in METAL_DTYPES:
-        raise TypeError(
-            "mpslinalg.conv1d: the metal backend supports float32, float16 and bfloat16, got "
-            f"{str(x.dtype).removeprefix('torch.')}; use the torch backend "
-            "(mpslinalg.use_backend('torch')) for other dtypes")
-    unbatched = x.dim() == 2
-    out = conv1d_op(x[None] if unbatched else x, weight, bias, stride, pad_left, pad_right,
-                    dilation, groups, backend, False, "")
-    return out[0] if unbatched else out

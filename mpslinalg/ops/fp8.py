@@ -45,9 +45,17 @@ from torch import Tensor
 
 from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
+from .._core.declare import (
+    AS_GIVEN,
+    INFERENCE,
+    Call,
+    Declaration,
+    Operand,
+    Param,
+    Prepared,
+    Result,
+)
 from .._core.metal import launch
-from .._core.op import Op
 from .gemv import gemv_grid, rows_per_simdgroup, vec4_rows
 
 __all__ = ["ScalingType", "SwizzleType", "float8_storage", "from_float8", "scaled_mm",
@@ -223,20 +231,25 @@ def _decode_torch(data: Tensor, scale: Tensor, row_div: int, col_div: int, fmt: 
     return (data.view(FP8_BY_CODE[fmt]).float() * full).to(dtype)
 
 
+_BLOCKS = [Param("row_div", "int"), Param("col_div", "int"), Param("fmt", "int")]
+
 #: (rows, cols) in dtype = decode(bytes) * scale[i // row_div, j // col_div], rounded once.
-fp8_decode_op = Op(
+fp8_decode_decl = Declaration(
     "ops_fp8_decode",
-    "(Tensor data, Tensor scale, int row_div, int col_div, int fmt, ScalarType dtype) -> Tensor",
-    forward={"metal": _decode_metal, "torch": _decode_torch},
-    fake=lambda data, scale, row_div, col_div, fmt, dtype: data.new_empty(data.shape,
-                                                                          dtype=dtype))
+    [Operand("codes", 2), Operand("grid", 2, same_dtype=False), *_BLOCKS,
+     Param("dtype", "ScalarType")],
+    [Result("output", "codes", batch="codes",
+            dtype=lambda codes, grid, row_div, col_div, fmt, dtype: dtype)],
+    forward={"metal": _decode_metal, "torch": _decode_torch}, dtypes=AS_GIVEN)
+fp8_decode_op = fp8_decode_decl.op
 
 
 #: bytes (rows, cols) = fp8(x / scale[i // row_div, j // col_div]), x 2-D, scale 2-D float32.
-fp8_encode_op = Op(
-    "ops_fp8_encode", "(Tensor x, Tensor scale, int row_div, int col_div, int fmt) -> Tensor",
-    forward={"metal": _encode_metal, "torch": _encode_torch},
-    fake=lambda x, scale, row_div, col_div, fmt: x.new_empty(x.shape, dtype=torch.uint8))
+fp8_encode_decl = Declaration(
+    "ops_fp8_encode", [Operand("x", 2), Operand("scale", 2, same_dtype=False), *_BLOCKS],
+    [Result("data", "x", torch.uint8, batch="x")],
+    forward={"metal": _encode_metal, "torch": _encode_torch}, dtypes=INFERENCE)
+fp8_encode_op = fp8_encode_decl.op
 
 
 def _divisors(kind: int, rows: int, cols: int) -> tuple[int, int]:
@@ -303,6 +316,43 @@ def _block_amax(x: Tensor, rows_per_block: int, cols_per_block: int) -> Tensor:
     return padded.reshape(nr, rows_per_block, nc, cols_per_block).amax(dim=(1, 3))
 
 
+def _prepare_to_float8(call: Call, x: Tensor, dtype: torch.dtype, recipe,
+                       storage: bool | None) -> Prepared:
+    fn = call.fn
+    if dtype not in FP8_FORMATS:
+        raise TypeError(f"mpslinalg.{fn}: dtype must be torch.float8_e4m3fn or "
+                        f"torch.float8_e5m2, got {dtype!r}")
+    kind = _recipe_value(fn, "recipe", recipe)
+    if kind != TENSORWISE and x.dim() != 2:
+        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs a 2-D x, "
+                           f"got shape {checks.shape_str(x)}")
+    x2 = x.reshape(1, -1) if kind == TENSORWISE else x
+    fmax = torch.finfo(dtype).max
+    rows, cols = x2.shape
+    xf = x2.detach().float()
+    row_div, col_div = _divisors(kind, rows, cols)
+    if xf.numel():
+        amax = _block_amax(xf, row_div, col_div)
+    else:
+        amax = xf.new_zeros(_grid_shape(kind, rows, cols))
+    # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
+    # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
+    # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
+    scale = torch.where(amax > 0, amax / amax.new_full((), fmax), torch.ones_like(amax))
+    if storage is None:
+        storage = x.device.type == "mps"
+    if not storage and x.device.type == "mps":
+        raise TypeError(f"mpslinalg.{fn}: MPS tensors cannot hold {_fp8_name(dtype)}; use "
+                        "storage=True (the default on MPS) for the uint8 bytes")
+
+    def finish(data: Tensor) -> tuple[Tensor, Tensor]:
+        data = data.reshape(x.shape)
+        return data if storage else data.view(dtype), _public_scale(kind, scale)
+
+    return Prepared((x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype]), finish, whole=True)
+
+
+@fp8_encode_decl.public(None, prepare=_prepare_to_float8)
 def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
               recipe=ScalingType.TensorWise, *, storage: bool | None = None
               ) -> tuple[Tensor, Tensor]:
@@ -348,43 +398,30 @@ def to_float8(x: Tensor, dtype: torch.dtype = torch.float8_e4m3fn,
     >>> data.float(), scale
     (tensor([[   0.5000, -448.0000]]), tensor([[2.]]))
     """
-    fn = "to_float8"
-    x = checks.check_tensor(fn, "x", x)
-    backend = resolve_backend(x.device, fn)
-    checks.check_ops_dtype(fn, backend, x=x)
-    if dtype not in FP8_FORMATS:
-        raise TypeError(f"mpslinalg.{fn}: dtype must be torch.float8_e4m3fn or "
-                        f"torch.float8_e5m2, got {dtype!r}")
+
+
+def _prepare_from_float8(call: None, data: Tensor, scale: Tensor, recipe, dtype: torch.dtype,
+                         storage_dtype: torch.dtype | None) -> Prepared:
+    fn = "from_float8"
+    raw, fmt = _fp8_operand(fn, "data", data, storage_dtype)
     kind = _recipe_value(fn, "recipe", recipe)
-    if kind != TENSORWISE and x.dim() != 2:
-        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs a 2-D x, "
-                           f"got shape {checks.shape_str(x)}")
-    x2 = x.reshape(1, -1) if kind == TENSORWISE else x
-    fmax = torch.finfo(dtype).max
-    rows, cols = x2.shape
-    xf = x2.detach().float()
-    row_div, col_div = _divisors(kind, rows, cols)
-    if xf.numel():
-        amax = _block_amax(xf, row_div, col_div)
-    else:
-        amax = xf.new_zeros(_grid_shape(kind, rows, cols))
-    # fmax as a tensor on amax's device: torch's CUDA division by a Python scalar multiplies
-    # by its rounded reciprocal, whose last bit moves x / scale off the exact fp8 ties that
-    # bfloat16 inputs often hit (the CPU rounds amax / fmax once).
-    scale = torch.where(amax > 0, amax / amax.new_full((), fmax), torch.ones_like(amax))
-    data = fp8_encode_op(x2.detach(), scale, row_div, col_div, FP8_FORMATS[dtype], backend,
-                         False, "")
-    data = data.reshape(x.shape)
-    if storage is None:
-        storage = x.device.type == "mps"
-    if not storage and x.device.type == "mps":
-        raise TypeError(f"mpslinalg.{fn}: MPS tensors cannot hold {_fp8_name(dtype)}; use "
-                        "storage=True (the default on MPS) for the uint8 bytes")
-    if not storage:
-        data = data.view(dtype)
-    return data, _public_scale(kind, scale)
+    if kind != TENSORWISE and raw.dim() != 2:
+        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs 2-D data, "
+                           f"got shape {checks.shape_str(raw)}")
+    if dtype not in OUT_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: dtype must be float32, float16 or bfloat16, got "
+                        f"{dtype!r}")
+    raw2 = raw.reshape(1, -1) if kind == TENSORWISE else raw
+    scale2 = _grid(kind, _check_scale(fn, "scale", scale, kind, *raw2.shape),
+                   math.ceil(raw2.shape[1] / BLOCK))
+    checks.check_same_device(fn, data=raw2, scale=scale2)
+    return Prepared((raw2, scale2, *_divisors(kind, *raw2.shape), fmt, dtype),
+                    lambda out: (out.reshape(raw.shape),))
 
 
+
+
+@fp8_decode_decl.public(None, prepare=_prepare_from_float8)
 def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
                 dtype: torch.dtype = torch.float32, *, storage_dtype: torch.dtype | None = None
                 ) -> Tensor:
@@ -417,23 +454,6 @@ def from_float8(data: Tensor, scale: Tensor, recipe=ScalingType.TensorWise,
     >>> from_float8(*to_float8(torch.tensor([0.5, -4.0, 1.0])))
     tensor([ 0.5000, -4.0000,  1.0000])
     """
-    fn = "from_float8"
-    raw, fmt = _fp8_operand(fn, "data", data, storage_dtype)
-    kind = _recipe_value(fn, "recipe", recipe)
-    if kind != TENSORWISE and raw.dim() != 2:
-        raise RuntimeError(f"mpslinalg.{fn}: recipe {SUPPORTED_RECIPES[kind]} needs 2-D data, "
-                           f"got shape {checks.shape_str(raw)}")
-    if dtype not in OUT_DTYPES:
-        raise TypeError(f"mpslinalg.{fn}: dtype must be float32, float16 or bfloat16, got "
-                        f"{dtype!r}")
-    raw2 = raw.reshape(1, -1) if kind == TENSORWISE else raw
-    scale2 = _grid(kind, _check_scale(fn, "scale", scale, kind, *raw2.shape),
-                   math.ceil(raw2.shape[1] / BLOCK))
-    checks.check_same_device(fn, data=raw2, scale=scale2)
-    backend = resolve_backend(raw.device, fn)
-    out = fp8_decode_op(raw2, scale2, *_divisors(kind, *raw2.shape), fmt, dtype, backend, False,
-                        "")
-    return out.reshape(raw.shape)
 
 
 # ---------------------------------------------------------------- scaled_mm
@@ -532,13 +552,18 @@ def _scaled_mm_torch(a, b, scale_a, recipe_a, scale_b, recipe_b, bias, out_dtype
     return out.to(out_dtype)
 
 
-#: fp8 bytes a (M, K), b (K, N) with their scales -> (M, N) in out_dtype.
-scaled_mm_op = Op(
+#: fp8 bytes a (M, K), b (K, N) with their scale grids (of the recipes' shapes) -> (M, N) in
+#: out_dtype.
+scaled_mm_decl = Declaration(
     "ops_scaled_mm",
-    "(Tensor a, Tensor b, Tensor scale_a, int recipe_a, Tensor scale_b, int recipe_b, "
-    "Tensor? bias, ScalarType out_dtype, int format_a, int format_b) -> Tensor",
-    forward={"metal": _scaled_mm_metal, "torch": _scaled_mm_torch},
-    fake=lambda a, b, *rest: a.new_empty((a.shape[0], b.shape[1]), dtype=rest[5]))
+    [Operand("a", 2), Operand("b", 2), Operand("scale_a", None, same_dtype=False),
+     Param("recipe_a", "int"), Operand("scale_b", None, same_dtype=False),
+     Param("recipe_b", "int"), Operand("bias", 1, same_dtype=False, optional=True),
+     Param("out_dtype", "ScalarType"), Param("format_a", "int"), Param("format_b", "int")],
+    [Result("output", lambda a, b, *rest: (a[0], b[1]), batch="a",
+            dtype=lambda *args: args[7])],
+    forward={"metal": _scaled_mm_metal, "torch": _scaled_mm_torch}, dtypes=AS_GIVEN)
+scaled_mm_op = scaled_mm_decl.op
 
 
 def _fp8_operand(fn: str, name: str, x, storage_dtype) -> tuple[Tensor, int]:
@@ -637,6 +662,53 @@ def _check_swizzle(fn: str, name: str, swizzle) -> None:
                              f"{swizzle!r}")
 
 
+def _prepare_scaled_mm(call: None, mat_a, mat_b, scale_a, scale_recipe_a, scale_b,
+                       scale_recipe_b, swizzle_a, swizzle_b, bias, output_dtype,
+                       contraction_dim, use_fast_accum, storage_dtype) -> tuple:
+    fn = "scaled_mm"
+    a, format_a = _fp8_operand(fn, "mat_a", mat_a, storage_dtype)
+    b, format_b = _fp8_operand(fn, "mat_b", mat_b, storage_dtype)
+    checks.check_same_device(fn, mat_a=a, mat_b=b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mpslinalg.{fn}: expected mat_a (M, K) and mat_b (K, N), got "
+                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
+    recipes = (_recipe_list(fn, "scale_recipe_a", scale_recipe_a),
+               _recipe_list(fn, "scale_recipe_b", scale_recipe_b))
+    _check_swizzle(fn, "swizzle_a", swizzle_a)
+    _check_swizzle(fn, "swizzle_b", swizzle_b)
+    if recipes in UNIMPLEMENTED_PAIRS:
+        raise NotImplementedError(f"mpslinalg.{fn}: {UNIMPLEMENTED_PAIRS[recipes]} scaling is "
+                                  "not implemented")
+    if recipes not in SCALED_MM_PAIRS:
+        raise RuntimeError(
+            f"mpslinalg.{fn}: invalid scaling configuration ({_recipe_names(recipes[0])}) x "
+            f"({_recipe_names(recipes[1])}); the pairs are TensorWise x TensorWise, RowWise x "
+            "RowWise, BlockWise1x128 x BlockWise1x128 and BlockWise1x128 with "
+            "BlockWise128x128 either way round")
+    (recipe_a,), (recipe_b,) = recipes
+    if tuple(contraction_dim) not in ((), (1, 0)):
+        raise ValueError(f"mpslinalg.{fn}: only contraction_dim=() (K = mat_a dim 1, mat_b dim "
+                         f"0) is supported, got {contraction_dim!r}")
+    if output_dtype not in OUT_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: output_dtype must be bfloat16, float16 or float32, "
+                        f"got {output_dtype!r}")
+    (m, k), n = a.shape, b.shape[1]
+    sa = _check_mm_scale(fn, "scale_a", _single_scale(fn, "scale_a", scale_a), recipe_a, m, k,
+                         True)
+    sb = _check_mm_scale(fn, "scale_b", _single_scale(fn, "scale_b", scale_b), recipe_b, n, k,
+                         False)
+    if bias is not None:
+        bias = checks.check_tensor(fn, "bias", bias)
+        if bias.shape != (n,) or bias.dtype != output_dtype:
+            raise ValueError(f"mpslinalg.{fn}: bias must be ({n},) of dtype "
+                             f"{_fp8_name(output_dtype)}, got {checks.shape_str(bias)} "
+                             f"{_fp8_name(bias.dtype)}")
+    checks.check_same_device(fn, mat_a=a, scale_a=sa, scale_b=sb,
+                             **({"bias": bias} if bias is not None else {}))
+    return a, b, sa, recipe_a, sb, recipe_b, bias, output_dtype, format_a, format_b
+
+
+@scaled_mm_decl.public(None, prepare=_prepare_scaled_mm)
 def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor | list[Tensor], scale_recipe_a,
               scale_b: Tensor | list[Tensor], scale_recipe_b, swizzle_a=None, swizzle_b=None,
               bias: Tensor | None = None, output_dtype: torch.dtype | None = torch.bfloat16,
@@ -691,46 +763,3 @@ def scaled_mm(mat_a: Tensor, mat_b: Tensor, scale_a: Tensor | list[Tensor], scal
     tensor([[ 1.,  2.,  3.],
             [ 4.,  8., 12.]], dtype=torch.bfloat16)
     """
-    fn = "scaled_mm"
-    a, format_a = _fp8_operand(fn, "mat_a", mat_a, storage_dtype)
-    b, format_b = _fp8_operand(fn, "mat_b", mat_b, storage_dtype)
-    checks.check_same_device(fn, mat_a=a, mat_b=b)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise RuntimeError(f"mpslinalg.{fn}: expected mat_a (M, K) and mat_b (K, N), got "
-                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
-    recipes = (_recipe_list(fn, "scale_recipe_a", scale_recipe_a),
-               _recipe_list(fn, "scale_recipe_b", scale_recipe_b))
-    _check_swizzle(fn, "swizzle_a", swizzle_a)
-    _check_swizzle(fn, "swizzle_b", swizzle_b)
-    if recipes in UNIMPLEMENTED_PAIRS:
-        raise NotImplementedError(f"mpslinalg.{fn}: {UNIMPLEMENTED_PAIRS[recipes]} scaling is "
-                                  "not implemented")
-    if recipes not in SCALED_MM_PAIRS:
-        raise RuntimeError(
-            f"mpslinalg.{fn}: invalid scaling configuration ({_recipe_names(recipes[0])}) x "
-            f"({_recipe_names(recipes[1])}); the pairs are TensorWise x TensorWise, RowWise x "
-            "RowWise, BlockWise1x128 x BlockWise1x128 and BlockWise1x128 with "
-            "BlockWise128x128 either way round")
-    (recipe_a,), (recipe_b,) = recipes
-    if tuple(contraction_dim) not in ((), (1, 0)):
-        raise ValueError(f"mpslinalg.{fn}: only contraction_dim=() (K = mat_a dim 1, mat_b dim "
-                         f"0) is supported, got {contraction_dim!r}")
-    if output_dtype not in OUT_DTYPES:
-        raise TypeError(f"mpslinalg.{fn}: output_dtype must be bfloat16, float16 or float32, "
-                        f"got {output_dtype!r}")
-    (m, k), n = a.shape, b.shape[1]
-    sa = _check_mm_scale(fn, "scale_a", _single_scale(fn, "scale_a", scale_a), recipe_a, m, k,
-                         True)
-    sb = _check_mm_scale(fn, "scale_b", _single_scale(fn, "scale_b", scale_b), recipe_b, n, k,
-                         False)
-    if bias is not None:
-        bias = checks.check_tensor(fn, "bias", bias)
-        if bias.shape != (n,) or bias.dtype != output_dtype:
-            raise ValueError(f"mpslinalg.{fn}: bias must be ({n},) of dtype "
-                             f"{_fp8_name(output_dtype)}, got {checks.shape_str(bias)} "
-                             f"{_fp8_name(bias.dtype)}")
-    checks.check_same_device(fn, mat_a=a, scale_a=sa, scale_b=sb,
-                             **({"bias": bias} if bias is not None else {}))
-    backend = resolve_backend(a.device, fn)
-    return scaled_mm_op(a, b, sa, recipe_a, sb, recipe_b, bias, output_dtype, format_a,
-                        format_b, backend, False, "")

@@ -20,9 +20,8 @@ from torch import Tensor
 
 from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
+from .._core.declare import INFERENCE, Call, Declaration, Operand, Prepared, Result
 from .._core.metal import SIMD_WIDTH, launch
-from .._core.op import Op, public
 
 __all__ = ["linear"]
 
@@ -77,16 +76,6 @@ def _linear_torch(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return F.linear(x, weight, bias)
 
 
-def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-def _linear_save(ctx, inputs, output) -> None:
-    x, weight, bias = inputs
-    ctx.has_bias = bias is not None
-    ctx.save_for_backward(x, weight)
-
-
 def _linear_backward(ctx, grad: Tensor):
     """y = x W^T + b: gx = g W, gW = g^T x, gb = sum of g over rows (e.g. Giles 2008, "An
     extended collection of matrix derivative results", sec. 2.2.2); both products run through
@@ -97,27 +86,22 @@ def _linear_backward(ctx, grad: Tensor):
     x2 = x.reshape(m, x.shape[-1])
     gx = linear_op(grad, weight.t(), None, ctx.backend, False, "")
     gw = linear_op(g2.t(), x2.t(), None, ctx.backend, False, "")
-    gb = g2.sum(0) if ctx.has_bias else None
+    has_bias = ctx.input_shapes[2] is not None
+    gb = g2.sum(0) if has_bias else None
     return gx, gw, gb
 
 
-#: x (*, K), weight (N, K), bias (N,) or None -> (*, N), in the inputs' dtype.
-linear_op = Op(
-    "ops_linear", "(Tensor x, Tensor weight, Tensor? bias) -> Tensor",
+#: input (*, K), weight (N, K), bias (N,) or None -> (*, N), in the inputs' dtype.
+linear_decl = Declaration(
+    "ops_linear", [Operand("input", 1), Operand("weight", 2), Operand("bias", 1, optional=True)],
+    [Result("output", lambda x, w, b: (w[0],), batch="input")],
     forward={"metal": _linear_metal, "torch": _linear_torch},
-    fake=_linear_fake, save=_linear_save, backward=_linear_backward)
+    backward=_linear_backward, saves=["input", "weight"], dtypes=INFERENCE)
+linear_op = linear_decl.op
 
 
-def _validate(x, weight, bias):
+def _check_shapes(x: Tensor, weight: Tensor) -> None:
     fn = "linear"
-    x = checks.check_tensor(fn, "input", x)
-    weight = checks.check_tensor(fn, "weight", weight)
-    tensors = {"input": x, "weight": weight}
-    if bias is not None:
-        tensors["bias"] = checks.check_tensor(fn, "bias", bias)
-    checks.check_same_device(fn, **tensors)
-    backend = resolve_backend(x.device, fn)
-    checks.check_ops_dtype(fn, backend, **tensors)
     if x.dim() == 0 or weight.dim() not in (1, 2):
         raise RuntimeError(f"mpslinalg.{fn}: expected input of at least 1 dimension and a 1-D or "
                            f"2-D weight, got input {checks.shape_str(x)} and weight "
@@ -128,7 +112,6 @@ def _validate(x, weight, bias):
         raise RuntimeError(f"mpslinalg.{fn}: mat1 and mat2 shapes cannot be multiplied "
                            f"({rows}x{x.shape[-1]} and {w_shape}): input "
                            f"{checks.shape_str(x)}, weight {checks.shape_str(weight)}")
-    return backend
 
 
 def _fused_bias(weight: Tensor, bias: Tensor | None) -> bool:
@@ -166,7 +149,29 @@ def _bias_target(x: Tensor, weight: Tensor, bias: Tensor) -> tuple[int, ...]:
     return target
 
 
-@public(F.linear, torch_name="linear")
+def _prepare_linear(call: Call, input: Tensor, weight: Tensor,
+                    bias: Tensor | None) -> Prepared:
+    """The op's arguments: a 2-D weight, the bias when the kernel fuses it; the squeeze of a
+    1-D weight's output and the bias added after the product as F.linear adds it."""
+    _check_shapes(input, weight)
+    vector_weight = weight.dim() == 1
+    w = weight.unsqueeze(0) if vector_weight else weight
+    n = w.shape[0]
+    if _fused_bias(weight, bias):
+        b = bias.reshape(1).expand(n) if bias.numel() != n else bias.reshape(n)
+        return Prepared((input, w, b), lambda out: (out,))
+    target = None if bias is None else _bias_target(input, weight, bias)
+
+    def finish(out: Tensor) -> tuple[Tensor]:
+        out = out.squeeze(-1) if vector_weight else out
+        if target is None:
+            return (out,)
+        return ((out.reshape(target) + bias).reshape(out.shape),)
+
+    return Prepared((input, w, None), finish)
+
+
+@linear_decl.public(F.linear, torch_name="linear", prepare=_prepare_linear)
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     r"""``input @ weight.T + bias``; like `torch.nn.functional.linear`.
 
@@ -208,16 +213,3 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     <BLANKLINE>
             [[6.5000, 0.0000]]])
     """
-    backend = _validate(input, weight, bias)
-    vector_weight = weight.dim() == 1
-    w = weight.unsqueeze(0) if vector_weight else weight
-    n = w.shape[0]
-    if _fused_bias(weight, bias):
-        b = bias.reshape(1).expand(n) if bias.numel() != n else bias.reshape(n)
-        return linear_op(input, w, b, backend, False, "")
-    target = None if bias is None else _bias_target(input, weight, bias)
-    out = linear_op(input, w, None, backend, False, "")
-    out = out.squeeze(-1) if vector_weight else out
-    if target is None:
-        return out
-    return (out.reshape(target) + bias).reshape(out.shape)

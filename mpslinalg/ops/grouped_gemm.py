@@ -23,10 +23,9 @@ from torch import Tensor
 
 from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
+from .._core.declare import INFERENCE, Call, Declaration, Operand, Param, Result
 from .._core.errors import read_device
 from .._core.metal import launch
-from .._core.op import Op
 
 __all__ = ["grouped_mm"]
 
@@ -36,19 +35,28 @@ ROWS, COLS, INNER, BATCHED = 0, 1, 2, 3
 _GROUP = (16, 8, 1)
 
 
+#: The shape code of operands of these ranks.
+_MODES = {(2, 3): ROWS, (3, 2): COLS, (2, 2): INNER, (3, 3): BATCHED}
+
+
 def mode_of(a: Tensor, b: Tensor) -> int:
-    return {(2, 3): ROWS, (3, 2): COLS, (2, 2): INNER, (3, 3): BATCHED}[(a.dim(), b.dim())]
+    return _MODES[(a.dim(), b.dim())]
 
 
 def _out_shape(a: Tensor, b: Tensor, offs: Tensor | None) -> tuple[int, ...]:
-    mode = mode_of(a, b)
+    return _output_core(a.shape, b.shape, None if offs is None else offs.shape)
+
+
+def _output_core(a, b, offs, *_) -> tuple[int, ...]:
+    """The output's shape from the shapes of ``a``, ``b`` and ``offs``: the op's shape rule."""
+    mode = _MODES[(len(a), len(b))]
     if mode == ROWS:
-        return (a.shape[0], b.shape[-1])
+        return (a[0], b[-1])
     if mode == COLS:
-        return (a.shape[1], b.shape[-1])
+        return (a[1], b[-1])
     if mode == INNER:
-        return (offs.shape[0], a.shape[0], b.shape[1])
-    return (a.shape[0], a.shape[1], b.shape[2])
+        return (offs[0], a[0], b[1])
+    return (a[0], a[1], b[2])
 
 
 def _grouped_mm_metal(a: Tensor, b: Tensor, offs: Tensor | None, bias: Tensor | None,
@@ -254,16 +262,6 @@ def _grouped_mm_torch(a, b, offs, bias, out_dtype):
     return _grouped_mm_reference(a, b, offs, bias, out_dtype)
 
 
-def _grouped_mm_fake(a, b, offs, bias, out_dtype):
-    return a.new_empty(_out_shape(a, b, offs), dtype=out_dtype)
-
-
-def _save(ctx, inputs, output) -> None:
-    a, b, offs, bias, out_dtype = inputs
-    ctx.bias_dim = None if bias is None else bias.dim()
-    ctx.save_for_backward(a, b, offs)
-
-
 def _backward(ctx, grad: Tensor):
     """Each group's C_g = A_g B_g gives gA_g = G_g B_g^T and gB_g = A_g^T G_g (e.g. Giles 2008,
     "An extended collection of matrix derivative results", sec. 2.2.2). The four shapes map onto
@@ -278,14 +276,16 @@ def _backward(ctx, grad: Tensor):
     ga = run(g, b.transpose(-2, -1), offs, None, a.dtype, *extra)
     gb = run(a.transpose(-2, -1), g, offs, None, a.dtype, *extra)
     gbias = None
-    if ctx.bias_dim is not None:
+    bias_shape = ctx.input_shapes[3]
+    bias_dim = None if bias_shape is None else len(bias_shape)
+    if bias_dim is not None:
         gw = grad.to(torch.float64 if a.dtype == torch.float64 else torch.float32)
         if mode in (BATCHED, INNER):
-            gbias = gw.sum(1) if ctx.bias_dim == 2 else gw.sum((0, 1))
+            gbias = gw.sum(1) if bias_dim == 2 else gw.sum((0, 1))
         elif mode == ROWS:
             ids = _group_ids(offs, a.shape[0])
             per = gw.new_zeros(offs.shape[0] + 1, gw.shape[1]).index_add_(0, ids, gw)[:-1]
-            gbias = per if ctx.bias_dim == 2 else per.sum(0)
+            gbias = per if bias_dim == 2 else per.sum(0)
         else:
             covered = (_group_ids(offs, b.shape[1]) < offs.shape[0]).to(gw.dtype)
             gbias = gw.sum(0) * covered
@@ -293,12 +293,18 @@ def _backward(ctx, grad: Tensor):
     return ga, gb, None, gbias, None
 
 
-#: Grouped products of the four shapes (module docstring); offs int32 or None.
-grouped_mm_op = Op(
+#: Grouped products of the four shapes (module docstring); offs int32 or None. The shapes
+#: (hence the output's) depend on the operands' ranks: the whole of each is core.
+grouped_mm_decl = Declaration(
     "ops_grouped_mm",
-    "(Tensor a, Tensor b, Tensor? offs, Tensor? bias, ScalarType out_dtype) -> Tensor",
+    [Operand("mat_a", None), Operand("mat_b", None),
+     Operand("offs", None, same_dtype=False, optional=True),
+     Operand("bias", None, same_dtype=False, optional=True), Param("out_dtype", "ScalarType")],
+    [Result("output", _output_core,
+            dtype=lambda a, b, offs, bias, out_dtype: out_dtype)],
     forward={"metal": _grouped_mm_metal, "torch": _grouped_mm_torch},
-    fake=_grouped_mm_fake, save=_save, backward=_backward)
+    backward=_backward, saves=["mat_a", "mat_b", "offs"], dtypes=INFERENCE, torch_direct=True)
+grouped_mm_op = grouped_mm_decl.op
 
 
 def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
@@ -310,6 +316,49 @@ def _check_offsets(fn: str, offs: Tensor, length: int) -> None:
                          f"{length}], got {values}")
 
 
+def _prepare(call: Call, mat_a: Tensor, mat_b: Tensor, offs: Tensor | None,
+             bias: Tensor | None, out_dtype: torch.dtype | None, check_offsets: bool) -> tuple:
+    """torch's checks of the operands' shapes, offs, out_dtype and bias; the op's arguments."""
+    fn = call.fn
+    a, b, dtype = mat_a, mat_b, mat_a.dtype
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+        raise RuntimeError(f"mpslinalg.{fn}: mat_a and mat_b must be 2-D or 3-D, got "
+                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
+    mode = mode_of(a, b)
+    if (offs is None) != (mode == BATCHED):
+        raise RuntimeError(f"mpslinalg.{fn}: Have to provide offsets if there is a 2d matrix, or "
+                           "no offset if both matrices are 3d")
+    k_a, k_b = a.shape[-1], b.shape[-2]
+    if k_a != k_b or (mode == BATCHED and a.shape[0] != b.shape[0]):
+        raise RuntimeError(f"mpslinalg.{fn}: contraction dimension of mat_a and mat_b must "
+                           f"match, got {checks.shape_str(a)} and {checks.shape_str(b)}")
+    if offs is not None:
+        if offs.dtype != torch.int32 or offs.dim() != 1:
+            raise RuntimeError(f"mpslinalg.{fn}: offs must be a 1-D int32 tensor, got "
+                               f"{checks.shape_str(offs)} {offs.dtype}")
+        offs = offs.contiguous()  # the kernel reads offs[g] densely (G int32: negligible)
+        groups = offs.shape[0]
+        if mode == ROWS and b.shape[0] != groups or mode == COLS and a.shape[0] != groups:
+            raise RuntimeError(f"mpslinalg.{fn}: offs has {groups} groups but the 3-D operand "
+                               f"has {b.shape[0] if mode == ROWS else a.shape[0]}")
+    if out_dtype is None:
+        out_dtype = dtype
+    if out_dtype not in (dtype, torch.float32):
+        raise RuntimeError(f"mpslinalg.{fn}: out_dtype must be the inputs' dtype or float32, "
+                           f"got {out_dtype}")
+    if bias is not None:
+        n = b.shape[-1]
+        groups = offs.shape[0] if offs is not None else a.shape[0]
+        allowed = [(n,)] + ([] if mode == COLS else [(groups, n)])
+        if tuple(bias.shape) not in allowed or bias.dtype != dtype:
+            raise RuntimeError(f"mpslinalg.{fn}: bias must be {' or '.join(map(str, allowed))} "
+                               f"of dtype {dtype}, got {checks.shape_str(bias)} {bias.dtype}")
+    if check_offsets and offs is not None and a.device.type != "meta":
+        _check_offsets(fn, offs, grouped_length(a, b, mode))
+    return a, b, offs, bias, out_dtype
+
+
+@grouped_mm_decl.public(None, prepare=_prepare)
 def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
                bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
                check_offsets: bool = False) -> Tensor:
@@ -353,55 +402,3 @@ def grouped_mm(mat_a: Tensor, mat_b: Tensor, *, offs: Tensor | None = None,
             [2., 2.],
             [2., 2.]])
     """
-    fn = "grouped_mm"
-    a = checks.check_tensor(fn, "mat_a", mat_a)
-    b = checks.check_tensor(fn, "mat_b", mat_b)
-    backend = resolve_backend(a.device, fn)
-    tensors = {"mat_a": a, "mat_b": b}
-    checks.check_same_device(fn, **tensors)
-    dtype = checks.check_ops_dtype(fn, backend, **tensors)
-    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
-        raise RuntimeError(f"mpslinalg.{fn}: mat_a and mat_b must be 2-D or 3-D, got "
-                           f"{checks.shape_str(a)} and {checks.shape_str(b)}")
-    mode = mode_of(a, b)
-    if (offs is None) != (mode == BATCHED):
-        raise RuntimeError(f"mpslinalg.{fn}: Have to provide offsets if there is a 2d matrix, or "
-                           "no offset if both matrices are 3d")
-    k_a, k_b = a.shape[-1], b.shape[-2]
-    if k_a != k_b or (mode == BATCHED and a.shape[0] != b.shape[0]):
-        raise RuntimeError(f"mpslinalg.{fn}: contraction dimension of mat_a and mat_b must "
-                           f"match, got {checks.shape_str(a)} and {checks.shape_str(b)}")
-    if offs is not None:
-        offs = checks.check_tensor(fn, "offs", offs)
-        if offs.dtype != torch.int32 or offs.dim() != 1:
-            raise RuntimeError(f"mpslinalg.{fn}: offs must be a 1-D int32 tensor, got "
-                               f"{checks.shape_str(offs)} {offs.dtype}")
-        checks.check_same_device(fn, mat_a=a, offs=offs)
-        offs = offs.contiguous()  # the kernel reads offs[g] densely (G int32: negligible)
-        groups = offs.shape[0]
-        if mode == ROWS and b.shape[0] != groups or mode == COLS and a.shape[0] != groups:
-            raise RuntimeError(f"mpslinalg.{fn}: offs has {groups} groups but the 3-D operand "
-                               f"has {b.shape[0] if mode == ROWS else a.shape[0]}")
-    if out_dtype is None:
-        out_dtype = dtype
-    if out_dtype not in (dtype, torch.float32):
-        raise RuntimeError(f"mpslinalg.{fn}: out_dtype must be the inputs' dtype or float32, "
-                           f"got {out_dtype}")
-    if bias is not None:
-        bias = checks.check_tensor(fn, "bias", bias)
-        n = b.shape[-1]
-        groups = offs.shape[0] if offs is not None else a.shape[0]
-        allowed = [(n,)] + ([] if mode == COLS else [(groups, n)])
-        if tuple(bias.shape) not in allowed or bias.dtype != dtype:
-            raise RuntimeError(f"mpslinalg.{fn}: bias must be {' or '.join(map(str, allowed))} "
-                               f"of dtype {dtype}, got {checks.shape_str(bias)} {bias.dtype}")
-        checks.check_same_device(fn, mat_a=a, bias=bias)
-    if check_offsets and offs is not None and a.device.type != "meta":
-        _check_offsets(fn, offs, grouped_length(a, b, mode))
-    if (backend == "torch" and a.device.type == "cpu" and not torch.compiler.is_compiling()
-            and not (torch.is_grad_enabled()
-                     and any(t is not None and t.requires_grad for t in (a, b, bias)))):
-        # nothing to differentiate or trace: the op's forward without its dispatch (which
-        # costs more than torch's whole call on small CPU products)
-        return _grouped_mm_torch(a, b, offs, bias, out_dtype)
-    return grouped_mm_op(a, b, offs, bias, out_dtype, backend, False, "")

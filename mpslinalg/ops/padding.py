@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
+from .._core import metal_params
+from .._core.declare import AS_GIVEN, Answered, Call, Declaration, Operand, Param, Result
 from .._core.errors import translate
-from .._core.op import Op, public
 
 __all__ = ["pad"]
 
@@ -214,14 +213,6 @@ def _pad_torch(x: Tensor, pad: list[int], value) -> Tensor:
     return out
 
 
-def _pad_fake(x: Tensor, pad: list[int], value) -> Tensor:
-    return x.new_empty(_padded_shape("pad", x.shape, pad))
-
-
-def _pad_save(ctx, inputs, output) -> None:
-    ctx.pad = list(inputs[1])
-
-
 def _pad_backward(ctx, grad: Tensor):
     """The output is the input with rows added or removed at the borders, so the gradient is the
     incoming one with those borders removed or added back (zeros): pad by -pad (the derivative
@@ -230,15 +221,22 @@ def _pad_backward(ctx, grad: Tensor):
     return pad_op(grad, back, 0, ctx.backend, False, ""), None, None
 
 
-#: ``x`` padded by ``pad`` (F.pad order: last dimension first) with ``value``.
-pad_op = Op(
-    "pad", "(Tensor x, int[] pad, Scalar value) -> Tensor",
-    forward={"metal": _pad_metal, "torch": _pad_torch},
-    fake=_pad_fake, save=_pad_save, backward=_pad_backward)
+def _takes_the_general_path(input, pad, mode="constant", value=None) -> bool:
+    """F.pad takes float fill values only: complex fills of complex tensors are the op's."""
+    return _is_complex_number(value)
 
 
-def _check_args(fn: str, x: object, pad: object, mode: object) -> list[int]:
-    checks.check_tensor(fn, "input", x)
+#: ``input`` (the whole of it is core: the shape rule reads every dimension) padded by ``pad``
+#: (F.pad order: last dimension first) with ``value``.
+pad_decl = Declaration(
+    "pad", [Operand("input", None), Param("pad", "int[]"), Param("value", "Scalar")],
+    [Result("output", lambda x, pad, value: _padded_shape("pad", x, pad))],
+    forward={"metal": _pad_metal, "torch": _pad_torch}, through_op=_takes_the_general_path,
+    backward=_pad_backward, dtypes=AS_GIVEN)
+pad_op = pad_decl.op
+
+
+def _check_args(fn: str, pad: object, mode: object) -> list[int]:
     if isinstance(pad, Tensor) or not isinstance(pad, Sequence) or not all(
             isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in pad):
         raise TypeError(f"mpslinalg.{fn}: pad must be a sequence of ints, got {pad!r}")
@@ -248,12 +246,27 @@ def _check_args(fn: str, x: object, pad: object, mode: object) -> list[int]:
     return [int(p) for p in pad]
 
 
-def _takes_the_general_path(input, pad, mode="constant", value=None) -> bool:
-    """F.pad takes float fill values only: complex fills of complex tensors are the op's."""
-    return _is_complex_number(value)
+def _prepare_pad(call: Call, input: Tensor, pad: object, mode: object,
+                 value: object) -> tuple | Answered:
+    pad = _check_args("pad", pad, mode)
+    if mode != "constant":
+        try:
+            return Answered(F.pad(input, pad, mode, value))
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as error:
+            raise translate(error, "nn.functional.pad", "pad") from None
+    value = 0 if value is None else value
+    check_fill_value("pad", value, input.dtype)
+    if isinstance(value, numbers.Integral) and not _is_integer_dtype(input.dtype):
+        value = float(value)  # as F.pad (the op's Scalar could not hold 1e38 as an integer)
+    elif isinstance(value, numbers.Integral) and value >= 2**63:
+        # uint64 past 2**63: the op's Scalar holds an int64, so the int64 of the same bits
+        # (torch wraps a negative integer fill of an unsigned dtype back, as fill_bits does)
+        value -= 2**64
+    _padded_shape("pad", input.shape, pad)
+    return input, pad, value
 
 
-@public(F.pad, torch_name="nn.functional.pad", general_when=_takes_the_general_path)
+@pad_decl.public(F.pad, torch_name="nn.functional.pad", prepare=_prepare_pad)
 def pad(input: Tensor, pad: Sequence[int], mode: str = "constant",
         value: numbers.Number | None = None) -> Tensor:
     r"""Pad ``input``; like ``torch.nn.functional.pad(input, pad, mode, value)``.
@@ -299,20 +312,3 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant",
     >>> mpslinalg.ops.pad(torch.tensor([[1.0, 2.0, 3.0]]), (2, 1), "reflect")
     tensor([[3., 2., 1., 2., 3., 2.]])
     """
-    pad = _check_args("pad", input, pad, mode)
-    if mode != "constant":
-        try:
-            return F.pad(input, pad, mode, value)
-        except (RuntimeError, ValueError, TypeError, NotImplementedError) as error:
-            raise translate(error, "nn.functional.pad", "pad") from None
-    value = 0 if value is None else value
-    check_fill_value("pad", value, input.dtype)
-    if isinstance(value, numbers.Integral) and not _is_integer_dtype(input.dtype):
-        value = float(value)  # as F.pad (the op's Scalar could not hold 1e38 as an integer)
-    elif isinstance(value, numbers.Integral) and value >= 2**63:
-        # uint64 past 2**63: the op's Scalar holds an int64, so the int64 of the same bits
-        # (torch wraps a negative integer fill of an unsigned dtype back, as fill_bits does)
-        value -= 2**64
-    backend = resolve_backend(input.device, "pad")
-    _padded_shape("pad", input.shape, pad)
-    return pad_op(input, pad, value, backend, False, "")

@@ -20,7 +20,7 @@ from torch import Tensor
 from .._core import elementwise, metal_params
 from .._core import metal as _metal
 from .._core.backend import resolve_backend
-from .._core.op import Op
+from .._core.declare import Declaration, Operand, Param
 from .._core.seed import draw_seed
 
 __all__ = ["log_normal", "log_normal_"]
@@ -60,11 +60,12 @@ def _metal_log_normal(x: Tensor, mean: float, std: float, seed: int) -> None:
     launch_log_normal(x, mean, std, seed)
 
 
-#: Fill ``x`` in place with log-normal numbers of the given seed.
-log_normal_op = Op(
-    "log_normal_", "(Tensor(a!) x, float mean, float std, int seed) -> ()",
-    forward={"torch": _torch_log_normal, "metal": _metal_log_normal},
-    fake=lambda x, mean, std, seed: None)
+#: Fill ``x`` (any shape) in place with log-normal numbers of the given seed; no results.
+log_normal_decl = Declaration(
+    "log_normal_", [Operand("x", None, mutable=True), Param("mean", "float"),
+                    Param("std", "float"), Param("seed", "int")], [],
+    forward={"torch": _torch_log_normal, "metal": _metal_log_normal})
+log_normal_op = log_normal_decl.op
 
 
 def _check(fn: str, x: object, mean: object, std: object) -> str:

@@ -17,8 +17,8 @@ from torch import Tensor
 
 from .._core import metal as _metal
 from .._core import metal_params
-from .._core.backend import resolve_backend
-from .._core.op import INDEX, Op, call_torch, public, write_out
+from .._core.declare import Declaration, Operand, Param, Result
+from .._core.op import INDEX
 
 __all__ = ["bucketize", "searchsorted"]
 
@@ -38,6 +38,9 @@ def _outer_strides(x: Tensor, ndim: int) -> list[int]:
 
 def _metal_searchsorted(seq: Tensor, values: Tensor, sorter: Tensor | None, out_int32: bool,
                         right: bool) -> Tensor:
+    if out_int32 and seq.shape[-1] > _INT32_MAX:
+        raise RuntimeError(f"mpslinalg.searchsorted: the size of boundaries ({seq.shape[-1]}) "
+                           "does not fit int32 indices; pass out_int32=False")
     out_dtype = torch.int32 if out_int32 else torch.int64
     out = torch.empty(values.shape, dtype=out_dtype, device=values.device)
     numel = values.numel()
@@ -66,13 +69,29 @@ def _torch_searchsorted(seq: Tensor, values: Tensor, sorter: Tensor | None, out_
     return torch.searchsorted(seq, values, sorter=sorter, out_int32=out_int32, right=right)
 
 
-#: Insertion indices of ``values`` into ``seq`` (same dtype, checked shapes).
-searchsorted_op = Op(
+def _search_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """The dtype policy: any dtype torch searches in, those with a kernel on metal."""
+    if backend == "metal" and dtype not in METAL_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: the metal backend supports "
+                        + ", ".join(str(d).removeprefix("torch.") for d in METAL_DTYPES)
+                        + f", got {str(dtype).removeprefix('torch.')}; use the torch "
+                        "backend (mpslinalg.use_backend('torch')) for it")
+    return dtype
+
+
+#: Insertion indices of ``values`` (any shape: core rank 0) into the rows of ``seq`` (same
+#: dtype, shapes checked by the public functions' prepare).
+searchsorted_decl = Declaration(
     "searchsorted",
-    "(Tensor seq, Tensor values, Tensor? sorter, bool out_int32, bool right) -> Tensor",
+    [Operand("seq", 1), Operand("values", 0), Operand("sorter", 1, same_dtype=False,
+                                                         optional=True),
+     Param("out_int32", "bool"), Param("right", "bool")],
+    [Result("indices", (), batch="values",
+            dtype=lambda seq, values, sorter, out_int32, right:
+            torch.int32 if out_int32 else torch.int64)],
     forward={"torch": _torch_searchsorted, "metal": _metal_searchsorted},
-    fake=lambda seq, values, sorter, out_int32, right: values.new_empty(
-        values.shape, dtype=torch.int32 if out_int32 else torch.int64))
+    dtypes=_search_dtype, torch_direct=True)
+searchsorted_op = searchsorted_decl.op
 
 
 def _dims(x: Tensor) -> str:
@@ -80,8 +99,9 @@ def _dims(x: Tensor) -> str:
 
 
 def _prepare(fn: str, seq: object, values: object, sorter: object, side: object,
-             right: bool) -> tuple[Tensor, Tensor, Tensor | None, bool]:
-    """torch's checks (aten searchsorted_pre_check), with its wording after ``mpslinalg.<fn>``."""
+             out_int32: bool, right: bool) -> tuple[Tensor, Tensor, Tensor | None, bool, bool]:
+    """torch's checks (aten searchsorted_pre_check), with its wording after ``mpslinalg.<fn>``;
+    the op's arguments."""
     if not isinstance(seq, Tensor):
         raise TypeError(f"mpslinalg.{fn}: sorted_sequence must be a torch.Tensor, got "
                         f"{type(seq).__name__}")
@@ -135,30 +155,24 @@ def _prepare(fn: str, seq: object, values: object, sorter: object, side: object,
     if seq.dtype.is_complex:
         raise NotImplementedError(f"mpslinalg.{fn}: not implemented for complex input, got "
                                   f"{str(seq.dtype).removeprefix('torch.')}")
-    return seq, values, sorter, right
+    return seq, values, sorter, bool(out_int32), bool(right)
 
 
-def _search(fn: str, seq: object, values: object, out_int32: bool, right: bool, side: object,
-            sorter: object, out: Tensor | None) -> Tensor:
-    seq, values, sorter, right = _prepare(fn, seq, values, sorter, side, right)
-    backend = resolve_backend(seq.device, fn)
-    if backend == "metal":
-        if seq.dtype not in METAL_DTYPES:
-            raise TypeError(f"mpslinalg.{fn}: the metal backend supports "
-                            + ", ".join(str(d).removeprefix("torch.") for d in METAL_DTYPES)
-                            + f", got {str(seq.dtype).removeprefix('torch.')}; use the torch "
-                            "backend (mpslinalg.use_backend('torch')) for it")
-        if out_int32 and seq.shape[-1] > _INT32_MAX:
-            raise RuntimeError(f"mpslinalg.{fn}: the size of boundaries ({seq.shape[-1]}) "
-                               "does not fit int32 indices; pass out_int32=False")
-        result = searchsorted_op(seq, values, sorter, out_int32, right, backend, False, "")
-    else:
-        result = call_torch(fn, torch.searchsorted, seq, values, sorter=sorter,
-                            out_int32=out_int32, right=right)
-    return write_out(fn, out, result, INDEX)
+def _prepare_searchsorted(call: None, sorted_sequence: object, values: object, out_int32: bool,
+                          right: bool, side: object, sorter: object) -> tuple:
+    return _prepare("searchsorted", sorted_sequence, values, sorter, side, out_int32, right)
 
 
-@public(torch.searchsorted, torch_name="searchsorted")
+def _prepare_bucketize(call: None, input: object, boundaries: object, out_int32: bool,
+                       right: bool) -> tuple:
+    if isinstance(boundaries, Tensor) and boundaries.dim() != 1:
+        raise RuntimeError(f"mpslinalg.bucketize: boundaries tensor must be 1 dimension, but "
+                           f"got dim({boundaries.dim()})")
+    return _prepare("bucketize", boundaries, input, None, None, out_int32, right)
+
+
+@searchsorted_decl.public(torch.searchsorted, torch_name="searchsorted",
+                          prepare=_prepare_searchsorted, casting=INDEX)
 def searchsorted(sorted_sequence: Tensor, values: Tensor | float, *, out_int32: bool = False,
                  right: bool = False, side: str | None = None, sorter: Tensor | None = None,
                  out: Tensor | None = None) -> Tensor:
@@ -200,10 +214,10 @@ def searchsorted(sorted_sequence: Tensor, values: Tensor | float, *, out_int32: 
     >>> ops.searchsorted(torch.tensor([1.0, 3.0, 5.0]), 3.0, side="right")
     tensor(2)
     """
-    return _search("searchsorted", sorted_sequence, values, out_int32, right, side, sorter, out)
 
 
-@public(torch.bucketize, torch_name="bucketize")
+@searchsorted_decl.public(torch.bucketize, torch_name="bucketize", prepare=_prepare_bucketize,
+                          casting=INDEX)
 def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = False,
               right: bool = False, out: Tensor | None = None) -> Tensor:
     """Index of the bucket of each element of ``input``; like `torch.bucketize`.
@@ -234,7 +248,3 @@ def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = Fa
     >>> ops.bucketize(torch.tensor([0.5, 1.0, 9.0]), torch.tensor([1.0, 2.0]))
     tensor([0, 0, 2])
     """
-    if isinstance(boundaries, Tensor) and boundaries.dim() != 1:
-        raise RuntimeError(f"mpslinalg.bucketize: boundaries tensor must be 1 dimension, but "
-                           f"got dim({boundaries.dim()})")
-    return _search("bucketize", boundaries, input, out_int32, right, None, None, out)

@@ -26,8 +26,8 @@ from torch import Tensor
 
 from .._core import checks, elementwise
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
-from .._core.op import ITERATOR_CAST, Op, call_torch, cast_back, public, write_out
+from .._core.declare import Declaration, Operand, Result
+from .._core.op import ITERATOR_CAST, cast_back, write_out
 
 #: Function name -> kernel code (mirrors the k* constants of metal/ops/special.h).
 POLYNOMIALS = {
@@ -132,17 +132,39 @@ def _torch_forward(name: str):
     torch_fn = _torch_polynomial(name)
 
     def forward(x: Tensor, n: Tensor) -> Tensor:
-        wide = checks.UPCAST_DTYPES.get(x.dtype, x.dtype)
+        wide = checks.UPCAST_DTYPES.get(x.dtype)
+        if wide is None:  # torch computes it
+            return torch_fn(x, n)
         return cast_back(torch_fn(x.to(wide), n.to(wide)), x.dtype)
 
     return forward
 
 
-#: One op per polynomial: ``mpslinalg::special_<name>(x, n)``, x and n of one floating dtype.
-OPS = {name: Op(f"special_{name}", "(Tensor x, Tensor n) -> Tensor",
-                forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
-                fake=lambda x, n: x.new_empty(checks.broadcast_shapes(x.shape, n.shape)))
-       for name in POLYNOMIALS}
+def _special_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """The dtype policy: the kernels' dtypes on metal; on torch every floating dtype (the torch
+    forward computes float16 / bfloat16 in float32, which torch's CPU kernels lack)."""
+    if backend == "metal" and dtype not in METAL_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
+                        f"bfloat16, got {str(dtype).removeprefix('torch.')}; Metal has no "
+                        "64-bit floating point: use the torch backend "
+                        "(mpslinalg.use_backend('torch')) for float64")
+    return dtype
+
+
+#: One declaration per polynomial: ``mpslinalg::special_<name>(x, n)``, x and n of one
+#: floating dtype, elementwise (core rank 0: the output has their broadcast shape). Not
+#: differentiable, so the torch backend calls the torch forward without the op's dispatch.
+DECLARATIONS = {name: Declaration(
+    f"special_{name}", [Operand("x", 0), Operand("n", 0)], [Result("output")],
+    forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
+    dtypes=_special_dtype, torch_direct=True) for name in POLYNOMIALS}
+OPS = {name: declaration.op for name, declaration in DECLARATIONS.items()}
+
+
+def _prepare(call: None, input: object, n: object, *, fn: str) -> tuple[Tensor, Tensor]:
+    """The op's arguments (the op's first tensor is made here, so the call has no context
+    yet: the dtype policy refuses after)."""
+    return _operands(fn, input, n)
 
 
 def _operands(fn: str, x: object, n: object) -> tuple[Tensor, Tensor]:
@@ -173,25 +195,6 @@ def _operands(fn: str, x: object, n: object) -> tuple[Tensor, Tensor]:
             tensors.append(torch.tensor(arg, dtype=dtype, device=like.device))
     elementwise.broadcast_views(fn, *tensors)
     return tensors[0], tensors[1]
-
-
-def _evaluate(fn: str, x: object, n: object, out: Tensor | None) -> Tensor:
-    degree = n
-    x, n = _operands(fn, x, n)
-    backend = resolve_backend(x.device, fn)
-    if backend == "metal" and x.dtype not in METAL_DTYPES:
-        raise TypeError(f"mpslinalg.{fn}: the metal backend supports float32, float16 and "
-                        f"bfloat16, got {str(x.dtype).removeprefix('torch.')}; Metal has no "
-                        "64-bit floating point: use the torch backend "
-                        "(mpslinalg.use_backend('torch')) for float64")
-    if backend == "torch" and x.dtype not in checks.UPCAST_DTYPES:
-        # a degree given as a number goes to torch as one: its bound is checked on the host
-        # (no device copy, no guard kernels on CUDA)
-        number = isinstance(degree, numbers.Real) and not isinstance(degree, bool)
-        result = call_torch(fn, _torch_polynomial(fn), x, degree if number else n)
-    else:
-        result = OPS[fn](x, n, backend, False, "")
-    return write_out(fn, out, result, ITERATOR_CAST)
 
 
 _TITLES = {
@@ -225,7 +228,7 @@ _AT_HALF = {
 
 def _make(fn: str):
     def function(input: Tensor | float, n: Tensor | float, *, out: Tensor | None = None) -> Tensor:
-        return _evaluate(fn, input, n, out)
+        """(The docstring, set below.)"""
 
     function.__name__ = function.__qualname__ = fn
     function.__module__ = __name__
@@ -254,7 +257,9 @@ def _make(fn: str):
     >>> ops.{fn}(torch.tensor([0.5]), 3)
     tensor([{_AT_HALF[fn]}])
     """
-    return public(_torch_polynomial(fn), torch_name=f"special.{fn}")(function)
+    return DECLARATIONS[fn].public(_torch_polynomial(fn), torch_name=f"special.{fn}",
+                                   prepare=functools.partial(_prepare, fn=fn),
+                                   casting=ITERATOR_CAST)(function)
 
 
 chebyshev_polynomial_t = _make("chebyshev_polynomial_t")

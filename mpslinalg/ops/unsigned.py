@@ -12,14 +12,16 @@ uint32 are compared and reduced widened to int64 (exact) and uint64 with its sig
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
-from .._core import checks, elementwise
+from .._core import elementwise
 from .._core import metal as _metal
-from .._core.backend import resolve_backend
+from .._core.declare import SAME, Declaration, Operand, Result
 from .._core.errors import translate
-from .._core.op import ANY_DTYPE, ITERATOR_CAST, Op, call_torch, public, write_out
+from .._core.op import ANY_DTYPE, ITERATOR_CAST
 
 __all__ = ["eq", "ge", "gt", "le", "lt", "maximum", "minimum", "ne"]
 
@@ -50,6 +52,8 @@ def _torch_forward(name: str):
     torch_fn = getattr(torch, name)
 
     def forward(a: Tensor, b: Tensor) -> Tensor:
+        if a.dtype not in UNSIGNED_DTYPES:  # torch's own
+            return torch_fn(a, b)
         if name in _EXTREMA:
             # Mapped back rather than selected with torch.where, which torch's CUDA build does
             # not implement for uint16 / uint32 / uint64.
@@ -81,19 +85,32 @@ def _metal_forward(name: str):
     return forward
 
 
-def _fake(name: str):
-    def fake(a: Tensor, b: Tensor) -> Tensor:
-        dtype = a.dtype if name in _EXTREMA else torch.bool
-        return a.new_empty(checks.broadcast_shapes(a.shape, b.shape), dtype=dtype)
+def _unsigned_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """The dtype policy: the unsigned dtypes on metal; every dtype on torch (the others are
+    torch's own call)."""
+    if backend == "metal" and dtype not in UNSIGNED_DTYPES:
+        raise TypeError(f"mpslinalg.{fn}: the metal backend supports uint16, uint32 and "
+                        f"uint64, got {str(dtype).removeprefix('torch.')}; use the torch "
+                        "backend (mpslinalg.use_backend('torch')) or torch." + fn)
+    return dtype
 
-    return fake
+
+#: One declaration per function: ``mpslinalg::unsigned_<name>(a, b)`` of two tensors of one
+#: dtype, elementwise (core rank 0: the output has their broadcast shape); booleans from the
+#: comparisons. Not differentiable, so the torch backend calls the torch forward without the
+#: op's dispatch.
+DECLARATIONS = {name: Declaration(
+    f"unsigned_{name}", [Operand("a", 0), Operand("b", 0)],
+    [Result("output", dtype=SAME if name in _EXTREMA else torch.bool)],
+    forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
+    dtypes=_unsigned_dtype, torch_direct=True) for name in (*_COMPARISONS, *_EXTREMA)}
+OPS = {name: declaration.op for name, declaration in DECLARATIONS.items()}
 
 
-#: One op per function: ``mpslinalg::unsigned_<name>(a, b)`` of two tensors of one unsigned dtype.
-OPS = {name: Op(f"unsigned_{name}", "(Tensor a, Tensor b) -> Tensor",
-                forward={"torch": _torch_forward(name), "metal": _metal_forward(name)},
-                fake=_fake(name))
-       for name in (*_COMPARISONS, *_EXTREMA)}
+def _prepare(call: None, input: object, other: object, *, fn: str) -> tuple[Tensor, Tensor]:
+    """The op's arguments (made here, so the call has no context yet: the dtype policy
+    refuses after)."""
+    return _operands(fn, input, other)
 
 
 def _operands(fn: str, a: object, b: object) -> tuple[Tensor, Tensor]:
@@ -124,20 +141,6 @@ def _operands(fn: str, a: object, b: object) -> tuple[Tensor, Tensor]:
                            f"{a.device}, other on {b.device}")
     elementwise.broadcast_views(fn, a, b)
     return a, b.to(a.device)
-
-
-def _apply(fn: str, a: object, b: object, out: Tensor | None) -> Tensor:
-    a, b = _operands(fn, a, b)
-    backend = resolve_backend(a.device, fn)
-    if a.dtype not in UNSIGNED_DTYPES:
-        if backend == "metal":
-            raise TypeError(f"mpslinalg.{fn}: the metal backend supports uint16, uint32 and "
-                            f"uint64, got {str(a.dtype).removeprefix('torch.')}; use the torch "
-                            "backend (mpslinalg.use_backend('torch')) or torch." + fn)
-        return call_torch(fn, getattr(torch, fn), a, b, **({} if out is None else {"out": out}))
-    # comparisons cast their booleans into any out dtype; extrema only where safe
-    casting = ANY_DTYPE if fn in _COMPARISONS else ITERATOR_CAST
-    return write_out(fn, out, OPS[fn](a, b, backend, False, ""), casting)
 
 
 def _doc(fn: str, what: str, returns: str, example: str) -> str:
@@ -172,12 +175,16 @@ def _doc(fn: str, what: str, returns: str, example: str) -> str:
 
 def _make(fn: str, what: str, returns: str, example: str):
     def function(input: Tensor, other: Tensor | int, *, out: Tensor | None = None) -> Tensor:
-        return _apply(fn, input, other, out)
+        """(The docstring, set below.)"""
 
     function.__name__ = function.__qualname__ = fn
     function.__module__ = __name__
     function.__doc__ = _doc(fn, what, returns, example)
-    return public(getattr(torch, fn), torch_name=fn)(function)
+    # comparisons cast their booleans into any out dtype; extrema only where safe
+    casting = ANY_DTYPE if fn in _COMPARISONS else ITERATOR_CAST
+    return DECLARATIONS[fn].public(getattr(torch, fn), torch_name=fn,
+                                   prepare=functools.partial(_prepare, fn=fn),
+                                   casting=casting)(function)
 
 
 _BOOL = "Boolean, of the broadcast shape."
