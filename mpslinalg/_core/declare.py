@@ -55,7 +55,7 @@ from torch import Tensor
 
 from . import backend as _backend
 from . import checks
-from .op import EXACT, Op, OutCasting, cast_back, public, to_dtype, write_out
+from .op import EXACT, Op, OutCasting, cast_back, public, write_out
 
 #: ``Result.dtype``: the compute dtype of the call / its real counterpart (singular values,
 #: eigenvalues, log|det|).
@@ -239,6 +239,14 @@ class Declaration:
         self._flags = {i for i, a in enumerate(self.inputs)
                        if isinstance(a, Param) and a.type == "bool"}
         self._first = next(i for i, a in enumerate(self.inputs) if not isinstance(a, Param))
+        self._first_name = self.inputs[self._first].name
+        #: The tensors validated on every call: (name, is a Matrix, square), and the names of
+        #: those with a dtype of their own (pivots, indices).
+        self._checked = [(a.name, isinstance(a, Matrix), getattr(a, "square", False))
+                         for a in self.inputs
+                         if not isinstance(a, Param) and not getattr(a, "built", False)]
+        self._own_dtype = {a.name for a in self.inputs
+                           if isinstance(a, Operand) and not a.same_dtype}
         self._saves = [] if callable(saves) else [self._locate(s) for s in saves]
         save = saves if callable(saves) else self._save
         infos = [i for i, r in enumerate(self.results) if r.info]
@@ -332,47 +340,47 @@ class Declaration:
 
     # ------------------------------------------------------------ the general path of a call
 
-    def _validate(self, fn: str, mode: str, values: dict[str, Any]) -> Call | None:
+    def _validate(self, fn: str, mode: str, values: dict[str, Any], check: str) -> Call | None:
         """Check the tensor arguments present in ``values`` and cast them to the compute
         dtype in place; the call's context (None when the op's first tensor is not among
         them: the public function's ``prepare`` builds the arguments then)."""
-        first = self.inputs[self._first]
-        if first.name not in values:
+        first = self._first_name
+        if first not in values:
             return None
         tensors = {}
-        for spec in self.inputs:
-            if spec.name not in values or isinstance(spec, Param) or getattr(spec, "built",
-                                                                              False):
+        for name, matrix, square in self._checked:
+            if name not in values:
                 continue
-            if isinstance(spec, Matrix):
-                tensors[spec.name] = checks.check_matrix(fn, spec.name, values[spec.name],
-                                                         square=spec.square)
-            elif values[spec.name] is not None or spec is first:
-                tensors[spec.name] = checks.check_tensor(fn, spec.name, values[spec.name])
-        A = tensors[first.name]
+            x = values[name]
+            if matrix:
+                tensors[name] = checks.check_matrix(fn, name, x, square=square)
+            elif x is not None or name == first:
+                tensors[name] = checks.check_tensor(fn, name, x)
+        A = tensors[first]
         backend = _backend.concrete_backend(mode, A.device, fn)
         dtype = self.dtypes(fn, A.dtype, backend)
-        same = {}
-        for spec in self.inputs:
-            if spec.name not in tensors:
-                continue
-            x = tensors[spec.name]
-            if not isinstance(spec, Operand) or spec.same_dtype:
-                same[spec.name] = x
-            else:
-                checks.check_same_device(fn, **{first.name: A, spec.name: x})
-        if len(same) > 1:
-            checks.check_same_device(fn, **same)
-            checks.check_same_dtype(fn, **same)
+        same = tensors
+        if len(tensors) > 1:
+            if self._own_dtype:
+                same = {n: x for n, x in tensors.items() if n not in self._own_dtype}
+                for name in tensors.keys() & self._own_dtype:
+                    checks.check_same_device(fn, **{first: A, name: tensors[name]})
+            # the messages only where something differs (they cost more than the tests)
+            if any(x.device != A.device for x in same.values()):
+                checks.check_same_device(fn, **same)
+            if any(x.dtype != A.dtype for x in same.values()):
+                checks.check_same_dtype(fn, **same)
         for name, x in same.items():
-            values[name] = to_dtype(x, dtype)
-        return Call(fn, backend, A.dtype, "")
+            if x.dtype != dtype:
+                values[name] = x.to(dtype)
+        return Call(fn, backend, A.dtype, check)
 
     def run(self, pub: _Public, mode: str, values: dict[str, Any], check_errors: bool,
             out: Any) -> Any:
         """A public call on the general path (`public` generates the call of it)."""
         fn = pub.name
-        call = self._validate(fn, mode, values)
+        check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
+        call = self._validate(fn, mode, values, check)
         prepare = pub.prepare or self.prepare
         finish = None
         whole = False
@@ -387,17 +395,15 @@ class Declaration:
                 args, finish = args.args, args.finish
             if call is None:  # the first matrix was made by prepare
                 A = args[self._first]
-                call = Call(fn, _backend.concrete_backend(mode, A.device, fn), A.dtype, "")
+                call = Call(fn, _backend.concrete_backend(mode, A.device, fn), A.dtype, check)
                 self.dtypes(fn, A.dtype, call.backend)  # the policy's refusal; prepare cast
         else:
             args = tuple(values[n] for n in self._names)
         if self._flags:  # bool parameters as the schema takes them (torch accepts any truth)
             args = tuple(bool(a) if i in self._flags else a for i, a in enumerate(args))
-        check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
         if self.check_inputs is not None and self.info_index is None:
             # validation that reads values: on the metal backend, where no torch kernel does it
             check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
-        if call.check != check:  # (a dataclass costs half a microsecond)
             call = Call(fn, call.backend, call.dtype, check)
         small = bool(self.small_when is not None and self.small_when(call.backend, *args))
         if self.torch_direct and call.backend == "torch" and not (
@@ -428,7 +434,7 @@ class Declaration:
                prepare: Callable[..., tuple] | None = None,
                finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
                result_type: type | None = None, checking: bool | None = None,
-               name: str | None = None):
+               name: str | None = None, fast_dtypes: frozenset | None = None):
         """Decorator: ``signature`` (a function whose body is its docstring) becomes the
         public function calling this op, with ``torch_fn`` as its fast path.
 
@@ -441,6 +447,8 @@ class Declaration:
         when the function returns something derived from the op's results (``logdet`` from
         ``slogdet``); it gets them in the compute dtype and casts its own (`Call.cast`).
         ``torch_fn`` None: a function of mpslinalg's own, without a fast path.
+        ``fast_dtypes``: the dtypes of the first tensor the fast path takes, when torch's
+        function computes more than torch.linalg's four natively (`public`).
         """
         own = torch_fn is None  # an op of mpslinalg's own: no torch function, no fast path
         torch_name = torch_name or ("" if own else torch_fn.__name__.replace("linalg_", "linalg."))
@@ -485,7 +493,8 @@ class Declaration:
                 function = _own_function(general)
             else:
                 function = public(torch_fn, torch_name=torch_name, general_when=guard,
-                                  checks=checks_flag, mode_arg=True)(general)
+                                  checks=checks_flag, mode_arg=True,
+                                  fast_dtypes=fast_dtypes or _backend.TORCH_NATIVE)(general)
             function.declaration = self
             return function
 

@@ -312,7 +312,7 @@ def call_torch(fn: str, torch_fn: Callable[..., Any], *args: Any, **kwargs: Any)
 
 def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
            general_when: Callable[..., bool] | None = None, checks: bool | str = False,
-           mode_arg: bool = False):
+           mode_arg: bool = False, fast_dtypes: frozenset = _backend.TORCH_NATIVE):
     """Decorator for a public function whose body is the general path (validation, upcast,
     metal and small paths, ``out=``).
 
@@ -331,6 +331,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     without packing them (a drop-in has about a microsecond to spend on a 3x3 call).
     ``mode_arg``: the general path takes the backend read for the fast path as its first
     argument, so that a call decides its backend once (`mpslinalg._core.declare`).
+    ``fast_dtypes``: the first tensor's dtypes the fast path takes (torch.linalg's native ones
+    by default; a function torch computes in more dtypes, without an upcast of ours, names
+    them).
     """
 
     def wrap(general: Callable[..., Any]) -> Callable[..., Any]:
@@ -381,7 +384,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"        raise _translate(error, {torch_name!r}, {name!r}) from None\n"
         )
         namespace = dict(defaults, _compiling=torch.compiler.is_compiling, _b=_backend,
-                         _Tensor=Tensor, _NATIVE=_backend.TORCH_NATIVE, _torch_fn=torch_fn,
+                         _Tensor=Tensor, _NATIVE=fast_dtypes, _torch_fn=torch_fn,
                          _translate=translate, _general=general, _general_when=general_when)
         exec(compile(source, f"<mpslinalg.{name}>", "exec"), namespace)  # noqa: S102
         function = namespace[name]

@@ -171,7 +171,8 @@ def _prepare_linear(call: Call, input: Tensor, weight: Tensor,
     return Prepared((input, w, None), finish)
 
 
-@linear_decl.public(F.linear, torch_name="linear", prepare=_prepare_linear)
+@linear_decl.public(F.linear, torch_name="linear", prepare=_prepare_linear,
+                    fast_dtypes=frozenset(checks.OPS_TORCH_DTYPES))
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     r"""``input @ weight.T + bias``; like `torch.nn.functional.linear`.
 

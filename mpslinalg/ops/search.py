@@ -171,7 +171,13 @@ def _prepare_bucketize(call: None, input: object, boundaries: object, out_int32:
     return _prepare("bucketize", boundaries, input, None, None, out_int32, right)
 
 
-@searchsorted_decl.public(torch.searchsorted, torch_name="searchsorted",
+#: The dtypes torch.searchsorted / bucketize search natively: the fast path's (complex input is
+#: refused in our own words by the general path).
+_REAL_DTYPES = frozenset((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                          torch.float16, torch.bfloat16, torch.float32, torch.float64))
+
+
+@searchsorted_decl.public(torch.searchsorted, torch_name="searchsorted", fast_dtypes=_REAL_DTYPES,
                           prepare=_prepare_searchsorted, casting=INDEX)
 def searchsorted(sorted_sequence: Tensor, values: Tensor | float, *, out_int32: bool = False,
                  right: bool = False, side: str | None = None, sorter: Tensor | None = None,
@@ -216,7 +222,8 @@ def searchsorted(sorted_sequence: Tensor, values: Tensor | float, *, out_int32: 
     """
 
 
-@searchsorted_decl.public(torch.bucketize, torch_name="bucketize", prepare=_prepare_bucketize,
+@searchsorted_decl.public(torch.bucketize, torch_name="bucketize", fast_dtypes=_REAL_DTYPES,
+                          prepare=_prepare_bucketize,
                           casting=INDEX)
 def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = False,
               right: bool = False, out: Tensor | None = None) -> Tensor:
