@@ -8,6 +8,7 @@ on CUDA or whole-batch tensor ops on the torch backend where they beat torch.lin
 - `.codegen`: the one elimination algorithm, Householder QR and the Jacobi SVD / eigh,
   emitted per target dialect;
 - `.cpu_simd`, `.triton_kernels`: the generated CPU and CUDA kernels;
+- `.tensor_lu`: the same LU as whole-batch tensor ops, where no generated kernel serves;
 - ``metal/linalg/small_inverse.{h,metal}``: the Metal kernels.
 """
 

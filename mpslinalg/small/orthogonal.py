@@ -48,6 +48,7 @@ and those signs need not match torch's.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -252,17 +253,16 @@ class Path:
     eigh: Callable[[torch.Tensor, bool, bool], tuple[torch.Tensor, torch.Tensor]]
 
 
-def _simd_path() -> Path:
-    def threads() -> int:
-        return torch.get_num_threads()
-
-    return Path("simd kernel on CPU",
-                lambda A, mode: cpu_simd.small_qr(A, mode, threads()),
-                lambda A, full, uv: cpu_simd.small_svd(A, full, uv, threads()),
-                lambda A, upper, v: cpu_simd.small_eigh(A, upper, v, threads()))
+#: The generated SIMD kernels on torch's intra-op threads (read per call).
+_SIMD = Path("simd kernel on CPU",
+             lambda A, mode: cpu_simd.small_qr(A, mode, torch.get_num_threads()),
+             lambda A, full, uv: cpu_simd.small_svd(A, full, uv, torch.get_num_threads()),
+             lambda A, upper, v: cpu_simd.small_eigh(A, upper, v, torch.get_num_threads()))
 
 
+@functools.cache
 def _triton_path() -> Path:
+    """The fused Triton kernels (made once, when a call first needs them)."""
     tri = _import_triton_kernels()
     return Path("triton", tri.small_qr, tri.small_svd, tri.small_eigh)
 
@@ -287,7 +287,7 @@ _TORCH = Path("torch.linalg", lambda A, mode: tuple(torch.linalg.qr(A, mode)), _
 #: The choice, first match wins: (path, whether it serves A). The thresholds of
 #: `_TORCH_MIN_BATCH` decide separately whether the public functions take the small path.
 _TABLE: list[tuple[Callable[[], Path], Callable[[torch.Tensor], bool]]] = [
-    (_simd_path, lambda A: A.device.type == "cpu" and A.dtype in cpu_simd.ORTH_DTYPES
+    (lambda: _SIMD, lambda A: A.device.type == "cpu" and A.dtype in cpu_simd.ORTH_DTYPES
      and _simd_available()),
     (_triton_path, lambda A: A.device.type == "cuda" and A.dtype in _TRITON_DTYPES
      and _import_triton_kernels() is not None),

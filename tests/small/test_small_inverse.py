@@ -15,6 +15,7 @@ import torch
 
 import mpslinalg
 from mpslinalg.small import dispatch as si
+from mpslinalg.small import tensor_lu
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -375,11 +376,11 @@ def test_accelerator_variant_matches_cpu_variant():
         for n in SIZES:
             A = torch.cat([random_matrix(n, dtype, (300,), seed=n), _singular_batch(n, dtype)])
             A[5, 0, 0] = math.nan
-            U, R, _ = si._workspace(A, None, n)
+            U, R, _ = tensor_lu._workspace(A, None, n)
             M1 = torch.cat([U, R], dim=1)
             M2 = M1.clone()
-            s1, s2 = si._factor_select(M1, None, n), si._factor_gather(M2, n)
-            s3 = si._factor_select(U, R, n)
+            s1, s2 = tensor_lu._factor_select(M1, None, n), tensor_lu._factor_gather(M2, n)
+            s3 = tensor_lu._factor_select(U, R, n)
             finite = [i for i in range(A.shape[0]) if i != 5]
             assert torch.equal(torch.cat([U, R], dim=1)[..., finite], M1[..., finite])
             assert torch.equal(M1[..., finite], M2[..., finite])
@@ -457,7 +458,7 @@ def test_cpu_chunks(monkeypatch):
     B = random_matrix(2, torch.float32, (A.shape[0],), seed=102, m=4)
     with mpslinalg.use_backend("torch"):
         whole = si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A)
-        monkeypatch.setattr(si, "_CPU_CHUNK", 7)
+        monkeypatch.setattr(tensor_lu, "_CPU_CHUNK", 7)
         chunked = si.small_inv_ex(A), si.small_solve_ex(A, B), si.small_det(A), si.small_slogdet(A)
     for a, b in zip(whole, chunked, strict=True):
         for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,),
