@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -13,6 +14,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
+
+try:  # POSIX; elsewhere concurrent builders of one library each build it (same bytes)
+    import fcntl
+except ImportError:  # pragma: no cover - the emulator runs on Linux and macOS
+    fcntl = None
 
 __all__ = [
     "EMULATOR_VERSION",
@@ -21,6 +28,7 @@ __all__ = [
     "clear_cache",
     "compile_flags",
     "build_library",
+    "build_once",
     "shim_hash",
     "CompilerNotFoundError",
     "EmulatorUnavailableError",
@@ -255,6 +263,37 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _exclusive(lock: pathlib.Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the file ``lock`` (threads and processes alike:
+    each holder opens the file itself, and flock locks belong to the open file)."""
+    with open(lock, "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_once(out: pathlib.Path, build: Callable[[pathlib.Path], pathlib.Path]) -> pathlib.Path:
+    """``out``, building it with ``build(tmp)`` (which returns the built file inside the scratch
+    directory ``tmp``) if it is not in the cache yet. Concurrent callers, in this process or
+    others, wait for one build under a lock file next to ``out`` instead of each running the
+    compiler: the first builds, the others find the library when the lock is theirs."""
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out.parent / f".{out.name}.lock"):
+        if out.is_file():  # built by the holder we waited for
+            return out
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+            built = build(pathlib.Path(tmp))
+            os.replace(built, out)  # atomic: readers never see a partial library
+    return out
+
+
 def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathlib.Path:
     """Compile a translation to a shared library in the cache (or return the cached one).
 
@@ -271,16 +310,13 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
     )
     key = key.hexdigest()
     out = cache_dir() / "lib" / f"{key}.so"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
     incs = ["-I", str(INCLUDE_DIR)]
     if race_check:
         # source lines of race reports relative to the working directory, as in diagnostics (not
         # part of the cache key: it changes no code)
         incs += [f"-fdebug-prefix-map={os.getcwd()}=."]
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
-        tmp = pathlib.Path(tmp)
+
+    def build(tmp: pathlib.Path) -> pathlib.Path:
         so = tmp / "kernels.so"
         srcs = []
         for i, text in enumerate(sources):
@@ -306,8 +342,9 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
                 srcs,
             )
         check_host_symbols(so, tr, cxx)
-        os.replace(so, out)  # atomic: a concurrent builder of the same key writes identical bytes
-    return out
+        return so
+
+    return build_once(out, build)
 
 
 @functools.cache

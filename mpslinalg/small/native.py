@@ -23,12 +23,11 @@ import logging
 import os
 import pathlib
 import subprocess
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable
 
-from ..emulator.build import cache_dir, find_compiler  # the one compiler and cache choice
+from ..emulator.build import build_once, cache_dir, find_compiler  # one compiler, cache, lock
 
 log = logging.getLogger("mpslinalg.small")
 
@@ -51,13 +50,9 @@ def build(source: str, flags: list[str], cxx: str, name: str) -> pathlib.Path:
     cached one). Raises `NativeBuildError` with the compiler's messages when compilation
     fails."""
     key = hashlib.sha256(json.dumps([source, flags, os.path.basename(cxx)]).encode()).hexdigest()
-    out = cache_dir() / "native" / f"{name}-{key[:24]}.so"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
-        src = pathlib.Path(tmp) / f"{name}.cpp"
-        so = pathlib.Path(tmp) / f"{name}.so"
+
+    def compile_into(tmp: pathlib.Path) -> pathlib.Path:
+        src, so = tmp / f"{name}.cpp", tmp / f"{name}.so"
         src.write_text(source)
         try:
             proc = subprocess.run([cxx, *flags, str(src), "-o", str(so)], capture_output=True)
@@ -66,8 +61,10 @@ def build(source: str, flags: list[str], cxx: str, name: str) -> pathlib.Path:
         if proc.returncode != 0:
             raise NativeBuildError(f"{cxx} failed (exit status {proc.returncode}):\n"
                                    + proc.stderr.decode(errors="replace")[:2000])
-        os.replace(so, out)  # atomic: a concurrent builder of the same key writes the same bytes
-    return out
+        return so
+
+    # one build per library across processes and threads (the emulator's cache discipline)
+    return build_once(cache_dir() / "native" / f"{name}-{key[:24]}.so", compile_into)
 
 
 class NativeLibrary:

@@ -102,3 +102,44 @@ def test_the_native_paths_tests_under_each_outcome(tmp_path, compiler, outcome):
         assert "small_cpu_orth cannot be built here: no C++ compiler" in proc.stdout
     else:
         assert "fake-c++: error: this compiler always fails" in proc.stdout
+
+
+def test_concurrent_processes_build_a_library_once(tmp_path):
+    """Four processes that need the same library while none is cached run the compiler once:
+    the others wait on the build's lock and load what it wrote (before, each started its own
+    compiler: on a loaded 2-core machine, minutes of CPU per process)."""
+    log = tmp_path / "compiler-runs"
+    cxx = _failing_compiler(tmp_path, (
+        f'echo run >> "{log}"\nsleep 1\n'
+        'while [ "$1" != "-o" ]; do shift; done\necho library > "$2"\n'))
+    script = ("import sys; from mpslinalg.small import native; "
+              f"print(native.build({_SOURCE!r}, {_FLAGS!r}, sys.argv[1], name='once'))")
+    env = dict(os.environ, MPSLINALG_CACHE_DIR=str(tmp_path / "cache"), MPSLINALG_NATIVE="0",
+               PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", script, cxx], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    paths = {out.strip() for out, _ in outputs}
+    assert len(paths) == 1 and Path(paths.pop()).read_text() == "library\n"
+    assert log.read_text().count("run") == 1
+
+
+def test_threads_build_a_library_once(monkeypatch, tmp_path):
+    import threading
+
+    log = tmp_path / "compiler-runs"
+    cxx = _failing_compiler(tmp_path, (
+        f'echo run >> "{log}"\nsleep 0.5\n'
+        'while [ "$1" != "-o" ]; do shift; done\necho library > "$2"\n'))
+    monkeypatch.setenv("MPSLINALG_CACHE_DIR", str(tmp_path / "cache"))
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(
+        native.build(_SOURCE, _FLAGS, cxx, name="once"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(paths) == 4 and len(set(paths)) == 1
+    assert log.read_text().count("run") == 1
