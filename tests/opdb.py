@@ -608,35 +608,28 @@ def check_orthonormal_factors(info: OpInfo, backend) -> int:
     return checked
 
 
-#: The crossover tables of ``mpslinalg.small`` that decide each op's small path (by the
+#: The table of ``mpslinalg.small.paths.TABLES`` that decides each op's small path (by the
 #: public function's name; an op not listed is tested at every table's crossovers).
 _SMALL_PATH_TABLES = {
-    **dict.fromkeys(("inv", "inv_ex", "solve", "solve_ex", "det", "slogdet", "logdet"),
-                    ("dispatch", "_TORCH_MIN_BATCH")),
-    "qr": ("orthogonal", "_TORCH_MIN_BATCH"), "svd": ("orthogonal", "_SVD_TORCH_MIN_BATCH"),
-    "svdvals": ("orthogonal", "_SVDVALS_TORCH_MIN_BATCH"),
-    "eigh": ("orthogonal", "_EIGH_TORCH_MIN_BATCH"),
-    "eigvalsh": ("orthogonal", "_EIGVALSH_TORCH_MIN_BATCH"),
+    **dict.fromkeys(("inv", "inv_ex", "solve", "solve_ex", "det", "slogdet", "logdet"), "inv"),
+    "qr": "qr", "svd": "svd", "svdvals": "svdvals", "eigh": "eigh", "eigvalsh": "eigvalsh",
 }
 
 
 def _small_path_batches(info: OpInfo, n: int, backend) -> list[int]:
     """Batch sizes at which the small path of order ``n`` may change hands on ``backend``: on
-    the torch backend the crossovers of the op's table in ``mpslinalg.small`` for the
-    backend's device (a table's kind is named by its device type, ``"cpu-simd"`` by
-    ``"cpu"``; only the op's own table: torch's CUDA SVD of 131072 3 x 3 matrices, another
-    table's crossover, takes minutes); the metal backend's kernels serve n <= 4 at any batch
+    the torch backend the crossovers of the op's table in ``mpslinalg.small.paths`` for the
+    backend's device (only the op's own table: torch's CUDA SVD of 131072 3 x 3 matrices,
+    another table's crossover, takes minutes); the metal backend's kernels serve n <= 4 at any batch
     size, so one past the threadgroup of its one-thread-per-matrix kernels."""
-    from mpslinalg.small import dispatch, orthogonal
+    from mpslinalg.small import dispatch, paths
 
     if backend.is_metal:
         return [dispatch._GROUP + 1]
-    modules = {"dispatch": dispatch, "orthogonal": orthogonal}
     chosen = _SMALL_PATH_TABLES.get(info.fn_name)
-    pairs = [chosen] if chosen else sorted(set(_SMALL_PATH_TABLES.values()))
-    tables = [getattr(modules[module], name) for module, name in pairs]
-    return sorted({limits[n] for table in tables for kind, limits in table.items()
-                   if kind.split("-")[0] == backend.device.type and n in limits})
+    ops = [chosen] if chosen else sorted(set(_SMALL_PATH_TABLES.values()))
+    return sorted({batch for op in ops
+                   for batch in paths.TABLES[op].crossovers(backend.device.type, n)})
 
 
 def _outcome(info: OpInfo, args: list, sample: Sample, device: torch.device):

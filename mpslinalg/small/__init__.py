@@ -3,7 +3,9 @@ and symmetric eigendecomposition of m x n matrices with m, n <= 4, in one pass o
 (one Metal launch per op on the metal backend; generated SIMD C++ on CPU, fused Triton kernels
 on CUDA or whole-batch tensor ops on the torch backend where they beat torch.linalg).
 
-- `.dispatch`: which path serves a call, and the entry points the LU-based families call;
+- `.paths`: the path table of every op (which implementation serves a call, from which batch)
+  and its one chooser;
+- `.dispatch`: the entry points the LU-based families call, and the Metal host code;
 - `.orthogonal`: the same for QR (the qr family's "small" forward), SVD and eigh;
 - `.codegen`: the one elimination algorithm, Householder QR and the Jacobi SVD / eigh,
   emitted per target dialect;
@@ -12,8 +14,8 @@ on CUDA or whole-batch tensor ops on the torch backend where they beat torch.lin
 - ``metal/linalg/small_inverse.{h,metal}``: the Metal kernels.
 """
 
+from .codegen import MAX_N
 from .dispatch import (
-    MAX_N,
     may_use_small_path,
     small_det,
     small_inv_ex,

@@ -48,162 +48,49 @@ and those signs need not match torch's.
 
 from __future__ import annotations
 
-import functools
-import logging
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from .._core.backend import resolve_backend
 from .._core.errors import read_device
-from . import cpu_simd
-from .codegen import MAX_N
-from .dispatch import _TRITON_DTYPES, _TRITON_INSTALLED, _import_triton_kernels
-
-log = logging.getLogger("mpslinalg.small")
-
-#: Smallest batch for which the small QR path beats torch.linalg.qr through the public
-#: mpslinalg.qr, per kernel and max(m, n):
-#: "cpu-simd": measured with benchmarks/bench_small_qr.py on the 2-core CI machine (results in
-#: benchmarks/results/small_qr.md): the kernel alone beats torch.linalg.qr from ~16-32 matrices,
-#: but the public call's custom op costs ~15-20 us more than the direct torch.linalg.qr call
-#: (~4 us + ~0.1 / 0.2 / 0.25 us per 2x2 / 3x3 / 4x4 matrix), which is recovered from batch
-#: ~200 (2x2: 0.7x at 128; 3x3: 0.8-0.9x at 128, 5x at 1000) and ~100 (3x4, 4x3, 4x4: 1.2-1.3x
-#: at 128, 0.6-0.9x at 64).
-#: "cuda": the fused Triton kernel, measured on an H200 (benchmarks/results/small_qr_h200.md):
-#: torch.linalg.qr costs ~0.2 ms + ~60 us per 3x3 matrix (0.26 ms for one, 61 ms for 1000), the
-#: public call through the small path ~0.43-0.58 ms up to 1e5 matrices (the kernel ~0.25-0.38
-#: ms, the op's dispatch ~0.2 ms): from 8 matrices on (torch ~0.7 ms) it is faster than torch,
-#: at 2-4 it would be up to ~1.4x slower (estimated from those two measured points).
-_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 256, 3: 256, 4: 128},
-                    "cuda": {n: 8 for n in range(1, MAX_N + 1)}}
-
-
-def _simd_available() -> bool:
-    """Whether the orthogonal-factorisation library is loaded (never waits for its build)."""
-    return cpu_simd.ORTH_LIBRARY.loaded is not None
-
-
-def _kind(A: torch.Tensor) -> str | None:
-    """Which small-path kernel serves ``A`` on the torch backend ("cpu-simd", "cuda"), or
-    None (torch.linalg)."""
-    if A.dtype not in cpu_simd.ORTH_DTYPES:
-        return None
-    if A.device.type == "cpu":
-        return "cpu-simd" if _simd_available() else None
-    if A.device.type == "cuda" and A.dtype in _TRITON_DTYPES and _TRITON_INSTALLED:
-        return "cuda"
-    return None
-
-
-def _small_shape(shape) -> bool:
-    return len(shape) >= 2 and 1 <= shape[-2] <= MAX_N and 1 <= shape[-1] <= MAX_N
-
-
-#: The shapes of the QR kernels: every m x n up to 4 x 4.
-_QR_SHAPES = tuple((m, n) for m in range(1, MAX_N + 1) for n in range(1, MAX_N + 1))
+from . import cpu_simd, paths
 
 
 def may_use_small_qr(A: torch.Tensor) -> bool:
     """A cheap necessary condition of `use_small_qr` on the torch backend (shapes only:
-    the public ``qr``'s fast path asks it on every call; a single matrix, the common case that
-    must stay cheapest, is answered first), from the crossover of the batch's own order."""
-    return _may_use(A, _TORCH_MIN_BATCH, _QR_SHAPES)
+    the public ``qr``'s fast path asks it on every call), from the crossover of the batch's own
+    order (`mpslinalg.small.paths.may_take_small_path`)."""
+    return paths.may_take_small_path("qr", A)
 
 
 def use_small_qr(A: torch.Tensor, backend: str | None = None) -> bool:
     """True when the small path should compute ``torch.linalg.qr(A)`` on ``backend`` (default:
     the one in force): m, n <= 4, float32/float64, on the torch backend only where a kernel is
-    available and measured (or estimated, see `_TORCH_MIN_BATCH`) to beat torch.linalg.
+    available and measured (or estimated) to beat torch.linalg (``paths.TABLES["qr"]``).
     The metal backend keeps its own ``qr_small`` kernel."""
-    if not _small_shape(A.shape):
-        return False
-    if backend is None:
-        backend = resolve_backend(A.device, "qr")
-    if backend != "torch":
-        return False
-    kind = _kind(A)
-    batch = math.prod(A.shape[:-2])
-    return kind is not None and batch >= _TORCH_MIN_BATCH[kind][max(A.shape[-2:])]
+    return paths.takes_small_path("qr", A, backend)
 
 
-#: Smallest batch for which the public svd / svdvals / eigh / eigvalsh through small_svd /
-#: small_eigh beat the matching torch.linalg call, per kernel and max(m, n); an order a table
-#: does not list is torch.linalg's at every batch. The values-only calls have their own
-#: tables: torch.linalg.svdvals / eigvalsh cost about half of svd / eigh, while the registered
-#: op's dispatch (~15 us on a quiet CPU) and the kernels' fixed cost stay.
-#: "cpu-simd": measured 2026-12-01 on the 2-core CI machine, shared (load average 29-35),
-#: torch 2.13.0+cpu, 2 threads, after `_as_torch_where_nonfinite`'s check was added: the
-#: public call (`benchmarks/bench_overhead.py`'s ``run`` on n x n randn batches, float32 and
-#: float64, 7 interleaved rounds of 100 calls, each sweep twice) with the small path forced
-#: at batches 8 ... 65536, then with these tables at each crossover and the batch below it.
-#: Each crossover is the smallest power of two from which the ratio of medians stayed below 1
-#: in both runs and both dtypes: there 0.38-0.87 (svd), 0.37-0.74 (svdvals), 0.41-1.00 (eigh),
-#: 0.46-0.92 (eigvalsh), and 1.03-1.08 at the batch below (torch.linalg's fast path, its
-#: medians up to 1.22 in noisy rounds). The 2026-11-30 tables (svd 32 / 32 / 16 / 8 and eigh
-#: 64 / 64 / 32 / 16 for n = 1 ... 4, shared by svdvals / eigvalsh) lost there after the check:
-#: svd 2.4-4.8x (1 x 1 at 32), 1.3-3.0x (2 x 2 at 32), 1.1-3.0x (4 x 4 at 8); eigh 6x (1 x 1
-#: at 64), 1.2-3.4x (2 x 2 at 64); svdvals 1.4-4.8x (3 x 3 at 16), eigvalsh 1.9-3.7x (3 x 3 at
-#: 32). The 1 x 1 eigh / eigvalsh won only from 65536 matrices (1.0-2.3x at 1024-16384). 3 x 4
-#: and 4 x 3 take the 4 x 4 crossover: svd at 16 1.01-1.09x (torch's 3 x 4 is cheaper than
-#: its 4 x 4; 0.41-0.78x at 32), svdvals at 64 0.38-0.65x.
-#: "cuda": measured on an H200 (benchmarks/results/small_svd_h200.md) at 1000 3x3 matrices:
-#: svd 0.39 ms in torch vs 0.24 ms for the kernel, svdvals 0.34 vs 0.18, eigh 0.22 vs 0.14;
-#: with the op's ~0.2 ms of dispatch the public call is then ~1.1x torch for svd and ~1.5x for
-#: eigh, so the small path starts at 1024 matrices for the SVD and at 4096 for eigh (torch's
-#: eigh grows ~linearly; cuSOLVER's batched eigh fails outright from some batch below 1e5,
-#: which this path serves); not re-measured (no GPU here): the values-only calls keep them.
-_SVD_TORCH_MIN_BATCH = {"cpu-simd": {1: 256, 2: 64, 3: 32, 4: 16},
-                        "cuda": {n: 1024 for n in range(1, MAX_N + 1)}}
-_SVDVALS_TORCH_MIN_BATCH = {"cpu-simd": {1: 1024, 2: 256, 3: 64, 4: 64},
-                            "cuda": _SVD_TORCH_MIN_BATCH["cuda"]}
-_EIGH_TORCH_MIN_BATCH = {"cpu-simd": {2: 256, 3: 64, 4: 32},
-                         "cuda": {n: 4096 for n in range(1, MAX_N + 1)}}
-_EIGVALSH_TORCH_MIN_BATCH = {"cpu-simd": {2: 512, 3: 128, 4: 64},
-                             "cuda": _EIGH_TORCH_MIN_BATCH["cuda"]}
+def _svd_op(compute_uv: bool) -> str:
+    return "svd" if compute_uv else "svdvals"
 
 
-def _may_use(A: torch.Tensor, limits: dict, shapes) -> bool:
-    """The shapes-only part of `_use_jacobi` and `use_small_qr`: m x n in ``shapes`` and the
-    batch at least the crossover of max(m, n) for A's device type (a batch of another order
-    between crossovers would take the op without the small path, and pay its dispatch for
-    nothing)."""
-    # one matrix or a dtype without kernels (complex): never the small path, answered first
-    if A.dim() < 3 or A.dtype not in cpu_simd.ORTH_DTYPES:
-        return False
-    m, n = A.shape[-2:]
-    if (m, n) not in shapes:
-        return False
-    table = limits.get("cpu-simd" if A.device.type == "cpu" else A.device.type)
-    limit = table.get(max(m, n)) if table is not None else None
-    return limit is not None and A.numel() >= limit * m * n
-
-
-#: The shapes of the symmetric eigendecomposition's kernels.
-_EIGH_SHAPES = tuple((n, n) for n in range(1, MAX_N + 1))
-
-
-def _svd_limits(compute_uv: bool) -> dict:
-    return _SVD_TORCH_MIN_BATCH if compute_uv else _SVDVALS_TORCH_MIN_BATCH
-
-
-def _eigh_limits(compute_v: bool) -> dict:
-    return _EIGH_TORCH_MIN_BATCH if compute_v else _EIGVALSH_TORCH_MIN_BATCH
+def _eigh_op(compute_v: bool) -> str:
+    return "eigh" if compute_v else "eigvalsh"
 
 
 def may_use_small_svd(A: torch.Tensor, compute_uv: bool = True) -> bool:
     """A cheap necessary condition of `use_small_svd` with the same ``compute_uv`` (shapes
     only: the public ``svd`` / ``svdvals``' fast paths ask it on every call)."""
-    return _may_use(A, _svd_limits(compute_uv), cpu_simd.SVD_SHAPES)
+    return paths.may_take_small_path(_svd_op(compute_uv), A)
 
 
 def may_use_small_eigh(A: torch.Tensor, compute_v: bool = True) -> bool:
     """A cheap necessary condition of `use_small_eigh` with the same ``compute_v`` (shapes
     only)."""
-    return _may_use(A, _eigh_limits(compute_v), _EIGH_SHAPES)
+    return paths.may_take_small_path(_eigh_op(compute_v), A)
 
 
 def use_small_svd(A: torch.Tensor, backend: str | None = None,
@@ -212,59 +99,20 @@ def use_small_svd(A: torch.Tensor, backend: str | None = None,
     ``compute_uv``) on ``backend`` (default: the one in force): (m, n) in
     `mpslinalg.small.cpu_simd.SVD_SHAPES` (square n <= 4, 3 x 4, 4 x 3), float32/float64,
     torch backend, a kernel available and the batch at least the crossover of
-    `_SVD_TORCH_MIN_BATCH` (`_SVDVALS_TORCH_MIN_BATCH` without ``compute_uv``). The metal
-    backend has its own SVD kernels."""
-    return _use_jacobi(A, backend, "svd", _svd_limits(compute_uv),
-                       tuple(A.shape[-2:]) in cpu_simd.SVD_SHAPES)
+    ``paths.TABLES["svd"]`` (``["svdvals"]`` without ``compute_uv``). The metal backend has
+    its own SVD kernels."""
+    return paths.takes_small_path(_svd_op(compute_uv), A, backend)
 
 
 def use_small_eigh(A: torch.Tensor, backend: str | None = None,
                    compute_v: bool = True) -> bool:
     """True when `small_eigh` should compute the eigendecomposition of the symmetric
-    ``A`` (eigenvalues only without ``compute_v``, `_EIGVALSH_TORCH_MIN_BATCH`) on
+    ``A`` (eigenvalues only without ``compute_v``: ``paths.TABLES["eigvalsh"]``) on
     ``backend`` (as `use_small_svd`; square n <= 4)."""
-    square = A.dim() >= 2 and A.shape[-1] == A.shape[-2]
-    return _use_jacobi(A, backend, "eigh", _eigh_limits(compute_v), square)
-
-
-def _use_jacobi(A: torch.Tensor, backend: str | None, fn: str, limits: dict,
-                shape_ok: bool) -> bool:
-    if not (shape_ok and _small_shape(A.shape)):
-        return False
-    if backend is None:
-        backend = resolve_backend(A.device, fn)
-    if backend != "torch":
-        return False
-    kind = _kind(A)
-    limit = limits[kind].get(max(A.shape[-2:])) if kind is not None else None
-    return limit is not None and math.prod(A.shape[:-2]) >= limit
+    return paths.takes_small_path(_eigh_op(compute_v), A, backend)
 
 
 # ------------------------------------------------------------------------------ path table
-
-
-@dataclass(frozen=True)
-class Path:
-    """One implementation of the small orthogonal factorisations."""
-
-    name: str
-    qr: Callable[[torch.Tensor, str], tuple[torch.Tensor, torch.Tensor]]
-    svd: Callable[[torch.Tensor, bool, bool], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    eigh: Callable[[torch.Tensor, bool, bool], tuple[torch.Tensor, torch.Tensor]]
-
-
-#: The generated SIMD kernels on torch's intra-op threads (read per call).
-_SIMD = Path("simd kernel on CPU",
-             lambda A, mode: cpu_simd.small_qr(A, mode, torch.get_num_threads()),
-             lambda A, full, uv: cpu_simd.small_svd(A, full, uv, torch.get_num_threads()),
-             lambda A, upper, v: cpu_simd.small_eigh(A, upper, v, torch.get_num_threads()))
-
-
-@functools.cache
-def _triton_path() -> Path:
-    """The fused Triton kernels (made once, when a call first needs them)."""
-    tri = _import_triton_kernels()
-    return Path("triton", tri.small_qr, tri.small_svd, tri.small_eigh)
 
 
 def _torch_svd(A: torch.Tensor, full_matrices: bool, compute_uv: bool):
@@ -281,35 +129,27 @@ def _torch_eigh(A: torch.Tensor, upper: bool, compute_v: bool):
     return torch.linalg.eigvalsh(A, uplo), A.new_empty(0)
 
 
-_TORCH = Path("torch.linalg", lambda A, mode: tuple(torch.linalg.qr(A, mode)), _torch_svd,
-              _torch_eigh)
+_TORCH = SimpleNamespace(small_qr=lambda A, mode: tuple(torch.linalg.qr(A, mode)),
+                         small_svd=_torch_svd, small_eigh=_torch_eigh)
 
-#: The choice, first match wins: (path, whether it serves A). The thresholds of
-#: `_TORCH_MIN_BATCH` decide separately whether the public functions take the small path.
-_TABLE: list[tuple[Callable[[], Path], Callable[[torch.Tensor], bool]]] = [
-    (lambda: _SIMD, lambda A: A.device.type == "cpu" and A.dtype in cpu_simd.ORTH_DTYPES
-     and _simd_available()),
-    (_triton_path, lambda A: A.device.type == "cuda" and A.dtype in _TRITON_DTYPES
-     and _import_triton_kernels() is not None),
-    (lambda: _TORCH, lambda A: True),
-]
+#: The functions of the paths this family binds itself (`paths.functions` has the generated
+#: kernels').
+_OWN = {paths.TORCH_LINALG: _TORCH}
 
 
-def choose_path(A: torch.Tensor) -> Path:
-    """The implementation that serves ``A`` (see `_TABLE`)."""
-    for make, serves in _TABLE:
-        if serves(A):
-            path = make()
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("small orthogonal path for %s %s: %s", tuple(A.shape), A.dtype,
-                          path.name)
-            return path
-    raise AssertionError("the last row of the table serves every input")
+def choose_path(A: torch.Tensor, op: str = "qr") -> str:
+    """The path that serves ``op`` ("qr", "svd", "eigh") of ``A`` on the torch backend
+    (`mpslinalg.small.paths.choose`; the three tables choose alike)."""
+    return paths.choose(op, A, "torch")
 
 
 def torch_path(A: torch.Tensor) -> str:
     """Which implementation the small_* functions of this module run for ``A``."""
-    return choose_path(A).name
+    return choose_path(A)
+
+
+def _functions(path: str):
+    return paths.functions(path, _OWN)
 
 
 # ------------------------------------------------------------------------------ non-finite input
@@ -355,7 +195,7 @@ def small_qr(A: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torc
     tensor([[[-5.0000, -2.2000],
              [ 0.0000,  0.4000]]])
     """
-    return choose_path(A).qr(A, mode)
+    return _functions(choose_path(A, "qr")).small_qr(A, mode)
 
 
 def small_svd(A: torch.Tensor, full_matrices: bool = True,
@@ -376,12 +216,12 @@ def small_svd(A: torch.Tensor, full_matrices: bool = True,
     >>> S
     tensor([[6.7082, 2.2361]])
     """
-    path = choose_path(A)
-    if path is _TORCH or tuple(A.shape[-2:]) not in cpu_simd.SVD_SHAPES:
-        return _TORCH.svd(A, full_matrices, compute_uv)
-    result = path.svd(A, full_matrices, compute_uv)
+    path = choose_path(A, "svd")
+    if path == paths.TORCH_LINALG or tuple(A.shape[-2:]) not in cpu_simd.SVD_SHAPES:
+        return _torch_svd(A, full_matrices, compute_uv)
+    result = _functions(path).small_svd(A, full_matrices, compute_uv)
     return _as_torch_where_nonfinite(result, result[1],
-                                     lambda: _TORCH.svd(A, full_matrices, compute_uv))
+                                     lambda: _torch_svd(A, full_matrices, compute_uv))
 
 
 def small_eigh(A: torch.Tensor, upper: bool = False,
@@ -401,9 +241,9 @@ def small_eigh(A: torch.Tensor, upper: bool = False,
     >>> L
     tensor([[1., 3.]])
     """
-    path = choose_path(A)
-    if path is _TORCH:
-        return path.eigh(A, upper, compute_v)
-    result = path.eigh(A, upper, compute_v)
+    path = choose_path(A, "eigh")
+    if path == paths.TORCH_LINALG:
+        return _torch_eigh(A, upper, compute_v)
+    result = _functions(path).small_eigh(A, upper, compute_v)
     return _as_torch_where_nonfinite(result, result[0],
-                                     lambda: _TORCH.eigh(A, upper, compute_v))
+                                     lambda: _torch_eigh(A, upper, compute_v))

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import mpslinalg
+from mpslinalg.small import cpu_simd, paths, tensor_lu
 from mpslinalg.small import dispatch as si
-from mpslinalg.small import tensor_lu
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -423,13 +423,12 @@ def test_torch_path_no_sync():
 
 def _small_path_batch(backend, n: int) -> int:
     """A batch that takes the small path: any on the metal backend; on the torch backend the
-    smallest of the thresholds of si._TORCH_MIN_BATCH for this device type (which one applies
+    smallest of the crossovers of the table of inv for this device type (which one applies
     depends on the dtype and on what is installed: the SIMD library, triton)."""
     if backend.is_metal:
         return 1000
     device = backend.device
-    limits = sorted({limits[n] for kind, limits in si._TORCH_MIN_BATCH.items()
-                     if kind.split("-")[0] == device.type and n in limits})
+    limits = paths.TABLES["inv"].crossovers(device.type, n)
     batch = next((b for b in limits
                   if si.use_small_path(torch.empty(b, n, n, device=device))), None)
     assert batch is not None, f"no batch of {limits} takes the small path on {device}"
@@ -506,7 +505,8 @@ def test_torch_backend_cpu_kernel_matches_metal_backend(monkeypatch, native_smal
 
 
 def test_torch_backend_without_native_library_uses_tensor_ops(monkeypatch):
-    monkeypatch.setattr(si, "_simd_available", lambda: False)  # no compiler, or still building
+    cpu_simd.LIBRARY.wait()  # so that no build in flight sets the library under the test
+    monkeypatch.setattr(cpu_simd.LIBRARY, "loaded", None)  # no compiler, or still building
     A = random_matrix(3, torch.float32, (50,), seed=8)
     assert si.torch_path(A) == "tensor ops"
     X, info = si.small_inv_ex(A)

@@ -27,6 +27,7 @@ import mpslinalg
 from mpslinalg.linalg import qr_metal
 from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import orthogonal as so
+from mpslinalg.small import paths
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -223,7 +224,7 @@ def test_inputs_not_modified():
 
 
 def test_use_small_qr():
-    big = torch.zeros(so._TORCH_MIN_BATCH["cpu-simd"][4], 3, 4)
+    big = torch.zeros(paths.TABLES["qr"].row(paths.SIMD_CPU, "cpu").min_batch[4], 3, 4)
     with mpslinalg.use_backend("torch"):
         assert so.use_small_qr(big) and so.may_use_small_qr(big)
         assert so.use_small_qr(big.double())

@@ -24,6 +24,7 @@ from triton_interpreter import run_cases
 import mpslinalg
 from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import orthogonal as so
+from mpslinalg.small import paths
 from mpslinalg.testing import THRESH, eps, matrix_with_spread, noncontiguous, random_matrix
 
 from opdb import degenerate_matrices, degenerate_samples
@@ -378,13 +379,18 @@ def test_use_small_svd_and_eigh():
     assert not so.use_small_svd(big, "metal") and not so.use_small_eigh(big, "metal")
 
 
-#: (full call, values-only call, the small_* function serving both, its table for the full call
-#: and for the values-only one, whether the input is symmetric)
+def _cpu_crossovers(op: str) -> dict[int, int]:
+    """The crossovers of ``op``'s SIMD kernels on the CPU, by order."""
+    return paths.TABLES[op].row(paths.SIMD_CPU, "cpu").min_batch
+
+
+#: (full call, values-only call, the small_* function serving both, its CPU crossovers for the
+#: full call and for the values-only one, whether the input is symmetric)
 _CROSSOVER_PAIRS = [
-    (mpslinalg.svd, mpslinalg.svdvals, "small_svd", so._SVD_TORCH_MIN_BATCH,
-     so._SVDVALS_TORCH_MIN_BATCH, False),
-    (mpslinalg.eigh, mpslinalg.eigvalsh, "small_eigh", so._EIGH_TORCH_MIN_BATCH,
-     so._EIGVALSH_TORCH_MIN_BATCH, True),
+    (mpslinalg.svd, mpslinalg.svdvals, "small_svd", _cpu_crossovers("svd"),
+     _cpu_crossovers("svdvals"), False),
+    (mpslinalg.eigh, mpslinalg.eigvalsh, "small_eigh", _cpu_crossovers("eigh"),
+     _cpu_crossovers("eigvalsh"), True),
 ]
 
 
@@ -408,8 +414,8 @@ def test_values_only_calls_take_the_small_path_from_their_own_crossovers(monkeyp
     with mpslinalg.use_backend("torch"):
         for full, values, name, full_table, values_table, symmetric in _CROSSOVER_PAIRS:
             for n in (2, 3, 4):
-                full_batch = full_table["cpu-simd"][n]
-                values_batch = values_table["cpu-simd"][n]
+                full_batch = full_table[n]
+                values_batch = values_table[n]
                 assert full_batch < values_batch, (name, n)
                 A = random_matrix(n, torch.float32, (values_batch,), seed=50 + n)
                 A = A + A.mT if symmetric else A
@@ -425,15 +431,15 @@ def test_fast_path_predicates_read_the_crossover_of_the_order():
     order and shape on (they took the smallest of the table: a batch of 2 x 2 matrices at the
     4 x 4 crossover, or of 2 x 3 ones, which have no kernel, took the op without the small path
     and paid its dispatch on top of torch.linalg)."""
-    predicates = [(so.may_use_small_svd, so._SVD_TORCH_MIN_BATCH),
+    predicates = [(so.may_use_small_svd, _cpu_crossovers("svd")),
                   (lambda A: so.may_use_small_svd(A, compute_uv=False),
-                   so._SVDVALS_TORCH_MIN_BATCH),
-                  (so.may_use_small_eigh, so._EIGH_TORCH_MIN_BATCH),
+                   _cpu_crossovers("svdvals")),
+                  (so.may_use_small_eigh, _cpu_crossovers("eigh")),
                   (lambda A: so.may_use_small_eigh(A, compute_v=False),
-                   so._EIGVALSH_TORCH_MIN_BATCH),
-                  (so.may_use_small_qr, so._TORCH_MIN_BATCH)]
+                   _cpu_crossovers("eigvalsh")),
+                  (so.may_use_small_qr, _cpu_crossovers("qr"))]
     for may_use, table in predicates:
-        for n, batch in table["cpu-simd"].items():
+        for n, batch in table.items():
             assert may_use(torch.zeros(batch, n, n)), (table, n)
             assert not may_use(torch.zeros(batch - 1, n, n)), (table, n)
     assert not so.may_use_small_svd(torch.zeros(1 << 12, 2, 3))

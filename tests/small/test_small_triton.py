@@ -23,6 +23,7 @@ import torch
 from triton_interpreter import REQUIRES_TRITON, run_cases
 
 from mpslinalg.small import dispatch as si
+from mpslinalg.small import paths
 from mpslinalg.testing import random_matrix, singular_matrix
 
 pytestmark = REQUIRES_TRITON
@@ -309,7 +310,8 @@ def test_generated_source_and_dispatch():
     src = st.kernel_source("inv", 4)
     assert "tl.where" in src and "tl.math.div_rn" in src and " if " not in src
     assert "tl.load" in st.kernel_source("solve", 3, "float64", "strided")
-    assert si._import_triton_kernels() is st
+    assert paths.import_triton_kernels() is st
     assert si.torch_path(torch.zeros(2, 4, 4, dtype=torch.complex64)) != "triton"
     # the fused kernel's crossover is far below the tensor-op path's (H200 sweep)
-    assert si._TORCH_MIN_BATCH["cuda"][4] < si._TORCH_MIN_BATCH["cuda-soa"][4]
+    lu = paths.TABLES["inv"]
+    assert lu.row(paths.TRITON, "cuda").min_batch[4] < lu.row(paths.TENSOR_OPS, "cuda").min_batch[4]
