@@ -33,11 +33,11 @@ from .._core.declare import (
 )
 from .._core.errors import read_device
 from .._core.op import SAFE_CAST, call_torch, to_dtype
+from ..small.codegen import QR_MODES
 from . import qr_metal, svd_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
 
-_MODES = ("reduced", "complete", "r")
 _DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
@@ -109,7 +109,7 @@ def _r_core(A, mode: str):
 
 
 def _check_mode(call: Call, A: Tensor, mode: str) -> tuple:
-    if mode not in _MODES:
+    if mode not in QR_MODES:
         raise RuntimeError(f"mpslinalg.qr: qr received unrecognized mode '{mode}' but expected "
                            "one of 'reduced' (default), 'r', or 'complete'")
     return A, mode

@@ -29,6 +29,7 @@ from .._core import metal as _metal
 from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
+from ..small.codegen import QR_MODES
 from . import triangular_metal
 
 _SOURCE = "linalg/qr.metal"
@@ -44,7 +45,7 @@ UPDATE_TILE = 64  # kQrTile: qr_apply_update output tile (rows and columns)
 UPDATE_THREADS = 256  # kQrTileThreads
 LARFT_THREADS = PANEL_WIDTH * PANEL_WIDTH  # kQrLarftThreads
 SMALL_MAX = 4  # kQrSmallMax
-SMALL_MODES = {"reduced": 0, "complete": 1, "r": 2}  # kQrModeReduced / Complete / R
+SMALL_MODES = QR_MODES  # kQrModeReduced / Complete / R
 GELSY_MAX_THREADS = 256  # kLstsqMaxThreads: lstsq_gelsy's threadgroup holds at most this many
 
 # Host-side launch geometry and path choice.

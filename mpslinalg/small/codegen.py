@@ -23,6 +23,10 @@ FLOAT, INT = "f", "i"
 #: generated CPU and Triton kernels likewise).
 MAX_N = 4
 
+#: torch.linalg.qr's modes, numbered as the QR kernels' mode argument of every target
+#: (metal/linalg/qr.h's kQrModeReduced / kQrModeComplete / kQrModeR).
+QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
+
 
 class Dialect(abc.ABC):
     """How a target writes the statements and expressions of the generated code. A dialect

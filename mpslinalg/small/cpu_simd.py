@@ -55,7 +55,7 @@ import torch
 
 from . import codegen as _codegen
 from . import native
-from .codegen import MAX_N
+from .codegen import MAX_N, QR_MODES
 
 #: Matrices per block = lanes per vector with AVX2: 8 float32 fill one register (the SSE2
 #: baseline uses blocks of _W // 2).
@@ -408,9 +408,6 @@ def small_slogdet(A: torch.Tensor, threads: int = 1) -> tuple[torch.Tensor, torc
 # A second library (built next to the first, so that neither's cache key depends on the other):
 # Householder QR of m x n matrices, m, n <= MAX_N, float32 and float64, by the generator's
 # emit_qr_factor / emit_qr_q (the operations of qr_small in metal/linalg/qr.h).
-
-#: QR's mode argument of the generated functions (as metal/linalg/qr.h's kQrMode*).
-QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
 
 #: The real types of the orthogonal kernels: (C++ type, mask integer, sign-clear mask, bytes).
 #: Keyed by name, so that generating the source (on the build thread) never calls into torch:

@@ -334,10 +334,6 @@ def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:
     return name, "\n".join([head, *w.lines]) + "\n"
 
 
-#: torch.linalg.qr's modes, as the generated QR kernels' names spell them.
-QR_MODES = ("reduced", "complete", "r")
-
-
 def _qr_source(m: int, n: int, dtype: str, mode: str, load: str) -> tuple[str, str]:
     """(function name, source) of the QR kernel of m x n matrices for ``mode``: geqr2 and the
     backward accumulation of Q (the operations of qr_small in metal/linalg/qr.h), R (and Q)
