@@ -67,7 +67,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _print_small_paths() -> None:
     """Which implementation serves batches of n <= 4 here (the path table of mpslinalg.small)."""
-    from .small import cpu_simd, dispatch, orthogonal
+    from .small import cpu_simd, paths
 
     library = cpu_simd.LIBRARY
     library.wait(timeout=30)  # a cold cache builds in the background; info may wait for it
@@ -75,25 +75,13 @@ def _print_small_paths() -> None:
     print()
     print(f"n <= 4 path (mpslinalg.small): native CPU kernels {library.status}, "
           f"QR/SVD/eigh kernels {cpu_simd.ORTH_LIBRARY.status}")
-    probes = [("cpu", torch.float32), ("cpu", torch.complex64), ("cpu", torch.float64)]
-    if torch.cuda.is_available():
-        probes += [("cuda", torch.float32), ("cuda", torch.complex64)]
-    with use_backend("torch"):
-        for device, dtype in probes:
-            A = torch.zeros(1 << 17, 4, 4, dtype=dtype, device=device)
-            taken = dispatch.use_small_path(A, "torch")
-            path = dispatch.torch_path(A) if taken else "torch.linalg"
-            print(f"  torch backend, {device} {str(dtype).removeprefix('torch.'):<10} "
-                  f"batch 131072 of 4x4, inv/solve/det: {path}")
-        uses = {"qr": orthogonal.use_small_qr, "svd": orthogonal.use_small_svd,
-                "eigh": orthogonal.use_small_eigh}
-        for device, dtype in probes:
-            A = torch.zeros(1 << 17, 3, 3, dtype=dtype, device=device)
-            paths = ", ".join(
-                f"{op} {orthogonal.torch_path(A) if use(A, 'torch') else 'torch.linalg'}"
-                for op, use in uses.items())
-            print(f"  torch backend, {device} {str(dtype).removeprefix('torch.'):<10} "
-                  f"batch 131072 of 3x3: {paths}")
+    print("  per op, the first row that serves a call decides (on the torch backend from the "
+          "batch of its order, max(m, n)):")
+    for table in paths.TABLES.values():
+        print(f"  {', '.join(table.functions)}:")
+        for row in table.rows:
+            print(f"    {row.describe()}")
+        print(f"    otherwise: {table.fallback}")
 
 
 class _UsageError(Exception):

@@ -608,28 +608,20 @@ def check_orthonormal_factors(info: OpInfo, backend) -> int:
     return checked
 
 
-#: The table of ``mpslinalg.small.paths.TABLES`` that decides each op's small path (by the
-#: public function's name; an op not listed is tested at every table's crossovers).
-_SMALL_PATH_TABLES = {
-    **dict.fromkeys(("inv", "inv_ex", "solve", "solve_ex", "det", "slogdet", "logdet"), "inv"),
-    "qr": "qr", "svd": "svd", "svdvals": "svdvals", "eigh": "eigh", "eigvalsh": "eigvalsh",
-}
-
-
 def _small_path_batches(info: OpInfo, n: int, backend) -> list[int]:
     """Batch sizes at which the small path of order ``n`` may change hands on ``backend``: on
     the torch backend the crossovers of the op's table in ``mpslinalg.small.paths`` for the
-    backend's device (only the op's own table: torch's CUDA SVD of 131072 3 x 3 matrices,
-    another table's crossover, takes minutes); the metal backend's kernels serve n <= 4 at any batch
-    size, so one past the threadgroup of its one-thread-per-matrix kernels."""
+    backend's device (the table that names the op's public function, or every table where none
+    does; only the op's own table: torch's CUDA SVD of 131072 3 x 3 matrices, another table's
+    crossover, takes minutes); the metal backend's kernels serve n <= 4 at any batch size, so
+    one past the threadgroup of its one-thread-per-matrix kernels."""
     from mpslinalg.small import dispatch, paths
 
     if backend.is_metal:
         return [dispatch._GROUP + 1]
-    chosen = _SMALL_PATH_TABLES.get(info.fn_name)
-    ops = [chosen] if chosen else sorted(set(_SMALL_PATH_TABLES.values()))
-    return sorted({batch for op in ops
-                   for batch in paths.TABLES[op].crossovers(backend.device.type, n)})
+    own = [table for table in paths.TABLES.values() if info.fn_name in table.functions]
+    return sorted({batch for table in own or paths.TABLES.values()
+                   for batch in table.crossovers(backend.device.type, n)})
 
 
 def _outcome(info: OpInfo, args: list, sample: Sample, device: torch.device):

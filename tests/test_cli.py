@@ -198,3 +198,21 @@ def test_info_does_not_load_the_case_modules(monkeypatch, capsys):
     assert cli.main(["info"]) == 0
     with pytest.raises(ImportError, match="broken case module"):
         cli.main(["check", "--help"])
+
+
+def test_info_prints_the_small_path_tables(monkeypatch, capsys):
+    """info prints the path table of every n <= 4 op (`mpslinalg.small.paths.TABLES`): each
+    row's path, dtypes, crossovers and their date, and whether it is ready here."""
+    from mpslinalg.small import cpu_simd, paths
+
+    cpu_simd.LIBRARY.wait()  # no build in flight sets the library under the test
+    monkeypatch.setattr(cpu_simd.LIBRARY, "loaded", None)  # the LU kernels not built here
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    for table in paths.TABLES.values():
+        rows = "\n".join(f"    {row.describe()}" for row in table.rows)
+        assert f"  {', '.join(table.functions)}:\n{rows}\n    otherwise: {table.fallback}\n" in out
+    lu = paths.TABLES["inv"].row(paths.SIMD_CPU, "cpu").describe()
+    assert lu.startswith("simd kernel on CPU  torch cpu   float32 ")
+    assert " not ready " in lu
+    assert lu.endswith("n = 1..4 from batch -, 1024, 1024, 1024 (measured 2026-12-01)")

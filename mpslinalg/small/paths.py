@@ -104,7 +104,8 @@ class Row:
     #: order (max(m, n)) -> smallest batch from which the public call through this path beats
     #: torch.linalg; an order not listed: never; `EVERY_BATCH`: from one matrix on
     min_batch: Mapping[int, int] | None
-    #: the measurement behind ``min_batch`` and its date
+    #: when ``min_batch`` was measured (ISO date; None: nothing to measure) and how
+    date: str | None
     measured: str
     #: cheap (an attribute read, traced by torch.compile): whether the path can run now
     ready: Callable[[], bool] = _always
@@ -115,6 +116,21 @@ class Row:
         return (self.backend == backend and self.device in (None, A.device.type)
                 and A.dtype in self.dtypes and self.ready())
 
+    def describe(self) -> str:
+        """One line for ``python -m mpslinalg info``: the path, where it runs, what it serves,
+        whether it is ready here, from which batch of each order on, and when that was
+        measured."""
+        where = f"{self.backend} {self.device or 'any'}"
+        dtypes = " ".join(str(dtype).removeprefix("torch.") for dtype in self.dtypes)
+        if self.min_batch is EVERY_BATCH:
+            batches = "every batch"
+        else:
+            batches = f"n = 1..{MAX_N} from batch " + ", ".join(
+                str(self.min_batch.get(n, "-")) for n in range(1, MAX_N + 1))
+        ready = "ready" if self.ready() else "not ready"
+        measured = f" (measured {self.date})" if self.date else ""
+        return f"{self.path:<18}  {where:<10}  {dtypes:<37}  {ready:<9}  {batches}{measured}"
+
 
 @dataclass(frozen=True)
 class Table:
@@ -122,6 +138,8 @@ class Table:
 
     #: the public function whose backend a call resolves (``resolve_backend``'s ``fn``)
     fn: str
+    #: the public functions whose small path the table decides
+    functions: tuple[str, ...]
     #: the (m, n) the kernels serve
     shapes: frozenset[tuple[int, int]]
     rows: tuple[Row, ...]
@@ -197,8 +215,8 @@ def _each_order(batch: int, first: int = 1) -> dict[int, int]:
 # below its crossovers per-op dispatch costs more than LAPACK's / cuSOLVER's per-matrix work.
 # The crossovers are chosen on the safe side of the measured ones, so the small path is never
 # the slower one; n = 1 is torch.linalg's at every batch.
-_LU = Table("inv", _SQUARES, (
-    Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH,
+_LU = Table("inv", ("inv", "inv_ex", "solve", "solve_ex", "det", "slogdet", "logdet"), _SQUARES, (
+    Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH, None,
         "one launch of metal/linalg/small_inverse.metal per call, one thread per matrix"),
     # The kernel alone beats torch.linalg from batch 16 (11 us against 14-17 us), but the
     # custom op that carries the small path's autograd costs ~15 us more per call than the
@@ -209,23 +227,23 @@ _LU = Table("inv", _SQUARES, (
     # 0.7-1.07x; at 1024 solve 0.5-1.0x and the others 0.25-0.8x; 2x2 alike (solve 2.5x at
     # 256, 1.5x at 512, 0.4-0.5x at 1024). So 1024 for every n.
     Row(SIMD_CPU, "torch", "cpu", (torch.float32,), {2: 1024, 3: 1024, 4: 1024},
-        "2026-12-01, 2-core machine, load average ~30, torch 2.13.0+cpu, 2 threads: the public "
+        "2026-12-01", "2-core machine, load average ~30, torch 2.13.0+cpu, 2 threads: the public "
         "call with the small path forced against torch.linalg, interleaved, 15-21 rounds of 50 "
-        "calls, twice, minima (benchmarks/bench_small_inverse.py, "
+        "calls, twice, minima (benchmarks/bench_overhead.py's harness, "
         "benchmarks/results/overhead.md)", ready=_lu_kernels_loaded),
     Row(TENSOR_OPS, "torch", "cpu", TORCH_DTYPES, {2: 4096, 3: 8192, 4: 65536},
-        "2026-11-29, 2 threads, torch 2.11 (benchmarks/bench_small_inverse.py, "
+        "2026-11-29", "2 threads, torch 2.11 (benchmarks/bench_small_inverse.py, "
         "benchmarks/results/small_inverse.md, whole-batch tensor ops)"),
     # The kernel alone beats torch.linalg.inv from batch 1 (0.05-0.09 ms against 0.10-0.18
     # ms), but the public call adds the registered op's dispatch (~0.06 ms), so public inv_ex
     # is faster only from batch 131072 (0.15-0.19 ms against 0.26-0.36 ms; at 16384 still
     # 0.10-0.17 against 0.12-0.16).
     Row(TRITON, "torch", "cuda", TRITON_DTYPES, _each_order(131072, first=2),
-        "2026-11-30, NVIDIA H200, public inv_ex against torch.linalg.inv "
+        "2026-11-30", "NVIDIA H200, public inv_ex against torch.linalg.inv "
         "(benchmarks/results/small_inverse.md, H200 sweep of the crossover)",
         ready=_triton_installed, loads=_triton_imports),
     Row(TENSOR_OPS, "torch", "cuda", TORCH_DTYPES, {2: 786432, 3: 524288, 4: 786432},
-        "2026-11-29, NVIDIA H200, torch 2.11 + CUDA 13.0 (benchmarks/results/small_inverse.md, "
+        "2026-11-29", "NVIDIA H200, torch 2.11 + CUDA 13.0 (benchmarks/results/small_inverse.md, "
         "whole-batch tensor ops)"),
 ), fallback=TENSOR_OPS)
 
@@ -237,13 +255,13 @@ _LU = Table("inv", _SQUARES, (
 # for 1000), the public call through the small path ~0.43-0.58 ms up to 1e5 matrices (the
 # kernel ~0.25-0.38 ms, the op's dispatch ~0.2 ms): from 8 matrices on (torch ~0.7 ms) it is
 # faster than torch, at 2-4 it would be up to ~1.4x slower (estimated from those two points).
-_QR = Table("qr", _ALL_SHAPES, (
+_QR = Table("qr", ("qr",), _ALL_SHAPES, (
     Row(SIMD_CPU, "torch", "cpu", cpu_simd.ORTH_DTYPES, {1: 256, 2: 256, 3: 256, 4: 128},
-        "2026-11-30, 2-core CI machine, torch 2.13.0+cpu, 2 threads "
+        "2026-11-30", "2-core CI machine, torch 2.13.0+cpu, 2 threads "
         "(benchmarks/bench_small_qr.py, benchmarks/results/small_qr.md)",
         ready=_orthogonal_kernels_loaded),
     Row(TRITON, "torch", "cuda", TRITON_DTYPES, _each_order(8),
-        "2026-11-30, NVIDIA H200 (benchmarks/results/small_qr_h200.md; 8: the point measured "
+        "2026-11-30", "NVIDIA H200 (benchmarks/results/small_qr_h200.md; 8: the point measured "
         "faster, 2-4 estimated slower)", ready=_triton_installed, loads=_triton_imports),
 ), fallback=TORCH_LINALG)
 
@@ -270,31 +288,31 @@ _QR = Table("qr", _ALL_SHAPES, (
 # at 4096 for eigh (torch's eigh grows ~linearly; cuSOLVER's batched eigh fails outright from
 # some batch below 1e5, which this path serves); the values-only calls keep them (not
 # re-measured on a GPU).
-_ORTH_CPU = ("2026-12-01, 2-core CI machine, shared (load average 29-35), torch 2.13.0+cpu, "
+_ORTH_CPU = ("2026-12-01", "2-core CI machine, shared (load average 29-35), torch 2.13.0+cpu, "
              "2 threads (benchmarks/bench_overhead.py, benchmarks/results/overhead.md)")
-_ORTH_CUDA = ("2026-11-30, NVIDIA H200, 1000 3x3 matrices "
+_ORTH_CUDA = ("2026-11-30", "NVIDIA H200, 1000 3x3 matrices "
               "(benchmarks/results/small_svd_h200.md)")
 
 
-def _jacobi(shapes: frozenset, fn: str, cpu: dict[int, int], cuda: int) -> Table:
-    return Table(fn, shapes, (
-        Row(SIMD_CPU, "torch", "cpu", cpu_simd.ORTH_DTYPES, cpu, _ORTH_CPU,
+def _jacobi(function: str, shapes: frozenset, fn: str, cpu: dict[int, int], cuda: int) -> Table:
+    return Table(fn, (function,), shapes, (
+        Row(SIMD_CPU, "torch", "cpu", cpu_simd.ORTH_DTYPES, cpu, *_ORTH_CPU,
             ready=_orthogonal_kernels_loaded),
-        Row(TRITON, "torch", "cuda", TRITON_DTYPES, _each_order(cuda), _ORTH_CUDA,
+        Row(TRITON, "torch", "cuda", TRITON_DTYPES, _each_order(cuda), *_ORTH_CUDA,
             ready=_triton_installed, loads=_triton_imports),
     ), fallback=TORCH_LINALG)
 
 
 _SVD_SHAPES = frozenset(cpu_simd.SVD_SHAPES)
 
-#: The table of each small op, by name: "inv" serves inv, solve, det and slogdet.
+#: The table of each small op, by name ("inv": inv, solve, det, slogdet and their forms).
 TABLES: dict[str, Table] = {
     "inv": _LU,
     "qr": _QR,
-    "svd": _jacobi(_SVD_SHAPES, "svd", {1: 256, 2: 64, 3: 32, 4: 16}, 1024),
-    "svdvals": _jacobi(_SVD_SHAPES, "svd", {1: 1024, 2: 256, 3: 64, 4: 64}, 1024),
-    "eigh": _jacobi(_SQUARES, "eigh", {2: 256, 3: 64, 4: 32}, 4096),
-    "eigvalsh": _jacobi(_SQUARES, "eigh", {2: 512, 3: 128, 4: 64}, 4096),
+    "svd": _jacobi("svd", _SVD_SHAPES, "svd", {1: 256, 2: 64, 3: 32, 4: 16}, 1024),
+    "svdvals": _jacobi("svdvals", _SVD_SHAPES, "svd", {1: 1024, 2: 256, 3: 64, 4: 64}, 1024),
+    "eigh": _jacobi("eigh", _SQUARES, "eigh", {2: 256, 3: 64, 4: 32}, 4096),
+    "eigvalsh": _jacobi("eigvalsh", _SQUARES, "eigh", {2: 512, 3: 128, 4: 64}, 4096),
 }
 
 
