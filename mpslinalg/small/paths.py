@@ -13,8 +13,9 @@ condition the public functions' fast paths ask on every call.
 The entry points of `mpslinalg.small.dispatch` (inv, solve, det, slogdet) and
 `mpslinalg.small.orthogonal` (qr, svd, eigh) bind each path's name to their functions; the
 ``use_small_*`` / ``may_use_small_*`` / ``choose_path`` / ``torch_path`` functions there are
-queries of these tables, and ``python -m mpslinalg info`` prints them. A new n <= 4 op is one
-description in `mpslinalg.small.codegen` and one table here.
+queries of these tables, and ``python -m mpslinalg info`` prints them. A new n <= 4 op is its
+description in `mpslinalg.small.codegen` and its table here (with each target's launch wrapper
+of the op, and its entry point).
 
 Everything the queries read is an attribute or a constant (the libraries' ``loaded``, whether
 triton is installed), so torch.compile traces them without a graph break; importing triton
@@ -113,6 +114,7 @@ class Row:
     loads: Callable[[], bool] = _always
 
     def serves(self, A: torch.Tensor, backend: str) -> bool:
+        """Whether the row serves ``A`` on ``backend`` now (whatever the batch)."""
         return (self.backend == backend and self.device in (None, A.device.type)
                 and A.dtype in self.dtypes and self.ready())
 

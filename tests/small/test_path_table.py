@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import types
 
 import path_decisions
@@ -73,3 +74,21 @@ def test_lu_fast_path_condition_is_the_tables(call):
     assert not si.may_use_small_path(torch.ones(2048, 3, 4))
     assert not si.may_use_small_path(torch.ones(2048, 3, 3, dtype=torch.float16))
     assert si.may_use_small_path(torch.ones(1024, 3, 3))
+
+
+def test_every_crossover_has_its_measurement_and_date():
+    """Each row that decides from a batch on says when that batch was measured (a real date,
+    not a future one) and where the measurement is, for orders the kernels have; every table
+    names the public functions it decides and falls back to an implementation without a
+    native kernel."""
+    for op, table in paths.TABLES.items():
+        assert table.functions and table.shapes
+        assert all(max(shape) <= paths.MAX_N for shape in table.shapes), op
+        for row in table.rows:
+            if row.min_batch is paths.EVERY_BATCH:
+                continue
+            assert datetime.date.fromisoformat(row.date) <= datetime.date.today(), (op, row)
+            assert "benchmarks/results/" in row.measured, (op, row.path)
+            assert set(row.min_batch) <= set(range(1, paths.MAX_N + 1)), (op, row.path)
+            assert all(batch >= 1 for batch in row.min_batch.values()), (op, row.path)
+        assert table.fallback in (paths.TENSOR_OPS, paths.TORCH_LINALG), op
