@@ -47,6 +47,7 @@ _SOURCE = "linalg/small_inverse.metal"
 #: Threads per threadgroup of the one-thread-per-matrix kernels.
 _GROUP = 256
 
+
 def may_use_small_path(A: torch.Tensor) -> bool:
     """A cheap necessary condition of `use_small_path` on the torch backend: the public
     functions' fast path asks it on every call, so it reads shapes only

@@ -146,20 +146,25 @@ class Table:
     shapes: frozenset[tuple[int, int]]
     rows: tuple[Row, ...]
     fallback: str
-    #: device type -> (dtypes some torch-backend row serves there, order -> smallest crossover
-    #: of those rows): what `may_take_small_path` reads
-    _fewest: dict = field(init=False, repr=False, compare=False)
+    #: (device type, dtype, m, n) -> the fewest elements from which some torch-backend row may
+    #: serve the batch: the smallest crossover of max(m, n) among the rows on that device
+    #: times m n, for the dtypes some row there serves (one lookup: the fast paths ask
+    #: `may_take_small_path` on every call)
+    _fewest_elements: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        fewest: dict = {}
-        for row in self.rows:
-            if row.backend != "torch":
-                continue
-            dtypes, limits = fewest.setdefault(row.device, (set(), {}))
-            dtypes.update(row.dtypes)
-            for order, batch in row.min_batch.items():
-                limits[order] = min(batch, limits.get(order, batch))
-        object.__setattr__(self, "_fewest", fewest)
+        torch_rows = [row for row in self.rows if row.backend == "torch"]
+        fewest = {}
+        for device in {row.device for row in torch_rows}:
+            rows = [row for row in torch_rows if row.device == device]
+            for m, n in self.shapes:
+                limits = [row.min_batch[max(m, n)] for row in rows
+                          if max(m, n) in row.min_batch]
+                if limits:
+                    fewest.update(dict.fromkeys(
+                        ((device, dtype, m, n) for row in rows for dtype in row.dtypes),
+                        min(limits) * m * n))
+        object.__setattr__(self, "_fewest_elements", fewest)
 
     def row_for(self, A: torch.Tensor, backend: str) -> Row | None:
         """The first row that serves ``A`` on ``backend``, readiness included."""
@@ -347,13 +352,8 @@ def may_take_small_path(op: str, A: torch.Tensor) -> bool:
     shape = A.shape
     if len(shape) < 3:
         return False
-    table = TABLES[op]
-    m, n = shape[-2:]
-    fewest = table._fewest.get(A.device.type)
-    if fewest is None or (m, n) not in table.shapes or A.dtype not in fewest[0]:
-        return False
-    limit = fewest[1].get(max(m, n))
-    return limit is not None and A.numel() >= limit * m * n
+    elements = TABLES[op]._fewest_elements.get((A.device.type, A.dtype, shape[-2], shape[-1]))
+    return elements is not None and A.numel() >= elements
 
 
 def choose(op: str, A: torch.Tensor, backend: str | None = None) -> str:
