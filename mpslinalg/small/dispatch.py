@@ -1,5 +1,6 @@
 """Batched inverse, determinant and solve for n <= 4 (camera geometry), in one pass over the batch:
-the choice of path and the entry points.
+the entry points, their queries of the path table (`mpslinalg.small.paths`) and the Metal host
+code.
 
 Camera-geometry code inverts millions of 2x2 / 3x3 / 4x4 matrices per step (poses, intrinsics,
 homographies). A general LU pays per-matrix overhead; this module computes the same LAPACK-style

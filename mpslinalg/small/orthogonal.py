@@ -1,5 +1,6 @@
 """Householder QR, the SVD and the symmetric eigendecomposition of batches of m x n matrices,
-m, n <= 4, in one pass over the batch: the choice of path and the entry points. The qr family
+m, n <= 4, in one pass over the batch: the entry points and their queries of the path table
+(`mpslinalg.small.paths`). The qr family
 (`mpslinalg.linalg.qr`) calls `small_qr` as its ``"small"`` forward;
 `small_svd` and `small_eigh` are plain functions for the svd and eigh families to
 call likewise (with `use_small_svd` / `use_small_eigh` deciding).
