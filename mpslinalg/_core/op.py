@@ -216,6 +216,9 @@ class OutCasting:
         "Expected out tensor to have device {want_device}, but got {got_device} instead")
     #: Names of the outputs in the messages, one per output (the last repeats).
     names: tuple[str, ...] = ("out",)
+    #: The message for a dtype the result cannot be cast to safely, where torch checks that
+    #: first and refuses the other dtypes with ``wrong_dtype`` (matrix_power).
+    uncastable: str = ""
 
     def named(self, *names: str) -> OutCasting:
         """The same rule, naming the outputs ``names`` in its messages."""
@@ -225,7 +228,8 @@ class OutCasting:
         """Raise torch's RuntimeError, naming ``mpslinalg.<fn>``, if ``out`` cannot take
         ``result``."""
         if out.dtype != result.dtype and not self.accepts(result.dtype, out.dtype):
-            message = self.wrong_dtype
+            message = (self.uncastable if self.uncastable
+                       and not torch.can_cast(result.dtype, out.dtype) else self.wrong_dtype)
         elif out.device != result.device:
             message = self.wrong_device
         else:
