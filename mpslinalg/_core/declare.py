@@ -44,6 +44,7 @@ torch (`mpslinalg._core.op.public`). The registered op (`Op`: schema, fake, auto
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -229,7 +230,8 @@ class Declaration:
                  check_inputs: Callable[..., None] | None = None,
                  info_routine: str | Callable[..., str | None] | None = None,
                  dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG,
-                 torch_direct: bool = False, composite: bool = False) -> None:
+                 torch_direct: bool = False, composite: bool = False,
+                 torch_checks: bool = True, torch_everywhere: bool = False) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.results = tuple(results)
@@ -241,8 +243,14 @@ class Declaration:
         #: The torch backend runs the "torch" forward without the registered op when nothing is
         #: traced or differentiated: the op's dispatch would only add its cost.
         self.torch_direct = torch_direct
-        #: Composed of other ops (see `_Composed`): no op of its own.
+        #: Composed of other ops (see `_Composed`): no op of its own; ``torch_checks``: torch's
+        #: function checks its arguments first, on meta tensors (`torch_contract`), for a
+        #: composite whose forwards are not torch's function itself.
         self.composite = composite
+        self.torch_checks = composite and torch_checks and not torch_everywhere
+        #: The public function is torch's function on every backend (torch runs it on MPS with
+        #: its own kernels), its errors reworded: the declaration states its shape rule only.
+        self.torch_everywhere = torch_everywhere
         self._names = [a.name for a in self.inputs]
         self._flags = {i for i, a in enumerate(self.inputs)
                        if isinstance(a, Param) and a.type == "bool"}
@@ -393,7 +401,9 @@ class Declaration:
             out: Any) -> Any:
         """A public call on the general path (`public` generates the call of it)."""
         fn = pub.name
-        if self.composite and pub.torch_fn is not None and not torch.compiler.is_compiling():
+        if callable(pub.casting):  # torch's out= rule depends on the arguments
+            pub = dataclasses.replace(pub, casting=pub.casting(**values))
+        if self.torch_checks and pub.torch_fn is not None and not torch.compiler.is_compiling():
             torch_contract(pub, values)
         check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
         call = self._validate(fn, mode, values, check)
@@ -448,7 +458,8 @@ class Declaration:
     def public(self, torch_fn: Callable[..., Any] | None, *, torch_name: str | None = None,
                through_op: Callable[..., bool] | None | str = "declared",
                prepare: Callable[..., tuple] | None = None,
-               finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
+               finish: Callable[..., Any] | None = None,
+               casting: OutCasting | Callable[..., OutCasting] = EXACT,
                result_type: type | None = None, checking: bool | None = None,
                name: str | None = None, fast_dtypes: frozenset | None = None):
         """Decorator: ``signature`` (a function whose body is its docstring) becomes the
@@ -464,7 +475,9 @@ class Declaration:
         ``slogdet``); it gets them in the compute dtype and casts its own (`Call.cast`).
         ``torch_fn`` None: a function of mpslinalg's own, without a fast path.
         ``fast_dtypes``: the dtypes of the first tensor the fast path takes, when torch's
-        function computes more than torch.linalg's four natively (`public`).
+        function computes more than torch.linalg's four natively (`public`). ``casting`` may
+        be a function of the public arguments giving the `OutCasting`, where torch's rule
+        depends on them (matrix_power's on the power).
         """
         own = torch_fn is None  # an op of mpslinalg's own: no torch function, no fast path
         torch_name = torch_name or ("" if own else torch_fn.__name__.replace("linalg_", "linalg."))
@@ -512,7 +525,8 @@ class Declaration:
             else:
                 function = public(torch_fn, torch_name=torch_name, general_when=guard,
                                   checks=checks_flag, mode_arg=True,
-                                  fast_dtypes=fast_dtypes or _backend.TORCH_NATIVE)(general)
+                                  fast_dtypes=fast_dtypes or _backend.TORCH_NATIVE,
+                                  always=self.torch_everywhere)(general)
             function.declaration = self
             return function
 

@@ -71,7 +71,8 @@ vector_norm_decl = Declaration(
      Param("keepdim", "bool"), Param("dtype", "ScalarType?")],
     [Result("norm", _vector_norm_shape,
             lambda x, ord, dim, keepdim, dtype: _norm_dtype(x, dtype))],
-    forward={"torch": _vector_norm, "metal": _vector_norm}, dtypes=AS_GIVEN, composite=True)
+    forward={"torch": _vector_norm, "metal": _vector_norm}, dtypes=AS_GIVEN, composite=True,
+    torch_everywhere=True)
 
 
 @vector_norm_decl.public(torch.linalg.vector_norm, casting=EXACT, fast_dtypes=frozenset((
@@ -227,25 +228,26 @@ def _norm(matrix_norm_forward):
 
 norm_decl = Declaration(
     "norm",
-    [Operand("A", None, same_dtype=False), Param("ord", "Scalar?"), Param("dim", "int[]?"),
+    [Operand("input", None, same_dtype=False), Param("ord", "Scalar?"), Param("dim", "int[]?"),
      Param("keepdim", "bool"), Param("dtype", "ScalarType?")],
-    [Result("norm", _norm_shape, lambda A, ord, dim, keepdim, dtype: _norm_dtype(A, dtype))],
+    [Result("norm", _norm_shape,
+            lambda input, ord, dim, keepdim, dtype: _norm_dtype(input, dtype))],
     forward={"torch": _norm(_matrix_norm_torch), "metal": _norm(_matrix_norm_metal)},
     dtypes=AS_GIVEN, composite=True)
 
 
 @norm_decl.public(torch.linalg.norm, casting=_NORM_OUT)
-def norm(A: Tensor, ord: float | str | None = None, dim: int | tuple[int, ...] | None = None,
-         keepdim: bool = False, *, out: Tensor | None = None,
-         dtype: torch.dtype | None = None) -> Tensor:
+def norm(input: Tensor, ord: float | str | None = None,
+         dim: int | tuple[int, ...] | None = None, keepdim: bool = False, *,
+         out: Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
     r"""Vector or matrix norm; like `torch.linalg.norm`: a matrix norm (`matrix_norm`) when
-    ``dim`` is a 2-tuple, or when ``dim`` is None, ``ord`` is given and ``A`` is 2-D; else the
-    vector norm (`vector_norm`) of ``dim`` (all of ``A`` when None; the 2-norm when ``ord`` is
-    None).
+    ``dim`` is a 2-tuple, or when ``dim`` is None, ``ord`` is given and ``input`` is 2-D; else
+    the vector norm (`vector_norm`) of ``dim`` (all of ``input`` when None; the 2-norm when
+    ``ord`` is None).
 
     Parameters
     ----------
-    A : Tensor
+    input : Tensor
         Any shape (1-D or 2-D when ``ord`` is given without ``dim``).
     ord : float or str, optional
         As in `vector_norm` / `matrix_norm`.
@@ -256,7 +258,7 @@ def norm(A: Tensor, ord: float | str | None = None, dim: int | tuple[int, ...] |
     out : Tensor, optional
         Tensor to write the result into.
     dtype : torch.dtype, optional
-        ``A`` is cast to it before the norm is computed.
+        ``input`` is cast to it before the norm is computed.
 
     Returns
     -------

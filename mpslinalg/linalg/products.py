@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .._core import checks
 from .._core.declare import AS_GIVEN, Declaration, Operand, Param, Result
-from .._core.op import EXACT, SAFE_CAST, OutCasting, call_torch
+from .._core.op import EXACT, SAFE_CAST, OutCasting
 from .inverse import inv
 
 __all__ = ["cross", "diagonal", "matmul", "matrix_power", "multi_dot", "vander", "vecdot"]
@@ -30,6 +30,10 @@ _EVERY_DTYPE = frozenset(d for d in vars(torch).values() if isinstance(d, torch.
 
 def _torch_everywhere(fn):
     return {"torch": fn, "metal": fn}
+
+
+#: The declaration of a function that is torch's own on every backend.
+_TORCHS_OWN = {"dtypes": AS_GIVEN, "composite": True, "torch_everywhere": True}
 
 
 def _tensor(name: str) -> Operand:
@@ -51,9 +55,17 @@ def _matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
 #: linalg.vecdot's out= rule, in its words.
 _VECDOT_OUT = OutCasting(lambda result, out: False,
                          "Expected out of dtype{want_type} but found {got_type}")
-#: matrix_power's: a dtype the result cannot be cast to is refused first, as by the linalg
-#: functions that cast; any other but the result's own then as by structured kernels.
-_POWER_OUT = replace(EXACT, uncastable=SAFE_CAST.wrong_dtype, names=("result",))
+#: matrix_power's out= rule where its last step is a product written into ``out``: a dtype the
+#: result cannot be cast to is refused first (as by the linalg functions that cast), any other
+#: but the result's own then as by structured kernels; where the last step is a copy (powers
+#: 0, 1 and 2^k, k >= 2, of torch's binary powering), the cast of the copy.
+_POWER_PRODUCT_OUT = replace(EXACT, uncastable=SAFE_CAST.wrong_dtype, names=("result",))
+
+
+def _power_out(A, n, **_) -> OutCasting:
+    k = abs(n) if isinstance(n, int) else 0
+    copied = k <= 1 or (k >= 4 and k & (k - 1) == 0)
+    return SAFE_CAST if copied else _POWER_PRODUCT_OUT
 
 
 # ---------------------------------------------------------------- matmul
@@ -61,7 +73,7 @@ _POWER_OUT = replace(EXACT, uncastable=SAFE_CAST.wrong_dtype, names=("result",))
 matmul_decl = Declaration(
     "matmul", [_tensor("input"), _tensor("other")],
     [Result("result", _matmul_shape)],
-    forward=_torch_everywhere(torch.linalg.matmul), dtypes=AS_GIVEN, composite=True)
+    forward=_torch_everywhere(torch.linalg.matmul), **_TORCHS_OWN)
 
 
 @matmul_decl.public(torch.linalg.matmul, casting=EXACT, fast_dtypes=_EVERY_DTYPE)
@@ -100,12 +112,13 @@ def _multi_dot_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
 multi_dot_decl = Declaration(
     "multi_dot", [Operand("tensors", None, same_dtype=False, built=True)],
     [Result("result", lambda tensors: _multi_dot_shape(tensors))],
-    forward=_torch_everywhere(torch.linalg.multi_dot), dtypes=AS_GIVEN, composite=True)
+    forward=_torch_everywhere(torch.linalg.multi_dot), **_TORCHS_OWN)
 
 
+@multi_dot_decl.public(torch.linalg.multi_dot)
 def multi_dot(tensors: Sequence[Tensor], *, out: Tensor | None = None) -> Tensor:
     r"""Product of two or more matrices in the cheapest order; `torch.linalg.multi_dot` on
-    every backend (a sequence of tensors has no backend of its own to decide by).
+    every backend.
 
     Parameters
     ----------
@@ -125,10 +138,6 @@ def multi_dot(tensors: Sequence[Tensor], *, out: Tensor | None = None) -> Tensor
     >>> mpslinalg.multi_dot([torch.ones(2), torch.eye(2), torch.tensor([1., 2.])])
     tensor(3.)
     """
-    return call_torch("multi_dot", torch.linalg.multi_dot, tensors, out=out)
-
-
-multi_dot.declaration = multi_dot_decl
 
 
 # ---------------------------------------------------------------- vecdot
@@ -141,8 +150,7 @@ def _without(shape: Sequence[int], dim: int) -> tuple[int, ...]:
 vecdot_decl = Declaration(
     "vecdot", [_tensor("x"), _tensor("y"), Param("dim", "int")],
     [Result("result", lambda x, y, dim: _without(checks.broadcast_shapes(x, y), dim))],
-    forward=_torch_everywhere(lambda x, y, dim: torch.linalg.vecdot(x, y, dim=dim)),
-    dtypes=AS_GIVEN, composite=True)
+    forward=_torch_everywhere(lambda x, y, dim: torch.linalg.vecdot(x, y, dim=dim)), **_TORCHS_OWN)
 
 
 @vecdot_decl.public(torch.linalg.vecdot, casting=_VECDOT_OUT, fast_dtypes=_EVERY_DTYPE)
@@ -178,8 +186,7 @@ cross_decl = Declaration(
     "cross", [_tensor("input"), _tensor("other"), Param("dim", "int")],
     [Result("result", lambda input, other, dim: tuple(checks.broadcast_shapes(input, other)))],
     forward=_torch_everywhere(lambda input, other, dim: torch.linalg.cross(input, other,
-                                                                         dim=dim)),
-    dtypes=AS_GIVEN, composite=True)
+                                                                         dim=dim)), **_TORCHS_OWN)
 
 
 @cross_decl.public(torch.linalg.cross, casting=EXACT, fast_dtypes=_EVERY_DTYPE)
@@ -225,8 +232,7 @@ diagonal_decl = Declaration(
                  Param("dim2", "int")],
     [Result("diagonal", _diagonal_shape)],
     forward=_torch_everywhere(lambda A, offset, dim1, dim2: torch.linalg.diagonal(
-        A, offset=offset, dim1=dim1, dim2=dim2)),
-    dtypes=AS_GIVEN, composite=True)
+        A, offset=offset, dim1=dim1, dim2=dim2)), **_TORCHS_OWN)
 
 
 @diagonal_decl.public(torch.linalg.diagonal, fast_dtypes=_EVERY_DTYPE)
@@ -266,8 +272,7 @@ def _vander_shape(x, N):
 vander_decl = Declaration(
     "vander", [_tensor("x"), Param("N", "int?")],
     [Result("vander", _vander_shape)],
-    forward=_torch_everywhere(lambda x, N: torch.linalg.vander(x, N=N)), dtypes=AS_GIVEN,
-    composite=True)
+    forward=_torch_everywhere(lambda x, N: torch.linalg.vander(x, N=N)), **_TORCHS_OWN)
 
 
 @vander_decl.public(torch.linalg.vander, fast_dtypes=_EVERY_DTYPE)
@@ -301,9 +306,11 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:
 
 
 def _identity_like(A: Tensor) -> Tensor:
+    """Identities of A's shape, as torch makes A^0: written over a copy of A, so that the result
+    is connected to A in the graph with a zero gradient (whatever A holds, Inf and NaN too)."""
     eye = torch.zeros(A.shape, dtype=A.dtype, device=A.device)
     eye.diagonal(dim1=-2, dim2=-1).fill_(1)
-    return eye
+    return A.clone(memory_format=torch.contiguous_format).copy_(eye)
 
 
 def _matrix_power_metal(A: Tensor, n: int) -> Tensor:
@@ -336,7 +343,7 @@ matrix_power_decl = Declaration(
     dtypes=AS_GIVEN, composite=True)
 
 
-@matrix_power_decl.public(torch.linalg.matrix_power, casting=_POWER_OUT,
+@matrix_power_decl.public(torch.linalg.matrix_power, casting=_power_out,
                           fast_dtypes=_EVERY_DTYPE)
 def matrix_power(A: Tensor, n: int, *, out: Tensor | None = None) -> Tensor:
     r"""The integer power ``A^n`` of square matrices; like `torch.linalg.matrix_power`.
