@@ -244,8 +244,8 @@ class Declaration:
         #: traced or differentiated: the op's dispatch would only add its cost.
         self.torch_direct = torch_direct
         #: Composed of other ops (see `_Composed`): no op of its own; ``torch_checks``: torch's
-        #: function checks its arguments first, on meta tensors (`torch_contract`), for a
-        #: composite whose forwards are not torch's function itself.
+        #: function checks a metal-backend call's arguments first, on meta tensors
+        #: (`torch_contract`), for a composite whose forwards are not torch's function itself.
         self.composite = composite
         self.torch_checks = composite and torch_checks and not torch_everywhere
         #: The public function is torch's function on every backend (torch runs it on MPS with
@@ -403,10 +403,13 @@ class Declaration:
         fn = pub.name
         if callable(pub.casting):  # torch's out= rule depends on the arguments
             pub = dataclasses.replace(pub, casting=pub.casting(**values))
-        if self.torch_checks and pub.torch_fn is not None and not torch.compiler.is_compiling():
-            torch_contract(pub, values)
         check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
         call = self._validate(fn, mode, values, check)
+        # (a torch-backend call reaches a composite only through its through_op, which admits
+        # valid arguments alone)
+        if self.torch_checks and call is not None and call.backend == "metal" \
+                and pub.torch_fn is not None and not torch.compiler.is_compiling():
+            torch_contract(pub, values)
         prepare = pub.prepare or self.prepare
         finish = None
         whole = False

@@ -20,7 +20,9 @@ import math
 import torch
 from torch import Tensor
 
+from .. import small
 from .._core import torch_bugs
+from .._core.backend import EVERY_DTYPE
 from .._core.declare import AS_GIVEN, Declaration, Operand, Param, Result, real_dtype
 from .._core.op import EXACT, SAFE_CAST, OutCasting
 from .inverse import inv_ex
@@ -136,14 +138,24 @@ def _spectral_norm(A: Tensor, ord, dim: tuple[int, int], keepdim: bool) -> Tenso
     return value
 
 
-def _matrix_norm_metal(A: Tensor, ord, dim, keepdim: bool, dtype) -> Tensor:
+def _matrix_norm_composed(A: Tensor, ord, dim, keepdim: bool, dtype) -> Tensor:
     if _is_spectral(ord):
         return _spectral_norm(A if dtype is None else A.to(dtype), ord, dim, keepdim)
     return torch.linalg.matrix_norm(A, ord, dim, keepdim, dtype=dtype)
 
 
-def _matrix_norm_torch(A: Tensor, ord, dim, keepdim: bool, dtype) -> Tensor:
-    return torch.linalg.matrix_norm(A, ord, dim, keepdim, dtype=dtype)
+def _small_spectral(A, ord, dim) -> bool:
+    """A torch-backend call the n <= 4 singular values serve: a spectral order of a batch of
+    small matrices in the last two dimensions, at least svdvals' crossover (shapes only: it
+    runs on every call; every argument it admits is valid)."""
+    return (_is_spectral(ord) and isinstance(A, Tensor) and A.dim() >= 3
+            and tuple(dim) in ((-2, -1), (A.dim() - 2, A.dim() - 1))
+            and small.may_use_small_svd(A, compute_uv=False))
+
+
+def _matrix_norm_through_op(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None,
+                            out=None) -> bool:
+    return dtype is None and type(keepdim) is bool and _small_spectral(A, ord, dim)
 
 
 _MATRIX_INPUTS = [Operand("A", None, same_dtype=False), Param("ord", "Scalar"),
@@ -153,11 +165,11 @@ matrix_norm_decl = Declaration(
     "matrix_norm", _MATRIX_INPUTS,
     [Result("norm", _matrix_norm_shape,
             lambda A, ord, dim, keepdim, dtype: _norm_dtype(A, dtype))],
-    forward={"torch": _matrix_norm_torch, "metal": _matrix_norm_metal}, dtypes=AS_GIVEN,
-    composite=True)
+    forward={"torch": _matrix_norm_composed, "metal": _matrix_norm_composed},
+    through_op=_matrix_norm_through_op, dtypes=AS_GIVEN, composite=True)
 
 
-@matrix_norm_decl.public(torch.linalg.matrix_norm, casting=_NORM_OUT)
+@matrix_norm_decl.public(torch.linalg.matrix_norm, casting=_NORM_OUT, fast_dtypes=EVERY_DTYPE)
 def matrix_norm(A: Tensor, ord: float | str = "fro", dim: tuple[int, int] = (-2, -1),
                 keepdim: bool = False, *, dtype: torch.dtype | None = None,
                 out: Tensor | None = None) -> Tensor:
@@ -226,17 +238,23 @@ def _norm(matrix_norm_forward):
     return forward
 
 
+def _norm_through_op(input, ord=None, dim=None, keepdim=False, *, out=None,
+                     dtype=None) -> bool:
+    return (dtype is None and type(keepdim) is bool and dim is not None
+            and not isinstance(dim, int) and len(dim) == 2 and _small_spectral(input, ord, dim))
+
+
 norm_decl = Declaration(
     "norm",
     [Operand("input", None, same_dtype=False), Param("ord", "Scalar?"), Param("dim", "int[]?"),
      Param("keepdim", "bool"), Param("dtype", "ScalarType?")],
     [Result("norm", _norm_shape,
             lambda input, ord, dim, keepdim, dtype: _norm_dtype(input, dtype))],
-    forward={"torch": _norm(_matrix_norm_torch), "metal": _norm(_matrix_norm_metal)},
-    dtypes=AS_GIVEN, composite=True)
+    forward={"torch": _norm(_matrix_norm_composed), "metal": _norm(_matrix_norm_composed)},
+    through_op=_norm_through_op, dtypes=AS_GIVEN, composite=True)
 
 
-@norm_decl.public(torch.linalg.norm, casting=_NORM_OUT)
+@norm_decl.public(torch.linalg.norm, casting=_NORM_OUT, fast_dtypes=EVERY_DTYPE)
 def norm(input: Tensor, ord: float | str | None = None,
          dim: int | tuple[int, ...] | None = None, keepdim: bool = False, *,
          out: Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
@@ -297,22 +315,27 @@ def _cond_forward(spectral_norm, inverse, matrix_norm_forward):
     return forward
 
 
-def _cond_through_op(A, p=None, out=None) -> bool:
-    """A torch-backend call goes through the composite where torch's own cond could not be
-    differentiated (`mpslinalg._core.torch_bugs`)."""
-    return isinstance(A, Tensor) and torch_bugs.cond_gradient_affected(A, p)
+def _cond_through_op(A, p=None, *, out=None) -> bool:
+    """A torch-backend call goes through the composite where the n <= 4 singular values serve
+    it, and where torch's own cond could not be differentiated (`mpslinalg._core.torch_bugs`;
+    square matrices: torch words the refusal of the others)."""
+    if not isinstance(A, Tensor):
+        return False
+    if p is None or (not isinstance(p, (str, bool)) and p in (2, -2)):
+        return _small_spectral(A, 2, (-2, -1))
+    return (torch_bugs.cond_gradient_affected(A, p) and A.dim() >= 2
+            and A.shape[-1] == A.shape[-2])
 
 
 cond_decl = Declaration(
     "cond", [Operand("A", None, same_dtype=False), Param("p", "Scalar?")],
     [Result("cond", lambda A, p: A[:-2], lambda A, p: real_dtype(A.dtype))],
-    forward={"torch": _cond_forward(torch.linalg.svdvals, torch.linalg.inv_ex,
-                                    _matrix_norm_torch),
-             "metal": _cond_forward(svdvals, inv_ex, _matrix_norm_metal)},
+    forward={"torch": _cond_forward(svdvals, torch.linalg.inv_ex, _matrix_norm_composed),
+             "metal": _cond_forward(svdvals, inv_ex, _matrix_norm_composed)},
     through_op=_cond_through_op, dtypes=AS_GIVEN, composite=True)
 
 
-@cond_decl.public(torch.linalg.cond, casting=SAFE_CAST)
+@cond_decl.public(torch.linalg.cond, casting=SAFE_CAST, fast_dtypes=EVERY_DTYPE)
 def cond(A: Tensor, p: float | str | None = None, *, out: Tensor | None = None) -> Tensor:
     r"""Condition number ``norm(A, p) * norm(inv(A), p)``; like `torch.linalg.cond`.
 

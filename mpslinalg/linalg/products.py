@@ -17,15 +17,15 @@ import torch
 from torch import Tensor
 
 from .._core import checks
+from .._core.backend import EVERY_DTYPE
 from .._core.declare import AS_GIVEN, Declaration, Operand, Param, Result
 from .._core.op import EXACT, SAFE_CAST, OutCasting
 from .inverse import inv
 
 __all__ = ["cross", "diagonal", "matmul", "matrix_power", "multi_dot", "vander", "vecdot"]
 
-#: Every dtype: these functions are torch's on the torch backend whatever the dtype (integers
-#: included), so the fast path takes them all.
-_EVERY_DTYPE = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype))
+#: torch's function on the torch backend whatever the dtype (integers included).
+_EVERY_DTYPE = EVERY_DTYPE
 
 
 def _torch_everywhere(fn):

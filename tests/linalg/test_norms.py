@@ -208,3 +208,30 @@ def test_cond_nonfinite(backend):
     for p in (1, "fro"):  # through the inverse: no error, non-finite there
         got = mpslinalg.cond(A, p)
         assert not got[1].isfinite() and got[[0, 2]].isfinite().all()
+
+
+def test_small_batches_take_the_small_singular_values(monkeypatch):
+    """On the torch backend a large batch of 3x3 matrices gets its spectral norms and condition
+    numbers from the n <= 4 kernels (torch computes a full SVD per matrix), with torch's
+    values."""
+    from mpslinalg import small
+
+    calls = []
+    real = small.small_svd
+    monkeypatch.setattr(small, "small_svd", lambda *a, **k: calls.append(1) or real(*a, **k))
+    A = torch.randn(4096, 3, 3, generator=torch.Generator().manual_seed(14))
+    with mpslinalg.use_backend("torch"):
+        for ord in (2, -2, "nuc"):
+            torch.testing.assert_close(mpslinalg.matrix_norm(A, ord),
+                                       torch.linalg.matrix_norm(A, ord))
+            torch.testing.assert_close(mpslinalg.norm(A, ord, (-2, -1)),
+                                       torch.linalg.norm(A, ord, (-2, -1)))
+        for p in (None, 2, -2):
+            # cond's relative error is about cond eps (s_min's error is eps s_max)
+            want = torch.linalg.cond(A.double(), p)
+            bound = 90 * torch.finfo(torch.float32).eps * torch.linalg.cond(A.double()) ** 2
+            assert ((mpslinalg.cond(A, p).double() - want).abs() <= bound).all(), p
+        small_paths = len(calls)
+        mpslinalg.matrix_norm(A[:2], 2)  # below the crossover: torch's
+        mpslinalg.matrix_norm(A, 2, keepdim=True, dtype=torch.float64)  # torch's too
+    assert small_paths == 9 and len(calls) == 9
