@@ -77,3 +77,12 @@ def test_vander_takes_n_by_keyword_as_torch_does():
     with pytest.raises(TypeError):
         mpslinalg.vander(x, 3)
     assert torch.equal(mpslinalg.vander(x, N=3), torch.linalg.vander(x, N=3))
+
+
+@pytest.mark.parametrize("name", ("svd_lowrank", "pca_lowrank"))
+def test_lowrank_signatures_are_torchs(name):
+    """torch's top-level randomized decompositions (Python functions: exact signatures)."""
+    ours = inspect.signature(getattr(mpslinalg, name))
+    theirs = inspect.signature(getattr(torch, name))
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.parameters.values()]
