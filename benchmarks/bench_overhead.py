@@ -29,6 +29,12 @@ from mpslinalg._core.timing import (  # noqa: E402
     time_interleaved,
 )
 
+
+def _first(A: torch.Tensor) -> torch.Tensor:
+    """The first matrix of a batch (or the matrix), for the functions of 2-D operands."""
+    return A.reshape(-1, *A.shape[-2:])[0]
+
+
 #: (public name, mpslinalg call, torch call); each takes (A, B).
 CASES: list[tuple[str, Callable, Callable]] = [
     ("solve", mpslinalg.solve, torch.linalg.solve),
@@ -53,6 +59,32 @@ CASES: list[tuple[str, Callable, Callable]] = [
     # A is not Hermitian: both read the lower triangle only
     ("eigh", lambda A, B: mpslinalg.eigh(A), lambda A, B: torch.linalg.eigh(A)),
     ("eigvalsh", lambda A, B: mpslinalg.eigvalsh(A), lambda A, B: torch.linalg.eigvalsh(A)),
+    ("matrix_norm", lambda A, B: mpslinalg.matrix_norm(A),
+     lambda A, B: torch.linalg.matrix_norm(A)),
+    ("matrix_norm ord=2", lambda A, B: mpslinalg.matrix_norm(A, 2),
+     lambda A, B: torch.linalg.matrix_norm(A, 2)),
+    ("norm", lambda A, B: mpslinalg.norm(A), lambda A, B: torch.linalg.norm(A)),
+    ("vector_norm", lambda A, B: mpslinalg.vector_norm(A),
+     lambda A, B: torch.linalg.vector_norm(A)),
+    ("cond", lambda A, B: mpslinalg.cond(A), lambda A, B: torch.linalg.cond(A)),
+    ("cond p=1", lambda A, B: mpslinalg.cond(A, 1), lambda A, B: torch.linalg.cond(A, 1)),
+    ("matrix_power 3", lambda A, B: mpslinalg.matrix_power(A, 3),
+     lambda A, B: torch.linalg.matrix_power(A, 3)),
+    ("matrix_power -1", lambda A, B: mpslinalg.matrix_power(A, -1),
+     lambda A, B: torch.linalg.matrix_power(A, -1)),
+    ("matmul", mpslinalg.matmul, torch.linalg.matmul),
+    ("vecdot", lambda A, B: mpslinalg.vecdot(A, A), lambda A, B: torch.linalg.vecdot(A, A)),
+    ("cross", lambda A, B: mpslinalg.cross(A[..., :3], A[..., :3]),
+     lambda A, B: torch.linalg.cross(A[..., :3], A[..., :3])),
+    ("diagonal", lambda A, B: mpslinalg.diagonal(A), lambda A, B: torch.linalg.diagonal(A)),
+    ("vander", lambda A, B: mpslinalg.vander(A), lambda A, B: torch.linalg.vander(A)),
+    # 2-D operands: the first matrix of the batch
+    ("multi_dot", lambda A, B: mpslinalg.multi_dot([_first(A)] * 3),
+     lambda A, B: torch.linalg.multi_dot([_first(A)] * 3)),
+    ("tensorinv", lambda A, B: mpslinalg.tensorinv(_first(A), 1),
+     lambda A, B: torch.linalg.tensorinv(_first(A), 1)),
+    ("tensorsolve", lambda A, B: mpslinalg.tensorsolve(_first(A), _first(A)[0]),
+     lambda A, B: torch.linalg.tensorsolve(_first(A), _first(A)[0])),
 ]
 
 #: (batch, n); (4,) x 192 x 192 is a batch torch's CPU LU gets wrong, which mpslinalg factors

@@ -19,9 +19,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 _TORCH_LINALG = ["det", "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor",
                  "lu_factor_ex", "lu_solve", "qr", "slogdet", "solve", "solve_ex", "svd", "eigh",
                  "eigvalsh", "svdvals", "pinv", "matrix_rank", "cholesky", "vector_norm",
-                 "matrix_norm"]
+                 "matrix_norm", "norm", "cond", "cross", "diagonal", "matmul", "matrix_power",
+                 "multi_dot", "tensorinv", "tensorsolve", "vander", "vecdot", "matrix_exp"]
 _TORCH_TOP = ["bucketize", "eq", "ge", "geqrf", "gt", "le", "logdet", "lt", "maximum", "minimum",
-              "ne", "searchsorted", "lu_unpack", "det", "inverse"]
+              "ne", "searchsorted", "lu_unpack", "det", "inverse", "matmul", "tensordot",
+              "svd_lowrank", "pca_lowrank"]
 _TORCH_F = ["conv1d", "grouped_mm", "linear", "pad", "scaled_dot_product_attention", "scaled_mm"]
 _TORCH_SPECIAL = [f"{kind}_polynomial_{letter}" for kind, letters in
                   [("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw")] for letter in letters]
@@ -59,7 +61,8 @@ def _torch() -> list[tuple[str, str, str]]:
 
 def _numpy() -> list[tuple[str, str, str]]:
     names = ["numpy.linalg.solve", "numpy.linalg.inv", "numpy.linalg.det", "numpy.linalg.slogdet",
-             "numpy.linalg.qr", "numpy.linalg.lstsq", "numpy.linalg.svd", "numpy.linalg.eigh"]
+             "numpy.linalg.qr", "numpy.linalg.lstsq", "numpy.linalg.svd", "numpy.linalg.eigh",
+             "numpy.vander"]
     items = [(n, "function", f"reference/generated/{n}.html#{n}") for n in names]
     items.append(("numpy.ndarray", "class", "reference/generated/numpy.ndarray.html"
                                              "#numpy.ndarray"))

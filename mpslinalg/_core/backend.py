@@ -170,6 +170,9 @@ def resolve_backend(device: torch.device, fn: str) -> str:
 
 #: dtypes torch.linalg computes in natively (the others are upcast by mpslinalg).
 TORCH_NATIVE = frozenset((torch.float32, torch.float64, torch.complex64, torch.complex128))
+#: Every dtype: the fast path of a function torch computes in any dtype itself (integers,
+#: float16 included), whose general path on the torch backend serves its through_op alone.
+EVERY_DTYPE = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype))
 
 
 read_environment()

@@ -44,6 +44,7 @@ torch (`mpslinalg._core.op.public`). The registered op (`Op`: schema, fake, auto
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -55,7 +56,7 @@ from torch import Tensor
 
 from . import backend as _backend
 from . import checks
-from .op import EXACT, Op, OutCasting, cast_back, public, write_out
+from .op import EXACT, Op, OutCasting, call_torch, cast_back, public, write_out
 
 #: ``Result.dtype``: the compute dtype of the call / its real counterpart (singular values,
 #: eigenvalues, log|det|).
@@ -188,6 +189,12 @@ class _Public:
     prepare: Callable[..., tuple] | None
     finish: Callable[..., Any] | None
     params: list[str] = field(default_factory=list)
+    #: torch's function and its name (a composite's general path checks its contract by it).
+    torch_fn: Callable[..., Any] | None = None
+    torch_name: str = ""
+    #: The parameters torch's function takes by keyword only (the others by position: its
+    #: names may differ from the documented ones, ``input`` for ``A``).
+    keyword_only: frozenset = frozenset()
 
 
 def _batch_ndim(x: Tensor, spec: Matrix | Operand) -> int:
@@ -223,7 +230,8 @@ class Declaration:
                  check_inputs: Callable[..., None] | None = None,
                  info_routine: str | Callable[..., str | None] | None = None,
                  dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG,
-                 torch_direct: bool = False) -> None:
+                 torch_direct: bool = False, composite: bool = False,
+                 torch_checks: bool = True, torch_everywhere: bool = False) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.results = tuple(results)
@@ -235,6 +243,14 @@ class Declaration:
         #: The torch backend runs the "torch" forward without the registered op when nothing is
         #: traced or differentiated: the op's dispatch would only add its cost.
         self.torch_direct = torch_direct
+        #: Composed of other ops (see `_Composed`): no op of its own; ``torch_checks``: torch's
+        #: function checks a metal-backend call's arguments first, on meta tensors
+        #: (`torch_contract`), for a composite whose forwards are not torch's function itself.
+        self.composite = composite
+        self.torch_checks = composite and torch_checks and not torch_everywhere
+        #: The public function is torch's function on every backend (torch runs it on MPS with
+        #: its own kernels), its errors reworded: the declaration states its shape rule only.
+        self.torch_everywhere = torch_everywhere
         self._names = [a.name for a in self.inputs]
         self._flags = {i for i, a in enumerate(self.inputs)
                        if isinstance(a, Param) and a.type == "bool"}
@@ -251,10 +267,16 @@ class Declaration:
         save = saves if callable(saves) else self._save
         infos = [i for i, r in enumerate(self.results) if r.info]
         self.info_index = infos[0] if infos else None
-        self.op = Op(name, self.schema(), forward=forward, fake=self._fake,
-                     info=self.info_index, info_routine=info_routine,
-                     save=save if backward is not None else None, backward=backward,
-                     check_inputs=check_inputs)
+        if composite:
+            if backward is not None or self.info_index is not None:
+                raise ValueError(f"{name}: a composite's derivative and errors are those of "
+                                 "the ops it is composed of")
+            self.op = _Composed(name, forward)
+        else:
+            self.op = Op(name, self.schema(), forward=forward, fake=self._fake,
+                         info=self.info_index, info_routine=info_routine,
+                         save=save if backward is not None else None, backward=backward,
+                         check_inputs=check_inputs)
 
     def __repr__(self) -> str:
         return f"Declaration(mpslinalg::{self.name})"
@@ -379,8 +401,15 @@ class Declaration:
             out: Any) -> Any:
         """A public call on the general path (`public` generates the call of it)."""
         fn = pub.name
+        if callable(pub.casting):  # torch's out= rule depends on the arguments
+            pub = dataclasses.replace(pub, casting=pub.casting(**values))
         check = f"mpslinalg.{fn}" if pub.checking or check_errors else ""
         call = self._validate(fn, mode, values, check)
+        # (a torch-backend call reaches a composite only through its through_op, which admits
+        # valid arguments alone)
+        if self.torch_checks and call is not None and call.backend == "metal" \
+                and pub.torch_fn is not None and not torch.compiler.is_compiling():
+            torch_contract(pub, values)
         prepare = pub.prepare or self.prepare
         finish = None
         whole = False
@@ -432,7 +461,8 @@ class Declaration:
     def public(self, torch_fn: Callable[..., Any] | None, *, torch_name: str | None = None,
                through_op: Callable[..., bool] | None | str = "declared",
                prepare: Callable[..., tuple] | None = None,
-               finish: Callable[..., Any] | None = None, casting: OutCasting = EXACT,
+               finish: Callable[..., Any] | None = None,
+               casting: OutCasting | Callable[..., OutCasting] = EXACT,
                result_type: type | None = None, checking: bool | None = None,
                name: str | None = None, fast_dtypes: frozenset | None = None):
         """Decorator: ``signature`` (a function whose body is its docstring) becomes the
@@ -448,7 +478,9 @@ class Declaration:
         ``slogdet``); it gets them in the compute dtype and casts its own (`Call.cast`).
         ``torch_fn`` None: a function of mpslinalg's own, without a fast path.
         ``fast_dtypes``: the dtypes of the first tensor the fast path takes, when torch's
-        function computes more than torch.linalg's four natively (`public`).
+        function computes more than torch.linalg's four natively (`public`). ``casting`` may
+        be a function of the public arguments giving the `OutCasting`, where torch's rule
+        depends on them (matrix_power's on the power).
         """
         own = torch_fn is None  # an op of mpslinalg's own: no torch function, no fast path
         torch_name = torch_name or ("" if own else torch_fn.__name__.replace("linalg_", "linalg."))
@@ -464,8 +496,10 @@ class Declaration:
             raises = checking if checking is not None else finish is None
             checking_form = self.info_index is not None and not check_param and raises
             kind = result_type or getattr(torch.return_types, torch_name.replace(".", "_"), None)
-            pub = _Public(name or signature.__name__, checking_form, check_param, kind, casting,
-                          prepare, finish, names)
+            pub = _Public(name or signature.__name__, checking_form, check_param, kind,
+                          casting, prepare, finish, names,
+                          torch_fn, torch_name, frozenset(
+                              p.name for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY))
             packed = ", ".join(f"{n!r}: {n}" for n in names)
             check = "check_errors" if check_param else "False"
             out = "out" if "out" in sig.parameters else "None"
@@ -494,11 +528,71 @@ class Declaration:
             else:
                 function = public(torch_fn, torch_name=torch_name, general_when=guard,
                                   checks=checks_flag, mode_arg=True,
-                                  fast_dtypes=fast_dtypes or _backend.TORCH_NATIVE)(general)
+                                  fast_dtypes=fast_dtypes or _backend.TORCH_NATIVE,
+                                  always=self.torch_everywhere)(general)
             function.declaration = self
             return function
 
         return wrap
+
+
+class _Composed:
+    """The "op" of a composite declaration: no registered op of its own, its forwards call
+    other ops (mpslinalg's, with their own derivative rules, fakes and errors, and torch's), so
+    autograd, meta tensors and torch.compile see those. An error an inner mpslinalg function
+    raises is reworded to name the composite first, as torch names the inner function after
+    the outer one (``linalg.tensorinv`` raises ``inv: The diagonal element ...``)."""
+
+    _backward = None
+
+    def __init__(self, name: str, forward: dict[str, Callable[..., Any]]) -> None:
+        self.name = name
+        self.forward = forward
+
+    def __call__(self, *args: Any) -> Any:
+        *own, backend, small, _check = args
+        try:
+            if small:
+                return self.forward["small"](*own, backend=backend)
+            return self.forward[backend](*own)
+        except Exception as error:
+            raise _inner(error, self.name) from None
+
+    def __repr__(self) -> str:
+        return f"composite mpslinalg.{self.name}"
+
+
+def _meta(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, (list, tuple)) and any(isinstance(t, Tensor) for t in x):
+        return type(x)(_meta(t) for t in x)
+    return x
+
+
+def torch_contract(pub: _Public, values: dict[str, Any]) -> None:
+    """A composite's arguments checked by torch's own function, run on meta tensors of the
+    same shapes, strides and dtypes: torch's errors (reworded to name mpslinalg), whatever ops
+    the composite computes with. (``out`` is `write_out`'s: meta kernels word its errors
+    otherwise.)"""
+    args = [_meta(x) for name, x in values.items() if name not in pub.keyword_only]
+    kwargs = {name: _meta(x) for name, x in values.items() if name in pub.keyword_only}
+    call_torch(pub.name, pub.torch_fn, *args, **kwargs)
+
+
+def _inner(error: Exception, fn: str) -> Exception:
+    """``error`` of an inner function, reworded to name ``mpslinalg.<fn>`` in its place (as
+    `mpslinalg._core.errors.translate` names it in place of torch's inner function)."""
+    text = str(error)
+    if text.startswith(f"mpslinalg.{fn}:"):
+        return error
+    head, sep, rest = text.partition(": ")
+    text = f"mpslinalg.{fn}: " + (rest if sep and head.startswith("mpslinalg.") else text)
+    try:
+        new = type(error)(text)
+    except Exception:
+        return error
+    return new.with_traceback(error.__traceback__)
 
 
 def _own_function(general: Callable[..., Any]) -> Callable[..., Any]:

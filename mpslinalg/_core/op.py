@@ -216,6 +216,9 @@ class OutCasting:
         "Expected out tensor to have device {want_device}, but got {got_device} instead")
     #: Names of the outputs in the messages, one per output (the last repeats).
     names: tuple[str, ...] = ("out",)
+    #: The message for a dtype the result cannot be cast to safely, where torch checks that
+    #: first and refuses the other dtypes with ``wrong_dtype`` (matrix_power).
+    uncastable: str = ""
 
     def named(self, *names: str) -> OutCasting:
         """The same rule, naming the outputs ``names`` in its messages."""
@@ -225,7 +228,8 @@ class OutCasting:
         """Raise torch's RuntimeError, naming ``mpslinalg.<fn>``, if ``out`` cannot take
         ``result``."""
         if out.dtype != result.dtype and not self.accepts(result.dtype, out.dtype):
-            message = self.wrong_dtype
+            message = (self.uncastable if self.uncastable
+                       and not torch.can_cast(result.dtype, out.dtype) else self.wrong_dtype)
         elif out.device != result.device:
             message = self.wrong_device
         else:
@@ -312,7 +316,8 @@ def call_torch(fn: str, torch_fn: Callable[..., Any], *args: Any, **kwargs: Any)
 
 def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
            general_when: Callable[..., bool] | None = None, checks: bool | str = False,
-           mode_arg: bool = False, fast_dtypes: frozenset = _backend.TORCH_NATIVE):
+           mode_arg: bool = False, fast_dtypes: frozenset = _backend.TORCH_NATIVE,
+           always: bool = False):
     """Decorator for a public function whose body is the general path (validation, upcast,
     metal and small paths, ``out=``).
 
@@ -333,7 +338,8 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     argument, so that a call decides its backend once (`mpslinalg._core.declare`).
     ``fast_dtypes``: the first tensor's dtypes the fast path takes (torch.linalg's native ones
     by default; a function torch computes in more dtypes, without an upcast of ours, names
-    them).
+    them). ``always``: every call is ``torch_fn``'s, whatever the backend (a function torch
+    runs on every device itself); the general path is then never taken.
     """
 
     def wrap(general: Callable[..., Any]) -> Callable[..., Any]:
@@ -348,6 +354,8 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
         # Inlined: a function call costs a tenth of a 3x3 LU factorisation.
         condition = (f"isinstance({first}, _Tensor) and {first}.dtype in _NATIVE "
                      f"and (_m == 'torch' or (_m == 'auto' and not {first}.is_mps))")
+        if always:
+            condition = "True"
         if checks:
             condition += (" and not _compiling()" if checks is True
                           else f" and (not {checks} or not _compiling())")
@@ -370,8 +378,8 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             params.append(p.name if p.default is p.empty else f"{p.name}=_d_{p.name}")
         source = (
             f"def {name}({', '.join(params)}):\n"
-            f"    _m = _b.fast_mode or _b.get_backend()\n"
-            f"    if {condition}:\n"
+            + ("" if always else "    _m = _b.fast_mode or _b.get_backend()\n")
+            + f"    if {condition}:\n"
             f"        try:\n"
             f"            if {all_default}:\n"
             f"                return _torch_fn({required})\n"

@@ -8,6 +8,12 @@ SLASWP" and returns wrong factors (sometimes pivots out of range); one matrix at
 thread, is right. Everything built on it is wrong too: lu_factor, lu, solve, inv, det, slogdet.
 ``getrs`` (lu_solve with correct factors) is not affected. The route: factor such batches one
 matrix at a time (the factorisation of a matrix this size costs far more than the loop).
+
+torch's ``linalg.cond`` for the orders computed through the inverse (1, -1, inf, -inf, 'fro';
+torch 2.13) has no gradient: it fills the inverse where ``inv_ex`` failed in place
+(``masked_fill_``), and backward raises "one of the variables needed for gradient computation
+has been modified by an inplace operation". The route: where such a call is differentiated, the
+same formula out of place (`COND_BY_INVERSE`, `mpslinalg.linalg.norms`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,16 @@ import torch
 #: Largest matrix (entries) for which the batched CPU factorisation was measured correct with
 #: two threads (144 x 144 right, 152 x 152 wrong); below it the batch goes to torch whole.
 MKL_BATCHED_GETRF_SAFE_NUMEL = 144 * 144
+
+
+#: The orders of torch.linalg.cond whose gradient torch cannot compute (module docstring).
+COND_BY_INVERSE = (1, -1, math.inf, -math.inf, "fro")
+
+
+def cond_gradient_affected(A: torch.Tensor, p: object) -> bool:
+    """Whether torch's cond would fail to differentiate this call (module docstring)."""
+    return (A.requires_grad and torch.is_grad_enabled() and not isinstance(p, bool)
+            and p in COND_BY_INVERSE)
 
 
 def mkl_batched_getrf_affected(A: torch.Tensor) -> bool:
