@@ -436,8 +436,7 @@ def small_slogdet(A: torch.Tensor, threads: int = 1) -> tuple[torch.Tensor, torc
 QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
 
 #: The real types of the orthogonal kernels: (C++ type, mask integer, sign-clear mask, bytes).
-#: Keyed by name, so that generating the source (on the build thread) never calls into torch:
-#: a daemon thread stopped at interpreter exit inside torch's C++ frames aborts the process.
+#: Keyed by name: the generated source depends on no torch dtype.
 _REAL_TYPES = {
     "f32": ("float", "int", "0x7fffffff", 4),
     "f64": ("double", "long long", "0x7fffffffffffffffLL", 8),
