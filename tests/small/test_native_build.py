@@ -224,3 +224,18 @@ def test_the_build_compiles_with_the_generated_flags():
     lists = (ROOT / "CMakeLists.txt").read_text()
     assert "target_compile_options(${name} PRIVATE ${MPSL_FLAGS_${name}})" in lists
     assert 'set(CMAKE_CXX_FLAGS "")' in lists  # no $CXXFLAGS, no build-type flags
+
+
+@pytest.mark.filterwarnings("ignore:'mpslinalg.small.generated' found in sys.modules")
+def test_the_generated_command_checks_the_native_sources(monkeypatch, capsys):
+    """``python -m mpslinalg.small.generated --check`` sees the native sources, whose writers
+    register when the package is imported (before, run as __main__ it consulted a registry of
+    its own that no producer filled, and called every file current)."""
+    import runpy
+
+    monkeypatch.setitem(generated.GENERATED, "native/small_cpu.cpp", lambda: "changed\n")
+    monkeypatch.setattr(sys, "argv", ["generated", "--check"])
+    with pytest.raises(SystemExit) as exit_status:
+        runpy.run_module("mpslinalg.small.generated", run_name="__main__")
+    assert exit_status.value.code == 1
+    assert "stale: native/small_cpu.cpp" in capsys.readouterr().out.splitlines()
