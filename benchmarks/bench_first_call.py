@@ -8,8 +8,8 @@ The processes are forked from one that has imported torch and done nothing else,
 costs its measurement rather than another ``import torch`` (seconds on a loaded 2-core machine).
 Every call runs in float32 and complex64, on a batch of 3x3 matrices and on a medium batch. The
 goal: mpslinalg's first call costs at most torch.linalg's first call + 0.3 s, imports neither
-sympy nor torch._dynamo, and never waits for a compiler (the native CPU kernels build in the
-background).
+sympy nor torch._dynamo, and never waits for a compiler (the native CPU kernels are compiled
+when the package is installed).
 """
 
 from __future__ import annotations

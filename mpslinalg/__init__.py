@@ -27,10 +27,3 @@ __all__.sort()
 del _family, _module
 
 __version__ = "0.1.0"
-
-# The native CPU kernels of the n <= 4 path build (or load from the cache) in the background, so
-# that no call ever waits for a compiler (MPSLINALG_NATIVE=0 turns this off).
-from .small import cpu_simd as _cpu_simd  # noqa: E402
-
-_cpu_simd.LIBRARY.start()
-_cpu_simd.ORTH_LIBRARY.start()

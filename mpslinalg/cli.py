@@ -65,16 +65,23 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _native_lines() -> list[str]:
+    """Whether each native library of the n <= 4 path is loaded, and from where or why not."""
+    from .small import cpu_simd
+
+    return [f"native CPU kernels, {what}: {library.status}"
+            for what, library in (("inv/solve/det", cpu_simd.LIBRARY),
+                                  ("QR/SVD/eigh", cpu_simd.ORTH_LIBRARY))]
+
+
 def _print_small_paths() -> None:
     """Which implementation serves batches of n <= 4 here (the path table of mpslinalg.small)."""
-    from .small import cpu_simd, paths
+    from .small import paths
 
-    library = cpu_simd.LIBRARY
-    library.wait(timeout=30)  # a cold cache builds in the background; info may wait for it
-    cpu_simd.ORTH_LIBRARY.wait(timeout=60)
     print()
-    print(f"n <= 4 path (mpslinalg.small): native CPU kernels {library.status}, "
-          f"QR/SVD/eigh kernels {cpu_simd.ORTH_LIBRARY.status}")
+    print("n <= 4 path (mpslinalg.small):")
+    for line in _native_lines():
+        print(f"  {line}")
     print("  per op, the first row that serves a call decides (on the torch backend from the "
           "batch of its order, max(m, n)):")
     for table in paths.TABLES.values():
@@ -124,6 +131,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     device = _device(args)
     cases = "case" if len(selected) == 1 else "cases"
     print(f"checking {len(selected)} {cases} on the {args.backend} backend, device {device}")
+    for line in _native_lines():
+        print(f"n <= 4 path: {line}")
     rows, failures = [], 0
     for i, case in enumerate(selected, start=1):
         print(f"[{i}/{len(selected)}] {case.op}: {case.case} ...", end=" ", flush=True)
@@ -171,14 +180,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not selected:
         return 0
     device = _device(args)
-    from .small import cpu_simd
-
-    # Steady state: the native n <= 4 CPU kernels build in the background on a cold cache, and
-    # a case timed before they load would time the fallback instead.
-    cpu_simd.LIBRARY.wait(timeout=120)
     header = _timing.machine_header(device)
     print("\n".join(header))
-    print(f"n <= 4    native CPU kernels {cpu_simd.LIBRARY.status}")
+    for line in _native_lines():
+        print(f"n <= 4    {line}")
     print(f"backend   {args.backend}; {args.repeats} rounds, the contenders of a case timed "
           "interleaved (round-robin, one loop)")
     print("ratio     other median / mpslinalg median (> 1: mpslinalg is faster)")

@@ -574,9 +574,9 @@ def check_orthonormal_factors(info: OpInfo, backend) -> int:
     from mpslinalg.small import cpu_simd, native
     from mpslinalg.testing import THRESH
 
-    # The n <= 4 kernels serve the torch backend on the CPU once their library is built (in the
-    # background from import; calls meanwhile take torch.linalg): wait, so that they are checked.
-    # A failed build fails here; without a compiler torch.linalg serves them, and is checked.
+    # The n <= 4 kernels serve the torch backend on the CPU where the installation has their
+    # library (loaded at import). One that does not load fails here; without one torch.linalg
+    # serves those calls, and is checked.
     try:
         cpu_simd.ORTH_LIBRARY.require()
     except native.NativeUnavailableError:

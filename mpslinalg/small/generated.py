@@ -25,7 +25,7 @@ from collections.abc import Callable
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 #: The modules that register generated files (imported by `targets`, never at package import).
-PRODUCERS: tuple[str, ...] = ()
+PRODUCERS: tuple[str, ...] = ("mpslinalg.small.cpu_simd",)
 
 #: Repository-relative path -> the function returning the file's text.
 GENERATED: dict[str, Callable[[], str]] = {}
@@ -83,4 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run with -m, this file is a second module (__main__), not the mpslinalg.small.generated
+    # that the producers register with (some are imported with the package): run that one's.
+    from mpslinalg.small import generated as _registry
+
+    sys.exit(_registry.main())

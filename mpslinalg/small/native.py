@@ -1,157 +1,129 @@
-"""Building and loading the small path's native CPU library (the generated C++ of
-`mpslinalg.small.cpu_simd`), without ever making a call wait for the compiler.
+"""Loading the small path's native CPU libraries (the generated C++ of
+`mpslinalg.small.cpu_simd`), which the build backend compiled when the package was built or
+installed.
 
-The library is built once per (source, flags, compiler), with the compiler and cache directory
-the emulator uses (``$CXX``; ``$MPSLINALG_CACHE_DIR``, else the user cache), atomically, so
-concurrent processes are safe.
-`start` runs the build on a daemon thread; it is started when `mpslinalg` is
-imported (``MPSLINALG_NATIVE=0`` turns it off), so with a warm cache the library is loaded
-within milliseconds and with a cold one within the compile time (about 7 s of CPU), while calls
-in the meantime take torch.linalg. A library that is not there warns once, saying why, and the
-small path then runs without it. Why it is not there is one of two different things, which
-`NativeLibrary.require` tells apart: no C++ compiler on this machine (or the build switched
-off), `NativeUnavailableError`; or a compiler that ran and failed, `NativeBuildError`, carrying
-its messages.
+``CMakeLists.txt`` compiles ``native/<name>.cpp`` into ``mpslinalg/_native/<name>.so`` inside
+the package (the wheel, or the install tree of an editable install, which is on the package's
+``__path__``). A `NativeLibrary` loads it with ctypes when it is created, that is when
+`mpslinalg` is imported: nothing is compiled at run time, no thread is started, and every call
+takes the same path from the first one on. Where the library is not there, every call takes the
+fallback (whole-batch tensor ops or torch.linalg) from the first one on, and ``status`` says
+why: switched off (``MPSLINALG_NATIVE=0``), or not in this installation (built where CMake found
+no C++ compiler, or a source checkout that was never installed), both `NativeUnavailableError`;
+or there but not loadable (another architecture's file, a broken build), `NativeBuildError`, a
+defect. `warn_absent` warns once for all of them; ``python -m mpslinalg info`` prints the
+status.
+
+Examples
+--------
+>>> from mpslinalg.small import cpu_simd
+>>> cpu_simd.LIBRARY.wait() is cpu_simd.LIBRARY.loaded  # loaded (or not) at import: no wait
+True
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import logging
 import os
 import pathlib
-import subprocess
-import threading
+import sys
 import warnings
-from collections.abc import Callable
-
-from ..emulator.build import build_once, cache_dir, find_compiler  # one compiler, cache, lock
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger("mpslinalg.small")
 
-#: Environment switch: "0" disables building the native library (the small path then uses
+#: Environment switch: "0": the native libraries are not loaded (the small path then uses
 #: whole-batch tensor ops or torch.linalg on CPU).
 ENABLE_VAR = "MPSLINALG_NATIVE"
 
+#: Where the build installs the libraries, relative to each directory of the package's
+#: ``__path__`` (see CMakeLists.txt).
+SUBDIR = "_native"
+
 
 class NativeUnavailableError(RuntimeError):
-    """The library cannot be built here: no C++ compiler, or ``MPSLINALG_NATIVE=0``."""
+    """The library is not in this installation (built without a C++ compiler, or never built),
+    or ``MPSLINALG_NATIVE=0``."""
 
 
 class NativeBuildError(RuntimeError):
-    """The compiler ran and the build failed (or its library did not load): a defect, not a
-    property of the machine. The message holds the compiler's."""
+    """The installed library does not load or lacks a kernel: a defect, not a property of the
+    machine. The message holds the loader's."""
 
 
-def build(source: str, flags: list[str], cxx: str, name: str) -> pathlib.Path:
-    """Compile one self-contained C++ source into a shared library in the cache (or return the
-    cached one). Raises `NativeBuildError` with the compiler's messages when compilation
-    fails."""
-    key = hashlib.sha256(json.dumps([source, flags, os.path.basename(cxx)]).encode()).hexdigest()
-
-    def compile_into(tmp: pathlib.Path) -> pathlib.Path:
-        src, so = tmp / f"{name}.cpp", tmp / f"{name}.so"
-        src.write_text(source)
-        try:
-            proc = subprocess.run([cxx, *flags, str(src), "-o", str(so)], capture_output=True)
-        except OSError as exc:  # found, but cannot be run: a broken $CXX
-            raise NativeBuildError(f"{cxx} could not be run: {exc}") from exc
-        if proc.returncode != 0:
-            raise NativeBuildError(f"{cxx} failed (exit status {proc.returncode}):\n"
-                                   + proc.stderr.decode(errors="replace")[:2000])
-        return so
-
-    # one build per library across processes and threads (the emulator's cache discipline)
-    return build_once(cache_dir() / "native" / f"{name}-{key[:24]}.so", compile_into)
+def package_directories() -> list[pathlib.Path]:
+    """The directories the libraries are looked for in: ``_native`` of every directory of the
+    package's ``__path__`` (one in a wheel; the install tree, then the source tree, in an
+    editable install)."""
+    package = sys.modules[__name__.split(".")[0]]
+    return [pathlib.Path(entry) / SUBDIR for entry in package.__path__]
 
 
 class NativeLibrary:
-    """One library built in the background: ``get()`` never waits, ``wait()`` does."""
+    """One installed library, loaded (or found absent) when it is created.
 
-    def __init__(self, name: str, make_source: Callable[[], str], flags: list[str],
-                 bind: Callable[[ctypes.CDLL], None]) -> None:
+    ``loaded`` is the `ctypes.CDLL` or None (read directly by code that torch.compile traces),
+    ``path`` the file loaded, ``status`` one line saying which, ``error`` why it is not loaded
+    (a `NativeUnavailableError` or a `NativeBuildError`; None when loaded).
+    """
+
+    def __init__(self, name: str, bind: Callable[[ctypes.CDLL], None],
+                 directories: Iterable[pathlib.Path] | None = None) -> None:
         self.name = name
-        self._make_source, self._flags, self._bind = make_source, flags, bind
-        #: The loaded library, or None (read directly by code that torch.compile traces).
         self.loaded: ctypes.CDLL | None = None
-        self._done = threading.Event()
-        self._started = False
-        self._lock = threading.Lock()
-        self.status = "not started"
-        #: Why the library is not loaded once the build has finished without it: a
-        #: `NativeUnavailableError` or a `NativeBuildError` (None otherwise).
+        self.path: pathlib.Path | None = None
         self.error: NativeUnavailableError | NativeBuildError | None = None
-
-    def start(self) -> None:
-        """Build (or load from the cache) on a daemon thread, once."""
-        with self._lock:
-            if self._started:
-                return
-            self._started = True
         if os.environ.get(ENABLE_VAR) == "0":
-            self._finish(None, NativeUnavailableError(f"disabled by {ENABLE_VAR}=0"))
+            self._absent(NativeUnavailableError(f"not used: disabled by {ENABLE_VAR}=0"))
             return
-        self.status = "building"
-        threading.Thread(target=self._build, name=f"mpslinalg-{self.name}", daemon=True).start()
-
-    def _build(self) -> None:
-        cxx = find_compiler()
-        if cxx is None:
-            self._finish(None, NativeUnavailableError(
-                "no C++ compiler ($CXX, c++, g++ or clang++)"), warn=True)
+        searched = list(package_directories() if directories is None else directories)
+        found = [d / f"{name}.so" for d in searched if (d / f"{name}.so").is_file()]
+        if not found:
+            where = ", ".join(str(d) for d in searched) or "no directory"
+            self._absent(NativeUnavailableError(
+                f"not in this installation (no {name}.so in {where}): the package was built "
+                "where CMake found no C++ compiler, or this source checkout was never "
+                "installed (pip install -e . builds it)"))
             return
+        self.path = found[0]
         try:
-            lib = ctypes.CDLL(str(build(self._make_source(), self._flags, cxx, self.name)))
-            self._bind(lib)
-        except NativeBuildError as exc:
-            self._finish(None, exc, warn=True)
+            lib = ctypes.CDLL(str(self.path))
+            bind(lib)
+        except (OSError, AttributeError) as exc:  # another platform's file, or a stale build
+            self._absent(NativeBuildError(f"{self.path} does not load: {exc}"))
             return
-        except (OSError, AttributeError) as exc:  # built, but it does not load or bind
-            self._finish(None, NativeBuildError(f"the built library does not load: {exc}"),
-                         warn=True)
-            return
-        except Exception as exc:  # the source's generator: a defect, and wait() must return
-            self._finish(None, NativeBuildError(f"generating the source failed: {exc!r}"),
-                         warn=True)
-            return
-        self._finish(lib, None)
+        self.loaded = lib
+        self.status = f"loaded from {self.path}"
+        log.debug("native library %s: %s", name, self.status)
 
-    def _finish(self, lib: ctypes.CDLL | None,
-                error: NativeUnavailableError | NativeBuildError | None,
-                warn: bool = False) -> None:
-        self.loaded, self.error = lib, error
-        if error is None:
-            self.status = "ready"
-        elif isinstance(error, NativeBuildError):
-            self.status = f"the build failed: {error}"
-        else:
-            self.status = str(error)
+    def _absent(self, error: NativeUnavailableError | NativeBuildError) -> None:
+        self.error = error
+        self.status = str(error)
         log.debug("native library %s: %s", self.name, self.status)
-        if warn:
-            warnings.warn(f"mpslinalg: the native small-matrix CPU kernels are not available "
-                          f"({self.status}); torch.linalg serves those calls instead",
-                          RuntimeWarning, stacklevel=2)
-        self._done.set()
 
-    def get(self) -> ctypes.CDLL | None:
-        """The library if it is loaded, else None (and the build is started)."""
-        if self.loaded is None and not self._started:
-            self.start()
-        return self.loaded
-
-    def wait(self, timeout: float | None = None) -> ctypes.CDLL | None:
-        """The library, waiting for the build (None if it failed or timed out)."""
-        self.start()
-        self._done.wait(timeout)
+    def wait(self) -> ctypes.CDLL | None:
+        """The library or None, at once: it was loaded (or found absent) when created."""
         return self.loaded
 
     def require(self) -> ctypes.CDLL:
-        """The library, waiting for the build; raises `NativeUnavailableError` where it cannot
-        be built here (no compiler, or switched off) and `NativeBuildError`, with the
-        compiler's messages, where the build failed."""
-        lib = self.wait()
-        if lib is None:
-            raise self.error  # set before the build's end is signalled
-        return lib
+        """The library; raises `NativeUnavailableError` where it is not installed (or switched
+        off) and `NativeBuildError` where the installed file does not load."""
+        if self.loaded is None:
+            raise self.error
+        return self.loaded
+
+
+def warn_absent(libraries: Iterable[NativeLibrary]) -> None:
+    """One warning naming the libraries that are not loaded and why the first is not (one
+    installation's libraries miss for one reason), unless switched off on purpose
+    (``MPSLINALG_NATIVE=0``); nothing where all are loaded."""
+    if os.environ.get(ENABLE_VAR) == "0":
+        return
+    missing = [lib for lib in libraries if lib.loaded is None]
+    if missing:
+        warnings.warn(f"mpslinalg: the native n <= 4 CPU kernels "
+                      f"({', '.join(lib.name for lib in missing)}) are not loaded: "
+                      f"{missing[0].status}; tensor ops or torch.linalg serve those calls "
+                      f"(python -m mpslinalg info says more; {ENABLE_VAR}=0 silences this)",
+                      RuntimeWarning, stacklevel=2)

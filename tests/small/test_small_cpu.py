@@ -146,13 +146,3 @@ def test_torch_backend_dispatch(monkeypatch):
     monkeypatch.setattr(sc.LIBRARY, "loaded", None)  # still building, or failed
     assert si.torch_path(A) == "tensor ops"
 
-
-def test_library_cached():
-    """The library is built once per source, flags and compiler, then loaded from the cache."""
-    from mpslinalg.small import native
-
-    path = native.build(sc.source(), sc._FLAGS, native.find_compiler(), name="small_cpu")
-    assert path.is_file()
-    assert native.build(sc.source(), sc._FLAGS, native.find_compiler(), name="small_cpu") == path
-    # Contraction stays off: an FMA would round products differently from the emulator.
-    assert "-ffp-contract=off" in sc._FLAGS and not any("march" in f for f in sc._FLAGS)

@@ -171,7 +171,7 @@ def _sweep_counting_svd(m: int, n: int):
     """The float32 singular-value kernel of m x n matrices, generated as the library's is but
     counting the sweeps its blocks run: ``svd(A)`` returns (S, sweeps), on blocks of 4 lanes
     (the baseline variant), one thread."""
-    from mpslinalg.small import native
+    from native_gate import build_test_library
 
     original = sc._Cpp.sweeps
 
@@ -190,8 +190,7 @@ def _sweep_counting_svd(m: int, n: int):
     source = (sc._PRELUDE + "static long sweeps_run = 0;\n"
               'extern "C" __attribute__((visibility("default"))) long mpsl_sweeps_run() '
               "{ long run = sweeps_run; sweeps_run = 0; return run; }\n" + kernel)
-    lib = ctypes.CDLL(str(native.build(source, sc._ORTH_FLAGS, native.find_compiler(),
-                                       "small_svd_sweep_count")))
+    lib = ctypes.CDLL(str(build_test_library(source, sc._ORTH_FLAGS, "small_svd_sweep_count")))
     lib.mpsl_sweeps_run.restype = ctypes.c_long
     fn = getattr(lib, f"mpsl_small_{name}")
     p = ctypes.c_void_p
