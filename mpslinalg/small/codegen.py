@@ -347,7 +347,8 @@ class Dialect(abc.ABC):
         if isinstance(e, Full):
             return self.full(e.kind, e.value), ATOM
         if isinstance(e, Neg):
-            return "-" + self.wrap(e.a, UNARY), UNARY
+            inner = self.wrap(e.a, UNARY)
+            return "-" + (f"({inner})" if inner.startswith("-") else inner), UNARY
         if isinstance(e, Not):
             return "~" + self.wrap(e.a, UNARY), UNARY
         if isinstance(e, Div):
