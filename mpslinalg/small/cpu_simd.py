@@ -8,9 +8,10 @@ matrices of the block, so each operation of the elimination is one SIMD instruct
 block (blocks of 8 with AVX2, of 4 with the SSE2/NEON baseline).
 
 The code generator (`mpslinalg.small.codegen`, shared with
-`mpslinalg.small.triton_kernels`; the C++ dialect is `_Cpp` below) follows the
-loops of ``metal/linalg/small_inverse.h`` one for one (the same operations in the same order,
-every branch on data a vector select), and the library is compiled with ``-ffp-contract=off``
+`mpslinalg.small.triton_kernels` and `mpslinalg.small.metal_kernels`, which writes
+``metal/linalg/small_inverse.h`` from the same description; the C++ dialect is `_Cpp` below)
+emits the Metal kernel's operations in the same order, every branch on data a vector select,
+and the library is compiled with ``-ffp-contract=off``
 and without fast-math, so each lane rounds exactly like the emulator-compiled Metal kernel: the
 results are bit-identical (tests/small/test_small_cpu.py compares them exactly):
 

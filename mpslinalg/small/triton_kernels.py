@@ -22,10 +22,11 @@ results, ``info`` and error semantics match the Metal kernel and the tensor-op p
 
 Each program handles ``BLOCK`` consecutive matrices, one per lane. Triton has no per-lane
 arrays, so the kernels are written out as straight-line code: for every (op, n) the generator
-of `mpslinalg.small.codegen` (shared with `mpslinalg.small.cpu_simd`; its Triton dialect
-is `_Triton` below) emits one scalar variable per matrix entry (``a12`` is row 1, column
-2), following the loops of the Metal kernel one for one (the same operations in the same order;
-every branch on data is a ``tl.where``). The generated source is compiled with ``triton.jit``
+of `mpslinalg.small.codegen` (shared with `mpslinalg.small.cpu_simd` and the Metal kernels of
+`mpslinalg.small.metal_kernels`; its Triton dialect is `_Triton` below, which renders the
+description's expressions) emits one scalar variable per matrix entry (``a12`` is row 1, column
+2): the same operations in the same order as the Metal kernel, every branch on data a
+``tl.where``. The generated source is compiled with ``triton.jit``
 (registered in `linecache` so that Triton can read it back); `kernel_source` shows it.
 
 Loads and stores (``MPSLINALG_TRITON_LOAD``, read once at import; the default ``auto`` is
