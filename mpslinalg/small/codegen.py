@@ -177,9 +177,12 @@ class Call(Expr):
 #: pivot measure); modulus |x| of the matrix dtype; sqrt (correctly rounded); signbit (true
 #: for -0.0, as copysign reads it); isnan; is_zero (x == 0, both parts for complex);
 #: mul_unit(s, d) = s * unit(d) for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 for
-#: a real dtype (a NaN counts as negative), d / |d| for complex.
+#: a real dtype (a NaN counts as negative), d / |d| for complex; nonzero (not is_zero, a NaN
+#: included); conj, re, im (x, x, - for a real dtype); complex(re, im) (complex dtypes only);
+#: isinf (of a REAL).
 FUNCTIONS = {"abs": REAL, "abs1": REAL, "modulus": REAL, "sqrt": None, "signbit": BOOL,
-             "isnan": BOOL, "is_zero": BOOL, "mul_unit": None}
+             "isnan": BOOL, "isinf": BOOL, "is_zero": BOOL, "nonzero": BOOL, "mul_unit": None,
+             "conj": None, "re": REAL, "im": REAL, "complex": FLOAT}
 
 
 def constant(value: object, kind: str = FLOAT) -> Expr:
@@ -241,6 +244,36 @@ def isnan(x: object) -> Expr:
 def is_zero(x: object) -> Expr:
     """x == 0 (both parts for complex)."""
     return _call("is_zero", x)
+
+
+def nonzero(x: object) -> Expr:
+    """x != 0 (either part for complex; true for a NaN)."""
+    return _call("nonzero", x)
+
+
+def isinf(x: object) -> Expr:
+    """x is an infinity (of a REAL)."""
+    return _call("isinf", x)
+
+
+def conj(x: object) -> Expr:
+    """The complex conjugate (x itself for a real dtype)."""
+    return _call("conj", x)
+
+
+def re(x: object) -> Expr:
+    """The real part (x itself for a real dtype)."""
+    return _call("re", x)
+
+
+def im(x: object) -> Expr:
+    """The imaginary part (complex dtypes only)."""
+    return _call("im", x)
+
+
+def make_complex(real: object, imag: object) -> Expr:
+    """The complex number real + i imag (complex dtypes only)."""
+    return _call("complex", constant(real, REAL), constant(imag, REAL))
 
 
 def mul_unit(s: object, d: object) -> Expr:
@@ -325,6 +358,15 @@ class Dialect(abc.ABC):
     def function(self, call: Call, args: list[str]) -> str | Expr:
         """``call`` (see `FUNCTIONS`) with its rendered arguments: its text (an atom), or an
         expression to render instead."""
+
+    @staticmethod
+    def real_meaning(call: Call) -> Expr | None:
+        """The functions that are plain expressions for a real dtype (isnan: x != x, is_zero,
+        nonzero, conj and re: x itself), else None."""
+        x = call.args[0]
+        return {"isnan": lambda: x.ne(x), "is_zero": lambda: x.eq(0.0),
+                "nonzero": lambda: x.ne(0.0), "conj": lambda: x,
+                "re": lambda: x}.get(call.fn, lambda: None)()
 
     def special(self, e: Expr) -> tuple[str, int] | None:
         """The dialect's own rendering of ``e`` as (text, precedence), None for the default."""
@@ -549,25 +591,27 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
 # Besides the methods above, the QR emitters use a dialect's `sqrt`, `signbit` and `safe_min`.
 
 
-def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
+def emit_qr_factor(dl: Dialect, m: int, n: int, complex_: bool = False) -> None:
     """geqr2 of a{i}{j} (m x n) in place: R on and above the diagonal, the reflectors' tails
     below it, tau{j} (j < min(m, n)) their scalars. beta = -sign(alpha) |(alpha, x)| (the sign
-    bit of alpha, as copysign), H = I (tau = 0) when the tail x is exactly zero."""
+    bit of alpha, as copysign), H = I (tau = 0) when the tail x is exactly zero. ``complex_``:
+    the complex reflector of `_emit_larfg_complex`, H^H applied to the columns after j."""
     for j in range(min(m, n)):
-        _emit_tail_norm(dl, m, j)
+        _emit_tail_norm(dl, m, j, complex_)
         dl.declare(FLOAT, f"tau{j}", Full(0.0))
         with dl.scope():
-            _emit_larfg(dl, m, j)
+            (_emit_larfg_complex if complex_ else _emit_larfg)(dl, m, j)
             for c in range(j + 1, n):
                 _emit_apply_reflector(dl, m, j, "a", c)
 
 
 def _emit_apply_reflector(dl: Dialect, m: int, j: int, target: str, c: int,
                           extent: tuple[dict[int, Var], Var] | None = None) -> None:
-    """H_j = I - tau_j v v^T, v = (1, a[j+1:m, j]), applied to column c of ``target`` (``a`` in
-    geqr2, ``q`` in org2r): target[j:m, c] -= tau_j v (v^T target[j:m, c]), as larf does.
-    ``extent`` (org2r): the BOOL conditions of `_emit_reflector_extent`, (row i -> row i is
-    within larf's scan, whether column c is): entries outside stay as they are."""
+    """H_j = I - tau_j v v^H, v = (1, a[j+1:m, j]), applied to column c of ``target``: as
+    H_j^H in geqr2 (``a``), as H_j in org2r (``q``): target[j:m, c] -= tau v (v^H target[j:m,
+    c]), tau conjugated in geqr2, as larf does. ``extent`` (org2r): the BOOL conditions of
+    `_emit_reflector_extent`, (row i -> row i is within larf's scan, whether column c is):
+    entries outside stay as they are."""
     a, t, tau = Vars("a"), Vars(target), Var(f"tau{j}")
     rows, column = extent if extent is not None else ({}, None)
 
@@ -578,36 +622,38 @@ def _emit_apply_reflector(dl: Dialect, m: int, j: int, target: str, c: int,
     with dl.scope():
         d = dl.declare(FLOAT, "d", t[j, c])
         for i in range(j + 1, m):
-            term = a[i, j] * t[i, c]
+            term = conj(a[i, j]) * t[i, c]
             if i in rows:  # past v's last nonzero: v_i = 0, and 0 * NaN must not reach d
                 term = select(rows[i], term, 0.0)
             dl.assign(d, d + term)
-        td = dl.declare(FLOAT, "td", tau * d)
+        td = dl.declare(FLOAT, "td", (conj(tau) if target == "a" else tau) * d)
         for i, update in [(j, t[j, c] - td)] + [
                 (i, t[i, c] - a[i, j] * td) for i in range(j + 1, m)]:
             cond = within(i)
             dl.assign(t[i, c], update if cond is None else select(cond, update, t[i, c]))
 
 
-def _emit_tail_norm(dl: Dialect, m: int, j: int) -> None:
-    """xnorm{j} = |a[j+1:m, j]| by LAPACK's classic scaled sum of squares (qr_ssq_add): no
-    square that could overflow or underflow; NaN when the tail holds a NaN."""
+def _emit_tail_norm(dl: Dialect, m: int, j: int, complex_: bool = False) -> None:
+    """xnorm{j} = |a[j+1:m, j]| by LAPACK's classic scaled sum of squares (qr_ssq_add, over
+    the real and imaginary parts for complex): no square that could overflow or underflow;
+    NaN when the tail holds a NaN."""
     a = Vars("a")
     xnorm = dl.declare(REAL, f"xnorm{j}", Full(0.0, REAL))
     with dl.scope():
         scale = dl.declare(REAL, "scale", Full(0.0, REAL))
         ssq = dl.declare(REAL, "ssq", Full(1.0, REAL))
         for i in range(j + 1, m):
-            with dl.scope():
-                ax = dl.declare(REAL, "ax", abs_(a[i, j]))
-                # x != 0 is also true for a NaN, which then reaches ssq through r2.
-                nz = dl.declare(BOOL, "nz", a[i, j].ne(0.0))
-                grow = dl.declare(BOOL, "grow", scale < ax)
-                r1 = dl.declare(REAL, "r1", scale / ax)
-                r2 = dl.declare(REAL, "r2", ax / scale)
-                grown = 1.0 + ssq * r1 * r1
-                dl.assign(ssq, select(nz, select(grow, grown, ssq + r2 * r2), ssq))
-                dl.assign(scale, select(nz & grow, ax, scale))
+            for x in (re(a[i, j]), im(a[i, j])) if complex_ else (a[i, j],):
+                with dl.scope():
+                    ax = dl.declare(REAL, "ax", abs_(x))
+                    # x != 0 is also true for a NaN, which then reaches ssq through r2.
+                    nz = dl.declare(BOOL, "nz", x.ne(0.0))
+                    grow = dl.declare(BOOL, "grow", scale < ax)
+                    r1 = dl.declare(REAL, "r1", scale / ax)
+                    r2 = dl.declare(REAL, "r2", ax / scale)
+                    grown = 1.0 + ssq * r1 * r1
+                    dl.assign(ssq, select(nz, select(grow, grown, ssq + r2 * r2), ssq))
+                    dl.assign(scale, select(nz & grow, ax, scale))
         dl.assign(xnorm, select(scale.eq(0.0), select(isnan(ssq), ssq, 0.0),
                                 scale * sqrt(ssq)))
 
@@ -628,12 +674,45 @@ def _emit_larfg(dl: Dialect, m: int, j: int) -> None:
     nbeta = dl.declare(FLOAT, "nbeta", select(signbit(alpha) | isnan(alpha), lapy, -lapy))
     dl.assign(tau, select(ident, 0.0, (nbeta - alpha) / nbeta))
     denom = dl.declare(FLOAT, "denom", select(ident, 1.0, alpha - nbeta))
+    _emit_scale_tail(dl, m, j, ident, denom)
+    dl.assign(a[j, j], select(ident, alpha, nbeta))
+
+
+def _emit_scale_tail(dl: Dialect, m: int, j: int, ident: Var, denom: Var) -> None:
+    """The tail of column j divided by ``denom`` (by its reciprocal unless |denom| is below
+    safmin, qr_scale), unless the reflector is the identity."""
+    a = Vars("a")
     rden = dl.declare(FLOAT, "rden", Full(1.0) / denom)
-    recip = dl.declare(BOOL, "recip", abs_(denom) >= dl.safe_min)
+    recip = dl.declare(BOOL, "recip", modulus(denom) >= dl.safe_min)
     for i in range(j + 1, m):
         dl.assign(a[i, j], select(ident, a[i, j], select(
             recip, a[i, j] * rden, a[i, j] / denom)))
-    dl.assign(a[j, j], select(ident, alpha, nbeta))
+
+
+def _emit_larfg_complex(dl: Dialect, m: int, j: int) -> None:
+    """The complex reflector of column j (zlarfg as qr_larfg of metal/linalg/qr.h): the
+    identity when the tail is zero and alpha real, else beta = -sign(re alpha) |(alpha, x)|
+    (lapy3: the sum of the magnitudes when one is NaN, the largest when it is 0 or Inf), tau =
+    ((beta - re alpha) / beta, -im alpha / beta), the tail divided by alpha - beta; R's
+    diagonal entry beta is real."""
+    a, xnorm, tau = Vars("a"), Var(f"xnorm{j}", REAL), Var(f"tau{j}")
+    alpha = dl.declare(FLOAT, "alpha", a[j, j])
+    ident = dl.declare(BOOL, "ident", xnorm.eq(0.0) & im(alpha).eq(0.0))
+    parts = [dl.declare(REAL, name, abs_(x))
+             for name, x in (("ax", re(alpha)), ("ay", im(alpha)), ("az", xnorm))]
+    ax, ay, az = parts
+    anynan = dl.declare(BOOL, "anynan", isnan(ax) | isnan(ay) | isnan(az))
+    byz = dl.declare(REAL, "byz", select(ay > az, ay, az))
+    big = dl.declare(REAL, "big", select(ax > byz, ax, byz))
+    rx, ry, rz = (dl.declare(REAL, f"r{v}", x / big) for v, x in zip("xyz", parts, strict=True))
+    lapy = dl.declare(REAL, "lapy", select(anynan, ax + ay + az, select(
+        big.eq(0.0) | isinf(big), big, big * sqrt(rx * rx + ry * ry + rz * rz))))
+    beta = dl.declare(REAL, "beta", select(signbit(re(alpha)), lapy, -lapy))
+    dl.assign(tau, select(ident, 0.0, make_complex((beta - re(alpha)) / beta,
+                                                   -im(alpha) / beta)))
+    denom = dl.declare(FLOAT, "denom", select(ident, 1.0, alpha - make_complex(beta, 0.0)))
+    _emit_scale_tail(dl, m, j, ident, denom)
+    dl.assign(a[j, j], make_complex(select(ident, re(alpha), beta), 0.0))
 
 
 def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
@@ -665,15 +744,15 @@ def _emit_reflector_extent(dl: Dialect, m: int, j: int, cols: int) -> dict[int, 
     a, q = Vars("a"), Vars("q")
     row, col = Vars("row", BOOL), Vars("col", BOOL)
     for i in range(m - 1, j, -1):
-        nonzero = a[i, j].ne(0.0)
-        dl.declare(BOOL, f"row{i}", nonzero if i == m - 1 else row[i + 1] | nonzero)
-    tauz = dl.declare(BOOL, "tauz", Var(f"tau{j}").ne(0.0))
+        entry = nonzero(a[i, j])
+        dl.declare(BOOL, f"row{i}", entry if i == m - 1 else row[i + 1] | entry)
+    tauz = dl.declare(BOOL, "tauz", nonzero(Var(f"tau{j}")))
     for c in range(cols - 1, j, -1):
-        nonzero = q[j, c].ne(0.0)
+        entries = nonzero(q[j, c])
         for i in range(j + 1, m):
-            nonzero = nonzero | (row[i] & q[i, c].ne(0.0))
-        dl.declare(BOOL, f"col{c}", tauz & nonzero if c == cols - 1
-                   else col[c + 1] | (tauz & nonzero))
+            entries = entries | (row[i] & nonzero(q[i, c]))
+        dl.declare(BOOL, f"col{c}", tauz & entries if c == cols - 1
+                   else col[c + 1] | (tauz & entries))
     return {i: row[i] for i in range(j + 1, m)}
 
 

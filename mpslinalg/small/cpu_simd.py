@@ -136,16 +136,15 @@ class _Cpp(_codegen.Dialect):
 
     def function(self, call: _codegen.Call, args: list[str]) -> str | _codegen.Expr:
         x = call.args[0]
+        meaning = self.real_meaning(call)
+        if meaning is not None:
+            return meaning
         if call.fn in ("abs", "abs1", "modulus"):
             return f"vabs({args[0]})"
         if call.fn == "sqrt":
             return f"vsqrt({args[0]})"
         if call.fn == "signbit":
             return f"((vi)({args[0]}) < splat_i(0))"
-        if call.fn == "isnan":
-            return x.ne(x)
-        if call.fn == "is_zero":
-            return x.eq(0.0)
         if call.fn == "mul_unit":
             d = call.args[1]
             return x * _codegen.select(d > 0.0, 1.0, -1.0)

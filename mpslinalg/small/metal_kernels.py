@@ -11,7 +11,8 @@ a complex value by a real one is Metal's componentwise ``*`` / ``/``.
 The kernels are checked in (`mpslinalg.small.generated` registers them; regenerate with
 ``python -m mpslinalg.small.generated``): ``metal/linalg/small_inverse.h`` holds
 ``small_{inv,solve,det,slogdet}_{float32,complex64}_n{1..4}``, included by
-``metal/linalg/small_inverse.metal``.
+``metal/linalg/small_inverse.metal``; ``metal/linalg/qr_small.h`` holds
+``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``.
 
 Examples
 --------
@@ -121,12 +122,19 @@ class _Metal(cg.Dialect):
         x = call.args[0]
         if call.fn == "abs" or (call.fn in ("abs1", "modulus") and not self._complex(x)):
             return f"metal::fabs({args[0]})"
-        if call.fn in ("abs1", "modulus", "is_zero") and self._complex(x):
+        if call.fn in ("abs1", "modulus", "is_zero", "conj") and self._complex(x):
             return f"mpsl::{call.fn}({args[0]})"
-        if call.fn == "is_zero":
-            return x.eq(0.0)
-        if call.fn in ("sqrt", "signbit", "isnan"):
+        if call.fn == "nonzero" and self._complex(x):
+            return f"!mpsl::is_zero({args[0]})"
+        if call.fn in ("re", "im") and self._complex(x):
+            return f"{self.wrap(x, cg.ATOM)}.{'x' if call.fn == 're' else 'y'}"
+        if call.fn == "complex" and self.complex:
+            return f"float2({args[0]}, {args[1]})"
+        if call.fn in ("sqrt", "signbit", "isnan", "isinf"):
             return f"metal::{call.fn}({args[0]})"
+        meaning = self.real_meaning(call)
+        if meaning is not None:
+            return meaning
         if call.fn == "mul_unit":
             d = call.args[1]
             if self._complex(d):  # d / |d|, as mpsl's unit sign of a complex number
@@ -245,4 +253,77 @@ def small_inverse_header() -> str:
         for dtype in _ELEMENT:
             for n in range(1, cg.MAX_N + 1):
                 lines += ["", *_lu_kernel(op, dtype, n)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ QR
+
+def _store(dl: _Metal, ptr: str, rows: int, cols: int, value) -> None:
+    """Entry (i, j) of matrix ``index`` of ``ptr`` (contiguous (batch, rows, cols)) =
+    value(i, j) (a variable name or an expression)."""
+    for i in range(rows):
+        for j in range(cols):
+            v = value(i, j)
+            text = v if isinstance(v, str) else dl.render(v)
+            dl.write(f"{ptr}[index * long({rows * cols}) + {i * cols + j}] = {text};")
+
+
+def _qr_kernel(dtype: str, m: int, n: int) -> list[str]:
+    """The kernel ``qr_small_<dtype>_m<m>_n<n>``: geqr2 of matrix ``index`` of A, R (and Q) in
+    torch.linalg.qr's layout for the run-time ``mode`` (mpsl::kQrModeReduced / Complete / R)."""
+    element, k = _ELEMENT[dtype], min(m, n)
+    complex_ = dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    buffers = [("Q", "device T*"), ("R", "device T*"), ("batch", "constant long&"),
+               ("mode", "constant long&")]
+    _kernel_head(w, f"qr_small_{dtype}_m{m}_n{n}", element, buffers)
+    for i in range(m):
+        for j in range(n):
+            w(f"{element} a{i}{j} = A[index * long({m * n}) + {i * n + j}];")
+    cg.emit_qr_factor(dl, m, n, complex_)
+
+    def r_value(i: int, j: int):
+        return f"a{i}{j}" if i <= j and i < k else dl.render(cg.Full(0.0))
+
+    if m > k:
+        with dl.scope("if (mode == mpsl::kQrModeComplete)"):
+            _store(dl, "R", m, n, r_value)
+        with dl.scope("else"):
+            _store(dl, "R", k, n, r_value)
+    else:
+        _store(dl, "R", k, n, r_value)
+    w("if (mode == mpsl::kQrModeR) {")
+    w("return;", 2)
+    w("}")
+    if m > k:
+        with dl.scope("if (mode == mpsl::kQrModeComplete)"):
+            cg.emit_qr_q(dl, m, n, m)
+            _store(dl, "Q", m, m, lambda i, j: f"q{i}{j}")
+            dl.write("return;")
+    cg.emit_qr_q(dl, m, n, k)
+    _store(dl, "Q", m, k, lambda i, j: f"q{i}{j}")
+    w("}", 0)
+    return w.lines
+
+
+_QR_SMALL_ABOUT = """
+// QR of a batch of m x n matrices, m, n <= 4, one matrix per thread in registers: geqr2
+// (larfg's reflectors, nrm2's scaled sum of squares), then org2r by backward accumulation, the
+// reflectors of the blocked kernels of qr.h. mode (mpsl::kQrMode*): reduced (Q m x k, R k x n,
+// k = min(m, n)), complete (Q m x m, R m x n) or r (R only, k x n; Q is not written). Where the
+// input holds NaN or Inf, the real kernels follow LAPACK as torch.linalg.qr on the CPU runs it
+// (see mpslinalg/small/codegen.py). Kernels qr_small_<dtype>_m<m>_n<n>, dtype float32 (float)
+// and complex64 (float2); included by qr.metal after qr.h (its mode constants).
+"""
+
+
+@generated.generates("metal/linalg/qr_small.h")
+def qr_small_header() -> str:
+    """The text of ``metal/linalg/qr_small.h``: every m, n <= 4 QR kernel."""
+    lines = _generated_banner(_QR_SMALL_ABOUT)
+    for dtype in _ELEMENT:
+        for m in range(1, cg.MAX_N + 1):
+            for n in range(1, cg.MAX_N + 1):
+                lines += ["", *_qr_kernel(dtype, m, n)]
     return "\n".join(lines) + "\n"

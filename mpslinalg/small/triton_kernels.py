@@ -272,6 +272,9 @@ class _Triton(_codegen.Dialect):
 
     def function(self, call: _codegen.Call, args: list[str]) -> str | _codegen.Expr:
         x = call.args[0]
+        meaning = self.real_meaning(call)
+        if meaning is not None:
+            return meaning
         if call.fn in ("abs", "abs1", "modulus"):
             return f"tl.abs({args[0]})"
         if call.fn == "sqrt":
@@ -281,10 +284,6 @@ class _Triton(_codegen.Dialect):
         if call.fn == "signbit":
             bits = "tl.int32" if self.dtype == "float32" else "tl.int64"
             return f"(({args[0]}).to({bits}, bitcast=True) < 0)"
-        if call.fn == "isnan":
-            return x.ne(x)
-        if call.fn == "is_zero":
-            return x.eq(0.0)
         if call.fn == "mul_unit":
             # A select of s or -s: the bits of the product, s being +-1 or +-0.
             return _codegen.select(call.args[1] > 0.0, x, -x)
