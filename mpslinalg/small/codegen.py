@@ -1,7 +1,7 @@
 """The algorithms of the n <= 4 small path, written once for three code generators:
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
-``metal/linalg/small_inverse.h``).
+``metal/linalg/small_inverse.h`` and ``metal/linalg/qr_small.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
@@ -292,55 +292,11 @@ class Vars:
         return Var(self.prefix + "".join(str(i) for i in index), self.kind)
 
 
-class Dialect(abc.ABC):
-    """How a target writes the statements and renders the expressions of the generated code.
-    The base class renders the operators with C's precedence (valid Python too, see
-    `ATOM`); a dialect supplies the leaves (`literal`, `operand`, `full`), the functions
-    (`function`) and may render any node its own way (`special`)."""
-
-    # ---------------------------------------------------------------------------- statements
-
-    def declare(self, kind: str, name: str, value: object) -> Var:
-        """A new variable ``name`` of ``kind`` = ``value``; returns it."""
-        self.write_declare(kind, name, self.render(constant(value, kind)))
-        return Var(name, kind)
-
-    def assign(self, target: Var | str, value: object) -> None:
-        """``target`` = ``value`` for a variable declared before."""
-        name = target.name if isinstance(target, Var) else target
-        kind = target.kind if isinstance(target, Var) else FLOAT
-        self.write_assign(name, self.render(constant(value, kind)))
-
-    @abc.abstractmethod
-    def write_declare(self, kind: str, name: str, text: str) -> None:
-        """The declaration of ``name`` (of ``kind``) = the rendered ``text``."""
-
-    @abc.abstractmethod
-    def write_assign(self, name: str, text: str) -> None:
-        """``name`` = the rendered ``text``."""
-
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[None]:
-        """A scope for the temporaries declared inside (none in dialects without scopes)."""
-        yield
-
-    @abc.abstractmethod
-    def add_log(self, acc: str, x: Expr) -> None:
-        """``acc`` += log(``x``) (a REAL), lane by lane."""
-
-    #: The smallest normal number of the target's real type (LAPACK safmin); float32 unless a
-    #: dialect says otherwise.
-    safe_min: float = 1.1754943508222875e-38
-    #: Machine epsilon of the real type (the Jacobi methods' convergence threshold).
-    eps: float = 1.1920928955078125e-07
-
-    @abc.abstractmethod
-    def sweeps(self, count: int, flag: str) -> contextlib.AbstractContextManager:
-        """A loop of at most ``count`` sweeps around the statements written inside; ``flag`` (a
-        BOOL declared per sweep, false) is or-ed by the body where a lane rotated: a target may
-        leave the loop once it stays false for every lane (SVD and eigh only)."""
-
-    # ---------------------------------------------------------------------------- expressions
+class Renderer(abc.ABC):
+    """How a target renders the expressions of the generated code. The base class renders the
+    operators with C's precedence (valid Python too, see `ATOM`); a target supplies the leaves
+    (`literal`, `operand`, `full`), the functions (`function`) and may render any node its own
+    way (`special`)."""
 
     @abc.abstractmethod
     def literal(self, value: float, kind: str) -> str:
@@ -428,13 +384,54 @@ class Dialect(abc.ABC):
         return f"{cond} ? {self.branch(e.a)} : {self.branch(e.b)}"
 
 
-class _Plain(Dialect):
-    """C syntax with plain literals and function names (for reading and the examples)."""
+class Dialect(Renderer):
+    """A target of the descriptions: renders their expressions (`Renderer`) and writes their
+    statements."""
 
+    # ---------------------------------------------------------------------------- statements
+
+    def declare(self, kind: str, name: str, value: object) -> Var:
+        """A new variable ``name`` of ``kind`` = ``value``; returns it."""
+        self.write_declare(kind, name, self.render(constant(value, kind)))
+        return Var(name, kind)
+
+    def assign(self, target: Var | str, value: object) -> None:
+        """``target`` = ``value`` for a variable declared before."""
+        name = target.name if isinstance(target, Var) else target
+        kind = target.kind if isinstance(target, Var) else FLOAT
+        self.write_assign(name, self.render(constant(value, kind)))
+
+    @abc.abstractmethod
     def write_declare(self, kind: str, name: str, text: str) -> None:
-        raise NotImplementedError
+        """The declaration of ``name`` (of ``kind``) = the rendered ``text``."""
 
-    write_assign = add_log = sweeps = write_declare
+    @abc.abstractmethod
+    def write_assign(self, name: str, text: str) -> None:
+        """``name`` = the rendered ``text``."""
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """A scope for the temporaries declared inside (none in dialects without scopes)."""
+        yield
+
+    @abc.abstractmethod
+    def add_log(self, acc: str, x: Expr) -> None:
+        """``acc`` += log(``x``) (a REAL), lane by lane."""
+
+    #: The smallest normal number of the target's real type (LAPACK safmin); float32 unless a
+    #: dialect says otherwise.
+    safe_min: float = 1.1754943508222875e-38
+    #: Machine epsilon of the real type (the Jacobi methods' convergence threshold).
+    eps: float = 1.1920928955078125e-07
+
+    @abc.abstractmethod
+    def sweeps(self, count: int, flag: str) -> contextlib.AbstractContextManager:
+        """A loop of at most ``count`` sweeps around the statements written inside; ``flag`` (a
+        BOOL declared per sweep, false) is or-ed by the body where a lane rotated: a target may
+        leave the loop once it stays false for every lane (SVD and eigh only)."""
+
+class _Plain(Renderer):
+    """C syntax with plain literals and function names (for reading and the examples)."""
 
     def literal(self, value: float, kind: str) -> str:
         return repr(value)
@@ -570,10 +567,10 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
 
 # ------------------------------------------------------------------------------ Householder QR
 #
-# The operations of ``qr_small`` in metal/linalg/qr.h (LAPACK geqr2 with larfg's reflectors and
-# nrm2's scaled sum of squares, then org2r by backward accumulation), in the same order, every
-# branch a select. For finite input they round like the Metal kernel (signs of zero aside); where
-# the input holds NaN or Inf they follow LAPACK as torch.linalg.qr on the CPU runs it (MKL's
+# LAPACK geqr2 with larfg's reflectors and nrm2's scaled sum of squares, then org2r by backward
+# accumulation (the Metal kernels qr_small_*, generated from it, and the blocked kernels of
+# metal/linalg/qr.h use the same reflectors), every branch a select. Where the input holds NaN
+# or Inf the real kernels follow LAPACK as torch.linalg.qr on the CPU runs it (MKL's
 # geqrf / orgqr, checked entry by entry against it for every single non-finite entry of every
 # shape: tests/small/test_small_qr.py), so that the NaN pattern and the finite entries are
 # torch's:
@@ -588,7 +585,8 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
 #   tau = 0 (Reference LAPACK's larf scan, ila?lr / ila?lc); column j is then
 #   (1 - tau, -tau v) (a NaN tau leaves the zeros a non-finite entry of A would otherwise reach
 #   through 0 * NaN).
-# Besides the methods above, the QR emitters use a dialect's `sqrt`, `signbit` and `safe_min`.
+# The complex kernels (Metal's complex64) take the complex reflector of `_emit_larfg_complex`
+# (qr_larfg's) with the same scan, a zero test of both parts (`nonzero`).
 
 
 def emit_qr_factor(dl: Dialect, m: int, n: int, complex_: bool = False) -> None:
