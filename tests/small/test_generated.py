@@ -35,7 +35,7 @@ def test_a_stale_file_is_detected_and_rewritten(tmp_path):
     assert generated.regenerate(tmp_path) == paths
     assert generated.stale(tmp_path) == []
     edited = tmp_path / paths[0]
-    edited.write_text(edited.read_text().replace("[[kernel]]", "[[kernel]] ", 1))
+    edited.write_text(edited.read_text() + "\n")
     assert generated.stale(tmp_path) == [paths[0]]
     assert generated.regenerate(tmp_path) == [paths[0]]
     assert edited.read_text() == generated.targets()[paths[0]]()
