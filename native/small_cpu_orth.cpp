@@ -977,7 +977,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -1111,7 +1111,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -1256,14 +1256,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -1408,14 +1408,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -1571,21 +1571,21 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
+      d = d + a10 * a13;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -1741,21 +1741,21 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
+      d = d + a10 * a13;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -1957,8 +1957,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row2 = a20 != 0.0f;
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+      vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2108,8 +2108,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = a20 != 0.0f;
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+      vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2239,8 +2239,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -2333,8 +2333,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row2 = a20 != 0.0f;
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+      vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2386,7 +2386,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row2 = a20 != 0.0f;
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col1 = tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)));
+    vi col1 = tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2478,8 +2478,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -2572,8 +2572,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = a20 != 0.0f;
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+      vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2625,7 +2625,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = a20 != 0.0f;
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col1 = tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)));
+    vi col1 = tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2729,8 +2729,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -2738,8 +2738,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -2780,7 +2780,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -2869,8 +2869,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row2 = a20 != 0.0f;
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+    vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -2977,8 +2977,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -2986,8 +2986,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -3028,7 +3028,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -3117,8 +3117,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = a20 != 0.0f;
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+    vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -3237,8 +3237,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -3246,8 +3246,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -3255,8 +3255,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -3297,14 +3297,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
+      d = d + a21 * a23;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -3404,8 +3404,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row2 = a20 != 0.0f;
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+    vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -3515,8 +3515,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -3524,8 +3524,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -3533,8 +3533,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -3575,14 +3575,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
+      d = d + a21 * a23;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -3682,8 +3682,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = a20 != 0.0f;
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f))));
+    vi col2 = tauz & (((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -3845,9 +3845,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row2 = row3 | (a20 != 0.0f);
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+      vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -4043,9 +4043,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = row3 | (a20 != 0.0f);
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+      vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -4213,9 +4213,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -4314,8 +4314,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row3 = a31 != 0.0f;
       vi row2 = row3 | (a21 != 0.0f);
       vi tauz = tau1 != 0.0f;
-      vi col3 = tauz & ((q13 != 0.0f) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
+      vi col3 = tauz & (((q13 != 0.0f) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -4343,9 +4343,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row2 = row3 | (a20 != 0.0f);
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+      vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -4424,7 +4424,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row2 = row3 | (a20 != 0.0f);
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col1 = tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f)));
+    vi col1 = tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -4533,9 +4533,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -4634,8 +4634,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row3 = a31 != 0.0f;
       vi row2 = row3 | (a21 != 0.0f);
       vi tauz = tau1 != 0.0f;
-      vi col3 = tauz & ((q13 != 0.0f) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
+      vi col3 = tauz & (((q13 != 0.0f) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -4663,9 +4663,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = row3 | (a20 != 0.0f);
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+      vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -4744,7 +4744,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = row3 | (a20 != 0.0f);
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col1 = tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f)));
+    vi col1 = tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -4866,9 +4866,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -4877,9 +4877,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -4931,8 +4931,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -5043,8 +5043,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row3 = a31 != 0.0f;
       vi row2 = row3 | (a21 != 0.0f);
       vi tauz = tau1 != 0.0f;
-      vi col3 = tauz & ((q13 != 0.0f) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
+      vi col3 = tauz & (((q13 != 0.0f) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -5072,9 +5072,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vi row2 = row3 | (a20 != 0.0f);
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+      vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -5155,7 +5155,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row3 = a31 != 0.0f;
     vi row2 = row3 | (a21 != 0.0f);
     vi tauz = tau1 != 0.0f;
-    vi col2 = tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f)));
+    vi col2 = tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f)));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -5174,8 +5174,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row2 = row3 | (a20 != 0.0f);
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+    vi col2 = tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f)));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -5303,9 +5303,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -5314,9 +5314,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -5368,8 +5368,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -5480,8 +5480,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row3 = a31 != 0.0f;
       vi row2 = row3 | (a21 != 0.0f);
       vi tauz = tau1 != 0.0f;
-      vi col3 = tauz & ((q13 != 0.0f) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
+      vi col3 = tauz & (((q13 != 0.0f) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -5509,9 +5509,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = row3 | (a20 != 0.0f);
       vi row1 = row2 | (a10 != 0.0f);
       vi tauz = tau0 != 0.0f;
-      vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+      vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -5592,7 +5592,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row3 = a31 != 0.0f;
     vi row2 = row3 | (a21 != 0.0f);
     vi tauz = tau1 != 0.0f;
-    vi col2 = tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f)));
+    vi col2 = tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f)));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -5611,8 +5611,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = row3 | (a20 != 0.0f);
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col2 = tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+    vi col2 = tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f)));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -5753,9 +5753,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -5764,9 +5764,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -5775,9 +5775,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
-      d = d + (a30 * a33);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
+      d = d + a30 * a33;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -5829,8 +5829,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -5838,8 +5838,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
-      d = d + (a31 * a33);
+      d = d + a21 * a23;
+      d = d + a31 * a33;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -5880,7 +5880,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     a22 = ident ? alpha : nbeta;
     {
       vf d = a23;
-      d = d + (a32 * a33);
+      d = d + a32 * a33;
       vf td = tau2 * d;
       a23 = a23 - td;
       a33 = a33 - a32 * td;
@@ -5990,8 +5990,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row3 = a31 != 0.0f;
     vi row2 = row3 | (a21 != 0.0f);
     vi tauz = tau1 != 0.0f;
-    vi col3 = tauz & ((q13 != 0.0f) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-    vi col2 = col3 | (tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
+    vi col3 = tauz & (((q13 != 0.0f) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+    vi col2 = col3 | (tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -6019,9 +6019,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi row2 = row3 | (a20 != 0.0f);
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-    vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+    vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+    vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -6168,9 +6168,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -6179,9 +6179,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -6190,9 +6190,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
-      d = d + (a30 * a33);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
+      d = d + a30 * a33;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -6244,8 +6244,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -6253,8 +6253,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
-      d = d + (a31 * a33);
+      d = d + a21 * a23;
+      d = d + a31 * a33;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -6295,7 +6295,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a22 = ident ? alpha : nbeta;
     {
       vf d = a23;
-      d = d + (a32 * a33);
+      d = d + a32 * a33;
       vf td = tau2 * d;
       a23 = a23 - td;
       a33 = a33 - a32 * td;
@@ -6405,8 +6405,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row3 = a31 != 0.0f;
     vi row2 = row3 | (a21 != 0.0f);
     vi tauz = tau1 != 0.0f;
-    vi col3 = tauz & ((q13 != 0.0f) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-    vi col2 = col3 | (tauz & ((q12 != 0.0f) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
+    vi col3 = tauz & (((q13 != 0.0f) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+    vi col2 = col3 | (tauz & (((q12 != 0.0f) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0f));
@@ -6434,9 +6434,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = row3 | (a20 != 0.0f);
     vi row1 = row2 | (a10 != 0.0f);
     vi tauz = tau0 != 0.0f;
-    vi col3 = tauz & ((q03 != 0.0f) | (row1 & (q13 != 0.0f)) | (row2 & (q23 != 0.0f)) | (row3 & (q33 != 0.0f)));
-    vi col2 = col3 | (tauz & ((q02 != 0.0f) | (row1 & (q12 != 0.0f)) | (row2 & (q22 != 0.0f)) | (row3 & (q32 != 0.0f))));
-    vi col1 = col2 | (tauz & ((q01 != 0.0f) | (row1 & (q11 != 0.0f)) | (row2 & (q21 != 0.0f)) | (row3 & (q31 != 0.0f))));
+    vi col3 = tauz & ((((q03 != 0.0f) | (row1 & (q13 != 0.0f))) | (row2 & (q23 != 0.0f))) | (row3 & (q33 != 0.0f)));
+    vi col2 = col3 | (tauz & ((((q02 != 0.0f) | (row1 & (q12 != 0.0f))) | (row2 & (q22 != 0.0f))) | (row3 & (q32 != 0.0f))));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0f) | (row1 & (q11 != 0.0f))) | (row2 & (q21 != 0.0f))) | (row3 & (q31 != 0.0f))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0f));
@@ -6524,7 +6524,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0f);
+  vi bad = x00 - x00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -6574,7 +6574,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0f);
+  vi bad = x00 - x00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -6633,7 +6633,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0f);
+  vi bad = x00 - x00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -6720,7 +6720,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0f);
+  vi bad = x00 - x00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -6822,7 +6822,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f);
+  vi bad = (((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -6976,7 +6976,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f);
+  vi bad = (((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -7139,7 +7139,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f);
+  vi bad = (((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -7336,11 +7336,11 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u10 = y1;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
     vf nu0 = w00 * w00 + w01 * w01;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
     vf nu1 = w10 * w10 + w11 * w11;
     vf best = nu0;
     vf y0 = w00;
@@ -7353,8 +7353,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
       vi keep = z0 * z0 + z1 * z1 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -7442,7 +7442,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f);
+  vi bad = (((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -7639,11 +7639,11 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u10 = y1;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
     vf nu0 = w00 * w00 + w01 * w01;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
     vf nu1 = w10 * w10 + w11 * w11;
     vf best = nu0;
     vf y0 = w00;
@@ -7656,8 +7656,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
       vi keep = z0 * z0 + z1 * z1 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -7764,7 +7764,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f);
+  vi bad = ((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -8152,7 +8152,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f);
+  vi bad = ((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -8549,7 +8549,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f);
+  vi bad = ((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -9104,17 +9104,17 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u20 = y2;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22;
     vf best = nu0;
     vf y0 = w00;
@@ -9136,9 +9136,9 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -9346,7 +9346,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f);
+  vi bad = ((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -9901,17 +9901,17 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u20 = y2;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22;
     vf best = nu0;
     vf y0 = w00;
@@ -9933,9 +9933,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -10166,7 +10166,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x03 - x03) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x13 - x13) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x23 - x23) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f) | ((x33 - x33) != 0.0f);
+  vi bad = (((((((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x03 - x03 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x13 - x13 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x23 - x23 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f)) | (x33 - x33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -10955,7 +10955,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x03 - x03) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x13 - x13) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x23 - x23) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f) | ((x33 - x33) != 0.0f);
+  vi bad = (((((((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x03 - x03 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x13 - x13 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x23 - x23 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f)) | (x33 - x33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -11753,7 +11753,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x03 - x03) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x13 - x13) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x23 - x23) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f) | ((x33 - x33) != 0.0f);
+  vi bad = (((((((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x03 - x03 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x13 - x13 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x23 - x23 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f)) | (x33 - x33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -12917,25 +12917,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -12968,10 +12968,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -13382,7 +13382,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x03 - x03) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x13 - x13) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x23 - x23) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f) | ((x33 - x33) != 0.0f);
+  vi bad = (((((((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x03 - x03 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x13 - x13 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x23 - x23 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f)) | (x33 - x33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -14546,25 +14546,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -14597,10 +14597,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -15012,7 +15012,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -15484,7 +15484,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -15965,7 +15965,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -16640,25 +16640,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -16691,10 +16691,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -16948,7 +16948,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -17623,25 +17623,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -17674,10 +17674,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -17940,7 +17940,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -18615,25 +18615,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -18666,10 +18666,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -19046,7 +19046,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -19721,25 +19721,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -19772,10 +19772,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -20161,7 +20161,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -20633,7 +20633,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -21114,7 +21114,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -21789,25 +21789,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -21840,10 +21840,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -22097,7 +22097,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -22772,25 +22772,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -22823,10 +22823,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -23089,7 +23089,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -23764,25 +23764,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -23815,10 +23815,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -24195,7 +24195,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0f) | ((x01 - x01) != 0.0f) | ((x02 - x02) != 0.0f) | ((x10 - x10) != 0.0f) | ((x11 - x11) != 0.0f) | ((x12 - x12) != 0.0f) | ((x20 - x20) != 0.0f) | ((x21 - x21) != 0.0f) | ((x22 - x22) != 0.0f) | ((x30 - x30) != 0.0f) | ((x31 - x31) != 0.0f) | ((x32 - x32) != 0.0f);
+  vi bad = (((((((((((x00 - x00 != 0.0f) | (x01 - x01 != 0.0f)) | (x02 - x02 != 0.0f)) | (x10 - x10 != 0.0f)) | (x11 - x11 != 0.0f)) | (x12 - x12 != 0.0f)) | (x20 - x20 != 0.0f)) | (x21 - x21 != 0.0f)) | (x22 - x22 != 0.0f)) | (x30 - x30 != 0.0f)) | (x31 - x31 != 0.0f)) | (x32 - x32 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -24870,25 +24870,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0f - (u00 * u00);
-    vf w01 = 0.0f - (u00 * u10);
-    vf w02 = 0.0f - (u00 * u20);
-    vf w03 = 0.0f - (u00 * u30);
+    vf w00 = 1.0f - u00 * u00;
+    vf w01 = 0.0f - u00 * u10;
+    vf w02 = 0.0f - u00 * u20;
+    vf w03 = 0.0f - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0f - (u10 * u00);
-    vf w11 = 1.0f - (u10 * u10);
-    vf w12 = 0.0f - (u10 * u20);
-    vf w13 = 0.0f - (u10 * u30);
+    vf w10 = 0.0f - u10 * u00;
+    vf w11 = 1.0f - u10 * u10;
+    vf w12 = 0.0f - u10 * u20;
+    vf w13 = 0.0f - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0f - (u20 * u00);
-    vf w21 = 0.0f - (u20 * u10);
-    vf w22 = 1.0f - (u20 * u20);
-    vf w23 = 0.0f - (u20 * u30);
+    vf w20 = 0.0f - u20 * u00;
+    vf w21 = 0.0f - u20 * u10;
+    vf w22 = 1.0f - u20 * u20;
+    vf w23 = 0.0f - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0f - (u30 * u00);
-    vf w31 = 0.0f - (u30 * u10);
-    vf w32 = 0.0f - (u30 * u20);
-    vf w33 = 1.0f - (u30 * u30);
+    vf w30 = 0.0f - u30 * u00;
+    vf w31 = 0.0f - u30 * u10;
+    vf w32 = 0.0f - u30 * u20;
+    vf w33 = 1.0f - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -24921,10 +24921,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25f;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -25288,7 +25288,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0f);
+  vi bad = h00 - h00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25330,7 +25330,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0f);
+  vi bad = h00 - h00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25381,7 +25381,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0f);
+  vi bad = h00 - h00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25431,7 +25431,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0f);
+  vi bad = h00 - h00 != 0.0f;
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25495,7 +25495,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h11 - h11) != 0.0f);
+  vi bad = ((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h11 - h11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25582,7 +25582,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h11 - h11) != 0.0f);
+  vi bad = ((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h11 - h11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25678,7 +25678,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h11 - h11) != 0.0f);
+  vi bad = ((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h11 - h11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25802,7 +25802,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h11 - h11) != 0.0f);
+  vi bad = ((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h11 - h11 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -25943,7 +25943,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h22 - h22) != 0.0f);
+  vi bad = (((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h22 - h22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -26124,7 +26124,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h22 - h22) != 0.0f);
+  vi bad = (((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h22 - h22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -26314,7 +26314,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h22 - h22) != 0.0f);
+  vi bad = (((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h22 - h22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -26617,7 +26617,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h22 - h22) != 0.0f);
+  vi bad = (((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h22 - h22 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -26940,7 +26940,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h03 - h03) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h13 - h13) != 0.0f) | ((h22 - h22) != 0.0f) | ((h23 - h23) != 0.0f) | ((h33 - h33) != 0.0f);
+  vi bad = (((((((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h03 - h03 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h13 - h13 != 0.0f)) | (h22 - h22 != 0.0f)) | (h23 - h23 != 0.0f)) | (h33 - h33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -27271,7 +27271,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h03 - h03) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h13 - h13) != 0.0f) | ((h22 - h22) != 0.0f) | ((h23 - h23) != 0.0f) | ((h33 - h33) != 0.0f);
+  vi bad = (((((((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h03 - h03 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h13 - h13 != 0.0f)) | (h22 - h22 != 0.0f)) | (h23 - h23 != 0.0f)) | (h33 - h33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -27611,7 +27611,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h03 - h03) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h13 - h13) != 0.0f) | ((h22 - h22) != 0.0f) | ((h23 - h23) != 0.0f) | ((h33 - h33) != 0.0f);
+  vi bad = (((((((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h03 - h03 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h13 - h13 != 0.0f)) | (h22 - h22 != 0.0f)) | (h23 - h23 != 0.0f)) | (h33 - h33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -28215,7 +28215,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0f) | ((h01 - h01) != 0.0f) | ((h02 - h02) != 0.0f) | ((h03 - h03) != 0.0f) | ((h11 - h11) != 0.0f) | ((h12 - h12) != 0.0f) | ((h13 - h13) != 0.0f) | ((h22 - h22) != 0.0f) | ((h23 - h23) != 0.0f) | ((h33 - h33) != 0.0f);
+  vi bad = (((((((((h00 - h00 != 0.0f) | (h01 - h01 != 0.0f)) | (h02 - h02 != 0.0f)) | (h03 - h03 != 0.0f)) | (h11 - h11 != 0.0f)) | (h12 - h12 != 0.0f)) | (h13 - h13 != 0.0f)) | (h22 - h22 != 0.0f)) | (h23 - h23 != 0.0f)) | (h33 - h33 != 0.0f);
   vf zerov = splat_f(0.0f);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0f);
@@ -29725,7 +29725,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -29859,7 +29859,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -30004,14 +30004,14 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -30156,14 +30156,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -30319,21 +30319,21 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
+      d = d + a10 * a13;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -30489,21 +30489,21 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
+      d = d + a10 * a11;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
+      d = d + a10 * a12;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
+      d = d + a10 * a13;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -30705,8 +30705,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row2 = a20 != 0.0;
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+      vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -30856,8 +30856,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = a20 != 0.0;
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+      vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -30987,8 +30987,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -31081,8 +31081,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row2 = a20 != 0.0;
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+      vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -31134,7 +31134,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row2 = a20 != 0.0;
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col1 = tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)));
+    vi col1 = tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -31226,8 +31226,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -31320,8 +31320,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = a20 != 0.0;
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+      vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+      vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -31373,7 +31373,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = a20 != 0.0;
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col1 = tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)));
+    vi col1 = tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -31477,8 +31477,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -31486,8 +31486,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -31528,7 +31528,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -31617,8 +31617,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row2 = a20 != 0.0;
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+    vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -31725,8 +31725,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -31734,8 +31734,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -31776,7 +31776,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -31865,8 +31865,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = a20 != 0.0;
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+    vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -31985,8 +31985,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -31994,8 +31994,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -32003,8 +32003,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -32045,14 +32045,14 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
+      d = d + a21 * a23;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -32152,8 +32152,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row2 = a20 != 0.0;
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+    vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -32263,8 +32263,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -32272,8 +32272,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -32281,8 +32281,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -32323,14 +32323,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
+      d = d + a21 * a22;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
+      d = d + a21 * a23;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -32430,8 +32430,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = a20 != 0.0;
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0))));
+    vi col2 = tauz & (((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0)));
+    vi col1 = col2 | (tauz & (((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -32593,9 +32593,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row2 = row3 | (a20 != 0.0);
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+      vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -32791,9 +32791,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = row3 | (a20 != 0.0);
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+      vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -32961,9 +32961,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -33062,8 +33062,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row3 = a31 != 0.0;
       vi row2 = row3 | (a21 != 0.0);
       vi tauz = tau1 != 0.0;
-      vi col3 = tauz & ((q13 != 0.0) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
+      vi col3 = tauz & (((q13 != 0.0) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -33091,9 +33091,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row2 = row3 | (a20 != 0.0);
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+      vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -33172,7 +33172,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row2 = row3 | (a20 != 0.0);
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col1 = tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0)));
+    vi col1 = tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -33281,9 +33281,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -33382,8 +33382,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row3 = a31 != 0.0;
       vi row2 = row3 | (a21 != 0.0);
       vi tauz = tau1 != 0.0;
-      vi col3 = tauz & ((q13 != 0.0) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
+      vi col3 = tauz & (((q13 != 0.0) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -33411,9 +33411,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = row3 | (a20 != 0.0);
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+      vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -33492,7 +33492,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = row3 | (a20 != 0.0);
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col1 = tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0)));
+    vi col1 = tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0)));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -33614,9 +33614,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -33625,9 +33625,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -33679,8 +33679,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -33791,8 +33791,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row3 = a31 != 0.0;
       vi row2 = row3 | (a21 != 0.0);
       vi tauz = tau1 != 0.0;
-      vi col3 = tauz & ((q13 != 0.0) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
+      vi col3 = tauz & (((q13 != 0.0) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -33820,9 +33820,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
       vi row2 = row3 | (a20 != 0.0);
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+      vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -33903,7 +33903,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row3 = a31 != 0.0;
     vi row2 = row3 | (a21 != 0.0);
     vi tauz = tau1 != 0.0;
-    vi col2 = tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0)));
+    vi col2 = tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0)));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -33922,8 +33922,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row2 = row3 | (a20 != 0.0);
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+    vi col2 = tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0)));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -34051,9 +34051,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -34062,9 +34062,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -34116,8 +34116,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -34228,8 +34228,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row3 = a31 != 0.0;
       vi row2 = row3 | (a21 != 0.0);
       vi tauz = tau1 != 0.0;
-      vi col3 = tauz & ((q13 != 0.0) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
+      vi col3 = tauz & (((q13 != 0.0) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
       {
         vf d = q12;
         d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -34257,9 +34257,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vi row2 = row3 | (a20 != 0.0);
       vi row1 = row2 | (a10 != 0.0);
       vi tauz = tau0 != 0.0;
-      vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-      vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-      vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+      vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+      vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+      vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
       {
         vf d = q01;
         d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -34340,7 +34340,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row3 = a31 != 0.0;
     vi row2 = row3 | (a21 != 0.0);
     vi tauz = tau1 != 0.0;
-    vi col2 = tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0)));
+    vi col2 = tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0)));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -34359,8 +34359,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = row3 | (a20 != 0.0);
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col2 = tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0)));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+    vi col2 = tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0)));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -34501,9 +34501,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -34512,9 +34512,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -34523,9 +34523,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
-      d = d + (a30 * a33);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
+      d = d + a30 * a33;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -34577,8 +34577,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -34586,8 +34586,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
-      d = d + (a31 * a33);
+      d = d + a21 * a23;
+      d = d + a31 * a33;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -34628,7 +34628,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     a22 = ident ? alpha : nbeta;
     {
       vf d = a23;
-      d = d + (a32 * a33);
+      d = d + a32 * a33;
       vf td = tau2 * d;
       a23 = a23 - td;
       a33 = a33 - a32 * td;
@@ -34738,8 +34738,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row3 = a31 != 0.0;
     vi row2 = row3 | (a21 != 0.0);
     vi tauz = tau1 != 0.0;
-    vi col3 = tauz & ((q13 != 0.0) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-    vi col2 = col3 | (tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
+    vi col3 = tauz & (((q13 != 0.0) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+    vi col2 = col3 | (tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -34767,9 +34767,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     vi row2 = row3 | (a20 != 0.0);
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-    vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+    vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+    vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -34916,9 +34916,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a00 = ident ? alpha : nbeta;
     {
       vf d = a01;
-      d = d + (a10 * a11);
-      d = d + (a20 * a21);
-      d = d + (a30 * a31);
+      d = d + a10 * a11;
+      d = d + a20 * a21;
+      d = d + a30 * a31;
       vf td = tau0 * d;
       a01 = a01 - td;
       a11 = a11 - a10 * td;
@@ -34927,9 +34927,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a02;
-      d = d + (a10 * a12);
-      d = d + (a20 * a22);
-      d = d + (a30 * a32);
+      d = d + a10 * a12;
+      d = d + a20 * a22;
+      d = d + a30 * a32;
       vf td = tau0 * d;
       a02 = a02 - td;
       a12 = a12 - a10 * td;
@@ -34938,9 +34938,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a03;
-      d = d + (a10 * a13);
-      d = d + (a20 * a23);
-      d = d + (a30 * a33);
+      d = d + a10 * a13;
+      d = d + a20 * a23;
+      d = d + a30 * a33;
       vf td = tau0 * d;
       a03 = a03 - td;
       a13 = a13 - a10 * td;
@@ -34992,8 +34992,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a11 = ident ? alpha : nbeta;
     {
       vf d = a12;
-      d = d + (a21 * a22);
-      d = d + (a31 * a32);
+      d = d + a21 * a22;
+      d = d + a31 * a32;
       vf td = tau1 * d;
       a12 = a12 - td;
       a22 = a22 - a21 * td;
@@ -35001,8 +35001,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d = a13;
-      d = d + (a21 * a23);
-      d = d + (a31 * a33);
+      d = d + a21 * a23;
+      d = d + a31 * a33;
       vf td = tau1 * d;
       a13 = a13 - td;
       a23 = a23 - a21 * td;
@@ -35043,7 +35043,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     a22 = ident ? alpha : nbeta;
     {
       vf d = a23;
-      d = d + (a32 * a33);
+      d = d + a32 * a33;
       vf td = tau2 * d;
       a23 = a23 - td;
       a33 = a33 - a32 * td;
@@ -35153,8 +35153,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row3 = a31 != 0.0;
     vi row2 = row3 | (a21 != 0.0);
     vi tauz = tau1 != 0.0;
-    vi col3 = tauz & ((q13 != 0.0) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-    vi col2 = col3 | (tauz & ((q12 != 0.0) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
+    vi col3 = tauz & (((q13 != 0.0) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+    vi col2 = col3 | (tauz & (((q12 != 0.0) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
     {
       vf d = q12;
       d = d + (row2 ? a21 * q22 : splat_f(0.0));
@@ -35182,9 +35182,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi row2 = row3 | (a20 != 0.0);
     vi row1 = row2 | (a10 != 0.0);
     vi tauz = tau0 != 0.0;
-    vi col3 = tauz & ((q03 != 0.0) | (row1 & (q13 != 0.0)) | (row2 & (q23 != 0.0)) | (row3 & (q33 != 0.0)));
-    vi col2 = col3 | (tauz & ((q02 != 0.0) | (row1 & (q12 != 0.0)) | (row2 & (q22 != 0.0)) | (row3 & (q32 != 0.0))));
-    vi col1 = col2 | (tauz & ((q01 != 0.0) | (row1 & (q11 != 0.0)) | (row2 & (q21 != 0.0)) | (row3 & (q31 != 0.0))));
+    vi col3 = tauz & ((((q03 != 0.0) | (row1 & (q13 != 0.0))) | (row2 & (q23 != 0.0))) | (row3 & (q33 != 0.0)));
+    vi col2 = col3 | (tauz & ((((q02 != 0.0) | (row1 & (q12 != 0.0))) | (row2 & (q22 != 0.0))) | (row3 & (q32 != 0.0))));
+    vi col1 = col2 | (tauz & ((((q01 != 0.0) | (row1 & (q11 != 0.0))) | (row2 & (q21 != 0.0))) | (row3 & (q31 != 0.0))));
     {
       vf d = q01;
       d = d + (row1 ? a10 * q11 : splat_f(0.0));
@@ -35272,7 +35272,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0);
+  vi bad = x00 - x00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -35322,7 +35322,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0);
+  vi bad = x00 - x00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -35381,7 +35381,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0);
+  vi bad = x00 - x00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -35468,7 +35468,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf x00 = a00;
-  vi bad = ((x00 - x00) != 0.0);
+  vi bad = x00 - x00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -35570,7 +35570,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0);
+  vi bad = (((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -35724,7 +35724,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0);
+  vi bad = (((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -35887,7 +35887,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0);
+  vi bad = (((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -36084,11 +36084,11 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u10 = y1;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
     vf nu0 = w00 * w00 + w01 * w01;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
     vf nu1 = w10 * w10 + w11 * w11;
     vf best = nu0;
     vf y0 = w00;
@@ -36101,8 +36101,8 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
       vi keep = z0 * z0 + z1 * z1 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -36190,7 +36190,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x01 = a01;
   vf x10 = a10;
   vf x11 = a11;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0);
+  vi bad = (((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -36387,11 +36387,11 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u10 = y1;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
     vf nu0 = w00 * w00 + w01 * w01;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
     vf nu1 = w10 * w10 + w11 * w11;
     vf best = nu0;
     vf y0 = w00;
@@ -36404,8 +36404,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
       vi keep = z0 * z0 + z1 * z1 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -36512,7 +36512,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0);
+  vi bad = ((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -36900,7 +36900,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0);
+  vi bad = ((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -37297,7 +37297,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0);
+  vi bad = ((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -37852,17 +37852,17 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u20 = y2;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22;
     vf best = nu0;
     vf y0 = w00;
@@ -37884,9 +37884,9 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -38094,7 +38094,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x20 = a20;
   vf x21 = a21;
   vf x22 = a22;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0);
+  vi bad = ((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -38649,17 +38649,17 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u20 = y2;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22;
     vf best = nu0;
     vf y0 = w00;
@@ -38681,9 +38681,9 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -38914,7 +38914,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x03 - x03) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x13 - x13) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x23 - x23) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0) | ((x33 - x33) != 0.0);
+  vi bad = (((((((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x03 - x03 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x13 - x13 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x23 - x23 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0)) | (x33 - x33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -39703,7 +39703,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x03 - x03) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x13 - x13) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x23 - x23) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0) | ((x33 - x33) != 0.0);
+  vi bad = (((((((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x03 - x03 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x13 - x13 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x23 - x23 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0)) | (x33 - x33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -40501,7 +40501,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x03 - x03) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x13 - x13) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x23 - x23) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0) | ((x33 - x33) != 0.0);
+  vi bad = (((((((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x03 - x03 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x13 - x13 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x23 - x23 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0)) | (x33 - x33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -41665,25 +41665,25 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -41716,10 +41716,10 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -42130,7 +42130,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x31 = a31;
   vf x32 = a32;
   vf x33 = a33;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x03 - x03) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x13 - x13) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x23 - x23) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0) | ((x33 - x33) != 0.0);
+  vi bad = (((((((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x03 - x03 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x13 - x13 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x23 - x23 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0)) | (x33 - x33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -43294,25 +43294,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -43345,10 +43345,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -43760,7 +43760,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -44232,7 +44232,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -44713,7 +44713,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -45388,25 +45388,25 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -45439,10 +45439,10 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -45696,7 +45696,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -46371,25 +46371,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -46422,10 +46422,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -46688,7 +46688,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -47363,25 +47363,25 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -47414,10 +47414,10 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -47794,7 +47794,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a03;
   vf x31 = a13;
   vf x32 = a23;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -48469,25 +48469,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -48520,10 +48520,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -48909,7 +48909,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -49381,7 +49381,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -49862,7 +49862,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -50537,25 +50537,25 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -50588,10 +50588,10 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -50845,7 +50845,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -51520,25 +51520,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -51571,10 +51571,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -51837,7 +51837,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -52512,25 +52512,25 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -52563,10 +52563,10 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -52943,7 +52943,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf x30 = a30;
   vf x31 = a31;
   vf x32 = a32;
-  vi bad = ((x00 - x00) != 0.0) | ((x01 - x01) != 0.0) | ((x02 - x02) != 0.0) | ((x10 - x10) != 0.0) | ((x11 - x11) != 0.0) | ((x12 - x12) != 0.0) | ((x20 - x20) != 0.0) | ((x21 - x21) != 0.0) | ((x22 - x22) != 0.0) | ((x30 - x30) != 0.0) | ((x31 - x31) != 0.0) | ((x32 - x32) != 0.0);
+  vi bad = (((((((((((x00 - x00 != 0.0) | (x01 - x01 != 0.0)) | (x02 - x02 != 0.0)) | (x10 - x10 != 0.0)) | (x11 - x11 != 0.0)) | (x12 - x12 != 0.0)) | (x20 - x20 != 0.0)) | (x21 - x21 != 0.0)) | (x22 - x22 != 0.0)) | (x30 - x30 != 0.0)) | (x31 - x31 != 0.0)) | (x32 - x32 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -53618,25 +53618,25 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     u30 = y3;
   }
   {
-    vf w00 = 1.0 - (u00 * u00);
-    vf w01 = 0.0 - (u00 * u10);
-    vf w02 = 0.0 - (u00 * u20);
-    vf w03 = 0.0 - (u00 * u30);
+    vf w00 = 1.0 - u00 * u00;
+    vf w01 = 0.0 - u00 * u10;
+    vf w02 = 0.0 - u00 * u20;
+    vf w03 = 0.0 - u00 * u30;
     vf nu0 = w00 * w00 + w01 * w01 + w02 * w02 + w03 * w03;
-    vf w10 = 0.0 - (u10 * u00);
-    vf w11 = 1.0 - (u10 * u10);
-    vf w12 = 0.0 - (u10 * u20);
-    vf w13 = 0.0 - (u10 * u30);
+    vf w10 = 0.0 - u10 * u00;
+    vf w11 = 1.0 - u10 * u10;
+    vf w12 = 0.0 - u10 * u20;
+    vf w13 = 0.0 - u10 * u30;
     vf nu1 = w10 * w10 + w11 * w11 + w12 * w12 + w13 * w13;
-    vf w20 = 0.0 - (u20 * u00);
-    vf w21 = 0.0 - (u20 * u10);
-    vf w22 = 1.0 - (u20 * u20);
-    vf w23 = 0.0 - (u20 * u30);
+    vf w20 = 0.0 - u20 * u00;
+    vf w21 = 0.0 - u20 * u10;
+    vf w22 = 1.0 - u20 * u20;
+    vf w23 = 0.0 - u20 * u30;
     vf nu2 = w20 * w20 + w21 * w21 + w22 * w22 + w23 * w23;
-    vf w30 = 0.0 - (u30 * u00);
-    vf w31 = 0.0 - (u30 * u10);
-    vf w32 = 0.0 - (u30 * u20);
-    vf w33 = 1.0 - (u30 * u30);
+    vf w30 = 0.0 - u30 * u00;
+    vf w31 = 0.0 - u30 * u10;
+    vf w32 = 0.0 - u30 * u20;
+    vf w33 = 1.0 - u30 * u30;
     vf nu3 = w30 * w30 + w31 * w31 + w32 * w32 + w33 * w33;
     vf best = nu0;
     vf y0 = w00;
@@ -53669,10 +53669,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
     {
       vf d0 = u00 * u01 + u10 * u11 + u20 * u21 + u30 * u31;
-      vf z0 = u01 - (u00 * d0);
-      vf z1 = u11 - (u10 * d0);
-      vf z2 = u21 - (u20 * d0);
-      vf z3 = u31 - (u30 * d0);
+      vf z0 = u01 - u00 * d0;
+      vf z1 = u11 - u10 * d0;
+      vf z2 = u21 - u20 * d0;
+      vf z3 = u31 - u30 * d0;
       vi keep = z0 * z0 + z1 * z1 + z2 * z2 + z3 * z3 > 0.25;
       y0 = keep ? z0 : y0;
       y1 = keep ? z1 : y1;
@@ -54036,7 +54036,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0);
+  vi bad = h00 - h00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54078,7 +54078,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0);
+  vi bad = h00 - h00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54129,7 +54129,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0);
+  vi bad = h00 - h00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54179,7 +54179,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
   vf h00 = upper ? a00 : a00;
-  vi bad = ((h00 - h00) != 0.0);
+  vi bad = h00 - h00 != 0.0;
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54243,7 +54243,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h11 - h11) != 0.0);
+  vi bad = ((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h11 - h11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54330,7 +54330,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h11 - h11) != 0.0);
+  vi bad = ((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h11 - h11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54426,7 +54426,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h11 - h11) != 0.0);
+  vi bad = ((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h11 - h11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54550,7 +54550,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h00 = upper ? a00 : a00;
   vf h01 = upper ? a01 : a10;
   vf h11 = upper ? a11 : a11;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h11 - h11) != 0.0);
+  vi bad = ((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h11 - h11 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54691,7 +54691,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h22 - h22) != 0.0);
+  vi bad = (((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h22 - h22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -54872,7 +54872,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h22 - h22) != 0.0);
+  vi bad = (((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h22 - h22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -55062,7 +55062,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h22 - h22) != 0.0);
+  vi bad = (((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h22 - h22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -55365,7 +55365,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h11 = upper ? a11 : a11;
   vf h12 = upper ? a12 : a21;
   vf h22 = upper ? a22 : a22;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h22 - h22) != 0.0);
+  vi bad = (((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h22 - h22 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -55688,7 +55688,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h03 - h03) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h13 - h13) != 0.0) | ((h22 - h22) != 0.0) | ((h23 - h23) != 0.0) | ((h33 - h33) != 0.0);
+  vi bad = (((((((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h03 - h03 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h13 - h13 != 0.0)) | (h22 - h22 != 0.0)) | (h23 - h23 != 0.0)) | (h33 - h33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -56019,7 +56019,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h03 - h03) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h13 - h13) != 0.0) | ((h22 - h22) != 0.0) | ((h23 - h23) != 0.0) | ((h33 - h33) != 0.0);
+  vi bad = (((((((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h03 - h03 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h13 - h13 != 0.0)) | (h22 - h22 != 0.0)) | (h23 - h23 != 0.0)) | (h33 - h33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -56359,7 +56359,7 @@ MPSL_VECTOR_TYPES(double, long long, 0x7fffffffffffffffLL, 2, )
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h03 - h03) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h13 - h13) != 0.0) | ((h22 - h22) != 0.0) | ((h23 - h23) != 0.0) | ((h33 - h33) != 0.0);
+  vi bad = (((((((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h03 - h03 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h13 - h13 != 0.0)) | (h22 - h22 != 0.0)) | (h23 - h23 != 0.0)) | (h33 - h33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);
@@ -56963,7 +56963,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf h22 = upper ? a22 : a22;
   vf h23 = upper ? a23 : a32;
   vf h33 = upper ? a33 : a33;
-  vi bad = ((h00 - h00) != 0.0) | ((h01 - h01) != 0.0) | ((h02 - h02) != 0.0) | ((h03 - h03) != 0.0) | ((h11 - h11) != 0.0) | ((h12 - h12) != 0.0) | ((h13 - h13) != 0.0) | ((h22 - h22) != 0.0) | ((h23 - h23) != 0.0) | ((h33 - h33) != 0.0);
+  vi bad = (((((((((h00 - h00 != 0.0) | (h01 - h01 != 0.0)) | (h02 - h02 != 0.0)) | (h03 - h03 != 0.0)) | (h11 - h11 != 0.0)) | (h12 - h12 != 0.0)) | (h13 - h13 != 0.0)) | (h22 - h22 != 0.0)) | (h23 - h23 != 0.0)) | (h33 - h33 != 0.0);
   vf zerov = splat_f(0.0);
   vf nanv = zerov / zerov;
   vf amax = splat_f(0.0);

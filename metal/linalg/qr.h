@@ -12,7 +12,8 @@
 //                    trailing update and ormqr; op = identity applies Q, as orgqr);
 //   qr_apply_update  C -= V W in threadgroup tiles (the matrix product of larfb).
 // qr_larft builds every panel's T from reflectors given by the caller (householder_product).
-// qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread.
+// qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread (generated:
+//                  qr_small.h, included by qr.metal).
 // lstsq_gelsy solves least-squares problems as LAPACK's xGELSY (QR with column pivoting), one
 // matrix per threadgroup (its own section below).
 //
@@ -520,104 +521,7 @@ template <typename T>
   }
 }
 
-// QR of a batch of M x N matrices (M, N <= kQrSmallMax), one matrix per thread in registers, with
-// the same reflectors as the blocked kernels (geqr2, then orgqr by backward accumulation).
-// mode: kQrModeReduced (Q is M x K, R K x N, K = min(M, N)), kQrModeComplete (Q M x M, R M x N),
-// kQrModeR (R only, K x N; q is not written). Grid: (batch rounded up to the group width).
-template <typename T, int M, int N>
-[[kernel]] void qr_small(
-    device const T* a [[buffer(0)]],
-    device T* q [[buffer(1)]],
-    device T* r [[buffer(2)]],
-    constant long& batch [[buffer(3)]],
-    constant long& mode [[buffer(4)]],
-    uint gid [[thread_position_in_grid]]) {
-  using namespace mpsl;
-  constexpr int K = M < N ? M : N;
-  const long b = long(gid);
-  if (b >= batch) {
-    return;
-  }
-  T x[M][N];
-  for (int i = 0; i < M; ++i) {
-    for (int j = 0; j < N; ++j) {
-      x[i][j] = a[b * M * N + i * N + j];
-    }
-  }
-  T tau[K];
-  for (int j = 0; j < K; ++j) {
-    float scale = 0.0f, ssq = 1.0f;
-    for (int i = j + 1; i < M; ++i) {
-      qr_ssq_add(scale, ssq, x[i][j]);
-    }
-    const float xnorm = scale == 0.0f ? (metal::isnan(ssq) ? ssq : 0.0f)
-                                      : scale * metal::sqrt(ssq);
-    const T alpha = x[j][j];
-    T denom;
-    const QrReflector h = qr_larfg(alpha, xnorm, tau[j], denom);
-    const T inv_denom = recip(denom);
-    const bool use_recip = modulus(denom) >= kSafeMin;
-    if (!h.identity) {
-      for (int i = j + 1; i < M; ++i) {
-        x[i][j] = qr_scale(x[i][j], denom, inv_denom, use_recip);
-      }
-    }
-    x[j][j] = qr_real(h.beta, alpha);
-    const T ctau = conj(tau[j]);
-    for (int c = j + 1; c < N; ++c) {
-      T d = x[j][c];
-      for (int i = j + 1; i < M; ++i) {
-        d += mul(conj(x[i][j]), x[i][c]);
-      }
-      const T cd = mul(ctau, d);
-      x[j][c] -= cd;
-      for (int i = j + 1; i < M; ++i) {
-        x[i][c] = sub_mul(x[i][c], x[i][j], cd);
-      }
-    }
-  }
-  const int rrows = mode == kQrModeComplete ? M : K;
-  device T* R = r + b * long(rrows) * N;
-  for (int i = 0; i < M; ++i) {
-    for (int j = 0; j < N; ++j) {
-      if (i < rrows) {
-        R[i * N + j] = (i <= j && i < K) ? x[i][j] : zero<T>();
-      }
-    }
-  }
-  if (mode == kQrModeR) {
-    return;
-  }
-  const int qcols = mode == kQrModeComplete ? M : K;
-  T qm[M][M];
-  for (int i = 0; i < M; ++i) {
-    for (int j = 0; j < M; ++j) {
-      qm[i][j] = i == j ? one<T>() : zero<T>();
-    }
-  }
-  for (int s = 0; s < K; ++s) {
-    const int j = K - 1 - s;
-    for (int c = 0; c < M; ++c) {
-      T d = qm[j][c];
-      for (int i = j + 1; i < M; ++i) {
-        d += mul(conj(x[i][j]), qm[i][c]);
-      }
-      const T td = mul(tau[j], d);
-      qm[j][c] -= td;
-      for (int i = j + 1; i < M; ++i) {
-        qm[i][c] = sub_mul(qm[i][c], x[i][j], td);
-      }
-    }
-  }
-  device T* Q = q + b * long(M) * qcols;
-  for (int i = 0; i < M; ++i) {
-    for (int j = 0; j < M; ++j) {
-      if (j < qcols) {
-        Q[i * qcols + j] = qm[i][j];
-      }
-    }
-  }
-}
+// qr_small_<dtype>_m<m>_n<n> (m, n <= kQrSmallMax) are generated: qr_small.h.
 
 // ---- lstsq_gelsy: LAPACK xGELSY (QR with column pivoting, incremental rank, minimum norm) ----
 //

@@ -1,13 +1,26 @@
-"""The algorithm of the n <= 4 small path, written once for the code generators of
-`mpslinalg.small.triton_kernels` (Triton) and `mpslinalg.small.cpu_simd` (C++ vector
-extensions).
+"""The algorithms of the n <= 4 small path, written once for three code generators:
+`mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
+and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
+``metal/linalg/small_inverse.h`` and ``metal/linalg/qr_small.h``).
 
-The loops below follow ``metal/linalg/small_inverse.h`` (LAPACK ``getf2`` + ``getrs``) one for
-one: the same operations in the same order, so every target rounds like the Metal kernel. They
-emit straight-line code with one variable per matrix entry (``a12`` is row 1, column 2;
-``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and every branch
-on data is a select. The syntax is left to a `Dialect`, one per target, which each
-target module defines next to its own load/store, block and launch code.
+The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
+column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
+every branch on data is a select. They build expressions (`Expr`: variables, constants,
+arithmetic through Python's operators, comparisons, logical and / or / not, `select`, `abs_`,
+`abs1`, `modulus`, `sqrt`, ...) and hand them to a `Dialect`, one per target, which renders them
+(operator precedence, literals, the target's functions) and writes the statements; each target
+module defines its dialect next to its own load/store, block and launch code.
+
+Values have a kind: `FLOAT` (the matrix dtype: float2 in Metal's complex64), `REAL` (a real
+number of that precision, such as a pivot's magnitude), `INT` (an int32) and `BOOL` (a
+condition); the C++ and Triton dialects only tell vectors of floats from vectors of ints.
+
+Examples
+--------
+>>> from mpslinalg.small import codegen as cg
+>>> a, b = cg.Var("a"), cg.Var("b")
+>>> cg.render_c(cg.select(a > 0.0, a - b * 2.0, -(a + b)))
+'(a > 0.0) ? a - b * 2.0 : -(a + b)'
 """
 
 from __future__ import annotations
@@ -16,31 +29,389 @@ import abc
 import contextlib
 from collections.abc import Callable, Iterator
 
-#: Kind of a declared variable: "f" (a value of the matrix dtype) or "i" (an int32).
-FLOAT, INT = "f", "i"
+#: Kinds of values: the matrix dtype, a real number of its precision, an int32, a condition.
+FLOAT, REAL, INT, BOOL = "f", "r", "i", "b"
 
-#: Largest n served by the small path (the Metal kernels are instantiated for n = 1..4, the
-#: generated CPU and Triton kernels likewise).
+#: Largest n served by the small path (the Metal kernels are generated for n = 1..4, the
+#: CPU and Triton kernels likewise).
 MAX_N = 4
 
 #: torch.linalg.qr's modes, numbered as the QR kernels' mode argument of every target
 #: (metal/linalg/qr.h's kQrModeReduced / kQrModeComplete / kQrModeR).
 QR_MODES = {"reduced": 0, "complete": 1, "r": 2}
 
+# ------------------------------------------------------------------------------ expressions
+#
+# Precedence levels of the rendered text (C's order, which Python shares for everything used
+# here but '&' / '|' against comparisons: those operands are always parenthesised, so the text
+# means the same in both languages).
+ATOM, UNARY, MUL, ADD, CMP, AND, OR, SELECT = 100, 90, 80, 70, 60, 50, 40, 10
+_PRECEDENCE = {"*": MUL, "+": ADD, "-": ADD, "<": CMP, "<=": CMP, ">": CMP, ">=": CMP,
+               "==": CMP, "!=": CMP, "&": AND, "|": OR}
 
-class Dialect(abc.ABC):
-    """How a target writes the statements and expressions of the generated code. A dialect
-    writes its statements itself (to the target's writer); expression methods return source."""
+
+class Expr:
+    """A node of an expression. Arithmetic and comparisons through Python's operators
+    (``==`` / ``!=`` as `eq` / `ne`: the nodes stay hashable), ``&`` / ``|`` / ``~`` for the
+    logical and / or / not of conditions; Python numbers become constants of the other
+    operand's kind."""
+
+    __slots__ = ("kind",)
+    kind: str
+
+    def _binary(self, op: str, other: object, reflected: bool = False) -> Expr:
+        other = constant(other, self.kind)
+        a, b = (other, self) if reflected else (self, other)
+        if op == "/":
+            return Div(a, b)
+        return Binary(op, a, b)
+
+    def __add__(self, o: object) -> Expr: return self._binary("+", o)
+    def __radd__(self, o: object) -> Expr: return self._binary("+", o, True)
+    def __sub__(self, o: object) -> Expr: return self._binary("-", o)
+    def __rsub__(self, o: object) -> Expr: return self._binary("-", o, True)
+    def __mul__(self, o: object) -> Expr: return self._binary("*", o)
+    def __rmul__(self, o: object) -> Expr: return self._binary("*", o, True)
+    def __truediv__(self, o: object) -> Expr: return self._binary("/", o)
+    def __rtruediv__(self, o: object) -> Expr: return self._binary("/", o, True)
+    def __lt__(self, o: object) -> Expr: return self._binary("<", o)
+    def __le__(self, o: object) -> Expr: return self._binary("<=", o)
+    def __gt__(self, o: object) -> Expr: return self._binary(">", o)
+    def __ge__(self, o: object) -> Expr: return self._binary(">=", o)
+    def __and__(self, o: object) -> Expr: return self._binary("&", o)
+    def __or__(self, o: object) -> Expr: return self._binary("|", o)
+    def __neg__(self) -> Expr: return Neg(self)
+    def __invert__(self) -> Expr: return Not(self)
+
+    def eq(self, o: object) -> Expr:
+        """``self == o``."""
+        return self._binary("==", o)
+
+    def ne(self, o: object) -> Expr:
+        """``self != o``."""
+        return self._binary("!=", o)
+
+
+class Var(Expr):
+    """A variable (declared by `Dialect.declare` or by the target's own code)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str, kind: str = FLOAT) -> None:
+        self.name, self.kind = name, kind
+
+
+class Const(Expr):
+    """A scalar constant (rendered as an operand of the vector expression around it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float, kind: str = FLOAT) -> None:
+        self.value, self.kind = value, kind
+
+
+class Full(Expr):
+    """A value with every lane ``value`` (a vector constant: a declaration's initial value)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float, kind: str = FLOAT) -> None:
+        self.value, self.kind = value, kind
+
+
+def _result_kind(op: str, a: Expr, b: Expr) -> str:
+    if _PRECEDENCE[op] <= CMP:
+        return BOOL
+    kinds = {a.kind, b.kind}
+    return next(k for k in (FLOAT, REAL, INT, BOOL) if k in kinds)
+
+
+class Binary(Expr):
+    """``a op b`` for op in + - * (arithmetic), < <= > >= == != (comparison), & | (logical)."""
+
+    __slots__ = ("op", "a", "b")
+
+    def __init__(self, op: str, a: Expr, b: Expr) -> None:
+        self.op, self.a, self.b, self.kind = op, a, b, _result_kind(op, a, b)
+
+
+class Div(Expr):
+    """``a / b``, correctly rounded."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Expr, b: Expr) -> None:
+        self.a, self.b, self.kind = a, b, _result_kind("*", a, b)
+
+
+class Neg(Expr):
+    __slots__ = ("a",)
+
+    def __init__(self, a: Expr) -> None:
+        self.a, self.kind = a, a.kind
+
+
+class Not(Expr):
+    __slots__ = ("a",)
+
+    def __init__(self, a: Expr) -> None:
+        self.a, self.kind = a, BOOL
+
+
+class Select(Expr):
+    """``cond ? a : b`` (lane by lane)."""
+
+    __slots__ = ("cond", "a", "b")
+
+    def __init__(self, cond: Expr, a: Expr, b: Expr) -> None:
+        self.cond, self.a, self.b, self.kind = cond, a, b, a.kind
+
+
+class Call(Expr):
+    """A function of the targets (see `FUNCTIONS`)."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: str, args: tuple[Expr, ...], kind: str) -> None:
+        self.fn, self.args, self.kind = fn, args, kind
+
+
+#: The functions a dialect renders (each maps to the kind of its result, None: the first
+#: argument's): abs |x| of a real value; abs1 |re| + |im| (|x| for a real dtype: LAPACK's
+#: pivot measure); modulus |x| of the matrix dtype; sqrt (correctly rounded); signbit (true
+#: for -0.0, as copysign reads it); isnan; is_zero (x == 0, both parts for complex);
+#: mul_unit(s, d) = s * unit(d) for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 for
+#: a real dtype (a NaN counts as negative), d / |d| for complex; nonzero (not is_zero, a NaN
+#: included); conj, re, im (x, x, - for a real dtype); complex(re, im) (complex dtypes only);
+#: isinf (of a REAL).
+FUNCTIONS = {"abs": REAL, "abs1": REAL, "modulus": REAL, "sqrt": None, "signbit": BOOL,
+             "isnan": BOOL, "isinf": BOOL, "is_zero": BOOL, "nonzero": BOOL, "mul_unit": None,
+             "conj": None, "re": REAL, "im": REAL, "complex": FLOAT}
+
+
+def constant(value: object, kind: str = FLOAT) -> Expr:
+    """``value`` as an expression: an `Expr` as it is, a Python number as a `Const` of ``kind``
+    (an int next to an INT or BOOL stays an int)."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"mpslinalg.small.codegen: not an expression: {value!r}")
+    if kind in (INT, BOOL):
+        if not isinstance(value, int):
+            raise TypeError(f"mpslinalg.small.codegen: a float constant {value!r} next to an int")
+        return Const(value, INT)
+    return Const(float(value), kind)
+
+
+def _call(fn: str, *args: object) -> Call:
+    exprs = tuple(constant(a) for a in args)
+    return Call(fn, exprs, FUNCTIONS[fn] or exprs[0].kind)
+
+
+def select(cond: Expr, a: object, b: object) -> Expr:
+    """``cond ? a : b``; a Python number takes the other branch's kind."""
+    if not isinstance(a, Expr):
+        a = constant(a, constant(b).kind)
+    return Select(cond, a, constant(b, a.kind))
+
+
+def abs_(x: object) -> Expr:
+    """|x| of a real value."""
+    return _call("abs", x)
+
+
+def abs1(x: object) -> Expr:
+    """|re x| + |im x| (LAPACK's icamax measure), |x| for a real dtype."""
+    return _call("abs1", x)
+
+
+def modulus(x: object) -> Expr:
+    """|x| of a value of the matrix dtype (the complex modulus for complex)."""
+    return _call("modulus", x)
+
+
+def sqrt(x: object) -> Expr:
+    """The correctly rounded square root."""
+    return _call("sqrt", x)
+
+
+def signbit(x: object) -> Expr:
+    """The sign bit of x is set (true for -0.0)."""
+    return _call("signbit", x)
+
+
+def isnan(x: object) -> Expr:
+    """x is a NaN."""
+    return _call("isnan", x)
+
+
+def is_zero(x: object) -> Expr:
+    """x == 0 (both parts for complex)."""
+    return _call("is_zero", x)
+
+
+def nonzero(x: object) -> Expr:
+    """x != 0 (either part for complex; true for a NaN)."""
+    return _call("nonzero", x)
+
+
+def isinf(x: object) -> Expr:
+    """x is an infinity (of a REAL)."""
+    return _call("isinf", x)
+
+
+def conj(x: object) -> Expr:
+    """The complex conjugate (x itself for a real dtype)."""
+    return _call("conj", x)
+
+
+def re(x: object) -> Expr:
+    """The real part (x itself for a real dtype)."""
+    return _call("re", x)
+
+
+def im(x: object) -> Expr:
+    """The imaginary part (complex dtypes only)."""
+    return _call("im", x)
+
+
+def make_complex(real: object, imag: object) -> Expr:
+    """The complex number real + i imag (complex dtypes only)."""
+    return _call("complex", constant(real, REAL), constant(imag, REAL))
+
+
+def mul_unit(s: object, d: object) -> Expr:
+    """``s * unit(d)`` for a sign s (see `FUNCTIONS`)."""
+    return _call("mul_unit", s, d)
+
+
+class Vars:
+    """The variables ``<prefix><i><j>...`` of one kind: ``Vars("a")[1, 2]`` is ``a12``."""
+
+    def __init__(self, prefix: str, kind: str = FLOAT) -> None:
+        self.prefix, self.kind = prefix, kind
+
+    def __getitem__(self, index: int | tuple[int, ...]) -> Var:
+        index = index if isinstance(index, tuple) else (index,)
+        return Var(self.prefix + "".join(str(i) for i in index), self.kind)
+
+
+class Renderer(abc.ABC):
+    """How a target renders the expressions of the generated code. The base class renders the
+    operators with C's precedence (valid Python too, see `ATOM`); a target supplies the leaves
+    (`literal`, `operand`, `full`), the functions (`function`) and may render any node its own
+    way (`special`)."""
+
+    @abc.abstractmethod
+    def literal(self, value: float, kind: str) -> str:
+        """The constant ``value`` (of ``kind``) as an operand of arithmetic or a comparison."""
+
+    @abc.abstractmethod
+    def operand(self, value: float, kind: str) -> str:
+        """The constant ``value`` (of ``kind``) as a branch of a select."""
+
+    @abc.abstractmethod
+    def full(self, kind: str, value: float) -> str:
+        """A value (of ``kind``) with every lane ``value``."""
+
+    @abc.abstractmethod
+    def function(self, call: Call, args: list[str]) -> str | Expr:
+        """``call`` (see `FUNCTIONS`) with its rendered arguments: its text (an atom), or an
+        expression to render instead."""
+
+    @staticmethod
+    def real_meaning(call: Call) -> Expr | None:
+        """The functions that are plain expressions for a real dtype (isnan: x != x, is_zero,
+        nonzero, conj and re: x itself), else None."""
+        x = call.args[0]
+        return {"isnan": lambda: x.ne(x), "is_zero": lambda: x.eq(0.0),
+                "nonzero": lambda: x.ne(0.0), "conj": lambda: x,
+                "re": lambda: x}.get(call.fn, lambda: None)()
+
+    def special(self, e: Expr) -> tuple[str, int] | None:
+        """The dialect's own rendering of ``e`` as (text, precedence), None for the default."""
+        return None
+
+    def render(self, e: Expr) -> str:
+        """The source text of ``e``."""
+        return self.text(e)[0]
+
+    def text(self, e: Expr) -> tuple[str, int]:
+        """(source text, precedence level) of ``e``."""
+        own = self.special(e)
+        if own is not None:
+            return own
+        if isinstance(e, Var):
+            return e.name, ATOM
+        if isinstance(e, Const):
+            text = self.literal(e.value, e.kind)
+            return text, UNARY if text.startswith("-") else ATOM
+        if isinstance(e, Full):
+            return self.full(e.kind, e.value), ATOM
+        if isinstance(e, Neg):
+            inner = self.wrap(e.a, UNARY)
+            return "-" + (f"({inner})" if inner.startswith("-") else inner), UNARY
+        if isinstance(e, Not):
+            return "~" + self.wrap(e.a, UNARY), UNARY
+        if isinstance(e, Div):
+            return self.infix("/", MUL, e.a, e.b), MUL
+        if isinstance(e, Binary):
+            level = _PRECEDENCE[e.op]
+            return self.infix(e.op, level, e.a, e.b), level
+        if isinstance(e, Select):
+            return self.select(e), SELECT
+        if isinstance(e, Call):
+            out = self.function(e, [self.render(a) for a in e.args])
+            return (out, ATOM) if isinstance(out, str) else self.text(out)
+        raise TypeError(f"mpslinalg.small.codegen: not an expression: {e!r}")
+
+    def wrap(self, e: Expr, level: int, strict: bool = False) -> str:
+        """``e`` rendered as an operand at precedence ``level``: parenthesised when it binds
+        less tightly (or as tightly, with ``strict``: a right operand, never reassociated)."""
+        text, own = self.text(e)
+        return f"({text})" if own < level or (strict and own == level) else text
+
+    def infix(self, op: str, level: int, a: Expr, b: Expr) -> str:
+        # Comparisons never chain, and inside '&' / '|' they are parenthesised (see ATOM).
+        inner = CMP + 1 if level in (CMP, AND, OR) else level
+        return f"{self.wrap(a, inner)} {op} {self.wrap(b, inner if inner > level else level, True)}"
+
+    def branch(self, e: Expr) -> str:
+        """A branch of a select: constants as `operand`."""
+        if isinstance(e, Const):
+            return self.operand(e.value, e.kind)
+        return self.render(e)
+
+    def select(self, e: Select) -> str:
+        """``cond ? a : b`` in C syntax: a condition other than a name in parentheses."""
+        cond = self.render(e.cond) if isinstance(e.cond, Var) else f"({self.render(e.cond)})"
+        return f"{cond} ? {self.branch(e.a)} : {self.branch(e.b)}"
+
+
+class Dialect(Renderer):
+    """A target of the descriptions: renders their expressions (`Renderer`) and writes their
+    statements."""
 
     # ---------------------------------------------------------------------------- statements
 
-    @abc.abstractmethod
-    def declare(self, kind: str, name: str, expr: str) -> None:
-        """A new variable ``name`` (of ``kind``, FLOAT or INT) = ``expr``."""
+    def declare(self, kind: str, name: str, value: object) -> Var:
+        """A new variable ``name`` of ``kind`` = ``value``; returns it."""
+        self.write_declare(kind, name, self.render(constant(value, kind)))
+        return Var(name, kind)
+
+    def assign(self, target: Var | str, value: object) -> None:
+        """``target`` = ``value`` for a variable declared before."""
+        name = target.name if isinstance(target, Var) else target
+        kind = target.kind if isinstance(target, Var) else FLOAT
+        self.write_assign(name, self.render(constant(value, kind)))
 
     @abc.abstractmethod
-    def assign(self, name: str, expr: str) -> None:
-        """``name`` = ``expr`` for a variable declared before."""
+    def write_declare(self, kind: str, name: str, text: str) -> None:
+        """The declaration of ``name`` (of ``kind``) = the rendered ``text``."""
+
+    @abc.abstractmethod
+    def write_assign(self, name: str, text: str) -> None:
+        """``name`` = the rendered ``text``."""
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -48,38 +419,8 @@ class Dialect(abc.ABC):
         yield
 
     @abc.abstractmethod
-    def add_log(self, acc: str, x: str) -> None:
-        """``acc`` += log(``x``), lane by lane."""
-
-    # ---------------------------------------------------------------------------- expressions
-
-    @abc.abstractmethod
-    def select(self, cond: str, a: str, b: str) -> str:
-        """``cond ? a : b`` lane by lane."""
-
-    @abc.abstractmethod
-    def abs(self, x: str) -> str:
-        """|x| lane by lane."""
-
-    @abc.abstractmethod
-    def div(self, a: str, b: str) -> str:
-        """a / b, correctly rounded."""
-
-    @abc.abstractmethod
-    def full(self, kind: str, value: float) -> str:
-        """A vector (of ``kind``) with every lane ``value``."""
-
-    @abc.abstractmethod
-    def int_operand(self, value: int) -> str:
-        """The int32 constant ``value`` as an operand of `select`."""
-
-    @abc.abstractmethod
-    def float_operand(self, value: float) -> str:
-        """The float constant ``value`` as an operand of `select`."""
-
-    @abc.abstractmethod
-    def float_literal(self, value: float) -> str:
-        """The float constant ``value`` as the right operand of a comparison with a vector."""
+    def add_log(self, acc: str, x: Expr) -> None:
+        """``acc`` += log(``x``) (a REAL), lane by lane."""
 
     #: The smallest normal number of the target's real type (LAPACK safmin); float32 unless a
     #: dialect says otherwise.
@@ -89,22 +430,28 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def sweeps(self, count: int, flag: str) -> contextlib.AbstractContextManager:
-        """A loop of at most ``count`` sweeps around the statements written inside; ``flag`` (an
-        INT declared per sweep, false) is or-ed by the body where a lane rotated: a target may
+        """A loop of at most ``count`` sweeps around the statements written inside; ``flag`` (a
+        BOOL declared per sweep, false) is or-ed by the body where a lane rotated: a target may
         leave the loop once it stays false for every lane (SVD and eigh only)."""
 
-    @abc.abstractmethod
-    def sqrt(self, x: str) -> str:
-        """The correctly rounded square root of x, lane by lane (QR, SVD and eigh only)."""
+class _Plain(Renderer):
+    """C syntax with plain literals and function names (for reading and the examples)."""
 
-    @abc.abstractmethod
-    def signbit(self, x: str) -> str:
-        """An INT condition: the sign bit of x is set (true for -0.0, as copysign reads it)."""
+    def literal(self, value: float, kind: str) -> str:
+        return repr(value)
 
-    @abc.abstractmethod
-    def mul_unit(self, s: str, d: str) -> str:
-        """``s * unit(d)`` for a sign s (one of +-1, +-0), unit(d) = d > 0 ? 1 : -1 (a NaN
-        counts as negative, like the Metal kernel)."""
+    operand = literal
+
+    def full(self, kind: str, value: float) -> str:
+        return repr(value)
+
+    def function(self, call: Call, args: list[str]) -> str:
+        return f"{call.fn}({', '.join(args)})"
+
+
+def render_c(e: Expr) -> str:
+    """``e`` in C syntax with plain literals (for reading)."""
+    return _Plain().render(e)
 
 
 #: The ops whose kernels factor the transpose of the matrix they read: torch.linalg.det and
@@ -115,67 +462,70 @@ TRANSPOSED_OPS = ("det", "slogdet")
 
 def emit_transpose(dl: Dialect, n: int) -> None:
     """a{i}{j} <-> a{j}{i} (renamings the compiler removes)."""
+    a = Vars("a")
     for i in range(n):
         for j in range(i + 1, n):
             with dl.scope():
-                dl.declare(FLOAT, "up", f"a{i}{j}")
-                dl.assign(f"a{i}{j}", f"a{j}{i}")
-                dl.assign(f"a{j}{i}", "up")
+                up = dl.declare(FLOAT, "up", a[i, j])
+                dl.assign(a[i, j], a[j, i])
+                dl.assign(a[j, i], up)
 
 
 def emit_factor(dl: Dialect, n: int) -> None:
     """getf2 (small_factor): LU with partial pivoting of a{i}{j} in place; p{k} = pivot row of
     step k (k < n - 1), info = first zero pivot (1-based, 0 = none)."""
-    dl.declare(INT, "info", dl.full(INT, 0))
+    a, p = Vars("a"), Vars("p", INT)
+    info = dl.declare(INT, "info", Full(0, INT))
     for k in range(n):
         if k < n - 1:
             # Pivot search: strict '>' keeps the lowest row on ties and never selects a NaN.
-            dl.declare(INT, f"p{k}", dl.full(INT, k))
+            dl.declare(INT, f"p{k}", Full(k, INT))
             with dl.scope():
-                dl.declare(FLOAT, "best", dl.abs(f"a{k}{k}"))
+                best = dl.declare(REAL, "best", abs1(a[k, k]))
                 for i in range(k + 1, n):
                     with dl.scope():
-                        dl.declare(FLOAT, "v", dl.abs(f"a{i}{k}"))
-                        dl.declare(INT, "gt", "v > best")
+                        v = dl.declare(REAL, "v", abs1(a[i, k]))
+                        gt = dl.declare(BOOL, "gt", v > best)
                         if i + 1 < n:
-                            dl.assign("best", dl.select("gt", "v", "best"))
-                        dl.assign(f"p{k}", dl.select("gt", dl.int_operand(i), f"p{k}"))
+                            dl.assign(best, select(gt, v, best))
+                        dl.assign(p[k], select(gt, i, p[k]))
             # Interchange rows k and p of the whole row (L part included), by selects.
             for i in range(k + 1, n):
                 with dl.scope():
-                    dl.declare(INT, "sw", f"p{k} == {i}")
+                    sw = dl.declare(BOOL, "sw", p[k].eq(i))
                     for j in range(n):
                         with dl.scope():
-                            dl.declare(FLOAT, "up", f"a{k}{j}")
-                            dl.assign(f"a{k}{j}", dl.select("sw", f"a{i}{j}", "up"))
-                            dl.assign(f"a{i}{j}", dl.select("sw", "up", f"a{i}{j}"))
+                            up = dl.declare(FLOAT, "up", a[k, j])
+                            dl.assign(a[k, j], select(sw, a[i, j], up))
+                            dl.assign(a[i, j], select(sw, up, a[i, j]))
         # A zero pivot: the column below is zero too, no scaling; the first one is recorded.
         with dl.scope():
-            dl.declare(INT, "zero", f"a{k}{k} == {dl.float_literal(0.0)}")
-            dl.assign("info", dl.select("zero & (info == 0)", dl.int_operand(k + 1), "info"))
+            zero = dl.declare(BOOL, "zero", is_zero(a[k, k]))
+            dl.assign(info, select(zero & info.eq(0), k + 1, info))
             for i in range(k + 1, n):
-                dl.assign(f"a{i}{k}", dl.select("zero", f"a{i}{k}", dl.div(f"a{i}{k}", f"a{k}{k}")))
+                dl.assign(a[i, k], select(zero, a[i, k], a[i, k] / a[k, k]))
         for i in range(k + 1, n):
             for j in range(k + 1, n):
-                dl.assign(f"a{i}{j}", f"a{i}{j} - a{i}{k} * a{k}{j}")
+                dl.assign(a[i, j], a[i, j] - a[i, k] * a[k, j])
 
 
 def emit_solve_vector(dl: Dialect, n: int) -> None:
     """getrs for one right-hand side x0..x{n-1} in place (small_solve_vector)."""
+    a, p, x = Vars("a"), Vars("p", INT), Vars("x")
     for k in range(n - 1):
         for i in range(k + 1, n):
             with dl.scope():
-                dl.declare(INT, "sw", f"p{k} == {i}")
-                dl.declare(FLOAT, "up", f"x{k}")
-                dl.assign(f"x{k}", dl.select("sw", f"x{i}", "up"))
-                dl.assign(f"x{i}", dl.select("sw", "up", f"x{i}"))
+                sw = dl.declare(BOOL, "sw", p[k].eq(i))
+                up = dl.declare(FLOAT, "up", x[k])
+                dl.assign(x[k], select(sw, x[i], up))
+                dl.assign(x[i], select(sw, up, x[i]))
     for k in range(n):
         for i in range(k + 1, n):
-            dl.assign(f"x{i}", f"x{i} - a{i}{k} * x{k}")
+            dl.assign(x[i], x[i] - a[i, k] * x[k])
     for k in range(n - 1, -1, -1):
-        dl.assign(f"x{k}", dl.div(f"x{k}", f"a{k}{k}"))
+        dl.assign(x[k], x[k] / a[k, k])
         for i in range(k):
-            dl.assign(f"x{i}", f"x{i} - a{i}{k} * x{k}")
+            dl.assign(x[i], x[i] - a[i, k] * x[k])
 
 
 def emit_inverse(dl: Dialect, n: int, store_column: Callable[[int], None]) -> None:
@@ -184,44 +534,47 @@ def emit_inverse(dl: Dialect, n: int, store_column: Callable[[int], None]) -> No
     for j in range(n):
         with dl.scope():
             for i in range(n):
-                dl.declare(FLOAT, f"x{i}", dl.full(FLOAT, 1.0 if i == j else 0.0))
+                dl.declare(FLOAT, f"x{i}", Full(1.0 if i == j else 0.0))
             emit_solve_vector(dl, n)
             store_column(j)
 
 
-def emit_perm_sign(dl: Dialect, n: int) -> None:
-    """sgn = (-1)^(number of row interchanges), in the matrix dtype (small_perm_sign)."""
-    dl.declare(FLOAT, "sgn", dl.full(FLOAT, 1.0))
+def emit_perm_sign(dl: Dialect, n: int) -> Var:
+    """sgn = (-1)^(number of row interchanges), a REAL (small_perm_sign); returns it."""
+    p = Vars("p", INT)
+    sgn = dl.declare(REAL, "sgn", Full(1.0, REAL))
     for k in range(n - 1):
-        dl.assign("sgn", dl.select(f"p{k} != {k}", "-sgn", "sgn"))
+        dl.assign(sgn, select(p[k].ne(k), -sgn, sgn))
+    return sgn
 
 
 def emit_det(dl: Dialect, n: int) -> str:
     """d = product of U's diagonal, sgn = the permutation sign; returns the determinant's
-    expression (d * sgn)."""
-    dl.declare(FLOAT, "d", "a00")
+    rendered expression (d * sgn)."""
+    a = Vars("a")
+    d = dl.declare(FLOAT, "d", a[0, 0])
     for k in range(1, n):
-        dl.assign("d", f"d * a{k}{k}")
-    emit_perm_sign(dl, n)
-    return "d * sgn"
+        dl.assign(d, d * a[k, k])
+    sgn = emit_perm_sign(dl, n)
+    return dl.render(d * sgn)
 
 
 def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
     """The loop of small_slogdet over U's diagonal, after the caller declared the sign ``s``
-    (from `emit_perm_sign`) and the sum ``logabs`` = 0: logabs += log|u_kk|, s = 0 for a
-    zero pivot, else s * unit(u_kk)."""
+    (of the matrix dtype, from `emit_perm_sign`) and the REAL sum ``logabs`` = 0: logabs +=
+    log|u_kk|, s = 0 for a zero pivot, else s * unit(u_kk)."""
+    a, sign = Vars("a"), Var(s)
     for k in range(n):
-        dl.add_log(logabs, dl.abs(f"a{k}{k}"))
-        is_zero = f"a{k}{k} == {dl.float_literal(0.0)}"
-        dl.assign(s, dl.select(is_zero, dl.float_operand(0.0), dl.mul_unit(s, f"a{k}{k}")))
+        dl.add_log(logabs, modulus(a[k, k]))
+        dl.assign(sign, select(is_zero(a[k, k]), 0.0, mul_unit(sign, a[k, k])))
 
 
 # ------------------------------------------------------------------------------ Householder QR
 #
-# The operations of ``qr_small`` in metal/linalg/qr.h (LAPACK geqr2 with larfg's reflectors and
-# nrm2's scaled sum of squares, then org2r by backward accumulation), in the same order, every
-# branch a select. For finite input they round like the Metal kernel (signs of zero aside); where
-# the input holds NaN or Inf they follow LAPACK as torch.linalg.qr on the CPU runs it (MKL's
+# LAPACK geqr2 with larfg's reflectors and nrm2's scaled sum of squares, then org2r by backward
+# accumulation (the Metal kernels qr_small_*, generated from it, and the blocked kernels of
+# metal/linalg/qr.h use the same reflectors), every branch a select. Where the input holds NaN
+# or Inf the real kernels follow LAPACK as torch.linalg.qr on the CPU runs it (MKL's
 # geqrf / orgqr, checked entry by entry against it for every single non-finite entry of every
 # shape: tests/small/test_small_qr.py), so that the NaN pattern and the finite entries are
 # torch's:
@@ -236,98 +589,132 @@ def emit_slogdet(dl: Dialect, n: int, s: str, logabs: str) -> None:
 #   tau = 0 (Reference LAPACK's larf scan, ila?lr / ila?lc); column j is then
 #   (1 - tau, -tau v) (a NaN tau leaves the zeros a non-finite entry of A would otherwise reach
 #   through 0 * NaN).
-# Besides the methods above, the QR emitters use a dialect's `sqrt`, `signbit` and `safe_min`.
+# The complex kernels (Metal's complex64) take the complex reflector of `_emit_larfg_complex`
+# (qr_larfg's) with the same scan, a zero test of both parts (`nonzero`).
 
 
-def emit_qr_factor(dl: Dialect, m: int, n: int) -> None:
+def emit_qr_factor(dl: Dialect, m: int, n: int, complex_: bool = False) -> None:
     """geqr2 of a{i}{j} (m x n) in place: R on and above the diagonal, the reflectors' tails
     below it, tau{j} (j < min(m, n)) their scalars. beta = -sign(alpha) |(alpha, x)| (the sign
-    bit of alpha, as copysign), H = I (tau = 0) when the tail x is exactly zero."""
+    bit of alpha, as copysign), H = I (tau = 0) when the tail x is exactly zero. ``complex_``:
+    the complex reflector of `_emit_larfg_complex`, H^H applied to the columns after j."""
     for j in range(min(m, n)):
-        _emit_tail_norm(dl, m, j)
-        dl.declare(FLOAT, f"tau{j}", dl.full(FLOAT, 0.0))
+        _emit_tail_norm(dl, m, j, complex_)
+        dl.declare(FLOAT, f"tau{j}", Full(0.0))
         with dl.scope():
-            _emit_larfg(dl, m, j)
+            (_emit_larfg_complex if complex_ else _emit_larfg)(dl, m, j)
             for c in range(j + 1, n):
                 _emit_apply_reflector(dl, m, j, "a", c)
 
 
 def _emit_apply_reflector(dl: Dialect, m: int, j: int, target: str, c: int,
-                          extent: tuple[dict[int, str], str] | None = None) -> None:
-    """H_j = I - tau_j v v^T, v = (1, a[j+1:m, j]), applied to column c of ``target`` (``a`` in
-    geqr2, ``q`` in org2r): target[j:m, c] -= tau_j v (v^T target[j:m, c]), as larf does.
-    ``extent`` (org2r): the INT conditions of `_emit_reflector_extent`, (row i -> row i is
-    within larf's scan, whether column c is): entries outside stay as they are."""
+                          extent: tuple[dict[int, Var], Var] | None = None) -> None:
+    """H_j = I - tau_j v v^H, v = (1, a[j+1:m, j]), applied to column c of ``target``: as
+    H_j^H in geqr2 (``a``), as H_j in org2r (``q``): target[j:m, c] -= tau v (v^H target[j:m,
+    c]), tau conjugated in geqr2, as larf does. ``extent`` (org2r): the BOOL conditions of
+    `_emit_reflector_extent`, (row i -> row i is within larf's scan, whether column c is):
+    entries outside stay as they are."""
+    a, t, tau = Vars("a"), Vars(target), Var(f"tau{j}")
     rows, column = extent if extent is not None else ({}, None)
 
-    def within(i: int) -> str | None:
+    def within(i: int) -> Expr | None:
         conds = [x for x in (rows.get(i), column) if x is not None]
-        return " & ".join(conds) if conds else None
+        return conds[0] & conds[1] if len(conds) == 2 else (conds[0] if conds else None)
 
     with dl.scope():
-        dl.declare(FLOAT, "d", f"{target}{j}{c}")
+        d = dl.declare(FLOAT, "d", t[j, c])
         for i in range(j + 1, m):
-            term = f"a{i}{j} * {target}{i}{c}"
+            term = conj(a[i, j]) * t[i, c]
             if i in rows:  # past v's last nonzero: v_i = 0, and 0 * NaN must not reach d
-                term = dl.select(rows[i], term, dl.float_operand(0.0))
-            dl.assign("d", f"d + ({term})")
-        dl.declare(FLOAT, "td", f"tau{j} * d")
-        for i, update in [(j, f"{target}{j}{c} - td")] + [
-                (i, f"{target}{i}{c} - a{i}{j} * td") for i in range(j + 1, m)]:
+                term = select(rows[i], term, 0.0)
+            dl.assign(d, d + term)
+        td = dl.declare(FLOAT, "td", (conj(tau) if target == "a" else tau) * d)
+        for i, update in [(j, t[j, c] - td)] + [
+                (i, t[i, c] - a[i, j] * td) for i in range(j + 1, m)]:
             cond = within(i)
-            dl.assign(f"{target}{i}{c}",
-                      update if cond is None else dl.select(cond, update, f"{target}{i}{c}"))
+            dl.assign(t[i, c], update if cond is None else select(cond, update, t[i, c]))
 
 
-def _emit_tail_norm(dl: Dialect, m: int, j: int) -> None:
-    """xnorm{j} = |a[j+1:m, j]| by LAPACK's classic scaled sum of squares (qr_ssq_add): no
-    square that could overflow or underflow; NaN when the tail holds a NaN."""
-    dl.declare(FLOAT, f"xnorm{j}", dl.full(FLOAT, 0.0))
+def _emit_tail_norm(dl: Dialect, m: int, j: int, complex_: bool = False) -> None:
+    """xnorm{j} = |a[j+1:m, j]| by LAPACK's classic scaled sum of squares (qr_ssq_add, over
+    the real and imaginary parts for complex): no square that could overflow or underflow;
+    NaN when the tail holds a NaN."""
+    a = Vars("a")
+    xnorm = dl.declare(REAL, f"xnorm{j}", Full(0.0, REAL))
     with dl.scope():
-        dl.declare(FLOAT, "scale", dl.full(FLOAT, 0.0))
-        dl.declare(FLOAT, "ssq", dl.full(FLOAT, 1.0))
+        scale = dl.declare(REAL, "scale", Full(0.0, REAL))
+        ssq = dl.declare(REAL, "ssq", Full(1.0, REAL))
         for i in range(j + 1, m):
-            with dl.scope():
-                dl.declare(FLOAT, "ax", dl.abs(f"a{i}{j}"))
-                # x != 0 is also true for a NaN, which then reaches ssq through r2.
-                dl.declare(INT, "nz", f"a{i}{j} != {dl.float_literal(0.0)}")
-                dl.declare(INT, "grow", "scale < ax")
-                dl.declare(FLOAT, "r1", dl.div("scale", "ax"))
-                dl.declare(FLOAT, "r2", dl.div("ax", "scale"))
-                grown = f"{dl.float_literal(1.0)} + ssq * r1 * r1"
-                dl.assign("ssq", dl.select("nz", dl.select("grow", grown, "ssq + r2 * r2"), "ssq"))
-                dl.assign("scale", dl.select("nz & grow", "ax", "scale"))
-        dl.assign(f"xnorm{j}", dl.select(
-            f"scale == {dl.float_literal(0.0)}",
-            dl.select("ssq != ssq", "ssq", dl.float_operand(0.0)),
-            f"scale * {dl.sqrt('ssq')}"))
+            for x in (re(a[i, j]), im(a[i, j])) if complex_ else (a[i, j],):
+                with dl.scope():
+                    ax = dl.declare(REAL, "ax", abs_(x))
+                    # x != 0 is also true for a NaN, which then reaches ssq through r2.
+                    nz = dl.declare(BOOL, "nz", x.ne(0.0))
+                    grow = dl.declare(BOOL, "grow", scale < ax)
+                    r1 = dl.declare(REAL, "r1", scale / ax)
+                    r2 = dl.declare(REAL, "r2", ax / scale)
+                    grown = 1.0 + ssq * r1 * r1
+                    dl.assign(ssq, select(nz, select(grow, grown, ssq + r2 * r2), ssq))
+                    dl.assign(scale, select(nz & grow, ax, scale))
+        dl.assign(xnorm, select(scale.eq(0.0), select(isnan(ssq), ssq, 0.0),
+                                scale * sqrt(ssq)))
 
 
 def _emit_larfg(dl: Dialect, m: int, j: int) -> None:
     """The reflector of column j (qr_larfg with qr_lapy3(alpha, 0, xnorm)): beta into a{j}{j},
     tau{j}, the tail divided by alpha - beta (by its reciprocal unless that is below safmin)."""
-    dl.declare(INT, "ident", f"xnorm{j} == {dl.float_literal(0.0)}")
-    dl.declare(FLOAT, "alpha", f"a{j}{j}")
-    dl.declare(FLOAT, "ax", dl.abs("alpha"))
-    dl.declare(FLOAT, "az", dl.abs(f"xnorm{j}"))
+    a, xnorm, tau = Vars("a"), Var(f"xnorm{j}", REAL), Var(f"tau{j}")
+    ident = dl.declare(BOOL, "ident", xnorm.eq(0.0))
+    alpha = dl.declare(FLOAT, "alpha", a[j, j])
+    ax = dl.declare(REAL, "ax", abs_(alpha))
+    az = dl.declare(REAL, "az", abs_(xnorm))
     # max and min that take xnorm where alpha is NaN (a finite beta, as LAPACK's dlapy2 gives)
-    dl.declare(FLOAT, "big", dl.select("ax > az", "ax", "az"))
-    dl.declare(FLOAT, "small", dl.select("ax < az", "ax", "az"))
-    dl.declare(FLOAT, "ratio", dl.div("small", "big"))
-    dl.declare(FLOAT, "lapy", dl.select(
-        f"small == {dl.float_literal(0.0)}", "big",
-        f"big * {dl.sqrt(f'{dl.float_literal(1.0)} + ratio * ratio')}"))
-    dl.declare(FLOAT, "nbeta", dl.select(f"{dl.signbit('alpha')} | (alpha != alpha)",
-                                         "lapy", "-lapy"))
-    dl.assign(f"tau{j}", dl.select("ident", dl.float_operand(0.0),
-                                   dl.div("(nbeta - alpha)", "nbeta")))
-    dl.declare(FLOAT, "denom", dl.select("ident", dl.float_operand(1.0), "alpha - nbeta"))
-    dl.declare(FLOAT, "rden", dl.div(dl.full(FLOAT, 1.0), "denom"))
-    dl.declare(INT, "recip", f"{dl.abs('denom')} >= {dl.float_literal(dl.safe_min)}")
+    big = dl.declare(REAL, "big", select(ax > az, ax, az))
+    small = dl.declare(REAL, "small", select(ax < az, ax, az))
+    ratio = dl.declare(REAL, "ratio", small / big)
+    lapy = dl.declare(REAL, "lapy", select(small.eq(0.0), big, big * sqrt(1.0 + ratio * ratio)))
+    nbeta = dl.declare(FLOAT, "nbeta", select(signbit(alpha) | isnan(alpha), lapy, -lapy))
+    dl.assign(tau, select(ident, 0.0, (nbeta - alpha) / nbeta))
+    denom = dl.declare(FLOAT, "denom", select(ident, 1.0, alpha - nbeta))
+    _emit_scale_tail(dl, m, j, ident, denom)
+    dl.assign(a[j, j], select(ident, alpha, nbeta))
+
+
+def _emit_scale_tail(dl: Dialect, m: int, j: int, ident: Var, denom: Var) -> None:
+    """The tail of column j divided by ``denom`` (by its reciprocal unless |denom| is below
+    safmin, qr_scale), unless the reflector is the identity."""
+    a = Vars("a")
+    rden = dl.declare(FLOAT, "rden", Full(1.0) / denom)
+    recip = dl.declare(BOOL, "recip", modulus(denom) >= dl.safe_min)
     for i in range(j + 1, m):
-        dl.assign(f"a{i}{j}", dl.select("ident", f"a{i}{j}", dl.select(
-            "recip", f"a{i}{j} * rden", dl.div(f"a{i}{j}", "denom"))))
-    dl.assign(f"a{j}{j}", dl.select("ident", "alpha", "nbeta"))
+        dl.assign(a[i, j], select(ident, a[i, j], select(
+            recip, a[i, j] * rden, a[i, j] / denom)))
+
+
+def _emit_larfg_complex(dl: Dialect, m: int, j: int) -> None:
+    """The complex reflector of column j (zlarfg as qr_larfg of metal/linalg/qr.h): the
+    identity when the tail is zero and alpha real, else beta = -sign(re alpha) |(alpha, x)|
+    (lapy3: the sum of the magnitudes when one is NaN, the largest when it is 0 or Inf), tau =
+    ((beta - re alpha) / beta, -im alpha / beta), the tail divided by alpha - beta; R's
+    diagonal entry beta is real."""
+    a, xnorm, tau = Vars("a"), Var(f"xnorm{j}", REAL), Var(f"tau{j}")
+    alpha = dl.declare(FLOAT, "alpha", a[j, j])
+    ident = dl.declare(BOOL, "ident", xnorm.eq(0.0) & im(alpha).eq(0.0))
+    parts = [dl.declare(REAL, name, abs_(x))
+             for name, x in (("ax", re(alpha)), ("ay", im(alpha)), ("az", xnorm))]
+    ax, ay, az = parts
+    anynan = dl.declare(BOOL, "anynan", isnan(ax) | isnan(ay) | isnan(az))
+    byz = dl.declare(REAL, "byz", select(ay > az, ay, az))
+    big = dl.declare(REAL, "big", select(ax > byz, ax, byz))
+    rx, ry, rz = (dl.declare(REAL, f"r{v}", x / big) for v, x in zip("xyz", parts, strict=True))
+    lapy = dl.declare(REAL, "lapy", select(anynan, ax + ay + az, select(
+        big.eq(0.0) | isinf(big), big, big * sqrt(rx * rx + ry * ry + rz * rz))))
+    beta = dl.declare(REAL, "beta", select(signbit(re(alpha)), lapy, -lapy))
+    dl.assign(tau, select(ident, 0.0, make_complex((beta - re(alpha)) / beta,
+                                                   -im(alpha) / beta)))
+    denom = dl.declare(FLOAT, "denom", select(ident, 1.0, alpha - make_complex(beta, 0.0)))
+    _emit_scale_tail(dl, m, j, ident, denom)
+    dl.assign(a[j, j], make_complex(select(ident, re(alpha), beta), 0.0))
 
 
 def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
@@ -335,35 +722,40 @@ def emit_qr_q(dl: Dialect, m: int, n: int, cols: int) -> None:
     H_0 ... H_{k-1}, accumulated backwards from the identity as org2r does: H_j applied to
     the columns after j within larf's scan (`_emit_reflector_extent`), then column j set to
     (1 - tau_j, -tau_j v) below the zeros above it."""
+    a, q = Vars("a"), Vars("q")
     for i in range(m):
         for c in range(cols):
-            dl.declare(FLOAT, f"q{i}{c}", dl.full(FLOAT, 1.0 if i == c else 0.0))
+            dl.declare(FLOAT, f"q{i}{c}", Full(1.0 if i == c else 0.0))
     for j in range(min(m, n) - 1, -1, -1):
+        tau = Var(f"tau{j}")
         if j + 1 < cols:
             with dl.scope():
                 rows = _emit_reflector_extent(dl, m, j, cols)
                 for c in range(j + 1, cols):
-                    _emit_apply_reflector(dl, m, j, "q", c, (rows, f"col{c}"))
-        dl.assign(f"q{j}{j}", f"{dl.float_literal(1.0)} - tau{j}")
+                    _emit_apply_reflector(dl, m, j, "q", c, (rows, Var(f"col{c}", BOOL)))
+        dl.assign(q[j, j], 1.0 - tau)
         for i in range(j + 1, m):
-            dl.assign(f"q{i}{j}", f"-tau{j} * a{i}{j}")
+            dl.assign(q[i, j], -tau * a[i, j])
 
 
-def _emit_reflector_extent(dl: Dialect, m: int, j: int, cols: int) -> dict[int, str]:
+def _emit_reflector_extent(dl: Dialect, m: int, j: int, cols: int) -> dict[int, Var]:
     """What larf touches of q[j:m, j+1:cols] for H_j (LAPACK's scan for the last nonzero
     entry of v, then for the last column with a nonzero entry in those rows, a NaN counting as
-    nonzero; nothing when tau = 0): declares INT row{i} (i > j, row i within) and col{c}
-    (column c within, tau != 0 included); returns {i: "row{i}"}."""
+    nonzero; nothing when tau = 0): declares BOOL row{i} (i > j, row i within) and col{c}
+    (column c within, tau != 0 included); returns {i: row{i}}."""
+    a, q = Vars("a"), Vars("q")
+    row, col = Vars("row", BOOL), Vars("col", BOOL)
     for i in range(m - 1, j, -1):
-        nonzero = f"a{i}{j} != {dl.float_literal(0.0)}"
-        dl.declare(INT, f"row{i}", nonzero if i == m - 1 else f"row{i + 1} | ({nonzero})")
-    dl.declare(INT, "tauz", f"tau{j} != {dl.float_literal(0.0)}")
+        entry = nonzero(a[i, j])
+        dl.declare(BOOL, f"row{i}", entry if i == m - 1 else row[i + 1] | entry)
+    tauz = dl.declare(BOOL, "tauz", nonzero(Var(f"tau{j}")))
     for c in range(cols - 1, j, -1):
-        nonzero = " | ".join([f"(q{j}{c} != {dl.float_literal(0.0)})"] + [
-            f"(row{i} & (q{i}{c} != {dl.float_literal(0.0)}))" for i in range(j + 1, m)])
-        dl.declare(INT, f"col{c}", f"tauz & ({nonzero})" if c == cols - 1
-                   else f"col{c + 1} | (tauz & ({nonzero}))")
-    return {i: f"row{i}" for i in range(j + 1, m)}
+        entries = nonzero(q[j, c])
+        for i in range(j + 1, m):
+            entries = entries | (row[i] & nonzero(q[i, c]))
+        dl.declare(BOOL, f"col{c}", tauz & entries if c == cols - 1
+                   else col[c + 1] | (tauz & entries))
+    return {i: row[i] for i in range(j + 1, m)}
 
 
 # ------------------------------------------------------------------------------ Jacobi: SVD, eigh
@@ -395,53 +787,54 @@ def _pairs(n: int) -> list[tuple[int, int]]:
     return [(p, q) for p in range(n) for q in range(p + 1, n)]
 
 
-def _emit_sanitize_and_scale(dl: Dialect, names: list[str]) -> None:
+def _emit_sanitize_and_scale(dl: Dialect, names: list[Var]) -> None:
     """bad = some entry is not finite; entries <- 0 where bad; amax = max |entry|; entries /=
     amax (unless 0)."""
-    dl.declare(INT, "bad", " | ".join(f"(({x} - {x}) != {dl.float_literal(0.0)})"
-                                      for x in names))
-    dl.declare(FLOAT, "zerov", dl.full(FLOAT, 0.0))
-    dl.declare(FLOAT, "nanv", dl.div("zerov", "zerov"))
-    dl.declare(FLOAT, "amax", dl.full(FLOAT, 0.0))
+    bad = (names[0] - names[0]).ne(0.0)
+    for x in names[1:]:
+        bad = bad | (x - x).ne(0.0)
+    bad = dl.declare(BOOL, "bad", bad)
+    zerov = dl.declare(FLOAT, "zerov", Full(0.0))
+    dl.declare(FLOAT, "nanv", zerov / zerov)
+    amax = dl.declare(REAL, "amax", Full(0.0, REAL))
     for x in names:
-        dl.assign(x, dl.select("bad", "zerov", x))
+        dl.assign(x, select(bad, zerov, x))
         with dl.scope():
-            dl.declare(FLOAT, "ax", dl.abs(x))
-            dl.assign("amax", dl.select("ax > amax", "ax", "amax"))
-    dl.declare(FLOAT, "amaxs", dl.select(f"amax == {dl.float_literal(0.0)}",
-                                         dl.float_operand(1.0), "amax"))
+            ax = dl.declare(REAL, "ax", abs_(x))
+            dl.assign(amax, select(ax > amax, ax, amax))
+    amaxs = dl.declare(REAL, "amaxs", select(amax.eq(0.0), 1.0, amax))
     for x in names:
-        dl.assign(x, dl.div(x, "amaxs"))
+        dl.assign(x, x / amaxs)
 
 
-def _emit_tangent(dl: Dialect, num: str, den: str) -> None:
+#: The rotation's scalars declared by `_emit_tangent` and read by `_emit_rotate`.
+_C, _S, _T = Var("c"), Var("s"), Var("t")
+
+
+def _emit_tangent(dl: Dialect, num: Expr, den: Expr) -> None:
     """zeta = num / den, t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)) (|t| <= 1), c, s."""
-    dl.declare(FLOAT, "zeta", dl.div(num, den))
-    dl.declare(FLOAT, "az", dl.abs("zeta"))
-    dl.declare(FLOAT, "sg", dl.select(f"zeta < {dl.float_literal(0.0)}",
-                                      dl.float_operand(-1.0), dl.float_operand(1.0)))
-    dl.declare(FLOAT, "t", dl.select(
-        f"az > {dl.float_literal(_ZETA_HUGE)}",
-        dl.div(dl.full(FLOAT, 0.5), "zeta"),
-        dl.div("sg", f"(az + {dl.sqrt(f'{dl.float_literal(1.0)} + zeta * zeta')})")))
-    dl.declare(FLOAT, "c", dl.div(dl.full(FLOAT, 1.0),
-                                  dl.sqrt(f"{dl.float_literal(1.0)} + t * t")))
-    dl.declare(FLOAT, "s", "c * t")
+    zeta = dl.declare(FLOAT, "zeta", num / den)
+    az = dl.declare(FLOAT, "az", abs_(zeta))
+    sg = dl.declare(FLOAT, "sg", select(zeta < 0.0, -1.0, 1.0))
+    t = dl.declare(FLOAT, "t", select(az > _ZETA_HUGE, Full(0.5) / zeta,
+                                      sg / (az + sqrt(1.0 + zeta * zeta))))
+    c = dl.declare(FLOAT, "c", Full(1.0) / sqrt(1.0 + t * t))
+    dl.declare(FLOAT, "s", c * t)
 
 
-def _emit_rotate(dl: Dialect, x: str, y: str) -> None:
+def _emit_rotate(dl: Dialect, x: Var, y: Var) -> None:
     """[x, y] <- [c x - s y, s x + c y]."""
     with dl.scope():
-        dl.declare(FLOAT, "xr", x)
-        dl.assign(x, f"c * xr - s * {y}")
-        dl.assign(y, f"s * xr + c * {y}")
+        xr = dl.declare(FLOAT, "xr", x)
+        dl.assign(x, _C * xr - _S * y)
+        dl.assign(y, _S * xr + _C * y)
 
 
-def _emit_swap(dl: Dialect, cond: str, x: str, y: str) -> None:
+def _emit_swap(dl: Dialect, cond: Var, x: Var, y: Var) -> None:
     with dl.scope():
-        dl.declare(FLOAT, "xs", x)
-        dl.assign(x, dl.select(cond, y, "xs"))
-        dl.assign(y, dl.select(cond, "xs", y))
+        xs = dl.declare(FLOAT, "xs", x)
+        dl.assign(x, select(cond, y, xs))
+        dl.assign(y, select(cond, xs, y))
 
 
 #: Compare-exchange networks sorting n <= 4 keys.
@@ -449,15 +842,24 @@ _SORT_NETWORK = {1: [], 2: [(0, 1)], 3: [(0, 1), (1, 2), (0, 1)],
                  4: [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)]}
 
 
+def _sum(terms: list[Expr]) -> Expr:
+    """terms[0] + terms[1] + ..., left to right."""
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
+
+
 def emit_svd_any_shape(dl: Dialect, m: int, n: int, variant: str) -> list:
     """The SVD of a{i}{j} (m x n): `emit_svd` of A when m >= n, of A^T otherwise (A^T = U' S V'^T
     gives U = V', Vh = U'^T). ``variant``: "vals", "reduced" or "full". Returns the outputs to
-    store as (name, rows, cols, value of entry (i, j)): S, then U and VH but for "vals"."""
+    store as (name, rows, cols, name of entry (i, j)): S, then U and VH but for "vals"."""
     wide = m < n
     big, small = max(m, n), min(m, n)
+    a = Vars("a")
     for i in range(big):
         for j in range(small):
-            dl.declare(FLOAT, f"x{i}{j}", f"a{j}{i}" if wide else f"a{i}{j}")
+            dl.declare(FLOAT, f"x{i}{j}", a[j, i] if wide else a[i, j])
     want_uv = variant != "vals"
     ucols = big if variant == "full" else small
     emit_svd(dl, big, small, want_uv, ucols)
@@ -475,13 +877,14 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
     by column in the order of S, a column mostly inside the span of those before it, such as
     that of a zero singular value, and those past n completed to an orthonormal basis: see
     `_emit_orthonormal_column`) and v{i}{j} (n x n)."""
-    names = [f"x{i}{j}" for i in range(m) for j in range(n)]
-    _emit_sanitize_and_scale(dl, names)
-    eps = dl.eps
+    x, u, v, s = Vars("x"), Vars("u"), Vars("v"), Vars("s")
+    _emit_sanitize_and_scale(dl, [x[i, j] for i in range(m) for j in range(n)])
+    bad, zerov, nanv, amax = Var("bad", BOOL), Var("zerov"), Var("nanv"), Var("amax", REAL)
+    rotated = Var("rotated", BOOL)
     if want_uv:
         for i in range(n):
             for j in range(n):
-                dl.declare(FLOAT, f"v{i}{j}", dl.full(FLOAT, 1.0 if i == j else 0.0))
+                dl.declare(FLOAT, f"v{i}{j}", Full(1.0 if i == j else 0.0))
     with dl.sweeps(JACOBI_MAX_SWEEPS, "rotated"):
         for p, q in _pairs(n):
             with dl.scope():
@@ -489,84 +892,84 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                 # column by 1): no square underflows however far apart the column norms are,
                 # and the test |gamma| <= eps sqrt(alpha beta) is scale-invariant.
                 for c, name in ((p, "cp"), (q, "cq")):
-                    dl.declare(FLOAT, name, dl.full(FLOAT, 0.0))
+                    cmax = dl.declare(REAL, name, Full(0.0, REAL))
                     for i in range(m):
                         with dl.scope():
-                            dl.declare(FLOAT, "ax", dl.abs(f"x{i}{c}"))
-                            dl.assign(name, dl.select(f"ax > {name}", "ax", name))
-                dl.declare(INT, "nonzero", f"(cp > {dl.float_literal(0.0)}) & "
-                           f"(cq > {dl.float_literal(0.0)})")
-                dl.assign("cp", dl.select("nonzero", "cp", dl.float_operand(1.0)))
-                dl.assign("cq", dl.select("nonzero", "cq", dl.float_operand(1.0)))
+                            ax = dl.declare(REAL, "ax", abs_(x[i, c]))
+                            dl.assign(cmax, select(ax > cmax, ax, cmax))
+                cp, cq = Var("cp", REAL), Var("cq", REAL)
+                nonzero = dl.declare(BOOL, "nonzero", (cp > 0.0) & (cq > 0.0))
+                dl.assign(cp, select(nonzero, cp, 1.0))
+                dl.assign(cq, select(nonzero, cq, 1.0))
+                g, h = Vars("g"), Vars("h")
                 for i in range(m):
-                    dl.declare(FLOAT, f"g{i}", dl.div(f"x{i}{p}", "cp"))
-                    dl.declare(FLOAT, f"h{i}", dl.div(f"x{i}{q}", "cq"))
-                for name, (a, b) in (("alpha", "gg"), ("beta", "hh"), ("gamma", "gh")):
-                    dl.declare(FLOAT, name, " + ".join(f"{a}{i} * {b}{i}" for i in range(m)))
-                dl.declare(INT, "rot", f"nonzero & ({dl.abs('gamma')} > {dl.float_literal(eps)} * "
-                           f"{dl.sqrt('alpha')} * {dl.sqrt('beta')})")
+                    dl.declare(FLOAT, f"g{i}", x[i, p] / cp)
+                    dl.declare(FLOAT, f"h{i}", x[i, q] / cq)
+                for name, (l, r) in (("alpha", (g, g)), ("beta", (h, h)), ("gamma", (g, h))):
+                    dl.declare(FLOAT, name, _sum([l[i] * r[i] for i in range(m)]))
+                alpha, beta, gamma = Var("alpha"), Var("beta"), Var("gamma")
+                rot = dl.declare(BOOL, "rot", nonzero & (
+                    abs_(gamma) > constant(dl.eps) * sqrt(alpha) * sqrt(beta)))
                 # zeta = (|x_q|^2 - |x_p|^2) / (2 x_p . x_q), numerator and denominator divided
                 # by cp cq.
-                _emit_tangent(dl, f"({dl.div('cq', 'cp')} * beta - {dl.div('cp', 'cq')} * alpha)",
-                              f"({dl.float_literal(2.0)} * gamma)")
+                _emit_tangent(dl, cq / cp * beta - cp / cq * alpha, 2.0 * gamma)
                 # A tangent of zero (cp / cq overflows: the rounding residue of a rank-deficient
                 # matrix, which the sweeps shrink to subnormal sizes but never make orthogonal)
                 # rotates by the identity: not counted, so that such a lane leaves the loop.
-                dl.assign("rot", f"rot & (t != {dl.float_literal(0.0)})")
-                dl.assign("rotated", "rotated | rot")
-                dl.assign("c", dl.select("rot", "c", dl.float_operand(1.0)))
-                dl.assign("s", dl.select("rot", "s", dl.float_operand(0.0)))
+                dl.assign(rot, rot & _T.ne(0.0))
+                dl.assign(rotated, rotated | rot)
+                dl.assign(_C, select(rot, _C, 1.0))
+                dl.assign(_S, select(rot, _S, 0.0))
                 for i in range(m):
-                    _emit_rotate(dl, f"x{i}{p}", f"x{i}{q}")
+                    _emit_rotate(dl, x[i, p], x[i, q])
                 if want_uv:
                     for i in range(n):
-                        _emit_rotate(dl, f"v{i}{p}", f"v{i}{q}")
+                        _emit_rotate(dl, v[i, p], v[i, q])
     for j in range(n):
         # sigma_j = |x_j| and u_j = x_j / sigma_j through x_j / max|x_ij|: squares of a column
         # far below the largest (sigma_j / sigma_1 < 1e-19 in float32) would be subnormal, and
         # u_j's norm off by far more than eps.
-        dl.declare(FLOAT, f"cmax{j}", dl.full(FLOAT, 0.0))
+        cmax = dl.declare(REAL, f"cmax{j}", Full(0.0, REAL))
         for i in range(m):
             with dl.scope():
-                dl.declare(FLOAT, "ax", dl.abs(f"x{i}{j}"))
-                dl.assign(f"cmax{j}", dl.select(f"ax > cmax{j}", "ax", f"cmax{j}"))
-        dl.declare(FLOAT, f"cden{j}", dl.select(f"cmax{j} == {dl.float_literal(0.0)}",
-                                                dl.float_operand(1.0), f"cmax{j}"))
+                ax = dl.declare(REAL, "ax", abs_(x[i, j]))
+                dl.assign(cmax, select(ax > cmax, ax, cmax))
+        cden = dl.declare(REAL, f"cden{j}", select(cmax.eq(0.0), 1.0, cmax))
+        y = Vars("y")
         for i in range(m):
-            dl.declare(FLOAT, f"y{i}{j}", dl.div(f"x{i}{j}", f"cden{j}"))
-        dl.declare(FLOAT, f"nrm{j}", dl.sqrt(" + ".join(f"y{i}{j} * y{i}{j}" for i in range(m))))
-        dl.declare(FLOAT, f"s{j}", f"cmax{j} * nrm{j}")
+            dl.declare(FLOAT, f"y{i}{j}", x[i, j] / cden)
+        nrm = dl.declare(REAL, f"nrm{j}", sqrt(_sum([y[i, j] * y[i, j] for i in range(m)])))
+        dl.declare(REAL, f"s{j}", cmax * nrm)
         if want_uv:
             # nrm >= 1 unless the column is zero (then u_j is completed below).
-            dl.declare(FLOAT, f"den{j}", dl.select(f"nrm{j} > {dl.float_literal(0.0)}",
-                                                   f"nrm{j}", dl.float_operand(1.0)))
+            den = dl.declare(REAL, f"den{j}", select(nrm > 0.0, nrm, 1.0))
             for i in range(m):
-                dl.declare(FLOAT, f"u{i}{j}", dl.div(f"y{i}{j}", f"den{j}"))
+                dl.declare(FLOAT, f"u{i}{j}", y[i, j] / den)
     for a, b in _SORT_NETWORK[n]:  # descending
         with dl.scope():
-            dl.declare(INT, "sw", f"s{a} < s{b}")
-            _emit_swap(dl, "sw", f"s{a}", f"s{b}")
+            sw = dl.declare(BOOL, "sw", s[a] < s[b])
+            _emit_swap(dl, sw, s[a], s[b])
             if want_uv:
                 for i in range(m):
-                    _emit_swap(dl, "sw", f"u{i}{a}", f"u{i}{b}")
+                    _emit_swap(dl, sw, u[i, a], u[i, b])
                 for i in range(n):
-                    _emit_swap(dl, "sw", f"v{i}{a}", f"v{i}{b}")
+                    _emit_swap(dl, sw, v[i, a], v[i, b])
     if want_uv:
         for j in range(ucols):
             if j >= n:
                 for i in range(m):
-                    dl.declare(FLOAT, f"u{i}{j}", "zerov")
+                    dl.declare(FLOAT, f"u{i}{j}", zerov)
             with dl.scope():
                 _emit_orthonormal_column(dl, m, j, own=j < n)
     for j in range(n):
-        dl.assign(f"s{j}", dl.select("bad", "nanv", f"s{j} * amax"))
+        dl.assign(s[j], select(bad, nanv, s[j] * amax))
     if want_uv:
         for i in range(m):
             for j in range(ucols):
-                dl.assign(f"u{i}{j}", dl.select("bad", "nanv", f"u{i}{j}"))
+                dl.assign(u[i, j], select(bad, nanv, u[i, j]))
         for i in range(n):
             for j in range(n):
-                dl.assign(f"v{i}{j}", dl.select("bad", "nanv", f"v{i}{j}"))
+                dl.assign(v[i, j], select(bad, nanv, v[i, j]))
 
 
 def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool) -> None:
@@ -584,98 +987,98 @@ def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool) -> None:
     column whose entries are subnormal after the scaling (rows graded 1e-20 .. 1e20 in
     float32). Such a column, and a zero one, is mostly inside the span and takes e_k instead;
     a converged column moves by O(eps)."""
+    u, w, nu, y = Vars("u"), Vars("w"), Vars("nu"), Vars("y")
     prior = range(j)
     for k in range(m):
         for r in range(m):
-            terms = [f"u{k}{i} * u{r}{i}" for i in prior]
-            base = dl.float_literal(1.0 if r == k else 0.0)
-            dl.declare(FLOAT, f"w{k}{r}", f"{base} - ({' + '.join(terms)})" if terms
-                       else dl.full(FLOAT, 1.0 if r == k else 0.0))
-        dl.declare(FLOAT, f"nu{k}", " + ".join(f"w{k}{r} * w{k}{r}" for r in range(m)))
-    dl.declare(FLOAT, "best", "nu0")
+            unit = 1.0 if r == k else 0.0
+            dl.declare(FLOAT, f"w{k}{r}", unit - _sum([u[k, i] * u[r, i] for i in prior])
+                       if j else Full(unit))
+        dl.declare(FLOAT, f"nu{k}", _sum([w[k, r] * w[k, r] for r in range(m)]))
+    best = dl.declare(FLOAT, "best", nu[0])
     for r in range(m):
-        dl.declare(FLOAT, f"y{r}", f"w0{r}")
+        dl.declare(FLOAT, f"y{r}", w[0, r])
     for k in range(1, m):
         with dl.scope():
-            dl.declare(INT, "gt", f"nu{k} > best")
-            dl.assign("best", dl.select("gt", f"nu{k}", "best"))
+            gt = dl.declare(BOOL, "gt", nu[k] > best)
+            dl.assign(best, select(gt, nu[k], best))
             for r in range(m):
-                dl.assign(f"y{r}", dl.select("gt", f"w{k}{r}", f"y{r}"))
+                dl.assign(y[r], select(gt, w[k, r], y[r]))
     if own:
         with dl.scope():
+            d, z = Vars("d"), Vars("z")
             for i in prior:
-                dl.declare(FLOAT, f"d{i}", " + ".join(f"u{r}{i} * u{r}{j}" for r in range(m)))
+                dl.declare(FLOAT, f"d{i}", _sum([u[r, i] * u[r, j] for r in range(m)]))
             for r in range(m):
-                terms = [f"u{r}{i} * d{i}" for i in prior]
-                dl.declare(FLOAT, f"z{r}", f"u{r}{j} - ({' + '.join(terms)})" if terms
-                           else f"u{r}{j}")
+                dl.declare(FLOAT, f"z{r}", u[r, j] - _sum([u[r, i] * d[i] for i in prior])
+                           if j else u[r, j])
             # |z|^2 > 1/4: more than half of the unit vector u_j lies outside the span.
-            dl.declare(INT, "keep", " + ".join(f"z{r} * z{r}" for r in range(m))
-                       + f" > {dl.float_literal(0.25)}")
+            keep = dl.declare(BOOL, "keep", _sum([z[r] * z[r] for r in range(m)]) > 0.25)
             for r in range(m):
-                dl.assign(f"y{r}", dl.select("keep", f"z{r}", f"y{r}"))
+                dl.assign(y[r], select(keep, z[r], y[r]))
     for _ in range(2):
         for i in prior:
             with dl.scope():
-                dl.declare(FLOAT, "dot", " + ".join(f"u{r}{i} * y{r}" for r in range(m)))
+                dot = dl.declare(FLOAT, "dot", _sum([u[r, i] * y[r] for r in range(m)]))
                 for r in range(m):
-                    dl.assign(f"y{r}", f"y{r} - dot * u{r}{i}")
+                    dl.assign(y[r], y[r] - dot * u[r, i])
         with dl.scope():
-            dl.declare(FLOAT, "nrm", dl.sqrt(" + ".join(f"y{r} * y{r}" for r in range(m))))
+            nrm = dl.declare(FLOAT, "nrm", sqrt(_sum([y[r] * y[r] for r in range(m)])))
             for r in range(m):
-                dl.assign(f"y{r}", dl.div(f"y{r}", "nrm"))
+                dl.assign(y[r], y[r] / nrm)
     for r in range(m):
-        dl.assign(f"u{r}{j}", f"y{r}")
+        dl.assign(u[r, j], y[r])
 
 
 def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:
     """Cyclic Jacobi on the symmetric h{i}{j} (i <= j, the triangle the caller loaded): l{j}
     ascending (NaN for a non-finite input) and with ``want_v`` the eigenvectors v{i}{j}
     (columns), permuted alike."""
-    names = [f"h{i}{j}" for i in range(n) for j in range(i, n)]
-    _emit_sanitize_and_scale(dl, names)
-    eps = dl.eps
+    _emit_sanitize_and_scale(dl, [Var(f"h{i}{j}") for i in range(n) for j in range(i, n)])
+    bad, zerov, nanv, amax = Var("bad", BOOL), Var("zerov"), Var("nanv"), Var("amax", REAL)
+    rotated = Var("rotated", BOOL)
+    v, lam = Vars("v"), Vars("l")
 
-    def h(i: int, j: int) -> str:
-        return f"h{min(i, j)}{max(i, j)}"
+    def h(i: int, j: int) -> Var:
+        return Var(f"h{min(i, j)}{max(i, j)}")
 
     if want_v:
         for i in range(n):
             for j in range(n):
-                dl.declare(FLOAT, f"v{i}{j}", dl.full(FLOAT, 1.0 if i == j else 0.0))
+                dl.declare(FLOAT, f"v{i}{j}", Full(1.0 if i == j else 0.0))
     with dl.sweeps(JACOBI_MAX_SWEEPS, "rotated"):
         for p, q in _pairs(n):
             with dl.scope():
-                dl.declare(FLOAT, "apq", h(p, q))
-                dl.declare(INT, "rot", f"({dl.abs('apq')} > {dl.float_literal(eps)} * "
-                           f"{dl.sqrt(dl.abs(h(p, p)))} * {dl.sqrt(dl.abs(h(q, q)))}) & "
-                           f"({dl.abs('apq')} > {dl.float_literal(dl.safe_min)})")
-                dl.assign("rotated", "rotated | rot")
-                _emit_tangent(dl, f"({h(q, q)} - {h(p, p)})", f"({dl.float_literal(2.0)} * apq)")
-                dl.assign("c", dl.select("rot", "c", dl.float_operand(1.0)))
-                dl.assign("s", dl.select("rot", "s", dl.float_operand(0.0)))
-                dl.assign("t", dl.select("rot", "t", dl.float_operand(0.0)))
-                dl.assign(h(p, p), f"{h(p, p)} - t * apq")
-                dl.assign(h(q, q), f"{h(q, q)} + t * apq")
-                dl.assign(h(p, q), dl.select("rot", "zerov", "apq"))
+                apq = dl.declare(FLOAT, "apq", h(p, q))
+                rot = dl.declare(BOOL, "rot", (
+                    abs_(apq) > constant(dl.eps) * sqrt(abs_(h(p, p))) * sqrt(abs_(h(q, q)))) & (
+                    abs_(apq) > dl.safe_min))
+                dl.assign(rotated, rotated | rot)
+                _emit_tangent(dl, h(q, q) - h(p, p), 2.0 * apq)
+                dl.assign(_C, select(rot, _C, 1.0))
+                dl.assign(_S, select(rot, _S, 0.0))
+                dl.assign(_T, select(rot, _T, 0.0))
+                dl.assign(h(p, p), h(p, p) - _T * apq)
+                dl.assign(h(q, q), h(q, q) + _T * apq)
+                dl.assign(h(p, q), select(rot, zerov, apq))
                 for r in range(n):
                     if r not in (p, q):
                         _emit_rotate(dl, h(r, p), h(r, q))
                 if want_v:
                     for i in range(n):
-                        _emit_rotate(dl, f"v{i}{p}", f"v{i}{q}")
+                        _emit_rotate(dl, v[i, p], v[i, q])
     for j in range(n):
         dl.declare(FLOAT, f"l{j}", h(j, j))
     for a, b in _SORT_NETWORK[n]:  # ascending
         with dl.scope():
-            dl.declare(INT, "sw", f"l{a} > l{b}")
-            _emit_swap(dl, "sw", f"l{a}", f"l{b}")
+            sw = dl.declare(BOOL, "sw", lam[a] > lam[b])
+            _emit_swap(dl, sw, lam[a], lam[b])
             if want_v:
                 for i in range(n):
-                    _emit_swap(dl, "sw", f"v{i}{a}", f"v{i}{b}")
+                    _emit_swap(dl, sw, v[i, a], v[i, b])
     for j in range(n):
-        dl.assign(f"l{j}", dl.select("bad", "nanv", f"l{j} * amax"))
+        dl.assign(lam[j], select(bad, nanv, lam[j] * amax))
     if want_v:
         for i in range(n):
             for j in range(n):
-                dl.assign(f"v{i}{j}", dl.select("bad", "nanv", f"v{i}{j}"))
+                dl.assign(v[i, j], select(bad, nanv, v[i, j]))

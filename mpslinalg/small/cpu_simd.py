@@ -8,9 +8,10 @@ matrices of the block, so each operation of the elimination is one SIMD instruct
 block (blocks of 8 with AVX2, of 4 with the SSE2/NEON baseline).
 
 The code generator (`mpslinalg.small.codegen`, shared with
-`mpslinalg.small.triton_kernels`; the C++ dialect is `_Cpp` below) follows the
-loops of ``metal/linalg/small_inverse.h`` one for one (the same operations in the same order,
-every branch on data a vector select), and the library is compiled with ``-ffp-contract=off``
+`mpslinalg.small.triton_kernels` and `mpslinalg.small.metal_kernels`, which writes
+``metal/linalg/small_inverse.h`` from the same description; the C++ dialect is `_Cpp` below)
+emits the Metal kernel's operations in the same order, every branch on data a vector select,
+and the library is compiled with ``-ffp-contract=off``
 and without fast-math, so each lane rounds exactly like the emulator-compiled Metal kernel: the
 results are bit-identical (tests/small/test_small_cpu.py compares them exactly):
 
@@ -103,11 +104,12 @@ class _Cpp(_codegen.Dialect):
             self.safe_min = 2.2250738585072014e-308
             self.eps = 2.220446049250313e-16
 
-    def declare(self, kind: str, name: str, expr: str) -> None:
-        self.w(f"{'vi' if kind == _codegen.INT else 'vf'} {name} = {expr};", self.depth)
+    def write_declare(self, kind: str, name: str, text: str) -> None:
+        vector = "vi" if kind in (_codegen.INT, _codegen.BOOL) else "vf"
+        self.w(f"{vector} {name} = {text};", self.depth)
 
-    def assign(self, name: str, expr: str) -> None:
-        self.w(f"{name} = {expr};", self.depth)
+    def write_assign(self, name: str, text: str) -> None:
+        self.w(f"{name} = {text};", self.depth)
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -117,56 +119,51 @@ class _Cpp(_codegen.Dialect):
         self.depth -= 1
         self.w("}", self.depth)
 
-    def add_log(self, acc: str, x: str) -> None:
+    def add_log(self, acc: str, x: _codegen.Expr) -> None:
         # log per lane with the C library's logf, like the emulator's metal::log.
         with self.scope():
-            self.declare(_codegen.FLOAT, "m", x)
+            self.declare(_codegen.REAL, "m", x)
             self.w(f"for (int l = 0; l < W; ++l) {acc}[l] += __builtin_logf(m[l]);", self.depth)
 
-    def select(self, cond: str, a: str, b: str) -> str:
-        if not cond.isidentifier():
-            cond = f"({cond})"
-        return f"{cond} ? {a} : {b}"
-
-    def abs(self, x: str) -> str:
-        return f"vabs({x})"
-
-    def div(self, a: str, b: str) -> str:
-        return f"{a} / {b}"
-
-    def full(self, kind: str, value: float) -> str:
-        return f"splat_i({value})" if kind == _codegen.INT else self.float_operand(value)
-
-    def int_operand(self, value: int) -> str:
-        return f"splat_i({value})"
-
-    def float_operand(self, value: float) -> str:
-        return f"splat_f({self.float_literal(value)})"
-
-    def float_literal(self, value: float) -> str:
+    def literal(self, value: float, kind: str) -> str:
+        if kind in (_codegen.INT, _codegen.BOOL):
+            return str(value)
         return f"{float(value)!r}{self.suffix}"
 
-    def sqrt(self, x: str) -> str:
-        return f"vsqrt({x})"
+    def operand(self, value: float, kind: str) -> str:
+        if kind in (_codegen.INT, _codegen.BOOL):
+            return f"splat_i({value})"
+        return f"splat_f({self.literal(value, kind)})"
+
+    def full(self, kind: str, value: float) -> str:
+        return self.operand(value, kind)
+
+    def function(self, call: _codegen.Call, args: list[str]) -> str | _codegen.Expr:
+        x = call.args[0]
+        meaning = self.real_meaning(call)
+        if meaning is not None:
+            return meaning
+        if call.fn in ("abs", "abs1", "modulus"):
+            return f"vabs({args[0]})"
+        if call.fn == "sqrt":
+            return f"vsqrt({args[0]})"
+        if call.fn == "signbit":
+            return f"((vi)({args[0]}) < splat_i(0))"
+        if call.fn == "mul_unit":
+            d = call.args[1]
+            return x * _codegen.select(d > 0.0, 1.0, -1.0)
+        raise ValueError(f"mpslinalg.small.cpu_simd: no C++ for {call.fn}")
 
     @contextlib.contextmanager
     def sweeps(self, count: int, flag: str) -> Iterator[None]:
         self.w(f"for (int sweep = 0; sweep < {count}; ++sweep) {{", self.depth)
         self.depth += 1
-        self.declare(_codegen.INT, flag, self.full(_codegen.INT, 0))
+        self.declare(_codegen.BOOL, flag, _codegen.Full(0, _codegen.INT))
         yield
         # The whole block converged: no lane rotated in this sweep.
         self.w(f"if (!vany({flag})) break;", self.depth)
         self.depth -= 1
         self.w("}", self.depth)
-
-    def signbit(self, x: str) -> str:
-        return f"((vi)({x}) < splat_i(0))"
-
-    def mul_unit(self, s: str, d: str) -> str:
-        unit = self.select(f"{d} > {self.float_literal(0.0)}", self.float_operand(1.0),
-                           self.float_operand(-1.0))
-        return f"{s} * ({unit})"
 
 
 def _loop(w: _Writer, body: str) -> None:

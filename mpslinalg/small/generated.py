@@ -25,7 +25,7 @@ from collections.abc import Callable
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 #: The modules that register generated files (imported by `targets`, never at package import).
-PRODUCERS: tuple[str, ...] = ("mpslinalg.small.cpu_simd",)
+PRODUCERS: tuple[str, ...] = ("mpslinalg.small.cpu_simd", "mpslinalg.small.metal_kernels")
 
 #: Repository-relative path -> the function returning the file's text.
 GENERATED: dict[str, Callable[[], str]] = {}
@@ -75,16 +75,18 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="only list the stale files (exit status 1 if there are any)")
+    parser.add_argument("--root", type=pathlib.Path, default=ROOT,
+                        help="the tree holding the generated files (default: this checkout)")
     args = parser.parse_args(argv)
-    paths = stale() if args.check else regenerate()
+    paths = stale(args.root) if args.check else regenerate(args.root)
     for path in paths:
         print(("stale: " if args.check else "wrote: ") + path)
     return 1 if args.check and paths else 0
 
 
 if __name__ == "__main__":
-    # Run with -m, this file is a second module (__main__), not the mpslinalg.small.generated
-    # that the producers register with (some are imported with the package): run that one's.
+    # Through the imported module: the producers register with mpslinalg.small.generated, not
+    # with this __main__ copy of it.
     from mpslinalg.small import generated as _registry
 
     sys.exit(_registry.main())

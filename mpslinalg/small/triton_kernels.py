@@ -22,10 +22,11 @@ results, ``info`` and error semantics match the Metal kernel and the tensor-op p
 
 Each program handles ``BLOCK`` consecutive matrices, one per lane. Triton has no per-lane
 arrays, so the kernels are written out as straight-line code: for every (op, n) the generator
-of `mpslinalg.small.codegen` (shared with `mpslinalg.small.cpu_simd`; its Triton dialect
-is `_Triton` below) emits one scalar variable per matrix entry (``a12`` is row 1, column
-2), following the loops of the Metal kernel one for one (the same operations in the same order;
-every branch on data is a ``tl.where``). The generated source is compiled with ``triton.jit``
+of `mpslinalg.small.codegen` (shared with `mpslinalg.small.cpu_simd` and the Metal kernels of
+`mpslinalg.small.metal_kernels`; its Triton dialect is `_Triton` below, which renders the
+description's expressions) emits one scalar variable per matrix entry (``a12`` is row 1, column
+2): the same operations in the same order as the Metal kernel, every branch on data a
+``tl.where``. The generated source is compiled with ``triton.jit``
 (registered in `linecache` so that Triton can read it back); `kernel_source` shows it.
 
 Loads and stores (``MPSLINALG_TRITON_LOAD``, read once at import; the default ``auto`` is
@@ -231,54 +232,62 @@ class _Triton(_codegen.Dialect):
         # loop ends, so the trip count is the same for every program.
         self.w(f"for sweep in range({count}):")
         self.indent += "    "
-        self.declare(_codegen.INT, flag, "rows < 0")
+        self.write_declare(_codegen.BOOL, flag, "rows < 0")
         yield
         self.indent = self.indent[:-4]
 
-    def declare(self, kind: str, name: str, expr: str) -> None:
-        self.w(f"{name} = {expr}")
+    def write_declare(self, kind: str, name: str, text: str) -> None:
+        self.w(f"{name} = {text}")
 
-    def assign(self, name: str, expr: str) -> None:
-        self.w(f"{name} = {expr}")
+    def write_assign(self, name: str, text: str) -> None:
+        self.w(f"{name} = {text}")
 
-    def add_log(self, acc: str, x: str) -> None:
-        self.w(f"{acc} = {acc} + tl.log({x})")
+    def add_log(self, acc: str, x: _codegen.Expr) -> None:
+        self.w(f"{acc} = {acc} + tl.log({self.render(x)})")
 
-    def select(self, cond: str, a: str, b: str) -> str:
-        return f"tl.where({cond}, {a}, {b})"
+    def select(self, e: _codegen.Select) -> str:
+        return f"tl.where({self.render(e.cond)}, {self.branch(e.a)}, {self.branch(e.b)})"
 
-    def abs(self, x: str) -> str:
-        return f"tl.abs({x})"
+    def special(self, e: _codegen.Expr) -> tuple[str, int] | None:
+        if isinstance(e, _codegen.Select):
+            return self.select(e), _codegen.ATOM
+        if isinstance(e, _codegen.Div) and self.dtype == "float32":
+            # IEEE division: Triton's '/' on float32 is div.full.f32 (approximate, 2 ulp) on
+            # NVIDIA.
+            return f"tl.math.div_rn({self.render(e.a)}, {self.render(e.b)})", _codegen.ATOM
+        return None
 
-    def div(self, a: str, b: str) -> str:
-        # IEEE division: Triton's '/' on float32 is div.full.f32 (approximate, 2 ulp) on NVIDIA.
-        return f"tl.math.div_rn({a}, {b})" if self.dtype == "float32" else f"{a} / {b}"
-
-    def full(self, kind: str, value: float) -> str:
-        ty = "tl.int32" if kind == _codegen.INT else "A.dtype.element_ty"
-        return f"tl.full([BLOCK], {value!r}, {ty})"
-
-    def int_operand(self, value: int) -> str:
-        return str(value)
-
-    def float_operand(self, value: float) -> str:
-        return repr(float(value))
-
-    def float_literal(self, value: float) -> str:
+    def literal(self, value: float, kind: str) -> str:
+        if kind in (_codegen.INT, _codegen.BOOL):
+            return str(value)
         # repr: the exact value (a Python float operand takes the tensor's type).
         return f"{value:g}" if value == 0 else repr(float(value))
 
-    def sqrt(self, x: str) -> str:
-        # tl.sqrt is the approximate sqrt.approx.f32 for float32; float64's is correctly rounded.
-        return f"tl.sqrt_rn({x})" if self.dtype == "float32" else f"tl.sqrt({x})"
+    def operand(self, value: float, kind: str) -> str:
+        return str(value) if kind in (_codegen.INT, _codegen.BOOL) else repr(float(value))
 
-    def signbit(self, x: str) -> str:
-        bits = "tl.int32" if self.dtype == "float32" else "tl.int64"
-        return f"(({x}).to({bits}, bitcast=True) < 0)"
+    def full(self, kind: str, value: float) -> str:
+        ty = "tl.int32" if kind in (_codegen.INT, _codegen.BOOL) else "A.dtype.element_ty"
+        return f"tl.full([BLOCK], {value!r}, {ty})"
 
-    def mul_unit(self, s: str, d: str) -> str:
-        # A select of s or -s: the bits of the product, s being +-1 or +-0.
-        return self.select(f"{d} > {self.float_literal(0.0)}", s, f"-{s}")
+    def function(self, call: _codegen.Call, args: list[str]) -> str | _codegen.Expr:
+        x = call.args[0]
+        meaning = self.real_meaning(call)
+        if meaning is not None:
+            return meaning
+        if call.fn in ("abs", "abs1", "modulus"):
+            return f"tl.abs({args[0]})"
+        if call.fn == "sqrt":
+            # tl.sqrt is the approximate sqrt.approx.f32 for float32; float64's is correctly
+            # rounded.
+            return f"tl.sqrt_rn({args[0]})" if self.dtype == "float32" else f"tl.sqrt({args[0]})"
+        if call.fn == "signbit":
+            bits = "tl.int32" if self.dtype == "float32" else "tl.int64"
+            return f"(({args[0]}).to({bits}, bitcast=True) < 0)"
+        if call.fn == "mul_unit":
+            # A select of s or -s: the bits of the product, s being +-1 or +-0.
+            return _codegen.select(call.args[1] > 0.0, x, -x)
+        raise ValueError(f"mpslinalg.small.triton_kernels: no Triton for {call.fn}")
 
 
 def _source(op: str, n: int, dtype: str, load: str) -> tuple[str, str]:

@@ -1,0 +1,329 @@
+"""The Metal dialect of `mpslinalg.small.codegen`: the n <= 4 Metal kernels, generated.
+
+One thread per matrix, scalar code: thread t loads matrix t into one variable per entry, runs
+the straight-line code of the description (every loop unrolled, every branch on data a select,
+so nothing is indexed dynamically and the matrix stays in registers) and writes its result; no
+threadgroup memory, no barriers. For complex64 the matrix dtype is ``float2`` and the
+operations that differ from the real ones go through ``metal/common/scalar.h`` (``mpsl::mul``,
+``mpsl::div``, ``mpsl::abs1``, ``mpsl::modulus``, ``mpsl::is_zero``); a product or quotient of
+a complex value by a real one is Metal's componentwise ``*`` / ``/``.
+
+The kernels are checked in (`mpslinalg.small.generated` registers them; regenerate with
+``python -m mpslinalg.small.generated``): ``metal/linalg/small_inverse.h`` holds
+``small_{inv,solve,det,slogdet}_{float32,complex64}_n{1..4}``, included by
+``metal/linalg/small_inverse.metal``; ``metal/linalg/qr_small.h`` holds
+``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``.
+
+Examples
+--------
+>>> from mpslinalg.small import metal_kernels
+>>> text = metal_kernels.small_inverse_header()
+>>> "[[kernel]] void small_inv_complex64_n3(" in text and "mpsl::div(" in text
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import codegen as cg
+from . import generated
+
+#: Metal's element type per dtype name (the host names' spelling).
+_ELEMENT = {"float32": "float", "complex64": "float2"}
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, line: str, depth: int = 1) -> None:
+        self.lines.append("  " * depth + line)
+
+
+class _Metal(cg.Dialect):
+    """MSL for one dtype: FLOAT is ``float`` or ``float2`` (``complex``), REAL ``float``, INT
+    ``int``, BOOL ``bool``; temporaries in brace scopes."""
+
+    def __init__(self, w: _Writer, complex_: bool) -> None:
+        self.w, self.depth, self.complex = w, 1, complex_
+
+    def _type(self, kind: str) -> str:
+        if kind == cg.FLOAT:
+            return "float2" if self.complex else "float"
+        return {cg.REAL: "float", cg.INT: "int", cg.BOOL: "bool"}[kind]
+
+    # ---------------------------------------------------------------------------- statements
+
+    def write_declare(self, kind: str, name: str, text: str) -> None:
+        self.w(f"{self._type(kind)} {name} = {text};", self.depth)
+
+    def write_assign(self, name: str, text: str) -> None:
+        self.w(f"{name} = {text};", self.depth)
+
+    def write(self, line: str) -> None:
+        """A statement of the kernel's own (loads, stores, loops)."""
+        self.w(line, self.depth)
+
+    @contextlib.contextmanager
+    def scope(self, head: str = "") -> Iterator[None]:
+        self.w(f"{head}{' ' if head else ''}{{", self.depth)
+        self.depth += 1
+        yield
+        self.depth -= 1
+        self.w("}", self.depth)
+
+    def add_log(self, acc: str, x: cg.Expr) -> None:
+        self.w(f"{acc} += metal::log({self.render(x)});", self.depth)
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        with self.scope(f"for (int sweep = 0; sweep < {count}; ++sweep)"):
+            self.declare(cg.BOOL, flag, cg.Full(0, cg.BOOL))
+            yield
+            self.w(f"if (!{flag}) break;", self.depth)
+
+    # ---------------------------------------------------------------------------- expressions
+
+    def literal(self, value: float, kind: str) -> str:
+        if kind == cg.BOOL:
+            return "true" if value else "false"
+        if kind == cg.INT:
+            return str(value)
+        real = f"{float(value)!r}f"
+        return f"float2({real}, 0.0f)" if kind == cg.FLOAT and self.complex else real
+
+    operand = literal
+
+    def full(self, kind: str, value: float) -> str:
+        return self.literal(value, kind)
+
+    def _complex(self, e: cg.Expr) -> bool:
+        return self.complex and e.kind == cg.FLOAT
+
+    def special(self, e: cg.Expr) -> tuple[str, int] | None:
+        if isinstance(e, cg.Binary) and e.op in ("&", "|") and e.kind == cg.BOOL:
+            op, level = ("&&", cg.AND) if e.op == "&" else ("||", cg.OR)
+            return self.infix(op, level, e.a, e.b), level
+        if isinstance(e, cg.Not):
+            return "!" + self.wrap(e.a, cg.UNARY), cg.UNARY
+        both = isinstance(e, (cg.Binary, cg.Div)) and self._complex(e.a) and self._complex(e.b)
+        if both and isinstance(e, cg.Div):
+            return f"mpsl::div({self.render(e.a)}, {self.render(e.b)})", cg.ATOM
+        if both and e.op == "*":
+            return f"mpsl::mul({self.render(e.a)}, {self.render(e.b)})", cg.ATOM
+        if isinstance(e, cg.Binary) and e.kind == cg.BOOL and (
+                self._complex(e.a) or self._complex(e.b)):
+            raise ValueError(f"mpslinalg.small.metal_kernels: complex operands of {e.op}")
+        return None
+
+    def function(self, call: cg.Call, args: list[str]) -> str | cg.Expr:
+        x = call.args[0]
+        if call.fn == "abs" or (call.fn in ("abs1", "modulus") and not self._complex(x)):
+            return f"metal::fabs({args[0]})"
+        if call.fn in ("abs1", "modulus", "is_zero", "conj") and self._complex(x):
+            return f"mpsl::{call.fn}({args[0]})"
+        if call.fn == "nonzero" and self._complex(x):
+            return f"!mpsl::is_zero({args[0]})"
+        if call.fn in ("re", "im") and self._complex(x):
+            return f"{self.wrap(x, cg.ATOM)}.{'x' if call.fn == 're' else 'y'}"
+        if call.fn == "complex" and self.complex:
+            return f"float2({args[0]}, {args[1]})"
+        if call.fn in ("sqrt", "signbit", "isnan", "isinf"):
+            return f"metal::{call.fn}({args[0]})"
+        meaning = self.real_meaning(call)
+        if meaning is not None:
+            return meaning
+        if call.fn == "mul_unit":
+            d = call.args[1]
+            if self._complex(d):  # d / |d|, as mpsl's unit sign of a complex number
+                return f"mpsl::mul({args[0]}, {args[1]} / mpsl::modulus({args[1]}))"
+            return x * cg.select(d > 0.0, 1.0, -1.0)
+        raise ValueError(f"mpslinalg.small.metal_kernels: no Metal for {call.fn}")
+
+
+# ------------------------------------------------------------------------------ LU family
+
+#: Buffers of each op's kernel after the matrices A (name, Metal type), then the scalars; the
+#: host code (mpslinalg/small/dispatch.py) passes them in this order.
+_LU_BUFFERS = {
+    "inv": [("X", "device T*"), ("INFO", "device int*"), ("batch", "constant long&")],
+    "solve": [("B", "device const T*"), ("X", "device T*"), ("INFO", "device int*"),
+              ("batch", "constant long&"), ("nrhs", "constant long&")],
+    "det": [("DET", "device T*"), ("batch", "constant long&")],
+    "slogdet": [("SIGN", "device T*"), ("LOGABS", "device float*"), ("batch", "constant long&")],
+}
+
+
+def _kernel_head(w: _Writer, name: str, element: str, buffers: list[tuple[str, str]]) -> None:
+    w(f"[[kernel]] void {name}(", 0)
+    args = [("A", "device const T*"), *buffers]
+    for index, (arg, ty) in enumerate(args):
+        w(f"    {ty.replace('T*', element + '*')} {arg} [[buffer({index})]],", 0)
+    w("    uint gid [[thread_position_in_grid]]) {", 0)
+    w("const long index = long(gid);")
+    w("if (index >= batch) {")
+    w("return;", 2)
+    w("}")
+
+
+def _lu_kernel(op: str, dtype: str, n: int) -> list[str]:
+    """The kernel ``small_<op>_<dtype>_n<n>``: getf2 of matrix ``index`` of A, then ``op``."""
+    element, nn = _ELEMENT[dtype], n * n
+    w = _Writer()
+    dl = _Metal(w, dtype == "complex64")
+    _kernel_head(w, f"small_{op}_{dtype}_n{n}", element, _LU_BUFFERS[op])
+    w(f"device const {element}* src = A + index * long({nn});")
+    for i in range(n):
+        for j in range(n):
+            w(f"{element} a{i}{j} = src[{i * n + j}];")
+    cg.emit_factor(dl, n)
+    if op == "inv":
+        w(f"device {element}* dst = X + index * long({nn});")
+
+        def keep(j: int) -> None:
+            for i in range(n):
+                dl.write(f"dst[{i * n + j}] = x{i};")
+
+        cg.emit_inverse(dl, n, keep)
+        w("INFO[index] = info;")
+    elif op == "solve":
+        w(f"const long base = index * long({n}) * nrhs;")
+        with dl.scope("for (long j = 0; j < nrhs; ++j)"):
+            for i in range(n):
+                dl.write(f"{element} x{i} = B[base + long({i}) * nrhs + j];")
+            cg.emit_solve_vector(dl, n)
+            for i in range(n):
+                dl.write(f"X[base + long({i}) * nrhs + j] = x{i};")
+        w("INFO[index] = info;")
+    elif op == "det":
+        w(f"DET[index] = {cg.emit_det(dl, n)};")
+    else:
+        sgn = cg.emit_perm_sign(dl, n)
+        dl.declare(cg.FLOAT, "s", cg.Full(1.0) * sgn)
+        dl.declare(cg.REAL, "logabs", cg.Full(0.0, cg.REAL))
+        cg.emit_slogdet(dl, n, "s", "logabs")
+        w("SIGN[index] = s;")
+        w("LOGABS[index] = logabs;")
+    w("}", 0)
+    return w.lines
+
+
+def _generated_banner(what: str) -> list[str]:
+    return [
+        "// Generated by `python -m mpslinalg.small.generated` from the n <= 4 descriptions of",
+        "// mpslinalg/small/codegen.py (Metal dialect: mpslinalg/small/metal_kernels.py). Do not",
+        "// edit: change the description or the dialect and regenerate (tests/small/",
+        "// test_generated.py fails while this file is stale).",
+        "//",
+        *what.strip().splitlines(),
+        "#pragma once",
+        "",
+        '#include "../common/defines.h"',
+        '#include "../common/scalar.h"',
+    ]
+
+
+_SMALL_INVERSE_ABOUT = """
+// Batched inverse, determinant, log-determinant and solve for n <= 4: one thread per matrix.
+//
+// Camera geometry inverts millions of 2x2 / 3x3 / 4x4 matrices at once. Each op is exactly one
+// launch over the whole batch: thread t loads matrix t into registers (one variable per entry,
+// row interchanges done with selects so nothing is indexed dynamically), factors it and writes
+// its result. No threadgroup memory and no barriers.
+//
+// The arithmetic is LAPACK's, so results, info and error semantics match the general LU path:
+//   getf2: partial pivoting, pivot = first row of largest abs1 (|re| + |im| for complex, like
+//          icamax; NaN never wins a comparison, like idamax), elimination continued past a zero
+//          pivot, info = 1-based index of the first zero pivot (0 = ok);
+//   getrs: row interchanges, unit-lower forward substitution, column-oriented back substitution
+//          (trsm); inv = the solution of A X = I, like torch.linalg.inv;
+//   det = prod(diag U) * (-1)^swaps; slogdet = (sign, sum log|u_kk|), (0, -inf) when singular.
+// Kernels small_<op>_<dtype>_n<n> for op in inv, solve, det, slogdet, dtype float32 (float) and
+// complex64 (float2), n = 1 .. 4.
+"""
+
+
+@generated.generates("metal/linalg/small_inverse.h")
+def small_inverse_header() -> str:
+    """The text of ``metal/linalg/small_inverse.h``: every n <= 4 LU-family kernel."""
+    lines = _generated_banner(_SMALL_INVERSE_ABOUT)
+    for op in _LU_BUFFERS:
+        for dtype in _ELEMENT:
+            for n in range(1, cg.MAX_N + 1):
+                lines += ["", *_lu_kernel(op, dtype, n)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ QR
+
+def _store(dl: _Metal, ptr: str, rows: int, cols: int, value) -> None:
+    """Entry (i, j) of matrix ``index`` of ``ptr`` (contiguous (batch, rows, cols)) =
+    value(i, j) (a variable name or an expression)."""
+    for i in range(rows):
+        for j in range(cols):
+            v = value(i, j)
+            text = v if isinstance(v, str) else dl.render(v)
+            dl.write(f"{ptr}[index * long({rows * cols}) + {i * cols + j}] = {text};")
+
+
+def _qr_kernel(dtype: str, m: int, n: int) -> list[str]:
+    """The kernel ``qr_small_<dtype>_m<m>_n<n>``: geqr2 of matrix ``index`` of A, R (and Q) in
+    torch.linalg.qr's layout for the run-time ``mode`` (mpsl::kQrModeReduced / Complete / R)."""
+    element, k = _ELEMENT[dtype], min(m, n)
+    complex_ = dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    buffers = [("Q", "device T*"), ("R", "device T*"), ("batch", "constant long&"),
+               ("mode", "constant long&")]
+    _kernel_head(w, f"qr_small_{dtype}_m{m}_n{n}", element, buffers)
+    for i in range(m):
+        for j in range(n):
+            w(f"{element} a{i}{j} = A[index * long({m * n}) + {i * n + j}];")
+    cg.emit_qr_factor(dl, m, n, complex_)
+
+    def r_value(i: int, j: int):
+        return f"a{i}{j}" if i <= j and i < k else dl.render(cg.Full(0.0))
+
+    if m > k:
+        with dl.scope("if (mode == mpsl::kQrModeComplete)"):
+            _store(dl, "R", m, n, r_value)
+        with dl.scope("else"):
+            _store(dl, "R", k, n, r_value)
+    else:
+        _store(dl, "R", k, n, r_value)
+    w("if (mode == mpsl::kQrModeR) {")
+    w("return;", 2)
+    w("}")
+    if m > k:
+        with dl.scope("if (mode == mpsl::kQrModeComplete)"):
+            cg.emit_qr_q(dl, m, n, m)
+            _store(dl, "Q", m, m, lambda i, j: f"q{i}{j}")
+            dl.write("return;")
+    cg.emit_qr_q(dl, m, n, k)
+    _store(dl, "Q", m, k, lambda i, j: f"q{i}{j}")
+    w("}", 0)
+    return w.lines
+
+
+_QR_SMALL_ABOUT = """
+// QR of a batch of m x n matrices, m, n <= 4, one matrix per thread in registers: geqr2
+// (larfg's reflectors, nrm2's scaled sum of squares), then org2r by backward accumulation, the
+// reflectors of the blocked kernels of qr.h. mode (mpsl::kQrMode*): reduced (Q m x k, R k x n,
+// k = min(m, n)), complete (Q m x m, R m x n) or r (R only, k x n; Q is not written). Where the
+// input holds NaN or Inf, the real kernels follow LAPACK as torch.linalg.qr on the CPU runs it
+// (see mpslinalg/small/codegen.py). Kernels qr_small_<dtype>_m<m>_n<n>, dtype float32 (float)
+// and complex64 (float2); included by qr.metal after qr.h (its mode constants).
+"""
+
+
+@generated.generates("metal/linalg/qr_small.h")
+def qr_small_header() -> str:
+    """The text of ``metal/linalg/qr_small.h``: every m, n <= 4 QR kernel."""
+    lines = _generated_banner(_QR_SMALL_ABOUT)
+    for dtype in _ELEMENT:
+        for m in range(1, cg.MAX_N + 1):
+            for n in range(1, cg.MAX_N + 1):
+                lines += ["", *_qr_kernel(dtype, m, n)]
+    return "\n".join(lines) + "\n"
