@@ -29,7 +29,9 @@ __all__ = [
     "compile_flags",
     "build_library",
     "build_once",
+    "atomic_write",
     "shim_hash",
+    "translator_hash",
     "CompilerNotFoundError",
     "EmulatorUnavailableError",
 ]
@@ -152,25 +154,33 @@ def clear_cache() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-_shim_hash = None
+_hashes: dict = {}
 _shim_lock = threading.Lock()
 
 
-def shim_hash() -> str:
-    """Fingerprint of the shim headers and the translator.
-
-    A cache entry is only valid for the code that made it.
-    """
-    global _shim_hash
+def _files_hash(kind: str, files: list) -> str:
     with _shim_lock:
-        if _shim_hash is None:
+        if kind not in _hashes:
             h = hashlib.sha256()
-            here = pathlib.Path(__file__).resolve().parent
-            for p in sorted(INCLUDE_DIR.glob("*.h")) + [here / "translate.py"]:
+            for p in files:
                 h.update(p.name.encode())
                 h.update(p.read_bytes())
-            _shim_hash = h.hexdigest()
-        return _shim_hash
+            _hashes[kind] = h.hexdigest()
+        return _hashes[kind]
+
+
+def shim_hash() -> str:
+    """Fingerprint of the shim headers: a compiled library is only valid for the headers it was
+    compiled with (its key holds the translated C++ itself, so the translator need not be in
+    it: a change of the translator that leaves the C++ alone reuses the library)."""
+    return _files_hash("shim", sorted(INCLUDE_DIR.glob("*.h")))
+
+
+def translator_hash() -> str:
+    """Fingerprint of the translator's passes: the index from a Metal source to its library
+    (which skips the translation) is only valid for the translator that made it."""
+    package = pathlib.Path(__file__).resolve().parent / "translate"
+    return _files_hash("translator", sorted(package.glob("*.py")))
 
 
 # race check: the compiler instruments every memory access with calls of the __tsan_* hooks that
@@ -247,7 +257,8 @@ def compile_flags(debug: bool, race_check: bool = False, cxx: str | None = None)
     )
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+def atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write a cache entry: readers see the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
