@@ -15,6 +15,7 @@ import re
 import subprocess
 import tempfile
 
+from ..build import run_compiler
 from .errors import TranslateError
 
 __all__ = ["check_raw", "preprocess_command", "preprocess", "check_entered_files"]
@@ -182,10 +183,9 @@ def preprocess(source: str, cxx: str, metal_version: int) -> str:
     # (which, for a source string, is empty)
     with tempfile.TemporaryDirectory(prefix="emu-pp-") as empty:
         try:
-            proc = subprocess.run(
+            proc = run_compiler(
                 preprocess_command(cxx, metal_version),
                 input=text.encode(),
-                capture_output=True,
                 cwd=empty,
                 env={k: v for k, v in os.environ.items() if k not in _INCLUDE_PATH_VARS},
                 timeout=_PREPROCESS_TIMEOUT_S,
