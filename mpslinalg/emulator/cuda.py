@@ -7,12 +7,13 @@ group_size=, arg_casts=)`` with torch's argument marshalling (Python int -> int6
 float32, lists -> arrays, tensors bound at their storage offset) and ``dispatchThreads``
 geometry. CUDA tensors stand in for MPS tensors; launches go on torch's current stream.
 
-The front end is the emulator's (``translate.py``: C preprocessor, token rewriter, checks), so
-both executors accept and reject the same sources. This module adds the CUDA back end: a token
-pass over the rewritten source (Metal's vector type names, single-precision literals), one
-``__global__`` wrapper per kernel host name, NVRTC (``libnvrtc`` through ctypes, from the
-``nvidia-cuda-nvrtc`` wheel or the system) and the CUDA driver API (``libcuda`` through ctypes).
-NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
+The front end is the emulator's (`mpslinalg.emulator.translate`: the C preprocessor, the
+structure and the restrictions passes), so both executors accept and reject the same sources;
+the translator's CUDA lowering and emission give the source and one ``__global__`` wrapper per
+kernel host name (Metal's vector type names, single-precision literals). This module adds NVRTC
+(``libnvrtc`` through ctypes, from the ``nvidia-cuda-nvrtc`` wheel or the system), the CUDA
+driver API (``libcuda`` through ctypes) and the CUDA back end of `mpslinalg.emulator.library`'s
+kernels. NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
 
 Mapping: threadgroup -> block (one 1-D block per group, threads numbered like Metal's so warps
 are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, threadgroup_barrier

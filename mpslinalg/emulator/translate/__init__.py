@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 
 from . import emission, lexer, lowering, restrictions, source, structure
-from .emission import CPU_BUILTINS as BUILTINS
 from .emission import assemble
 from .errors import CudaUnsupportedError, TranslateError
 from .lexer import FLOAT_LITERAL_RE, Tok, single_precision, single_precision_literals, tokenize
@@ -51,7 +50,6 @@ __all__ = [
     "FLOAT_LITERAL_RE",
     "check_entered_files",
     "SYNC_NAMES",
-    "BUILTINS",
     "HOST_RUNTIME_SYMBOLS",
     "host_call_message",
     "emission",
