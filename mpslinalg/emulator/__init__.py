@@ -14,7 +14,8 @@ import os
 import threading
 
 from .build import cache_dir, clear_cache, find_compiler
-from .runtime import DataRaceError, launch_counts, reset_launch_counts, total_launches
+from .marshal import launch_counts, reset_launch_counts, total_launches
+from .runtime import DataRaceError
 
 __all__ = [
     "compile_shader",
@@ -43,6 +44,7 @@ def _index_key(source, debug, metal_version, cxx, race_check):
             build.compile_flags(debug, race_check, cxx),
             build.EMULATOR_VERSION,
             build.shim_hash(),
+            build.translator_hash(),
             cxx,
         ]
     )
@@ -139,7 +141,7 @@ def compile_shader(
                 ],
             }
             try:
-                build._atomic_write(index, json.dumps(meta).encode())
+                build.atomic_write(index, json.dumps(meta).encode())
             except OSError:
                 pass
         with _memo_lock:

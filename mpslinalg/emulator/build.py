@@ -29,7 +29,12 @@ __all__ = [
     "compile_flags",
     "build_library",
     "build_once",
+    "compiler_process",
+    "run_compiler",
+    "stop_compiler",
+    "atomic_write",
     "shim_hash",
+    "translator_hash",
     "CompilerNotFoundError",
     "EmulatorUnavailableError",
 ]
@@ -61,6 +66,84 @@ _OPTIONAL_FLAGS = (
     # large thread-private arrays probe page by page, so they hit the lane stack's guard page
     ("-fstack-clash-protection",),
 )
+
+
+# Between the emulator and each compiler it starts, a supervisor (a second Python, without site
+# packages) that dies with the thread that started it (Linux's PR_SET_PDEATHSIG; elsewhere it
+# watches its parent's pid) and then kills the compiler's whole process tree (the driver and its
+# cc1plus, as and ld: one process group). A compiler therefore never outlives the emulator, even
+# one killed with SIGKILL, which runs no cleanup of its own.
+_SUPERVISOR = r"""
+import ctypes, os, signal, subprocess, sys, threading, time
+parent, child, stopping = int(sys.argv[1]), None, []
+def stop(signum, frame=None):
+    stopping.append(signum)
+    if child is not None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(128 + signum)
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, stop)
+try:
+    ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=watch, daemon=True).start()
+if os.getppid() != parent:
+    sys.exit(1)
+child = subprocess.Popen(sys.argv[2:], start_new_session=True)
+if stopping:
+    stop(stopping[0])
+rc = child.wait()
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+
+def compiler_process(cmd: list, **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **popen_kwargs)`` for a compiler (or another tool the emulator
+    starts), under the supervisor that ends its process tree when this process ends or
+    `stop_compiler` stops it."""
+    if not sys.executable:  # an embedded interpreter that cannot start a Python of its own
+        return subprocess.Popen(list(map(str, cmd)), **popen_kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *map(str, cmd)],
+        **popen_kwargs,
+    )
+
+
+def stop_compiler(proc: subprocess.Popen) -> None:
+    """End a `compiler_process` and its compiler's process tree, and reap it."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_compiler(cmd: list, *, input: bytes | None = None, timeout: float | None = None,
+                 **popen_kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, input=, timeout=, capture_output=True)`` through
+    `compiler_process`: on a timeout, an interrupt or any other exception while it waits, the
+    compiler is stopped before the exception propagates."""
+    proc = compiler_process(
+        cmd,
+        stdin=subprocess.PIPE if input is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen_kwargs,
+    )
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except BaseException:
+        stop_compiler(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 class CompilerNotFoundError(RuntimeError):
@@ -105,8 +188,7 @@ def race_check_unsupported(cxx: str) -> str | None:
     its bookkeeping)."""
     with _shim_lock:
         if cxx not in _is_clang:
-            probe = subprocess.run([cxx, "-x", "c++", "-dM", "-E", "-"], input=b"",
-                                   capture_output=True)
+            probe = run_compiler([cxx, "-x", "c++", "-dM", "-E", "-"], input=b"")
             _is_clang[cxx] = b"__clang__" in probe.stdout
     if _is_clang[cxx]:
         return (f"the emulator's race detector needs g++ (GCC's ThreadSanitizer instrumentation); "
@@ -152,25 +234,33 @@ def clear_cache() -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-_shim_hash = None
+_hashes: dict = {}
 _shim_lock = threading.Lock()
 
 
-def shim_hash() -> str:
-    """Fingerprint of the shim headers and the translator.
-
-    A cache entry is only valid for the code that made it.
-    """
-    global _shim_hash
+def _files_hash(kind: str, files: list) -> str:
     with _shim_lock:
-        if _shim_hash is None:
+        if kind not in _hashes:
             h = hashlib.sha256()
-            here = pathlib.Path(__file__).resolve().parent
-            for p in sorted(INCLUDE_DIR.glob("*.h")) + [here / "translate.py"]:
+            for p in files:
                 h.update(p.name.encode())
                 h.update(p.read_bytes())
-            _shim_hash = h.hexdigest()
-        return _shim_hash
+            _hashes[kind] = h.hexdigest()
+        return _hashes[kind]
+
+
+def shim_hash() -> str:
+    """Fingerprint of the shim headers: a compiled library is only valid for the headers it was
+    compiled with (its key holds the translated C++ itself, so the translator need not be in
+    it: a change of the translator that leaves the C++ alone reuses the library)."""
+    return _files_hash("shim", sorted(INCLUDE_DIR.glob("*.h")))
+
+
+def translator_hash() -> str:
+    """Fingerprint of the translator's passes: the index from a Metal source to its library
+    (which skips the translation) is only valid for the translator that made it."""
+    package = pathlib.Path(__file__).resolve().parent / "translate"
+    return _files_hash("translator", sorted(package.glob("*.py")))
 
 
 # race check: the compiler instruments every memory access with calls of the __tsan_* hooks that
@@ -209,10 +299,9 @@ def compiler_accepts(cxx: str, flags: tuple) -> bool:
     (an unknown or unsupported flag is at least a warning); probed once per compiler."""
     with _shim_lock:
         if (cxx, flags) not in _accepted:
-            probe = subprocess.run(
+            probe = run_compiler(
                 [cxx, "-x", "c++", "-std=c++17", "-fsyntax-only", "-Werror", *flags, "-"],
                 input=b"_Float16 h(_Float16 a, _Float16 b) { return a * b + a; }\n",
-                capture_output=True,
             )
             _accepted[cxx, flags] = probe.returncode == 0
         return _accepted[cxx, flags]
@@ -247,7 +336,8 @@ def compile_flags(debug: bool, race_check: bool = False, cxx: str | None = None)
     )
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+def atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write a cache entry: readers see the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
@@ -351,9 +441,7 @@ def build_library(tr, debug: bool, cxx: str, race_check: bool = False) -> pathli
 def _libm_symbols(cxx: str) -> frozenset:
     """The functions of the C math library (pure functions the shim's math builds on)."""
     nm = shutil.which("nm")
-    path = subprocess.run(
-        [cxx, "-print-file-name=libm.so.6"], capture_output=True, text=True
-    ).stdout.strip()
+    path = run_compiler([cxx, "-print-file-name=libm.so.6"]).stdout.decode().strip()
     if not nm or not os.path.isabs(path):
         return frozenset()
     out = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True, text=True)
@@ -403,12 +491,17 @@ def check_host_symbols(so: pathlib.Path, tr, cxx: str) -> None:
 
 
 def _run(cmds, srcs):
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for c in cmds]
+    procs = [compiler_process(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for c in cmds]
     errors = []
-    for p in procs:
-        _, err = p.communicate()
-        if p.returncode != 0:
-            errors.append(err.decode(errors="replace"))
+    try:
+        for p in procs:
+            _, err = p.communicate()
+            if p.returncode != 0:
+                errors.append(err.decode(errors="replace"))
+    except BaseException:  # an interrupt: no compiler may go on without its builder
+        for p in procs:
+            stop_compiler(p)
+        raise
     if errors:
         raise SyntaxError(_format_errors(errors[0], [str(s) for s in srcs]))
 

@@ -7,12 +7,13 @@ group_size=, arg_casts=)`` with torch's argument marshalling (Python int -> int6
 float32, lists -> arrays, tensors bound at their storage offset) and ``dispatchThreads``
 geometry. CUDA tensors stand in for MPS tensors; launches go on torch's current stream.
 
-The front end is the emulator's (``translate.py``: C preprocessor, token rewriter, checks), so
-both executors accept and reject the same sources. This module adds the CUDA back end: a token
-pass over the rewritten source (Metal's vector type names, single-precision literals), one
-``__global__`` wrapper per kernel host name, NVRTC (``libnvrtc`` through ctypes, from the
-``nvidia-cuda-nvrtc`` wheel or the system) and the CUDA driver API (``libcuda`` through ctypes).
-NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
+The front end is the emulator's (`mpslinalg.emulator.translate`: the C preprocessor, the
+structure and the restrictions passes), so both executors accept and reject the same sources;
+the translator's CUDA lowering and emission give the source and one ``__global__`` wrapper per
+kernel host name (Metal's vector type names, single-precision literals). This module adds NVRTC
+(``libnvrtc`` through ctypes, from the ``nvidia-cuda-nvrtc`` wheel or the system), the CUDA
+driver API (``libcuda`` through ctypes) and the CUDA back end of `mpslinalg.emulator.library`'s
+kernels. NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
 
 Mapping: threadgroup -> block (one 1-D block per group, threads numbered like Metal's so warps
 are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, threadgroup_barrier
@@ -33,7 +34,8 @@ import re
 import struct
 import threading
 
-from . import build, runtime, translate
+from . import build, library, marshal, translate
+from .translate.emission import entry_name as _wrapper_name
 
 __all__ = [
     "compile_shader",
@@ -53,97 +55,11 @@ _BLOB_BYTES = 2048  # emu::kBlobBytes in cuda_prelude.cuh
 _MAX_BUFFERS = 31
 
 
-class CudaUnsupportedError(translate.TranslateError):
-    """A Metal construct the CUDA executor cannot map (``file:line: error: ...``)."""
+CudaUnsupportedError = translate.CudaUnsupportedError
 
 
 class NvrtcNotFoundError(RuntimeError):
     pass
-
-
-# ------------------------------------------------------------------------------------------------
-# back end: from the emulator's rewritten tokens to CUDA C++
-
-# Metal builtin attributes -> the CUDA wrapper's values (emu::Ctx, see cuda_prelude.cuh).
-_BUILTINS = {
-    "thread_position_in_grid": "C.tid",
-    "thread_position_in_threadgroup": "C.lid",
-    "threadgroup_position_in_grid": "C.tgid",
-    "threads_per_threadgroup": "C.tpg",
-    "dispatch_threads_per_threadgroup": "C.dtpg",
-    "threads_per_grid": "C.grid",
-    "grid_size": "C.grid",
-    "threadgroups_per_grid": "C.ngroups",
-    "thread_index_in_threadgroup": "::emu::U(C.lidx)",
-    "thread_index_in_simdgroup": "::emu::U(C.lidx & 31u)",
-    "simdgroup_index_in_threadgroup": "::emu::U(C.lidx >> 5)",
-    "threads_per_simdgroup": "::emu::U(32u)",
-    "thread_execution_width": "::emu::U(32u)",
-    "simdgroups_per_threadgroup": "::emu::U(C.nsg)",
-    "dispatch_simdgroups_per_threadgroup": "::emu::U(C.dnsg)",
-    "thread_index_in_quadgroup": "::emu::U(C.lidx & 3u)",
-    "quadgroup_index_in_threadgroup": "::emu::U(C.lidx >> 2)",
-    "quadgroups_per_threadgroup": "::emu::U((C.nlanes + 3u) / 4u)",
-    "grid_origin": "::emu::U(0u)",
-}
-
-# Metal constructs with no CUDA mapping here, and why.
-_UNMAPPED = {
-    **{
-        name: "quad-group functions are not mapped by the CUDA executor"
-        for name in translate.SYNC_NAMES
-        if name.startswith("quad_")
-    },
-    "simd_shuffle_and_fill_up": "simd_shuffle_and_fill_up is not mapped by the CUDA executor",
-    "simd_shuffle_and_fill_down": "simd_shuffle_and_fill_down is not mapped by the CUDA executor",
-    "thread_elements": "simdgroup_matrix thread_elements() (Apple's per-lane layout) has no "
-    "CUDA counterpart",
-    **{
-        name: "textures and samplers are not available through compile_shader nor the CUDA "
-        "executor"
-        for name in (
-            "texture1d",
-            "texture2d",
-            "texture3d",
-            "texture2d_array",
-            "texturecube",
-            "depth2d",
-            "sampler",
-        )
-    },
-    "imageblock": "imageblocks (tile memory) have no CUDA counterpart",
-    "visible_function_table": "function tables have no CUDA counterpart here",
-    "intersection_function_table": "ray tracing has no CUDA counterpart here",
-}
-
-# MSL vector/matrix/16-bit type names; NVRTC predefines CUDA structs with some of these names.
-_TYPE_NAME_RE = re.compile(
-    r"^(?:(?:packed_)?(?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234]"
-    r"|(?:float|half)[234]x[234]|half|bfloat)$"
-)
-
-
-def _cuda_tokens(text: str) -> str:
-    """The CUDA spelling of the rewritten source, token by token: Metal's type names become the
-    prelude's ``mtl_`` types and unsuffixed floating literals become ``float`` literals."""
-    out = []
-    toks = translate.tokenize(text)
-    for i, tok in enumerate(toks):
-        out.append(tok.ws)
-        s = translate.single_precision(tok)
-        if tok.k == "id" and _TYPE_NAME_RE.match(s):
-            prev = toks[i - 1].t if i else ""
-            if prev not in (".", "->"):
-                s = "mtl_" + s
-        out.append(s)
-    return "".join(out)
-
-
-def _check_unmapped(tr) -> None:
-    for i, tok in enumerate(tr.toks):
-        if tok.k == "id" and tok.t in _UNMAPPED and not tr.in_attr[i]:
-            t = tr.toks[i]
-            raise CudaUnsupportedError(f"{t.file}:{t.line}: error: '{tok.t}': {_UNMAPPED[tok.t]}")
 
 
 class CudaTranslation:
@@ -152,64 +68,12 @@ class CudaTranslation:
         self.kernels = kernels  # KernelInfo, in the order of the wrappers emu_k0, emu_k1, ...
 
 
-def _entry_name(index: int, host: str) -> str:
-    """The wrapper of kernel `index`: unique, and named after the host name so that profilers
-    show which Metal kernel ran."""
-    return f"emu_k{index}_" + re.sub(r"[^A-Za-z0-9_]", "_", host)
-
-
 def translate_to_cuda(source: str, *, metal_version: int = 320) -> CudaTranslation:
     """Metal source -> CUDA C++ (kernel i's wrapper is ``extern "C" emu_k<i>_<host name>``)."""
     if not isinstance(source, str):
         raise TypeError(f"compile_shader expects str source, got {type(source).__name__}")
     cxx = build.require_compiler()  # its preprocessor is the emulator's front end
-    # The emulator's front end, pass for pass (translate.translate minus its C++ back end).
-    clean = translate.check_raw(source)
-    tr = translate._Translator(
-        translate.tokenize(translate.preprocess(clean, cxx, metal_version)), metal_version
-    )
-    tr.pair_brackets()
-    tr.find_attributes()
-    tr.scan_structure()
-    tr.check_forbidden()
-    _check_unmapped(tr)
-    reaches_sync = tr.sync_kernels()
-    tr.address_space_overloads()
-    tr.rewrite()
-    tr.companions()
-    tr.swizzle_members()
-    body = tr.emit()
-    # Host names, instantiation checks and parameter lists come from the emulator's launchers.
-    _, _, kernels = translate._launchers(tr, reaches_sync)
-    hosts = [(host, tr.kdefs[name], args) for host, name, args, _, _ in tr.insts]
-    hosts += [(kd.host_name or kd.name, kd, None) for kd in tr.kdef_list if kd.template is None]
-    wrappers = []
-    for h, (host, kd, args) in enumerate(hosts):
-        q = "::" + "::".join(kd.ns + (kd.name,)) if kd.ns else kd.name
-        fn = f"{q}<{args}>" if args is not None else q
-        ki = "::" + "::".join(kd.ns + (f"__emu_ki_{kd.index}",))
-        ki = f"{ki}<{args}>" if args is not None else ki
-        call = []
-        for k, p in enumerate(kd.params):
-            if p.attr == "buffer":
-                call.append(f"::emu::bind<::emu::arg_t<F{h}, {k}>>(A, {p.buffer})")
-            elif p.attr in _BUILTINS:
-                call.append(f"::emu::builtin<::emu::arg_t<F{h}, {k}>>({_BUILTINS[p.attr]})")
-            else:
-                t = tr.toks[kd.func.start]
-                raise CudaUnsupportedError(
-                    f"{t.file}:{t.line}: error: kernel '{kd.name}': attribute [[{p.attr}]] is "
-                    "not mapped by the CUDA executor"
-                )
-        wrappers.append(
-            f"using F{h} = decltype(&{fn});\n"
-            f'extern "C" __global__ void __launch_bounds__({ki}::maxt()) '
-            f"{_entry_name(h, host)}(const __grid_constant__ ::emu::Args A) {{\n"
-            f"  ::emu::Ctx C;\n  if (!::emu::setup(A, C)) return;\n"
-            f"  {fn}({', '.join(call)});\n}}\n"
-        )
-    launchers = '\n#line 1 "<cuda-launchers>"\n' + "".join(wrappers)
-    return CudaTranslation(_cuda_tokens(body + launchers), kernels)
+    return CudaTranslation(*translate.translate_cuda(source, cxx, metal_version=metal_version))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -357,7 +221,7 @@ def _compiled(tr: CudaTranslation, arch: str) -> bytes:
         pass
     image = _compile(tr.source, arch)
     try:
-        build._atomic_write(path, image)
+        build.atomic_write(path, image)
     except OSError:
         pass
     return image
@@ -476,12 +340,12 @@ _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 
 
-class Kernel:
+class Kernel(library.Kernel):
     """One kernel host name on one device, called like torch's MetalKernel."""
 
-    def __init__(self, library, index, info, func, device_index):
-        self._lib, self._index, self._info = library, index, info
-        self._func, self._device = func, device_index
+    executor = "CUDA executor"
+
+    def __init__(self, lib, index, info, func, device_index):
         drv = _get_driver()
         v = ctypes.c_int()
         drv.check(
@@ -491,32 +355,26 @@ class Kernel:
             "cuFuncGetAttribute",
         )
         # __launch_bounds__ holds every kernel to Metal's limit (1024 or its own attribute)
-        self._max = min(v.value, runtime.DEFAULT_MAX_THREADS)
+        max_threads = min(v.value, marshal.DEFAULT_MAX_THREADS)
         drv.check(
             drv.lib.cuFuncGetAttribute(ctypes.byref(v), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func),
             "cuFuncGetAttribute",
         )
-        self._tg = v.value
-        self.name = info.host_name
+        super().__init__(info, max_threads, v.value)
+        self._lib, self._index = lib, index
+        self._func, self._device = func, device_index
         self._nbufs = max((p.buffer + 1 for p in info.params if p.attr == "buffer"), default=0)
-
-    max_threads_per_threadgroup = property(lambda self: self._max)
-    thread_execution_width = property(lambda self: runtime.SIMD_WIDTH)
-    static_thread_group_memory_length = property(lambda self: self._tg)
 
     def __repr__(self):
         return f"<Metal kernel {self.name!r} on cuda:{self._device} (CUDA executor)>"
 
-    def __call__(self, *args, threads=None, group_size=None, arg_casts=None, error_buf_idx=None):
+    def _bind(self, args, casts):
+        """The parameter block ``emu::Args``, filled in place (struct.pack_into): the host side of
+        a launch is what bounds small kernels, so the common arguments take the shortest path."""
         import torch
 
-        if error_buf_idx is not None:
-            raise NotImplementedError("error_buf_idx is not supported by the CUDA executor")
         if len(args) > _MAX_BUFFERS:
             raise RuntimeError(f"kernel '{self.name}': at most {_MAX_BUFFERS} arguments")
-        casts = runtime._casts_for(arg_casts, len(args))
-        # The parameter block is filled in place (struct.pack_into): the host side of a launch
-        # is what bounds small kernels, so the common arguments take the shortest path.
         buf = bytearray(_ARGS_SIZE)
         keep = []
         in_blob = 0
@@ -545,8 +403,8 @@ class Kernel:
                 _pack_into("<f", buf, _BLOB_OFFSET + off, a)  # torch: float -> float32
                 size = 4
             else:
-                # lists, casts, bools, 0-dim CPU tensors: the emulator's marshalling
-                b = runtime._marshal(i, a, None if isinstance(a, torch.Tensor) else casts[i])
+                # lists, casts, bools, 0-dim CPU tensors: the shared marshalling
+                b = marshal.marshal(i, a, None if isinstance(a, torch.Tensor) else casts[i])
                 size = b.size
                 if off + size <= _BLOB_BYTES:
                     buf[_BLOB_OFFSET + off : _BLOB_OFFSET + off + size] = ctypes.string_at(
@@ -562,19 +420,11 @@ class Kernel:
             used = off + size
         if self._nbufs > len(args):
             p = next(p for p in self._info.params if p.attr == "buffer" and p.buffer >= len(args))
-            raise RuntimeError(
-                f"kernel '{self.name}': parameter '{p.name}' (buffer {p.buffer}): the kernel "
-                f"reads buffer {p.buffer} but only {len(args)} arguments were passed"
-            )
-        grid, group = _geometry(self, args, threads, group_size)
-        runtime._count(self.name)
-        if 0 in grid:
-            return None
-        if self._tg > runtime.TG_MEMORY_LIMIT:
-            raise RuntimeError(
-                f"kernel '{self.name}': threadgroup memory use {self._tg} bytes exceeds the "
-                f"{runtime.TG_MEMORY_LIMIT}-byte limit of Apple GPUs"
-            )
+            raise self._missing_buffer(p.name, p.buffer, len(args))
+        return buf, in_blob, keep
+
+    def _launch(self, bound, grid, group, options):
+        buf, in_blob, keep = bound
         ngroups = [-(-grid[i] // group[i]) for i in range(3)]
         nblocks = ngroups[0] * ngroups[1] * ngroups[2]
         if max(grid) >= 2**32 or nblocks >= 2**31:
@@ -595,32 +445,20 @@ class Kernel:
             f"launch of kernel '{self.name}'",
         )  # fmt: skip
         del block, params
-        return None
 
 
-def _geometry(kernel, args, threads, group_size):
-    """dispatchThreads geometry as torch's MetalKernelFunction::dispatch computes it."""
-    grid, group = runtime.dispatch_geometry(kernel.name, kernel.max_threads_per_threadgroup, args,
-                                            threads, group_size)
-    if 0 not in grid and 0 in group:
-        raise ValueError(f"kernel '{kernel.name}': group_size must be positive, got {group_size!r}")
-    return grid, group
-
-
-class Library:
+class Library(library.Library):
     """What ``compile_shader`` returns: kernels as attributes, ``dir()`` lists the host names.
 
     Kernels load on the device of the current CUDA device at lookup; a kernel is bound to the
     device it was loaded for.
     """
 
+    description = "Metal library (CUDA executor)"
+
     def __init__(self, translation: CudaTranslation, metal_version: int):
-        object.__setattr__(self, "_tr", translation)
-        infos = {k.host_name: i for i, k in enumerate(translation.kernels)}
-        object.__setattr__(self, "_infos", infos)
-        object.__setattr__(self, "_modules", {})  # device index -> CUmodule
-        object.__setattr__(self, "_kernels", {})
-        object.__setattr__(self, "_lock", threading.Lock())
+        super().__init__(translation.kernels)
+        self._set(_tr=translation, _modules={})  # device index -> CUmodule
 
     def _module(self, index: int):
         import torch
@@ -637,47 +475,27 @@ class Library:
             self._modules[index] = mod
         return mod
 
-    def __getattr__(self, name):
+    def _kernel_key(self, name):
         import torch
 
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        h = self._infos.get(name)
-        if h is None:
-            avail = ", ".join(sorted(self._infos)) or "(none)"
-            raise runtime.KernelNotFoundError(
-                f"Failed to create function state object for: {name} (available kernels: {avail})"
-            )
         if not torch.cuda.is_available():
             raise RuntimeError(
                 f"kernel '{name}': the CUDA executor needs a CUDA device (compile_ptx works "
                 "without one)"
             )
-        index = torch.cuda.current_device()
-        with self._lock:
-            k = self._kernels.get((name, index))
-            if k is None:
-                mod = self._module(index)
-                func = ctypes.c_void_p()
-                drv = _get_driver()
-                drv.check(
-                    drv.lib.cuModuleGetFunction(
-                        ctypes.byref(func), mod, _entry_name(h, name).encode()
-                    ),
-                    "cuModuleGetFunction",
-                )
-                k = Kernel(self, h, self._tr.kernels[h], func, index)
-                self._kernels[(name, index)] = k
-            return k
+        return name, torch.cuda.current_device()
 
-    def __setattr__(self, name, value):
-        raise AttributeError("Metal libraries are read-only")
-
-    def __dir__(self):
-        return sorted(self._infos)
-
-    def __repr__(self):
-        return f"<Metal library (CUDA executor): {', '.join(sorted(self._infos))}>"
+    def _load(self, index, info, key):
+        device = key[1]
+        mod = self._module(device)
+        func = ctypes.c_void_p()
+        drv = _get_driver()
+        drv.check(
+            drv.lib.cuModuleGetFunction(ctypes.byref(func), mod,
+                                        _wrapper_name(index, info.host_name).encode()),
+            "cuModuleGetFunction",
+        )
+        return Kernel(self, index, info, func, device)
 
 
 _memo: dict = {}

@@ -736,6 +736,13 @@ def test_failed_launch_is_not_counted(lib):
     assert emu.total_launches() == 0
 
 
+def test_zero_group_size_is_refused_and_not_counted(lib):
+    emu.reset_launch_counts()
+    with pytest.raises(ValueError, match=r"kernel 'fill_index': group_size must be positive"):
+        lib.fill_index(torch.zeros(4), threads=4, group_size=0)
+    assert emu.total_launches() == 0
+
+
 # ---------------------------------------------------------------- language version
 
 

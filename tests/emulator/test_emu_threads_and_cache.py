@@ -330,3 +330,17 @@ def test_two_threads_compile_the_same_new_source_at_once():
         out = torch.zeros(2)
         lib.group_sum(x, out, group_size=256)
         assert out.tolist() == [256.0 + token] * 2
+
+
+def test_a_translator_change_keeps_the_compiled_libraries(monkeypatch):
+    """A compiled library's key is its C++ (with the headers and flags), so a change of the
+    translator that leaves the C++ alone reuses it; the index from a Metal source to its
+    library, which skips the translation, is keyed by the translator too."""
+    from mpslinalg.emulator import build
+
+    cxx = build.require_compiler()
+    index_key = emu._index_key("kernel void k() {}", False, 320, cxx, False)
+    shim = build.shim_hash()
+    monkeypatch.setitem(build._hashes, "translator", "another translator")
+    assert build.shim_hash() == shim
+    assert emu._index_key("kernel void k() {}", False, 320, cxx, False) != index_key

@@ -1,0 +1,556 @@
+"""Pass 3, the restrictions: Metal's rules that a C++ compiler would accept, checked in one pass
+over the `Unit` before anything is rewritten.
+
+`RESTRICTIONS` is the table of the rules the emulator enforces, each with the section of the
+Metal Shading Language Specification that states it (or, where Metal's specification has no
+such construct at all, what else rules it out) and a smallest source the check rejects (the
+unit tests run every one). `check` runs them in source order within each family of rules, the
+first violation raising `TranslateError` at its line. `CUDA_UNMAPPED` lists what the CUDA
+executor cannot map on top of that (`check_cuda`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .errors import CudaUnsupportedError
+from .structure import KEYWORDS, SYNC_NAMES
+
+__all__ = [
+    "Restriction",
+    "RESTRICTIONS",
+    "CUDA_UNMAPPED",
+    "HOST_RUNTIME_SYMBOLS",
+    "host_call_message",
+    "check",
+    "check_cuda",
+]
+
+_MSL = "Metal Shading Language Specification"
+SPEC_RESTRICTIONS = f"{_MSL}, section 1.5.4 'Restrictions'"
+SPEC_CXX = f"{_MSL}, section 1.5 'Metal and C++' (MSL 3.2 is based on C++14, MSL 4.0 on C++17)"
+SPEC_SCALARS = f"{_MSL}, section 2.1 'Scalar Data Types'"
+SPEC_CONSTANT = f"{_MSL}, section 4.2 'constant Address Space'"
+SPEC_THREADGROUP = f"{_MSL}, section 4.4 'threadgroup Address Space'"
+SPEC_ARGUMENTS = f"{_MSL}, section 5.2.1 'Locating Buffer, Texture, and Sampler Arguments'"
+NOT_MSL = "not part of MSL (an extension of the host's C++ compiler)"
+NO_LINKING = "torch.mps.compile_shader builds one self-contained library (nothing is linked in)"
+COMPILE_SHADER = "torch.mps.compile_shader binds buffers and scalars only"
+ONE_LIBRARY = "a library's kernels are looked up by host name"
+
+
+@dataclasses.dataclass(frozen=True)
+class Restriction:
+    """One rule: what it rejects, where Metal states it, and a source that breaks it."""
+
+    construct: str
+    spec: str
+    example: str  # a smallest source the check rejects
+    match: str  # a regular expression its message matches
+    metal_version: int = 320
+
+
+RESTRICTIONS = (
+    Restriction("double", SPEC_SCALARS, "double f(double x) { return x; }",
+                r"'double' is not supported"),
+    Restriction("long double literals", SPEC_SCALARS, "float f() { return 1.0L; }",
+                r"long double literal 1\.0L"),
+    Restriction("new and delete", SPEC_RESTRICTIONS, "void f() { int* p = new int; }",
+                r"'new' is not available"),
+    Restriction("exceptions", SPEC_RESTRICTIONS, "void f() { throw 1; }",
+                r"exceptions \(try/catch/throw\)"),
+    Restriction("virtual functions", SPEC_RESTRICTIONS, "struct S { virtual void f() {} };",
+                r"virtual functions"),
+    Restriction("goto", SPEC_RESTRICTIONS, "void f() { a: goto a; }", r"'goto'"),
+    Restriction("thread_local", SPEC_RESTRICTIONS, "thread_local int x;", r"'thread_local'"),
+    Restriction("dynamic_cast", SPEC_RESTRICTIONS,
+                "struct S {}; void f(S* p) { dynamic_cast<S*>(p); }", r"'dynamic_cast'"),
+    Restriction("typeid", SPEC_RESTRICTIONS, "void f() { typeid(int); }", r"'typeid' \(RTTI\)"),
+    Restriction("the C++ standard library", SPEC_RESTRICTIONS,
+                "float f(float x) { return std::abs(x); }", r"standard library \(std::\)"),
+    Restriction("derived classes", SPEC_RESTRICTIONS, "struct A {}; struct B : A {};",
+                r"derived classes \(inheritance\)"),
+    Restriction("lambda expressions", SPEC_RESTRICTIONS,
+                "void f() { auto g = [](int x) { return x; }; }", r"lambda expressions"),
+    Restriction("function pointers", SPEC_RESTRICTIONS, "void g(); void f() { void (*p)() = 0; }",
+                r"function pointers"),
+    Restriction("taking a function's address", SPEC_RESTRICTIONS,
+                "void g() {} void f() { auto p = &g; }", r"address of function 'g'"),
+    Restriction("recursion", SPEC_RESTRICTIONS, "int f(int n) { return n ? f(n - 1) : 0; }",
+                r"'f' calls itself"),
+    Restriction("'if constexpr' before MSL 4.0", SPEC_CXX,
+                "void f() { if constexpr (true) {} }", r"'if constexpr' is C\+\+17"),
+    Restriction("structured bindings before MSL 4.0", SPEC_CXX,
+                "struct P { int a, b; }; void f(P p) { auto [a, b] = p; }",
+                r"structured bindings"),
+    Restriction("fold expressions before MSL 4.0", SPEC_CXX,
+                "template <int... N> int f() { return (N + ...); }", r"fold expressions"),
+    Restriction("mutable program-scope variables", SPEC_CONSTANT, "int counter;",
+                r"program scope variable 'counter' must reside in constant address space"),
+    Restriction("mutable static data members", SPEC_CONSTANT, "struct S { static int n; };",
+                r"static data member 'n' must reside in constant"),
+    Restriction("mutable static local variables", SPEC_CONSTANT,
+                "void f() { static int n = 0; }", r"static local variable must reside"),
+    Restriction("threadgroup variables with initializers", SPEC_THREADGROUP,
+                "kernel void k() { threadgroup float x = 0; }",
+                r"threadgroup variables cannot have initializers"),
+    Restriction("buffer indices beyond 30", SPEC_ARGUMENTS,
+                "kernel void k(device float* a [[buffer(31)]]) {}",
+                r"buffer index 31 out of range \(Metal allows 0\.\.30\)"),
+    Restriction("threadgroup, stage_in, texture and sampler parameters", COMPILE_SHADER,
+                "kernel void k(threadgroup float* a [[threadgroup(0)]]) {}",
+                r"\[\[threadgroup\(\.\.\.\)\]\] cannot be bound"),
+    Restriction("function constants", COMPILE_SHADER,
+                "kernel void k(device float* a, bool b [[function_constant(0)]]) {}",
+                r"\[\[function_constant\]\] is not reachable"),
+    Restriction("linkage to host code", NO_LINKING, 'extern "C" int getpid();',
+                r'extern "C" \(linkage to host code\)'),
+    Restriction("functions declared but not defined", NO_LINKING,
+                "int g(int); int f(int x) { return g(x); }", r"'g' is declared but not defined"),
+    Restriction("host (C library) functions", NO_LINKING,
+                "void f(device char* p) { memset(p, 0, 4); }", r"'memset' is a host"),
+    Restriction("the host compiler's builtins", NOT_MSL,
+                "int f(int x) { return __builtin_popcount(x); }", r"'__builtin_popcount' is a"),
+    Restriction("inline assembly", NOT_MSL, 'void f() { asm("nop"); }', r"inline assembly"),
+    Restriction("code run at load time", NOT_MSL,
+                "__attribute__((constructor)) void f() {}", r"__attribute__\(\(constructor\)\)"),
+    Restriction("duplicate host names", ONE_LIBRARY,
+                'kernel void a() {} [[host_name("a")]] kernel void b() {}',
+                r"duplicate kernel host name 'a'"),
+    Restriction("instantiations of non-kernels", ONE_LIBRARY,
+                'template <typename T> void f(T x) {} '
+                'template [[host_name("f_float")]] kernel void f<float>(float x);',
+                r"explicit instantiation of 'f', which is not a kernel template"),
+)
+
+
+_STATIC_RULE = (
+    f"variables with static storage are shared by every thread, so Metal allows them only in "
+    f"the constant address space ({SPEC_CONSTANT})"
+)
+_NO_LINKING = (
+    "Metal links no host or library code into a kernel: it can only call functions defined in "
+    "its source and Metal's standard library"
+)
+_NO_FUNCTION_POINTERS = (
+    "Metal does not support function pointers here (only [[visible]] functions through visible "
+    f"function tables, which torch.mps.compile_shader cannot link; {SPEC_RESTRICTIONS})"
+)
+_LOAD_TIME_ATTRS = frozenset(("constructor", "destructor", "init_priority"))
+_NOT_VARIABLES = frozenset(
+    "using typedef template static_assert namespace friend public private protected".split()
+)
+_TYPE_WORDS = frozenset(
+    "bool char short int long float half uint ushort uchar void unsigned signed auto const".split()
+)
+_FORBIDDEN_WORDS = {
+    "double": "'double' is not supported in Metal (use float)",
+    "new": "'new' is not available in Metal",
+    "try": "exceptions (try/catch/throw) are not available in Metal",
+    "catch": "exceptions (try/catch/throw) are not available in Metal",
+    "throw": "exceptions (try/catch/throw) are not available in Metal",
+    "virtual": "virtual functions are not available in Metal",
+    "goto": "'goto' is not available in Metal",
+    "thread_local": "'thread_local' is not available in Metal",
+    "dynamic_cast": "'dynamic_cast' is not available in Metal",
+    "typeid": "'typeid' (RTTI) is not available in Metal",
+}
+# binary operators that can stand next to `...` in a fold expression
+_FOLD_OPS = frozenset(
+    "+ - * / % ^ & | << >> && || == != < > <= >= = += -= *= /= ,".split()
+)
+_DECL_LIKE = frozenset({",", "<", ">", "*", "&", "&&"})
+_LONG_DOUBLE_LIT_RE = re.compile(r"^(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+[eE])[0-9eE+\-]*[lL]$")
+# Host functions a kernel must not call, caught by name in the source. The functions the
+# emulator's runtime itself links against must be: a kernel's call of one would pass the check of
+# the built library's undefined symbols (build.check_host_symbols). The others would be caught
+# there too, but here the message can name the line.
+HOST_RUNTIME_SYMBOLS = frozenset(
+    """
+    memset memcpy memmove mmap mprotect munmap pthread_create pthread_join raise sigaction
+    sigaltstack sigemptyset siglongjmp sigsetjmp signal snprintf vsnprintf strcmp syscall
+    timer_create timer_settime dladdr
+    printf fprintf puts abort exit _exit malloc free calloc realloc
+    """.split()
+)
+
+
+def host_call_message(name):
+    return f"'{name}' is a host (C library) function, not part of Metal: {_NO_LINKING}"
+
+
+def _load_time_message(attr):
+    return (
+        f"__attribute__(({attr})) is not available in Metal: no code runs when a Metal library is "
+        "loaded or unloaded"
+    )
+
+
+def check(unit) -> None:
+    """Every rule of `RESTRICTIONS`; raises `TranslateError` at the first violation."""
+    _check_kernel_parameters(unit)
+    _check_forbidden(unit)
+    _check_tokens(unit)
+    protos = _check_declarations(unit)
+    _check_recursion(unit)
+    _check_calls(unit, protos)
+    _check_threadgroup_initializers(unit)
+    _check_entries(unit)
+
+
+def _check_kernel_parameters(unit):
+    for kd in unit.kernels:
+        for j, attr in kd.unbindable:
+            if attr == "function_constant":
+                unit.err(j, "[[function_constant]] is not reachable through compile_shader")
+            unit.err(
+                j,
+                f"kernel parameters with [[{attr}(...)]] cannot be bound through "
+                "torch.mps.compile_shader; declare threadgroup arrays in the kernel body",
+            )
+        for p, j in zip(kd.params, kd.param_tokens, strict=True):
+            if p.attr == "buffer" and not 0 <= p.buffer <= 30:
+                unit.err(j, f"buffer index {p.buffer} out of range (Metal allows 0..30)")
+
+
+def _check_forbidden(u):
+    mv = u.metal_version
+    for i, tok in enumerate(u.toks):
+        if u.in_attr[i]:
+            continue
+        if tok.k == "id":
+            s = tok.t
+            if s in _FORBIDDEN_WORDS:
+                u.err(i, _FORBIDDEN_WORDS[s])
+            elif s == "delete" and u.t(i - 1) != "=":
+                u.err(i, "'delete' is not available in Metal")
+            elif s == "std" and u.t(i + 1) == "::":
+                u.err(
+                    i,
+                    "the C++ standard library (std::) is not available in Metal; use metal:: "
+                    "equivalents",
+                )
+            elif s in ("struct", "class") and u.t(i - 1) != "enum":
+                j = i + 1
+                while u.k(j) == "id" or u.t(j) == "::":
+                    j += 1
+                if u.t(j) == "<" and u.k(i + 1) == "id":
+                    e = u.angle_end(j)
+                    j = e + 1 if e > 0 else j
+                if u.t(j) == "final":
+                    j += 1
+                if u.t(j) == ":" and u.scope[i] in ("ns", "class") and j > i + 1:
+                    u.err(i, "derived classes (inheritance) are not available in Metal")
+            elif s == "if" and u.t(i + 1) == "constexpr" and mv < 400:
+                u.err(
+                    i,
+                    f"'if constexpr' is C++17 and needs Metal 4.0 (__METAL_VERSION__ >= 400; "
+                    f"compiling for {mv}); use overloads, enable_if or tag dispatch",
+                )
+            elif s == "auto" and mv < 400:
+                j = i + 1
+                while u.t(j) in ("&", "&&", "const"):
+                    j += 1
+                if u.t(j) == "[" and u.scope[i] in ("func", "block"):
+                    u.err(
+                        i,
+                        f"structured bindings are C++17 and need Metal 4.0 (compiling for {mv})",
+                    )
+        elif tok.k == "num":
+            if _is_long_double_literal(tok.t):
+                u.err(i, f"long double literal {tok.t} is not supported in Metal")
+        elif tok.t == "..." and mv < 400:
+            # `pack op ...` / `... op pack` (pack expansions have `...` after a name, `)` or
+            # `>`, or before `)`)
+            prev, nxt = u.t(i - 1), u.t(i + 1)
+            if (
+                (prev in _FOLD_OPS - _DECL_LIKE and u.k(i - 1) == "punct")
+                or (prev == "(" and nxt in _FOLD_OPS - {","})
+                or (nxt in _FOLD_OPS - _DECL_LIKE - {"="} and prev in _FOLD_OPS)
+            ):
+                u.err(i, f"fold expressions are C++17 and need Metal 4.0 (compiling for {mv})")
+
+
+def _is_long_double_literal(text):
+    return bool(_LONG_DOUBLE_LIT_RE.match(text)) and not text.lower().startswith("0x")
+
+
+def _check_tokens(u):
+    """Lambdas, function pointers, linkage to host code, load-time code and inline assembly."""
+    defined = {f.name for f in u.funcs}
+    for i, tok in enumerate(u.toks):
+        s = tok.t
+        if tok.k == "id" and not u.in_attr[i]:
+            if s == "extern" and u.k(i + 1) == "str":
+                u.err(
+                    i,
+                    f"extern {u.t(i + 1)} (linkage to host code) is not "
+                    f"available in Metal: {_NO_LINKING}",
+                )
+            elif s in ("asm", "__asm__", "__asm"):
+                u.err(i, "inline assembly is not available in Metal")
+            elif s == "__attribute__" and u.t(i + 1) == "(":
+                for j in range(i + 2, u.match[i + 1]):
+                    if u.t(j) in _LOAD_TIME_ATTRS:
+                        u.err(j, _load_time_message(u.t(j)))
+            elif (
+                s in defined
+                and u.t(i - 1) == "&"
+                and u.k(i - 2) not in ("id", "num")
+                and u.t(i - 2) not in (")", "]")
+                and u.t(i + 1) not in ("(", "::", "<")
+            ):
+                u.err(i, f"taking the address of function '{s}': {_NO_FUNCTION_POINTERS}")
+        elif tok.k == "punct" and s == "[" and not u.in_attr[i]:
+            prev = u.t(i - 1)
+            after = u.t(u.match[i] + 1)
+            unary_context = (u.k(i - 1) == "punct" and prev not in (")", "]")) or prev in (
+                "return",
+                "co_return",
+            )
+            if unary_context and after in ("(", "{", "mutable", "->", "<", "constexpr"):
+                u.err(i, f"Metal does not support lambda expressions ({SPEC_RESTRICTIONS})")
+        elif tok.k == "punct" and s == "(" and not u.in_attr[i]:
+            _check_function_pointer(u, i)
+    for a, b in u.attr_spans:
+        for nm, _ in u.attr_items(a, b):
+            if nm in _LOAD_TIME_ATTRS:
+                u.err(a, _load_time_message(nm))
+
+
+def _check_function_pointer(u, i):
+    """`R (*name)(args)` and `R (&name)(args)`: the declarator of a pointer or reference to a
+    function (or to a member function, `(S::*name)`), in a declaration, cast or type-id."""
+    prev = u.t(i - 1)
+    if not (
+        (u.k(i - 1) == "id" and (prev not in KEYWORDS or prev in _TYPE_WORDS))
+        or prev in (">", "*", "&", "(", ",", "<")
+    ):
+        return
+    j = i + 1
+    while u.k(j) == "id" and u.t(j + 1) == "::":
+        j += 2
+    if u.t(j) not in ("*", "&", "^"):
+        return
+    j += 1
+    while u.t(j) in ("const", "volatile") or (u.k(j) == "id" and u.t(j) not in KEYWORDS):
+        j += 1
+    if u.t(j) == "[":
+        j = u.match[j] + 1
+    if u.t(j) == ")" and u.t(j + 1) == "(" and u.t(i + 1) != "this":
+        u.err(i, _NO_FUNCTION_POINTERS)
+
+
+def _check_declarations(u):
+    """Variables with static storage must be `constant`; returns the function prototypes at
+    namespace scope, name -> (first token, ';')."""
+    protos = {}
+    for scope, a, b in u.decls:
+        idx = [j for j in range(a, b) if not u.in_attr[j] and u.k(j) != "pp"]
+        words = [u.t(j) for j in idx]
+        if not words or words[0] in _NOT_VARIABLES:
+            continue
+        if words[0] in ("struct", "class", "union", "enum") and (
+            len(words) == 2
+            or (words[0] == "enum" and words[1] in ("class", "struct"))
+            and len(words) == 3
+        ):
+            continue  # a forward declaration
+        eq = paren = None
+        j = a
+        while j < b:
+            sj = u.t(j)
+            if sj == "=" and eq is None:
+                eq = j
+            elif sj == "(" and not u.in_attr[j]:
+                if paren is None:
+                    paren = j
+                j = u.match[j]
+            elif sj in ("[", "{"):
+                j = u.match[j]
+            j += 1
+        is_function = paren is not None and (eq is None or paren < eq) and ("constant" not in words)
+        if is_function:
+            if scope == "ns" and u.k(paren - 1) == "id" and u.t(paren - 1) not in KEYWORDS:
+                protos.setdefault(u.t(paren - 1), (a, b))
+            continue
+        if "constant" in words or (scope == "class" and "static" not in words):
+            continue  # a constant, or an ordinary data member
+        end = eq if eq is not None else b
+        name = next(
+            (
+                j
+                for j in range(end - 1, a - 1, -1)
+                if u.k(j) == "id" and u.t(j) not in KEYWORDS and not u.in_attr[j]
+            ),
+            a,
+        )
+        if scope == "class":
+            u.err(
+                name,
+                f"static data member '{u.t(name)}' must reside in constant "
+                f"address space: {_STATIC_RULE}",
+            )
+        u.err(
+            name,
+            f"program scope variable '{u.t(name)}' must reside in constant "
+            f"address space: Metal allows only `constant` variables at program scope "
+            f"({SPEC_CONSTANT}); a mutable global would be shared by every thread",
+        )
+    # static variables in function bodies
+    for i, tok in enumerate(u.toks):
+        if tok.t != "static" or tok.k != "id" or u.scope[i] not in ("func", "block"):
+            continue
+        j = i
+        while j < len(u.toks) and u.t(j) != ";":
+            j = u.match[j] + 1 if u.t(j) in ("(", "[", "{") else j + 1
+        if not any(u.t(x) == "constant" for x in range(i, j)):
+            u.err(i, f"static local variable must reside in constant address space: {_STATIC_RULE}")
+    return protos
+
+
+def _check_recursion(u):
+    """No cycle in the call graph (direct or mutual recursion). The graph's nodes are the
+    non-template free functions with a single definition: templates are left alone (Apple's
+    compiler accepts e.g. c10's `if (x < 0) return -f(-x);`, which it can inline away) and
+    calls of overloaded names cannot be resolved without types."""
+    counts = {}
+    for f in u.funcs:
+        counts[f.name] = counts.get(f.name, 0) + 1
+    nodes = {
+        f.name: f
+        for f in u.funcs
+        if f.free
+        and counts[f.name] == 1
+        and f.name not in ("?", "operator")
+        and u.t(f.start) != "template"
+    }
+    calls = {}
+    for name, f in nodes.items():
+        first = {}
+        for j in range(f.open + 1, f.close):
+            nm = u.call_name(j)
+            if nm in nodes:
+                first.setdefault(nm, j)
+        calls[name] = first
+    state = {}  # 1: on the current path, 2: finished
+    for root in sorted(nodes, key=lambda nm: nodes[nm].start):
+        if root in state:
+            continue
+        path, stack = [root], [iter(calls[root].items())]
+        state[root] = 1
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                state[path.pop()] = 2
+                stack.pop()
+                continue
+            callee, j = step
+            if state.get(callee) == 1:
+                cycle = path[path.index(callee) :] + [callee]
+                how = (
+                    f"'{callee}' calls itself"
+                    if len(cycle) == 2
+                    else "mutual recursion " + " -> ".join(cycle)
+                )
+                u.err(
+                    j,
+                    f"recursion ({how}): Metal does not support recursive function "
+                    f"calls ({SPEC_RESTRICTIONS})",
+                )
+            if callee not in state:
+                state[callee] = 1
+                path.append(callee)
+                stack.append(iter(calls[callee].items()))
+
+
+def _check_calls(u, protos):
+    """Calls of the host compiler's builtins and of host functions; uses of functions that are
+    declared but not defined."""
+    for nm, j in sorted(u.undefined_calls.items(), key=lambda item: item[1]):
+        if nm.startswith("__") and nm != "__attribute__":
+            u.err(
+                j,
+                f"'{nm}' is a compiler builtin of the emulator's host compiler, not part of Metal",
+            )
+        if nm in HOST_RUNTIME_SYMBOLS:
+            u.err(j, host_call_message(nm))
+    defined = {f.name for f in u.funcs}
+    for name, (a, b) in protos.items():
+        if name in defined:
+            continue
+        use = next(
+            (
+                j
+                for j in range(len(u.toks))
+                if not a <= j <= b
+                and u.toks[j].k == "id"
+                and u.toks[j].t == name
+                and u.t(j - 1) not in (".", "->", "::")
+            ),
+            None,
+        )
+        if use is not None:
+            u.err(use, f"'{name}' is declared but not defined in this source; " + _NO_LINKING)
+
+
+def _check_threadgroup_initializers(u):
+    for decl in u.threadgroup_declarations():
+        for d in () if decl.pointer else decl.declarators:
+            if any(u.t(x) == "=" for x in d):
+                u.err(d[0], "threadgroup variables cannot have initializers in Metal")
+
+
+def _check_entries(u):
+    seen = set()
+    for e in u.entries:
+        if e.kernel is None:
+            u.err(
+                e.token,
+                f"explicit instantiation of '{e.name}', which is not a kernel template defined "
+                "in this source",
+            )
+    for e in u.entries:
+        if e.host in seen:
+            u.err(e.token, f"duplicate kernel host name '{e.host}'")
+        seen.add(e.host)
+
+
+# Metal constructs with no CUDA mapping here, and why.
+CUDA_UNMAPPED = {
+    **{
+        name: "quad-group functions are not mapped by the CUDA executor"
+        for name in SYNC_NAMES
+        if name.startswith("quad_")
+    },
+    "simd_shuffle_and_fill_up": "simd_shuffle_and_fill_up is not mapped by the CUDA executor",
+    "simd_shuffle_and_fill_down": "simd_shuffle_and_fill_down is not mapped by the CUDA executor",
+    "thread_elements": "simdgroup_matrix thread_elements() (Apple's per-lane layout) has no "
+    "CUDA counterpart",
+    **{
+        name: "textures and samplers are not available through compile_shader nor the CUDA "
+        "executor"
+        for name in (
+            "texture1d",
+            "texture2d",
+            "texture3d",
+            "texture2d_array",
+            "texturecube",
+            "depth2d",
+            "sampler",
+        )
+    },
+    "imageblock": "imageblocks (tile memory) have no CUDA counterpart",
+    "visible_function_table": "function tables have no CUDA counterpart here",
+    "intersection_function_table": "ray tracing has no CUDA counterpart here",
+}
+
+
+def check_cuda(u) -> None:
+    """The constructs of `CUDA_UNMAPPED`; raises `CudaUnsupportedError` at the first."""
+    for i, tok in enumerate(u.toks):
+        if tok.k == "id" and tok.t in CUDA_UNMAPPED and not u.in_attr[i]:
+            raise CudaUnsupportedError(
+                f"{tok.file}:{tok.line}: error: '{tok.t}': {CUDA_UNMAPPED[tok.t]}"
+            )

@@ -1,0 +1,261 @@
+"""One test (or a few) per pass of the translator, on token streams made without the C
+preprocessor (`tokenize` of a source that needs no macro), plus the rules between the two back
+ends' modules."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from mpslinalg.emulator import build, cuda, library, runtime, translate
+from mpslinalg.emulator.translate import emission, lowering, restrictions, source, structure
+from mpslinalg.emulator.translate.lexer import single_precision, tokenize
+
+PACKAGE = Path(translate.__file__).resolve().parents[1]
+DOC = Path(__file__).resolve().parents[2] / "docs" / "emulator.rst"
+
+
+def unit(text, metal_version=320):
+    return structure.Unit(tokenize(text), metal_version)
+
+
+# -- pass 0: the source --
+
+def test_source_checks_the_raw_text():
+    assert source.check_raw("#include <metal_stdlib>\nfloat x;") == "\nfloat x;"
+    with pytest.raises(translate.TranslateError, match=r"^program_source:2: error: non-ASCII"):
+        source.check_raw("float x;\n// \u00e9\n")
+    with pytest.raises(translate.TranslateError, match=r"#include of '/etc/hosts' is not allowed"):
+        source.check_raw('#include "/etc/hosts"\n')
+
+
+def test_source_refuses_a_file_the_preprocessor_entered():
+    toks = tokenize('# 1 "program_source"\n# 1 "secret.h" 1\nint x;\n')
+    with pytest.raises(translate.TranslateError, match=r"#include of 'secret.h' is not available"):
+        source.check_entered_files(toks)
+
+
+# -- pass 1: the lexer --
+
+def test_lexer_keeps_the_text_and_the_lines():
+    text = '# 7 "metal/a.metal"\nfloat f(float x) { // twice\n  return x * 2.0; /* a\n b */ }\n'
+    toks = tokenize(text)
+    assert "".join(t.ws + t.t for t in toks) == text
+    assert [t.k for t in toks[:4]] == ["pp", "id", "id", "punct"]
+    two = next(t for t in toks if t.t == "2.0")
+    assert (two.k, two.file, two.line) == ("num", "metal/a.metal", 8)
+    assert (toks[-2].t, toks[-2].line) == ("}", 9)
+    with pytest.raises(translate.TranslateError, match=r"^program_source:1: error: unexpected"):
+        tokenize("int a = 1 \x01;")
+
+
+@pytest.mark.parametrize("text, single", [("1.5", "1.5f"), ("1e3", "1e3f"), (".5", ".5f"),
+                                          ("2", "2"), ("1.5f", "1.5f"), ("0x1p3", "0x1p3")])
+def test_lexer_single_precision_literals(text, single):
+    assert single_precision(tokenize(text)[0]) == single
+
+
+# -- pass 2: the structure --
+
+STRUCTURED = """
+namespace ns {
+struct Pair { float xy; int n; };
+inline void helper(threadgroup float* t) { threadgroup_barrier(mem_flags::mem_threadgroup); }
+template <typename T>
+kernel void scale(device T* out [[buffer(1)]], constant float& s [[buffer(0)]],
+                  uint i [[thread_position_in_grid]]) {
+  threadgroup float tile[32], other[4];
+  helper(tile);
+  out[i] = T(s) * undefined_here(i);
+}
+template [[host_name("scale_float")]] kernel void scale<float>(device float*, constant float&,
+                                                               uint);
+}
+[[kernel, max_total_threads_per_threadgroup(64)]] void plain(device int* a [[buffer(0)]]) {}
+"""
+
+
+def test_structure_finds_functions_kernels_and_host_names():
+    u = unit(STRUCTURED)
+    assert [f.name for f in u.funcs] == ["helper", "scale", "plain"]
+    scale, plain = u.kernels
+    assert (scale.name, scale.ns, scale.template) == ("scale", ("ns",), "typename T")
+    assert scale.params == [
+        structure.ParamInfo("out", "buffer", 1),
+        structure.ParamInfo("s", "buffer", 0),
+        structure.ParamInfo("i", "thread_position_in_grid", -1),
+    ]
+    assert (plain.max_threads, plain.params) == ("64", [structure.ParamInfo("a", "buffer", 0)])
+    assert [(e.host, e.name, e.template_args) for e in u.entries] == [
+        ("scale_float", "scale", "float"), ("plain", "plain", None)]
+    assert [(i.host, i.args) for i in u.instantiations] == [("scale_float", "float")]
+    assert {"threadgroup_barrier", "undefined_here"} <= set(u.undefined_calls)
+    assert "helper" not in u.undefined_calls and "scale" not in u.undefined_calls
+
+
+def test_structure_scopes_swizzle_members_and_sync():
+    u = unit(STRUCTURED)
+    scope = {u.toks[i].t: u.scope[i] for i in range(len(u.toks))
+             if u.toks[i].t in ("struct", "xy", "tile", "threadgroup_barrier")}
+    assert scope == {"struct": "ns", "xy": "class", "tile": "func",
+                     "threadgroup_barrier": "func"}
+    assert [sorted(names) for names in u.swizzle_members.values()] == [["xy"]]
+    assert u.reaches_sync("scale") and u.reaches_sync("helper") and not u.reaches_sync("plain")
+
+
+def test_structure_parses_threadgroup_declarations():
+    u = unit(STRUCTURED)
+    decl, = u.threadgroup_declarations()  # the pointer parameter of helper is no declaration
+    assert not decl.pointer
+    assert [u.text(d[0], d[-1]) for d in decl.declarators] == ["tile [ 32 ]", "other [ 4 ]"]
+    assert u.text(decl.type_tokens[0], decl.type_tokens[-1]) == "float"
+
+
+def test_structure_refuses_what_it_cannot_parse():
+    with pytest.raises(translate.TranslateError, match=r"program_source:1: error: unbalanced"):
+        unit("void f() { ) }")
+    with pytest.raises(translate.TranslateError, match=r"host_name expects string literals"):
+        unit("[[host_name(x)]] kernel void k() {}")
+
+
+# -- pass 3: the restrictions --
+
+@pytest.mark.parametrize("rule", restrictions.RESTRICTIONS, ids=lambda r: r.construct)
+def test_restrictions_reject_every_rule_of_the_table(rule):
+    assert rule.spec
+    u = unit(rule.example, rule.metal_version)
+    with pytest.raises(translate.TranslateError, match=r"^program_source:\d+: error: ") as e:
+        restrictions.check(u)
+    assert re.search(rule.match, str(e.value)), str(e.value)
+
+
+def test_restrictions_accept_a_clean_source_and_metal_4():
+    restrictions.check(unit(STRUCTURED))
+    restrictions.check(unit("void f() { if constexpr (true) {} }", 400))
+
+
+def test_restrictions_of_the_cuda_executor():
+    with pytest.raises(translate.CudaUnsupportedError, match=r"'quad_sum': quad-group"):
+        restrictions.check_cuda(unit("float f(float x) { return quad_sum(x); }"))
+
+
+def test_restrictions_table_is_the_documented_one():
+    text = DOC.read_text()
+    for rule in restrictions.RESTRICTIONS:
+        assert f"   * - {rule.construct}\n" in text, rule.construct
+
+
+# -- pass 4: the lowering --
+
+def lowered(text, target="cpu"):
+    u = unit(text)
+    restrictions.check(u)
+    return lowering.lower(u, target).text()
+
+
+def test_lowering_address_spaces():
+    out = lowered("void f(device const float* a, constant int* b, device float& c, "
+                  "thread float* d) {}")
+    assert re.sub(r"\s+", " ", out).strip() == (
+        "inline void f(::emu::dptr<const float> a, ::emu::cptr<int> b, float& c, float* d) {}")
+
+
+def test_lowering_threadgroup_declarations_and_companions():
+    out = lowered("kernel void k() { threadgroup float tile[32], other[4]; }")
+    assert "auto& tile = ::emu::tg_alloc<0, float[32]>(); auto& other = ::emu::tg_alloc<1, " \
+           "float[4]>();" in out
+    assert "((sizeof(float[32]) + 15ul) & ~15ul) + ((sizeof(float[4]) + 15ul) & ~15ul)" in out
+    assert "maxt() { return 1024; }" in out and "kernel" not in out.split("struct")[0]
+
+
+def test_lowering_swizzles_and_half_literals():
+    out = lowered("void f(float4 v, half h) { v.xy = v.zw; h = 1.5h + 2h; }")
+    assert "v.template swzw<0,1>() = v.template swz<2,3>();" in out
+    assert "h = ((half)(1.5f)) + ((half)(2.0f));" in out
+
+
+def test_lowering_targets():
+    text = ("void bar() { threadgroup_barrier(mem_flags::mem_none); }\n"
+            "kernel void k() { bar(); }\n"
+            "template <typename T> kernel void t(device T* a) {}\n"
+            'template [[host_name("t_int")]] kernel void t<int>(device int*);\n')
+    cpu, gpu = lowered(text, "cpu"), lowered(text, "cuda")
+    assert cpu.count("\n") == gpu.count("\n") == text.count("\n")
+    assert "inline void bar()" in cpu and "(::emu::Frame(::emu::here()), bar())" in cpu
+    assert "inline" not in gpu and "Frame" not in gpu
+    assert "t<int>" not in cpu and "t<int>" not in gpu  # the instantiation is the launcher's
+    with pytest.raises(ValueError, match="target must be one of"):
+        lowering.lower(unit(text), "metal")
+
+
+# -- pass 5: the emission --
+
+def test_emission_cpu_launchers():
+    u = unit(STRUCTURED)
+    snippets, table = emission.cpu_launchers(u)
+    assert len(snippets) == 2
+    assert "::ns::scale<float>(::emu::bind<::emu::arg_t<F0,0>>(R, 1), " \
+           "::emu::bind<::emu::arg_t<F0,1>>(R, 0), ::emu::builtin<::emu::arg_t<F0,2>>(L.tid))" \
+           in snippets[0]
+    assert '::ns::__emu_ki_0<float>::tg(), "scale_float"}' in snippets[0]
+    assert "int emu_kernel_count() { return 2; }" in table
+    assert [(k.host_name, k.sync) for k in emission.kernel_infos(u)] == [
+        ("scale_float", True), ("plain", False)]
+
+
+def test_emission_cuda_wrappers():
+    u = unit("kernel void k(device float4* a [[buffer(0)]], uint i [[thread_index_in_simdgroup]])"
+             " { a[i] = float4(1.0); }")
+    out = emission.cuda_source(u, lowering.lower(u, "cuda").text())
+    assert "mtl_float4(1.0f)" in out
+    assert 'extern "C" __global__ void __launch_bounds__(::__emu_ki_0::maxt()) emu_k0_k(' in out
+    assert "k(::emu::bind<::emu::arg_t<F0, 0>>(A, 0), " \
+           "::emu::builtin<::emu::arg_t<F0, 1>>(::emu::U(C.lidx & 31u)));" in out
+    assert emission.entry_name(3, "a.b-c") == "emu_k3_a_b_c"
+
+
+def test_emission_maps_every_builtin_on_both_back_ends():
+    assert set(emission.CPU_BUILTINS) == set(emission.CUDA_BUILTINS) == \
+        structure.BUILTIN_ATTRIBUTES
+
+
+# -- both back ends --
+
+def test_both_executors_reject_the_same_sources():
+    """The CUDA executor runs the whole front end (before, it skipped Metal's rules on
+    declarations, recursion and host calls)."""
+    for src in ("int f(int n) { return n ? f(n - 1) : 0; }\nkernel void k() {}\n",
+                "int counter;\nkernel void k() {}\n",
+                "kernel void k(device char* p) { memset(p, 0, 4); }\n"):
+        with pytest.raises(translate.TranslateError) as cpu_error:
+            translate.translate(src, build.require_compiler())
+        with pytest.raises(translate.TranslateError) as cuda_error:
+            cuda.translate_to_cuda(src)
+        assert str(cuda_error.value) == str(cpu_error.value)
+
+
+def test_one_kernel_and_library_model():
+    assert issubclass(runtime.Kernel, library.Kernel) and issubclass(cuda.Kernel, library.Kernel)
+    assert issubclass(runtime.Library, library.Library)
+    assert issubclass(cuda.Library, library.Library)
+
+
+def _private_uses(path):
+    """``module._name`` and ``from .module import _name`` of the emulator's own modules."""
+    siblings = {p.stem for p in PACKAGE.glob("*.py")} | {"translate"}
+    tree = ast.parse(path.read_text())
+    uses = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
+                and node.value.id in siblings):
+            uses.append(f"{node.value.id}.{node.attr}")
+        if isinstance(node, ast.ImportFrom) and node.level and node.module:
+            uses += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return uses
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PACKAGE.glob("*.py")))
+def test_no_module_uses_another_modules_private_names(module):
+    assert _private_uses(PACKAGE / module) == []
