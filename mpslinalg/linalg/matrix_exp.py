@@ -23,6 +23,7 @@ from torch import Tensor
 from .. import small
 from .._core.declare import Declaration, Matrix, Result
 from .._core.errors import read_device
+from ..small import matrix_exp as small_expm
 from .solve import solve_ex_op
 
 __all__ = ["matrix_exp"]
@@ -83,13 +84,20 @@ def _expm_backward(ctx, gX: Tensor):
     M[..., :n, :n] = AH
     M[..., n:, n:] = AH
     M[..., :n, n:] = gX
-    return (matrix_exp_op(M, ctx.backend, False, "")[..., :n, n:],)
+    return (matrix_exp_op(M, ctx.backend, _small_when(ctx.backend, M), "")[..., :n, n:],)
+
+
+def _small_when(backend: str, A: Tensor) -> bool:
+    """Whether exp(``A``) takes the n <= 4 path (`mpslinalg.small.matrix_exp`)."""
+    return small_expm.use_small_matrix_exp(A, backend)
 
 
 #: exp(A) of square ``A``.
 matrix_exp_decl = Declaration(
     "matrix_exp", [Matrix("A")], [Result("exp", "A")],
-    forward={"metal": _expm_metal, "torch": torch.linalg.matrix_exp},
+    forward={"metal": _expm_metal, "torch": torch.linalg.matrix_exp,
+             "small": small_expm.small_matrix_exp},
+    small_when=_small_when, through_op=small_expm.may_use_small_matrix_exp,
     backward=_expm_backward, saves=["A"])
 matrix_exp_op = matrix_exp_decl.op
 
