@@ -3,7 +3,8 @@
 Op ``mpslinalg::matrix_exp``. On the metal backend: scaling and squaring with a diagonal Padé
 approximant (Higham 2005, "The scaling and squaring method for the matrix exponential
 revisited", SIAM J. Matrix Anal. Appl. 26(4), algorithm 2.3, with the degree and the thresholds
-theta_m of its single-precision analysis, table 2.1: degree 7, theta_7 = 3.9257): each matrix is
+theta_m of its single-precision analysis, table 2.1: degree 7, theta_7 = 3.9257; n <= 4: the
+same algorithm in one kernel, `mpslinalg.small.matrix_exp`): each matrix is
 scaled by its own 2^-s (s = ceil(log2(||A||_1 / theta_7)), at least 0), the Padé numerator and
 denominator are formed from A^2, A^4, A^6 (torch's products), the denominator solved by the LU
 kernels (one n <= 4 launch for batches of small matrices), and each result squared its own s
@@ -121,7 +122,13 @@ def matrix_exp(A: Tensor) -> Tensor:
     -----
     On the metal backend: scaling and squaring with the [7/7] Padé approximant (Higham 2005),
     the denominator solved by the LU kernels; one device read per call (the number of
-    squarings the batch needs). On the torch backend: torch's own.
+    squarings the batch needs). n <= 4 takes one kernel launch for any batch (the same
+    algorithm, each matrix scaled and squared its own number of times, no device read; a
+    matrix holding NaN or Inf gives NaN). On the torch backend: torch's own, but float32
+    batches of n = 2..4 take the same kernel generated for the CPU (SIMD) and CUDA (Triton)
+    from the batch at which it beats torch (``python -m mpslinalg info`` prints the table);
+    float64 and complex keep torch's. The derivative of n <= 2 runs on the same path (its
+    exponential is 2n x 2n).
 
     Examples
     --------

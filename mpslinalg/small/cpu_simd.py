@@ -42,8 +42,13 @@ float64, from the generators of `mpslinalg.small.codegen` (`small_qr`,
 metal/linalg/qr.h in the emulator). Its sweeps loop leaves early once no lane of a block
 rotated.
 
-The two sources are checked in as generated files (``native/small_cpu.cpp``,
-``native/small_cpu_orth.cpp``, with their flags in ``native/flags.cmake``; see
+A third, `EXPM_LIBRARY`, holds the matrix exponential (n <= 4, float32:
+`mpslinalg.small.codegen.emit_matrix_exp`), bit-identical to metal/linalg/small_matrix_exp.h
+in the emulator.
+
+The sources are checked in as generated files (``native/small_cpu.cpp``,
+``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, with their flags in
+``native/flags.cmake``; see
 `mpslinalg.small.generated`), the build backend compiles them when the package is built or
 installed (``CMakeLists.txt``), and `mpslinalg.small.native` loads the result from the package
 when this module is imported: from the first call on, a call takes the same path (see `ready`).

@@ -12,7 +12,9 @@ The kernels are checked in (`mpslinalg.small.generated` registers them; regenera
 ``python -m mpslinalg.small.generated``): ``metal/linalg/small_inverse.h`` holds
 ``small_{inv,solve,det,slogdet}_{float32,complex64}_n{1..4}``, included by
 ``metal/linalg/small_inverse.metal``; ``metal/linalg/qr_small.h`` holds
-``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``.
+``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``;
+``metal/linalg/small_matrix_exp.h`` holds ``small_matrix_exp_{float32,complex64}_n{1..4}``,
+included by ``metal/linalg/small_matrix_exp.metal``.
 
 Examples
 --------

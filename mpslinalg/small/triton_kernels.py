@@ -600,7 +600,9 @@ class _TritonUntilDone(_Triton):
 
     @contextlib.contextmanager
     def sweeps(self, count: int, flag: str) -> Iterator[None]:
-        self.w("go = 1")
+        # an int32 scalar from the start (a loop-carried value keeps its type; a program has a
+        # live lane)
+        self.w("go = tl.max(live.to(tl.int32), axis=0)")
         self.w("while go > 0:")
         self.indent += "    "
         self.write_declare(_codegen.BOOL, flag, "rows < 0")
