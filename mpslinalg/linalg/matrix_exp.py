@@ -25,19 +25,14 @@ from .. import small
 from .._core.declare import Declaration, Matrix, Result
 from .._core.errors import read_device
 from ..small import matrix_exp as small_expm
+from ..small.codegen import EXPM_MAX_SQUARINGS, EXPM_PADE_7, EXPM_THETA_7
 from .solve import solve_ex_op
 
 __all__ = ["matrix_exp"]
 
-#: Higham 2005, table 2.1, unit roundoff 2^-24: the largest ||A||_1 for which the [7/7] Padé
-#: approximant is accurate to float32's unit roundoff.
-THETA_7 = 3.925724783138660
-
-#: The coefficients b_0 .. b_7 of the [7/7] Padé approximant of exp (Higham 2005, eq. 2.2).
-PADE_7 = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
-
-#: Squarings beyond which float32's range is exhausted (||A||_1 < 2^128 theta_7).
-MAX_SQUARINGS = 128
+# theta_7, the Padé coefficients and the most squarings: those of the n <= 4 kernels'
+# description (one algorithm, two implementations).
+THETA_7, PADE_7, MAX_SQUARINGS = EXPM_THETA_7, EXPM_PADE_7, EXPM_MAX_SQUARINGS
 
 
 def _squarings(A: Tensor) -> Tensor:
