@@ -3,7 +3,8 @@
 Op ``mpslinalg::matrix_exp``. On the metal backend: scaling and squaring with a diagonal Padé
 approximant (Higham 2005, "The scaling and squaring method for the matrix exponential
 revisited", SIAM J. Matrix Anal. Appl. 26(4), algorithm 2.3, with the degree and the thresholds
-theta_m of its single-precision analysis, table 2.1: degree 7, theta_7 = 3.9257): each matrix is
+theta_m of its single-precision analysis, table 2.1: degree 7, theta_7 = 3.9257; n <= 4: the
+same algorithm in one kernel, `mpslinalg.small.matrix_exp`): each matrix is
 scaled by its own 2^-s (s = ceil(log2(||A||_1 / theta_7)), at least 0), the Padé numerator and
 denominator are formed from A^2, A^4, A^6 (torch's products), the denominator solved by the LU
 kernels (one n <= 4 launch for batches of small matrices), and each result squared its own s
@@ -23,19 +24,15 @@ from torch import Tensor
 from .. import small
 from .._core.declare import Declaration, Matrix, Result
 from .._core.errors import read_device
+from ..small import matrix_exp as small_expm
+from ..small.codegen import EXPM_MAX_SQUARINGS, EXPM_PADE_7, EXPM_THETA_7
 from .solve import solve_ex_op
 
 __all__ = ["matrix_exp"]
 
-#: Higham 2005, table 2.1, unit roundoff 2^-24: the largest ||A||_1 for which the [7/7] Padé
-#: approximant is accurate to float32's unit roundoff.
-THETA_7 = 3.925724783138660
-
-#: The coefficients b_0 .. b_7 of the [7/7] Padé approximant of exp (Higham 2005, eq. 2.2).
-PADE_7 = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
-
-#: Squarings beyond which float32's range is exhausted (||A||_1 < 2^128 theta_7).
-MAX_SQUARINGS = 128
+# theta_7, the Padé coefficients and the most squarings: those of the n <= 4 kernels'
+# description (one algorithm, two implementations).
+THETA_7, PADE_7, MAX_SQUARINGS = EXPM_THETA_7, EXPM_PADE_7, EXPM_MAX_SQUARINGS
 
 
 def _squarings(A: Tensor) -> Tensor:
@@ -83,13 +80,20 @@ def _expm_backward(ctx, gX: Tensor):
     M[..., :n, :n] = AH
     M[..., n:, n:] = AH
     M[..., :n, n:] = gX
-    return (matrix_exp_op(M, ctx.backend, False, "")[..., :n, n:],)
+    return (matrix_exp_op(M, ctx.backend, _small_when(ctx.backend, M), "")[..., :n, n:],)
+
+
+def _small_when(backend: str, A: Tensor) -> bool:
+    """Whether exp(``A``) takes the n <= 4 path (`mpslinalg.small.matrix_exp`)."""
+    return small_expm.use_small_matrix_exp(A, backend)
 
 
 #: exp(A) of square ``A``.
 matrix_exp_decl = Declaration(
     "matrix_exp", [Matrix("A")], [Result("exp", "A")],
-    forward={"metal": _expm_metal, "torch": torch.linalg.matrix_exp},
+    forward={"metal": _expm_metal, "torch": torch.linalg.matrix_exp,
+             "small": small_expm.small_matrix_exp},
+    small_when=_small_when, through_op=small_expm.may_use_small_matrix_exp,
     backward=_expm_backward, saves=["A"])
 matrix_exp_op = matrix_exp_decl.op
 
@@ -113,7 +117,13 @@ def matrix_exp(A: Tensor) -> Tensor:
     -----
     On the metal backend: scaling and squaring with the [7/7] Padé approximant (Higham 2005),
     the denominator solved by the LU kernels; one device read per call (the number of
-    squarings the batch needs). On the torch backend: torch's own.
+    squarings the batch needs). n <= 4 takes one kernel launch for any batch (the same
+    algorithm, each matrix scaled and squared its own number of times, no device read; a
+    matrix holding NaN or Inf gives NaN). On the torch backend: torch's own, but float32
+    batches of n = 2..4 take the same kernel generated for the CPU (SIMD) and CUDA (Triton)
+    from the batch at which it beats torch (``python -m mpslinalg info`` prints the table);
+    float64 and complex keep torch's. The derivative of n <= 2 runs on the same path (its
+    exponential is 2n x 2n).
 
     Examples
     --------

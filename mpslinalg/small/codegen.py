@@ -1,7 +1,8 @@
 """The algorithms of the n <= 4 small path, written once for three code generators:
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
-``metal/linalg/small_inverse.h`` and ``metal/linalg/qr_small.h``).
+``metal/linalg/small_inverse.h``, ``metal/linalg/qr_small.h`` and
+``metal/linalg/small_matrix_exp.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
@@ -1082,3 +1083,128 @@ def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:
         for i in range(n):
             for j in range(n):
                 dl.assign(v[i, j], select(bad, nanv, v[i, j]))
+
+
+# ------------------------------------------------------------------------------ matrix exponential
+#
+# Scaling and squaring with the [7/7] Padé approximant, as the metal path of
+# mpslinalg/linalg/matrix_exp.py computes it (Higham 2005, "The scaling and squaring method for
+# the matrix exponential revisited", SIAM J. Matrix Anal. Appl. 26(4), algorithm 2.3, with the
+# single-precision theta_7 of its table 2.1): s = ceil(log2(||A||_1 / theta_7)), at least 0, the
+# matrix scaled by 2^-s, r_7 = (V - U)^-1 (V + U) from A^2, A^4, A^6, the denominator solved
+# by `emit_factor` / `emit_solve_vector`, then squared s times. s is found without a logarithm:
+# the ratio r = ||A||_1 / theta_7 is divided by 2^64, 2^32, ..., 2^1 wherever it exceeds that
+# power (exact: each is a power of two), and once more by 2 where the rest exceeds 1, so s is
+# the least integer with r <= 2^s exactly (a float32 log2 rounds ratios just above a power of
+# two down to it); a finite r is below 2^128, so s <= 128 = `EXPM_MAX_SQUARINGS`. The matrix is
+# scaled along with r, step by step, so no factor is subnormal. A matrix with a non-finite
+# entry is replaced by zeros (s = 0) and gets NaN in every entry.
+
+#: Higham 2005, table 2.1, unit roundoff 2^-24: the largest ||A||_1 for which the [7/7] Padé
+#: approximant is accurate to float32's unit roundoff.
+EXPM_THETA_7 = 3.925724783138660
+
+#: The coefficients b_0 .. b_7 of the [7/7] Padé approximant of exp (Higham 2005, eq. 2.2).
+EXPM_PADE_7 = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
+
+#: Squarings at most (a finite ||A||_1 / theta_7 is below 2^128 in float32).
+EXPM_MAX_SQUARINGS = 128
+
+#: The powers 2^b, b = 64 ... 1, that `emit_matrix_exp` divides the ratio by in turn.
+_EXPM_STEPS = (64, 32, 16, 8, 4, 2, 1)
+
+
+def _emit_product(dl: Dialect, out: str, left: Vars, right: Vars, n: int) -> Vars:
+    """out{i}{j} = sum_k left{i}{k} right{k}{j} (declared; the sum left to right)."""
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"{out}{i}{j}", _sum([left[i, k] * right[k, j] for k in range(n)]))
+    return Vars(out)
+
+
+def emit_matrix_exp(dl: Dialect, n: int) -> None:
+    """exp(a{i}{j}) into e{i}{j} (n x n) by scaling and squaring (see the section above);
+    the squarings are a loop of at most `EXPM_MAX_SQUARINGS` trips around `Dialect.sweeps`,
+    each lane squaring while its own count lasts (selects), that a target leaves once no lane
+    of its block needs more."""
+    a, e = Vars("a"), Vars("e")
+    entries = [a[i, j] for i in range(n) for j in range(n)]
+    # x - x is 0 for a finite x, NaN for an infinite or NaN one (either part of a complex x)
+    bad = nonzero(entries[0] - entries[0])
+    for x in entries[1:]:
+        bad = bad | nonzero(x - x)
+    bad = dl.declare(BOOL, "bad", bad)
+    zerov = dl.declare(FLOAT, "zerov", Full(0.0))
+    nanv = dl.declare(FLOAT, "nanv", zerov / zerov)
+    for x in entries:
+        dl.assign(x, select(bad, zerov, x))
+    # ||A||_1: the largest column sum of |a_ij| (NaN never wins: the matrix is finite now)
+    norm = dl.declare(REAL, "norm", Full(0.0, REAL))
+    for j in range(n):
+        with dl.scope():
+            col = dl.declare(REAL, "col", _sum([modulus(a[i, j]) for i in range(n)]))
+            dl.assign(norm, select(col > norm, col, norm))
+    ratio = dl.declare(REAL, "ratio", norm / constant(EXPM_THETA_7, REAL))
+    left = dl.declare(INT, "left", Full(0, INT))
+    for b in _EXPM_STEPS:
+        with dl.scope():
+            over = dl.declare(BOOL, "over", ratio > constant(float(2 ** b), REAL))
+            _emit_scale_by(dl, over, 2.0 ** -b, ratio, entries)
+            dl.assign(left, select(over, left + b, left))
+    with dl.scope():
+        over = dl.declare(BOOL, "over", ratio > constant(1.0, REAL))
+        _emit_scale_by(dl, over, 0.5, ratio, entries)
+        dl.assign(left, select(over, left + 1, left))
+    # r_7(A) = (V - U)^-1 (V + U), U = A (b7 A^6 + b5 A^4 + b3 A^2 + b1 I), V = b6 A^6 + ...
+    b = [constant(c, REAL) for c in EXPM_PADE_7]
+    a2 = _emit_product(dl, "sq", a, a, n)
+    a4 = _emit_product(dl, "qu", a2, a2, n)
+    a6 = _emit_product(dl, "sx", a4, a2, n)
+
+    def even(i: int, j: int, c: tuple[Expr, ...], unit: float) -> Expr:
+        terms = c[0] * a6[i, j] + c[1] * a4[i, j] + c[2] * a2[i, j]
+        return terms + unit if i == j else terms
+
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"od{i}{j}", even(i, j, (b[7], b[5], b[3]), EXPM_PADE_7[1]))
+            dl.declare(FLOAT, f"ev{i}{j}", even(i, j, (b[6], b[4], b[2]), EXPM_PADE_7[0]))
+    u = _emit_product(dl, "u", a, Vars("od"), n)
+    ev, num = Vars("ev"), Vars("nu")
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"nu{i}{j}", ev[i, j] + u[i, j])
+            dl.assign(a[i, j], ev[i, j] - u[i, j])
+    emit_factor(dl, n)
+    x = Vars("x")
+    for j in range(n):
+        with dl.scope():
+            for i in range(n):
+                dl.declare(FLOAT, f"x{i}", num[i, j])
+            emit_solve_vector(dl, n)
+            for i in range(n):
+                dl.assign(num[i, j], x[i])
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"e{i}{j}", num[i, j])
+    more = Var("more", BOOL)
+    with dl.sweeps(EXPM_MAX_SQUARINGS, "more"):
+        with dl.scope():
+            act = dl.declare(BOOL, "act", left > 0)
+            square = _emit_product(dl, "pw", e, e, n)
+            for i in range(n):
+                for j in range(n):
+                    dl.assign(e[i, j], select(act, square[i, j], e[i, j]))
+            dl.assign(left, select(act, left - 1, left))
+            dl.assign(more, more | (left > 0))
+    for i in range(n):
+        for j in range(n):
+            dl.assign(e[i, j], select(bad, nanv, e[i, j]))
+
+
+def _emit_scale_by(dl: Dialect, cond: Var, factor: float, ratio: Var, entries: list[Var]) -> None:
+    """ratio and the entries multiplied by the power of two ``factor`` where ``cond``."""
+    f = constant(factor, REAL)
+    dl.assign(ratio, select(cond, ratio * f, ratio))
+    for x in entries:
+        dl.assign(x, select(cond, f * x, x))

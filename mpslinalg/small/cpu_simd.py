@@ -42,8 +42,13 @@ float64, from the generators of `mpslinalg.small.codegen` (`small_qr`,
 metal/linalg/qr.h in the emulator). Its sweeps loop leaves early once no lane of a block
 rotated.
 
-The two sources are checked in as generated files (``native/small_cpu.cpp``,
-``native/small_cpu_orth.cpp``, with their flags in ``native/flags.cmake``; see
+A third, `EXPM_LIBRARY`, holds the matrix exponential (n <= 4, float32:
+`mpslinalg.small.codegen.emit_matrix_exp`), bit-identical to metal/linalg/small_matrix_exp.h
+in the emulator.
+
+The sources are checked in as generated files (``native/small_cpu.cpp``,
+``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, with their flags in
+``native/flags.cmake``; see
 `mpslinalg.small.generated`), the build backend compiles them when the package is built or
 installed (``CMakeLists.txt``), and `mpslinalg.small.native` loads the result from the package
 when this module is imported: from the first call on, a call takes the same path (see `ready`).
@@ -442,7 +447,7 @@ _REAL_KEYS = {torch.float32: "f32", torch.float64: "f64"}
 _ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
 
 #: Each native library's flags, by name: ``native/<name>.cpp`` is its source.
-_LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS}
+_LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS, "small_cpu_expm": _FLAGS}
 
 
 @generated.generates("native/libraries.cmake")
@@ -649,7 +654,6 @@ def _bind_orth(lib: ctypes.CDLL) -> None:
 
 #: The orthogonal-factorisation library, loaded from the package like `LIBRARY`.
 ORTH_LIBRARY = native.NativeLibrary("small_cpu_orth", _bind_orth)
-native.warn_absent([LIBRARY, ORTH_LIBRARY])
 
 #: dtypes the orthogonal kernels serve (complex takes torch.linalg).
 ORTH_DTYPES = tuple(_REAL_KEYS)
@@ -711,3 +715,65 @@ def small_eigh(A: torch.Tensor, upper: bool = False, compute_v: bool = True,
         fn(A.data_ptr(), L.data_ptr(), V.data_ptr(), int(upper), batch, max(1, threads),
            int(_BASELINE))
     return L, V
+
+
+# ------------------------------------------------------------------------------ matrix exponential
+#
+# A third library: scaling and squaring of `mpslinalg.small.codegen.emit_matrix_exp`, float32
+# (float64 takes torch.linalg.matrix_exp), bit-identical to small_matrix_exp of
+# metal/linalg/small_matrix_exp.h in the emulator. Its squarings loop leaves once no lane of a
+# block needs another squaring.
+
+_EXPM_ARGS = "const T* A, T* X"
+
+
+def _expm_name(n: int) -> str:
+    return f"matrix_exp_n{n}_f32"
+
+
+def _expm_block(w: _Writer, n: int) -> None:
+    """The body of the matrix_exp block function: exp of cnt (<= W) matrices from ``base``."""
+    dl = _Cpp(w)
+    _load(w, n, n)
+    _codegen.emit_matrix_exp(dl, n)
+    _store(w, "X", n, n, lambda i, j: f"e{i}{j}")
+
+
+@generated.generates("native/small_cpu_expm.cpp")
+def expm_source() -> str:
+    """The C++ source of the matrix-exponential library, as checked in and compiled by the
+    build."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "the matrix exponential of metal/linalg/small_matrix_exp.h")]
+    for n in range(1, MAX_N + 1):
+        parts.append(_orth_function(_expm_name(n), "f32", _EXPM_ARGS, "A, X",
+                                    lambda w, n=n: _expm_block(w, n)))
+    return "\n".join(parts)
+
+
+def _bind_expm(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for n in range(1, MAX_N + 1):
+        fn = getattr(lib, f"mpsl_small_{_expm_name(n)}")
+        fn.restype = None
+        fn.argtypes = [p, p, i64, i32, i32]
+
+
+#: The matrix-exponential library, loaded from the package like `LIBRARY`.
+EXPM_LIBRARY = native.NativeLibrary("small_cpu_expm", _bind_expm)
+native.warn_absent([LIBRARY, ORTH_LIBRARY, EXPM_LIBRARY])
+
+#: dtypes the matrix-exponential kernels serve.
+EXPM_DTYPES = (torch.float32,)
+
+
+def small_matrix_exp(A: torch.Tensor, threads: int = 1) -> torch.Tensor:
+    """exp(A) for A (*, n, n) float32 on CPU, n <= 4."""
+    *batch_shape, n, _ = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    X = torch.empty(A.shape, dtype=A.dtype)
+    if batch:
+        fn = getattr(EXPM_LIBRARY.require(), f"mpsl_small_{_expm_name(n)}")
+        fn(A.data_ptr(), X.data_ptr(), batch, max(1, threads), int(_BASELINE))
+    return X

@@ -12,7 +12,9 @@ The kernels are checked in (`mpslinalg.small.generated` registers them; regenera
 ``python -m mpslinalg.small.generated``): ``metal/linalg/small_inverse.h`` holds
 ``small_{inv,solve,det,slogdet}_{float32,complex64}_n{1..4}``, included by
 ``metal/linalg/small_inverse.metal``; ``metal/linalg/qr_small.h`` holds
-``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``.
+``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``;
+``metal/linalg/small_matrix_exp.h`` holds ``small_matrix_exp_{float32,complex64}_n{1..4}``,
+included by ``metal/linalg/small_matrix_exp.metal``.
 
 Examples
 --------
@@ -326,4 +328,43 @@ def qr_small_header() -> str:
         for m in range(1, cg.MAX_N + 1):
             for n in range(1, cg.MAX_N + 1):
                 lines += ["", *_qr_kernel(dtype, m, n)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ matrix_exp
+
+def _matrix_exp_kernel(dtype: str, n: int) -> list[str]:
+    """The kernel ``small_matrix_exp_<dtype>_n<n>``: exp of matrix ``index`` of A into X
+    (`mpslinalg.small.codegen.emit_matrix_exp`)."""
+    element = _ELEMENT[dtype]
+    w = _Writer()
+    dl = _Metal(w, dtype == "complex64")
+    _kernel_head(w, f"small_matrix_exp_{dtype}_n{n}", element,
+                 [("X", "device T*"), ("batch", "constant long&")])
+    for i in range(n):
+        for j in range(n):
+            w(f"{element} a{i}{j} = A[index * long({n * n}) + {i * n + j}];")
+    cg.emit_matrix_exp(dl, n)
+    _store(dl, "X", n, n, lambda i, j: f"e{i}{j}")
+    w("}", 0)
+    return w.lines
+
+
+_SMALL_MATRIX_EXP_ABOUT = """
+// The matrix exponential of a batch of n x n matrices, n <= 4, one matrix per thread in
+// registers: scaling and squaring with the [7/7] Pade approximant (Higham 2005), the scaling
+// 2^-s of each matrix its own (s = ceil(log2(||A||_1 / theta_7)), at least 0), the denominator
+// solved by the LU of small_inverse.h's kernels, then each result squared its own s times; a
+// matrix with a non-finite entry gives NaN. Kernels small_matrix_exp_<dtype>_n<n>, dtype
+// float32 (float) and complex64 (float2), n = 1 .. 4; included by small_matrix_exp.metal.
+"""
+
+
+@generated.generates("metal/linalg/small_matrix_exp.h")
+def small_matrix_exp_header() -> str:
+    """The text of ``metal/linalg/small_matrix_exp.h``: every n <= 4 matrix_exp kernel."""
+    lines = _generated_banner(_SMALL_MATRIX_EXP_ABOUT)
+    for dtype in _ELEMENT:
+        for n in range(1, cg.MAX_N + 1):
+            lines += ["", *_matrix_exp_kernel(dtype, n)]
     return "\n".join(lines) + "\n"

@@ -81,6 +81,11 @@ def _orthogonal_kernels_loaded() -> bool:
     return cpu_simd.ORTH_LIBRARY.loaded is not None
 
 
+def _expm_kernels_loaded() -> bool:
+    """Whether the native matrix-exponential library is loaded (never waits for it)."""
+    return cpu_simd.EXPM_LIBRARY.loaded is not None
+
+
 def _triton_installed() -> bool:
     return TRITON_INSTALLED
 
@@ -193,7 +198,7 @@ def _on_torch_threads(name: str) -> Callable:
 #: may change them), under the names of the Triton module's functions.
 _SIMD_FUNCTIONS = SimpleNamespace(**{name: _on_torch_threads(name) for name in (
     "small_inv_ex", "small_solve_ex", "small_det", "small_slogdet", "small_qr", "small_svd",
-    "small_eigh")})
+    "small_eigh", "small_matrix_exp")})
 
 
 def functions(path: str, own: Mapping[str, object]) -> object:
@@ -312,6 +317,27 @@ def _jacobi(function: str, shapes: frozenset, fn: str, cpu: dict[int, int], cuda
 
 _SVD_SHAPES = frozenset(cpu_simd.SVD_SHAPES)
 
+# matrix_exp. CPU: torch.linalg.matrix_exp costs ~45 us for a single 2x2 .. 4x4 matrix (its
+# degree selection and the batch's norms), the public call through the small path ~20-25 us up
+# to batch 64 (the registered op's dispatch, the kernel ~7-10 us): 2.0-2.2x at batch 1, 2-12x
+# at 2-64 for n = 2, 3, 4 (ratios of medians; minima alike), so every batch. n = 1: torch's is
+# exp itself (5x faster than the kernel), never. CUDA: the LU family's crossover (provisional:
+# not yet measured on CUDA).
+_MATRIX_EXP = Table("matrix_exp", ("matrix_exp",), _SQUARES, (
+    Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH, None,
+        "one launch of metal/linalg/small_matrix_exp.metal per call, one thread per matrix"),
+    Row(SIMD_CPU, "torch", "cpu", cpu_simd.EXPM_DTYPES, _each_order(1, first=2),
+        "2026-12-02", "2-core machine, shared (load average 3-4), torch 2.13.0+cpu, 2 threads: "
+        "the public call against torch.linalg.matrix_exp at batches 1 .. 64, interleaved, 9 "
+        "rounds of 20 calls (benchmarks/bench_small_matrix_exp.py, "
+        "benchmarks/results/small_matrix_exp.md)",
+        ready=_expm_kernels_loaded),
+    Row(TRITON, "torch", "cuda", (torch.float32,), _each_order(131072, first=2),
+        "2026-11-30", "provisional: not yet measured on CUDA; the LU family's crossover "
+        "(benchmarks/results/small_inverse.md, H200 sweep of inv_ex's crossover), of that date",
+        ready=_triton_installed, loads=_triton_imports),
+), fallback=TORCH_LINALG)
+
 #: The table of each small op, by name ("inv": inv, solve, det, slogdet and their forms).
 TABLES: dict[str, Table] = {
     "inv": _LU,
@@ -320,6 +346,7 @@ TABLES: dict[str, Table] = {
     "svdvals": _jacobi("svdvals", _SVD_SHAPES, "svd", {1: 1024, 2: 256, 3: 64, 4: 64}, 1024),
     "eigh": _jacobi("eigh", _SQUARES, "eigh", {2: 256, 3: 64, 4: 32}, 4096),
     "eigvalsh": _jacobi("eigvalsh", _SQUARES, "eigh", {2: 512, 3: 128, 4: 64}, 4096),
+    "matrix_exp": _MATRIX_EXP,
 }
 
 

@@ -587,3 +587,57 @@ def small_eigh(A: torch.Tensor, upper: bool = False,
     kern = _eigh_kernel(n, str(A.dtype).removeprefix("torch."), upper, compute_v, _LOAD)
     _launch("eigh", n, batch, A, L, _pointer(V), kern=kern)
     return L, V
+
+
+# ------------------------------------------------------------------------------ matrix_exp
+
+class _TritonUntilDone(_Triton):
+    """`_Triton` whose `sweeps` loop leaves once no lane of the program set the flag (a
+    ``while`` on the flag's maximum over the block): the matrix exponential's squarings, whose
+    count per lane is at most the loop's (``count`` bounds it by construction, see
+    `mpslinalg.small.codegen.emit_matrix_exp`), and whose lanes that are done keep their value
+    by selects, so leaving early changes no bit."""
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        # an int32 scalar from the start (a loop-carried value keeps its type; a program has a
+        # live lane)
+        self.w("go = tl.max(live.to(tl.int32), axis=0)")
+        self.w("while go > 0:")
+        self.indent += "    "
+        self.write_declare(_codegen.BOOL, flag, "rows < 0")
+        yield
+        self.w(f"go = tl.max({flag}.to(tl.int32), axis=0)")
+        self.indent = self.indent[:-4]
+
+
+def _matrix_exp_source(n: int, dtype: str, load: str) -> tuple[str, str]:
+    """(function name, source) of the matrix_exp kernel of n x n matrices (scaling and squaring
+    of `mpslinalg.small.codegen.emit_matrix_exp`)."""
+    name = f"small_matrix_exp_n{n}_{dtype}_{_mode(n, load)}"
+    w, _ = _begin(dtype, n, n, load)
+    _codegen.emit_matrix_exp(_TritonUntilDone(w, dtype), n)
+    _emit_store(w, "X", {i * n + j: f"e{i}{j}" for i in range(n) for j in range(n)}, n, load,
+                _chunk(n, dtype))
+    head = f"def {name}(A, X, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def matrix_exp_kernel_source(n: int, dtype: str = "float32", load: str | None = None) -> str:
+    """The generated Triton source of the matrix_exp kernel for n x n matrices (for reading)."""
+    return _matrix_exp_source(n, dtype, load or _LOAD)[1]
+
+
+@functools.cache
+def _matrix_exp_kernel(n: int, dtype: str, load: str):
+    return triton.jit(_compile(*_matrix_exp_source(n, dtype, load)),
+                      do_not_specialize=["batch"])
+
+
+def small_matrix_exp(A: torch.Tensor) -> torch.Tensor:
+    """exp(A) for A (*, n, n) float32, n <= 4: one launch."""
+    A, n, batch = _prepare(A)
+    X = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    kern = _matrix_exp_kernel(n, str(A.dtype).removeprefix("torch."), _LOAD)
+    _launch("matrix_exp", n, batch, A, X, kern=kern)
+    return X

@@ -30,6 +30,7 @@ def _samples(c: bool) -> list[Sample]:
 OPS = [
     OpInfo("matrix_exp", mpslinalg.matrix_exp, torch.linalg.matrix_exp, _samples,
            bad_samples=lambda: square_bad_samples()[:3], supports_out=False, device_reads=1,
+           small_path=True,
            rtol={torch.float32: 1e-3, torch.complex64: 1e-3, torch.float64: 1e-10,
                  torch.complex128: 1e-10}),
 ]
@@ -43,20 +44,23 @@ def _relative_error(got: torch.Tensor, A: torch.Tensor) -> float:
                   / want.abs().amax((-2, -1))).max())
 
 
+@pytest.mark.parametrize("n", (1, 2, 3, 4, 6))
 @pytest.mark.parametrize("norm", (1e-8, 1e-3, 1.0, 10.0, 1e2, 1e3))
-def test_against_scipy_across_norms(backend, norm):
-    """||A|| from 1e-8 to 1e3 (up to 9 squarings past theta_7): within 300 n eps * (1 +
-    ||A||) of SciPy's float64 expm, relative to the largest entry (squaring amplifies the
-    approximant's error by up to ||A||; Higham 2005, sec. 3)."""
+def test_against_scipy_across_norms(backend, norm, n):
+    """||A|| from 1e-8 to 1e3 (up to 9 squarings past theta_7), n <= 4 (the small path: on
+    the torch backend its float32 batches of n >= 2) and 6: within 300 n eps * (1 + ||A||) of
+    SciPy's float64 expm, relative to the largest entry (squaring amplifies the approximant's
+    error by up to ||A||; Higham 2005, sec. 3)."""
     for dtype in (torch.float32, torch.complex64):
-        A = random_matrix(4, dtype, (3,), seed=int(math.log10(norm) + 10)).double()
+        wide_dtype = torch.complex128 if dtype.is_complex else torch.float64
+        A = random_matrix(n, dtype, (3,), seed=int(math.log10(norm) + 10)).to(wide_dtype)
         A = A / torch.linalg.matrix_norm(A, 1)[..., None, None] * norm
         # the spectrum shifted to real parts <= 0 keeps e^A representable and not tiny
         abscissa = torch.linalg.eigvals(A).real.amax(-1)
-        A = A - abscissa[..., None, None] * torch.eye(4, dtype=A.dtype)
+        A = A - abscissa[..., None, None] * torch.eye(n, dtype=A.dtype)
         A = backend.tensor(A.to(dtype))
         eps = torch.finfo(torch.float32).eps
-        assert _relative_error(mpslinalg.matrix_exp(A), A) <= 300 * 4 * eps * (1 + norm)
+        assert _relative_error(mpslinalg.matrix_exp(A), A) <= 300 * n * eps * (1 + norm)
 
 
 def test_nilpotent_and_non_normal(backend):
@@ -82,11 +86,14 @@ def test_rule_against_finite_differences_float64():
     torch.autograd.gradcheck(lambda A: matrix_exp_op(A, "torch", False, ""), (C,))
 
 
-def test_one_device_read_on_metal(metal_backend):
-    A = metal_backend.tensor(random_matrix(3, torch.float32, (8,), seed=7) * 20)
-    with count_host_syncs() as syncs:
-        mpslinalg.matrix_exp(A)
-    assert len(syncs.calls) == 1, syncs.calls
+def test_device_reads_on_metal(metal_backend):
+    """n > 4: one device read (the batch's number of squarings); n <= 4: none (the small
+    kernel squares each matrix its own number of times)."""
+    for n, reads in ((6, 1), (3, 0)):
+        A = metal_backend.tensor(random_matrix(n, torch.float32, (8,), seed=7) * 20)
+        with count_host_syncs() as syncs:
+            mpslinalg.matrix_exp(A)
+        assert len(syncs.calls) == reads, syncs.calls
 
 
 def test_nonfinite_matrix_leaves_the_others(backend):

@@ -18,3 +18,9 @@ def native_small_cpu():
 def native_orth():
     """The QR / SVD / eigh library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
     return require_native(cpu_simd.ORTH_LIBRARY)
+
+
+@pytest.fixture
+def native_expm():
+    """The matrix-exponential library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
+    return require_native(cpu_simd.EXPM_LIBRARY)
