@@ -70,8 +70,7 @@ def _native_lines() -> list[str]:
     from .small import cpu_simd
 
     return [f"native CPU kernels, {what}: {library.status}"
-            for what, library in (("inv/solve/det", cpu_simd.LIBRARY),
-                                  ("QR/SVD/eigh", cpu_simd.ORTH_LIBRARY))]
+            for what, library in cpu_simd.LIBRARIES.items()]
 
 
 def _print_small_paths() -> None:

@@ -761,7 +761,10 @@ def _bind_expm(lib: ctypes.CDLL) -> None:
 
 #: The matrix-exponential library, loaded from the package like `LIBRARY`.
 EXPM_LIBRARY = native.NativeLibrary("small_cpu_expm", _bind_expm)
-native.warn_absent([LIBRARY, ORTH_LIBRARY, EXPM_LIBRARY])
+#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
+LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY}
+
+native.warn_absent(list(LIBRARIES.values()))
 
 #: dtypes the matrix-exponential kernels serve.
 EXPM_DTYPES = (torch.float32,)

@@ -39,7 +39,7 @@ def test_the_library_in_the_package_is_the_one_loaded(native_small_cpu, native_o
     what the process has mapped."""
     package_dirs = [pathlib.Path(entry).resolve() for entry in mpslinalg.__path__]
     mapped = pathlib.Path("/proc/self/maps")
-    for library in (cpu_simd.LIBRARY, cpu_simd.ORTH_LIBRARY):
+    for library in cpu_simd.LIBRARIES.values():
         path = library.path.resolve()
         assert path.name == f"{library.name}.so" and path.parent.name == native.SUBDIR
         assert path.parent.parent in package_dirs, (path, package_dirs)
@@ -195,7 +195,8 @@ def test_the_native_paths_tests_without_the_library(tmp_path, ci, outcome):
 
 
 #: The checked-in files the build compiles, and the CMake list of the libraries and their flags.
-_NATIVE_FILES = ("native/small_cpu.cpp", "native/small_cpu_orth.cpp", "native/libraries.cmake")
+_SOURCES = tuple(f"native/{lib.name}.cpp" for lib in cpu_simd.LIBRARIES.values())
+_NATIVE_FILES = (*_SOURCES, "native/libraries.cmake")
 
 
 def test_the_checked_in_native_sources_are_current():
@@ -205,7 +206,7 @@ def test_the_checked_in_native_sources_are_current():
     writers = generated.targets()
     for path in _NATIVE_FILES:
         assert (ROOT / path).read_text() == writers[path](), f"{path} is stale"
-    for path in _NATIVE_FILES[:2]:
+    for path in _SOURCES:
         source = (ROOT / path).read_text()
         assert source.count("\nnamespace avx2_") == source.count(
             "#if defined(__x86_64__)\nnamespace avx2_") > 0
