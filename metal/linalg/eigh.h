@@ -23,8 +23,10 @@
 // the number of rotations of the last sweep, > 0) and the sweeps run (the last, rotation-free
 // one included).
 //
-// Kernels:
-//   eigh_small<T, N>   N <= kEighSmallMax: one matrix per thread in registers, cyclic order.
+// Kernels (the scaling, criterion and status above are theirs; eigh_small_<dtype>_n<n>, n <=
+// kEighSmallMax, one matrix per thread in registers, is generated from the n <= 4 description
+// of mpslinalg/small/codegen.py into eigh_small.h: the matrix divided by max |a_ij|, cyclic
+// order, at most 12 sweeps, the same status buffer):
 //   eigh_group<T>      one threadgroup per matrix, A and V staged in threadgroup memory; pairs
 //                      in the parallel round-robin order (Brent and Luk 1985, "The solution of
 //                      singular-value and symmetric eigenvalue problems on multiprocessor
@@ -313,119 +315,8 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
-// ---- one matrix per thread (n <= kEighSmallMax) ----
-
-// Grid: (batch rounded up to the group width). w (batch, N) real, v (batch, N, N) when
-// p.vectors, status (batch, 2).
-template <typename T, int N>
-[[kernel]] void eigh_small(
-    device const T* a [[buffer(0)]],
-    device float* w [[buffer(1)]],
-    device T* v [[buffer(2)]],
-    device int* status [[buffer(3)]],
-    constant mpsl::EighParams& p [[buffer(4)]],
-    uint gid [[thread_position_in_grid]]) {
-  using namespace mpsl;
-  const long b = long(gid);
-  if (b >= p.batch) {
-    return;
-  }
-  const bool lower = p.lower != 0;
-  device const T* ab = a + b * N * N;
-  T x[N][N];
-  T vv[N][N];
-  float amax = 0.0f;
-  bool finite = true;
-  for (int i = 0; i < N; ++i) {
-    for (int j = 0; j < N; ++j) {
-      x[i][j] = eigh_read(ab, N, i, j, lower);
-      vv[i][j] = i == j ? one<T>() : zero<T>();
-      finite = finite && eigh_finite(x[i][j]);
-      amax = metal::max(amax, modulus(x[i][j]));
-    }
-  }
-  device int* st = status + b * kEighStatusInts;
-  if (!finite) {
-    for (int i = 0; i < N; ++i) {
-      w[b * N + i] = NAN;
-      for (int j = 0; j < N; ++j) {
-        if (p.vectors != 0) {
-          v[b * N * N + i * N + j] = eigh_from_real<T>(NAN);
-        }
-      }
-    }
-    st[0] = N;
-    st[1] = 0;
-    return;
-  }
-  int e = 0;
-  if (amax > 0.0f) {
-    metal::frexp(amax, e);
-  }
-  for (int i = 0; i < N; ++i) {
-    for (int j = 0; j < N; ++j) {
-      x[i][j] = eigh_ldexp(x[i][j], -e);
-    }
-  }
-  int sweeps = 0;
-  int rotations = 0;
-  for (int sweep = 0; sweep < kEighMaxSweeps; ++sweep) {
-    ++sweeps;
-    rotations = 0;
-    for (int pp = 0; pp < N - 1; ++pp) {
-      for (int qq = pp + 1; qq < N; ++qq) {
-        const float a_pp = eigh_real(x[pp][pp]), a_qq = eigh_real(x[qq][qq]);
-        const T a_pq = x[pp][qq];
-        const float off = modulus(a_pq);
-        if (!eigh_needs_rotation(off, a_pp, a_qq)) {
-          continue;
-        }
-        ++rotations;
-        const JacobiRotation<T> rot = jacobi_rotation(a_pp, a_qq, a_pq);
-        for (int i = 0; i < N; ++i) {  // A <- A J
-          rotate_pair(x[i][pp], x[i][qq], rot);
-        }
-        for (int j = 0; j < N; ++j) {  // A <- J^H A, through the conjugates of the two rows
-          T r0 = conj(x[pp][j]), r1 = conj(x[qq][j]);
-          rotate_pair(r0, r1, rot);
-          x[pp][j] = conj(r0);
-          x[qq][j] = conj(r1);
-        }
-        x[pp][pp] = eigh_from_real<T>(a_pp - rot.t * off);
-        x[qq][qq] = eigh_from_real<T>(a_qq + rot.t * off);
-        x[pp][qq] = zero<T>();
-        x[qq][pp] = zero<T>();
-        for (int i = 0; i < N; ++i) {  // V <- V J
-          rotate_pair(vv[i][pp], vv[i][qq], rot);
-        }
-      }
-    }
-    if (rotations == 0) {
-      break;
-    }
-  }
-  float d[N];
-  for (int i = 0; i < N; ++i) {
-    d[i] = eigh_real(x[i][i]);
-  }
-  for (int i = 0; i < N; ++i) {
-    int rank = 0;
-    for (int j = 0; j < N; ++j) {
-      rank += j == i ? 0 : eigh_rank(d[i], i, d[j], j);
-    }
-    w[b * N + rank] = metal::ldexp(d[i], e);
-    if (p.vectors != 0) {
-      for (int r = 0; r < N; ++r) {
-        v[b * N * N + r * N + rank] = vv[r][i];
-      }
-    }
-  }
-  st[0] = rotations;
-  st[1] = sweeps;
-}
-
 // Grid: (group width, batch), one threadgroup per matrix; n <= the staging limit (see
-// kEighStageBytes). Buffers as eigh_small.
+// kEighStageBytes). w (batch, n) real, v (batch, n, n) when p.vectors, status (batch, 2).
 template <typename T>
 [[kernel]] void eigh_group(
     device const T* a [[buffer(0)]],

@@ -102,7 +102,11 @@
     nu00 = x0;
   }
   float e00 = nu00;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -321,7 +325,11 @@
   float e01 = nu01;
   float e10 = nu10;
   float e11 = nu11;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -790,7 +798,11 @@
   float e20 = nu20;
   float e21 = nu21;
   float e22 = nu22;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -1680,7 +1692,11 @@
   float e31 = nu31;
   float e32 = nu32;
   float e33 = nu33;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -1843,7 +1859,11 @@
     nu00 = x0;
   }
   float2 e00 = nu00;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -2062,7 +2082,11 @@
   float2 e01 = nu01;
   float2 e10 = nu10;
   float2 e11 = nu11;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -2531,7 +2555,11 @@
   float2 e20 = nu20;
   float2 e21 = nu21;
   float2 e22 = nu22;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;
@@ -3421,7 +3449,11 @@
   float2 e31 = nu31;
   float2 e32 = nu32;
   float2 e33 = nu33;
+  int sweeps_run = 0;
+  int rotations = 0;
   for (int sweep = 0; sweep < 128; ++sweep) {
+    sweeps_run = sweeps_run + 1;
+    rotations = 0;
     bool more = false;
     {
       bool act = left > 0;

@@ -3,7 +3,9 @@
 Op ``mpslinalg::eigh``: on the metal backend the two-sided cyclic Jacobi kernels of
 ``metal/linalg/eigh.metal`` (see the eigh page of the docs), one launch for any batch:
 
-- n <= ``SMALL_MAX``: ``eigh_small``, one matrix per thread in registers;
+- n <= ``SMALL_MAX``: ``eigh_small``, one matrix per thread in registers (generated from the
+  n <= 4 description of `mpslinalg.small.codegen`: ``metal/linalg/eigh_small.h``, at most
+  `mpslinalg.small.codegen.JACOBI_MAX_SWEEPS` sweeps);
 - n up to the staging limit (62 in float32, 44 in complex64): ``eigh_group``, one threadgroup
   per matrix, A and V in threadgroup memory, pairs in the parallel round-robin order;
 - larger n: ``eigh_device``, the same on A and V in a device-memory workspace.

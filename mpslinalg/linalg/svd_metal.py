@@ -6,7 +6,8 @@ validation and dtype policy the caller has done; it never reads device values on
 launch sequence depends on shapes only and the batch is a grid dimension of every kernel.
 
 Paths and launches per call (a gather copy first when the input is not contiguous):
-  m, n <= SMALL_MAX   1: svd_small, one matrix per thread, any batch.
+  m, n <= SMALL_MAX   1: svd_small, one matrix per thread, any batch (generated from the n <= 4
+                      description of `mpslinalg.small.codegen`: metal/linalg/svd_small.h).
   m == n              1: svd_jacobi, one threadgroup per matrix (W and V in threadgroup memory
                       when they fit, see `staged`, in a device workspace otherwise).
   m > n               the QR factorisation of `mpslinalg.linalg.qr_metal` (Q formed, in
@@ -128,7 +129,8 @@ def svd_metal(A: torch.Tensor, full_matrices: bool = False, *, vectors: bool = T
 
     Returns ``(U, S, Vh, info)`` with torch.linalg.svd's shapes for ``full_matrices`` (U and
     Vh None unless ``vectors``) and ``info`` (*) int32: the number of Jacobi sweeps run (the
-    last applied no rotation), ``NOT_CONVERGED`` after ``MAX_SWEEPS``, or ``NON_FINITE`` for
+    last applied no rotation), ``NOT_CONVERGED`` after ``MAX_SWEEPS`` (svd_small:
+    `mpslinalg.small.codegen.JACOBI_MAX_SWEEPS`), or ``NON_FINITE`` for
     input with NaN or Inf (then S, U and Vh are NaN).
     """
     *batch_shape, m, n = A.shape

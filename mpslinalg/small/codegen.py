@@ -1,8 +1,8 @@
 """The algorithms of the n <= 4 small path, written once for three code generators:
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
-``metal/linalg/small_inverse.h``, ``metal/linalg/qr_small.h`` and
-``metal/linalg/small_matrix_exp.h``).
+``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``
+and ``small_matrix_exp.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
@@ -435,6 +435,11 @@ class Dialect(Renderer):
         BOOL declared per sweep, false) is or-ed by the body where a lane rotated: a target may
         leave the loop once it stays false for every lane (SVD and eigh only)."""
 
+    def note_rotation(self, flag: Var, rot: Expr) -> None:
+        """The body of `sweeps` rotates a pair where ``rot``: ``flag`` |= ``rot``. A target
+        that reports the rotations of the last sweep (Metal's eigh status) counts them too."""
+        self.assign(flag, flag | rot)
+
 class _Plain(Renderer):
     """C syntax with plain literals and function names (for reading and the examples)."""
 
@@ -762,18 +767,22 @@ def _emit_reflector_extent(dl: Dialect, m: int, j: int, cols: int) -> dict[int, 
 # ------------------------------------------------------------------------------ Jacobi: SVD, eigh
 #
 # One-sided Jacobi (Hestenes) for the SVD: the columns of the working matrix are rotated in
-# pairs until every pair is orthogonal to working precision (|x_p . x_q| <= eps |x_p| |x_q|),
-# never forming A^T A, so small singular values keep their relative accuracy; then sigma_j =
+# pairs until every pair is orthogonal to working precision (|x_p^H x_q| <= eps |x_p| |x_q|),
+# never forming A^H A, so small singular values keep their relative accuracy; then sigma_j =
 # |x_j|, u_j = x_j / sigma_j, V the product of the rotations. The two-sided cyclic Jacobi method
-# for symmetric eigenproblems rotates rows and columns until |a_pq| <= eps sqrt(|a_pp a_qq|).
+# for Hermitian eigenproblems rotates rows and columns until |a_pq| <= eps sqrt(|a_pp a_qq|).
 # Both use Rutishauser's rotation (Golub & Van Loan, "Matrix Computations", 4th ed., Alg. 8.5.1;
-# the convention of metal/common/jacobi.h: J = [[c, s], [-s, c]], [x, y] <- [c x - s y,
-# s x + c y], |t| <= 1). The matrix is first divided by its largest |entry| (so squared norms
-# neither overflow nor underflow for entries near the ends of the exponent range; sigma and
-# lambda are scaled back), sweeps are bounded (`JACOBI_MAX_SWEEPS`, the CPU code leaves the
-# loop early once no lane of a block rotated in a sweep; Triton lanes that converged rotate by
-# the identity), and a matrix with a non-finite entry is replaced by zeros for the sweeps and
-# gets NaN in every output. A dialect supplies `Dialect.sweeps` besides the QR methods.
+# the convention of metal/common/jacobi.h: J = [[c, s], [-conj(s), c]], [x, y] <- [c x -
+# conj(s) y, s x + c y], c and t real, |t| <= 1, s = c t times the phase a_pq / |a_pq| of the
+# coupling for complex, which reduces the Hermitian 2 x 2 problem to the real one). The matrix
+# is first divided by its largest |entry| (so squared norms neither overflow nor underflow for
+# entries near the ends of the exponent range; sigma and lambda are scaled back), sweeps are
+# bounded (`JACOBI_MAX_SWEEPS`, the CPU code leaves the loop early once no lane of a block
+# rotated in a sweep, a Metal thread once its matrix did not; Triton lanes that converged rotate
+# by the identity), and a matrix with a non-finite entry is replaced by zeros for the sweeps and
+# gets NaN in every output. A dialect supplies `Dialect.sweeps` (and may count the rotations,
+# `Dialect.note_rotation`) besides the QR methods. ``complex_`` (Metal's complex64 only) selects
+# the complex arithmetic: the C++ and Triton targets are real.
 
 #: Sweeps at most: cyclic Jacobi converges quadratically, n <= 4 needs 4-7 sweeps in float64.
 JACOBI_MAX_SWEEPS = 12
@@ -788,20 +797,38 @@ def _pairs(n: int) -> list[tuple[int, int]]:
     return [(p, q) for p in range(n) for q in range(p + 1, n)]
 
 
-def _emit_sanitize_and_scale(dl: Dialect, names: list[Var]) -> None:
+def _not_finite(x: Expr, complex_: bool) -> Expr:
+    """x is a NaN or an infinity (either part for complex): x - x is then not 0."""
+    if complex_ and x.kind == FLOAT:
+        return (re(x) - re(x)).ne(0.0) | (im(x) - im(x)).ne(0.0)
+    return (x - x).ne(0.0)
+
+
+def _abs2(x: Expr, complex_: bool) -> Expr:
+    """|x|^2 (a REAL)."""
+    return re(x) * re(x) + im(x) * im(x) if complex_ and x.kind == FLOAT else x * x
+
+
+def _nan_of(kind: str, complex_: bool) -> Expr:
+    """The NaN of ``kind`` (FLOAT or REAL) from `_emit_sanitize_and_scale`'s ``nanv``."""
+    nanv = Var("nanv", REAL)
+    return make_complex(nanv, nanv) if complex_ and kind == FLOAT else nanv
+
+
+def _emit_sanitize_and_scale(dl: Dialect, names: list[Var], complex_: bool = False) -> None:
     """bad = some entry is not finite; entries <- 0 where bad; amax = max |entry|; entries /=
     amax (unless 0)."""
-    bad = (names[0] - names[0]).ne(0.0)
+    bad = _not_finite(names[0], complex_)
     for x in names[1:]:
-        bad = bad | (x - x).ne(0.0)
+        bad = bad | _not_finite(x, complex_)
     bad = dl.declare(BOOL, "bad", bad)
     zerov = dl.declare(FLOAT, "zerov", Full(0.0))
-    dl.declare(FLOAT, "nanv", zerov / zerov)
+    dl.declare(REAL, "nanv", re(zerov) / re(zerov))
     amax = dl.declare(REAL, "amax", Full(0.0, REAL))
     for x in names:
-        dl.assign(x, select(bad, zerov, x))
+        dl.assign(x, select(bad, Full(0.0, x.kind) if x.kind != FLOAT else zerov, x))
         with dl.scope():
-            ax = dl.declare(REAL, "ax", abs_(x))
+            ax = dl.declare(REAL, "ax", modulus(x))
             dl.assign(amax, select(ax > amax, ax, amax))
     amaxs = dl.declare(REAL, "amaxs", select(amax.eq(0.0), 1.0, amax))
     for x in names:
@@ -809,31 +836,38 @@ def _emit_sanitize_and_scale(dl: Dialect, names: list[Var]) -> None:
 
 
 #: The rotation's scalars declared by `_emit_tangent` and read by `_emit_rotate`.
-_C, _S, _T = Var("c"), Var("s"), Var("t")
+_C, _S, _T = Var("c", REAL), Var("s"), Var("t", REAL)
 
 
-def _emit_tangent(dl: Dialect, num: Expr, den: Expr) -> None:
-    """zeta = num / den, t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)) (|t| <= 1), c, s."""
-    zeta = dl.declare(FLOAT, "zeta", num / den)
-    az = dl.declare(FLOAT, "az", abs_(zeta))
-    sg = dl.declare(FLOAT, "sg", select(zeta < 0.0, -1.0, 1.0))
-    t = dl.declare(FLOAT, "t", select(az > _ZETA_HUGE, Full(0.5) / zeta,
-                                      sg / (az + sqrt(1.0 + zeta * zeta))))
-    c = dl.declare(FLOAT, "c", Full(1.0) / sqrt(1.0 + t * t))
-    dl.declare(FLOAT, "s", c * t)
+def _emit_tangent(dl: Dialect, num: Expr, den: Expr, phase: Expr | None = None) -> None:
+    """zeta = num / den, t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)) (|t| <= 1), c, s = c t
+    (times ``phase``, the unit coupling of a complex rotation)."""
+    zeta = dl.declare(REAL, "zeta", num / den)
+    az = dl.declare(REAL, "az", abs_(zeta))
+    sg = dl.declare(REAL, "sg", select(zeta < 0.0, Const(-1.0, REAL), 1.0))
+    t = dl.declare(REAL, "t", select(az > _ZETA_HUGE, Full(0.5, REAL) / zeta,
+                                     sg / (az + sqrt(1.0 + zeta * zeta))))
+    c = dl.declare(REAL, "c", Full(1.0, REAL) / sqrt(1.0 + t * t))
+    dl.declare(FLOAT, "s", c * t if phase is None else c * t * phase)
 
 
-def _emit_rotate(dl: Dialect, x: Var, y: Var) -> None:
-    """[x, y] <- [c x - s y, s x + c y]."""
+def _rotated(x: Expr, y: Expr, complex_: bool) -> tuple[Expr, Expr]:
+    """[x, y] J = [c x - conj(s) y, s x + c y]."""
+    return _C * x - conj(_S) * y if complex_ else _C * x - _S * y, _S * x + _C * y
+
+
+def _emit_rotate(dl: Dialect, x: Var, y: Var, complex_: bool = False) -> None:
+    """[x, y] <- [x, y] J."""
     with dl.scope():
         xr = dl.declare(FLOAT, "xr", x)
-        dl.assign(x, _C * xr - _S * y)
-        dl.assign(y, _S * xr + _C * y)
+        new_x, new_y = _rotated(xr, y, complex_)
+        dl.assign(x, new_x)
+        dl.assign(y, new_y)
 
 
 def _emit_swap(dl: Dialect, cond: Var, x: Var, y: Var) -> None:
     with dl.scope():
-        xs = dl.declare(FLOAT, "xs", x)
+        xs = dl.declare(x.kind, "xs", x)
         dl.assign(x, select(cond, y, xs))
         dl.assign(y, select(cond, xs, y))
 
@@ -851,36 +885,53 @@ def _sum(terms: list[Expr]) -> Expr:
     return total
 
 
-def emit_svd_any_shape(dl: Dialect, m: int, n: int, variant: str) -> list:
-    """The SVD of a{i}{j} (m x n): `emit_svd` of A when m >= n, of A^T otherwise (A^T = U' S V'^T
-    gives U = V', Vh = U'^T). ``variant``: "vals", "reduced" or "full". Returns the outputs to
-    store as (name, rows, cols, name of entry (i, j)): S, then U and VH but for "vals"."""
+def emit_svd_any_shape(dl: Dialect, m: int, n: int, variant: str,
+                       complex_: bool = False) -> list:
+    """The SVD of a{i}{j} (m x n): `emit_svd` of A when m >= n, of A^H otherwise (A^H = U' S V'^H
+    gives U = V', Vh = U'^H). ``variant``: "vals", "reduced" or "full". Returns the outputs to
+    store as (name, rows, cols, name of entry (i, j)): S, then U and VH but for "vals" (for
+    complex VH's entries are declared here, vh{i}{j}, the conjugates of those of V or U')."""
     wide = m < n
     big, small = max(m, n), min(m, n)
     a = Vars("a")
     for i in range(big):
         for j in range(small):
-            dl.declare(FLOAT, f"x{i}{j}", a[j, i] if wide else a[i, j])
+            dl.declare(FLOAT, f"x{i}{j}", (conj(a[j, i]) if complex_ else a[j, i]) if wide
+                       else a[i, j])
     want_uv = variant != "vals"
     ucols = big if variant == "full" else small
-    emit_svd(dl, big, small, want_uv, ucols)
+    emit_svd(dl, big, small, want_uv, ucols, complex_)
     outputs = [("S", 1, small, lambda i, j: f"s{j}")]
-    if want_uv and not wide:  # U = u (m x ucols), Vh = v^T (n x n)
-        outputs += [("U", m, ucols, lambda i, j: f"u{i}{j}"), ("VH", n, n, lambda i, j: f"v{j}{i}")]
-    elif want_uv:  # U = v (m x m), Vh = u^T (ucols x n)
-        outputs += [("U", m, m, lambda i, j: f"v{i}{j}"), ("VH", ucols, n, lambda i, j: f"u{j}{i}")]
+    if not want_uv:
+        return outputs
+    # Vh = (v or u)^H: entry (i, j) is that of (j, i), conjugated for complex.
+    vh = "v" if not wide else "u"
+    vh_rows = n if not wide else ucols
+    if complex_:
+        for i in range(vh_rows):
+            for j in range(n):
+                dl.declare(FLOAT, f"vh{i}{j}", conj(Var(f"{vh}{j}{i}")))
+
+    def vh_entry(i: int, j: int) -> str:
+        return f"vh{i}{j}" if complex_ else f"{vh}{j}{i}"
+
+    if not wide:  # U = u (m x ucols), Vh = v^H (n x n)
+        outputs += [("U", m, ucols, lambda i, j: f"u{i}{j}"), ("VH", n, n, vh_entry)]
+    else:  # U = v (m x m), Vh = u^H (ucols x n)
+        outputs += [("U", m, m, lambda i, j: f"v{i}{j}"), ("VH", ucols, n, vh_entry)]
     return outputs
 
 
-def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
+def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int,
+             complex_: bool = False) -> None:
     """One-sided Jacobi SVD of x{i}{j} (m x n, m >= n): s{j} (descending, NaN for a non-finite
     input), and with ``want_uv`` u{i}{j} (m x ucols, ucols = n or m; orthonormalised column
     by column in the order of S, a column mostly inside the span of those before it, such as
     that of a zero singular value, and those past n completed to an orthonormal basis: see
     `_emit_orthonormal_column`) and v{i}{j} (n x n)."""
-    x, u, v, s = Vars("x"), Vars("u"), Vars("v"), Vars("s")
-    _emit_sanitize_and_scale(dl, [x[i, j] for i in range(m) for j in range(n)])
-    bad, zerov, nanv, amax = Var("bad", BOOL), Var("zerov"), Var("nanv"), Var("amax", REAL)
+    x, u, v, s = Vars("x"), Vars("u"), Vars("v"), Vars("s", REAL)
+    _emit_sanitize_and_scale(dl, [x[i, j] for i in range(m) for j in range(n)], complex_)
+    bad, zerov, amax = Var("bad", BOOL), Var("zerov"), Var("amax", REAL)
     rotated = Var("rotated", BOOL)
     if want_uv:
         for i in range(n):
@@ -896,7 +947,7 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                     cmax = dl.declare(REAL, name, Full(0.0, REAL))
                     for i in range(m):
                         with dl.scope():
-                            ax = dl.declare(REAL, "ax", abs_(x[i, c]))
+                            ax = dl.declare(REAL, "ax", modulus(x[i, c]))
                             dl.assign(cmax, select(ax > cmax, ax, cmax))
                 cp, cq = Var("cp", REAL), Var("cq", REAL)
                 nonzero = dl.declare(BOOL, "nonzero", (cp > 0.0) & (cq > 0.0))
@@ -906,26 +957,33 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                 for i in range(m):
                     dl.declare(FLOAT, f"g{i}", x[i, p] / cp)
                     dl.declare(FLOAT, f"h{i}", x[i, q] / cq)
-                for name, (l, r) in (("alpha", (g, g)), ("beta", (h, h)), ("gamma", (g, h))):
-                    dl.declare(FLOAT, name, _sum([l[i] * r[i] for i in range(m)]))
-                alpha, beta, gamma = Var("alpha"), Var("beta"), Var("gamma")
+                dl.declare(REAL, "alpha", _sum([_abs2(g[i], complex_) for i in range(m)]))
+                dl.declare(REAL, "beta", _sum([_abs2(h[i], complex_) for i in range(m)]))
+                gamma = dl.declare(FLOAT, "gamma", _sum([conj(g[i]) * h[i] for i in range(m)]))
+                alpha, beta = Var("alpha", REAL), Var("beta", REAL)
+                size = (dl.declare(REAL, "agamma", modulus(gamma)) if complex_
+                        else modulus(gamma))
                 rot = dl.declare(BOOL, "rot", nonzero & (
-                    abs_(gamma) > constant(dl.eps) * sqrt(alpha) * sqrt(beta)))
-                # zeta = (|x_q|^2 - |x_p|^2) / (2 x_p . x_q), numerator and denominator divided
-                # by cp cq.
-                _emit_tangent(dl, cq / cp * beta - cp / cq * alpha, 2.0 * gamma)
+                    size > constant(dl.eps, REAL) * sqrt(alpha) * sqrt(beta)))
+                # zeta = (|x_q|^2 - |x_p|^2) / (2 x_p^H x_q) (over |x_p^H x_q| for complex,
+                # the phase going into s), numerator and denominator divided by cp cq.
+                num = cq / cp * beta - cp / cq * alpha
+                if complex_:
+                    _emit_tangent(dl, num, 2.0 * size, gamma / size)
+                else:
+                    _emit_tangent(dl, num, 2.0 * gamma)
                 # A tangent of zero (cp / cq overflows: the rounding residue of a rank-deficient
                 # matrix, which the sweeps shrink to subnormal sizes but never make orthogonal)
                 # rotates by the identity: not counted, so that such a lane leaves the loop.
                 dl.assign(rot, rot & _T.ne(0.0))
-                dl.assign(rotated, rotated | rot)
+                dl.note_rotation(rotated, rot)
                 dl.assign(_C, select(rot, _C, 1.0))
                 dl.assign(_S, select(rot, _S, 0.0))
                 for i in range(m):
-                    _emit_rotate(dl, x[i, p], x[i, q])
+                    _emit_rotate(dl, x[i, p], x[i, q], complex_)
                 if want_uv:
                     for i in range(n):
-                        _emit_rotate(dl, v[i, p], v[i, q])
+                        _emit_rotate(dl, v[i, p], v[i, q], complex_)
     for j in range(n):
         # sigma_j = |x_j| and u_j = x_j / sigma_j through x_j / max|x_ij|: squares of a column
         # far below the largest (sigma_j / sigma_1 < 1e-19 in float32) would be subnormal, and
@@ -933,13 +991,14 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
         cmax = dl.declare(REAL, f"cmax{j}", Full(0.0, REAL))
         for i in range(m):
             with dl.scope():
-                ax = dl.declare(REAL, "ax", abs_(x[i, j]))
+                ax = dl.declare(REAL, "ax", modulus(x[i, j]))
                 dl.assign(cmax, select(ax > cmax, ax, cmax))
         cden = dl.declare(REAL, f"cden{j}", select(cmax.eq(0.0), 1.0, cmax))
         y = Vars("y")
         for i in range(m):
             dl.declare(FLOAT, f"y{i}{j}", x[i, j] / cden)
-        nrm = dl.declare(REAL, f"nrm{j}", sqrt(_sum([y[i, j] * y[i, j] for i in range(m)])))
+        nrm = dl.declare(REAL, f"nrm{j}",
+                         sqrt(_sum([_abs2(y[i, j], complex_) for i in range(m)])))
         dl.declare(REAL, f"s{j}", cmax * nrm)
         if want_uv:
             # nrm >= 1 unless the column is zero (then u_j is completed below).
@@ -961,19 +1020,20 @@ def emit_svd(dl: Dialect, m: int, n: int, want_uv: bool, ucols: int) -> None:
                 for i in range(m):
                     dl.declare(FLOAT, f"u{i}{j}", zerov)
             with dl.scope():
-                _emit_orthonormal_column(dl, m, j, own=j < n)
+                _emit_orthonormal_column(dl, m, j, own=j < n, complex_=complex_)
     for j in range(n):
-        dl.assign(s[j], select(bad, nanv, s[j] * amax))
+        dl.assign(s[j], select(bad, _nan_of(REAL, complex_), s[j] * amax))
     if want_uv:
         for i in range(m):
             for j in range(ucols):
-                dl.assign(u[i, j], select(bad, nanv, u[i, j]))
+                dl.assign(u[i, j], select(bad, _nan_of(FLOAT, complex_), u[i, j]))
         for i in range(n):
             for j in range(n):
-                dl.assign(v[i, j], select(bad, nanv, v[i, j]))
+                dl.assign(v[i, j], select(bad, _nan_of(FLOAT, complex_), v[i, j]))
 
 
-def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool) -> None:
+def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool,
+                             complex_: bool = False) -> None:
     """u{.}{j} <- a unit vector orthogonal to u{.}{0..j-1} (orthonormal): u_j itself (when
     ``own``) less its components along them, unless that leaves less than half of it, else
     the basis vector e_k with the largest component outside their span (at least
@@ -988,15 +1048,16 @@ def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool) -> None:
     column whose entries are subnormal after the scaling (rows graded 1e-20 .. 1e20 in
     float32). Such a column, and a zero one, is mostly inside the span and takes e_k instead;
     a converged column moves by O(eps)."""
-    u, w, nu, y = Vars("u"), Vars("w"), Vars("nu"), Vars("y")
+    u, w, nu, y = Vars("u"), Vars("w"), Vars("nu", REAL), Vars("y")
     prior = range(j)
     for k in range(m):
+        # w_k = (I - U U^H) e_k, U the columns before j.
         for r in range(m):
             unit = 1.0 if r == k else 0.0
-            dl.declare(FLOAT, f"w{k}{r}", unit - _sum([u[k, i] * u[r, i] for i in prior])
+            dl.declare(FLOAT, f"w{k}{r}", unit - _sum([conj(u[k, i]) * u[r, i] for i in prior])
                        if j else Full(unit))
-        dl.declare(FLOAT, f"nu{k}", _sum([w[k, r] * w[k, r] for r in range(m)]))
-    best = dl.declare(FLOAT, "best", nu[0])
+        dl.declare(REAL, f"nu{k}", _sum([_abs2(w[k, r], complex_) for r in range(m)]))
+    best = dl.declare(REAL, "best", nu[0])
     for r in range(m):
         dl.declare(FLOAT, f"y{r}", w[0, r])
     for k in range(1, m):
@@ -1009,39 +1070,46 @@ def _emit_orthonormal_column(dl: Dialect, m: int, j: int, own: bool) -> None:
         with dl.scope():
             d, z = Vars("d"), Vars("z")
             for i in prior:
-                dl.declare(FLOAT, f"d{i}", _sum([u[r, i] * u[r, j] for r in range(m)]))
+                dl.declare(FLOAT, f"d{i}", _sum([conj(u[r, i]) * u[r, j] for r in range(m)]))
             for r in range(m):
                 dl.declare(FLOAT, f"z{r}", u[r, j] - _sum([u[r, i] * d[i] for i in prior])
                            if j else u[r, j])
             # |z|^2 > 1/4: more than half of the unit vector u_j lies outside the span.
-            keep = dl.declare(BOOL, "keep", _sum([z[r] * z[r] for r in range(m)]) > 0.25)
+            keep = dl.declare(BOOL, "keep",
+                              _sum([_abs2(z[r], complex_) for r in range(m)]) > 0.25)
             for r in range(m):
                 dl.assign(y[r], select(keep, z[r], y[r]))
     for _ in range(2):
         for i in prior:
             with dl.scope():
-                dot = dl.declare(FLOAT, "dot", _sum([u[r, i] * y[r] for r in range(m)]))
+                dot = dl.declare(FLOAT, "dot", _sum([conj(u[r, i]) * y[r] for r in range(m)]))
                 for r in range(m):
                     dl.assign(y[r], y[r] - dot * u[r, i])
         with dl.scope():
-            nrm = dl.declare(FLOAT, "nrm", sqrt(_sum([y[r] * y[r] for r in range(m)])))
+            nrm = dl.declare(REAL, "nrm", sqrt(_sum([_abs2(y[r], complex_) for r in range(m)])))
             for r in range(m):
                 dl.assign(y[r], y[r] / nrm)
     for r in range(m):
         dl.assign(u[r, j], y[r])
 
 
-def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:
-    """Cyclic Jacobi on the symmetric h{i}{j} (i <= j, the triangle the caller loaded): l{j}
-    ascending (NaN for a non-finite input) and with ``want_v`` the eigenvectors v{i}{j}
-    (columns), permuted alike."""
-    _emit_sanitize_and_scale(dl, [Var(f"h{i}{j}") for i in range(n) for j in range(i, n)])
-    bad, zerov, nanv, amax = Var("bad", BOOL), Var("zerov"), Var("nanv"), Var("amax", REAL)
+def emit_eigh(dl: Dialect, n: int, want_v: bool, complex_: bool = False) -> None:
+    """Cyclic Jacobi on the Hermitian h{i}{j} (i <= j, the triangle the caller loaded; the
+    diagonal REAL for complex): l{j} ascending (NaN for a non-finite input) and with
+    ``want_v`` the eigenvectors v{i}{j} (columns), permuted alike."""
+    diagonal = REAL if complex_ else FLOAT
+    _emit_sanitize_and_scale(dl, [Var(f"h{i}{j}", diagonal if i == j else FLOAT)
+                                  for i in range(n) for j in range(i, n)], complex_)
+    bad, zerov, amax = Var("bad", BOOL), Var("zerov"), Var("amax", REAL)
     rotated = Var("rotated", BOOL)
-    v, lam = Vars("v"), Vars("l")
+    v, lam = Vars("v"), Vars("l", REAL)
 
     def h(i: int, j: int) -> Var:
-        return Var(f"h{min(i, j)}{max(i, j)}")
+        return Var(f"h{min(i, j)}{max(i, j)}", diagonal if i == j else FLOAT)
+
+    def entry(i: int, j: int) -> Expr:
+        """a_ij of the Hermitian matrix (the stored upper triangle, conjugated below it)."""
+        return conj(h(i, j)) if complex_ and i > j else h(i, j)
 
     if want_v:
         for i in range(n):
@@ -1051,25 +1119,40 @@ def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:
         for p, q in _pairs(n):
             with dl.scope():
                 apq = dl.declare(FLOAT, "apq", h(p, q))
+                size = dl.declare(REAL, "off", modulus(apq)) if complex_ else modulus(apq)
                 rot = dl.declare(BOOL, "rot", (
-                    abs_(apq) > constant(dl.eps) * sqrt(abs_(h(p, p))) * sqrt(abs_(h(q, q)))) & (
-                    abs_(apq) > dl.safe_min))
-                dl.assign(rotated, rotated | rot)
-                _emit_tangent(dl, h(q, q) - h(p, p), 2.0 * apq)
+                    size > constant(dl.eps, REAL) * sqrt(abs_(h(p, p)))
+                    * sqrt(abs_(h(q, q)))) & (size > dl.safe_min))
+                dl.note_rotation(rotated, rot)
+                # zeta = (a_qq - a_pp) / (2 a_pq) (over |a_pq| for complex, the phase going
+                # into s); the diagonal moves by t a_pq (t |a_pq|).
+                off = size if complex_ else apq
+                _emit_tangent(dl, h(q, q) - h(p, p), 2.0 * off, apq / size if complex_ else None)
                 dl.assign(_C, select(rot, _C, 1.0))
                 dl.assign(_S, select(rot, _S, 0.0))
                 dl.assign(_T, select(rot, _T, 0.0))
-                dl.assign(h(p, p), h(p, p) - _T * apq)
-                dl.assign(h(q, q), h(q, q) + _T * apq)
+                dl.assign(h(p, p), h(p, p) - _T * off)
+                dl.assign(h(q, q), h(q, q) + _T * off)
                 dl.assign(h(p, q), select(rot, zerov, apq))
                 for r in range(n):
-                    if r not in (p, q):
+                    if r in (p, q):
+                        continue
+                    if not complex_:
                         _emit_rotate(dl, h(r, p), h(r, q))
+                        continue
+                    # [a_rp, a_rq] <- [a_rp, a_rq] J (row r of A J; column r of J^H A is its
+                    # conjugate), stored wherever the upper triangle holds them.
+                    with dl.scope():
+                        xr = dl.declare(FLOAT, "xr", entry(r, p))
+                        yr = dl.declare(FLOAT, "yr", entry(r, q))
+                        for (i, j), value in zip(((r, p), (r, q)), _rotated(xr, yr, True),
+                                                 strict=True):
+                            dl.assign(h(i, j), conj(value) if i > j else value)
                 if want_v:
                     for i in range(n):
-                        _emit_rotate(dl, v[i, p], v[i, q])
+                        _emit_rotate(dl, v[i, p], v[i, q], complex_)
     for j in range(n):
-        dl.declare(FLOAT, f"l{j}", h(j, j))
+        dl.declare(REAL, f"l{j}", re(h(j, j)))
     for a, b in _SORT_NETWORK[n]:  # ascending
         with dl.scope():
             sw = dl.declare(BOOL, "sw", lam[a] > lam[b])
@@ -1078,11 +1161,11 @@ def emit_eigh(dl: Dialect, n: int, want_v: bool) -> None:
                 for i in range(n):
                     _emit_swap(dl, sw, v[i, a], v[i, b])
     for j in range(n):
-        dl.assign(lam[j], select(bad, nanv, lam[j] * amax))
+        dl.assign(lam[j], select(bad, _nan_of(REAL, complex_), lam[j] * amax))
     if want_v:
         for i in range(n):
             for j in range(n):
-                dl.assign(v[i, j], select(bad, nanv, v[i, j]))
+                dl.assign(v[i, j], select(bad, _nan_of(FLOAT, complex_), v[i, j]))
 
 
 # ------------------------------------------------------------------------------ matrix exponential

@@ -13,8 +13,12 @@ The kernels are checked in (`mpslinalg.small.generated` registers them; regenera
 ``small_{inv,solve,det,slogdet}_{float32,complex64}_n{1..4}``, included by
 ``metal/linalg/small_inverse.metal``; ``metal/linalg/qr_small.h`` holds
 ``qr_small_{float32,complex64}_m{1..4}_n{1..4}``, included by ``metal/linalg/qr.metal``;
+``metal/linalg/svd_small.h`` holds ``svd_small_{float32,complex64}_m{1..4}_n{1..4}``, included
+by ``metal/linalg/svd.metal``; ``metal/linalg/eigh_small.h`` holds
+``eigh_small_{float32,complex64}_n{1..4}``, included by ``metal/linalg/eigh.metal``;
 ``metal/linalg/small_matrix_exp.h`` holds ``small_matrix_exp_{float32,complex64}_n{1..4}``,
-included by ``metal/linalg/small_matrix_exp.metal``.
+included by ``metal/linalg/small_matrix_exp.metal``. The SVD and eigh kernels report the sweeps
+run and the rotations of the last one (`_Metal.sweeps`).
 
 Examples
 --------
@@ -42,6 +46,10 @@ class _Writer:
 
     def __call__(self, line: str, depth: int = 1) -> None:
         self.lines.append("  " * depth + line)
+
+
+#: The status counters of `_Metal.sweeps`.
+_SWEEPS, _ROTATIONS = cg.Var("sweeps_run", cg.INT), cg.Var("rotations", cg.INT)
 
 
 class _Metal(cg.Dialect):
@@ -81,10 +89,21 @@ class _Metal(cg.Dialect):
 
     @contextlib.contextmanager
     def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        # One matrix per thread: it leaves the loop once its own sweep rotated nothing. The
+        # sweeps run (that last one included) and the rotations of the last sweep (0: it
+        # converged) are the status the SVD and eigh kernels report.
+        self.declare(cg.INT, _SWEEPS.name, cg.Full(0, cg.INT))
+        self.declare(cg.INT, _ROTATIONS.name, cg.Full(0, cg.INT))
         with self.scope(f"for (int sweep = 0; sweep < {count}; ++sweep)"):
+            self.assign(_SWEEPS, _SWEEPS + 1)
+            self.assign(_ROTATIONS, 0)
             self.declare(cg.BOOL, flag, cg.Full(0, cg.BOOL))
             yield
             self.w(f"if (!{flag}) break;", self.depth)
+
+    def note_rotation(self, flag: cg.Var, rot: cg.Expr) -> None:
+        super().note_rotation(flag, rot)
+        self.assign(_ROTATIONS, _ROTATIONS + cg.select(rot, cg.Const(1, cg.INT), 0))
 
     # ---------------------------------------------------------------------------- expressions
 
@@ -367,4 +386,141 @@ def small_matrix_exp_header() -> str:
     for dtype in _ELEMENT:
         for n in range(1, cg.MAX_N + 1):
             lines += ["", *_matrix_exp_kernel(dtype, n)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ SVD, eigh
+
+def _kernel_params_head(w: _Writer, name: str, element: str, buffers: list[tuple[str, str]],
+                        params: str) -> None:
+    """The head of a kernel whose scalars are one struct ``p`` (``params``, the host packs it
+    with `mpslinalg._core.metal_params`), after the matrices A and ``buffers``."""
+    w(f"[[kernel]] void {name}(", 0)
+    args = [("A", "device const T*"), *buffers]
+    for index, (arg, ty) in enumerate(args):
+        w(f"    {ty.replace('T*', element + '*')} {arg} [[buffer({index})]],", 0)
+    w(f"    constant {params}& p [[buffer({len(args)})]],", 0)
+    w("    uint gid [[thread_position_in_grid]]) {", 0)
+    w("const long index = long(gid);")
+    w("if (index >= p.batch) {")
+    w("return;", 2)
+    w("}")
+
+
+def _svd_kernel(dtype: str, m: int, n: int) -> list[str]:
+    """The kernel ``svd_small_<dtype>_m<m>_n<n>``: S, and U and Vh for p.vectors (full or
+    reduced by p.full), of matrix ``index`` of A; INFO the sweeps run, kSvdNotConverged or
+    kSvdNonFinite."""
+    element, k = _ELEMENT[dtype], min(m, n)
+    complex_ = dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    buffers = [("U", "device T*"), ("S", "device float*"), ("VH", "device T*"),
+               ("INFO", "device int*")]
+    _kernel_params_head(w, f"svd_small_{dtype}_m{m}_n{n}", element, buffers,
+                        "mpsl::SvdSmallParams")
+    for i in range(m):
+        for j in range(n):
+            w(f"{element} a{i}{j} = A[index * long({m * n}) + {i * n + j}];")
+
+    def values_and_info(variant: str) -> list:
+        outputs = cg.emit_svd_any_shape(dl, m, n, variant, complex_)
+        _store(dl, "S", 1, k, outputs[0][3])
+        dl.write(f"INFO[index] = bad ? mpsl::kSvdNonFinite : {_ROTATIONS.name} == 0 ? "
+                 f"{_SWEEPS.name} : mpsl::kSvdNotConverged;")
+        return outputs
+
+    with dl.scope("if (p.vectors == 0)"):
+        values_and_info("vals")
+        dl.write("return;")
+    # The reduced factors are the leading columns of U and rows of Vh of the full ones.
+    _, (_, _, ucols, u_entry), (_, vrows, _, vh_entry) = values_and_info("full")
+    with dl.scope("if (p.full != 0)"):
+        _store(dl, "U", m, ucols, u_entry)
+        _store(dl, "VH", vrows, n, vh_entry)
+    with dl.scope("else"):
+        _store(dl, "U", m, k, u_entry)
+        _store(dl, "VH", k, n, vh_entry)
+    w("}", 0)
+    return w.lines
+
+
+_SVD_SMALL_ABOUT = """
+// SVD of a batch of m x n matrices, m, n <= 4, one matrix per thread in registers: one-sided
+// Jacobi (complex rotations for complex64), columns orthonormalised in the order of S and U
+// completed to m x m for full_matrices; a wide matrix through its conjugate transpose. p
+// (mpsl::SvdSmallParams of svd.h): vectors (else S only), full. INFO: the sweeps run (the last
+// one rotated nothing), kSvdNotConverged, or kSvdNonFinite for NaN / Inf input (then S, U and
+// Vh are NaN). Kernels svd_small_<dtype>_m<m>_n<n>, dtype float32 (float) and complex64
+// (float2); included by svd.metal after svd.h.
+"""
+
+
+@generated.generates("metal/linalg/svd_small.h")
+def svd_small_header() -> str:
+    """The text of ``metal/linalg/svd_small.h``: every m, n <= 4 SVD kernel."""
+    lines = _generated_banner(_SVD_SMALL_ABOUT)
+    for dtype in _ELEMENT:
+        for m in range(1, cg.MAX_N + 1):
+            for n in range(1, cg.MAX_N + 1):
+                lines += ["", *_svd_kernel(dtype, m, n)]
+    return "\n".join(lines) + "\n"
+
+
+def _eigh_kernel(dtype: str, n: int) -> list[str]:
+    """The kernel ``eigh_small_<dtype>_n<n>``: eigenvalues W (ascending) and for p.vectors the
+    eigenvectors V (columns) of matrix ``index`` of A, of which the triangle p.lower names is
+    read (the imaginary part of the diagonal ignored); STATUS [info, sweeps run]: info 0
+    (converged), n (non-finite input, no sweep), else the rotations of the last sweep."""
+    element, nn = _ELEMENT[dtype], n * n
+    complex_ = dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    buffers = [("W", "device float*"), ("V", "device T*"), ("STATUS", "device int*")]
+    _kernel_params_head(w, f"eigh_small_{dtype}_n{n}", element, buffers, "mpsl::EighParams")
+    w(f"device const {element}* src = A + index * long({nn});")
+    w("const bool lower = p.lower != 0;")
+    for i in range(n):
+        w(f"float h{i}{i} = src[{i * n + i}]{'.x' if complex_ else ''};")
+        for j in range(i + 1, n):
+            below = f"src[{j * n + i}]"
+            w(f"{element} h{i}{j} = lower ? {f'mpsl::conj({below})' if complex_ else below} : "
+              f"src[{i * n + j}];")
+
+    def values_and_status(want_v: bool) -> None:
+        cg.emit_eigh(dl, n, want_v, complex_)
+        _store(dl, "W", 1, n, lambda i, j: f"l{j}")
+        if want_v:
+            _store(dl, "V", n, n, lambda i, j: f"v{i}{j}")
+        dl.write(f"STATUS[index * long(mpsl::kEighStatusInts)] = bad ? {n} : "
+                 f"{_ROTATIONS.name};")
+        dl.write(f"STATUS[index * long(mpsl::kEighStatusInts) + 1] = bad ? 0 : "
+                 f"{_SWEEPS.name};")
+
+    with dl.scope("if (p.vectors == 0)"):
+        values_and_status(False)
+        dl.write("return;")
+    values_and_status(True)
+    w("}", 0)
+    return w.lines
+
+
+_EIGH_SMALL_ABOUT = """
+// Hermitian eigendecomposition of a batch of n x n matrices, n <= 4, one matrix per thread in
+// registers: cyclic Jacobi (rotations with the phase of a_pq for complex64) on the triangle
+// p.lower names (mpsl::EighParams of eigh.h), eigenvalues ascending, eigenvectors (columns)
+// for p.vectors. STATUS (kEighStatusInts per matrix): [info, sweeps run], info 0 converged, n
+// for NaN / Inf input (no sweep; W and V NaN), else the rotations of the last sweep. Kernels
+// eigh_small_<dtype>_n<n>, dtype float32 (float) and complex64 (float2); included by
+// eigh.metal after eigh.h.
+"""
+
+
+@generated.generates("metal/linalg/eigh_small.h")
+def eigh_small_header() -> str:
+    """The text of ``metal/linalg/eigh_small.h``: every n <= 4 eigh kernel."""
+    lines = _generated_banner(_EIGH_SMALL_ABOUT)
+    for dtype in _ELEMENT:
+        for n in range(1, cg.MAX_N + 1):
+            lines += ["", *_eigh_kernel(dtype, n)]
     return "\n".join(lines) + "\n"

@@ -24,5 +24,7 @@ def test_emulator_imports_nothing_of_the_library():
     root = pathlib.Path(mpslinalg.__file__).parent / "emulator"
     for path in root.rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"^\s*from \.\.|^\s*import mpslinalg(?!\.emulator)|"
+        # a relative import of more dots than the file is deep below emulator/ leaves it
+        outside = r"\." * (len(path.relative_to(root).parts) + 1)
+        assert not re.search(rf"^\s*from {outside}|^\s*import mpslinalg(?!\.emulator)|"
                              r"from mpslinalg(?!\.emulator)", text, re.M), path

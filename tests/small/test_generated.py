@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from mpslinalg.linalg import qr_metal
+from mpslinalg.linalg import eigh as eigh_module
+from mpslinalg.linalg import qr_metal, svd_metal
 from mpslinalg.small import codegen as cg
 from mpslinalg.small import cpu_simd, generated, metal_kernels, triton_kernels
 
@@ -87,6 +88,46 @@ def test_the_metal_qr_is_the_description_for_nonfinite_input_too(shape):
         want = cpu_simd.small_qr(A, mode, 1)
         got = qr_metal._qr_small(A, mode, "qr")
         assert _same(got[0], want[0]) and _same(got[1], want[1]), mode
+
+
+
+@pytest.mark.usefixtures("native_orth")
+@pytest.mark.parametrize("shape", cpu_simd.SVD_SHAPES)
+def test_the_metal_svd_is_the_description(shape):
+    """One description: the generated Metal SVD (svd_small, float32) and the C++ kernels give
+    the same bits, NaN where NaN, for random, rank-deficient, zero and non-finite input."""
+    assert generated.targets()["metal/linalg/svd_small.h"] is metal_kernels.svd_small_header
+    m, n = shape
+    g = torch.Generator().manual_seed(m * 10 + n)
+    A = torch.randn(48, m, n, generator=g)
+    A[1] = 0
+    A[2, :, 0] = 0
+    A[3] = A[3, :, :1] * torch.randn(1, n, generator=g)  # rank 1
+    A = torch.cat([A, _poisoned(m, n, torch.float32)])
+    for full in (False, True):
+        want = cpu_simd.small_svd(A, full, True)
+        got = svd_metal._small(A, True, full, "svd")
+        assert all(_same(x, y) for x, y in zip(got[:3], want, strict=True)), full
+        assert _same(svd_metal._small(A, False, full, "svd")[1],
+                     cpu_simd.small_svd(A, full, False)[1]), full
+
+
+@pytest.mark.usefixtures("native_orth")
+@pytest.mark.parametrize("n", range(1, cg.MAX_N + 1))
+def test_the_metal_eigh_is_the_description(n):
+    """One description: the generated Metal eigh (eigh_small, float32) and the C++ kernels give
+    the same bits, NaN where NaN, for either triangle, with and without vectors."""
+    assert generated.targets()["metal/linalg/eigh_small.h"] is metal_kernels.eigh_small_header
+    g = torch.Generator().manual_seed(n)
+    A = torch.randn(48, n, n, generator=g)
+    A[1] = 0
+    A[2] = torch.eye(n)
+    A = torch.cat([A, _poisoned(n, n, torch.float32)])
+    for upper in (False, True):
+        want = cpu_simd.small_eigh(A, upper, True)
+        for vectors in (True, False):
+            w, V, _ = eigh_module.eigh_metal(A, lower=not upper, vectors=vectors)
+            assert _same(w, want[0]) and (not vectors or _same(V, want[1])), (upper, vectors)
 
 
 # ---------------------------------------------------------------- the expression layer
