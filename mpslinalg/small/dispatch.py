@@ -11,7 +11,7 @@ factorisation for the whole batch at once:
 - torch backend on CPU, float32: generated SIMD C++ kernels (`mpslinalg.small.cpu_simd`, the
   Metal kernel's arithmetic over blocks of 8 matrices, one vector instruction per operation for
   the whole block, bit-identical to the Metal kernel in the emulator) on torch's intra-op
-  threads, once the library (built in the background from import, `.native`) is loaded;
+  threads, where the installed package holds the library (compiled at install, `.native`);
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per op
   (`mpslinalg.small.triton_kernels`, the same arithmetic as the Metal kernel, a matrix per
   lane);

@@ -12,7 +12,7 @@ CUDA. Here:
 
 - torch backend on CPU, float32/float64: generated SIMD C++ (`mpslinalg.small.cpu_simd`,
   blocks of 8 float32 / 4 float64 matrices per AVX2 instruction) on torch's intra-op threads,
-  once the library (built in the background from import) is loaded;
+  where the installed package holds the library (compiled at install, `.native`);
 - torch backend on CUDA, float32/float64, when ``triton`` imports: one fused Triton kernel per
   call (`mpslinalg.small.triton_kernels`, a matrix per lane in registers), no host
   synchronisation;

@@ -506,7 +506,7 @@ def test_torch_backend_cpu_kernel_matches_metal_backend(monkeypatch, native_smal
 
 def test_torch_backend_without_native_library_uses_tensor_ops(monkeypatch):
     cpu_simd.LIBRARY.wait()  # so that no build in flight sets the library under the test
-    monkeypatch.setattr(cpu_simd.LIBRARY, "loaded", None)  # no compiler, or still building
+    monkeypatch.setattr(cpu_simd.LIBRARY, "loaded", None)  # not in this installation
     A = random_matrix(3, torch.float32, (50,), seed=8)
     assert si.torch_path(A) == "tensor ops"
     X, info = si.small_inv_ex(A)
