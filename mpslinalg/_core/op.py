@@ -322,8 +322,9 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     metal and small paths, ``out=``).
 
     The returned function has the same signature and docstring. When the first tensor argument
-    is on the torch backend in a dtype torch.linalg computes natively and ``general_when`` (same
-    arguments, or the first one alone if it takes one parameter) is false or absent, it calls
+    is on the torch backend in a dtype torch.linalg computes natively and ``general_when`` (the
+    same arguments, all by position, or the first one alone if it takes one parameter) is false
+    or absent, it calls
     ``torch_fn`` with the same arguments instead: torch's results, torch's ``out=``, torch's
     errors reworded to name ``mpslinalg.<fn>``. Errors of the general path are reworded the
     same way (torch.linalg calls inside its ops, on any family's path), so no message names a
@@ -360,9 +361,11 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             condition += (" and not _compiling()" if checks is True
                           else f" and (not {checks} or not _compiling())")
         if general_when is not None:
-            # a one-parameter test gets the first argument alone (no keywords to pack)
+            # a one-parameter test gets the first argument alone; the others every argument,
+            # by position (keywords cost more to pass than the test itself)
             single = len(inspect.signature(general_when).parameters) == 1
-            condition += f" and not _general_when({first if single else passed})"
+            everything = ", ".join(p.name for p in sig.parameters.values())
+            condition += f" and not _general_when({first if single else everything})"
         required = ", ".join(p.name for p in sig.parameters.values() if p.default is p.empty)
         optional = [p.name for p in sig.parameters.values() if p.default is not p.empty]
         # All optional arguments at their defaults: pass none (torch parses keywords slowly).

@@ -153,9 +153,10 @@ def _small_spectral(A, ord, dim) -> bool:
             and small.may_use_small_svd(A, compute_uv=False))
 
 
-def _matrix_norm_through_op(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None,
-                            out=None) -> bool:
-    return dtype is None and type(keepdim) is bool and _small_spectral(A, ord, dim)
+def _matrix_norm_through_op(A, ord, dim, keepdim, dtype, out) -> bool:
+    # the cheap tests first: every call of the fast path asks
+    return (A.dim() >= 3 and (ord == 2 or ord == -2 or ord == "nuc") and dtype is None
+            and type(keepdim) is bool and _small_spectral(A, ord, dim))
 
 
 _MATRIX_INPUTS = [Operand("A", None, same_dtype=False), Param("ord", "Scalar"),
@@ -238,10 +239,10 @@ def _norm(matrix_norm_forward):
     return forward
 
 
-def _norm_through_op(input, ord=None, dim=None, keepdim=False, *, out=None,
-                     dtype=None) -> bool:
-    return (dtype is None and type(keepdim) is bool and dim is not None
-            and not isinstance(dim, int) and len(dim) == 2 and _small_spectral(input, ord, dim))
+def _norm_through_op(input, ord, dim, keepdim, out, dtype) -> bool:
+    return (dim is not None and (ord == 2 or ord == -2 or ord == "nuc") and dtype is None
+            and type(keepdim) is bool and not isinstance(dim, int) and len(dim) == 2
+            and _small_spectral(input, ord, dim))
 
 
 norm_decl = Declaration(
@@ -315,7 +316,7 @@ def _cond_forward(spectral_norm, inverse, matrix_norm_forward):
     return forward
 
 
-def _cond_through_op(A, p=None, *, out=None) -> bool:
+def _cond_through_op(A, p, out) -> bool:
     """A torch-backend call goes through the composite where the n <= 4 singular values serve
     it, and where torch's own cond could not be differentiated (`mpslinalg._core.torch_bugs`;
     square matrices: torch words the refusal of the others)."""
