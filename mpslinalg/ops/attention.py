@@ -227,8 +227,7 @@ def _backward(ctx, grad_out: Tensor):
     return (dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None, None, None)
 
 
-def _through_op(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
-                scale=None, enable_gqa=False) -> bool:
+def _through_op(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> bool:
     """Dropout (the kernel's, on the metal backend) and a mask on another device (moved)."""
     return dropout_p > 0.0 or (isinstance(attn_mask, Tensor) and attn_mask.device != query.device)
 
