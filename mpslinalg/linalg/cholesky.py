@@ -160,15 +160,6 @@ cholesky_solve_op = cholesky_solve_decl.op
 # ---------------------------------------------------------------- mpslinalg::cholesky_inverse
 
 
-def _cholesky_inverse_metal(L: Tensor, upper: bool) -> Tensor:
-    n = L.shape[-1]
-    eye = torch.eye(n, dtype=L.dtype, device=L.device).expand(L.shape)
-    X = cholesky_metal.cholesky_solve_metal(eye, L, upper, fn="cholesky_inverse")
-    # A^-1 is Hermitian; the two solves leave it so only to rounding (LAPACK potri forms one
-    # triangle and torch mirrors it).
-    return 0.5 * (X + X.mH)
-
-
 def _cholesky_inverse_backward(ctx, gX: Tensor):
     """X = A^-1 with A = L L^H: gA = -X gX X (X Hermitian; Giles 2008, sec. 2.2.3), chained
     through A = L L^H: gL = (gA + gA^H) L (U (gA + gA^H) for A = U^H U), as torch's
@@ -181,7 +172,7 @@ def _cholesky_inverse_backward(ctx, gX: Tensor):
 #: (L L^H)^-1 given L ((U^H U)^-1 given U when ``upper``).
 cholesky_inverse_decl = Declaration(
     "cholesky_inverse", [Matrix("L"), Param("upper", "bool")], [Result("inverse", "L")],
-    forward={"metal": _cholesky_inverse_metal,
+    forward={"metal": lambda L, upper: cholesky_metal.cholesky_inverse_metal(L, upper),
              "torch": lambda L, upper: torch.cholesky_inverse(L, upper)},
     backward=_cholesky_inverse_backward, saves=["L", "inverse"])
 cholesky_inverse_op = cholesky_inverse_decl.op

@@ -13,6 +13,7 @@ Launches per call:
                           upper=True adds the conjugate transposes in and out.
   solve_triangular_metal  1 (trsm / trsv), plus gathers of non-contiguous or broadcast inputs.
   cholesky_solve_metal    2 (the two triangular solves of potrs).
+  cholesky_inverse_metal  2 (the same against the identity), and the Hermitian part.
 """
 
 from __future__ import annotations
@@ -69,8 +70,10 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
     on L holds NaN (`metal/linalg/cholesky.h`). ``A`` is not modified.
     """
     *batch_shape, n, _ = A.shape
-    # The working copy: tril of A (or of A^H), contiguous; the kernels factor it in place.
-    L = contiguous(torch.tril(A.mH if upper else A), fn)
+    # The working copy: tril of A (or of A^H), contiguous; the kernels factor it in place. A^H
+    # is conjugated physically: a lazy conjugate view loses its conjugation inside a compiled
+    # graph's op (aot_eager, torch 2.13).
+    L = contiguous(torch.tril(triangular_metal.adjoint_copy(A) if upper else A), fn)
     info = torch.zeros(batch_shape, dtype=torch.int32, device=A.device)
     batch = math.prod(batch_shape)
     if batch == 0 or n == 0:
@@ -125,3 +128,14 @@ def cholesky_solve_metal(B: torch.Tensor, L: torch.Tensor, upper: bool, *,
     L = contiguous(L.expand(*batch, *L.shape[-2:]), fn)
     return triangular_metal.solve_packed(L, _no_pivots(L.device), B, left=True, adjoint=False,
                                          steps={False: POTRS_STEPS[upper]}, fn=fn)
+
+
+def cholesky_inverse_metal(L: torch.Tensor, upper: bool, *, fn: str = "cholesky_inverse"
+                           ) -> torch.Tensor:
+    """A^-1 given the factor of A = L L^H (A = U^H U when ``upper``): the two solves of potrs
+    against the identity, then the Hermitian part (LAPACK potri forms one triangle and torch
+    mirrors it; the solves leave it Hermitian only to rounding). A new contiguous tensor."""
+    n = L.shape[-1]
+    eye = torch.eye(n, dtype=L.dtype, device=L.device).expand(L.shape)
+    X = cholesky_solve_metal(eye, L, upper, fn=fn)
+    return 0.5 * (X + triangular_metal.adjoint_copy(X))
