@@ -407,7 +407,7 @@ def test_gradcheck_and_opcheck():
                                                          False, ""), (L, B))
     for op, args in ((cholesky_module.cholesky_solve_op, (B, L, False)),
                      (cholesky_module.cholesky_inverse_op, (L, True)),
-                     (cholesky_module.solve_triangular_op, (L, B, False, False, True))):
+                     (cholesky_module.solve_triangular_op, (L, B, False, True, True))):
         torch.library.opcheck(op.overload, (*(a.detach() if isinstance(a, torch.Tensor)
                                               else a for a in args), "torch", False, ""))
 
