@@ -128,7 +128,7 @@ def test_cholesky_ratio(backend, data):
     assert (diag.real > 0).all() and (not diag.is_complex() or (diag.imag == 0).all())
 
 
-@pytest.mark.parametrize("n", [33, 64, 65, 129])
+@pytest.mark.parametrize("n", [33, 64, 65, 129, 200])
 def test_cholesky_matches_torch(backend, n):
     for dtype in dtypes(backend):
         A = backend.tensor(hpd(n, dtype, (2,), seed=n))
@@ -164,6 +164,24 @@ def test_hard_inputs(metal_backend, kind):
             else:
                 assert (info.cpu() == 0).all()
                 assert potrf_ratio(A, L) < THRESH
+
+
+def test_lane_order_independent(metal_backend, monkeypatch):
+    """Every result element is computed by one thread in a fixed order: the same bits
+    whatever order the emulator runs the lanes in (one block and several)."""
+    if metal_backend.name != "emulator":
+        pytest.skip("lane orders are an emulator option")
+    from mpslinalg._core import metal as _metal
+
+    for n in (20, 100):
+        A = hpd(n, torch.complex64, (2,), seed=16)
+        results = []
+        for order in (None, "reverse", "random"):
+            monkeypatch.setattr(_metal, "LANE_ORDER", order)
+            results.append(cholesky_metal.cholesky_metal(A, False))
+        for result in results[1:]:
+            for a, b in zip(result, results[0], strict=True):
+                assert torch.equal(a, b)
 
 
 # ---------------------------------------------------------------- failures and info
