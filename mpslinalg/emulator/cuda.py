@@ -18,8 +18,9 @@ kernels. NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
 Mapping: threadgroup -> block (one 1-D block per group, threads numbered like Metal's so warps
 are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, threadgroup_barrier
 -> ``__syncthreads``, SIMD-group functions -> warp shuffles/votes over the active mask, 8x8
-simdgroup_matrix -> a per-warp emulation, atomics -> CUDA atomics, half/bfloat -> 16-bit structs
-rounded with PTX ``cvt.rn``, precise math without contraction (``-fmad=false``).
+simdgroup_matrix -> two elements per lane in Apple's layout, multiplied by warp shuffles and
+per-lane FMAs, atomics -> CUDA atomics, half/bfloat -> 16-bit structs rounded with PTX
+``cvt.rn``, precise math without contraction (``-fmad=false``).
 """
 
 from __future__ import annotations
