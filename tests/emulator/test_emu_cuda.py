@@ -260,6 +260,63 @@ def test_argument_marshalling():
     _same_bits(cpu[0], gpu[0])
 
 
+_SCALARS = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void axpb(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                 constant long& a [[buffer(2)]], constant float& b [[buffer(3)]],
+                 uint2 i [[thread_position_in_grid]], uint2 n [[threads_per_grid]]) {
+  const uint k = i.y * n.x + i.x;
+  y[k] = float(a) * x[k] + b;
+}
+"""
+
+
+@pytest.mark.cuda
+def test_repeated_launches_take_the_fast_path_with_the_same_results():
+    # The first launch of a geometry takes the checked path, later ones the cached plan; both
+    # must bind every argument kind alike, and a change of kind falls back to the checked path.
+    lib = cuda.compile_shader(_SCALARS)
+    k = lib.axpb
+    x = torch.randn(6, 10, device="cuda")
+    for rep in range(3):
+        for a, b, threads, group in [(3, 0.5, [10, 6], [4, 2]), (-2**40, -1.25, (10, 6), None),
+                                     (7, 2.0, [10, 6], [10, 1])]:
+            y = torch.full_like(x, float("nan"))
+            k(y, x, a, b, threads=threads, group_size=group)
+            torch.testing.assert_close(y, float(a) * x + b, rtol=1e-6, atol=0)
+    assert lib.axpb is k  # the lookup is per device and cached
+    y = torch.zeros_like(x)
+    k(y, x, 2, 1.0, threads=[10, 6], group_size=[4, 2], arg_casts={2: "int32"})  # not the plan
+    with pytest.raises(TypeError, match="CUDA tensors"):
+        k(y, x.cpu(), 2, 1.0, threads=[10, 6], group_size=[4, 2])
+    with pytest.raises(RuntimeError, match="reads buffer 3 but only 3 arguments"):
+        k(y, x, 2, threads=[10, 6], group_size=[4, 2])
+    with pytest.raises(ValueError, match="group_size must be positive"):
+        k(y, x, 2, 1.0, threads=[10, 6], group_size=[0, 2])
+    before = cuda.marshal.launch_counts().get("axpb", 0)
+    k(y, x, 2, 1.0, threads=[0, 6], group_size=[4, 2])  # an empty grid runs nothing
+    k(y, x, 2, 1.0, threads=[0, 6], group_size=[4, 2])
+    assert cuda.marshal.launch_counts()["axpb"] == before + 2
+
+
+@pytest.mark.cuda
+def test_profile_times_each_kernel_on_the_device():
+    lib = cuda.compile_shader(_SCALARS)
+    x = torch.randn(64, 64, device="cuda")
+    y = torch.empty_like(x)
+    with cuda.profile() as prof:
+        for _ in range(3):
+            lib.axpb(y, x, 2, 0.5, threads=[64, 64], group_size=[64, 1])
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with cuda.profile():
+                pass
+    launches, us = prof.kernels()["axpb"]
+    assert launches == 3 and 0 < us < 1e6
+    assert prof.total_us() == us
+    torch.testing.assert_close(y, 2 * x + 0.5)
+
+
 _TG = r"""
 #include <metal_stdlib>
 using namespace metal;
