@@ -350,17 +350,18 @@ def _stream_arg(raw: int):
     return s
 
 
-_raw_stream = None
+def _raw_stream(index: int) -> int:
+    """torch's current stream on device `index` (the raw CUstream); replaced by torch's own
+    function at the first call."""
+    global _raw_stream
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _raw_stream = raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream(index)
 
 
 def _current_stream(index: int) -> int:
-    """torch's current stream on device `index` (the raw CUstream)."""
-    global _raw_stream
-    if _raw_stream is None:
-        import torch
-
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        _raw_stream = raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
     return _raw_stream(index)
 
 
@@ -459,6 +460,8 @@ class Kernel(library.Kernel):
         self._func, self._device = func, device_index
         self._nbufs = max((p.buffer + 1 for p in info.params if p.attr == "buffer"), default=0)
         self._tensor = torch.Tensor
+        self._cu_launch = drv.launch
+        _current_stream(device_index)  # resolves _raw_stream
         # (threads, group_size) -> (blocks, threads per block, grid/group/ngroups as 9 uint32):
         # the geometry of the launches seen, checked once.
         self._geometry = {}
@@ -508,7 +511,18 @@ class Kernel(library.Kernel):
             return None
         nblocks, nthreads, dims = geometry
         _GEOMETRY.pack_into(buf, _IN_BLOB_OFFSET, in_blob, *dims)
-        self._go(nblocks, nthreads)
+        if _profiling is not None:
+            self._go(nblocks, nthreads)
+            return None
+        # _go's common case inline: a Python call is a tenth of a launch here
+        raw = _raw_stream(device)
+        stream = _streams.get(raw)
+        if stream is None:
+            stream = _stream_arg(raw)
+        rc = self._cu_launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params,
+                             None)
+        if rc:
+            self._go(nblocks, nthreads)  # the context or the error, handled there
         return None
 
     def _go(self, nblocks, nthreads):
@@ -623,7 +637,8 @@ class Library(library.Library):
 
     def __init__(self, translation: CudaTranslation, metal_version: int):
         super().__init__(translation.kernels)
-        self._set(_tr=translation, _modules={}, _device_of=None)  # device index -> CUmodule
+        # _modules: device index -> CUmodule; _device_of: torch's current-device query
+        self._set(_tr=translation, _modules={}, _device_of=None)
 
     def _module(self, index: int):
         import torch
