@@ -4,13 +4,19 @@ against torch's own CUDA implementation of the same op and against a roofline.
 These are NVIDIA numbers: they say how the Metal kernels' algorithms fare on a GPU that exists
 here, and nothing about Apple GPUs.
 
-    python benchmarks/bench_cuda_executor.py [--reps 21] [--out results.md]
+    python benchmarks/bench_cuda_executor.py [--reps 21] [--sections launch,matrix,cases]
+        [--gemm-sizes 256,1024,2048] [--out results.md]
 
-Each case times the contenders interleaved (one call of each per round, CUDA events around each
-call, the stream synchronized between calls) after warm-up calls, and reports the median with
-the min and max over the rounds. The roofline time is max(bytes / bandwidth, flops / fp32 peak)
-with the bytes that must move at least once (the input read, the result written) and LAPACK's
-flop counts; it ignores launch latency, which dominates the small cases.
+Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
+of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
+``cases``, the library's kernels against torch's op. Each case times the contenders interleaved
+(one call of each per round, CUDA events around each call, the stream synchronized between
+calls) after warm-up calls, and reports the median with the min and max over the rounds, and
+next to it the device time of the executor's kernels (`mpslinalg.emulator.cuda.profile`) with a
+per-kernel breakdown, so that a slow kernel shows as one. The roofline time is max(bytes /
+bandwidth, flops / fp32 peak) with the bytes that must move at least once (the input read, the
+result written) and LAPACK's flop counts; it ignores launch latency, which dominates the small
+cases.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ __all__ = [
     "translate_to_cuda",
     "nvrtc_version",
     "is_available",
+    "profile",
+    "Profile",
     "CudaUnsupportedError",
     "NvrtcNotFoundError",
 ]

@@ -279,7 +279,7 @@ def test_repeated_launches_take_the_fast_path_with_the_same_results():
     lib = cuda.compile_shader(_SCALARS)
     k = lib.axpb
     x = torch.randn(6, 10, device="cuda")
-    for rep in range(3):
+    for _ in range(3):
         for a, b, threads, group in [(3, 0.5, [10, 6], [4, 2]), (-2**40, -1.25, (10, 6), None),
                                      (7, 2.0, [10, 6], [10, 1])]:
             y = torch.full_like(x, float("nan"))
