@@ -44,11 +44,14 @@ rotated.
 
 A third, `EXPM_LIBRARY`, holds the matrix exponential (n <= 4, float32:
 `mpslinalg.small.codegen.emit_matrix_exp`), bit-identical to metal/linalg/small_matrix_exp.h
+in the emulator. A fourth, `CHOL_LIBRARY`, holds the Cholesky family (cholesky_ex,
+solve_triangular, cholesky_solve; n <= 4, float32: `mpslinalg.small.codegen.emit_cholesky`,
+`emit_triangular_solve`, `emit_cholesky_solve`), bit-identical to metal/linalg/small_cholesky.h
 in the emulator.
 
 The sources are checked in as generated files (``native/small_cpu.cpp``,
-``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, with their flags in
-``native/flags.cmake``; see
+``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, ``native/small_cpu_chol.cpp``,
+with their flags in ``native/libraries.cmake``; see
 `mpslinalg.small.generated`), the build backend compiles them when the package is built or
 installed (``CMakeLists.txt``), and `mpslinalg.small.native` loads the result from the package
 when this module is imported: from the first call on, a call takes the same path (see `ready`).
@@ -447,7 +450,8 @@ _REAL_KEYS = {torch.float32: "f32", torch.float64: "f64"}
 _ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
 
 #: Each native library's flags, by name: ``native/<name>.cpp`` is its source.
-_LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS, "small_cpu_expm": _FLAGS}
+_LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS, "small_cpu_expm": _FLAGS,
+                  "small_cpu_chol": _ORTH_FLAGS}
 
 
 @generated.generates("native/libraries.cmake")
@@ -761,8 +765,123 @@ def _bind_expm(lib: ctypes.CDLL) -> None:
 
 #: The matrix-exponential library, loaded from the package like `LIBRARY`.
 EXPM_LIBRARY = native.NativeLibrary("small_cpu_expm", _bind_expm)
+
+
+# ------------------------------------------------------------------------------ Cholesky family
+#
+# A fourth library: cholesky_ex, solve_triangular and cholesky_solve of n <= 4 matrices, float32
+# (`mpslinalg.small.codegen`'s emit_cholesky, emit_triangular_solve, emit_cholesky_solve),
+# bit-identical to metal/linalg/small_cholesky.h in the emulator. One function per variant
+# (upper, left, unitriangular), as the Metal kernels: the substitution's direction is the code's
+# shape. -fno-math-errno: the square root of a non-positive pivot (selected away) sets no errno.
+
+_CHOL_ARGS = "const T* A, T* L, int* INFO"
+_RHS_ARGS = "const T* A, const T* B, T* X, long nrhs"
+
+
+def _chol_name(n: int, upper: bool) -> str:
+    return f"cholesky_n{n}_upper{int(upper)}_f32"
+
+
+def _trsm_name(n: int, left: bool, upper: bool, unit: bool) -> str:
+    return f"solve_triangular_n{n}_left{int(left)}_upper{int(upper)}_unit{int(unit)}_f32"
+
+
+def _chol_solve_name(n: int, upper: bool) -> str:
+    return f"cholesky_solve_n{n}_upper{int(upper)}_f32"
+
+
+def _chol_block(w: _Writer, n: int, upper: bool) -> None:
+    """The body of the cholesky block function: factor and info of cnt (<= W) matrices."""
+    dl = _Cpp(w)
+    _load(w, n, n)
+    _codegen.emit_hermitian_lower(dl, n, upper, "l")
+    _codegen.emit_cholesky(dl, n)
+    entry = _codegen.cholesky_factor_entry(n, upper)
+    _store(w, "L", n, n, lambda i, j: "splat_f(0)" if entry(i, j) is None
+           else dl.render(entry(i, j)))
+    w("for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];")
+
+
+def _rhs_block(w: _Writer, n: int, column_major: bool, body) -> None:
+    """The block's right-hand sides one at a time: x{i} loaded from B, ``body()``, stored to X
+    (B n x nrhs per matrix, or nrhs x n with ``column_major``: one right-hand side per row)."""
+    at = (f"((base + l) * nrhs + j) * {n} + i" if column_major
+          else f"((base + l) * {n} + i) * nrhs + j")
+    w("for (long j = 0; j < nrhs; ++j) {")
+    w(f"alignas(64) T b[{n}][W] = {{}};")
+    _loop(w, f"for (int i = 0; i < {n}; ++i) b[i][l] = B[{at}];")
+    for i in range(n):
+        w(f"vf x{i}; __builtin_memcpy(&x{i}, b[{i}], sizeof(vf));")
+    body()
+    for i in range(n):
+        w(f"__builtin_memcpy(b[{i}], &x{i}, sizeof(vf));")
+    _loop(w, f"for (int i = 0; i < {n}; ++i) X[{at}] = b[i][l];")
+    w("}")
+
+
+def _trsm_block(w: _Writer, n: int, left: bool, upper: bool, unit: bool) -> None:
+    """The body of the solve_triangular block function."""
+    dl = _Cpp(w)
+    _load(w, n, n)
+    _rhs_block(w, n, not left, lambda: _codegen.emit_triangular_solve(
+        dl, n, _codegen.triangular_entry(left), _codegen.triangular_solves_lower(left, upper),
+        unit))
+
+
+def _chol_solve_block(w: _Writer, n: int, upper: bool) -> None:
+    """The body of the cholesky_solve block function (the factor in A)."""
+    dl = _Cpp(w)
+    _load(w, n, n)
+    _codegen.emit_hermitian_lower(dl, n, upper, "l")
+    _rhs_block(w, n, False, lambda: _codegen.emit_cholesky_solve(dl, n))
+
+
+#: solve_triangular's variants: (left, upper, unitriangular).
+_TRSM_VARIANTS = tuple((left, upper, unit) for left in (True, False) for upper in (False, True)
+                       for unit in (False, True))
+
+
+@generated.generates("native/small_cpu_chol.cpp")
+def chol_source() -> str:
+    """The C++ source of the Cholesky-family library, as checked in and compiled by the
+    build."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "the Cholesky family of metal/linalg/small_cholesky.h")]
+    for n in range(1, MAX_N + 1):
+        for upper in (False, True):
+            parts.append(_orth_function(_chol_name(n, upper), "f32", _CHOL_ARGS, "A, L, INFO",
+                                        lambda w, n=n, u=upper: _chol_block(w, n, u)))
+            parts.append(_orth_function(_chol_solve_name(n, upper), "f32", _RHS_ARGS,
+                                        "A, B, X, nrhs",
+                                        lambda w, n=n, u=upper: _chol_solve_block(w, n, u)))
+        for left, upper, unit in _TRSM_VARIANTS:
+            parts.append(_orth_function(
+                _trsm_name(n, left, upper, unit), "f32", _RHS_ARGS, "A, B, X, nrhs",
+                lambda w, n=n, v=(left, upper, unit): _trsm_block(w, n, *v)))
+    return "\n".join(parts)
+
+
+def _bind_chol(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    names = [(_chol_name(n, upper), [p, p, p]) for n in range(1, MAX_N + 1)
+             for upper in (False, True)]
+    names += [(_chol_solve_name(n, upper), [p, p, p, i64]) for n in range(1, MAX_N + 1)
+              for upper in (False, True)]
+    names += [(_trsm_name(n, *v), [p, p, p, i64]) for n in range(1, MAX_N + 1)
+              for v in _TRSM_VARIANTS]
+    for name, args in names:
+        fn = getattr(lib, f"mpsl_small_{name}")
+        fn.restype = None
+        fn.argtypes = [*args, i64, i32, i32]
+
+
+#: The Cholesky-family library, loaded from the package like `LIBRARY`.
+CHOL_LIBRARY = native.NativeLibrary("small_cpu_chol", _bind_chol)
+
 #: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
-LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY}
+LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY,
+             "cholesky/solve_triangular/cholesky_solve": CHOL_LIBRARY}
 
 native.warn_absent(list(LIBRARIES.values()))
 
@@ -780,3 +899,52 @@ def small_matrix_exp(A: torch.Tensor, threads: int = 1) -> torch.Tensor:
         fn = getattr(EXPM_LIBRARY.require(), f"mpsl_small_{_expm_name(n)}")
         fn(A.data_ptr(), X.data_ptr(), batch, max(1, threads), int(_BASELINE))
     return X
+
+
+#: dtypes the Cholesky-family kernels serve.
+CHOL_DTYPES = (torch.float32,)
+
+
+def small_cholesky_ex(A: torch.Tensor, upper: bool = False,
+                      threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(factor, info) of torch.linalg.cholesky_ex(A, upper=upper) for A (*, n, n) float32 on
+    CPU, n <= 4 (only the named triangle is read)."""
+    *batch_shape, n, _ = A.shape
+    A = A.resolve_neg().contiguous()
+    batch = math.prod(batch_shape)
+    L = torch.empty(A.shape, dtype=A.dtype)
+    info = torch.empty(batch_shape, dtype=torch.int32)
+    if batch:
+        fn = getattr(CHOL_LIBRARY.require(), f"mpsl_small_{_chol_name(n, upper)}")
+        fn(A.data_ptr(), L.data_ptr(), info.data_ptr(), batch, max(1, threads), int(_BASELINE))
+    return L, info
+
+
+def _rhs_call(name: str, A: torch.Tensor, B: torch.Tensor, nrhs: int,
+              threads: int) -> torch.Tensor:
+    """X of the right-hand-side kernel ``name`` for A (*, n, n) and B of A's batch shape."""
+    A = A.resolve_neg().contiguous()
+    B = B.resolve_neg().contiguous()
+    X = torch.empty(B.shape, dtype=B.dtype)
+    batch = math.prod(A.shape[:-2])
+    if batch and B.numel():
+        fn = getattr(CHOL_LIBRARY.require(), f"mpsl_small_{name}")
+        fn(A.data_ptr(), B.data_ptr(), X.data_ptr(), nrhs, batch, max(1, threads),
+           int(_BASELINE))
+    return X
+
+
+def small_solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool = True,
+                           unitriangular: bool = False, threads: int = 1) -> torch.Tensor:
+    """torch.linalg.solve_triangular(A, B, upper=, left=, unitriangular=) for A (*, n, n)
+    float32 on CPU, n <= 4, B of A's batch shape (only A's named triangle is read)."""
+    n = A.shape[-1]
+    return _rhs_call(_trsm_name(n, left, upper, unitriangular), A, B,
+                     B.shape[-1] if left else B.shape[-2], threads)
+
+
+def small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False,
+                         threads: int = 1) -> torch.Tensor:
+    """torch.cholesky_solve(B, L, upper) for the factor L (*, n, n) float32 on CPU, n <= 4, B
+    (*, n, k) of L's batch shape (only L's named triangle is read)."""
+    return _rhs_call(_chol_solve_name(L.shape[-1], upper), L, B, B.shape[-1], threads)
