@@ -63,6 +63,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
   }
@@ -99,6 +100,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
   }
@@ -213,6 +215,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
   }
@@ -249,6 +252,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
   }
@@ -880,9 +884,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -894,6 +899,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
   }
@@ -938,9 +944,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -952,6 +959,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
   }
@@ -1096,9 +1104,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -1110,6 +1119,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
   }
@@ -1154,9 +1164,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -1168,6 +1179,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
   }
@@ -1936,13 +1948,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -1954,10 +1967,11 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -1970,6 +1984,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
   }
@@ -2027,13 +2042,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -2045,10 +2061,11 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -2061,6 +2078,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
   }
@@ -2250,13 +2268,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -2268,10 +2287,11 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -2284,6 +2304,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
   }
@@ -2341,13 +2362,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -2359,10 +2381,11 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -2375,6 +2398,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
   }
@@ -3343,17 +3367,18 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     {
       vf t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? t * r : l30;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -3365,15 +3390,16 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     {
       vf t = l31;
       t = t - l30 * l10;
-      l31 = take ? t / s : l31;
+      l31 = take ? t * r : l31;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -3386,11 +3412,12 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l32;
       t = t - l30 * l20;
       t = t - l31 * l21;
-      l32 = take ? t / s : l32;
+      l32 = take ? t * r : l32;
     }
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
@@ -3404,6 +3431,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(4) : info;
     l33 = take ? s : ok ? d : l33;
   }
@@ -3479,17 +3507,18 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     {
       vf t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? t * r : l30;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -3501,15 +3530,16 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     {
       vf t = l31;
       t = t - l30 * l10;
-      l31 = take ? t / s : l31;
+      l31 = take ? t * r : l31;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -3522,11 +3552,12 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l32;
       t = t - l30 * l20;
       t = t - l31 * l21;
-      l32 = take ? t / s : l32;
+      l32 = take ? t * r : l32;
     }
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
@@ -3540,6 +3571,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(4) : info;
     l33 = take ? s : ok ? d : l33;
   }
@@ -3789,17 +3821,18 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     {
       vf t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? t * r : l30;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -3811,15 +3844,16 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     {
       vf t = l31;
       t = t - l30 * l10;
-      l31 = take ? t / s : l31;
+      l31 = take ? t * r : l31;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -3832,11 +3866,12 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l32;
       t = t - l30 * l20;
       t = t - l31 * l21;
-      l32 = take ? t / s : l32;
+      l32 = take ? t * r : l32;
     }
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
@@ -3850,6 +3885,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(4) : info;
     l33 = take ? s : ok ? d : l33;
   }
@@ -3925,17 +3961,18 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       vf t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     {
       vf t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? t * r : l30;
     }
     info = (ok & ~pos) ? splat_i(1) : info;
     l00 = take ? s : ok ? d : l00;
@@ -3947,15 +3984,16 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     {
       vf t = l31;
       t = t - l30 * l10;
-      l31 = take ? t / s : l31;
+      l31 = take ? t * r : l31;
     }
     info = (ok & ~pos) ? splat_i(2) : info;
     l11 = take ? s : ok ? d : l11;
@@ -3968,11 +4006,12 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     {
       vf t = l32;
       t = t - l30 * l20;
       t = t - l31 * l21;
-      l32 = take ? t / s : l32;
+      l32 = take ? t * r : l32;
     }
     info = (ok & ~pos) ? splat_i(3) : info;
     l22 = take ? s : ok ? d : l22;
@@ -3986,6 +4025,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vi pos = d > 0.0f;
     vi take = ok & pos;
     vf s = vsqrt(d);
+    vf r = s / d;
     info = (ok & ~pos) ? splat_i(4) : info;
     l33 = take ? s : ok ? d : l33;
   }

@@ -37,6 +37,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
   }
@@ -85,6 +86,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
   }
@@ -289,9 +291,10 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
@@ -303,6 +306,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 2 : info;
     l11 = take ? s : ok ? d : l11;
   }
@@ -368,9 +372,10 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
@@ -382,6 +387,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 2 : info;
     l11 = take ? s : ok ? d : l11;
   }
@@ -645,13 +651,14 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       float t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
@@ -663,10 +670,11 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? s : ok ? d : l11;
@@ -679,6 +687,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 3 : info;
     l22 = take ? s : ok ? d : l22;
   }
@@ -769,13 +778,14 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       float t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
@@ -787,10 +797,11 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? s : ok ? d : l11;
@@ -803,6 +814,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 3 : info;
     l22 = take ? s : ok ? d : l22;
   }
@@ -1149,17 +1161,18 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       float t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     {
       float t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? t * r : l30;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
@@ -1171,15 +1184,16 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     {
       float t = l31;
       t = t - l30 * l10;
-      l31 = take ? t / s : l31;
+      l31 = take ? t * r : l31;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? s : ok ? d : l11;
@@ -1192,11 +1206,12 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l32;
       t = t - l30 * l20;
       t = t - l31 * l21;
-      l32 = take ? t / s : l32;
+      l32 = take ? t * r : l32;
     }
     info = (ok && !pos) ? 3 : info;
     l22 = take ? s : ok ? d : l22;
@@ -1210,6 +1225,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 4 : info;
     l33 = take ? s : ok ? d : l33;
   }
@@ -1333,17 +1349,18 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? t * r : l10;
     }
     {
       float t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? t * r : l20;
     }
     {
       float t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? t * r : l30;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? s : ok ? d : l00;
@@ -1355,15 +1372,16 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l21;
       t = t - l20 * l10;
-      l21 = take ? t / s : l21;
+      l21 = take ? t * r : l21;
     }
     {
       float t = l31;
       t = t - l30 * l10;
-      l31 = take ? t / s : l31;
+      l31 = take ? t * r : l31;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? s : ok ? d : l11;
@@ -1376,11 +1394,12 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     {
       float t = l32;
       t = t - l30 * l20;
       t = t - l31 * l21;
-      l32 = take ? t / s : l32;
+      l32 = take ? t * r : l32;
     }
     info = (ok && !pos) ? 3 : info;
     l22 = take ? s : ok ? d : l22;
@@ -1394,6 +1413,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = s / d;
     info = (ok && !pos) ? 4 : info;
     l33 = take ? s : ok ? d : l33;
   }
@@ -1819,6 +1839,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
   }
@@ -1867,6 +1888,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
   }
@@ -2071,9 +2093,10 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? mpsl::mul(t, float2(r, 0.0f)) : l10;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
@@ -2085,6 +2108,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 2 : info;
     l11 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l11;
   }
@@ -2150,9 +2174,10 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? mpsl::mul(t, float2(r, 0.0f)) : l10;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
@@ -2164,6 +2189,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 2 : info;
     l11 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l11;
   }
@@ -2427,13 +2453,14 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? mpsl::mul(t, float2(r, 0.0f)) : l10;
     }
     {
       float2 t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? mpsl::mul(t, float2(r, 0.0f)) : l20;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
@@ -2445,10 +2472,11 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l21;
       t = t - mpsl::mul(l20, mpsl::conj(l10));
-      l21 = take ? t / s : l21;
+      l21 = take ? mpsl::mul(t, float2(r, 0.0f)) : l21;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l11;
@@ -2461,6 +2489,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 3 : info;
     l22 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l22;
   }
@@ -2551,13 +2580,14 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? mpsl::mul(t, float2(r, 0.0f)) : l10;
     }
     {
       float2 t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? mpsl::mul(t, float2(r, 0.0f)) : l20;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
@@ -2569,10 +2599,11 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l21;
       t = t - mpsl::mul(l20, mpsl::conj(l10));
-      l21 = take ? t / s : l21;
+      l21 = take ? mpsl::mul(t, float2(r, 0.0f)) : l21;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l11;
@@ -2585,6 +2616,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 3 : info;
     l22 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l22;
   }
@@ -2931,17 +2963,18 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? mpsl::mul(t, float2(r, 0.0f)) : l10;
     }
     {
       float2 t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? mpsl::mul(t, float2(r, 0.0f)) : l20;
     }
     {
       float2 t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? mpsl::mul(t, float2(r, 0.0f)) : l30;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
@@ -2953,15 +2986,16 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l21;
       t = t - mpsl::mul(l20, mpsl::conj(l10));
-      l21 = take ? t / s : l21;
+      l21 = take ? mpsl::mul(t, float2(r, 0.0f)) : l21;
     }
     {
       float2 t = l31;
       t = t - mpsl::mul(l30, mpsl::conj(l10));
-      l31 = take ? t / s : l31;
+      l31 = take ? mpsl::mul(t, float2(r, 0.0f)) : l31;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l11;
@@ -2974,11 +3008,12 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l32;
       t = t - mpsl::mul(l30, mpsl::conj(l20));
       t = t - mpsl::mul(l31, mpsl::conj(l21));
-      l32 = take ? t / s : l32;
+      l32 = take ? mpsl::mul(t, float2(r, 0.0f)) : l32;
     }
     info = (ok && !pos) ? 3 : info;
     l22 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l22;
@@ -2992,6 +3027,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 4 : info;
     l33 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l33;
   }
@@ -3115,17 +3151,18 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l10;
-      l10 = take ? t / s : l10;
+      l10 = take ? mpsl::mul(t, float2(r, 0.0f)) : l10;
     }
     {
       float2 t = l20;
-      l20 = take ? t / s : l20;
+      l20 = take ? mpsl::mul(t, float2(r, 0.0f)) : l20;
     }
     {
       float2 t = l30;
-      l30 = take ? t / s : l30;
+      l30 = take ? mpsl::mul(t, float2(r, 0.0f)) : l30;
     }
     info = (ok && !pos) ? 1 : info;
     l00 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l00;
@@ -3137,15 +3174,16 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l21;
       t = t - mpsl::mul(l20, mpsl::conj(l10));
-      l21 = take ? t / s : l21;
+      l21 = take ? mpsl::mul(t, float2(r, 0.0f)) : l21;
     }
     {
       float2 t = l31;
       t = t - mpsl::mul(l30, mpsl::conj(l10));
-      l31 = take ? t / s : l31;
+      l31 = take ? mpsl::mul(t, float2(r, 0.0f)) : l31;
     }
     info = (ok && !pos) ? 2 : info;
     l11 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l11;
@@ -3158,11 +3196,12 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     {
       float2 t = l32;
       t = t - mpsl::mul(l30, mpsl::conj(l20));
       t = t - mpsl::mul(l31, mpsl::conj(l21));
-      l32 = take ? t / s : l32;
+      l32 = take ? mpsl::mul(t, float2(r, 0.0f)) : l32;
     }
     info = (ok && !pos) ? 3 : info;
     l22 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l22;
@@ -3176,6 +3215,7 @@
     bool pos = d > 0.0f;
     bool take = ok && pos;
     float s = metal::sqrt(d);
+    float r = 1.0f / s;
     info = (ok && !pos) ? 4 : info;
     l33 = take ? float2(s, 0.0f) : ok ? float2(d, 0.0f) : l33;
   }

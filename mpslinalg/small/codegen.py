@@ -1298,7 +1298,10 @@ def _emit_scale_by(dl: Dialect, cond: Var, factor: float, ratio: Var, entries: l
 # cholesky_ex is LAPACK's unblocked potf2 (lower), left-looking, column by column: d = re(a_jj)
 # - sum_k |l_jk|^2 (k = 0 .. j-1, subtracted in that order), the leading minor of order j + 1
 # is positive where d > 0 (a NaN is not), then l_jj = sqrt(d) and l_ij = (a_ij - sum_k l_ik
-# conj(l_jk)) / l_jj below it. At the first column whose d is not positive (or NaN), potf2
+# conj(l_jk)) r below it, r the pivot's reciprocal as torch's CPU factor (MKL) has it where
+# the pivot is infinite: sqrt(d) / d for real (NaN below an infinite pivot; 1 / sqrt(d) would
+# give zeros), 1 / sqrt(d) for complex, applied by a complex product (Inf becomes Inf + NaN i,
+# as there). At the first column whose d is not positive (or NaN), potf2
 # stores d on the diagonal and returns: that column's entries below the diagonal and every
 # later column keep the input's values, and info = j + 1. torch.linalg.cholesky_ex on the CPU
 # (MKL's potrf, torch 2.13) leaves exactly that pattern in the factor (checked entry by entry:
@@ -1353,12 +1356,17 @@ def emit_cholesky(dl: Dialect, n: int, complex_: bool = False) -> None:
             pos = dl.declare(BOOL, "pos", d > 0.0)
             take = dl.declare(BOOL, "take", ok & pos)
             s = dl.declare(REAL, "s", sqrt(d))
+            # The pivot's reciprocal as torch's CPU factor has it where the pivot is infinite:
+            # sqrt(d) / d (NaN) for real, 1 / sqrt(d) (0) applied by a complex product for
+            # complex (Inf * 1 = Inf + NaN i)
+            r = dl.declare(REAL, "r", constant(1.0, REAL) / s if complex_ else s / d)
+            scale = _as_matrix_dtype(r, complex_)
             for i in range(j + 1, n):
                 with dl.scope():
                     t = dl.declare(FLOAT, "t", lo[i, j])
                     for k in range(j):
                         dl.assign(t, t - lo[i, k] * conj(lo[j, k]))
-                    dl.assign(lo[i, j], select(take, t / s, lo[i, j]))
+                    dl.assign(lo[i, j], select(take, t * scale, lo[i, j]))
             dl.assign(info, select(ok & ~pos, j + 1, info))
             dl.assign(lo[j, j], select(take, _as_matrix_dtype(s, complex_), select(
                 ok, _as_matrix_dtype(d, complex_), lo[j, j])))
