@@ -50,11 +50,11 @@ void parallel(long count, int nthreads, F body) {
 namespace base_cholesky_n1_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -76,22 +76,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n1_upper0_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n1_upper0_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n1_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n1_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -113,31 +113,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n1_upper0_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n1_upper0_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n1_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n1_upper0_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n1_upper0_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n1_upper0_f32_avx2 : cholesky_n1_upper0_f32_base;
 #else
   auto fn = cholesky_n1_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n1_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
@@ -152,22 +152,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n1_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n1_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n1_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n1_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
@@ -182,31 +182,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n1_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n1_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n1_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n1_upper0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n1_upper0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n1_upper0_f32_avx2 : cholesky_solve_n1_upper0_f32_base;
 #else
   auto fn = cholesky_solve_n1_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n1_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -228,22 +228,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n1_upper1_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n1_upper1_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n1_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n1_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -265,31 +265,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n1_upper1_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n1_upper1_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n1_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n1_upper1_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n1_upper1_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n1_upper1_f32_avx2 : cholesky_n1_upper1_f32_base;
 #else
   auto fn = cholesky_n1_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n1_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
@@ -304,22 +304,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n1_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n1_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n1_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n1_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
@@ -334,31 +334,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n1_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n1_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n1_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n1_upper1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n1_upper1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n1_upper1_f32_avx2 : cholesky_solve_n1_upper1_f32_base;
 #else
   auto fn = cholesky_solve_n1_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -371,22 +371,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -399,31 +399,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper0_unit0_f32_avx2 : solve_triangular_n1_left1_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n1_left1_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -435,22 +435,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -462,31 +462,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper0_unit1_f32_avx2 : solve_triangular_n1_left1_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n1_left1_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -499,22 +499,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -527,31 +527,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper1_unit0_f32_avx2 : solve_triangular_n1_left1_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n1_left1_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -563,22 +563,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
@@ -590,31 +590,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper1_unit1_f32_avx2 : solve_triangular_n1_left1_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n1_left1_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -627,22 +627,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -655,31 +655,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper0_unit0_f32_avx2 : solve_triangular_n1_left0_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n1_left0_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -691,22 +691,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -718,31 +718,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper0_unit1_f32_avx2 : solve_triangular_n1_left0_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n1_left0_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -755,22 +755,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -783,31 +783,31 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper1_unit0_f32_avx2 : solve_triangular_n1_left0_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n1_left0_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n1_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -819,22 +819,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n1_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n1_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
@@ -846,34 +846,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n1_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper1_unit1_f32_avx2 : solve_triangular_n1_left0_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n1_left0_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n2_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -915,25 +915,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n2_upper0_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n2_upper0_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n2_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n2_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -975,34 +975,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n2_upper0_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n2_upper0_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n2_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n2_upper0_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n2_upper0_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n2_upper0_f32_avx2 : cholesky_n2_upper0_f32_base;
 #else
   auto fn = cholesky_n2_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n2_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -1025,25 +1025,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n2_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n2_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n2_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n2_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -1066,34 +1066,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n2_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n2_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n2_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n2_upper0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n2_upper0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n2_upper0_f32_avx2 : cholesky_solve_n2_upper0_f32_base;
 #else
   auto fn = cholesky_solve_n2_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n2_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -1135,25 +1135,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n2_upper1_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n2_upper1_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n2_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n2_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -1195,34 +1195,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n2_upper1_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n2_upper1_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n2_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n2_upper1_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n2_upper1_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n2_upper1_f32_avx2 : cholesky_n2_upper1_f32_base;
 #else
   auto fn = cholesky_n2_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n2_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -1245,25 +1245,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n2_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n2_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n2_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n2_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -1286,34 +1286,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n2_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n2_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n2_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n2_upper1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n2_upper1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n2_upper1_f32_avx2 : cholesky_solve_n2_upper1_f32_base;
 #else
   auto fn = cholesky_solve_n2_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1330,25 +1330,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1365,34 +1365,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper0_unit0_f32_avx2 : solve_triangular_n2_left1_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n2_left1_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1407,25 +1407,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1440,34 +1440,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper0_unit1_f32_avx2 : solve_triangular_n2_left1_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n2_left1_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1484,25 +1484,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1519,34 +1519,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper1_unit0_f32_avx2 : solve_triangular_n2_left1_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n2_left1_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1561,25 +1561,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
@@ -1594,34 +1594,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper1_unit1_f32_avx2 : solve_triangular_n2_left1_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n2_left1_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1638,25 +1638,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1673,34 +1673,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper0_unit0_f32_avx2 : solve_triangular_n2_left0_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n2_left0_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1715,25 +1715,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1748,34 +1748,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper0_unit1_f32_avx2 : solve_triangular_n2_left0_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n2_left0_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1792,25 +1792,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1827,34 +1827,34 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper1_unit0_f32_avx2 : solve_triangular_n2_left0_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n2_left0_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n2_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1869,25 +1869,25 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n2_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n2_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[3], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
@@ -1902,39 +1902,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n2_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper1_unit1_f32_avx2 : solve_triangular_n2_left0_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n2_left0_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n3_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2005,30 +2005,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n3_upper0_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n3_upper0_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n3_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n3_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2099,39 +2099,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n3_upper0_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n3_upper0_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n3_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n3_upper0_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n3_upper0_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n3_upper0_f32_avx2 : cholesky_n3_upper0_f32_base;
 #else
   auto fn = cholesky_n3_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n3_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2165,30 +2165,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n3_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n3_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n3_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n3_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2222,39 +2222,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n3_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n3_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n3_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n3_upper0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n3_upper0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n3_upper0_f32_avx2 : cholesky_solve_n3_upper0_f32_base;
 #else
   auto fn = cholesky_solve_n3_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n3_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2325,30 +2325,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n3_upper1_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n3_upper1_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n3_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n3_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2419,39 +2419,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n3_upper1_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n3_upper1_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n3_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n3_upper1_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n3_upper1_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n3_upper1_f32_avx2 : cholesky_n3_upper1_f32_base;
 #else
   auto fn = cholesky_n3_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n3_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2485,30 +2485,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n3_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n3_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n3_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n3_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2542,39 +2542,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n3_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n3_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n3_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n3_upper1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n3_upper1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n3_upper1_f32_avx2 : cholesky_solve_n3_upper1_f32_base;
 #else
   auto fn = cholesky_solve_n3_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2596,30 +2596,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2641,39 +2641,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper0_unit0_f32_avx2 : solve_triangular_n3_left1_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n3_left1_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2692,30 +2692,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2734,39 +2734,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper0_unit1_f32_avx2 : solve_triangular_n3_left1_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n3_left1_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2788,30 +2788,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2833,39 +2833,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper1_unit0_f32_avx2 : solve_triangular_n3_left1_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n3_left1_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2884,30 +2884,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
@@ -2926,39 +2926,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper1_unit1_f32_avx2 : solve_triangular_n3_left1_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n3_left1_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -2980,30 +2980,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3025,39 +3025,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper0_unit0_f32_avx2 : solve_triangular_n3_left0_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n3_left0_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3076,30 +3076,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3118,39 +3118,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper0_unit1_f32_avx2 : solve_triangular_n3_left0_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n3_left0_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3172,30 +3172,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3217,39 +3217,39 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper1_unit0_f32_avx2 : solve_triangular_n3_left0_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n3_left0_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n3_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3268,30 +3268,30 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n3_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n3_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[8], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
@@ -3310,46 +3310,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n3_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper1_unit1_f32_avx2 : solve_triangular_n3_left0_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n3_left0_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n4_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3459,37 +3459,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n4_upper0_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n4_upper0_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n4_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n4_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3599,46 +3599,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n4_upper0_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n4_upper0_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n4_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n4_upper0_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n4_upper0_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n4_upper0_f32_avx2 : cholesky_n4_upper0_f32_base;
 #else
   auto fn = cholesky_n4_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n4_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3686,37 +3686,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n4_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n4_upper0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n4_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n4_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3764,46 +3764,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n4_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n4_upper0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n4_upper0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n4_upper0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n4_upper0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n4_upper0_f32_avx2 : cholesky_solve_n4_upper0_f32_base;
 #else
   auto fn = cholesky_solve_n4_upper0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_cholesky_n4_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -3913,37 +3913,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
- __attribute__((noinline)) static void cholesky_n4_upper1_f32_base(const float* A, float* L, int* INFO, long first, long last) {
+ __attribute__((noinline)) static void cholesky_n4_upper1_f32_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace base_cholesky_n4_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_n4_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -4053,46 +4053,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n4_upper1_f32_avx2(const float* A, float* L, int* INFO, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n4_upper1_f32_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
   using namespace avx2_cholesky_n4_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, L, INFO, base, W);
-  if (base < last) block(A, L, INFO, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n4_upper1_f32(const float* A, float* L, int* INFO, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n4_upper1_f32(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n4_upper1_f32_avx2 : cholesky_n4_upper1_f32_base;
 #else
   auto fn = cholesky_n4_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
 }
 
 namespace base_cholesky_solve_n4_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -4140,37 +4140,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void cholesky_solve_n4_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void cholesky_solve_n4_upper1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_cholesky_solve_n4_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_cholesky_solve_n4_upper1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -4218,46 +4218,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n4_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n4_upper1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_cholesky_solve_n4_upper1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n4_upper1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n4_upper1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n4_upper1_f32_avx2 : cholesky_solve_n4_upper1_f32_base;
 #else
   auto fn = cholesky_solve_n4_upper1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4285,37 +4285,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left1_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4343,46 +4343,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left1_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper0_unit0_f32_avx2 : solve_triangular_n4_left1_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n4_left1_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4406,37 +4406,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left1_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4460,46 +4460,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left1_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper0_unit1_f32_avx2 : solve_triangular_n4_left1_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n4_left1_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4527,37 +4527,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left1_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4585,46 +4585,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left1_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper1_unit0_f32_avx2 : solve_triangular_n4_left1_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n4_left1_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4648,37 +4648,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left1_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
@@ -4702,46 +4702,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left1_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper1_unit1_f32_avx2 : solve_triangular_n4_left1_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n4_left1_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -4769,37 +4769,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left0_upper0_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -4827,46 +4827,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left0_upper0_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper0_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper0_unit0_f32_avx2 : solve_triangular_n4_left0_upper0_unit0_f32_base;
 #else
   auto fn = solve_triangular_n4_left0_upper0_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -4890,37 +4890,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left0_upper0_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -4944,46 +4944,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left0_upper0_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper0_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper0_unit1_f32_avx2 : solve_triangular_n4_left0_upper0_unit1_f32_base;
 #else
   auto fn = solve_triangular_n4_left0_upper0_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -5011,37 +5011,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit0_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left0_upper1_unit0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -5069,46 +5069,46 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit0_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left0_upper1_unit0_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper1_unit0_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper1_unit0_f32_avx2 : solve_triangular_n4_left0_upper1_unit0_f32_base;
 #else
   auto fn = solve_triangular_n4_left0_upper1_unit0_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }
 
 namespace base_solve_triangular_n4_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
- __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -5132,37 +5132,37 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
 }
 }
- __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit1_f32_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace base_solve_triangular_n4_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 
 #if defined(__x86_64__)
 namespace avx2_solve_triangular_n4_left0_upper1_unit1_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
-__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long base, int cnt) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
   else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[15], sizeof(vf));
+  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
   if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
@@ -5186,19 +5186,19 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
 }
 }
-__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long first, long last) {
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit1_f32_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
   using namespace avx2_solve_triangular_n4_left0_upper1_unit1_f32;
   long base = first;
-  for (; base + W <= last; base += W) block(A, B, X, nrhs, base, W);
-  if (base < last) block(A, B, X, nrhs, base, int(last - base));
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
 }
 #endif
 
-extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long batch, int nthreads, int baseline) {
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper1_unit1_f32(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
 #if defined(__x86_64__)
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper1_unit1_f32_avx2 : solve_triangular_n4_left0_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n4_left0_upper1_unit1_f32_base;
 #endif
-  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, first, last); });
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }

@@ -775,8 +775,8 @@ EXPM_LIBRARY = native.NativeLibrary("small_cpu_expm", _bind_expm)
 # (upper, left, unitriangular), as the Metal kernels: the substitution's direction is the code's
 # shape. -fno-math-errno: the square root of a non-positive pivot (selected away) sets no errno.
 
-_CHOL_ARGS = "const T* A, T* L, int* INFO"
-_RHS_ARGS = "const T* A, const T* B, T* X, long nrhs"
+_CHOL_ARGS = "const T* A, T* L, int* INFO, long trans"
+_RHS_ARGS = "const T* A, const T* B, T* X, long nrhs, long trans"
 
 
 def _chol_name(n: int, upper: bool) -> str:
@@ -791,10 +791,23 @@ def _chol_solve_name(n: int, upper: bool) -> str:
     return f"cholesky_solve_n{n}_upper{int(upper)}_f32"
 
 
+def _load_either_layout(w: _Writer, n: int) -> None:
+    """a{i}{j} = entry (i, j) of the block's matrices in A, stored row by row (contiguous
+    (batch, n, n)) or, where the run-time ``trans`` is set, column by column (A.mT contiguous:
+    torch's own factors and solutions are batches of column-major matrices, and gathering them
+    costs torch many times the kernel)."""
+    w(f"alignas(64) T t[{n * n}][W] = {{}};")
+    _loop(w, f"for (int e = 0; e < {n * n}; ++e) t[e][l] = A[(base + l) * {n * n} + e];")
+    for i in range(n):
+        for j in range(n):
+            w(f"vf a{i}{j}; __builtin_memcpy(&a{i}{j}, t[trans ? {j * n + i} : {i * n + j}], "
+              "sizeof(vf));")
+
+
 def _chol_block(w: _Writer, n: int, upper: bool) -> None:
     """The body of the cholesky block function: factor and info of cnt (<= W) matrices."""
     dl = _Cpp(w)
-    _load(w, n, n)
+    _load_either_layout(w, n)
     _codegen.emit_hermitian_lower(dl, n, upper, "l")
     _codegen.emit_cholesky(dl, n)
     entry = _codegen.cholesky_factor_entry(n, upper)
@@ -823,7 +836,7 @@ def _rhs_block(w: _Writer, n: int, column_major: bool, body) -> None:
 def _trsm_block(w: _Writer, n: int, left: bool, upper: bool, unit: bool) -> None:
     """The body of the solve_triangular block function."""
     dl = _Cpp(w)
-    _load(w, n, n)
+    _load_either_layout(w, n)
     _rhs_block(w, n, not left, lambda: _codegen.emit_triangular_solve(
         dl, n, _codegen.triangular_entry(left), _codegen.triangular_solves_lower(left, upper),
         unit))
@@ -832,7 +845,7 @@ def _trsm_block(w: _Writer, n: int, left: bool, upper: bool, unit: bool) -> None
 def _chol_solve_block(w: _Writer, n: int, upper: bool) -> None:
     """The body of the cholesky_solve block function (the factor in A)."""
     dl = _Cpp(w)
-    _load(w, n, n)
+    _load_either_layout(w, n)
     _codegen.emit_hermitian_lower(dl, n, upper, "l")
     _rhs_block(w, n, False, lambda: _codegen.emit_cholesky_solve(dl, n))
 
@@ -850,25 +863,26 @@ def chol_source() -> str:
                               "the Cholesky family of metal/linalg/small_cholesky.h")]
     for n in range(1, MAX_N + 1):
         for upper in (False, True):
-            parts.append(_orth_function(_chol_name(n, upper), "f32", _CHOL_ARGS, "A, L, INFO",
+            parts.append(_orth_function(_chol_name(n, upper), "f32", _CHOL_ARGS,
+                                        "A, L, INFO, trans",
                                         lambda w, n=n, u=upper: _chol_block(w, n, u)))
             parts.append(_orth_function(_chol_solve_name(n, upper), "f32", _RHS_ARGS,
-                                        "A, B, X, nrhs",
+                                        "A, B, X, nrhs, trans",
                                         lambda w, n=n, u=upper: _chol_solve_block(w, n, u)))
         for left, upper, unit in _TRSM_VARIANTS:
             parts.append(_orth_function(
-                _trsm_name(n, left, upper, unit), "f32", _RHS_ARGS, "A, B, X, nrhs",
+                _trsm_name(n, left, upper, unit), "f32", _RHS_ARGS, "A, B, X, nrhs, trans",
                 lambda w, n=n, v=(left, upper, unit): _trsm_block(w, n, *v)))
     return "\n".join(parts)
 
 
 def _bind_chol(lib: ctypes.CDLL) -> None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
-    names = [(_chol_name(n, upper), [p, p, p]) for n in range(1, MAX_N + 1)
+    names = [(_chol_name(n, upper), [p, p, p, i64]) for n in range(1, MAX_N + 1)
              for upper in (False, True)]
-    names += [(_chol_solve_name(n, upper), [p, p, p, i64]) for n in range(1, MAX_N + 1)
+    names += [(_chol_solve_name(n, upper), [p, p, p, i64, i64]) for n in range(1, MAX_N + 1)
               for upper in (False, True)]
-    names += [(_trsm_name(n, *v), [p, p, p, i64]) for n in range(1, MAX_N + 1)
+    names += [(_trsm_name(n, *v), [p, p, p, i64, i64]) for n in range(1, MAX_N + 1)
               for v in _TRSM_VARIANTS]
     for name, args in names:
         fn = getattr(lib, f"mpsl_small_{name}")
@@ -905,31 +919,41 @@ def small_matrix_exp(A: torch.Tensor, threads: int = 1) -> torch.Tensor:
 CHOL_DTYPES = (torch.float32,)
 
 
+def _matrices(A: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(memory, trans): A's batch as the kernels read it, row by row (trans 0) or, where A.mT is
+    contiguous (torch's factors), column by column (1) without a copy."""
+    A = A.resolve_neg()
+    if not A.is_contiguous() and A.mT.is_contiguous():
+        return A.mT, 1
+    return A.contiguous(), 0
+
+
 def small_cholesky_ex(A: torch.Tensor, upper: bool = False,
                       threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(factor, info) of torch.linalg.cholesky_ex(A, upper=upper) for A (*, n, n) float32 on
     CPU, n <= 4 (only the named triangle is read)."""
     *batch_shape, n, _ = A.shape
-    A = A.resolve_neg().contiguous()
+    M, trans = _matrices(A)
     batch = math.prod(batch_shape)
     L = torch.empty(A.shape, dtype=A.dtype)
     info = torch.empty(batch_shape, dtype=torch.int32)
     if batch:
         fn = getattr(CHOL_LIBRARY.require(), f"mpsl_small_{_chol_name(n, upper)}")
-        fn(A.data_ptr(), L.data_ptr(), info.data_ptr(), batch, max(1, threads), int(_BASELINE))
+        fn(M.data_ptr(), L.data_ptr(), info.data_ptr(), trans, batch, max(1, threads),
+           int(_BASELINE))
     return L, info
 
 
 def _rhs_call(name: str, A: torch.Tensor, B: torch.Tensor, nrhs: int,
               threads: int) -> torch.Tensor:
     """X of the right-hand-side kernel ``name`` for A (*, n, n) and B of A's batch shape."""
-    A = A.resolve_neg().contiguous()
+    M, trans = _matrices(A)
     B = B.resolve_neg().contiguous()
     X = torch.empty(B.shape, dtype=B.dtype)
     batch = math.prod(A.shape[:-2])
     if batch and B.numel():
         fn = getattr(CHOL_LIBRARY.require(), f"mpsl_small_{name}")
-        fn(A.data_ptr(), B.data_ptr(), X.data_ptr(), nrhs, batch, max(1, threads),
+        fn(M.data_ptr(), B.data_ptr(), X.data_ptr(), nrhs, trans, batch, max(1, threads),
            int(_BASELINE))
     return X
 

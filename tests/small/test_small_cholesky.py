@@ -290,6 +290,17 @@ def test_layouts_broadcast_and_inputs_not_modified(native_chol):
     L, info = sc.small_cholesky_ex(A)
     assert torch.equal(A, A0) and L.shape == (2, 9, 3, 3) and info.shape == (2, 9)
     _exact(sc.small_cholesky_ex(noncontiguous(A))[0], L)
+    # column-major batches (torch's factors) are read in place, with the same bits
+    col = A.mT.contiguous().mT
+    _exact(sc.small_cholesky_ex(col, True)[0], sc.small_cholesky_ex(A, True)[0])
+    T = torch.linalg.cholesky(A)
+    assert not T.is_contiguous() and T.mT.is_contiguous()
+    R = random_matrix(2, torch.float32, (2, 9), seed=113, m=3)
+    for left, upper, unit in VARIANTS:
+        rhs = R if left else R.mT.contiguous()
+        _exact(sc.small_solve_triangular(T, rhs, upper, left, unit),
+               sc.small_solve_triangular(T.contiguous(), rhs, upper, left, unit))
+    _exact(sc.small_cholesky_solve(R, T), sc.small_cholesky_solve(R, T.contiguous()))
     _exact(sc.small_cholesky_ex(A[0, 0])[0], L[0, 0])  # no batch dimension
     for shape in ((0, 4, 4), (2, 0, 3, 3)):
         got, got_info = sc.small_cholesky_ex(torch.zeros(shape))
