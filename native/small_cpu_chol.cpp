@@ -47,14 +47,41 @@ void parallel(long count, int nthreads, F body) {
 }
 }  // namespace
 
+// Complex values of a block: the real and the imaginary parts as two vectors (ATTR: the
+// variant's target). Products and quotients as metal/common/scalar.h's mpsl::mul and mpsl::div
+// (Smith's quotient, NaN for an infinite divisor), the rest componentwise like Metal's float2,
+// so each lane rounds like the emulated Metal kernel.
+#define MPSL_COMPLEX_TYPES(ATTR) \
+  struct vc { vf re, im; }; \
+  ATTR static inline vc cst(T x) { return vc{splat_f(x), splat_f(T(0))}; } \
+  ATTR static inline vc csel(vi c, vc a, vc b) { return vc{c ? a.re : b.re, c ? a.im : b.im}; } \
+  ATTR static inline vc conj_c(vc a) { return vc{a.re, -a.im}; } \
+  ATTR static inline vc operator+(vc a, vc b) { return vc{a.re + b.re, a.im + b.im}; } \
+  ATTR static inline vc operator-(vc a, vc b) { return vc{a.re - b.re, a.im - b.im}; } \
+  ATTR static inline vc operator-(vc a) { return vc{-a.re, -a.im}; } \
+  ATTR static inline vc operator*(vc a, vc b) { \
+    return vc{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}; } \
+  ATTR static inline vc operator*(vc a, vf r) { return vc{a.re * r, a.im * r}; } \
+  ATTR static inline vc operator/(vc a, vc b) { \
+    vf inf = splat_f(__builtin_inff()); \
+    vi infinite = (vabs(b.re) == inf) | (vabs(b.im) == inf); \
+    vi wide = vabs(b.re) >= vabs(b.im); \
+    vf r1 = b.im / b.re; vf d1 = b.re + b.im * r1; \
+    vf r2 = b.re / b.im; vf d2 = b.im + b.re * r2; \
+    vf re = wide ? (a.re + a.im * r1) / d1 : (a.re * r2 + a.im) / d2; \
+    vf im = wide ? (a.im - a.re * r1) / d1 : (a.im * r2 - a.re) / d2; \
+    vf nan = splat_f(__builtin_nanf("")); \
+    return vc{infinite ? nan : re, infinite ? nan : im}; }
+
 namespace base_cholesky_n1_upper0_f32 {
 typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -69,9 +96,11 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[1][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -89,9 +118,10 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -106,9 +136,11 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[1][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -135,20 +167,22 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / l00;
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -165,20 +199,22 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / l00;
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -204,9 +240,10 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -221,9 +258,11 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[1][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -241,9 +280,10 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   vi info = splat_i(0);
   {
@@ -258,9 +298,11 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[1][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[(base + l) * 1 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -287,20 +329,22 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / l00;
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -317,20 +361,22 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   vf l00 = a00;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / l00;
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -356,18 +402,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -384,18 +432,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -421,17 +471,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -448,17 +500,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -484,18 +538,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -512,18 +568,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -549,17 +607,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -576,17 +636,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * 1 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * 1 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -612,18 +674,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -640,18 +704,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -677,17 +743,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -704,17 +772,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -740,18 +810,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -768,18 +840,20 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -805,17 +879,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -832,17 +908,19 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[(base + l) * 1 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t[e][l] = A[((base + l) * 1 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[1][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[((base + l) * nrhs + j) * 1 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
   __builtin_memcpy(b[0], &x0, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[((base + l) * nrhs + j) * 1 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -868,12 +946,16 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -905,12 +987,20 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[4][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -928,12 +1018,16 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -965,12 +1059,20 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[4][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -997,21 +1099,27 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x1 = x1 / l11;
@@ -1020,8 +1128,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1038,21 +1146,27 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x1 = x1 / l11;
@@ -1061,8 +1175,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1088,12 +1202,16 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -1125,12 +1243,20 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[4][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -1148,12 +1274,16 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -1185,12 +1315,20 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[4][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[(base + l) * 4 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -1217,21 +1355,27 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x1 = x1 / l11;
@@ -1240,8 +1384,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1258,21 +1402,27 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x1 = x1 / l11;
@@ -1281,8 +1431,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   x0 = x0 / l00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1308,25 +1458,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a10 * x0;
   x1 = x1 / a11;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1343,25 +1499,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a10 * x0;
   x1 = x1 / a11;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1387,23 +1549,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 - a10 * x0;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1420,23 +1588,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 - a10 * x0;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1462,25 +1636,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 / a11;
   x0 = x0 - a01 * x1;
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1497,25 +1677,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 / a11;
   x0 = x0 - a01 * x1;
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1541,23 +1727,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 - a01 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1574,23 +1766,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * 2 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 - a01 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * 2 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1616,25 +1814,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 / a11;
   x0 = x0 - a10 * x1;
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1651,25 +1855,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 / a11;
   x0 = x0 - a10 * x1;
   x0 = x0 / a00;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1695,23 +1905,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 - a10 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1728,23 +1944,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 - a10 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1770,25 +1992,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a01 * x0;
   x1 = x1 / a11;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1805,25 +2033,31 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a01 * x0;
   x1 = x1 / a11;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1849,23 +2083,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 - a01 * x0;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1882,23 +2122,29 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[(base + l) * 4 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t[e][l] = A[((base + l) * 4 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 2 : 1], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 2], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 3 : 3], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[2][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[((base + l) * nrhs + j) * 2 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
   x1 = x1 - a01 * x0;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[((base + l) * nrhs + j) * 2 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -1924,17 +2170,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -1990,17 +2245,35 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[9][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -2018,17 +2291,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2084,17 +2366,35 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[9][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -2121,17 +2421,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2140,11 +2449,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf l22 = a22;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -2160,8 +2472,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2178,17 +2490,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -2197,11 +2518,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf l22 = a22;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -2217,8 +2541,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2244,17 +2568,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2310,17 +2643,35 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[9][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -2338,17 +2689,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2404,17 +2764,35 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[9][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[(base + l) * 9 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -2441,17 +2819,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2460,11 +2847,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf l22 = a22;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -2480,8 +2870,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2498,17 +2888,26 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -2517,11 +2916,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf l22 = a22;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -2537,8 +2939,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2564,24 +2966,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
@@ -2591,8 +3005,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2609,24 +3023,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
@@ -2636,8 +3062,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2663,32 +3089,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
   x2 = x2 - a21 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2705,32 +3143,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
   x2 = x2 - a21 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2756,24 +3206,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x2 = x2 / a22;
   x1 = x1 - a12 * x2;
   x0 = x0 - a02 * x2;
@@ -2783,8 +3245,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2801,24 +3263,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x2 = x2 / a22;
   x1 = x1 - a12 * x2;
   x0 = x0 - a02 * x2;
@@ -2828,8 +3302,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2855,32 +3329,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a12 * x2;
   x0 = x0 - a02 * x2;
   x0 = x0 - a01 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2897,32 +3383,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * 3 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a12 * x2;
   x0 = x0 - a02 * x2;
   x0 = x0 - a01 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * 3 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2948,24 +3446,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x2 = x2 / a22;
   x1 = x1 - a21 * x2;
   x0 = x0 - a20 * x2;
@@ -2975,8 +3485,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -2993,24 +3503,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x2 = x2 / a22;
   x1 = x1 - a21 * x2;
   x0 = x0 - a20 * x2;
@@ -3020,8 +3542,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3047,32 +3569,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a21 * x2;
   x0 = x0 - a20 * x2;
   x0 = x0 - a10 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3089,32 +3623,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a21 * x2;
   x0 = x0 - a20 * x2;
   x0 = x0 - a10 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3140,24 +3686,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
@@ -3167,8 +3725,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3185,24 +3743,36 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
@@ -3212,8 +3782,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3239,32 +3809,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
   x2 = x2 - a12 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3281,32 +3863,44 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[9][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[(base + l) * 9 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t[e][l] = A[((base + l) * 9 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 3 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 6 : 2], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 3], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 4 : 4], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 7 : 5], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 6], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 5 : 7], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 8 : 8], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[3][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[((base + l) * nrhs + j) * 3 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
   x2 = x2 - a12 * x1;
   __builtin_memcpy(b[0], &x0, sizeof(vf));
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[((base + l) * nrhs + j) * 3 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3332,24 +3926,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3437,24 +4047,56 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[16][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[9], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[10], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[11], &v, sizeof(vf)); }
-  { vf v = l30; __builtin_memcpy(o[12], &v, sizeof(vf)); }
-  { vf v = l31; __builtin_memcpy(o[13], &v, sizeof(vf)); }
-  { vf v = l32; __builtin_memcpy(o[14], &v, sizeof(vf)); }
-  { vf v = l33; __builtin_memcpy(o[15], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[9], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[10], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[11], &v, sizeof(vf));
+  }
+  { vf v = l30;
+  __builtin_memcpy(o[12], &v, sizeof(vf));
+  }
+  { vf v = l31;
+  __builtin_memcpy(o[13], &v, sizeof(vf));
+  }
+  { vf v = l32;
+  __builtin_memcpy(o[14], &v, sizeof(vf));
+  }
+  { vf v = l33;
+  __builtin_memcpy(o[15], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -3472,24 +4114,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3577,24 +4235,56 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[16][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[9], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[10], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[11], &v, sizeof(vf)); }
-  { vf v = l30; __builtin_memcpy(o[12], &v, sizeof(vf)); }
-  { vf v = l31; __builtin_memcpy(o[13], &v, sizeof(vf)); }
-  { vf v = l32; __builtin_memcpy(o[14], &v, sizeof(vf)); }
-  { vf v = l33; __builtin_memcpy(o[15], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[9], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[10], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[11], &v, sizeof(vf));
+  }
+  { vf v = l30;
+  __builtin_memcpy(o[12], &v, sizeof(vf));
+  }
+  { vf v = l31;
+  __builtin_memcpy(o[13], &v, sizeof(vf));
+  }
+  { vf v = l32;
+  __builtin_memcpy(o[14], &v, sizeof(vf));
+  }
+  { vf v = l33;
+  __builtin_memcpy(o[15], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -3621,24 +4311,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3651,12 +4357,16 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf l33 = a33;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -3681,8 +4391,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3699,24 +4409,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a10;
   vf l11 = a11;
@@ -3729,12 +4455,16 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf l33 = a33;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -3759,8 +4489,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -3786,24 +4516,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -3891,24 +4637,56 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   }
   {
   alignas(64) T o[16][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l30; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = l31; __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[9], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[10], &v, sizeof(vf)); }
-  { vf v = l32; __builtin_memcpy(o[11], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[12], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[13], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[14], &v, sizeof(vf)); }
-  { vf v = l33; __builtin_memcpy(o[15], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l30;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = l31;
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[9], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[10], &v, sizeof(vf));
+  }
+  { vf v = l32;
+  __builtin_memcpy(o[11], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[12], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[13], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[14], &v, sizeof(vf));
+  }
+  { vf v = l33;
+  __builtin_memcpy(o[15], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -3926,24 +4704,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -4031,24 +4825,56 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   }
   {
   alignas(64) T o[16][W];
-  { vf v = l00; __builtin_memcpy(o[0], &v, sizeof(vf)); }
-  { vf v = l10; __builtin_memcpy(o[1], &v, sizeof(vf)); }
-  { vf v = l20; __builtin_memcpy(o[2], &v, sizeof(vf)); }
-  { vf v = l30; __builtin_memcpy(o[3], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[4], &v, sizeof(vf)); }
-  { vf v = l11; __builtin_memcpy(o[5], &v, sizeof(vf)); }
-  { vf v = l21; __builtin_memcpy(o[6], &v, sizeof(vf)); }
-  { vf v = l31; __builtin_memcpy(o[7], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[8], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[9], &v, sizeof(vf)); }
-  { vf v = l22; __builtin_memcpy(o[10], &v, sizeof(vf)); }
-  { vf v = l32; __builtin_memcpy(o[11], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[12], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[13], &v, sizeof(vf)); }
-  { vf v = splat_f(0); __builtin_memcpy(o[14], &v, sizeof(vf)); }
-  { vf v = l33; __builtin_memcpy(o[15], &v, sizeof(vf)); }
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[(base + l) * 16 + e] = o[e][l]; }
+  { vf v = l00;
+  __builtin_memcpy(o[0], &v, sizeof(vf));
+  }
+  { vf v = l10;
+  __builtin_memcpy(o[1], &v, sizeof(vf));
+  }
+  { vf v = l20;
+  __builtin_memcpy(o[2], &v, sizeof(vf));
+  }
+  { vf v = l30;
+  __builtin_memcpy(o[3], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[4], &v, sizeof(vf));
+  }
+  { vf v = l11;
+  __builtin_memcpy(o[5], &v, sizeof(vf));
+  }
+  { vf v = l21;
+  __builtin_memcpy(o[6], &v, sizeof(vf));
+  }
+  { vf v = l31;
+  __builtin_memcpy(o[7], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[8], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[9], &v, sizeof(vf));
+  }
+  { vf v = l22;
+  __builtin_memcpy(o[10], &v, sizeof(vf));
+  }
+  { vf v = l32;
+  __builtin_memcpy(o[11], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[12], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[13], &v, sizeof(vf));
+  }
+  { vf v = splat_f(0.0f);
+  __builtin_memcpy(o[14], &v, sizeof(vf));
+  }
+  { vf v = l33;
+  __builtin_memcpy(o[15], &v, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 1 + 0] = o[e][l]; }
   }
   for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
 }
@@ -4075,24 +4901,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -4105,12 +4947,16 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf l33 = a33;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -4135,8 +4981,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4153,24 +4999,40 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   vf l00 = a00;
   vf l10 = a01;
   vf l11 = a11;
@@ -4183,12 +5045,16 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf l33 = a33;
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / l00;
   x1 = x1 - l10 * x0;
   x2 = x2 - l20 * x0;
@@ -4213,8 +5079,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4240,32 +5106,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
@@ -4280,8 +5166,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4298,32 +5184,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
@@ -4338,8 +5244,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4365,32 +5271,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
   x3 = x3 - a30 * x0;
@@ -4401,8 +5327,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4419,32 +5345,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x1 = x1 - a10 * x0;
   x2 = x2 - a20 * x0;
   x3 = x3 - a30 * x0;
@@ -4455,8 +5401,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4482,32 +5428,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x3 = x3 / a33;
   x2 = x2 - a23 * x3;
   x1 = x1 - a13 * x3;
@@ -4522,8 +5488,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4540,32 +5506,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x3 = x3 / a33;
   x2 = x2 - a23 * x3;
   x1 = x1 - a13 * x3;
@@ -4580,8 +5566,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4607,32 +5593,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x2 = x2 - a23 * x3;
   x1 = x1 - a13 * x3;
   x0 = x0 - a03 * x3;
@@ -4643,8 +5649,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4661,32 +5667,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * 4 + i) * nrhs + j]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x2 = x2 - a23 * x3;
   x1 = x1 - a13 * x3;
   x0 = x0 - a03 * x3;
@@ -4697,8 +5723,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * 4 + i) * nrhs + j] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4724,32 +5750,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x3 = x3 / a33;
   x2 = x2 - a32 * x3;
   x1 = x1 - a31 * x3;
@@ -4764,8 +5810,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4782,32 +5828,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x3 = x3 / a33;
   x2 = x2 - a32 * x3;
   x1 = x1 - a31 * x3;
@@ -4822,8 +5888,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4849,32 +5915,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x2 = x2 - a32 * x3;
   x1 = x1 - a31 * x3;
   x0 = x0 - a30 * x3;
@@ -4885,8 +5971,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4903,32 +5989,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x2 = x2 - a32 * x3;
   x1 = x1 - a31 * x3;
   x0 = x0 - a30 * x3;
@@ -4939,8 +6045,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -4966,32 +6072,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
@@ -5006,8 +6132,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -5024,32 +6150,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x0 = x0 / a00;
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
@@ -5064,8 +6210,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -5091,32 +6237,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
  __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
   x3 = x3 - a03 * x0;
@@ -5127,8 +6293,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -5145,32 +6311,52 @@ typedef float T;
 MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
 __attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
   alignas(64) T t[16][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[(base + l) * 16 + e]; }
-  vf a00; __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
-  vf a01; __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
-  vf a02; __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
-  vf a03; __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
-  vf a10; __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
-  vf a11; __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
-  vf a12; __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
-  vf a13; __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
-  vf a20; __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
-  vf a21; __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
-  vf a22; __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
-  vf a23; __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
-  vf a30; __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
-  vf a31; __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
-  vf a32; __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
-  vf a33; __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t[e][l] = A[((base + l) * 16 + e) * 1 + 0]; }
+  vf a00;
+  __builtin_memcpy(&a00, t[trans ? 0 : 0], sizeof(vf));
+  vf a01;
+  __builtin_memcpy(&a01, t[trans ? 4 : 1], sizeof(vf));
+  vf a02;
+  __builtin_memcpy(&a02, t[trans ? 8 : 2], sizeof(vf));
+  vf a03;
+  __builtin_memcpy(&a03, t[trans ? 12 : 3], sizeof(vf));
+  vf a10;
+  __builtin_memcpy(&a10, t[trans ? 1 : 4], sizeof(vf));
+  vf a11;
+  __builtin_memcpy(&a11, t[trans ? 5 : 5], sizeof(vf));
+  vf a12;
+  __builtin_memcpy(&a12, t[trans ? 9 : 6], sizeof(vf));
+  vf a13;
+  __builtin_memcpy(&a13, t[trans ? 13 : 7], sizeof(vf));
+  vf a20;
+  __builtin_memcpy(&a20, t[trans ? 2 : 8], sizeof(vf));
+  vf a21;
+  __builtin_memcpy(&a21, t[trans ? 6 : 9], sizeof(vf));
+  vf a22;
+  __builtin_memcpy(&a22, t[trans ? 10 : 10], sizeof(vf));
+  vf a23;
+  __builtin_memcpy(&a23, t[trans ? 14 : 11], sizeof(vf));
+  vf a30;
+  __builtin_memcpy(&a30, t[trans ? 3 : 12], sizeof(vf));
+  vf a31;
+  __builtin_memcpy(&a31, t[trans ? 7 : 13], sizeof(vf));
+  vf a32;
+  __builtin_memcpy(&a32, t[trans ? 11 : 14], sizeof(vf));
+  vf a33;
+  __builtin_memcpy(&a33, t[trans ? 15 : 15], sizeof(vf));
   for (long j = 0; j < nrhs; ++j) {
   alignas(64) T b[4][W] = {};
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[((base + l) * nrhs + j) * 4 + i]; }
-  vf x0; __builtin_memcpy(&x0, b[0], sizeof(vf));
-  vf x1; __builtin_memcpy(&x1, b[1], sizeof(vf));
-  vf x2; __builtin_memcpy(&x2, b[2], sizeof(vf));
-  vf x3; __builtin_memcpy(&x3, b[3], sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 1 + 0]; }
+  vf x0;
+  __builtin_memcpy(&x0, b[0], sizeof(vf));
+  vf x1;
+  __builtin_memcpy(&x1, b[1], sizeof(vf));
+  vf x2;
+  __builtin_memcpy(&x2, b[2], sizeof(vf));
+  vf x3;
+  __builtin_memcpy(&x3, b[3], sizeof(vf));
   x1 = x1 - a01 * x0;
   x2 = x2 - a02 * x0;
   x3 = x3 - a03 * x0;
@@ -5181,8 +6367,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   __builtin_memcpy(b[1], &x1, sizeof(vf));
   __builtin_memcpy(b[2], &x2, sizeof(vf));
   __builtin_memcpy(b[3], &x3, sizeof(vf));
-  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
-  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[((base + l) * nrhs + j) * 4 + i] = b[i][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 1 + 0] = b[i][l]; }
   }
 }
 }
@@ -5199,6 +6385,8394 @@ extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangul
   auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper1_unit1_f32_avx2 : solve_triangular_n4_left0_upper1_unit1_f32_base;
 #else
   auto fn = solve_triangular_n4_left0_upper1_unit1_f32_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n1_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = a00;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+  alignas(64) T o_re[1][W];
+  alignas(64) T o_im[1][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n1_upper0_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n1_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n1_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = a00;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+  alignas(64) T o_re[1][W];
+  alignas(64) T o_im[1][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n1_upper0_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n1_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n1_upper0_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n1_upper0_c64_avx2 : cholesky_n1_upper0_c64_base;
+#else
+  auto fn = cholesky_n1_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n1_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = a00;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / l00;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n1_upper0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n1_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n1_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = a00;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / l00;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n1_upper0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n1_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n1_upper0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n1_upper0_c64_avx2 : cholesky_solve_n1_upper0_c64_base;
+#else
+  auto fn = cholesky_solve_n1_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n1_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+  alignas(64) T o_re[1][W];
+  alignas(64) T o_im[1][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n1_upper1_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n1_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n1_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+  alignas(64) T o_re[1][W];
+  alignas(64) T o_im[1][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) L[((base + l) * 1 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n1_upper1_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n1_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n1_upper1_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n1_upper1_c64_avx2 : cholesky_n1_upper1_c64_base;
+#else
+  auto fn = cholesky_n1_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n1_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = conj_c(a00);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / l00;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n1_upper1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n1_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n1_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc l00 = conj_c(a00);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / l00;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n1_upper1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n1_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n1_upper1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n1_upper1_c64_avx2 : cholesky_solve_n1_upper1_c64_base;
+#else
+  auto fn = cholesky_solve_n1_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper0_unit0_c64_avx2 : solve_triangular_n1_left1_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n1_left1_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper0_unit1_c64_avx2 : solve_triangular_n1_left1_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n1_left1_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper1_unit0_c64_avx2 : solve_triangular_n1_left1_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n1_left1_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * 1 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * 1 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left1_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left1_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left1_upper1_unit1_c64_avx2 : solve_triangular_n1_left1_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n1_left1_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper0_unit0_c64_avx2 : solve_triangular_n1_left0_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n1_left0_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper0_unit1_c64_avx2 : solve_triangular_n1_left0_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n1_left0_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper1_unit0_c64_avx2 : solve_triangular_n1_left0_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n1_left0_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n1_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n1_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n1_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_re[e][l] = A[((base + l) * 1 + e) * 2 + 0]; }
+  alignas(64) T t_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 1; ++e) t_im[e][l] = A[((base + l) * 1 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 0]; }
+  alignas(64) T b_im[1][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 1 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 1; ++i) X[(((base + l) * nrhs + j) * 1 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n1_left0_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n1_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n1_left0_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n1_left0_upper1_unit1_c64_avx2 : solve_triangular_n1_left0_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n1_left0_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n2_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+  alignas(64) T o_re[4][W];
+  alignas(64) T o_im[4][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = l10;
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = l11;
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n2_upper0_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n2_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n2_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+  alignas(64) T o_re[4][W];
+  alignas(64) T o_im[4][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = l10;
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = l11;
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n2_upper0_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n2_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n2_upper0_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n2_upper0_c64_avx2 : cholesky_n2_upper0_c64_base;
+#else
+  auto fn = cholesky_n2_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n2_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x1 = x1 / l11;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n2_upper0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n2_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n2_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x1 = x1 / l11;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n2_upper0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n2_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n2_upper0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n2_upper0_c64_avx2 : cholesky_solve_n2_upper0_c64_base;
+#else
+  auto fn = cholesky_solve_n2_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n2_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+  alignas(64) T o_re[4][W];
+  alignas(64) T o_im[4][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l10);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l11);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n2_upper1_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n2_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n2_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+  alignas(64) T o_re[4][W];
+  alignas(64) T o_im[4][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l10);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l11);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) L[((base + l) * 4 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n2_upper1_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n2_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n2_upper1_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n2_upper1_c64_avx2 : cholesky_n2_upper1_c64_base;
+#else
+  auto fn = cholesky_n2_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n2_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x1 = x1 / l11;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n2_upper1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n2_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n2_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x1 = x1 / l11;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n2_upper1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n2_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n2_upper1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n2_upper1_c64_avx2 : cholesky_solve_n2_upper1_c64_base;
+#else
+  auto fn = cholesky_solve_n2_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a10 * x0;
+  x1 = x1 / a11;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a10 * x0;
+  x1 = x1 / a11;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper0_unit0_c64_avx2 : solve_triangular_n2_left1_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n2_left1_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 - a10 * x0;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 - a10 * x0;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper0_unit1_c64_avx2 : solve_triangular_n2_left1_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n2_left1_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 / a11;
+  x0 = x0 - a01 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 / a11;
+  x0 = x0 - a01 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper1_unit0_c64_avx2 : solve_triangular_n2_left1_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n2_left1_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 - a01 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * 2 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 - a01 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * 2 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left1_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left1_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left1_upper1_unit1_c64_avx2 : solve_triangular_n2_left1_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n2_left1_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 / a11;
+  x0 = x0 - a10 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 / a11;
+  x0 = x0 - a10 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper0_unit0_c64_avx2 : solve_triangular_n2_left0_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n2_left0_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 - a10 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 - a10 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper0_unit1_c64_avx2 : solve_triangular_n2_left0_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n2_left0_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a01 * x0;
+  x1 = x1 / a11;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a01 * x0;
+  x1 = x1 / a11;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper1_unit0_c64_avx2 : solve_triangular_n2_left0_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n2_left0_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n2_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 - a01 * x0;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n2_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n2_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_re[e][l] = A[((base + l) * 4 + e) * 2 + 0]; }
+  alignas(64) T t_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 4; ++e) t_im[e][l] = A[((base + l) * 4 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 2 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 2 : 1], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 2], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 2], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 3 : 3], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 3 : 3], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 0]; }
+  alignas(64) T b_im[2][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 2 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  x1 = x1 - a01 * x0;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 2; ++i) X[(((base + l) * nrhs + j) * 2 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n2_left0_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n2_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n2_left0_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n2_left0_upper1_unit1_c64_avx2 : solve_triangular_n2_left0_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n2_left0_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n3_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+  alignas(64) T o_re[9][W];
+  alignas(64) T o_im[9][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = l10;
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = l11;
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = l20;
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = l21;
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = l22;
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n3_upper0_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n3_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n3_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+  alignas(64) T o_re[9][W];
+  alignas(64) T o_im[9][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = l10;
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = l11;
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = l20;
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = l21;
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = l22;
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n3_upper0_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n3_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n3_upper0_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n3_upper0_c64_avx2 : cholesky_n3_upper0_c64_base;
+#else
+  auto fn = cholesky_n3_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n3_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x2 = x2 / l22;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n3_upper0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n3_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n3_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x2 = x2 / l22;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n3_upper0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n3_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n3_upper0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n3_upper0_c64_avx2 : cholesky_solve_n3_upper0_c64_base;
+#else
+  auto fn = cholesky_solve_n3_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n3_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+  alignas(64) T o_re[9][W];
+  alignas(64) T o_im[9][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l10);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l20);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l11);
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l21);
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l22);
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n3_upper1_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n3_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n3_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+  alignas(64) T o_re[9][W];
+  alignas(64) T o_im[9][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l10);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l20);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l11);
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l21);
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l22);
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) L[((base + l) * 9 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n3_upper1_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n3_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n3_upper1_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n3_upper1_c64_avx2 : cholesky_n3_upper1_c64_base;
+#else
+  auto fn = cholesky_n3_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n3_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x2 = x2 / l22;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n3_upper1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n3_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n3_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x2 = x2 / l22;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n3_upper1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n3_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n3_upper1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n3_upper1_c64_avx2 : cholesky_solve_n3_upper1_c64_base;
+#else
+  auto fn = cholesky_solve_n3_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a21 * x1;
+  x2 = x2 / a22;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a21 * x1;
+  x2 = x2 / a22;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper0_unit0_c64_avx2 : solve_triangular_n3_left1_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n3_left1_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x2 = x2 - a21 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x2 = x2 - a21 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper0_unit1_c64_avx2 : solve_triangular_n3_left1_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n3_left1_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x2 = x2 / a22;
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a01 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x2 = x2 / a22;
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a01 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper1_unit0_c64_avx2 : solve_triangular_n3_left1_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n3_left1_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x0 = x0 - a01 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * 3 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x0 = x0 - a01 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * 3 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left1_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left1_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left1_upper1_unit1_c64_avx2 : solve_triangular_n3_left1_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n3_left1_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x2 = x2 / a22;
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a10 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x2 = x2 / a22;
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a10 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper0_unit0_c64_avx2 : solve_triangular_n3_left0_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n3_left0_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x0 = x0 - a10 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x0 = x0 - a10 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper0_unit1_c64_avx2 : solve_triangular_n3_left0_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n3_left0_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a12 * x1;
+  x2 = x2 / a22;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a12 * x1;
+  x2 = x2 / a22;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper1_unit0_c64_avx2 : solve_triangular_n3_left0_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n3_left0_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n3_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x2 = x2 - a12 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n3_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n3_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_re[e][l] = A[((base + l) * 9 + e) * 2 + 0]; }
+  alignas(64) T t_im[9][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 9; ++e) t_im[e][l] = A[((base + l) * 9 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 3 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 3 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 6 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 6 : 2], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 3], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 3], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 4 : 4], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 4 : 4], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 7 : 5], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 7 : 5], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 6], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 6], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 5 : 7], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 5 : 7], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 8 : 8], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 8 : 8], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 0]; }
+  alignas(64) T b_im[3][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 3 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x2 = x2 - a12 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 3; ++i) X[(((base + l) * nrhs + j) * 3 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n3_left0_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n3_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n3_left0_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n3_left0_upper1_unit1_c64_avx2 : solve_triangular_n3_left0_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n3_left0_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n4_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  vc l30 = a30;
+  vc l31 = a31;
+  vc l32 = a32;
+  vc l33 = a33;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    {
+      vc t = l30;
+      l30 = csel(take, t * vc{r, splat_f(0.0f)}, l30);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    {
+      vc t = l31;
+      t = t - l30 * conj_c(l10);
+      l31 = csel(take, t * vc{r, splat_f(0.0f)}, l31);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l32;
+      t = t - l30 * conj_c(l20);
+      t = t - l31 * conj_c(l21);
+      l32 = csel(take, t * vc{r, splat_f(0.0f)}, l32);
+    }
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l33).re;
+    d = d - ((l30).re * (l30).re + (l30).im * (l30).im);
+    d = d - ((l31).re * (l31).re + (l31).im * (l31).im);
+    d = d - ((l32).re * (l32).re + (l32).im * (l32).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(4) : info;
+    l33 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l33));
+  }
+  {
+  alignas(64) T o_re[16][W];
+  alignas(64) T o_im[16][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = l10;
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = l11;
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = l20;
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  { vc v = l21;
+  __builtin_memcpy(o_re[9], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[9], &v.im, sizeof(vf));
+  }
+  { vc v = l22;
+  __builtin_memcpy(o_re[10], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[10], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[11], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[11], &v.im, sizeof(vf));
+  }
+  { vc v = l30;
+  __builtin_memcpy(o_re[12], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[12], &v.im, sizeof(vf));
+  }
+  { vc v = l31;
+  __builtin_memcpy(o_re[13], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[13], &v.im, sizeof(vf));
+  }
+  { vc v = l32;
+  __builtin_memcpy(o_re[14], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[14], &v.im, sizeof(vf));
+  }
+  { vc v = l33;
+  __builtin_memcpy(o_re[15], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[15], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n4_upper0_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n4_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n4_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  vc l30 = a30;
+  vc l31 = a31;
+  vc l32 = a32;
+  vc l33 = a33;
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    {
+      vc t = l30;
+      l30 = csel(take, t * vc{r, splat_f(0.0f)}, l30);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    {
+      vc t = l31;
+      t = t - l30 * conj_c(l10);
+      l31 = csel(take, t * vc{r, splat_f(0.0f)}, l31);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l32;
+      t = t - l30 * conj_c(l20);
+      t = t - l31 * conj_c(l21);
+      l32 = csel(take, t * vc{r, splat_f(0.0f)}, l32);
+    }
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l33).re;
+    d = d - ((l30).re * (l30).re + (l30).im * (l30).im);
+    d = d - ((l31).re * (l31).re + (l31).im * (l31).im);
+    d = d - ((l32).re * (l32).re + (l32).im * (l32).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(4) : info;
+    l33 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l33));
+  }
+  {
+  alignas(64) T o_re[16][W];
+  alignas(64) T o_im[16][W];
+  { vc v = l00;
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = l10;
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = l11;
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = l20;
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  { vc v = l21;
+  __builtin_memcpy(o_re[9], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[9], &v.im, sizeof(vf));
+  }
+  { vc v = l22;
+  __builtin_memcpy(o_re[10], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[10], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[11], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[11], &v.im, sizeof(vf));
+  }
+  { vc v = l30;
+  __builtin_memcpy(o_re[12], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[12], &v.im, sizeof(vf));
+  }
+  { vc v = l31;
+  __builtin_memcpy(o_re[13], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[13], &v.im, sizeof(vf));
+  }
+  { vc v = l32;
+  __builtin_memcpy(o_re[14], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[14], &v.im, sizeof(vf));
+  }
+  { vc v = l33;
+  __builtin_memcpy(o_re[15], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[15], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n4_upper0_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n4_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n4_upper0_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n4_upper0_c64_avx2 : cholesky_n4_upper0_c64_base;
+#else
+  auto fn = cholesky_n4_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n4_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  vc l30 = a30;
+  vc l31 = a31;
+  vc l32 = a32;
+  vc l33 = a33;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x3 = x3 - l30 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x3 = x3 - l31 * x1;
+  x2 = x2 / l22;
+  x3 = x3 - l32 * x2;
+  x3 = x3 / l33;
+  x3 = x3 / conj_c(l33);
+  x2 = x2 - conj_c(l32) * x3;
+  x1 = x1 - conj_c(l31) * x3;
+  x0 = x0 - conj_c(l30) * x3;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n4_upper0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n4_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n4_upper0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = a00;
+  vc l10 = a10;
+  vc l11 = a11;
+  vc l20 = a20;
+  vc l21 = a21;
+  vc l22 = a22;
+  vc l30 = a30;
+  vc l31 = a31;
+  vc l32 = a32;
+  vc l33 = a33;
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x3 = x3 - l30 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x3 = x3 - l31 * x1;
+  x2 = x2 / l22;
+  x3 = x3 - l32 * x2;
+  x3 = x3 / l33;
+  x3 = x3 / conj_c(l33);
+  x2 = x2 - conj_c(l32) * x3;
+  x1 = x1 - conj_c(l31) * x3;
+  x0 = x0 - conj_c(l30) * x3;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n4_upper0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n4_upper0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n4_upper0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n4_upper0_c64_avx2 : cholesky_solve_n4_upper0_c64_base;
+#else
+  auto fn = cholesky_solve_n4_upper0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_cholesky_n4_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  vc l30 = conj_c(a03);
+  vc l31 = conj_c(a13);
+  vc l32 = conj_c(a23);
+  vc l33 = conj_c(a33);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    {
+      vc t = l30;
+      l30 = csel(take, t * vc{r, splat_f(0.0f)}, l30);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    {
+      vc t = l31;
+      t = t - l30 * conj_c(l10);
+      l31 = csel(take, t * vc{r, splat_f(0.0f)}, l31);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l32;
+      t = t - l30 * conj_c(l20);
+      t = t - l31 * conj_c(l21);
+      l32 = csel(take, t * vc{r, splat_f(0.0f)}, l32);
+    }
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l33).re;
+    d = d - ((l30).re * (l30).re + (l30).im * (l30).im);
+    d = d - ((l31).re * (l31).re + (l31).im * (l31).im);
+    d = d - ((l32).re * (l32).re + (l32).im * (l32).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(4) : info;
+    l33 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l33));
+  }
+  {
+  alignas(64) T o_re[16][W];
+  alignas(64) T o_im[16][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l10);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l20);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l30);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l11);
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l21);
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l31);
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[9], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[9], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l22);
+  __builtin_memcpy(o_re[10], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[10], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l32);
+  __builtin_memcpy(o_re[11], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[11], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[12], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[12], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[13], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[13], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[14], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[14], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l33);
+  __builtin_memcpy(o_re[15], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[15], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+ __attribute__((noinline)) static void cholesky_n4_upper1_c64_base(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace base_cholesky_n4_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_n4_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, T* L, int* INFO, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  vc l30 = conj_c(a03);
+  vc l31 = conj_c(a13);
+  vc l32 = conj_c(a23);
+  vc l33 = conj_c(a33);
+  vi info = splat_i(0);
+  {
+    vi ok = info == 0;
+    vf d = (l00).re;
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l10;
+      l10 = csel(take, t * vc{r, splat_f(0.0f)}, l10);
+    }
+    {
+      vc t = l20;
+      l20 = csel(take, t * vc{r, splat_f(0.0f)}, l20);
+    }
+    {
+      vc t = l30;
+      l30 = csel(take, t * vc{r, splat_f(0.0f)}, l30);
+    }
+    info = (ok & ~pos) ? splat_i(1) : info;
+    l00 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l00));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l11).re;
+    d = d - ((l10).re * (l10).re + (l10).im * (l10).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l21;
+      t = t - l20 * conj_c(l10);
+      l21 = csel(take, t * vc{r, splat_f(0.0f)}, l21);
+    }
+    {
+      vc t = l31;
+      t = t - l30 * conj_c(l10);
+      l31 = csel(take, t * vc{r, splat_f(0.0f)}, l31);
+    }
+    info = (ok & ~pos) ? splat_i(2) : info;
+    l11 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l11));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l22).re;
+    d = d - ((l20).re * (l20).re + (l20).im * (l20).im);
+    d = d - ((l21).re * (l21).re + (l21).im * (l21).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    {
+      vc t = l32;
+      t = t - l30 * conj_c(l20);
+      t = t - l31 * conj_c(l21);
+      l32 = csel(take, t * vc{r, splat_f(0.0f)}, l32);
+    }
+    info = (ok & ~pos) ? splat_i(3) : info;
+    l22 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l22));
+  }
+  {
+    vi ok = info == 0;
+    vf d = (l33).re;
+    d = d - ((l30).re * (l30).re + (l30).im * (l30).im);
+    d = d - ((l31).re * (l31).re + (l31).im * (l31).im);
+    d = d - ((l32).re * (l32).re + (l32).im * (l32).im);
+    vi pos = d > 0.0f;
+    vi take = ok & pos;
+    vf s = vsqrt(d);
+    vf r = 1.0f / s;
+    info = (ok & ~pos) ? splat_i(4) : info;
+    l33 = csel(take, vc{s, splat_f(0.0f)}, csel(ok, vc{d, splat_f(0.0f)}, l33));
+  }
+  {
+  alignas(64) T o_re[16][W];
+  alignas(64) T o_im[16][W];
+  { vc v = conj_c(l00);
+  __builtin_memcpy(o_re[0], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[0], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l10);
+  __builtin_memcpy(o_re[1], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[1], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l20);
+  __builtin_memcpy(o_re[2], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[2], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l30);
+  __builtin_memcpy(o_re[3], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[3], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[4], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[4], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l11);
+  __builtin_memcpy(o_re[5], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[5], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l21);
+  __builtin_memcpy(o_re[6], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[6], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l31);
+  __builtin_memcpy(o_re[7], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[7], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[8], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[8], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[9], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[9], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l22);
+  __builtin_memcpy(o_re[10], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[10], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l32);
+  __builtin_memcpy(o_re[11], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[11], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[12], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[12], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[13], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[13], &v.im, sizeof(vf));
+  }
+  { vc v = cst(0.0f);
+  __builtin_memcpy(o_re[14], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[14], &v.im, sizeof(vf));
+  }
+  { vc v = conj_c(l33);
+  __builtin_memcpy(o_re[15], &v.re, sizeof(vf));
+  __builtin_memcpy(o_im[15], &v.im, sizeof(vf));
+  }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 0] = o_re[e][l]; }
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) L[((base + l) * 16 + e) * 2 + 1] = o_im[e][l]; }
+  }
+  for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_n4_upper1_c64_avx2(const float* A, float* L, int* INFO, long trans, long first, long last) {
+  using namespace avx2_cholesky_n4_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, L, INFO, trans, base, W);
+  if (base < last) block(A, L, INFO, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_n4_upper1_c64(const float* A, float* L, int* INFO, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_n4_upper1_c64_avx2 : cholesky_n4_upper1_c64_base;
+#else
+  auto fn = cholesky_n4_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, L, INFO, trans, first, last); });
+}
+
+namespace base_cholesky_solve_n4_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  vc l30 = conj_c(a03);
+  vc l31 = conj_c(a13);
+  vc l32 = conj_c(a23);
+  vc l33 = conj_c(a33);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x3 = x3 - l30 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x3 = x3 - l31 * x1;
+  x2 = x2 / l22;
+  x3 = x3 - l32 * x2;
+  x3 = x3 / l33;
+  x3 = x3 / conj_c(l33);
+  x2 = x2 - conj_c(l32) * x3;
+  x1 = x1 - conj_c(l31) * x3;
+  x0 = x0 - conj_c(l30) * x3;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void cholesky_solve_n4_upper1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_cholesky_solve_n4_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_cholesky_solve_n4_upper1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  vc l00 = conj_c(a00);
+  vc l10 = conj_c(a01);
+  vc l11 = conj_c(a11);
+  vc l20 = conj_c(a02);
+  vc l21 = conj_c(a12);
+  vc l22 = conj_c(a22);
+  vc l30 = conj_c(a03);
+  vc l31 = conj_c(a13);
+  vc l32 = conj_c(a23);
+  vc l33 = conj_c(a33);
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / l00;
+  x1 = x1 - l10 * x0;
+  x2 = x2 - l20 * x0;
+  x3 = x3 - l30 * x0;
+  x1 = x1 / l11;
+  x2 = x2 - l21 * x1;
+  x3 = x3 - l31 * x1;
+  x2 = x2 / l22;
+  x3 = x3 - l32 * x2;
+  x3 = x3 / l33;
+  x3 = x3 / conj_c(l33);
+  x2 = x2 - conj_c(l32) * x3;
+  x1 = x1 - conj_c(l31) * x3;
+  x0 = x0 - conj_c(l30) * x3;
+  x2 = x2 / conj_c(l22);
+  x1 = x1 - conj_c(l21) * x2;
+  x0 = x0 - conj_c(l20) * x2;
+  x1 = x1 / conj_c(l11);
+  x0 = x0 - conj_c(l10) * x1;
+  x0 = x0 / conj_c(l00);
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void cholesky_solve_n4_upper1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_cholesky_solve_n4_upper1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_cholesky_solve_n4_upper1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? cholesky_solve_n4_upper1_c64_avx2 : cholesky_solve_n4_upper1_c64_base;
+#else
+  auto fn = cholesky_solve_n4_upper1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x3 = x3 - a30 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a21 * x1;
+  x3 = x3 - a31 * x1;
+  x2 = x2 / a22;
+  x3 = x3 - a32 * x2;
+  x3 = x3 / a33;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left1_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x3 = x3 - a30 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a21 * x1;
+  x3 = x3 - a31 * x1;
+  x2 = x2 / a22;
+  x3 = x3 - a32 * x2;
+  x3 = x3 / a33;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left1_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper0_unit0_c64_avx2 : solve_triangular_n4_left1_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n4_left1_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x3 = x3 - a30 * x0;
+  x2 = x2 - a21 * x1;
+  x3 = x3 - a31 * x1;
+  x3 = x3 - a32 * x2;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left1_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x1 = x1 - a10 * x0;
+  x2 = x2 - a20 * x0;
+  x3 = x3 - a30 * x0;
+  x2 = x2 - a21 * x1;
+  x3 = x3 - a31 * x1;
+  x3 = x3 - a32 * x2;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left1_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper0_unit1_c64_avx2 : solve_triangular_n4_left1_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n4_left1_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x3 = x3 / a33;
+  x2 = x2 - a23 * x3;
+  x1 = x1 - a13 * x3;
+  x0 = x0 - a03 * x3;
+  x2 = x2 / a22;
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a01 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left1_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x3 = x3 / a33;
+  x2 = x2 - a23 * x3;
+  x1 = x1 - a13 * x3;
+  x0 = x0 - a03 * x3;
+  x2 = x2 / a22;
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a01 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left1_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper1_unit0_c64_avx2 : solve_triangular_n4_left1_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n4_left1_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x2 = x2 - a23 * x3;
+  x1 = x1 - a13 * x3;
+  x0 = x0 - a03 * x3;
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x0 = x0 - a01 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left1_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * 4 + i) * nrhs + j) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x2 = x2 - a23 * x3;
+  x1 = x1 - a13 * x3;
+  x0 = x0 - a03 * x3;
+  x1 = x1 - a12 * x2;
+  x0 = x0 - a02 * x2;
+  x0 = x0 - a01 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * 4 + i) * nrhs + j) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left1_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left1_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left1_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left1_upper1_unit1_c64_avx2 : solve_triangular_n4_left1_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n4_left1_upper1_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x3 = x3 / a33;
+  x2 = x2 - a32 * x3;
+  x1 = x1 - a31 * x3;
+  x0 = x0 - a30 * x3;
+  x2 = x2 / a22;
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a10 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left0_upper0_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x3 = x3 / a33;
+  x2 = x2 - a32 * x3;
+  x1 = x1 - a31 * x3;
+  x0 = x0 - a30 * x3;
+  x2 = x2 / a22;
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x1 = x1 / a11;
+  x0 = x0 - a10 * x1;
+  x0 = x0 / a00;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left0_upper0_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper0_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper0_unit0_c64_avx2 : solve_triangular_n4_left0_upper0_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n4_left0_upper0_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x2 = x2 - a32 * x3;
+  x1 = x1 - a31 * x3;
+  x0 = x0 - a30 * x3;
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x0 = x0 - a10 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left0_upper0_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x2 = x2 - a32 * x3;
+  x1 = x1 - a31 * x3;
+  x0 = x0 - a30 * x3;
+  x1 = x1 - a21 * x2;
+  x0 = x0 - a20 * x2;
+  x0 = x0 - a10 * x1;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper0_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left0_upper0_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper0_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper0_unit1_c64_avx2 : solve_triangular_n4_left0_upper0_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n4_left0_upper0_unit1_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x3 = x3 - a03 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a12 * x1;
+  x3 = x3 - a13 * x1;
+  x2 = x2 / a22;
+  x3 = x3 - a23 * x2;
+  x3 = x3 / a33;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit0_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left0_upper1_unit0_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x0 = x0 / a00;
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x3 = x3 - a03 * x0;
+  x1 = x1 / a11;
+  x2 = x2 - a12 * x1;
+  x3 = x3 - a13 * x1;
+  x2 = x2 / a22;
+  x3 = x3 - a23 * x2;
+  x3 = x3 / a33;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit0_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left0_upper1_unit0_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper1_unit0_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper1_unit0_c64_avx2 : solve_triangular_n4_left0_upper1_unit0_c64_base;
+#else
+  auto fn = solve_triangular_n4_left0_upper1_unit0_c64_base;
+#endif
+  parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
+}
+
+namespace base_solve_triangular_n4_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
+MPSL_COMPLEX_TYPES()
+ __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x3 = x3 - a03 * x0;
+  x2 = x2 - a12 * x1;
+  x3 = x3 - a13 * x1;
+  x3 = x3 - a23 * x2;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+ __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit1_c64_base(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace base_solve_triangular_n4_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+
+#if defined(__x86_64__)
+namespace avx2_solve_triangular_n4_left0_upper1_unit1_c64 {
+typedef float T;
+MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 8, __attribute__((target("avx2"))))
+MPSL_COMPLEX_TYPES(__attribute__((target("avx2"))))
+__attribute__((target("avx2"))) __attribute__((noinline)) static void block(const T* A, const T* B, T* X, long nrhs, long trans, long base, int cnt) {
+  alignas(64) T t_re[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_re[e][l] = A[((base + l) * 16 + e) * 2 + 0]; }
+  alignas(64) T t_im[16][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int e = 0; e < 16; ++e) t_im[e][l] = A[((base + l) * 16 + e) * 2 + 1]; }
+  vc a00;
+  __builtin_memcpy(&a00.re, t_re[trans ? 0 : 0], sizeof(vf));
+  __builtin_memcpy(&a00.im, t_im[trans ? 0 : 0], sizeof(vf));
+  vc a01;
+  __builtin_memcpy(&a01.re, t_re[trans ? 4 : 1], sizeof(vf));
+  __builtin_memcpy(&a01.im, t_im[trans ? 4 : 1], sizeof(vf));
+  vc a02;
+  __builtin_memcpy(&a02.re, t_re[trans ? 8 : 2], sizeof(vf));
+  __builtin_memcpy(&a02.im, t_im[trans ? 8 : 2], sizeof(vf));
+  vc a03;
+  __builtin_memcpy(&a03.re, t_re[trans ? 12 : 3], sizeof(vf));
+  __builtin_memcpy(&a03.im, t_im[trans ? 12 : 3], sizeof(vf));
+  vc a10;
+  __builtin_memcpy(&a10.re, t_re[trans ? 1 : 4], sizeof(vf));
+  __builtin_memcpy(&a10.im, t_im[trans ? 1 : 4], sizeof(vf));
+  vc a11;
+  __builtin_memcpy(&a11.re, t_re[trans ? 5 : 5], sizeof(vf));
+  __builtin_memcpy(&a11.im, t_im[trans ? 5 : 5], sizeof(vf));
+  vc a12;
+  __builtin_memcpy(&a12.re, t_re[trans ? 9 : 6], sizeof(vf));
+  __builtin_memcpy(&a12.im, t_im[trans ? 9 : 6], sizeof(vf));
+  vc a13;
+  __builtin_memcpy(&a13.re, t_re[trans ? 13 : 7], sizeof(vf));
+  __builtin_memcpy(&a13.im, t_im[trans ? 13 : 7], sizeof(vf));
+  vc a20;
+  __builtin_memcpy(&a20.re, t_re[trans ? 2 : 8], sizeof(vf));
+  __builtin_memcpy(&a20.im, t_im[trans ? 2 : 8], sizeof(vf));
+  vc a21;
+  __builtin_memcpy(&a21.re, t_re[trans ? 6 : 9], sizeof(vf));
+  __builtin_memcpy(&a21.im, t_im[trans ? 6 : 9], sizeof(vf));
+  vc a22;
+  __builtin_memcpy(&a22.re, t_re[trans ? 10 : 10], sizeof(vf));
+  __builtin_memcpy(&a22.im, t_im[trans ? 10 : 10], sizeof(vf));
+  vc a23;
+  __builtin_memcpy(&a23.re, t_re[trans ? 14 : 11], sizeof(vf));
+  __builtin_memcpy(&a23.im, t_im[trans ? 14 : 11], sizeof(vf));
+  vc a30;
+  __builtin_memcpy(&a30.re, t_re[trans ? 3 : 12], sizeof(vf));
+  __builtin_memcpy(&a30.im, t_im[trans ? 3 : 12], sizeof(vf));
+  vc a31;
+  __builtin_memcpy(&a31.re, t_re[trans ? 7 : 13], sizeof(vf));
+  __builtin_memcpy(&a31.im, t_im[trans ? 7 : 13], sizeof(vf));
+  vc a32;
+  __builtin_memcpy(&a32.re, t_re[trans ? 11 : 14], sizeof(vf));
+  __builtin_memcpy(&a32.im, t_im[trans ? 11 : 14], sizeof(vf));
+  vc a33;
+  __builtin_memcpy(&a33.re, t_re[trans ? 15 : 15], sizeof(vf));
+  __builtin_memcpy(&a33.im, t_im[trans ? 15 : 15], sizeof(vf));
+  for (long j = 0; j < nrhs; ++j) {
+  alignas(64) T b_re[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_re[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 0]; }
+  alignas(64) T b_im[4][W] = {};
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) b_im[i][l] = B[(((base + l) * nrhs + j) * 4 + i) * 2 + 1]; }
+  vc x0;
+  __builtin_memcpy(&x0.re, b_re[0], sizeof(vf));
+  __builtin_memcpy(&x0.im, b_im[0], sizeof(vf));
+  vc x1;
+  __builtin_memcpy(&x1.re, b_re[1], sizeof(vf));
+  __builtin_memcpy(&x1.im, b_im[1], sizeof(vf));
+  vc x2;
+  __builtin_memcpy(&x2.re, b_re[2], sizeof(vf));
+  __builtin_memcpy(&x2.im, b_im[2], sizeof(vf));
+  vc x3;
+  __builtin_memcpy(&x3.re, b_re[3], sizeof(vf));
+  __builtin_memcpy(&x3.im, b_im[3], sizeof(vf));
+  x1 = x1 - a01 * x0;
+  x2 = x2 - a02 * x0;
+  x3 = x3 - a03 * x0;
+  x2 = x2 - a12 * x1;
+  x3 = x3 - a13 * x1;
+  x3 = x3 - a23 * x2;
+  __builtin_memcpy(b_re[0], &x0.re, sizeof(vf));
+  __builtin_memcpy(b_re[1], &x1.re, sizeof(vf));
+  __builtin_memcpy(b_re[2], &x2.re, sizeof(vf));
+  __builtin_memcpy(b_re[3], &x3.re, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 0] = b_re[i][l]; }
+  __builtin_memcpy(b_im[0], &x0.im, sizeof(vf));
+  __builtin_memcpy(b_im[1], &x1.im, sizeof(vf));
+  __builtin_memcpy(b_im[2], &x2.im, sizeof(vf));
+  __builtin_memcpy(b_im[3], &x3.im, sizeof(vf));
+  if (cnt == W) { for (int l = 0; l < W; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  else { for (int l = 0; l < cnt; ++l) for (int i = 0; i < 4; ++i) X[(((base + l) * nrhs + j) * 4 + i) * 2 + 1] = b_im[i][l]; }
+  }
+}
+}
+__attribute__((target("avx2"))) __attribute__((noinline)) static void solve_triangular_n4_left0_upper1_unit1_c64_avx2(const float* A, const float* B, float* X, long nrhs, long trans, long first, long last) {
+  using namespace avx2_solve_triangular_n4_left0_upper1_unit1_c64;
+  long base = first;
+  for (; base + W <= last; base += W) block(A, B, X, nrhs, trans, base, W);
+  if (base < last) block(A, B, X, nrhs, trans, base, int(last - base));
+}
+#endif
+
+extern "C" __attribute__((visibility("default"))) void mpsl_small_solve_triangular_n4_left0_upper1_unit1_c64(const float* A, const float* B, float* X, long nrhs, long trans, long batch, int nthreads, int baseline) {
+#if defined(__x86_64__)
+  auto fn = !baseline && __builtin_cpu_supports("avx2") ? solve_triangular_n4_left0_upper1_unit1_c64_avx2 : solve_triangular_n4_left0_upper1_unit1_c64_base;
+#else
+  auto fn = solve_triangular_n4_left0_upper1_unit1_c64_base;
 #endif
   parallel(batch, nthreads, [&](long first, long last) { fn(A, B, X, nrhs, trans, first, last); });
 }

@@ -7,9 +7,10 @@ the first leading minor that is not positive, and from there potf2's partial res
 torch.linalg.cholesky_ex on the CPU leaves it), `emit_triangular_solve` (trsm's substitution)
 and `emit_cholesky_solve` (potrs), generated for three targets:
 ``metal/linalg/small_cholesky.{h,metal}`` (metal backend, float32 and complex64, one launch per
-call, one thread per matrix), `mpslinalg.small.cpu_simd` (torch backend on CPU, float32) and
+call, one thread per matrix), `mpslinalg.small.cpu_simd` (torch backend on CPU, float32 and
+complex64, column-major batches such as torch's own factors read in place) and
 `mpslinalg.small.triton_kernels` (torch backend on CUDA, float32). Where no row of a table
-serves a call (float64, complex on the torch backend), torch's own function runs.
+serves a call (float64; complex64 on CUDA), torch's own function runs.
 
 The interface the family module (``mpslinalg/linalg/cholesky.py``) wires into its declarations
 (``small=`` / ``small_when=``); the arguments are validated, of one dtype, and square where they

@@ -359,7 +359,10 @@ _MATRIX_EXP = Table("matrix_exp", ("matrix_exp",), _SQUARES, (
 # entry + dispatch stayed below torch's minimum: cholesky 1024 (n = 1..3; at 512 n = 2, 3 tie
 # within 10%), 512 for n = 4 (37 against 45 us); solve_triangular 1024 (at 512 n = 3 loses, 32
 # against 24 us); cholesky_solve 512 for n = 2..4 (29-31 against 39-47 us), 1024 for n = 1.
-# (benchmarks/bench_small_cholesky.py, benchmarks/results/small_cholesky.md.) More right-hand
+# complex64 (measured after, load average 18-22): the same crossovers or lower (cholesky n = 3,
+# 4 and solve_triangular n = 4 won from 512, cholesky_solve n = 4 from 256), so one table
+# serves both dtypes. (benchmarks/bench_small_cholesky.py, benchmarks/results/small_cholesky.md.)
+# More right-hand
 # sides than `mpslinalg.small.cholesky.MAX_RHS` take torch (the use_small_* queries say so).
 # CUDA: not measured (no device in the session that wrote them): the LU family's crossover
 # (131072, where its public call through the Triton kernels overtook torch.linalg.inv on the
@@ -373,10 +376,11 @@ CHOLESKY_CPU_CROSSOVERS = {
     "cholesky_solve": {1: 1024, 2: 512, 3: 512, 4: 512},
 }
 _CHOLESKY_CPU_MEASURED = (
-    "2026-12-02", "2-core machine, shared (load average 6-8: noisy), torch 2.13.0+cpu, 2 "
-    "threads: the small path's entry point plus the public matrix_exp's dispatch (15-23 us) "
-    "against torch's function at batches 1 .. 4096, interleaved, 9 rounds of 50 calls, minima "
-    "(benchmarks/bench_small_cholesky.py, benchmarks/results/small_cholesky.md)")
+    "2026-12-02", "2-core machine, shared (load average 6-22: noisy), torch 2.13.0+cpu, 2 "
+    "threads, float32 and complex64: the small path's entry point plus the public "
+    "matrix_exp's dispatch (15-23 us) against torch's function at batches 1 .. 4096, "
+    "interleaved, 9 rounds of 50 calls, minima (benchmarks/bench_small_cholesky.py, "
+    "benchmarks/results/small_cholesky.md)")
 _CHOLESKY_CUDA = (
     "2026-11-30", "PROVISIONAL: the LU family's H200 crossover (benchmarks/results/"
     "small_inverse.md), not measured for this family")

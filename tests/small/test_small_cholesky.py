@@ -132,12 +132,18 @@ def _triangular(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 # ---------------------------------------------------------------- C++ vs the emulated Metal
 
 
+DTYPES = pytest.mark.parametrize("dtype", (torch.float32, torch.complex64),
+                                 ids=("float32", "complex64"))
+
+
+@DTYPES
 @pytest.mark.parametrize("baseline", (False, True), ids=("auto", "baseline"))
 @pytest.mark.parametrize("n", SIZES)
-def test_cholesky_bit_identical_to_emulator_kernel(n, baseline, monkeypatch, native_chol):
+def test_cholesky_bit_identical_to_emulator_kernel(n, baseline, dtype, monkeypatch,
+                                                   native_chol):
     """Both instruction-set variants, 1, 2 and 3 threads, lower and upper."""
     monkeypatch.setattr(sc, "_BASELINE", baseline)
-    A = _hard_batch(n)
+    A = _hard_batch(n, dtype)
     for upper in (False, True):
         want = sch._metal_cholesky_ex(A, upper)
         for threads in (1, 2, 3):
@@ -146,19 +152,21 @@ def test_cholesky_bit_identical_to_emulator_kernel(n, baseline, monkeypatch, nat
             _exact(info, want[1])
 
 
+@DTYPES
 @pytest.mark.parametrize("baseline", (False, True), ids=("auto", "baseline"))
 @pytest.mark.parametrize("n", SIZES)
-def test_solves_bit_identical_to_emulator_kernel(n, baseline, monkeypatch, native_chol):
-    """Every solve_triangular variant and cholesky_solve, 0..3 right-hand sides."""
+def test_solves_bit_identical_to_emulator_kernel(n, baseline, dtype, monkeypatch, native_chol):
+    """Every solve_triangular variant and cholesky_solve, 0..3 right-hand sides (complex:
+    Smith's quotient with its branches and its Inf rule, lane by lane)."""
     monkeypatch.setattr(sc, "_BASELINE", baseline)
-    A = _triangular(n)
+    A = _triangular(n, dtype)
     for k in (0, 1, 3):
         for left, upper, unit in VARIANTS:
             B = _right_hand_sides(A, k, left, seed=61)
             _exact(sc.small_solve_triangular(A, B, upper, left, unit, 2),
                    sch._metal_solve_triangular(A, B, upper, left, unit))
         for upper in (False, True):
-            L = sch._metal_cholesky_ex(_spd(n, torch.float32, 21, seed=62), upper)[0]
+            L = sch._metal_cholesky_ex(_spd(n, dtype, 21, seed=62), upper)[0]
             L[5] = A[5]  # a factor with a non-finite or zero diagonal too
             B = _right_hand_sides(A, k, True, seed=63)
             _exact(sc.small_cholesky_solve(B, L, upper, 2), sch._metal_cholesky_solve(B, L, upper))
@@ -229,10 +237,10 @@ def test_only_the_named_triangle_is_read(n, native_chol, metal_backend):
                 torch.triu(A) if upper else torch.tril(A), B, upper))
             _exact(sch.small_cholesky_solve(B, dirty, upper), sch.small_cholesky_solve(
                 B, torch.triu(A) if upper else torch.tril(A), upper))
-            if dtype == torch.float32:
-                for got, ref in zip(sc.small_cholesky_ex(dirty, upper),
-                                    sc.small_cholesky_ex(A, upper), strict=True):
-                    _exact(got, ref)
+            # the CPU kernels, whatever the backend in force
+            for got, ref in zip(sc.small_cholesky_ex(dirty, upper),
+                                sc.small_cholesky_ex(A, upper), strict=True):
+                _exact(got, ref)
 
 
 def _cholesky_ratio(A: torch.Tensor, L: torch.Tensor, upper: bool) -> torch.Tensor:
@@ -248,14 +256,11 @@ def test_accuracy(n, native_chol, metal_backend):
     """LAPACK's ratios < 30: the factor (xPOT01) of random, graded, near-singular (condition
     1e3 .. 1e6) SPD matrices at scales 1, 1e30 and 1e-30 (no scaling is needed: see
     `mpslinalg.small.codegen`'s Cholesky section), the triangular solves and the Cholesky
-    solves (xGET02-style residual ratios), float32 on the CPU kernels, float32 and complex64 on
-    the Metal kernels; info 0 for all of them."""
+    solves (xGET02-style residual ratios), float32 and complex64 on the CPU and the Metal
+    kernels; info 0 for all of them."""
     for dtype in (torch.float32, torch.complex64):
         A = _positive_definite(n, dtype)
-        runs = [sch.small_cholesky_ex]
-        if dtype == torch.float32:
-            runs.append(lambda A, upper: sc.small_cholesky_ex(A, upper, 2))
-        for run in runs:
+        for run in (sch.small_cholesky_ex, lambda A, upper: sc.small_cholesky_ex(A, upper, 2)):
             for upper in (False, True):
                 L, info = run(A, upper)
                 assert not info.any()
@@ -301,6 +306,15 @@ def test_layouts_broadcast_and_inputs_not_modified(native_chol):
         _exact(sc.small_solve_triangular(T, rhs, upper, left, unit),
                sc.small_solve_triangular(T.contiguous(), rhs, upper, left, unit))
     _exact(sc.small_cholesky_solve(R, T), sc.small_cholesky_solve(R, T.contiguous()))
+    # complex: lazy conjugates are resolved (A.mH of a Hermitian matrix is A, as a view)
+    C = _spd(3, torch.complex64, 5, seed=114)
+    Cv = C.mH
+    assert Cv.is_conj()
+    _exact(sc.small_cholesky_ex(Cv)[0], sc.small_cholesky_ex(Cv.resolve_conj().contiguous())[0])
+    Lc = sc.small_cholesky_ex(C)[0].mH  # a column-major conjugated view: trans and conj
+    Rc = random_matrix(2, torch.complex64, (5,), seed=115, m=3)
+    _exact(sc.small_solve_triangular(Lc, Rc, True), sc.small_solve_triangular(
+        Lc.resolve_conj().contiguous(), Rc, True))
     _exact(sc.small_cholesky_ex(A[0, 0])[0], L[0, 0])  # no batch dimension
     for shape in ((0, 4, 4), (2, 0, 3, 3)):
         got, got_info = sc.small_cholesky_ex(torch.zeros(shape))
@@ -321,8 +335,9 @@ def test_layouts_broadcast_and_inputs_not_modified(native_chol):
 
 
 def test_torch_backend_paths(monkeypatch, native_chol):
-    """float32 CPU batches from the table's crossover take the SIMD kernels; smaller batches,
-    float64 and complex take torch's functions; more than MAX_RHS right-hand sides too."""
+    """float32 and complex64 CPU batches from the table's crossover take the SIMD kernels;
+    smaller batches and float64 take torch's functions; more than MAX_RHS right-hand sides
+    too."""
     table = paths.TABLES["cholesky"].row(paths.SIMD_CPU, "cpu")
     big = _spd(3, torch.float32, table.min_batch[3], seed=121)
     small = big[: table.min_batch[3] - 1]
@@ -331,7 +346,10 @@ def test_torch_backend_paths(monkeypatch, native_chol):
     assert paths.choose("cholesky", big, "torch") == paths.SIMD_CPU
     with mpslinalg.use_backend("torch"):
         _exact(sch.small_cholesky_ex(big)[0], sc.small_cholesky_ex(big)[0])
-        for other in (big.double(), big.to(torch.complex64)):
+        cbig = big.to(torch.complex64)
+        assert paths.choose("cholesky", cbig, "torch") == paths.SIMD_CPU
+        _exact(sch.small_cholesky_ex(cbig)[0], sc.small_cholesky_ex(cbig)[0])
+        for other in (big.double(),):
             assert not sch.use_small_cholesky(other, "torch")
             _exact(sch.small_cholesky_ex(other)[0], torch.linalg.cholesky_ex(other)[0])
     rhs = sch.MAX_RHS
