@@ -1,8 +1,8 @@
 """The algorithms of the n <= 4 small path, written once for three code generators:
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
-``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``
-and ``small_matrix_exp.h``).
+``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``,
+``small_matrix_exp.h`` and ``small_cholesky.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and

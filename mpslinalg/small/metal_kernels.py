@@ -17,8 +17,12 @@ The kernels are checked in (`mpslinalg.small.generated` registers them; regenera
 by ``metal/linalg/svd.metal``; ``metal/linalg/eigh_small.h`` holds
 ``eigh_small_{float32,complex64}_n{1..4}``, included by ``metal/linalg/eigh.metal``;
 ``metal/linalg/small_matrix_exp.h`` holds ``small_matrix_exp_{float32,complex64}_n{1..4}``,
-included by ``metal/linalg/small_matrix_exp.metal``. The SVD and eigh kernels report the sweeps
-run and the rotations of the last one (`_Metal.sweeps`).
+included by ``metal/linalg/small_matrix_exp.metal``; ``metal/linalg/small_cholesky.h`` holds
+``small_cholesky_{float32,complex64}_n{1..4}_upper{0,1}``,
+``small_solve_triangular_{float32,complex64}_n{1..4}_left{0,1}_upper{0,1}_unit{0,1}`` and
+``small_cholesky_solve_{float32,complex64}_n{1..4}_upper{0,1}``, included by
+``metal/linalg/small_cholesky.metal``. The SVD and eigh kernels report the sweeps run and the
+rotations of the last one (`_Metal.sweeps`).
 
 Examples
 --------
