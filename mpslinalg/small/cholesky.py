@@ -18,8 +18,9 @@ must be; the functions only compute (forward only, no host synchronisation, inpu
 modified, results in torch's layout and dtype):
 
 - ``small_cholesky_ex(A, upper=False, backend=None) -> (factor, info)``: A (*, n, n), only the
-  triangle ``upper`` names read; the factor (the other triangle zero) and info (*,) int32, as
-  torch.linalg.cholesky_ex; ``use_small_cholesky(A, backend)`` / ``may_use_small_cholesky(A)``.
+  triangle ``upper`` names read; the factor (the other triangle zero; row-major, where torch's
+  is column-major: the same values) and info (*,) int32, as torch.linalg.cholesky_ex;
+  ``use_small_cholesky(A, backend)`` / ``may_use_small_cholesky(A)``.
 - ``small_solve_triangular(A, B, upper, left=True, unitriangular=False, backend=None) -> X``: A
   (*, n, n) triangular, B (*, n, k) (left) or (*, k, n), batch dimensions broadcast, as
   torch.linalg.solve_triangular; ``use_small_solve_triangular(A, B, left, backend)`` (also asks
@@ -28,9 +29,16 @@ modified, results in torch's layout and dtype):
 - ``small_cholesky_solve(B, L, upper=False, backend=None) -> X``: L (*, n, n) the factor (its
   triangle read), B (*, n, k), broadcast, as torch.cholesky_solve;
   ``use_small_cholesky_solve(B, L, backend)`` (k <= 4 likewise) /
-  ``may_use_small_cholesky_solve(L)``.
+  ``may_use_small_cholesky_solve(B, L)``.
 
-``backend`` None means the backend in force (``resolve_backend``).
+``backend`` None means the backend in force (``resolve_backend``). In a declaration (see
+``mpslinalg/linalg/matrix_exp.py``): ``forward={..., "small": small_cholesky_ex}`` (the
+declaration passes the op's arguments and ``backend=``), ``small_when=lambda backend, A, upper:
+use_small_cholesky(A, backend)``, ``through_op=may_use_small_cholesky`` (the ``may_use_*``
+predicates ignore arguments after the ones they read, so they take the public arguments by
+position); for solve_triangular ``small_when=lambda backend, A, B, upper, left, unitriangular:
+use_small_solve_triangular(A, B, left, backend)``, for cholesky_solve ``small_when=lambda
+backend, B, L, upper: use_small_cholesky_solve(B, L, backend)``.
 """
 
 from __future__ import annotations
@@ -126,9 +134,10 @@ def _broadcast(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 # ------------------------------------------------------------------------------ queries
 
-def may_use_small_cholesky(A: torch.Tensor) -> bool:
+def may_use_small_cholesky(A: torch.Tensor, *_: object) -> bool:
     """A cheap necessary condition of `use_small_cholesky` on the torch backend (shapes only:
-    `mpslinalg.small.paths.may_take_small_path`)."""
+    `mpslinalg.small.paths.may_take_small_path`; further arguments, the public call's, are
+    ignored)."""
     return paths.may_take_small_path("cholesky", A)
 
 
@@ -139,8 +148,9 @@ def use_small_cholesky(A: torch.Tensor, backend: str | None = None) -> bool:
     return paths.takes_small_path("cholesky", A, backend)
 
 
-def may_use_small_solve_triangular(A: torch.Tensor) -> bool:
-    """A cheap necessary condition of `use_small_solve_triangular` on the torch backend."""
+def may_use_small_solve_triangular(A: torch.Tensor, *_: object) -> bool:
+    """A cheap necessary condition of `use_small_solve_triangular` on the torch backend (A's
+    shape only; further arguments ignored)."""
     return paths.may_take_small_path("solve_triangular", A)
 
 
@@ -155,8 +165,9 @@ def use_small_solve_triangular(A: torch.Tensor, B: torch.Tensor, left: bool = Tr
     return _few_rhs(B, left) and paths.takes_small_path("solve_triangular", A, backend)
 
 
-def may_use_small_cholesky_solve(L: torch.Tensor) -> bool:
-    """A cheap necessary condition of `use_small_cholesky_solve` on the torch backend."""
+def may_use_small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, *_: object) -> bool:
+    """A cheap necessary condition of `use_small_cholesky_solve` on the torch backend (L's
+    shape only; further arguments ignored)."""
     return paths.may_take_small_path("cholesky_solve", L)
 
 
