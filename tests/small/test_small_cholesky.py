@@ -365,7 +365,8 @@ def test_torch_backend_paths(monkeypatch, native_chol):
     assert sch.use_small_cholesky_solve(torch.ones(crossover, 3, rhs), L, "torch")
     assert sch.may_use_small_cholesky_solve(torch.ones(crossover, 3, rhs), L, False)
     assert not sch.may_use_small_cholesky_solve(L[:1], L[:1])
-    assert sch.may_use_small_solve_triangular(L, L, False) and not sch.may_use_small_cholesky(L[:1])
+    assert sch.may_use_small_solve_triangular(big, big, False)
+    assert not sch.may_use_small_cholesky(big[:1])
     assert not sch.use_small_cholesky_solve(torch.ones(crossover, 3, rhs + 1), L, "torch")
     assert sch.use_small_cholesky(big, "metal") and sch.use_small_cholesky(big[:1], "metal")
     monkeypatch.setattr(sc.CHOL_LIBRARY, "loaded", None)  # not installed
