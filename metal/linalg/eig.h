@@ -154,10 +154,11 @@ inline T eig_larfg(thread T& alpha, thread T& x1, thread T& x2, int m) {
   return eig_from<T>(float2((beta - ar) / beta, -ai / beta));
 }
 
-// Barrier on threadgroup and device memory (H and Z live in either).
-inline void eig_sync() {
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-}
+// H and Z live in threadgroup or device memory: every barrier orders both.
+constant constexpr metal::mem_flags kEigMemory =
+    metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+
+inline void eig_sync() { threadgroup_barrier(kEigMemory); }
 
 // What one matrix's kernel works with.
 template <typename T, typename P>
@@ -204,6 +205,7 @@ inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ih
     w.scale[t] = 1.0f;
     w.perm[t] = t;
   }
+  eig_sync();
   int k = 0, l = n - 1;
   // Rows with no off-diagonal entry in columns 0..l go to the bottom (the last such row first).
   for (int pass = 0; pass < n; ++pass) {
@@ -215,7 +217,7 @@ inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ih
       }
       found = isolated ? metal::max(found, float(i)) : found;
     }
-    found = group_max(found, w.red, w.lane, w.sg, w.nsg);
+    found = group_max(found, w.red, w.lane, w.sg, w.nsg, kEigMemory);
     if (found < 0.0f) {
       break;
     }
@@ -241,7 +243,7 @@ inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ih
       }
       found = isolated ? metal::max(found, -float(j)) : found;
     }
-    found = group_max(found, w.red, w.lane, w.sg, w.nsg);
+    found = group_max(found, w.red, w.lane, w.sg, w.nsg, kEigMemory);
     if (found <= -float(n)) {
       break;
     }
@@ -273,8 +275,8 @@ inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ih
           ra = metal::max(ra, modulus(w.h[i * n + t]));
         }
       }
-      ca = group_max(ca, w.red, w.lane, w.sg, w.nsg);
-      ra = group_max(ra, w.red, w.lane, w.sg, w.nsg);
+      ca = group_max(ca, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+      ra = group_max(ra, w.red, w.lane, w.sg, w.nsg, kEigMemory);
       float sums[2] = {0.0f, 0.0f};
       for (int t = k + int(w.tid); t <= l; t += int(w.nth)) {
         if (ca > 0.0f) {
@@ -286,7 +288,7 @@ inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ih
           sums[1] += r * r;
         }
       }
-      group_sum_each<float, 2>(sums, w.red, w.lane, w.sg, w.nsg);
+      group_sum_each<float, 2>(sums, w.red, w.lane, w.sg, w.nsg, kEigMemory);
       float c = ca * metal::sqrt(sums[0]), r = ra * metal::sqrt(sums[1]);
       if (c == 0.0f || r == 0.0f) {
         continue;
@@ -1132,8 +1134,8 @@ inline void eig_solve(device const T* a, device float2* wout, device float2* vou
     bad = eig_finite(value) ? bad : 1.0f;
     amax = metal::max(amax, modulus(value));
   }
-  bad = group_max(bad, w.red, w.lane, w.sg, w.nsg);
-  amax = group_max(amax, w.red, w.lane, w.sg, w.nsg);
+  bad = group_max(bad, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+  amax = group_max(amax, w.red, w.lane, w.sg, w.nsg, kEigMemory);
   int status = 0;
   int e = 0;
   if (bad == 0.0f) {
