@@ -121,6 +121,25 @@ def test_extreme_scales_keep_relative_accuracy(backend, scale):
                     torch.testing.assert_close(V, V1, rtol=0, atol=0)
 
 
+def test_balancing_gives_graded_accuracy(backend):
+    """A = D B D^-1 with D = diag(1 .. 1e-6): entries over 1e12 apart, the eigenvalues of B.
+    With the balancing, each eigenvalue is within 30 n eps ||B|| cond_B of B's (the accuracy of
+    B itself), not merely of ||A|| ~ 1e6 ||B||."""
+    from mpslinalg.cases.eig import matched, scipy_eigenvalues
+
+    for dtype in DTYPES:
+        n = 10
+        B = random_matrix(n, complex_of(dtype) if dtype.is_complex else torch.float64, (2,), 7)
+        d = torch.logspace(0, -6, n, dtype=torch.float64).to(B.dtype)
+        A = (d[:, None] * B / d[None, :]).to(dtype)
+        L = mpslinalg.eigvals(backend.tensor(A)).cpu()
+        ref, cond = scipy_eigenvalues(B)
+        for b in range(2):
+            err = np.abs(matched(wide(L)[b].numpy(), ref[b]) - ref[b])
+            bound = n * torch.finfo(torch.float32).eps * torch.linalg.matrix_norm(B[b]).item()
+            assert (err / (bound * cond[b])).max() < THRESH
+
+
 def test_known_spectra(backend):
     """Triangular (isolated by the balancing), companion (polynomial roots), diagonal with
     repeated values, zero and identity: eigenvalues as SciPy's within eps * cond."""
