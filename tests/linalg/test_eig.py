@@ -142,12 +142,17 @@ def test_balancing_gives_graded_accuracy(backend):
 
 def test_known_spectra(backend):
     """Triangular (isolated by the balancing), companion (polynomial roots), diagonal with
-    repeated values, zero and identity: eigenvalues as SciPy's within eps * cond."""
+    repeated values, zero, identity, all ones and cyclic permutations: eigenvalues as SciPy's
+    within eps * cond, residuals below 30."""
     cases = [torch.triu(random_matrix(6, torch.float32, (), 1)),
              torch.tril(random_matrix(6, torch.complex64, (), 2)),
              companion(np.arange(1.0, 7.0)),
              torch.diag(torch.tensor([3.0, 1.0, 3.0, -2.0, 1.0])),
-             torch.zeros(4, 4), torch.eye(5, dtype=torch.complex64)]
+             torch.zeros(4, 4), torch.eye(5, dtype=torch.complex64), torch.ones(6, 6)]
+    # cyclic permutations (roots of unity): the standard shifts stall on them, the exceptional
+    # shifts of every 10 iterations without a deflation get them going
+    cases += [torch.roll(torch.eye(n), 1, 0).to(dtype) for n in (3, 4, 8, 11)
+              for dtype in DTYPES]
     for A in cases:
         Ab = backend.tensor(A)
         L, V = mpslinalg.eig(Ab)
