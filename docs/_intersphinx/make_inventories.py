@@ -18,9 +18,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 _TORCH_LINALG = ["det", "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor",
                  "lu_factor_ex", "lu_solve", "qr", "slogdet", "solve", "solve_ex", "svd", "eigh",
-                 "eigvalsh", "svdvals", "pinv", "matrix_rank", "cholesky", "vector_norm",
-                 "matrix_norm", "norm", "cond", "cross", "diagonal", "matmul", "matrix_power",
-                 "multi_dot", "tensorinv", "tensorsolve", "vander", "vecdot", "matrix_exp"]
+                 "eigvalsh", "eig", "eigvals", "svdvals", "pinv", "matrix_rank", "cholesky",
+                 "vector_norm", "matrix_norm", "norm", "cond", "cross", "diagonal", "matmul",
+                 "matrix_power", "multi_dot", "tensorinv", "tensorsolve", "vander", "vecdot",
+                 "matrix_exp"]
 _TORCH_TOP = ["bucketize", "eq", "ge", "geqrf", "gt", "le", "logdet", "lt", "maximum", "minimum",
               "ne", "searchsorted", "lu_unpack", "det", "inverse", "matmul", "tensordot",
               "svd_lowrank", "pca_lowrank"]

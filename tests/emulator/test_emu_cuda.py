@@ -554,6 +554,24 @@ def test_small_kernels_match_emulator(cuda_metal, n, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("shape", [(1000, 3, 3), (4, 32, 32), (1, 64, 64), (1, 100, 100)])
+def test_eig_accurate_on_the_cuda_executor(cuda_metal, shape, dtype):
+    """The eig kernels under real concurrency (both kernels: 64 and 100 take device memory):
+    converged, the LAPACK ratios of the emulator's tests, exact conjugate pairs, and the
+    eigenvalues-only run giving the same bits as the full one, as in the emulator."""
+    from mpslinalg.cases.eig import conjugate_pairs_exact, eig_ratios
+    from mpslinalg.linalg import eig_metal as _eig_metal
+
+    A = _matrices(shape, dtype, sum(shape))
+    w, V, info = (t.cpu() for t in _eig_metal.eig_metal(A.cuda(), vectors=True))
+    assert (info == 0).all()
+    assert conjugate_pairs_exact(A, w, V)
+    assert max(eig_ratios(A, w, V).values()) < 30
+    _same_bits(w, _eig_metal.eig_metal(A.cuda(), vectors=False)[0].cpu())
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.int32])
 def test_copy_strided_matches_emulator(cuda_metal, dtype):
     from mpslinalg._core.copy import contiguous
