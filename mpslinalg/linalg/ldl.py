@@ -114,7 +114,39 @@ ldl_solve_op = ldl_solve_decl.op
 # ---------------------------------------------------------------- public API
 
 
-@ldl_factor_ex_decl.public(torch.linalg.ldl_factor_ex)
+def _zero_pivot_error(error: RuntimeError, A: Tensor, hermitian: bool, fn: str) -> None:
+    """torch's error for an exactly zero D(k, k) is an internal assert ("Unknown error code"):
+    raise ours, which names the entry and the batch element, in its place."""
+    if "Unknown error code" in str(error):
+        check_errors(torch.linalg.ldl_factor_ex(A, hermitian=hermitian).info, f"mpslinalg.{fn}")
+
+
+def _torch_ldl_factor(A: Tensor, *, hermitian: bool = False,
+                      out: tuple[Tensor, Tensor] | None = None):
+    """The fast path of ldl_factor: torch.linalg.ldl_factor, with `_zero_pivot_error`."""
+    try:
+        if hermitian is False and out is None:  # torch parses keywords slowly
+            return torch.linalg.ldl_factor(A)
+        return torch.linalg.ldl_factor(A, hermitian=hermitian, out=out)
+    except RuntimeError as error:
+        _zero_pivot_error(error, A, hermitian, "ldl_factor")
+        raise
+
+
+def _torch_ldl_factor_ex(A: Tensor, *, hermitian: bool = False, check_errors: bool = False,
+                         out: tuple[Tensor, Tensor, Tensor] | None = None):
+    """The fast path of ldl_factor_ex: torch.linalg.ldl_factor_ex, with `_zero_pivot_error`."""
+    try:
+        if hermitian is False and check_errors is False and out is None:
+            return torch.linalg.ldl_factor_ex(A)
+        return torch.linalg.ldl_factor_ex(A, hermitian=hermitian, check_errors=check_errors,
+                                          out=out)
+    except RuntimeError as error:
+        _zero_pivot_error(error, A, hermitian, "ldl_factor_ex")
+        raise
+
+
+@ldl_factor_ex_decl.public(_torch_ldl_factor_ex, torch_name="linalg.ldl_factor_ex")
 def ldl_factor_ex(A: Tensor, *, hermitian: bool = False, check_errors: bool = False,
                   out: tuple[Tensor, Tensor, Tensor] | None = None):
     r"""LDL^T factorisation of a symmetric or Hermitian, possibly indefinite, matrix with
@@ -165,22 +197,6 @@ def ldl_factor_ex(A: Tensor, *, hermitian: bool = False, check_errors: bool = Fa
     (tensor([[0., 0.],
             [1., 0.]]), tensor([-2, -2], dtype=torch.int32), tensor(0, dtype=torch.int32))
     """
-
-
-def _torch_ldl_factor(A: Tensor, *, hermitian: bool = False,
-                      out: tuple[Tensor, Tensor] | None = None):
-    """The fast path: torch.linalg.ldl_factor, whose error for an exactly zero D(k, k) is an
-    internal assert ("Unknown error code"); ours names the failing entry."""
-    try:
-        if hermitian is False and out is None:  # torch parses keywords slowly
-            return torch.linalg.ldl_factor(A)
-        return torch.linalg.ldl_factor(A, hermitian=hermitian, out=out)
-    except RuntimeError as error:
-        if "Unknown error code" not in str(error):
-            raise
-        check_errors(torch.linalg.ldl_factor_ex(A, hermitian=hermitian).info,
-                     "mpslinalg.ldl_factor")
-        raise
 
 
 @ldl_factor_ex_decl.public(_torch_ldl_factor, torch_name="linalg.ldl_factor")
