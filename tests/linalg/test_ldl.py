@@ -352,6 +352,7 @@ def solve_samples(complex_: bool) -> list[Sample]:
     for kw in variants:
         h = bool(kw)
         LD, pivots = torch.linalg.ldl_factor(saddle_point(6, dt, (2,), 5, h), hermitian=h)
+        LD = LD.contiguous()
         samples += [
             Sample((LD, pivots, random_matrix(6, dt, (2,), 6)[..., :3]), kw,
                    desc=f"(2, 6, 6), 3 rhs {kw}"),
@@ -359,6 +360,7 @@ def solve_samples(complex_: bool) -> list[Sample]:
                    desc=f"LD (1, 6, 6) broadcast to B (3, 6, 2) {kw}"),
         ]
     LD, pivots = torch.linalg.ldl_factor(symmetric(3, dt, (), 8))
+    LD = LD.contiguous()
     return samples + [
         Sample((LD, pivots, random_matrix(3, dt, (2,), 9)), desc="B batched, LD not"),
         Sample((LD, pivots, torch.zeros(3, 0, dtype=dt)), desc="no right-hand side"),
@@ -412,7 +414,9 @@ OPS = [
            bad_samples=factor_bad_samples, grad_args=()),
     OpInfo("ldl_factor", mpslinalg.ldl_factor, torch.linalg.ldl_factor, factor_samples,
            bad_samples=lambda: factor_bad_samples() + singular_samples(), device_reads=1,
-           grad_args=()),
+           grad_args=(), skips={"nonfinite": "a NaN diagonal is reported through info "
+                                "(sytf2), so the checking form raises, as torch's does; "
+                                "ldl_factor_ex takes the generic test"}),
     OpInfo("ldl_solve", mpslinalg.ldl_solve, _torch_solve, solve_samples,
            bad_samples=solve_bad_samples, device_reads=1, grad_args=(), nonfinite_args=(0, 2)),
 ]
