@@ -154,6 +154,36 @@ def test_reconstruction_and_solve_ratios(backend, data):
     assert solve_ratio(full_matrix(A, hermitian), X, B) < THRESH
 
 
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_extreme_scales(backend, scale):
+    """Entries near float32's range ends (1e+-30: products and reciprocals stay finite)."""
+    for dtype, hermitian, n in ((torch.float32, False, 12), (torch.complex64, True, 12),
+                                (torch.complex64, False, 70), (torch.float32, False, 95)):
+        for kind in ("saddle point", "zero diagonal"):
+            A = backend.tensor(KINDS[kind](n, dtype, (2,), n, hermitian) * scale)
+            LD, pivots, info = mpslinalg.ldl_factor_ex(A, hermitian=hermitian)
+            assert (info == 0).all() and torch.isfinite(LD).all()
+            assert torch.equal(pivots.cpu(), torch.linalg.ldl_factor_ex(
+                A.cpu() / scale, hermitian=hermitian).pivots)
+            assert ldl_ratio(A, LD, pivots, hermitian) < THRESH
+            B = backend.tensor(random_matrix(n, dtype, (2,), 1)[..., :2] * scale)
+            X = mpslinalg.ldl_solve(LD, pivots, B, hermitian=hermitian)
+            assert solve_ratio(full_matrix(A, hermitian), X, B) < THRESH
+
+
+def test_opcheck(backend):
+    """The registered ops' schema, fake tensors and dispatch (no derivative to check)."""
+    from mpslinalg.linalg import ldl
+
+    for dtype, hermitian in ((torch.float32, False), (torch.complex64, True)):
+        A = backend.tensor(symmetric(5, dtype, (2,), 17, hermitian))
+        args = (hermitian, backend.backend, False, "")
+        torch.library.opcheck(ldl.ldl_factor_ex_op.overload, (A, *args))
+        LD, pivots, _ = ldl.ldl_factor_ex_op(A, *args)
+        B = backend.tensor(random_matrix(5, dtype, (2,), 18)[..., :2])
+        torch.library.opcheck(ldl.ldl_solve_op.overload, (LD, pivots, B, *args))
+
+
 def test_reads_only_the_lower_triangle(backend):
     """NaN above the diagonal and (Hermitian) an imaginary diagonal change nothing."""
     for dtype, hermitian in ((torch.float32, False), (torch.complex64, False),
