@@ -122,12 +122,13 @@ def lu_ratio(A, P, L, U, dtype=None) -> float:
     return batch_ratio(res, n * norm1(A) * eps(dtype))
 
 
-def _ldl_product(LD: torch.Tensor, pivots: list[int], hermitian: bool) -> torch.Tensor:
+def _ldl_product(LD: np.ndarray, pivots: list[int], hermitian: bool) -> np.ndarray:
     """P1 L1 P2 L2 ... D ... (^T, ^H when ``hermitian``) of one matrix's LAPACK sytrf / hetrf
-    factors (UPLO='L'), in LD's dtype: L accumulated column block by column block."""
+    factors (UPLO='L'), in LD's dtype: L accumulated column block by column block (NumPy: a
+    torch call per step costs more than the step)."""
     n = LD.shape[-1]
-    T = torch.eye(n, dtype=LD.dtype)
-    D = torch.zeros_like(LD)
+    T = np.eye(n, dtype=LD.dtype)
+    D = np.zeros_like(LD)
     k = 0
     while k < n:
         pair = pivots[k] < 0 and k + 1 < n
@@ -135,11 +136,11 @@ def _ldl_product(LD: torch.Tensor, pivots: list[int], hermitian: bool) -> torch.
         kp = abs(pivots[k]) - 1
         T[:, [kk, kp]] = T[:, [kp, kk]]
         T[:, k:k + s] += T[:, k + s:] @ LD[k + s:, k:k + s]
-        D[k:k + s, k:k + s] = torch.tril(LD[k:k + s, k:k + s])
+        D[k:k + s, k:k + s] = np.tril(LD[k:k + s, k:k + s])
         if pair:
             D[k, k + 1] = LD[k + 1, k].conj() if hermitian else LD[k + 1, k]
         k += s
-    return T @ D @ (T.mH if hermitian else T.mT)
+    return T @ D @ (T.conj().T if hermitian else T.T)
 
 
 def ldl_ratio(A, LD, pivots, hermitian: bool = False, dtype=None) -> float:
@@ -164,12 +165,13 @@ def ldl_ratio(A, LD, pivots, hermitian: bool = False, dtype=None) -> float:
     diag = A.diagonal(dim1=-2, dim2=-1)
     full = full + torch.diag_embed(diag.real.to(A.dtype) if hermitian else diag)
     n = max(A.shape[-1], 1)
-    flat_LD = LD.reshape(-1, *LD.shape[-2:])
-    flat_piv = pivots.detach().cpu().reshape(-1, LD.shape[-1]).tolist()
-    product = torch.stack([_ldl_product(m, p, hermitian)
-                           for m, p in zip(flat_LD, flat_piv, strict=True)]) if len(flat_piv) \
+    count = math.prod(LD.shape[:-2])
+    flat_LD = LD.reshape(count, *LD.shape[-2:]).numpy()
+    flat_piv = pivots.detach().cpu().reshape(count, LD.shape[-1]).tolist()
+    product = np.stack([_ldl_product(m, p, hermitian)
+                        for m, p in zip(flat_LD, flat_piv, strict=True)]) if len(flat_piv) \
         else flat_LD
-    res = norm1(full - product.reshape(LD.shape))
+    res = norm1(full - torch.from_numpy(product).reshape(LD.shape))
     return batch_ratio(res, n * norm1(full) * eps(dtype))
 
 
