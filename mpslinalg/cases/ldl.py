@@ -1,9 +1,10 @@
-"""Check cases of the LDL family (ldl_factor, ldl_solve).
+"""Check and benchmark cases of the LDL family (ldl_factor, ldl_solve).
 
 Each returns the larger of LAPACK's ratios ``||A - P L D L^T P^T|| / (n ||A|| eps)`` (xSYT01,
 the factors multiplied out in float64) and ``||A X - B|| / (||A|| ||X|| n eps)`` (xGET02), and
 fails when the pivots or ``info`` differ from LAPACK's (torch's ldl_factor on the CPU, in the
-same dtype).
+same dtype). Benchmarks time ldl_factor_ex and ldl_solve against torch.linalg's on the device,
+interleaved.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 
 import mpslinalg
 
-from .._core.registry import check_case
+from .._core.registry import bench_case, check_case
 from ..testing import ldl_ratio, random_matrix, solve_ratio
 
 
@@ -68,3 +69,37 @@ def _register(name: str, spec: dict) -> None:
 
 for _name, _spec in _CASES.items():
     _register(_name, _spec)
+
+
+# ---------------------------------------------------------------- benchmarks
+
+#: (case name, batch, n on the CPU, n on a GPU): modest on the CPU, where the metal backend is
+#: the emulator (its timings say nothing about speed, but the cases must run quickly).
+_BENCH_SHAPES = [
+    ("one matrix", (), 48, 512),
+    ("batch of 64", (64,), 16, 64),
+]
+
+
+def _register_bench(label: str, batch: tuple, n_cpu: int, n_gpu: int) -> None:
+    @bench_case("ldl_factor", f"{label} ({n_cpu}x{n_cpu} on cpu, {n_gpu}x{n_gpu} on gpu) "
+                "float32")
+    def _factor(device, repeats):
+        n = n_cpu if device.type == "cpu" else n_gpu
+        A = _indefinite(n, torch.float32, batch, 3, False, "random").to(device)
+        return {"mpslinalg": lambda: mpslinalg.ldl_factor_ex(A),
+                "torch": lambda: torch.linalg.ldl_factor_ex(A)}
+
+    @bench_case("ldl_solve", f"{label} ({n_cpu}x{n_cpu} on cpu, {n_gpu}x{n_gpu} on gpu), "
+                "4 rhs float32")
+    def _solve(device, repeats):
+        n = n_cpu if device.type == "cpu" else n_gpu
+        A = _indefinite(n, torch.float32, batch, 4, False, "random").to(device)
+        LD, pivots = torch.linalg.ldl_factor(A)
+        B = torch.randn(*batch, n, 4, device=device)
+        return {"mpslinalg": lambda: mpslinalg.ldl_solve(LD, pivots, B),
+                "torch": lambda: torch.linalg.ldl_solve(LD, pivots, B)}
+
+
+for _shape in _BENCH_SHAPES:
+    _register_bench(*_shape)
