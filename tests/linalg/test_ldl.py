@@ -323,6 +323,15 @@ def test_lane_order_independent(metal_backend, monkeypatch):
                 assert torch.equal(a, b)
 
 
+def test_group_size_independent(metal_backend, monkeypatch):
+    """A pipeline may allow fewer threads than the host asks for: same bits with fewer."""
+    A = metal_backend.tensor(saddle_point(100, torch.complex64, (2,), seed=19, hermitian=True))
+    full = ldl_metal.ldl_factor_metal(A, hermitian=True)
+    monkeypatch.setattr(ldl_metal, "MAX_THREADS", 2 * ldl_metal.SIMD_WIDTH)
+    for a, b in zip(ldl_metal.ldl_factor_metal(A, hermitian=True), full, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_metal_refuses_float64(metal_backend):
     A = metal_backend.tensor(torch.eye(3))
     with pytest.raises(TypeError, match="^mpslinalg.ldl_factor: .*torch backend"):
