@@ -47,6 +47,12 @@ def _failure_text(api_name: str, info: int) -> str:
             "zero. If you still want to perform the factorization, consider calling "
             "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"
         )
+    if "ldl_factor" in api_name:
+        return (
+            f"D[{info},{info}] is zero and using it on ldl_solve would result in a division by "
+            "zero. If you still want to perform the factorization, consider calling "
+            "linalg.ldl_factor_ex(A)"
+        )
     if "cholesky" in api_name:
         return (
             "The factorization could not be completed because the input is not positive-definite "
