@@ -16,10 +16,12 @@
 // accumulator loses 3u^2 ~ 2^-47 of the partial sums at each addition, so the backward error
 // could not reach float64's 2^-53; and a double-float X is only good to 2^-49.
 //
-// Convergence is decided on the device, per matrix, by the rule of LAPACK's dgerfs: go on while
-// the backward error berr = ||R||max / (||A||inf ||X||max + ||B||max) at least halves and is
-// above float64's unit roundoff; the result is accepted when berr <= sqrt(n) * 2^-53 (the test
-// of LAPACK's dsgesv, Langou et al. 2006), else the matrix is reported as failed. A matrix whose
+// Convergence is decided on the device, per matrix, by the rule of LAPACK's dgerfs extended to
+// the correction as in xGERFSX (Demmel et al. 2006, "Error bounds from extra-precise iterative
+// refinement", ACM TOMS 32(2)): go on while the backward error berr = ||R||max / (||A||inf
+// ||X||max + ||B||max) or the correction ||D||max still halves and is above float64's unit
+// roundoff (relative to ||X||max for D); the result is accepted when berr <= sqrt(n) * 2^-53
+// (the test of LAPACK's dsgesv, Langou et al. 2006), else the matrix is reported as failed. A matrix whose
 // input holds NaN or Inf takes one step (NaN in, NaN out) and is not reported.
 #pragma once
 
@@ -37,6 +39,8 @@ constant constexpr int kRefineFailed = 2;
 constant constexpr int kRefineNonfinite = 3;
 // Ints of state per matrix: status, steps applied.
 constant constexpr int kRefineStateInts = 2;
+// Floats of berr per matrix: the last backward error and the last correction's max norm.
+constant constexpr int kRefineErrFloats = 2;
 // Float64's unit roundoff, 2^-53: a backward error below it cannot improve.
 constant constexpr float kRefineEps64 = 1.1102230246251565e-16f;
 // A step that does not reduce the backward error by this factor ends the refinement.
@@ -200,7 +204,8 @@ template <typename T>
 
 // One threadgroup per matrix: the backward error of the current X (R its residual), the
 // decision, and X += D while iterating. anorm / bnorm: ||A||inf and ||B||max per matrix;
-// berr: the last backward error per matrix (reported to the host).
+// berr: the last backward error and correction norm per matrix (the first reported to the
+// host).
 // Grid: (threads, batch), one threadgroup per matrix.
 template <typename T>
 [[kernel]] void refine_update(
@@ -227,31 +232,40 @@ template <typename T>
   }
   const long count = p_.rows * p_.cols, plane = p_.b_plane, base = batch * count;
   const long nthreads = long(tpg.x);
-  // Read before the reductions' barriers: thread 0 rewrites it after them.
-  const float prev = berr[batch];
+  // Read before the reductions' barriers: thread 0 rewrites them after them.
+  const float prev_b = berr[kRefineErrFloats * batch], prev_x = berr[kRefineErrFloats * batch + 1];
 
-  float rmax = 0.0f, xmax = 0.0f;
+  float rmax = 0.0f, xmax = 0.0f, dmax = 0.0f;
   for (long e = long(tid); e < count; e += nthreads) {
     rmax = metal::max(rmax, refine_abs(r[base + e]));
     xmax = metal::max(xmax, refine_abs(x[base + e]));
+    dmax = metal::max(dmax, refine_abs(d[base + e]));
   }
-  rmax = group_max(rmax, part, lane, sg, nsg);
+  // The barrier also orders every thread's reads of state and berr before thread 0 rewrites
+  // them below.
+  rmax = group_max(rmax, part, lane, sg, nsg,
+                   metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
   xmax = group_max(xmax, part, lane, sg, nsg);
+  dmax = group_max(dmax, part, lane, sg, nsg);
 
   const float an = anorm[batch], bn = bnorm[batch];
   const float denom = an * xmax + bn;
   const float be = rmax == 0.0f ? 0.0f : rmax / denom;
   const bool finite_input = metal::isfinite(an) && metal::isfinite(bn);
+  // Done with the backward error, and with the correction (the forward error: a graded matrix
+  // may keep improving it after the normwise backward error is at float64's level).
+  const bool first = p_.step == 0;
+  const bool done_b = be <= kRefineEps64 || (!first && be > kRefineMinGain * prev_b);
+  const bool done_x = dmax <= kRefineEps64 * xmax || (!first && dmax > kRefineMinGain * prev_x);
 
   int status = kRefineIterating;
   bool apply = true;
   if (!finite_input) {
     status = kRefineNonfinite;  // one step: NaN in, NaN out
-  } else if (!metal::isfinite(be)) {
+  } else if (!metal::isfinite(be) || !metal::isfinite(dmax)) {
     status = kRefineFailed;  // diverged (or a zero pivot: info says so first)
     apply = false;
-  } else if (be <= kRefineEps64 ||
-             (p_.step > 0 && be > kRefineMinGain * prev) || p_.step + 1 >= p_.max_steps) {
+  } else if ((done_b && done_x) || p_.step + 1 >= p_.max_steps) {
     status = be <= p_.tol ? kRefineConverged : kRefineFailed;
     apply = false;
   }
@@ -267,7 +281,8 @@ template <typename T>
   if (tid == 0) {
     st[0] = status;
     st[1] += apply ? 1 : 0;
-    berr[batch] = be;
+    berr[kRefineErrFloats * batch] = be;
+    berr[kRefineErrFloats * batch + 1] = dmax;
   }
 }
 

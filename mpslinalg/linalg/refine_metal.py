@@ -55,6 +55,7 @@ EPS64 = 2.0 ** -53
 
 # Mirrors of metal/linalg/refine.h (tests/linalg/test_refine.py checks them).
 STATE_INTS = 2  # kRefineStateInts
+ERR_FLOATS = 2  # kRefineErrFloats
 ITERATING, CONVERGED, FAILED, NONFINITE = 0, 1, 2, 3  # kRefine{Iterating,...,Nonfinite}
 
 # Launch geometry (host-side only).
@@ -119,7 +120,11 @@ def split(x: torch.Tensor, work: torch.device, fn: str) -> tuple[torch.Tensor, t
     nmat = math.prod(batch)
     hi = bits.view(-1, 2)[:, 1]
     if count:
-        exponent = ((hi >> _EXP_SHIFT) & _EXP_MASK).view(nmat, per_matrix).amax(-1)
+        field = (hi >> _EXP_SHIFT) & _EXP_MASK
+        # NaN and Inf (the all-ones exponent) do not set the scale: the finite entries keep
+        # theirs, so LU meets the same numbers as the float32 path
+        field = torch.where(field == _EXP_MASK, 0, field)
+        exponent = field.view(nmat, per_matrix).amax(-1)
         shift = (exponent - _EXP_BIAS).to(torch.int32)
     else:
         shift = torch.zeros(nmat, dtype=torch.int32, device=work)
@@ -168,7 +173,7 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
     Ae = Ap.expand(3, *batch, n, n).contiguous()
     X = torch.zeros((3, *batch, rows, cols), dtype=compute, device=work)
     state = torch.zeros((nb, STATE_INTS), dtype=torch.int32, device=work)
-    berr = torch.zeros(nb, dtype=torch.float32, device=work)
+    berr = torch.zeros((nb, ERR_FLOATS), dtype=torch.float32, device=work)
     lead = Ae[0].abs()
     anorm = (lead.sum(-1).amax(-1) if left else lead.sum(-2).amax(-1)).reshape(nb)
     bnorm = Bp[0].abs().reshape(nb, rows * cols).amax(-1) if rows * cols else \
@@ -205,7 +210,8 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
     lu_info = lu_info.to(home)
     info = torch.where(lu_info != 0, lu_info,
                        torch.where(failed, UNREFINED_INFO, 0).to(torch.int32))
-    return Refined(X64, info, state[:, 1].reshape(batch).to(home), berr.reshape(batch).to(home))
+    return Refined(X64, info, state[:, 1].reshape(batch).to(home),
+                   berr[:, 0].reshape(batch).to(home))
 
 
 # ---------------------------------------------------------------- the double-float self-test
@@ -255,15 +261,17 @@ def selftest_inputs() -> tuple[list[float], dict[str, float]]:
     return inputs, exact
 
 
-def selftest(device: torch.device) -> list[SelftestRow]:
-    """Run refine_selftest on ``device``'s executor and judge it against float64: the
-    error-free transformations must be exact (their error terms present: a fast-math build
-    loses them), the double-float operations within their published bounds."""
+def selftest(device: torch.device, kernel=None) -> list[SelftestRow]:
+    """Run refine_selftest on ``device``'s executor (or ``kernel``, a compiled
+    refine_selftest_float32) and judge it against float64: the error-free transformations
+    must be exact (their error terms present: a fast-math build loses them), the double-float
+    operations within their published bounds."""
     inputs, exact = selftest_inputs()
     work = work_device(device)
     src = torch.tensor(inputs, dtype=torch.float32, device=work)
     out = torch.full((32,), math.nan, dtype=torch.float32, device=work)
-    kernel = _metal.kernel(_SOURCE, "refine_selftest", torch.float32, work, fn="check")
+    if kernel is None:
+        kernel = _metal.kernel(_SOURCE, "refine_selftest", torch.float32, work, fn="check")
     launch(kernel, src, out, threads=[1], group_size=[1])
     got = out.cpu().double().tolist()
     rows = []
