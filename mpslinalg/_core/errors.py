@@ -110,8 +110,8 @@ def check_errors(info: torch.Tensor, api_name: str, *, routine: str | None = Non
     (``info.dim() > 0``) the message names the first failing batch element, in torch's wording.
     `NONFINITE_INFO` (an SVD of input holding NaN) raises with torch's wording for it,
     `UNREFINED_INFO` (a float64 solve on the metal backend that did not converge) with its
-    own; other negative values are internal errors (RuntimeError). Meta tensors hold no values and are
-    not checked.
+    own; other negative values are internal errors (RuntimeError). Meta tensors hold no values
+    and are not checked.
 
     Examples
     --------

@@ -34,9 +34,8 @@ from typing import NamedTuple
 
 import torch
 
-from .._core import checks
+from .._core import checks, metal_params
 from .._core import metal as _metal
-from .._core import metal_params
 from .._core.errors import UNREFINED_INFO
 from .._core.metal import launch
 from .._core.platform import mps_unavailable_reasons

@@ -15,8 +15,17 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.declare import (LINALG_REFINED, Call, Declaration, Matrix, Operand, Param, Prepared,
-                             Result, info)
+from .._core.declare import (
+    LINALG_REFINED,
+    Call,
+    Declaration,
+    Matrix,
+    Operand,
+    Param,
+    Prepared,
+    Result,
+    info,
+)
 from .._core.torch_bugs import per_matrix
 from . import lu_metal, refine_metal
 from .lu import small_lu_when, through_lu_op
