@@ -118,7 +118,7 @@ def split(x: torch.Tensor, work: torch.device, fn: str) -> tuple[torch.Tensor, t
     bits = real.view(torch.int32).reshape(-1).to(work)
     nmat = math.prod(batch)
     hi = bits.view(-1, 2)[:, 1]
-    if count:
+    if count and per_matrix:
         field = (hi >> _EXP_SHIFT) & _EXP_MASK
         # NaN and Inf (the all-ones exponent) do not set the scale: the finite entries keep
         # theirs, so LU meets the same numbers as the float32 path
@@ -169,14 +169,17 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
     LU, pivots, lu_info = lu_metal.lu_factor_metal(Ap[0], fn=fn)
     Bp, shift_b = split(B.expand(*batch, rows, cols), work, fn)
     nb = math.prod(batch)
-    Ae = Ap.expand(3, *batch, n, n).contiguous()
+    lead_ones = [1] * (len(batch) - (A.dim() - 2))  # A's batch padded to the broadcast one
+    Ae = Ap.reshape(3, *lead_ones, *A.shape[:-2], n, n).expand(3, *batch, n, n).contiguous()
     X = torch.zeros((3, *batch, rows, cols), dtype=compute, device=work)
     state = torch.zeros((nb, STATE_INTS), dtype=torch.int32, device=work)
     berr = torch.zeros((nb, ERR_FLOATS), dtype=torch.float32, device=work)
-    lead = Ae[0].abs()
-    anorm = (lead.sum(-1).amax(-1) if left else lead.sum(-2).amax(-1)).reshape(nb)
-    bnorm = Bp[0].abs().reshape(nb, rows * cols).amax(-1) if rows * cols else \
-        torch.zeros(nb, dtype=torch.float32, device=work)
+    anorm = torch.zeros(nb, dtype=torch.float32, device=work)
+    bnorm = torch.zeros(nb, dtype=torch.float32, device=work)
+    if nb and n and rows * cols:
+        lead = Ae[0].abs()
+        anorm = (lead.sum(-1) if left else lead.sum(-2)).amax(-1).reshape(nb)
+        bnorm = Bp[0].abs().reshape(nb, rows * cols).amax(-1)
 
     if nb and rows * cols and n:
         residual = _metal.kernel(_SOURCE, "refine_residual", compute, work, fn=fn)

@@ -148,8 +148,8 @@ from opdb import (  # noqa: E402
 OPS = [
     OpInfo("inv", mpslinalg.inv, torch.linalg.inv, square_samples,
            bad_samples=lambda: square_bad_samples() + singular_samples(), device_reads=1,
-           small_path=True),
+           small_path=True, metal_float64=True),
     OpInfo("inv_ex", mpslinalg.inv_ex, torch.linalg.inv_ex, square_samples,
-           bad_samples=square_bad_samples, small_path=True),
+           bad_samples=square_bad_samples, small_path=True, metal_float64=True),
 ]
 instantiate_generic_tests(globals(), OPS)

@@ -13,6 +13,8 @@ import torch
 import mpslinalg
 from mpslinalg._core import metal as _metal
 from mpslinalg._core.errors import UNREFINED_INFO
+from mpslinalg.cases.refine import exact_solution as _exact
+from mpslinalg.cases.refine import solve_errors as _errors
 from mpslinalg.emulator import build as emulator_build
 from mpslinalg.emulator import compile_shader as emulator_compile_shader
 from mpslinalg.linalg import refine_metal
@@ -24,26 +26,6 @@ N = 24
 def _home(backend, x: torch.Tensor) -> torch.Tensor:
     """Where float64 lives for ``backend``: the CPU for MPS (no float64 there)."""
     return x if backend.device.type == "mps" else x.to(backend.device)
-
-
-def _exact(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """The solution to well beyond float64: LAPACK's refined with long-double residuals."""
-    wide = np.clongdouble if A.dtype.kind == "c" else np.longdouble
-    X = scipy.linalg.solve(A, B).astype(wide)
-    for _ in range(4):
-        r = B.astype(wide) - A.astype(wide) @ X
-        X = X + scipy.linalg.solve(A, r.astype(A.dtype))
-    return X
-
-
-def _errors(A: np.ndarray, B: np.ndarray, X: np.ndarray, exact: np.ndarray):
-    """(normwise forward error, normwise backward error ||B - A X|| / (||A|| ||X|| + ||B||))
-    for batches, the largest."""
-    wide = exact.dtype
-    fwd = np.abs(X - exact).max(axis=(-2, -1)) / np.abs(exact).max(axis=(-2, -1))
-    r = B.astype(wide) - A.astype(wide) @ X.astype(wide)
-    den = np.abs(A).sum(-1).max(-1) * np.abs(X).max(axis=(-2, -1)) + np.abs(B).max(axis=(-2, -1))
-    return float(fwd.max()), float((np.abs(r).max(axis=(-2, -1)) / den).max())
 
 
 def _rhs(shape, dtype, seed=0):

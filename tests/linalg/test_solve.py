@@ -257,9 +257,9 @@ def _solve_singular() -> list[BadSample]:
 OPS = [
     OpInfo("solve", mpslinalg.solve, torch.linalg.solve, solve_samples,
            bad_samples=lambda: _solve_bad() + _solve_singular(), grad_args=(0, 1),
-           nonfinite_args=(0,), device_reads=1, small_path=True),
+           nonfinite_args=(0,), device_reads=1, small_path=True, metal_float64=True),
     OpInfo("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex, solve_samples,
            bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,),
-           small_path=True),
+           small_path=True, metal_float64=True),
 ]
 instantiate_generic_tests(globals(), OPS)
