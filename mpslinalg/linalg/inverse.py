@@ -67,8 +67,14 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] 
         ``(*, n, n)``.
     info : Tensor
         ``(*)`` int32: 0, or the 1-based index of the first exactly zero pivot of the LU
-        factorisation (the inverse is then unspecified). Never synchronises with the device
-        unless ``check_errors``.
+        factorisation (the inverse is then unspecified); for float64 / complex128 on the metal
+        backend also ``-5``: the iterative refinement did not reach float64 accuracy. Never
+        synchronises with the device unless ``check_errors``.
+
+    Notes
+    -----
+    On the metal backend float64 and complex128 are computed by float32 kernels, each column
+    of the inverse refined as a solve (see :doc:`/float64`).
 
     Examples
     --------

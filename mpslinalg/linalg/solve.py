@@ -150,7 +150,15 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
         X, with the broadcast batch shape.
     info : Tensor
         ``A``'s batch shape, int32: 0, or the 1-based index of the first exactly zero pivot of
-        ``A``'s LU factorisation (``result`` is then unspecified).
+        ``A``'s LU factorisation (``result`` is then unspecified); for float64 / complex128 on
+        the metal backend also ``-5``: the iterative refinement did not reach float64
+        accuracy (``A`` too ill-conditioned for float32 factors).
+
+    Notes
+    -----
+    On the metal backend float64 and complex128 are computed by float32 kernels with
+    mixed-precision iterative refinement, to float64-class accuracy (a CPU tensor is worked
+    on the Apple GPU, the result returned to the CPU); see :doc:`/float64`.
 
     Examples
     --------

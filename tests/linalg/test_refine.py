@@ -226,3 +226,18 @@ def test_gradient_through_the_refined_solve(metal_backend):
     rA, rB = torch.autograd.grad(torch.linalg.solve(A, B).sum(), (A, B))
     torch.testing.assert_close(gA, rA, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(gB, rB, rtol=1e-10, atol=1e-12)
+
+
+def test_check_case_fails_loudly(monkeypatch):
+    """``python -m mpslinalg check``'s double-float case raises, naming the lost terms."""
+    from mpslinalg._core.registry import CHECKS
+    from mpslinalg.cases import load_all
+
+    load_all()
+    case = next(c for c in CHECKS if c.op == "double_float")
+    with mpslinalg.use_backend("metal"):
+        assert case.run(torch.device("cpu")) < case.bound
+        lost = [refine_metal.SelftestRow("two_sum", 2.0 ** -30, 0.0, False)]
+        monkeypatch.setattr(refine_metal, "selftest", lambda device: lost)
+        with pytest.raises(AssertionError, match="two_sum failed .*fast math"):
+            case.run(torch.device("cpu"))
