@@ -165,9 +165,9 @@ def test_validation(backend):
         with pytest.raises(exc, match=match) as err:
             call()
         assert str(err.value).startswith("mpslinalg.solve"), str(err.value)
-    if backend.is_metal:
-        with pytest.raises(TypeError, match="torch backend"):
-            mpslinalg.solve(A.double(), A.double())
+    if backend.is_metal:  # float64 is refined on float32 kernels (tests/linalg/test_refine.py)
+        Ad = A.double().cpu() + 3 * torch.eye(3, dtype=torch.float64)
+        assert mpslinalg.solve(Ad, Ad).dtype == torch.float64
 
 
 def test_no_host_syncs(metal_backend):
