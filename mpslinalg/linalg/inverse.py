@@ -74,7 +74,8 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: tuple[Tensor, Tensor] 
     Notes
     -----
     On the metal backend float64 and complex128 are computed by float32 kernels, each column
-    of the inverse refined as a solve (see :doc:`/float64`).
+    of the inverse refined as a solve (the documentation's page "Float64 on a GPU without
+    float64").
 
     Examples
     --------

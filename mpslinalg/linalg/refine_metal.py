@@ -59,7 +59,8 @@ ITERATING, CONVERGED, FAILED, NONFINITE = 0, 1, 2, 3  # kRefine{Iterating,...,No
 
 # Launch geometry (host-side only).
 UPDATE_THREADS = 256  # refine_update: one threadgroup per matrix
-RESIDUAL_GROUP = (32, 8, 1)  # refine_residual: columns x rows of one threadgroup
+RESIDUAL_THREADS = 256  # refine_residual: threads of a group, at most RESIDUAL_COLS columns
+RESIDUAL_COLS = 32
 SPLIT_GROUP = 256
 
 #: The exponent field of a float64's high 32-bit word.
@@ -184,8 +185,8 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
     if nb and rows * cols and n:
         residual = _metal.kernel(_SOURCE, "refine_residual", compute, work, fn=fn)
         update = _metal.kernel(_SOURCE, "refine_update", compute, work, fn=fn)
-        gx, gy, _ = RESIDUAL_GROUP
-        group = [min(gx, cols), min(gy, rows), 1]
+        gx = min(RESIDUAL_COLS, cols)  # one right-hand side: a group of rows alone
+        group = [gx, min(rows, RESIDUAL_THREADS // gx), 1]
         threads = [_metal.ceil_div(cols, group[0]) * group[0],
                    _metal.ceil_div(rows, group[1]) * group[1], nb]
         update_threads = min(UPDATE_THREADS,

@@ -158,7 +158,8 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
     -----
     On the metal backend float64 and complex128 are computed by float32 kernels with
     mixed-precision iterative refinement, to float64-class accuracy (a CPU tensor is worked
-    on the Apple GPU, the result returned to the CPU); see :doc:`/float64`.
+    on the Apple GPU, the result returned to the CPU); see the documentation's page "Float64
+    on a GPU without float64".
 
     Examples
     --------
