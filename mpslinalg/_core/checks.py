@@ -62,7 +62,7 @@ def check_same_dtype(fn: str, **tensors: torch.Tensor) -> None:
 
 #: The functions whose metal backend takes float64 / complex128, computed by iterative
 #: refinement on float32 kernels (mpslinalg.linalg.refine_metal; docs/float64.rst).
-METAL_REFINED_FUNCTIONS = ("solve", "solve_ex", "inv", "inv_ex")
+METAL_REFINED_FUNCTIONS = ("solve", "solve_ex", "inv", "inv_ex", "lstsq")
 
 
 def compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:

@@ -289,3 +289,58 @@ def selftest(device: torch.device, kernel=None) -> list[SelftestRow]:
             ok = error == 0.0 and (length == 1 or parts[1] != 0.0)
             rows.append(SelftestRow(name, error, 0.0, ok))
     return rows
+
+
+# ---------------------------------------------------------------- least squares
+
+#: The augmented system's alpha is 2^-ALPHA_SHIFT times A's largest entry (to a power of
+#: two): its condition number is then about max(2^ALPHA_SHIFT, cond(A)^2 / 2^ALPHA_SHIFT)
+#: rather than cond(A)^2 (Bjorck 1967), so full-rank problems up to cond(A) ~ 1e5 refine.
+ALPHA_SHIFT = 12
+
+
+def lstsq_refined(A: torch.Tensor, B: torch.Tensor, *, fn: str = "lstsq"
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """LAPACK gels' problem for float64 / complex128 ``A`` (*, m, n) of full rank and ``B``
+    (*, m, k) through the augmented system (Bjorck 1967, "Iterative refinement of linear least
+    squares solutions I", BIT 7), refined like `solve_refined`: for m >= n
+    [[alpha I, A], [A^H, 0]] [r / alpha; x] = [b; 0] (r = b - A x, the residual), for m < n
+    [[alpha I, A^H], [A, 0]] [x; z] = [0; b] (x the minimum-norm solution). Returns (X, the
+    residuals' squared column norms for m > n, else an empty tensor). A matrix whose
+    refinement failed (rank-deficient, too ill-conditioned) raises `mpslinalg.LinAlgError`
+    (torch's lstsq has no info): the one device read."""
+    from .._core.errors import check_errors
+
+    *_, m, n = A.shape
+    k = B.shape[-1]
+    batch = checks.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    real = A.real.dtype if A.is_complex() else A.dtype
+    tall = m >= n
+    s = m + n
+    exponent = torch.frexp(A.abs().amax((-2, -1)) if A.numel() else
+                           A.new_zeros(A.shape[:-2], dtype=real))[1]
+    alpha = torch.ldexp(torch.ones_like(exponent, dtype=real), exponent - ALPHA_SHIFT)
+    K = A.new_zeros((*A.shape[:-2], s, s))
+    lead = m if tall else n
+    K[..., :lead, :lead].diagonal(dim1=-2, dim2=-1).copy_(
+        alpha[..., None].expand(*A.shape[:-2], lead))
+    if tall:
+        K[..., :m, m:] = A
+        K[..., m:, :m] = A.mH
+    else:
+        K[..., :n, n:] = A.mH
+        K[..., n:, :n] = A
+    rhs = A.new_zeros((*batch, s, k))
+    if tall:
+        rhs[..., :m, :] = B
+    else:
+        rhs[..., n:, :] = B
+    res = solve_refined(K, rhs, fn=fn)
+    check_errors(res.info, f"mpslinalg.{fn}")
+    if not tall:
+        return res.X[..., :n, :], A.new_empty(0, dtype=real)
+    X = res.X[..., m:, :]
+    if m == n:
+        return X, A.new_empty(0, dtype=real)
+    r = res.X[..., :m, :] * alpha[..., None, None].to(A.dtype)
+    return X, r.abs().square().sum(-2)

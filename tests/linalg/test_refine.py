@@ -205,10 +205,10 @@ def test_no_host_sync_and_fixed_launches(metal_backend):
 
 def test_other_functions_name_the_refined_ones(metal_backend):
     A = _home(metal_backend, matrix_with_spread(5, 10.0, torch.float64, seed=1))
-    with pytest.raises(TypeError, match=r"^mpslinalg.det: .*solve, solve_ex, inv, inv_ex"):
+    with pytest.raises(TypeError, match=r"^mpslinalg.det: .*solve, solve_ex, inv, inv_ex, lstsq"):
         mpslinalg.det(A)
-    with pytest.raises(TypeError, match=r"^mpslinalg.lstsq: .*solve, solve_ex, inv, inv_ex"):
-        mpslinalg.lstsq(A, A)
+    with pytest.raises(TypeError, match=r"^mpslinalg.qr: .*solve, solve_ex, inv, inv_ex, lstsq"):
+        mpslinalg.qr(A)
 
 
 def test_float32_path_unchanged(metal_backend):
@@ -241,3 +241,64 @@ def test_check_case_fails_loudly(monkeypatch):
         monkeypatch.setattr(refine_metal, "selftest", lambda device: lost)
         with pytest.raises(AssertionError, match="two_sum failed .*fast math"):
             case.run(torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- lstsq (augmented system)
+
+def _spread(m, n, cond, dtype, seed=0):
+    """A random m x n matrix of rank min(m, n) with singular values from 1 down to 1/cond."""
+    U = torch.linalg.qr(_rhs((m, m), dtype, seed))[0]
+    V = torch.linalg.qr(_rhs((n, n), dtype, seed + 1))[0]
+    k = min(m, n)
+    S = torch.logspace(0, -np.log10(cond), k, dtype=torch.float64)
+    return (U[:, :k] * S.to(dtype)) @ V[:, :k].mH
+
+
+def _lstsq_exact(A: torch.Tensor, B: torch.Tensor) -> np.ndarray:
+    """The least-squares (minimum-norm) solution through the augmented system, solved to
+    beyond float64 (alpha = 1: exact in float64)."""
+    m, n = A.shape
+    s = m + n
+    K = torch.zeros(s, s, dtype=A.dtype)
+    rhs = torch.zeros(s, B.shape[-1], dtype=A.dtype)
+    if m >= n:
+        K[:m, :m] = torch.eye(m)
+        K[:m, m:], K[m:, :m], rhs[:m] = A, A.mH, B
+        return _exact(K.numpy(), rhs.numpy())[m:]
+    K[:n, :n] = torch.eye(n)
+    K[:n, n:], K[n:, :n], rhs[n:] = A.mH, A, B
+    return _exact(K.numpy(), rhs.numpy())[:n]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("shape", [(20, 8), (8, 20), (10, 10)])
+@pytest.mark.parametrize("cond", [1e2, 1e4])
+def test_lstsq_within_10x_of_lapack(metal_backend, dtype, shape, cond):
+    A = _spread(*shape, cond, dtype, seed=3)
+    B = _rhs((shape[0], 2), dtype, seed=5)
+    X, residuals, rank, svals = mpslinalg.lstsq(_home(metal_backend, A), _home(metal_backend, B))
+    ref = torch.linalg.lstsq(A, B, driver="gels")
+    assert X.dtype == dtype and residuals.shape == ref.residuals.shape
+    exact = _lstsq_exact(A, B)
+
+    def fwd(x):
+        return float(np.abs(x - exact).max() / np.abs(exact).max())
+
+    assert fwd(X.cpu().numpy()) <= 10 * fwd(ref.solution.numpy()), (
+        fwd(X.cpu().numpy()), fwd(ref.solution.numpy()))
+    if residuals.numel():
+        torch.testing.assert_close(residuals.cpu(), ref.residuals, rtol=1e-10, atol=1e-14)
+
+
+def test_lstsq_failure_raises(metal_backend):
+    A = _spread(12, 6, 10.0, torch.float64)
+    A[:, 2] = 0  # rank-deficient: the augmented system is singular
+    B = _rhs((12, 1), torch.float64)
+    with pytest.raises(mpslinalg.LinAlgError, match="^mpslinalg.lstsq: "):
+        mpslinalg.lstsq(_home(metal_backend, A), _home(metal_backend, B))
+    with pytest.raises(mpslinalg.LinAlgError, match="did not reach float64 accuracy"):
+        mpslinalg.lstsq(_home(metal_backend, _spread(12, 6, 1e9, torch.float64)),
+                        _home(metal_backend, B))
+    with pytest.raises(TypeError, match="driver 'gels' only"):
+        mpslinalg.lstsq(_home(metal_backend, _spread(12, 6, 10.0, torch.float64)),
+                        _home(metal_backend, B), driver="gelsd")
