@@ -72,6 +72,8 @@ NOT_COMPUTED = "not computed"
 #: Dtype policies: ``policy(fn, dtype, backend)`` is the compute dtype of inputs of ``dtype``
 #: (TypeError naming ``fn`` when the backend cannot compute in it).
 LINALG = checks.compute_dtype
+#: `LINALG`, with float64 / complex128 on the metal backend too (solve and inv: refined).
+LINALG_REFINED = checks.refined_compute_dtype
 INFERENCE = checks.ops_compute_dtype
 
 

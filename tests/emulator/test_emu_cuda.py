@@ -535,6 +535,29 @@ def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
 
 
 @pytest.mark.cuda
+def test_double_float_selftest_on_the_gpu(cuda_metal):
+    """The error terms of metal/common/double_float.h survive NVRTC's compilation."""
+    from mpslinalg.linalg import refine_metal
+
+    rows = refine_metal.selftest(torch.device("cuda"))
+    assert all(r.ok for r in rows), [r for r in rows if not r.ok]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_refined_solve_matches_emulator(cuda_metal, dtype):
+    from mpslinalg.linalg import refine_metal
+    from mpslinalg.testing import matrix_with_spread
+
+    A = matrix_with_spread(40, 1e5, dtype, batch=(2,), seed=3)
+    B = _matrices((2, 40, 3), torch.complex64 if dtype.is_complex else torch.float32, 5)
+    ref = refine_metal.solve_refined(A, B.to(dtype))
+    got = refine_metal.solve_refined(A.cuda(), B.to(dtype).cuda())
+    _same_bits(ref.info, got.info.cpu())
+    torch.testing.assert_close(ref.X, got.X.cpu(), rtol=1e-13, atol=0)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_small_kernels_match_emulator(cuda_metal, n, dtype):
