@@ -34,8 +34,8 @@ from ._core.distributed import RedistributionWarning, redistribute
 __all__ = ["RedistributionWarning"]
 
 
-def _row_split(A: Tensor) -> tuple[int, Any] | None:
-    """(mesh dimension, process group) when ``A`` is split by rows on one mesh dimension and
+def _row_split(A: Tensor) -> int | None:
+    """The mesh dimension when ``A`` is split by rows on one mesh dimension and
     replicated on the others, with at least n rows on every rank; else None."""
     from torch.distributed.tensor import Replicate, Shard
 
@@ -53,29 +53,50 @@ def _row_split(A: Tensor) -> tuple[int, Any] | None:
     chunk = -(-m // parts)
     if n == 0 or m - chunk * (parts - 1) < n:  # a rank with fewer rows than columns
         return None
-    return split[0], mesh.get_group(split[0])
+    return split[0]
 
 
-def _tsqr(A: Tensor, group: Any, want_q: bool) -> tuple[Tensor | None, Tensor]:
+def _tsqr(A: Tensor, mesh: Any, dim: int, want_q: bool) -> tuple[Tensor | None, Tensor]:
     """This rank's rows of Q (None unless ``want_q``) and the whole R of the rows ``A`` of
-    every rank of ``group``."""
-    import torch.distributed as dist
-    import torch.distributed.nn.functional as collective
-
+    every rank of ``mesh``'s dimension ``dim``. The R factors travel as a row-sharded DTensor
+    made replicated (an all-gather whose derivative is DTensor's: each rank's own slice)."""
     from .linalg.qr import qr
 
     n = A.shape[-1]
     Q1, R1 = qr(A)
-    stack = torch.cat(collective.all_gather(R1.contiguous(), group=group), dim=-2)
+    stack = _gathered(R1, mesh, dim)
     Q2, R = qr(stack)
     d = R.diagonal(dim1=-2, dim2=-1)
-    phase = torch.where(d == 0, torch.ones_like(d), d.sgn())
+    phase = torch.where(d == 0, torch.ones_like(d), d.sgn()).detach()
     R = R * phase.conj().unsqueeze(-1)
     if not want_q:
         return None, R
-    me = dist.get_rank(group)
+    me = mesh.get_local_rank(dim)
     Q = (Q1 @ Q2[..., me * n:(me + 1) * n, :]) * phase.unsqueeze(-2)
     return Q, R
+
+
+def _placements(mesh: Any, dim: int, placement: Any) -> list:
+    from torch.distributed.tensor import Replicate
+
+    return [placement if m == dim else Replicate() for m in range(mesh.ndim)]
+
+
+def _gathered(x: Tensor, mesh: Any, dim: int) -> Tensor:
+    """Every rank's ``x`` stacked along the rows (one all-gather)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    rows = DTensor.from_local(x.contiguous(), mesh, _placements(mesh, dim, Shard(x.dim() - 2)),
+                              run_check=False)
+    return rows.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
+
+
+def _summed(x: Tensor, mesh: Any, dim: int) -> Tensor:
+    """The sum of every rank's ``x`` (one all-reduce)."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    parts = DTensor.from_local(x, mesh, _placements(mesh, dim, Partial()), run_check=False)
+    return parts.redistribute(mesh, [Replicate()] * mesh.ndim).to_local()
 
 
 def _replicated(x: Tensor, mesh) -> Tensor:
@@ -96,7 +117,7 @@ def row_sharded_qr(function, values: dict[str, Any], dtensors: dict[str, Tensor]
     if split is None:
         return NotImplemented
     mesh = A.device_mesh
-    Q, R = _tsqr(A.to_local(), split[1], mode == "reduced")
+    Q, R = _tsqr(A.to_local(), mesh, split, mode == "reduced")
     if Q is None:
         Q = _replicated(R.new_empty(0), mesh)
     else:
@@ -108,28 +129,24 @@ def row_sharded_qr(function, values: dict[str, Any], dtensors: dict[str, Tensor]
 def row_sharded_lstsq(function, values: dict[str, Any], dtensors: dict[str, Tensor]) -> Any:
     """``lstsq`` of a row-sharded tall-skinny DTensor A (B sharded or replicated by rows) by
     TSQR; the results are replicated."""
-    import torch.distributed.nn.functional as collective
-
     A, B = values["A"], values["B"]
     split = _row_split(A)
     if split is None or B.dim() != A.dim() or B.shape[-2] != A.shape[-2]:
         return NotImplemented
     B = redistribute(function.__name__, "B", B, list(A.placements),
                      "TSQR needs B's rows split as A's")
-    group = split[1]
+    mesh = A.device_mesh
     A_local, B_local = A.to_local(), B.to_local()
-    Q, R = _tsqr(A_local, group, True)
-    c = collective.all_reduce(Q.mH @ B_local, group=group)
+    Q, R = _tsqr(A_local, mesh, split, True)
+    c = _summed(Q.mH @ B_local, mesh, split)
     # the reduced problem, one zero row taller: the call's driver gives residuals (or not) by
     # the rank of R, which is A's, exactly as it would for A itself
-    pad = torch.zeros_like(R[..., :1, :])
-    reduced = function(torch.cat([R, pad], dim=-2),
+    reduced = function(torch.cat([R, torch.zeros_like(R[..., :1, :])], dim=-2),
                        torch.cat([c, torch.zeros_like(c[..., :1, :])], dim=-2),
                        values["rcond"], driver=values["driver"])
     solution, residuals, rank, singular_values = reduced
     if residuals.numel():
-        residuals = collective.all_reduce(
-            (A_local @ solution - B_local).abs().square().sum(-2), group=group)
+        residuals = _summed((A_local @ solution - B_local).abs().square().sum(-2), mesh, split)
     mesh = A.device_mesh
     return type(reduced)(tuple(_replicated(x, mesh) for x in
                                (solution, residuals, rank, singular_values)))
