@@ -164,9 +164,11 @@ def core_ranks(function: Callable, values: dict[str, Any], names: list[str]) -> 
 def _meta_results(function: Callable, values: dict[str, Any]) -> list | None:
     """The results' global shapes: ``function`` on meta tensors of the arguments' global
     shapes (the declaration's shape rule, or torch's meta kernels). None where a meta call
-    cannot run (an op whose forward reads values)."""
+    cannot run (an op whose forward reads values), and while torch.compile traces."""
     from . import backend
 
+    if torch.compiler.is_compiling():  # traced: the local shapes (the fake tensors' rule)
+        return None
     meta = {n: torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, Tensor)
             else v for n, v in values.items()}
     try:
@@ -237,7 +239,7 @@ def plan(fn: str, dts: dict[str, Tensor], nbs: dict[str, int], mesh) -> tuple[Pl
             position = batch_position(name, p)
             if k[m] is None and position is not None:
                 k[m] = position
-    for name, x in dts.items():  # a split elsewhere moves to a batch dimension when one fits
+    for x in dts.values():  # a split elsewhere moves to a batch dimension when one fits
         for m, p in enumerate(x.placements):
             if k[m] is None and (p.is_shard() or p.is_partial()):
                 free = [j for j in range(1, len(batch) + 1) if j not in k

@@ -1,8 +1,8 @@
 """Spawn a gloo world of CPU processes that runs one scenario, with a deadline.
 
-``python tests/distributed/world.py SCENARIO RANK SIZE INIT_FILE`` is one rank (the test module
-starts them: `run`); a scenario is a function of ``tests/distributed/scenarios.py`` taking the
-rank and world size, after ``init_process_group`` (file:// rendezvous in the test's own
+``python tests/distributed/dtensor_world.py SCENARIO RANK SIZE INIT_FILE`` is one rank (the
+test module starts them: `run`); a scenario is a function of ``dtensor_scenarios.py`` taking
+the rank and world size, after ``init_process_group`` (file:// rendezvous in the test's own
 temporary directory, so concurrent xdist workers never share a port or a file).
 """
 
@@ -60,7 +60,7 @@ def _main() -> None:
     import torch.distributed as dist
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import scenarios
+    import dtensor_scenarios as scenarios
 
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=size)
     try:

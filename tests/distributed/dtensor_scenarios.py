@@ -1,5 +1,5 @@
-"""What each rank of a spawned world checks (`world.run` starts them; one function per world,
-many checks each: a world costs seconds to start)."""
+"""What each rank of a spawned world checks (`dtensor_world.run` starts them; one function
+per world, many checks each: a world costs seconds to start)."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def _tsqr(mesh, size, dtype=torch.float32):
 def _compiled(mesh):
     A = torch.randn(6, 3, 3) + 3 * torch.eye(3)
     dA = distribute_tensor(A, mesh, [Shard(0)])
-    compiled = torch.compile(lambda X: mpslinalg.det(X) * 2, backend="eager")
+    compiled = torch.compile(lambda X: mpslinalg.det(X) * 2, backend="eager", fullgraph=True)
     got = compiled(dA)
     assert got.placements == (Shard(0),)
     _same(got, 2 * torch.linalg.det(A))
@@ -281,6 +281,7 @@ def batch_world(rank, size):
     _autograd(mesh)
     _redistribution(mesh, size)
     _compiled(mesh)
+    _metal(mesh, size)
 
 
 def tsqr_world(rank, size):
@@ -288,6 +289,7 @@ def tsqr_world(rank, size):
     mesh = init_device_mesh("cpu", (size,))
     _tsqr(mesh, size)
     _tsqr(mesh, size, torch.complex128)
+    _checking(mesh, rank, size)
     if size == 4:  # a 2-D mesh: the batch split on both of its dimensions
         mesh2 = init_device_mesh("cpu", (2, 2))
         A = torch.randn(4, 6, 3, 3) + 3 * torch.eye(3)
@@ -299,10 +301,8 @@ def tsqr_world(rank, size):
         _same(got, torch.linalg.inv(A))
 
 
-def metal_world(rank, size):
+def _metal(mesh, size):
     """The metal backend on CPU tensors (the Metal kernels through the emulator)."""
-    torch.manual_seed(0)  # the same inputs on every rank
-    mesh = init_device_mesh("cpu", (size,))
     with mpslinalg.use_backend("metal"):
         A = torch.randn(5, 3, 3) + 3 * torch.eye(3)
         dA = distribute_tensor(A, mesh, [Shard(0)])

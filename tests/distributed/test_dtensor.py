@@ -1,0 +1,23 @@
+"""DTensors (torch.distributed.tensor) in mpslinalg's public functions, on gloo worlds of CPU
+processes that the tests spawn themselves (`dtensor_world.run`: a file:// rendezvous in the
+test's temporary directory, a deadline after which every rank is killed and the test fails).
+What each rank checks is in ``dtensor_scenarios.py``: on 2 ranks, every op family on
+batch-sharded DTensors with no collective (counted), replicated inputs, the checking forms'
+one all-reduce and the same LinAlgError on every rank, autograd, torch.compile, the
+redistribution warnings and the metal backend through the emulator; on 4 ranks, TSQR (qr,
+lstsq) against the single-process results, a 2-D mesh and the checking forms again."""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+from dtensor_world import run
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch without the gloo backend")
+
+
+@pytest.mark.parametrize(("scenario", "size"), [("batch_world", 2), ("tsqr_world", 4)])
+def test_world(scenario, size, tmp_path):
+    outputs = run(scenario, size, tmp_path)
+    assert all(f"{scenario} passed" in text for text in outputs), outputs
