@@ -220,7 +220,11 @@ def plan(fn: str, dts: dict[str, Tensor], nbs: dict[str, int], mesh) -> tuple[Pl
     from torch.distributed.tensor import Shard
 
     batches = {n: tuple(x.shape[:nbs[n]]) for n, x in dts.items()}
-    batch = tuple(torch.broadcast_shapes(*batches.values()))
+    try:
+        batch = tuple(torch.broadcast_shapes(*batches.values()))
+    except RuntimeError:
+        raise RuntimeError(f"mpslinalg.{fn}: the batch shapes of the DTensor arguments do not "
+                           f"broadcast: {batches}") from None
     k: list[int | None] = [None] * mesh.ndim
 
     def batch_position(name: str, p) -> int | None:
@@ -264,8 +268,12 @@ def _agree(fn: str, error: Exception | None, mesh, device: torch.device) -> None
 
     from .errors import LinAlgError
 
-    groups = [mesh.get_group()] if mesh.ndim == 1 else [None]
-    group = groups[0]
+    if mesh.ndim == 1:
+        group = mesh.get_group()
+    elif mesh.size() == dist.get_world_size():
+        group = None  # the default group is the mesh's ranks
+    else:  # a mesh of part of the world: its ranks as one group (made once, then cached)
+        group = mesh._flatten().get_group()
     size = dist.get_world_size(group)
     me = dist.get_rank(group)
     failed = torch.zeros(size, dtype=torch.int32, device=device)

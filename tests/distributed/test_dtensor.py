@@ -9,6 +9,9 @@ lstsq) against the single-process results, a 2-D mesh and the checking forms aga
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch.distributed as dist
 from dtensor_world import run
@@ -21,3 +24,13 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 def test_world(scenario, size, tmp_path):
     outputs = run(scenario, size, tmp_path)
     assert all(f"{scenario} passed" in text for text in outputs), outputs
+
+
+def test_import_leaves_torch_distributed_tensor_alone():
+    """No DTensor can exist before the user imports torch.distributed.tensor; mpslinalg's import
+    must not pay for it."""
+    code = ("import sys, mpslinalg, mpslinalg.ops, mpslinalg.distributed; "
+            "print('torch.distributed.tensor' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
