@@ -57,42 +57,52 @@ def _worker(args) -> None:
     dist.init_process_group(args.backend, init_method=f"file://{args.init}", rank=rank,
                             world_size=size)
     mesh = init_device_mesh("cuda" if args.backend == "nccl" else "cpu", (size,))
-    g = torch.Generator(device=device).manual_seed(rank)
     batch, rows, cols = int(float(args.batch)), int(float(args.rows)), args.cols
     local = _shard(batch, size, rank)
-    A = torch.randn(local, 3, 3, generator=g, device=device) + 3 * torch.eye(3, device=device)
-    S = A @ A.mT
-    dA = DTensor.from_local(A, mesh, [Shard(0)], run_check=False, shape=(batch, 3, 3),
-                            stride=(9, 3, 1))
-    dS = DTensor.from_local(S, mesh, [Shard(0)], run_check=False, shape=(batch, 3, 3),
-                            stride=(9, 3, 1))
-    T = torch.randn(_shard(rows, size, rank), cols, generator=g, device=device)
-    dT = DTensor.from_local(T, mesh, [Shard(0)], run_check=False, shape=(rows, cols),
-                            stride=(cols, 1))
-    calls = {"inv": lambda: mpslinalg.inv(dA), "svd": lambda: mpslinalg.svd(dA),
-             "eigh": lambda: mpslinalg.eigh(dS), "qr": lambda: mpslinalg.qr(dT)}
+    cases = args.cases.split(",")
+
+    def inputs(case: str):
+        # made in the world's turn and freed after it: one world's data in memory at a time
+        g = torch.Generator(device=device).manual_seed(rank)
+        if case == "qr":
+            T = torch.randn(_shard(rows, size, rank), cols, generator=g, device=device)
+            return DTensor.from_local(T, mesh, [Shard(0)], run_check=False,
+                                      shape=(rows, cols), stride=(cols, 1))
+        A = torch.randn(local, 3, 3, generator=g, device=device) + 3 * torch.eye(3,
+                                                                                 device=device)
+        if case == "eigh":
+            A = A @ A.mT
+        return DTensor.from_local(A, mesh, [Shard(0)], run_check=False, shape=(batch, 3, 3),
+                                  stride=(9, 3, 1))
+
+    calls = {"inv": mpslinalg.inv, "svd": mpslinalg.svd, "eigh": mpslinalg.eigh,
+             "qr": mpslinalg.qr}
     tick = torch.zeros(1, device=device)
-    for case in args.cases.split(","):  # warm-up (first calls, the allocator)
-        calls[case]()
+    for case in cases:  # warm-up (first calls: imports, kernels) on small inputs
+        small = DTensor.from_local(torch.randn(8, 3, 3, device=device) + 3 * torch.eye(
+            3, device=device), mesh, [Shard(0)])
+        calls[case](small if case != "qr" else DTensor.from_local(
+            torch.randn(64, cols, device=device), mesh, [Shard(0)]))
     for turn in range(args.rounds):
         go = Path(f"{args.init}.go{turn}")
         while not go.exists():
             time.sleep(0.05)
         dist.barrier()
         times = {}
-        for case in args.cases.split(","):
+        for case in cases:
+            x = inputs(case)
             dist.barrier()
             if device != "cpu":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            result = calls[case]()
+            result = calls[case](x)
             if device != "cpu":
                 torch.cuda.synchronize()
             tick.fill_(time.perf_counter() - start)
             dist.all_reduce(tick, op=dist.ReduceOp.MAX)
             times[case] = tick.item()
-            del result
-        if rank == 0:
+            del result, x
+    if rank == 0:
             Path(f"{args.init}.done{turn}").write_text(json.dumps(times))
     dist.barrier()
     dist.destroy_process_group()

@@ -206,6 +206,13 @@ def _redistribution(mesh, size):
     assert any("all-gather" in str(w.message) for w in caught), [str(w.message) for w in caught]
     assert got.placements == (Replicate(),)
     _same(got, torch.linalg.det(M))
+    # a composite whose declaration states no core rank: replicated, with the warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = mpslinalg.cond(distribute_tensor(A, mesh, [Shard(0)]))
+    assert any(issubclass(w.category, RedistributionWarning) for w in caught)
+    assert got.placements == (Replicate(),)
+    _same(got, torch.linalg.cond(A), atol=1e-3)
 
 
 def _signs(Q, R, Qw, Rw):

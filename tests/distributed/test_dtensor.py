@@ -34,3 +34,20 @@ def test_import_leaves_torch_distributed_tensor_alone():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_core_ranks_come_from_the_declarations():
+    import mpslinalg
+    from mpslinalg import ops
+    from mpslinalg._core.distributed import core_ranks
+
+    def ranks(function, **values):
+        return core_ranks(function, values, [n for n, v in values.items() if v == "tensor"])
+
+    assert ranks(mpslinalg.lu_solve, LU="tensor", pivots="tensor", B="tensor", left=True,
+                 adjoint=False, out=None) == {"LU": 2, "pivots": 1, "B": 2}
+    # public names that differ from the declaration's: its rank where unambiguous
+    assert ranks(ops.chebyshev_polynomial_t, input="tensor", n=3, out=None) == {"input": 0}
+    assert ranks(ops.bucketize, input="tensor", boundaries="tensor", out_int32=False,
+                 right=False, out=None) == {"input": None, "boundaries": None}
+    assert ranks(mpslinalg.cond, A="tensor", p=None, out=None) == {"A": None}
