@@ -102,7 +102,7 @@ def _worker(args) -> None:
             dist.all_reduce(tick, op=dist.ReduceOp.MAX)
             times[case] = tick.item()
             del result, x
-    if rank == 0:
+        if rank == 0:
             Path(f"{args.init}.done{turn}").write_text(json.dumps(times))
     dist.barrier()
     dist.destroy_process_group()
