@@ -342,6 +342,10 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     by default; a function torch computes in more dtypes, without an upcast of ours, names
     them). ``always``: every call is ``torch_fn``'s, whatever the backend (a function torch
     runs on every device itself); the general path is then never taken.
+    A DTensor first argument goes to `mpslinalg._core.distributed.call` (shard by shard, from
+    the function's declaration; with ``always``, to ``torch_fn`` and DTensor's own rules): the
+    fast path's first test is ``type(A) in PLAIN``, as cheap as the ``isinstance`` it
+    replaces, and only another type of tensor is asked whether it is a DTensor.
     """
 
     def wrap(general: Callable[..., Any]) -> Callable[..., Any]:
