@@ -346,7 +346,8 @@ def call(function: Callable, checks: bool | str, args: tuple, kwargs: dict) -> A
     for i, r in enumerate(results):
         if not isinstance(r, Tensor):
             wrapped.append(r)
-        elif shapes is not None and isinstance(shapes[i], Tensor):
+        elif shapes is not None and isinstance(shapes[i], Tensor) and _fits(
+                r, tuple(shapes[i].shape), batches, split):
             shape = tuple(shapes[i].shape)
             wrapped.append(_wrap(r, shape, _batch_ndim(shape, batches), split))
         else:  # no shape rule ran: the local shape against the local batches
@@ -379,6 +380,16 @@ def _batch_ndim(shape: tuple, batches: list[tuple]) -> int:
         if len(shape) >= len(b) and tuple(shape[:len(b)]) == b:
             return len(b)
     return 0
+
+
+def _fits(local: Tensor, shape: tuple, batches: list[tuple], split: Plan) -> bool:
+    """Whether the local result agrees with the global ``shape`` the shape rule gave it in
+    every dimension the call does not split (else its local shape is trusted)."""
+    if local.dim() != len(shape):
+        return False
+    placements = split.placements(shape, _batch_ndim(shape, batches))
+    split_dims = {p.dim for p in placements if p.is_shard()}
+    return all(local.shape[d] == shape[d] for d in range(len(shape)) if d not in split_dims)
 
 
 def _wrap(local: Tensor, shape: tuple, nb: int, split: Plan) -> Tensor:
