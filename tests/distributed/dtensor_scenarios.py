@@ -52,7 +52,8 @@ def count_collectives():
 
 #: The functions of an op with ``info`` that do not return it (they may raise on it: one
 #: all-reduce so that every rank raises); the others (``_ex`` forms, ops without info): none.
-CHECKING = {"inv", "solve", "lu_factor", "lu", "eigh", "eigvalsh", "matrix_rank"}
+CHECKING = {"inv", "solve", "lu_factor", "lu", "eigh", "eigvalsh", "matrix_rank", "eig", "eigvals",
+            "ldl_factor"}
 
 
 def _same(got, want, atol=1e-5):
@@ -97,6 +98,9 @@ def _batch_checks(mesh, rank):
         (mpslinalg.matrix_rank, (T,), {}), (mpslinalg.geqrf, (T,), {}),
         (mpslinalg.householder_product, (geq, tau), {}), (mpslinalg.matrix_power, (A, 3), {}),
         (ops.chebyshev_polynomial_t, (x, 3), {}), (ops.linear, (x, W), {}),
+        (mpslinalg.eig, (A,), {}), (mpslinalg.eigvals, (A,), {}),
+        (mpslinalg.ldl_factor, (S,), {}), (mpslinalg.ldl_factor_ex, (S,), {}),
+        (mpslinalg.ldl_solve, (*torch.linalg.ldl_factor(S), B), {}),
     ]
     for function, args, kwargs in cases:
         name = function.__name__
