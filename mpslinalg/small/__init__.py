@@ -8,6 +8,8 @@ on CUDA or whole-batch tensor ops on the torch backend where they beat torch.lin
 - `.dispatch`: the entry points the LU-based families call, and the Metal host code;
 - `.orthogonal`: the same for QR (the qr family's "small" forward), SVD and eigh;
 - `.matrix_exp`: the same for the matrix exponential (scaling and squaring);
+- `.cholesky`: the same for cholesky_ex, solve_triangular and cholesky_solve (the Cholesky
+  family's "small" forwards);
 - `.codegen`: the one elimination algorithm, Householder QR and the Jacobi SVD / eigh,
   emitted per target dialect;
 - `.cpu_simd`, `.triton_kernels`: the generated CPU and CUDA kernels;

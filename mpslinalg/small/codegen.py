@@ -1,8 +1,8 @@
 """The algorithms of the n <= 4 small path, written once for three code generators:
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
-``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``
-and ``small_matrix_exp.h``).
+``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``,
+``small_matrix_exp.h`` and ``small_cholesky.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
@@ -1291,3 +1291,132 @@ def _emit_scale_by(dl: Dialect, cond: Var, factor: float, ratio: Var, entries: l
     dl.assign(ratio, select(cond, ratio * f, ratio))
     for x in entries:
         dl.assign(x, select(cond, f * x, x))
+
+
+# ------------------------------------------------------------------------------ Cholesky family
+#
+# cholesky_ex is LAPACK's unblocked potf2 (lower), left-looking, column by column: d = re(a_jj)
+# - sum_k |l_jk|^2 (k = 0 .. j-1, subtracted in that order), the leading minor of order j + 1
+# is positive where d > 0 (a NaN is not), then l_jj = sqrt(d) and l_ij = (a_ij - sum_k l_ik
+# conj(l_jk)) r below it, r the pivot's reciprocal as torch's CPU factor (MKL) has it where
+# the pivot is infinite: sqrt(d) / d for real (NaN below an infinite pivot; 1 / sqrt(d) would
+# give zeros), 1 / sqrt(d) for complex, applied by a complex product (Inf becomes Inf + NaN i,
+# as there). At the first column whose d is not positive (or NaN), potf2
+# stores d on the diagonal and returns: that column's entries below the diagonal and every
+# later column keep the input's values, and info = j + 1. torch.linalg.cholesky_ex on the CPU
+# (MKL's potrf, torch 2.13) leaves exactly that pattern in the factor (checked entry by entry:
+# tests/small/test_small_cholesky.py), so the description computes every column and selects the
+# input's value wherever potf2 would have stopped. An upper factor is U = L^H of the Hermitian
+# matrix whose lower triangle is the conjugate of the upper one the caller gave (potf2 with
+# uplo 'U' does the same operations on the mirrored entries: conj(x) y and conj(x conj(y)) are
+# the same bits), so one description serves both.
+#
+# No scaling: |l_ij| <= sqrt(a_ii) for a positive definite matrix, so no intermediate exceeds
+# the largest diagonal entry and none is smaller than the square root of the smallest one
+# (LAPACK's potf2 does not scale either); finite float32 input in about 1e-37 .. 3e38 factors to
+# working accuracy.
+#
+# solve_triangular and cholesky_solve are column-oriented substitutions (trsm's left, no
+# transpose order: x_k /= t_kk, then x_i -= t_ik x_k for the rows after k), every entry of x
+# the same sequence of operations as trsm's dot-product forms. The right-sided X A = B is A^T
+# X^T = B^T (no conjugation), each row of B one right-hand side; cholesky_solve is L y = b then
+# L^H x = y (A = U^H U for upper: L = U^H), potrs' two solves. Nothing is checked and no zero is
+# skipped: a zero diagonal gives Inf / NaN as the division does.
+
+
+def _as_matrix_dtype(x: Expr, complex_: bool) -> Expr:
+    """A REAL value as a value of the matrix dtype (imaginary part 0 for complex)."""
+    return make_complex(x, 0.0) if complex_ else x
+
+
+def emit_hermitian_lower(dl: Dialect, n: int, upper: bool, out: str,
+                         complex_: bool = False) -> Vars:
+    """out{i}{j} (i >= j) = the lower triangle of the Hermitian matrix given by its lower
+    (a{i}{j}) or, with ``upper``, its upper triangle (conj(a{j}{i})); returns ``Vars(out)``."""
+    a = Vars("a")
+    for i in range(n):
+        for j in range(i + 1):
+            dl.declare(FLOAT, f"{out}{i}{j}", conj(a[j, i]) if upper and complex_ else (
+                a[j, i] if upper else a[i, j]))
+    return Vars(out)
+
+
+def emit_cholesky(dl: Dialect, n: int, complex_: bool = False) -> None:
+    """potf2 (see the section above) of the Hermitian matrix whose lower triangle is l{i}{j}
+    (i >= j), in place: the factor L, or potf2's partial result where a leading minor is not
+    positive; info (an INT) = the order of the first such minor, 0 if none."""
+    lo = Vars("l")
+    info = dl.declare(INT, "info", Full(0, INT))
+    for j in range(n):
+        with dl.scope():
+            ok = dl.declare(BOOL, "ok", info.eq(0))
+            d = dl.declare(REAL, "d", re(lo[j, j]))
+            for k in range(j):
+                dl.assign(d, d - _abs2(lo[j, k], complex_))
+            pos = dl.declare(BOOL, "pos", d > 0.0)
+            take = dl.declare(BOOL, "take", ok & pos)
+            s = dl.declare(REAL, "s", sqrt(d))
+            # The pivot's reciprocal as torch's CPU factor has it where the pivot is infinite:
+            # sqrt(d) / d (NaN) for real, 1 / sqrt(d) (0) applied by a complex product for
+            # complex (Inf * 1 = Inf + NaN i)
+            r = dl.declare(REAL, "r", constant(1.0, REAL) / s if complex_ else s / d)
+            scale = _as_matrix_dtype(r, complex_)
+            for i in range(j + 1, n):
+                with dl.scope():
+                    t = dl.declare(FLOAT, "t", lo[i, j])
+                    for k in range(j):
+                        dl.assign(t, t - lo[i, k] * conj(lo[j, k]))
+                    dl.assign(lo[i, j], select(take, t * scale, lo[i, j]))
+            dl.assign(info, select(ok & ~pos, j + 1, info))
+            dl.assign(lo[j, j], select(take, _as_matrix_dtype(s, complex_), select(
+                ok, _as_matrix_dtype(d, complex_), lo[j, j])))
+
+
+def cholesky_factor_entry(n: int, upper: bool, complex_: bool = False
+                          ) -> Callable[[int, int], Expr | None]:
+    """Entry (i, j) of the stored factor after `emit_cholesky`: L's (lower) or L^H's (upper),
+    None where the triangle is zero."""
+    lo = Vars("l")
+
+    def entry(i: int, j: int) -> Expr | None:
+        if upper:
+            return None if i > j else (conj(lo[j, i]) if complex_ else lo[j, i])
+        return None if i < j else lo[i, j]
+
+    return entry
+
+
+def emit_triangular_solve(dl: Dialect, n: int, t: Callable[[int, int], Expr], lower: bool,
+                          unit: bool = False) -> None:
+    """x0..x{n-1} <- T^-1 x for the triangular T whose entry (i, j) is ``t(i, j)`` (asked only
+    for the triangle ``lower`` names, the diagonal only without ``unit``), by column-oriented
+    substitution (see the section above)."""
+    x = Vars("x")
+    order = list(range(n)) if lower else list(range(n - 1, -1, -1))
+    for at, k in enumerate(order):
+        if not unit:
+            dl.assign(x[k], x[k] / t(k, k))
+        for i in order[at + 1:]:
+            dl.assign(x[i], x[i] - t(i, k) * x[k])
+
+
+def triangular_entry(left: bool) -> Callable[[int, int], Expr]:
+    """Entry (i, j) of the matrix solve_triangular substitutes with: A's (left), A^T's (right:
+    X A = B is A^T X^T = B^T)."""
+    a = Vars("a")
+    return (lambda i, j: a[i, j]) if left else (lambda i, j: a[j, i])
+
+
+def triangular_solves_lower(left: bool, upper: bool) -> bool:
+    """Whether solve_triangular's substitution runs forward (its matrix is lower triangular):
+    A lower on the left, A upper on the right (A^T lower)."""
+    return upper != left
+
+
+def emit_cholesky_solve(dl: Dialect, n: int, complex_: bool = False) -> None:
+    """x <- A^-1 x for A = L L^H, L's lower triangle in l{i}{j} (i >= j): L y = x, then
+    L^H x = y (potrs)."""
+    lo = Vars("l")
+    emit_triangular_solve(dl, n, lambda i, j: lo[i, j], lower=True)
+    emit_triangular_solve(dl, n, lambda i, j: conj(lo[j, i]) if complex_ else lo[j, i],
+                          lower=False)
