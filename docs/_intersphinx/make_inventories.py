@@ -21,10 +21,11 @@ _TORCH_LINALG = ["det", "householder_product", "inv", "inv_ex", "lstsq", "lu", "
                  "eigvalsh", "eig", "eigvals", "svdvals", "pinv", "matrix_rank", "cholesky",
                  "vector_norm", "matrix_norm", "norm", "cond", "cross", "diagonal", "matmul",
                  "matrix_power", "multi_dot", "tensorinv", "tensorsolve", "vander", "vecdot",
-                 "matrix_exp", "ldl_factor", "ldl_factor_ex", "ldl_solve"]
+                 "matrix_exp", "ldl_factor", "ldl_factor_ex", "ldl_solve", "cholesky_ex",
+                 "solve_triangular"]
 _TORCH_TOP = ["bucketize", "eq", "ge", "geqrf", "gt", "le", "logdet", "lt", "maximum", "minimum",
               "ne", "searchsorted", "lu_unpack", "det", "inverse", "matmul", "tensordot",
-              "svd_lowrank", "pca_lowrank"]
+              "svd_lowrank", "pca_lowrank", "cholesky_solve", "cholesky_inverse"]
 _TORCH_F = ["conv1d", "grouped_mm", "linear", "pad", "scaled_dot_product_attention", "scaled_mm"]
 _TORCH_SPECIAL = [f"{kind}_polynomial_{letter}" for kind, letters in
                   [("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw")] for letter in letters]

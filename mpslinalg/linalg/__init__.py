@@ -10,4 +10,4 @@ the same name.
 #: The op families, in import order (a family may build on an earlier one's ops).
 FAMILIES = ("lu", "inverse", "solve", "det", "qr", "svd", "eigh", "eig", "norms", "products",
             "tensors", "lowrank",
-            "matrix_exp", "ldl")
+            "matrix_exp", "ldl", "cholesky")
