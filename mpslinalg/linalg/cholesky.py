@@ -21,18 +21,32 @@ from torch import Tensor
 from .._core import checks
 from .._core.declare import Call, Declaration, Matrix, Operand, Param, Result, info
 from .._core.op import SAFE_CAST, OutCasting
+from ..small import cholesky as small_cholesky
 from . import cholesky_metal
 
 __all__ = ["cholesky", "cholesky_ex", "cholesky_inverse", "cholesky_solve", "solve_triangular"]
 
-# ---------------------------------------------------------------- n <= 4 (wired at merge)
+# ---------------------------------------------------------------- n <= 4
 #
-# The n <= 4 path of this family is `mpslinalg.small.cholesky` (small_cholesky_ex,
-# small_solve_triangular, small_cholesky_solve and the use_small_* / may_use_small_*
-# predicates of its path table), written on another branch. It plugs into the declarations
-# below as matrix_exp's does (`mpslinalg.linalg.matrix_exp`): a "small" forward, a
-# ``small_when=`` (whether the call takes it) and a ``through_op=`` (which torch-backend calls
-# go through the op to reach it), each marked "n <= 4:" where it goes.
+# Batches of n <= 4 matrices take `mpslinalg.small.cholesky` (one kernel over the batch: Metal,
+# CPU SIMD or Triton, chosen by its path tables) through each declaration's "small" forward,
+# ``small_when=`` (whether the call takes it) and ``through_op=`` (which torch-backend calls go
+# through the op to reach it), as `mpslinalg.linalg.matrix_exp` does.
+
+
+def _small_cholesky_ex(A: Tensor, upper: bool, backend: str) -> tuple[Tensor, Tensor]:
+    """The n <= 4 kernels keep potf2's partial result after a non-positive minor, as torch's
+    CPU cholesky_ex does (the torch backend's contract); on the metal backend the factor is NaN
+    from the failing minor on at every n, as `cholesky_metal` leaves it."""
+    L, info = small_cholesky.small_cholesky_ex(A, upper, backend=backend)
+    if backend != "metal":
+        return L, info
+    n = A.shape[-1]
+    k = torch.arange(n, device=A.device)
+    row, col = k[:, None], k[None, :]
+    first = (info - 1).where(info > 0, n)[..., None, None]  # 0-based failing column, n: none
+    lost = (col >= first) & (row >= col) if not upper else (row >= first) & (col >= row)
+    return L.masked_fill(lost, float("nan")), info
 
 
 # ---------------------------------------------------------------- mpslinalg::solve_triangular
@@ -78,8 +92,11 @@ solve_triangular_decl = Declaration(
              cholesky_metal.solve_triangular_metal(A, B, upper=upper, left=left,
                                                    unitriangular=unitriangular),
              "torch": lambda A, B, upper, left, unitriangular: torch.linalg.solve_triangular(
-                 A, B, upper=upper, left=left, unitriangular=unitriangular)},
-    # n <= 4: forward "small", small_when=, through_op= (see the top of the module)
+                 A, B, upper=upper, left=left, unitriangular=unitriangular),
+             "small": small_cholesky.small_solve_triangular},
+    small_when=lambda backend, A, B, upper, left, unitriangular:
+        small_cholesky.use_small_solve_triangular(A, B, left, backend),
+    through_op=small_cholesky.may_use_small_solve_triangular,
     prepare=_prepare_solve_triangular, backward=_solve_triangular_backward, saves=["A", "X"])
 solve_triangular_op = solve_triangular_decl.op
 
@@ -105,8 +122,10 @@ def _cholesky_backward(ctx, gL: Tensor, ginfo):
 cholesky_ex_decl = Declaration(
     "cholesky_ex", [Matrix("A"), Param("upper", "bool")], [Result("L", "A"), info()],
     forward={"metal": lambda A, upper: cholesky_metal.cholesky_metal(A, upper),
-             "torch": lambda A, upper: tuple(torch.linalg.cholesky_ex(A, upper=upper))},
-    # n <= 4: forward "small", small_when=, through_op= (see the top of the module)
+             "torch": lambda A, upper: tuple(torch.linalg.cholesky_ex(A, upper=upper)),
+             "small": _small_cholesky_ex},
+    small_when=lambda backend, A, upper: small_cholesky.use_small_cholesky(A, backend),
+    through_op=small_cholesky.may_use_small_cholesky,
     backward=_cholesky_backward, saves=["L"])
 cholesky_ex_op = cholesky_ex_decl.op
 
@@ -151,8 +170,10 @@ cholesky_solve_decl = Declaration(
     "cholesky_solve", [Operand("B", 2), Matrix("L"), Param("upper", "bool")],
     [Result("X", "B")],
     forward={"metal": lambda B, L, upper: cholesky_metal.cholesky_solve_metal(B, L, upper),
-             "torch": _cholesky_solve_torch},
-    # n <= 4: forward "small", small_when=, through_op= (see the top of the module)
+             "torch": _cholesky_solve_torch, "small": small_cholesky.small_cholesky_solve},
+    small_when=lambda backend, B, L, upper: small_cholesky.use_small_cholesky_solve(B, L,
+                                                                                 backend),
+    through_op=small_cholesky.may_use_small_cholesky_solve,
     prepare=_prepare_cholesky_solve, backward=_cholesky_solve_backward, saves=["L", "X"])
 cholesky_solve_op = cholesky_solve_decl.op
 
