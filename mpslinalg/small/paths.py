@@ -91,6 +91,11 @@ def _chol_kernels_loaded() -> bool:
     return cpu_simd.CHOL_LIBRARY.loaded is not None
 
 
+def _eig_kernels_loaded() -> bool:
+    """Whether the native eig library is loaded (never waits for it)."""
+    return cpu_simd.EIG_LIBRARY.loaded is not None
+
+
 def _triton_installed() -> bool:
     return TRITON_INSTALLED
 
@@ -204,7 +209,7 @@ def _on_torch_threads(name: str) -> Callable:
 _SIMD_FUNCTIONS = SimpleNamespace(**{name: _on_torch_threads(name) for name in (
     "small_inv_ex", "small_solve_ex", "small_det", "small_slogdet", "small_qr", "small_svd",
     "small_eigh", "small_matrix_exp", "small_cholesky_ex", "small_solve_triangular",
-    "small_cholesky_solve")})
+    "small_cholesky_solve", "small_eig")})
 
 
 def functions(path: str, own: Mapping[str, object]) -> object:
@@ -397,6 +402,36 @@ def _cholesky_family(fn: str, functions: tuple[str, ...]) -> Table:
     ), fallback=TORCH_LINALG)
 
 
+# eig / eigvals (mpslinalg.small.eig): real float32 input, complex64 results. CPU: measured
+# 2026-12-02 (see EIG_CPU_CROSSOVERS' note); torch.linalg.eig runs LAPACK's geev per matrix
+# (about 10-20 us per 3 x 3 here), so the small path wins from a few matrices. CUDA:
+# PROVISIONAL, not measured in the session that wrote the kernels: torch's CUDA eig is a CPU
+# hybrid (48 s for (1e5, 3, 3) float32 on an H200, 436 ms for (1000, 3, 3)), so any batch of
+# the generated kernels wins; the row serves from batch 1.
+
+#: The torch backend's CPU crossovers of eig / eigvals: n -> the smallest batch from which the
+#: public call through the small path beats torch.linalg.eig / eigvals.
+EIG_CPU_CROSSOVERS = {
+    "eig": {1: 8, 2: 2, 3: 2, 4: 2},
+    "eigvals": {1: 8, 2: 2, 3: 2, 4: 2},
+}
+_EIG_CPU_MEASURED = (
+    "2026-12-02", "2-core machine, shared (noisy: other sessions worked), torch 2.13.0+cpu, 2 "
+    "threads, float32: the small path's entry point against torch.linalg.eig / eigvals at "
+    "batches 1 .. 64, interleaved, minima (benchmarks/bench_small_eig.py --sweep, "
+    "benchmarks/results/small_eig.md)")
+_EIG_CUDA = (
+    None, "PROVISIONAL, not measured: torch's CUDA eig is a CPU hybrid (48 s for (1e5, 3, 3) "
+    "float32 on an H200), so the generated kernels win at any batch")
+
+
+def _eig_family(fn: str) -> Table:
+    return Table(fn, (fn,), _SQUARES, (
+        Row(SIMD_CPU, "torch", "cpu", cpu_simd.EIG_DTYPES, EIG_CPU_CROSSOVERS[fn],
+            *_EIG_CPU_MEASURED, ready=_eig_kernels_loaded),
+    ), fallback=TORCH_LINALG)
+
+
 #: The table of each small op, by name ("inv": inv, solve, det, slogdet and their forms).
 TABLES: dict[str, Table] = {
     "inv": _LU,
@@ -409,6 +444,8 @@ TABLES: dict[str, Table] = {
     "cholesky": _cholesky_family("cholesky", ("cholesky", "cholesky_ex")),
     "solve_triangular": _cholesky_family("solve_triangular", ("solve_triangular",)),
     "cholesky_solve": _cholesky_family("cholesky_solve", ("cholesky_solve",)),
+    "eig": _eig_family("eig"),
+    "eigvals": _eig_family("eigvals"),
 }
 
 

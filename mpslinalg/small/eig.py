@@ -1,0 +1,111 @@
+"""Eigenvalues and eigenvectors of batches of real n <= 4 matrices in one pass over the batch:
+the entry points and their queries of the path tables (``paths.TABLES["eig"]``,
+``["eigvals"]``).
+
+The algorithm is `mpslinalg.small.codegen.emit_eig` (LAPACK's geev without balancing: Hessenberg
+reduction, dlahqr's Francis double-shift sweeps with deflation and exceptional shifts, dlanv2's
+standardised 2 x 2 blocks, so that a complex pair of a real matrix is exactly conjugate,
+dtrevc's back-substitution and geev's normalisation), generated as C++ for the torch backend on
+CPU (`mpslinalg.small.cpu_simd`, ``native/small_cpu_eig.cpp``, float32). Where no row of a table
+serves a call (float64, complex input, other devices), torch's own function runs.
+
+The eigenvalues come in the order of the Schur form's diagonal, as LAPACK's (and so torch's CPU
+eig's, balancing aside); each eigenvector has unit 2-norm, and one of a complex eigenvalue is
+rotated so that its first component of largest modulus is real with the sign of its real part
+(geev's dlartg); a real eigenvector's sign is the back-substitution's (x_k = 1 in the Schur
+basis), which may differ from torch's, as eigenvectors are only defined up to a unit factor. A
+defective matrix (a Jordan block) has no basis of eigenvectors: as LAPACK, the kernels return
+for each copy of the eigenvalue the vector of its own back-substitution, a near-zero pivot
+replaced by eps |lambda| (dtrevc's perturbation), so the copies' vectors are nearly parallel and
+V is numerically singular there (each column still satisfies A v = lambda v to working
+accuracy). A matrix with a NaN or an infinity gets NaN in every eigenvalue and eigenvector; one
+whose iteration did not converge within ``codegen.EIG_MAX_SWEEPS`` sweeps likewise (geev would
+report info > 0 and torch raise; no such matrix was found in testing).
+
+The interface the family module (``mpslinalg/linalg/eig.py``) wires into its declarations
+(``small=`` / ``small_when=``); the argument is validated, square, real (the tables serve
+float32), and the functions only compute (forward only, no host synchronisation, the input never
+modified, complex64 results as torch's):
+
+- ``small_eig(A, backend=None) -> (eigenvalues, eigenvectors)``: A (*, n, n); eigenvalues
+  (*, n) and eigenvectors (*, n, n) complex64, as torch.linalg.eig;
+  ``use_small_eig(A, backend)`` / ``may_use_small_eig(A)``.
+- ``small_eigvals(A, backend=None) -> eigenvalues``: as torch.linalg.eigvals (the same
+  eigenvalues as small_eig's, bit for bit); ``use_small_eigvals(A, backend)`` /
+  ``may_use_small_eigvals(A)``.
+
+``backend`` None means the backend in force (``resolve_backend``). In a declaration (see
+``mpslinalg/linalg/matrix_exp.py``): ``forward={..., "small": small_eig}``, ``small_when=lambda
+backend, A: use_small_eig(A, backend)``, ``through_op=may_use_small_eig`` (the ``may_use_*``
+predicates read the public arguments by position and ignore those after A).
+
+Examples
+--------
+>>> import torch
+>>> from mpslinalg.small.eig import small_eig
+>>> w, V = small_eig(torch.tensor([[[0.0, -1.0], [1.0, 0.0]]]), backend="torch")
+>>> w
+tensor([[0.+1.j, 0.-1.j]])
+>>> bool(torch.allclose(torch.tensor([[[0.0, -1.0], [1.0, 0.0]]]).cfloat() @ V, V * w[:, None]))
+True
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from . import paths
+
+
+def _torch_eig(A: torch.Tensor, compute_v: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if compute_v:
+        return tuple(torch.linalg.eig(A))
+    return torch.linalg.eigvals(A), None
+
+
+#: The functions of the paths this family binds itself (`paths.functions` has the generated
+#: kernels').
+_OWN = {paths.TORCH_LINALG: SimpleNamespace(small_eig=_torch_eig)}
+
+
+# ------------------------------------------------------------------------------ queries
+
+def may_use_small_eig(A: torch.Tensor, *_: object) -> bool:
+    """A cheap necessary condition of `use_small_eig` on the torch backend (shapes only:
+    `mpslinalg.small.paths.may_take_small_path`; further arguments are ignored)."""
+    return paths.may_take_small_path("eig", A)
+
+
+def use_small_eig(A: torch.Tensor, backend: str | None = None) -> bool:
+    """True when the small path should compute eig of ``A`` on ``backend`` (default: the one in
+    force): n <= 4, a dtype a row serves, from the table's crossover."""
+    return paths.takes_small_path("eig", A, backend)
+
+
+def may_use_small_eigvals(A: torch.Tensor, *_: object) -> bool:
+    """`may_use_small_eig` for eigvals' table."""
+    return paths.may_take_small_path("eigvals", A)
+
+
+def use_small_eigvals(A: torch.Tensor, backend: str | None = None) -> bool:
+    """`use_small_eig` for eigvals' table."""
+    return paths.takes_small_path("eigvals", A, backend)
+
+
+# ------------------------------------------------------------------------------ entry points
+
+def small_eig(A: torch.Tensor, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eigenvalues, eigenvectors) of torch.linalg.eig(A) for A (*, n, n), n <= 4, by the path
+    the table chooses for ``backend``."""
+    path = paths.choose("eig", A, backend)
+    return tuple(paths.functions(path, _OWN).small_eig(A, True))
+
+
+def small_eigvals(A: torch.Tensor, backend: str | None = None) -> torch.Tensor:
+    """torch.linalg.eigvals(A) for A (*, n, n), n <= 4, by the path the table chooses for
+    ``backend``."""
+    path = paths.choose("eigvals", A, backend)
+    return paths.functions(path, _OWN).small_eig(A, False)[0]
