@@ -186,6 +186,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
     vf rs = (r == 0.0f) ? splat_f(1.0f) : r;
@@ -194,7 +195,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
   }
   vre00 = bad ? nanv : vre00;
@@ -269,6 +270,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
     vf rs = (r == 0.0f) ? splat_f(1.0f) : r;
@@ -277,7 +279,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
   }
   vre00 = bad ? nanv : vre00;
@@ -842,12 +844,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     {
       vf m = vre10 * vre10 + vim10 * vim10;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre10 : f;
       g = gt ? vim10 : g;
+      at = gt ? splat_i(1) : at;
     }
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -857,12 +861,12 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
     {
       vf xs = vre10;
       vre10 = cs * xs + sn * vim10;
-      vim10 = cs * vim10 - sn * xs;
+      vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
   }
   vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
@@ -916,12 +920,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre01 * vre01 + vim01 * vim01;
     vf f = vre01;
     vf g = vim01;
+    vi at = splat_i(0);
     {
       vf m = vre11 * vre11 + vim11 * vim11;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre11 : f;
       g = gt ? vim11 : g;
+      at = gt ? splat_i(1) : at;
     }
     vi cx = wi1 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -931,12 +937,12 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre01;
       vre01 = cs * xs + sn * vim01;
-      vim01 = cs * vim01 - sn * xs;
+      vim01 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim01 - sn * xs;
     }
     {
       vf xs = vre11;
       vre11 = cs * xs + sn * vim11;
-      vim11 = cs * vim11 - sn * xs;
+      vim11 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim11 - sn * xs;
     }
   }
   {
@@ -1175,12 +1181,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     {
       vf m = vre10 * vre10 + vim10 * vim10;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre10 : f;
       g = gt ? vim10 : g;
+      at = gt ? splat_i(1) : at;
     }
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -1190,12 +1198,12 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
     {
       vf xs = vre10;
       vre10 = cs * xs + sn * vim10;
-      vim10 = cs * vim10 - sn * xs;
+      vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
   }
   vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
@@ -1249,12 +1257,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre01 * vre01 + vim01 * vim01;
     vf f = vre01;
     vf g = vim01;
+    vi at = splat_i(0);
     {
       vf m = vre11 * vre11 + vim11 * vim11;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre11 : f;
       g = gt ? vim11 : g;
+      at = gt ? splat_i(1) : at;
     }
     vi cx = wi1 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -1264,12 +1274,12 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre01;
       vre01 = cs * xs + sn * vim01;
-      vim01 = cs * vim01 - sn * xs;
+      vim01 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim01 - sn * xs;
     }
     {
       vf xs = vre11;
       vre11 = cs * xs + sn * vim11;
-      vim11 = cs * vim11 - sn * xs;
+      vim11 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim11 - sn * xs;
     }
   }
   {
@@ -3306,12 +3316,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     {
       vf m = vre10 * vre10 + vim10 * vim10;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre10 : f;
       g = gt ? vim10 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre20 * vre20 + vim20 * vim20;
@@ -3319,6 +3331,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre20 : f;
       g = gt ? vim20 : g;
+      at = gt ? splat_i(2) : at;
     }
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -3328,17 +3341,17 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
     {
       vf xs = vre10;
       vre10 = cs * xs + sn * vim10;
-      vim10 = cs * vim10 - sn * xs;
+      vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
     {
       vf xs = vre20;
       vre20 = cs * xs + sn * vim20;
-      vim20 = cs * vim20 - sn * xs;
+      vim20 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim20 - sn * xs;
     }
   }
   vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
@@ -3406,12 +3419,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre01 * vre01 + vim01 * vim01;
     vf f = vre01;
     vf g = vim01;
+    vi at = splat_i(0);
     {
       vf m = vre11 * vre11 + vim11 * vim11;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre11 : f;
       g = gt ? vim11 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre21 * vre21 + vim21 * vim21;
@@ -3419,6 +3434,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre21 : f;
       g = gt ? vim21 : g;
+      at = gt ? splat_i(2) : at;
     }
     vi cx = wi1 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -3428,17 +3444,17 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre01;
       vre01 = cs * xs + sn * vim01;
-      vim01 = cs * vim01 - sn * xs;
+      vim01 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim01 - sn * xs;
     }
     {
       vf xs = vre11;
       vre11 = cs * xs + sn * vim11;
-      vim11 = cs * vim11 - sn * xs;
+      vim11 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim11 - sn * xs;
     }
     {
       vf xs = vre21;
       vre21 = cs * xs + sn * vim21;
-      vim21 = cs * vim21 - sn * xs;
+      vim21 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim21 - sn * xs;
     }
   }
   vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
@@ -3571,12 +3587,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre02 * vre02 + vim02 * vim02;
     vf f = vre02;
     vf g = vim02;
+    vi at = splat_i(0);
     {
       vf m = vre12 * vre12 + vim12 * vim12;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre12 : f;
       g = gt ? vim12 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre22 * vre22 + vim22 * vim22;
@@ -3584,6 +3602,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre22 : f;
       g = gt ? vim22 : g;
+      at = gt ? splat_i(2) : at;
     }
     vi cx = wi2 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -3593,17 +3612,17 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre02;
       vre02 = cs * xs + sn * vim02;
-      vim02 = cs * vim02 - sn * xs;
+      vim02 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim02 - sn * xs;
     }
     {
       vf xs = vre12;
       vre12 = cs * xs + sn * vim12;
-      vim12 = cs * vim12 - sn * xs;
+      vim12 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim12 - sn * xs;
     }
     {
       vf xs = vre22;
       vre22 = cs * xs + sn * vim22;
-      vim22 = cs * vim22 - sn * xs;
+      vim22 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim22 - sn * xs;
     }
   }
   {
@@ -4410,12 +4429,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     {
       vf m = vre10 * vre10 + vim10 * vim10;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre10 : f;
       g = gt ? vim10 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre20 * vre20 + vim20 * vim20;
@@ -4423,6 +4444,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre20 : f;
       g = gt ? vim20 : g;
+      at = gt ? splat_i(2) : at;
     }
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -4432,17 +4454,17 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
     {
       vf xs = vre10;
       vre10 = cs * xs + sn * vim10;
-      vim10 = cs * vim10 - sn * xs;
+      vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
     {
       vf xs = vre20;
       vre20 = cs * xs + sn * vim20;
-      vim20 = cs * vim20 - sn * xs;
+      vim20 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim20 - sn * xs;
     }
   }
   vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
@@ -4510,12 +4532,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre01 * vre01 + vim01 * vim01;
     vf f = vre01;
     vf g = vim01;
+    vi at = splat_i(0);
     {
       vf m = vre11 * vre11 + vim11 * vim11;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre11 : f;
       g = gt ? vim11 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre21 * vre21 + vim21 * vim21;
@@ -4523,6 +4547,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre21 : f;
       g = gt ? vim21 : g;
+      at = gt ? splat_i(2) : at;
     }
     vi cx = wi1 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -4532,17 +4557,17 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre01;
       vre01 = cs * xs + sn * vim01;
-      vim01 = cs * vim01 - sn * xs;
+      vim01 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim01 - sn * xs;
     }
     {
       vf xs = vre11;
       vre11 = cs * xs + sn * vim11;
-      vim11 = cs * vim11 - sn * xs;
+      vim11 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim11 - sn * xs;
     }
     {
       vf xs = vre21;
       vre21 = cs * xs + sn * vim21;
-      vim21 = cs * vim21 - sn * xs;
+      vim21 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim21 - sn * xs;
     }
   }
   vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
@@ -4675,12 +4700,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre02 * vre02 + vim02 * vim02;
     vf f = vre02;
     vf g = vim02;
+    vi at = splat_i(0);
     {
       vf m = vre12 * vre12 + vim12 * vim12;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre12 : f;
       g = gt ? vim12 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre22 * vre22 + vim22 * vim22;
@@ -4688,6 +4715,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre22 : f;
       g = gt ? vim22 : g;
+      at = gt ? splat_i(2) : at;
     }
     vi cx = wi2 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -4697,17 +4725,17 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre02;
       vre02 = cs * xs + sn * vim02;
-      vim02 = cs * vim02 - sn * xs;
+      vim02 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim02 - sn * xs;
     }
     {
       vf xs = vre12;
       vre12 = cs * xs + sn * vim12;
-      vim12 = cs * vim12 - sn * xs;
+      vim12 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim12 - sn * xs;
     }
     {
       vf xs = vre22;
       vre22 = cs * xs + sn * vim22;
-      vim22 = cs * vim22 - sn * xs;
+      vim22 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim22 - sn * xs;
     }
   }
   {
@@ -8044,12 +8072,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     {
       vf m = vre10 * vre10 + vim10 * vim10;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre10 : f;
       g = gt ? vim10 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre20 * vre20 + vim20 * vim20;
@@ -8057,6 +8087,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre20 : f;
       g = gt ? vim20 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre30 * vre30 + vim30 * vim30;
@@ -8064,6 +8095,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre30 : f;
       g = gt ? vim30 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -8073,22 +8105,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
     {
       vf xs = vre10;
       vre10 = cs * xs + sn * vim10;
-      vim10 = cs * vim10 - sn * xs;
+      vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
     {
       vf xs = vre20;
       vre20 = cs * xs + sn * vim20;
-      vim20 = cs * vim20 - sn * xs;
+      vim20 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim20 - sn * xs;
     }
     {
       vf xs = vre30;
       vre30 = cs * xs + sn * vim30;
-      vim30 = cs * vim30 - sn * xs;
+      vim30 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim30 - sn * xs;
     }
   }
   vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
@@ -8168,12 +8200,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre01 * vre01 + vim01 * vim01;
     vf f = vre01;
     vf g = vim01;
+    vi at = splat_i(0);
     {
       vf m = vre11 * vre11 + vim11 * vim11;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre11 : f;
       g = gt ? vim11 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre21 * vre21 + vim21 * vim21;
@@ -8181,6 +8215,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre21 : f;
       g = gt ? vim21 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre31 * vre31 + vim31 * vim31;
@@ -8188,6 +8223,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre31 : f;
       g = gt ? vim31 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi1 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -8197,22 +8233,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre01;
       vre01 = cs * xs + sn * vim01;
-      vim01 = cs * vim01 - sn * xs;
+      vim01 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim01 - sn * xs;
     }
     {
       vf xs = vre11;
       vre11 = cs * xs + sn * vim11;
-      vim11 = cs * vim11 - sn * xs;
+      vim11 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim11 - sn * xs;
     }
     {
       vf xs = vre21;
       vre21 = cs * xs + sn * vim21;
-      vim21 = cs * vim21 - sn * xs;
+      vim21 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim21 - sn * xs;
     }
     {
       vf xs = vre31;
       vre31 = cs * xs + sn * vim31;
-      vim31 = cs * vim31 - sn * xs;
+      vim31 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim31 - sn * xs;
     }
   }
   vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
@@ -8359,12 +8395,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre02 * vre02 + vim02 * vim02;
     vf f = vre02;
     vf g = vim02;
+    vi at = splat_i(0);
     {
       vf m = vre12 * vre12 + vim12 * vim12;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre12 : f;
       g = gt ? vim12 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre22 * vre22 + vim22 * vim22;
@@ -8372,6 +8410,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre22 : f;
       g = gt ? vim22 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre32 * vre32 + vim32 * vim32;
@@ -8379,6 +8418,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre32 : f;
       g = gt ? vim32 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi2 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -8388,22 +8428,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre02;
       vre02 = cs * xs + sn * vim02;
-      vim02 = cs * vim02 - sn * xs;
+      vim02 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim02 - sn * xs;
     }
     {
       vf xs = vre12;
       vre12 = cs * xs + sn * vim12;
-      vim12 = cs * vim12 - sn * xs;
+      vim12 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim12 - sn * xs;
     }
     {
       vf xs = vre22;
       vre22 = cs * xs + sn * vim22;
-      vim22 = cs * vim22 - sn * xs;
+      vim22 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim22 - sn * xs;
     }
     {
       vf xs = vre32;
       vre32 = cs * xs + sn * vim32;
-      vim32 = cs * vim32 - sn * xs;
+      vim32 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim32 - sn * xs;
     }
   }
   vf smin3 = (1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) : splat_f(1.1754943508222875e-38f);
@@ -8629,12 +8669,14 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf best = vre03 * vre03 + vim03 * vim03;
     vf f = vre03;
     vf g = vim03;
+    vi at = splat_i(0);
     {
       vf m = vre13 * vre13 + vim13 * vim13;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre13 : f;
       g = gt ? vim13 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre23 * vre23 + vim23 * vim23;
@@ -8642,6 +8684,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre23 : f;
       g = gt ? vim23 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre33 * vre33 + vim33 * vim33;
@@ -8649,6 +8692,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       best = gt ? m : best;
       f = gt ? vre33 : f;
       g = gt ? vim33 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi3 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -8658,22 +8702,22 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     {
       vf xs = vre03;
       vre03 = cs * xs + sn * vim03;
-      vim03 = cs * vim03 - sn * xs;
+      vim03 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim03 - sn * xs;
     }
     {
       vf xs = vre13;
       vre13 = cs * xs + sn * vim13;
-      vim13 = cs * vim13 - sn * xs;
+      vim13 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim13 - sn * xs;
     }
     {
       vf xs = vre23;
       vre23 = cs * xs + sn * vim23;
-      vim23 = cs * vim23 - sn * xs;
+      vim23 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim23 - sn * xs;
     }
     {
       vf xs = vre33;
       vre33 = cs * xs + sn * vim33;
-      vim33 = cs * vim33 - sn * xs;
+      vim33 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim33 - sn * xs;
     }
   }
   {
@@ -10016,12 +10060,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre00 * vre00 + vim00 * vim00;
     vf f = vre00;
     vf g = vim00;
+    vi at = splat_i(0);
     {
       vf m = vre10 * vre10 + vim10 * vim10;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre10 : f;
       g = gt ? vim10 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre20 * vre20 + vim20 * vim20;
@@ -10029,6 +10075,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre20 : f;
       g = gt ? vim20 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre30 * vre30 + vim30 * vim30;
@@ -10036,6 +10083,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre30 : f;
       g = gt ? vim30 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi0 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -10045,22 +10093,22 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre00;
       vre00 = cs * xs + sn * vim00;
-      vim00 = cs * vim00 - sn * xs;
+      vim00 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim00 - sn * xs;
     }
     {
       vf xs = vre10;
       vre10 = cs * xs + sn * vim10;
-      vim10 = cs * vim10 - sn * xs;
+      vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
     {
       vf xs = vre20;
       vre20 = cs * xs + sn * vim20;
-      vim20 = cs * vim20 - sn * xs;
+      vim20 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim20 - sn * xs;
     }
     {
       vf xs = vre30;
       vre30 = cs * xs + sn * vim30;
-      vim30 = cs * vim30 - sn * xs;
+      vim30 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim30 - sn * xs;
     }
   }
   vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
@@ -10140,12 +10188,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre01 * vre01 + vim01 * vim01;
     vf f = vre01;
     vf g = vim01;
+    vi at = splat_i(0);
     {
       vf m = vre11 * vre11 + vim11 * vim11;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre11 : f;
       g = gt ? vim11 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre21 * vre21 + vim21 * vim21;
@@ -10153,6 +10203,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre21 : f;
       g = gt ? vim21 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre31 * vre31 + vim31 * vim31;
@@ -10160,6 +10211,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre31 : f;
       g = gt ? vim31 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi1 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -10169,22 +10221,22 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre01;
       vre01 = cs * xs + sn * vim01;
-      vim01 = cs * vim01 - sn * xs;
+      vim01 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim01 - sn * xs;
     }
     {
       vf xs = vre11;
       vre11 = cs * xs + sn * vim11;
-      vim11 = cs * vim11 - sn * xs;
+      vim11 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim11 - sn * xs;
     }
     {
       vf xs = vre21;
       vre21 = cs * xs + sn * vim21;
-      vim21 = cs * vim21 - sn * xs;
+      vim21 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim21 - sn * xs;
     }
     {
       vf xs = vre31;
       vre31 = cs * xs + sn * vim31;
-      vim31 = cs * vim31 - sn * xs;
+      vim31 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim31 - sn * xs;
     }
   }
   vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
@@ -10331,12 +10383,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre02 * vre02 + vim02 * vim02;
     vf f = vre02;
     vf g = vim02;
+    vi at = splat_i(0);
     {
       vf m = vre12 * vre12 + vim12 * vim12;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre12 : f;
       g = gt ? vim12 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre22 * vre22 + vim22 * vim22;
@@ -10344,6 +10398,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre22 : f;
       g = gt ? vim22 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre32 * vre32 + vim32 * vim32;
@@ -10351,6 +10406,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre32 : f;
       g = gt ? vim32 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi2 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -10360,22 +10416,22 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre02;
       vre02 = cs * xs + sn * vim02;
-      vim02 = cs * vim02 - sn * xs;
+      vim02 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim02 - sn * xs;
     }
     {
       vf xs = vre12;
       vre12 = cs * xs + sn * vim12;
-      vim12 = cs * vim12 - sn * xs;
+      vim12 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim12 - sn * xs;
     }
     {
       vf xs = vre22;
       vre22 = cs * xs + sn * vim22;
-      vim22 = cs * vim22 - sn * xs;
+      vim22 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim22 - sn * xs;
     }
     {
       vf xs = vre32;
       vre32 = cs * xs + sn * vim32;
-      vim32 = cs * vim32 - sn * xs;
+      vim32 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim32 - sn * xs;
     }
   }
   vf smin3 = (1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) : splat_f(1.1754943508222875e-38f);
@@ -10601,12 +10657,14 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf best = vre03 * vre03 + vim03 * vim03;
     vf f = vre03;
     vf g = vim03;
+    vi at = splat_i(0);
     {
       vf m = vre13 * vre13 + vim13 * vim13;
       vi gt = m > best;
       best = gt ? m : best;
       f = gt ? vre13 : f;
       g = gt ? vim13 : g;
+      at = gt ? splat_i(1) : at;
     }
     {
       vf m = vre23 * vre23 + vim23 * vim23;
@@ -10614,6 +10672,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre23 : f;
       g = gt ? vim23 : g;
+      at = gt ? splat_i(2) : at;
     }
     {
       vf m = vre33 * vre33 + vim33 * vim33;
@@ -10621,6 +10680,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       best = gt ? m : best;
       f = gt ? vre33 : f;
       g = gt ? vim33 : g;
+      at = gt ? splat_i(3) : at;
     }
     vi cx = wi3 != 0.0f;
     vf r = (f < 0.0f) ? -vabs(vsqrt(f * f + g * g)) : vabs(vsqrt(f * f + g * g));
@@ -10630,22 +10690,22 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     {
       vf xs = vre03;
       vre03 = cs * xs + sn * vim03;
-      vim03 = cs * vim03 - sn * xs;
+      vim03 = (cx & (at == 0)) ? splat_f(0.0f) : cs * vim03 - sn * xs;
     }
     {
       vf xs = vre13;
       vre13 = cs * xs + sn * vim13;
-      vim13 = cs * vim13 - sn * xs;
+      vim13 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim13 - sn * xs;
     }
     {
       vf xs = vre23;
       vre23 = cs * xs + sn * vim23;
-      vim23 = cs * vim23 - sn * xs;
+      vim23 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim23 - sn * xs;
     }
     {
       vf xs = vre33;
       vre33 = cs * xs + sn * vim33;
-      vim33 = cs * vim33 - sn * xs;
+      vim33 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim33 - sn * xs;
     }
   }
   {

@@ -1981,6 +1981,7 @@ def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:
         best = dl.declare(REAL, "best", vr[0] * vr[0] + vi[0] * vi[0])
         f = dl.declare(REAL, "f", vr[0])
         g = dl.declare(REAL, "g", vi[0])
+        at = dl.declare(INT, "at", Full(0, INT))
         for i in range(1, n):
             with dl.scope():
                 m = dl.declare(REAL, "m", vr[i] * vr[i] + vi[i] * vi[i])
@@ -1988,6 +1989,7 @@ def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:
                 dl.assign(best, select(gt, m, best))
                 dl.assign(f, select(gt, vr[i], f))
                 dl.assign(g, select(gt, vi[i], g))
+                dl.assign(at, select(gt, i, at))
         cplx = dl.declare(BOOL, "cx", Var(f"wi{k}", REAL).ne(0.0))
         r = dl.declare(REAL, "r", _sign(sqrt(f * f + g * g), f))
         rs = dl.declare(REAL, "rs", select(r.eq(0.0), 1.0, r))
@@ -1997,4 +1999,5 @@ def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:
             with dl.scope():
                 xs = dl.declare(REAL, "xs", vr[i])
                 dl.assign(vr[i], cs * xs + sn * vi[i])
-                dl.assign(vi[i], cs * vi[i] - sn * xs)
+                # that component's imaginary part exactly 0, as geev sets it
+                dl.assign(vi[i], select(cplx & at.eq(i), 0.0, cs * vi[i] - sn * xs))

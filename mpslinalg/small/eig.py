@@ -5,9 +5,11 @@ the entry points and their queries of the path tables (``paths.TABLES["eig"]``,
 The algorithm is `mpslinalg.small.codegen.emit_eig` (LAPACK's geev without balancing: Hessenberg
 reduction, dlahqr's Francis double-shift sweeps with deflation and exceptional shifts, dlanv2's
 standardised 2 x 2 blocks, so that a complex pair of a real matrix is exactly conjugate,
-dtrevc's back-substitution and geev's normalisation), generated as C++ for the torch backend on
-CPU (`mpslinalg.small.cpu_simd`, ``native/small_cpu_eig.cpp``, float32). Where no row of a table
-serves a call (float64, complex input, other devices), torch's own function runs.
+dtrevc's back-substitution and geev's normalisation), generated for the metal backend
+(``metal/linalg/small_eig.{h,metal}``, one launch per call, one thread per matrix) and as C++
+for the torch backend on CPU (`mpslinalg.small.cpu_simd`, ``native/small_cpu_eig.cpp``), both
+float32 and bit-identical. Where no row of a table serves a call (float64, complex input, the
+torch backend on other devices), torch's own function runs.
 
 The eigenvalues come in the order of the Schur form's diagonal, as LAPACK's (and so torch's CPU
 eig's, balancing aside); each eigenvector has unit 2-norm, and one of a complex eigenvalue is
@@ -52,10 +54,12 @@ True
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import torch
 
+from .._core import metal as _metal
 from . import paths
 
 
@@ -66,9 +70,34 @@ def _torch_eig(A: torch.Tensor, compute_v: bool = True
     return torch.linalg.eigvals(A), None
 
 
+#: Metal source of the kernels.
+_SOURCE = "linalg/small_eig.metal"
+
+#: Threads per threadgroup of the one-thread-per-matrix kernels.
+_GROUP = 256
+
+
+def _metal_eig(A: torch.Tensor, compute_v: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    from .._core.copy import contiguous
+
+    *batch_shape, n, _ = A.shape
+    E = torch.empty((*batch_shape, n), dtype=torch.complex64, device=A.device)
+    V = torch.empty(A.shape, dtype=torch.complex64, device=A.device) if compute_v else None
+    batch = math.prod(batch_shape)
+    if batch:
+        kern = _metal.kernel(_SOURCE, "small_eig", A.dtype, A.device, fn="eig", n=n,
+                             vectors=compute_v)
+        outputs = (E, V) if compute_v else (E,)
+        _metal.launch(kern, contiguous(A, "eig"), *outputs, batch, threads=batch,
+                      group_size=min(_GROUP, batch))
+    return E, V
+
+
 #: The functions of the paths this family binds itself (`paths.functions` has the generated
 #: kernels').
-_OWN = {paths.TORCH_LINALG: SimpleNamespace(small_eig=_torch_eig)}
+_OWN = {paths.METAL: SimpleNamespace(small_eig=_metal_eig),
+        paths.TORCH_LINALG: SimpleNamespace(small_eig=_torch_eig)}
 
 
 # ------------------------------------------------------------------------------ queries

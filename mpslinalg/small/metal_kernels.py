@@ -653,3 +653,46 @@ def small_cholesky_header() -> str:
             for left, upper, unit in SOLVE_TRIANGULAR_VARIANTS:
                 lines += ["", *_solve_triangular_kernel(dtype, n, left, upper, unit)]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ eig
+
+def _eig_kernel(n: int, vectors: bool) -> list[str]:
+    """The kernel ``small_eig_float32_n<n>_vectors<v>``: the eigenvalues (E, complex64 as
+    float2) and with ``vectors`` the unit eigenvectors (V, columns, float2) of the real matrix
+    ``index`` of A (`mpslinalg.small.codegen.emit_eig`)."""
+    w = _Writer()
+    dl = _Metal(w, False)
+    buffers = [("E", "device float2*")] + ([("V", "device float2*")] if vectors else [])
+    _kernel_head(w, f"small_eig_float32_n{n}_vectors{int(vectors)}", "float",
+                 [*buffers, ("batch", "constant long&")])
+    _load_entries(dl, "float", n, lambda i, j: True)
+    cg.emit_eig(dl, n, vectors)
+    for k in range(n):
+        w(f"E[index * long({n}) + {k}] = float2(wre{k}, wim{k});")
+    if vectors:
+        for i in range(n):
+            for k in range(n):
+                w(f"V[index * long({n * n}) + {i * n + k}] = float2(vre{i}{k}, vim{i}{k});")
+    w("}", 0)
+    return w.lines
+
+
+_SMALL_EIG_ABOUT = """
+// Eigenvalues and eigenvectors of a batch of real n x n matrices, n <= 4, one matrix per thread
+// in registers: small_eig_float32_n<n>_vectors<v>: LAPACK's geev without balancing (Hessenberg
+// reduction, dlahqr's Francis double-shift sweeps, dlanv2's 2 x 2 blocks, dtrevc's
+// back-substitution, geev's normalisation), the eigenvalues in E and for vectors the unit
+// eigenvectors (columns) in V, both complex64 (float2); NaN everywhere for a matrix with a
+// non-finite entry. n = 1 .. 4; included by small_eig.metal.
+"""
+
+
+@generated.generates("metal/linalg/small_eig.h")
+def small_eig_header() -> str:
+    """The text of ``metal/linalg/small_eig.h``: every n <= 4 eig kernel."""
+    lines = _generated_banner(_SMALL_EIG_ABOUT)
+    for n in range(1, cg.MAX_N + 1):
+        for vectors in (False, True):
+            lines += ["", *_eig_kernel(n, vectors)]
+    return "\n".join(lines) + "\n"

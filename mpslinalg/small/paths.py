@@ -427,6 +427,8 @@ _EIG_CUDA = (
 
 def _eig_family(fn: str) -> Table:
     return Table(fn, (fn,), _SQUARES, (
+        Row(METAL, "metal", None, cpu_simd.EIG_DTYPES, EVERY_BATCH, None,
+            "one launch of metal/linalg/small_eig.metal per call, one thread per matrix"),
         Row(SIMD_CPU, "torch", "cpu", cpu_simd.EIG_DTYPES, EIG_CPU_CROSSOVERS[fn],
             *_EIG_CPU_MEASURED, ready=_eig_kernels_loaded),
     ), fallback=TORCH_LINALG)
