@@ -14,8 +14,11 @@ torch backend on other devices), torch's own function runs.
 The eigenvalues come in the order of the Schur form's diagonal, as LAPACK's (and so torch's CPU
 eig's, balancing aside); each eigenvector has unit 2-norm, and one of a complex eigenvalue is
 rotated so that its first component of largest modulus is real with the sign of its real part
-(geev's dlartg); a real eigenvector's sign is the back-substitution's (x_k = 1 in the Schur
-basis), which may differ from torch's, as eigenvectors are only defined up to a unit factor. A
+(geev's dlartg, LAPACK 3.10's); the sign of a vector (real or complex) follows the Schur basis
+(x_k = 1 there for a real eigenvalue), so it may differ from torch's, whose LAPACK balances
+first: eigenvectors are only defined up to a unit factor. Where LAPACK's iteration converges
+in another order the eigenvalues' order differs from torch's too (a few percent of random
+3 x 3 matrices). A
 defective matrix (a Jordan block) has no basis of eigenvectors: as LAPACK, the kernels return
 for each copy of the eigenvalue the vector of its own back-substitution, a near-zero pivot
 replaced by eps |lambda| (dtrevc's perturbation), so the copies' vectors are nearly parallel and
