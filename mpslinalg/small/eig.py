@@ -6,10 +6,11 @@ The algorithm is `mpslinalg.small.codegen.emit_eig` (LAPACK's geev without balan
 reduction, dlahqr's Francis double-shift sweeps with deflation and exceptional shifts, dlanv2's
 standardised 2 x 2 blocks, so that a complex pair of a real matrix is exactly conjugate,
 dtrevc's back-substitution and geev's normalisation), generated for the metal backend
-(``metal/linalg/small_eig.{h,metal}``, one launch per call, one thread per matrix) and as C++
-for the torch backend on CPU (`mpslinalg.small.cpu_simd`, ``native/small_cpu_eig.cpp``), both
-float32 and bit-identical. Where no row of a table serves a call (float64, complex input, the
-torch backend on other devices), torch's own function runs.
+(``metal/linalg/small_eig.{h,metal}``, one launch per call, one thread per matrix), as C++
+for the torch backend on CPU (`mpslinalg.small.cpu_simd`, ``native/small_cpu_eig.cpp``) and as
+Triton for the torch backend on CUDA (`mpslinalg.small.triton_kernels`), all float32 and
+bit-identical. Where no row of a table serves a call (float64, complex input), torch's own
+function runs.
 
 The eigenvalues come in the order of the Schur form's diagonal, as LAPACK's (and so torch's CPU
 eig's, balancing aside); each eigenvector has unit 2-norm, and one of a complex eigenvalue is

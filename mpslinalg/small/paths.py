@@ -431,6 +431,8 @@ def _eig_family(fn: str) -> Table:
             "one launch of metal/linalg/small_eig.metal per call, one thread per matrix"),
         Row(SIMD_CPU, "torch", "cpu", cpu_simd.EIG_DTYPES, EIG_CPU_CROSSOVERS[fn],
             *_EIG_CPU_MEASURED, ready=_eig_kernels_loaded),
+        Row(TRITON, "torch", "cuda", cpu_simd.EIG_DTYPES, _each_order(1), *_EIG_CUDA,
+            ready=_triton_installed, loads=_triton_imports),
     ), fallback=TORCH_LINALG)
 
 

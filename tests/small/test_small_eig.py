@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
+from triton_interpreter import run_cases
 
 from mpslinalg.small import cpu_simd as sc
 from mpslinalg.small import eig as seig
@@ -259,3 +260,37 @@ def test_metal_single_launch_no_sync(metal_backend, batch):
                 fn(A, backend="metal")
             assert syncs.calls == []
             assert launches.names == [f"small_eig_float32_n{n}_vectors{vectors}"]
+
+
+# ---------------------------------------------------------------- Triton (interpreter)
+
+_SCRIPT = r"""
+import sys
+import torch
+from mpslinalg.small import triton_kernels as st
+
+cases = torch.load(sys.argv[1])
+out = {}
+for key, case in cases.items():
+    st._LOAD = case["load"]
+    out[key] = {v: st.small_eig(case["A"], v) for v in (False, True)}
+torch.save(out, sys.argv[2])
+"""
+
+
+@pytest.fixture(scope="module")
+def triton_runs(tmp_path_factory):
+    cases = {f"n{n}-{load}": {"A": _hard_batch(n)[::2].contiguous(), "load": load}
+             for n in SIZES for load in ("auto", "strided")}
+    return run_cases(tmp_path_factory, "triton_eig", cases, _SCRIPT)
+
+
+def test_triton_bit_identical_to_cpu_kernels(triton_runs, native_eig):
+    cases, out = triton_runs
+    assert set(out) == set(cases)
+    for key, case in cases.items():
+        for compute_v in (False, True):
+            w, V = sc.small_eig(case["A"], compute_v)
+            _exact(out[key][compute_v][0], w)
+            if compute_v:
+                _exact(out[key][compute_v][1], V)
