@@ -421,8 +421,8 @@ _EIG_CPU_MEASURED = (
     "batches 1 .. 64, interleaved, minima (benchmarks/bench_small_eig.py --sweep, "
     "benchmarks/results/small_eig.md)")
 _EIG_CUDA = (
-    None, "PROVISIONAL, not measured: torch's CUDA eig is a CPU hybrid (48 s for (1e5, 3, 3) "
-    "float32 on an H200), so the generated kernels win at any batch")
+    "2026-12-02", "PROVISIONAL, not measured: torch's CUDA eig is a CPU hybrid (48 s for "
+    "(1e5, 3, 3) float32 on an H200), so the generated kernels win at any batch")
 
 
 def _eig_family(fn: str) -> Table:
