@@ -402,9 +402,17 @@ def _cholesky_family(fn: str, functions: tuple[str, ...]) -> Table:
     ), fallback=TORCH_LINALG)
 
 
-# eig / eigvals (mpslinalg.small.eig): real float32 input, complex64 results. CPU: measured
-# 2026-12-02 (see EIG_CPU_CROSSOVERS' note); torch.linalg.eig runs LAPACK's geev per matrix
-# (about 10-20 us per 3 x 3 here), so the small path wins from a few matrices. CUDA:
+# eig / eigvals (mpslinalg.small.eig): real float32 input, complex64 results. CPU (measured
+# 2026-12-02 on the shared 2-core machine, load average 5-9 while other sessions worked, so
+# noisy; torch 2.13.0+cpu, 2 threads): the small path's entry point against torch.linalg.eig /
+# eigvals at batches 1 .. 64, interleaved, 9 rounds of 20 calls, minima; the family's public
+# functions were not merged yet, so their dispatch was taken as that of the public matrix_exp
+# over its own entry point (14-16 us at batch 64). The entry point costs 7-30 us (eig) and 5-21
+# us (eigvals) up to batch 64; torch's calls 13-194 us (eig) and 8-120 us (eigvals). Each
+# crossover is the smallest batch at which entry + dispatch stayed below torch's minimum: eig 8
+# for n = 3, 4 (24 against 30 / 35 us), 16 for n = 2, 64 for n = 1; eigvals 16 for n = 3, 4, 64
+# for n = 2, never for n = 1 up to 64 (21 against 13 us). At (1e4, 3, 3) eig: 1.9 against 31
+# ms (minima; benchmarks/bench_small_eig.py, benchmarks/results/small_eig.md). CUDA:
 # PROVISIONAL, not measured in the session that wrote the kernels: torch's CUDA eig is a CPU
 # hybrid (48 s for (1e5, 3, 3) float32 on an H200, 436 ms for (1000, 3, 3)), so any batch of
 # the generated kernels wins; the row serves from batch 1.
@@ -412,17 +420,18 @@ def _cholesky_family(fn: str, functions: tuple[str, ...]) -> Table:
 #: The torch backend's CPU crossovers of eig / eigvals: n -> the smallest batch from which the
 #: public call through the small path beats torch.linalg.eig / eigvals.
 EIG_CPU_CROSSOVERS = {
-    "eig": {1: 8, 2: 2, 3: 2, 4: 2},
-    "eigvals": {1: 8, 2: 2, 3: 2, 4: 2},
+    "eig": {1: 64, 2: 16, 3: 8, 4: 8},
+    "eigvals": {2: 64, 3: 16, 4: 16},
 }
 _EIG_CPU_MEASURED = (
-    "2026-12-02", "2-core machine, shared (noisy: other sessions worked), torch 2.13.0+cpu, 2 "
-    "threads, float32: the small path's entry point against torch.linalg.eig / eigvals at "
-    "batches 1 .. 64, interleaved, minima (benchmarks/bench_small_eig.py --sweep, "
-    "benchmarks/results/small_eig.md)")
+    "2026-12-02", "2-core machine, shared (load average 5-9: noisy), torch 2.13.0+cpu, 2 "
+    "threads, float32: the small path's entry point plus the public matrix_exp's dispatch "
+    "(14-16 us) against torch.linalg.eig / eigvals at batches 1 .. 64, interleaved, 9 rounds "
+    "of 20 calls, minima (benchmarks/bench_small_eig.py, benchmarks/results/small_eig.md)")
 _EIG_CUDA = (
     "2026-12-02", "PROVISIONAL, not measured: torch's CUDA eig is a CPU hybrid (48 s for "
-    "(1e5, 3, 3) float32 on an H200), so the generated kernels win at any batch")
+    "(1e5, 3, 3) float32 on an H200), so the generated kernels win at any batch; to be swept "
+    "with benchmarks/bench_small_eig.py --device cuda (benchmarks/results/small_eig.md)")
 
 
 def _eig_family(fn: str) -> Table:
