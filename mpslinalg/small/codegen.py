@@ -2,7 +2,7 @@
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
 ``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``,
-``small_matrix_exp.h`` and ``small_cholesky.h``).
+``small_matrix_exp.h``, ``small_cholesky.h`` and ``small_eig.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
@@ -1836,7 +1836,8 @@ def _emit_eigvec(dl: Dialect, n: int, k: int) -> None:
         rhs[i] = (dl.declare(REAL, f"b{k}{i}r", rr), dl.declare(REAL, f"b{k}{i}i", _filled(ri)))
     mv = {}
     for (i, j), (vr, vi) in m.items():
-        mv[i, j] = (dl.declare(REAL, f"m{k}{i}{j}r", _filled(vr)), dl.declare(REAL, f"m{k}{i}{j}i", _filled(vi)))
+        mv[i, j] = (dl.declare(REAL, f"m{k}{i}{j}r", _filled(vr)),
+                    dl.declare(REAL, f"m{k}{i}{j}i", _filled(vi)))
     for j in range(k - 1):
         with dl.scope():
             sw = dl.declare(BOOL, "sw", abs_(mv[j + 1, j][0]) + abs_(mv[j + 1, j][1])
@@ -1846,7 +1847,7 @@ def _emit_eigvec(dl: Dialect, n: int, k: int) -> None:
                     _emit_swap(dl, sw, mv[j, c][part], mv[j + 1, c][part])
             for part in (0, 1):
                 _emit_swap(dl, sw, rhs[j][part], rhs[j + 1][part])
-            _emit_perturb(dl, mv[j, j], Var(f"smin{k}", REAL))
+            _emit_perturb(dl, mv[j, j], smin)
             f = _emit_cdiv(dl, mv[j + 1, j], mv[j, j], "mu")
             for c in range(j + 1, k):
                 pr, pi = _cmul(f, mv[j, c])
@@ -1865,7 +1866,7 @@ def _emit_eigvec(dl: Dialect, n: int, k: int) -> None:
                 pr, pi = _cmul(mv[j, c], sol[c])
                 sr, si = sr - pr, si - pi
             num = (dl.declare(REAL, "nr", sr), dl.declare(REAL, "ni", si))
-            _emit_perturb(dl, mv[j, j], Var(f"smin{k}", REAL))
+            _emit_perturb(dl, mv[j, j], smin)
             qr_, qi_ = _emit_cdiv(dl, num, mv[j, j], "q")
             dl.assign(sol[j][0], qr_)
             dl.assign(sol[j][1], qi_)
@@ -1890,7 +1891,7 @@ def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
     """The eigenvalues of the real a{i}{j} (n x n; see the section above) into wre{k}, wim{k}
     (REAL), with ``want_v`` the unit eigenvectors (columns) into vre{i}{k}, vim{i}{k}; NaN
     everywhere for a non-finite input or an iteration that did not converge."""
-    a, h, zz = Vars("a"), Vars("h"), Vars("z")
+    a, h = Vars("a"), Vars("h")
     for i in range(n):
         for j in range(n):
             dl.declare(REAL, f"h{i}{j}", a[i, j])
@@ -1951,7 +1952,6 @@ def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
     for k in range(n):
         dl.declare(REAL, f"wre{k}", select(fail, nanv, Var(f"wr{k}", REAL) * amax))
         dl.declare(REAL, f"wim{k}", select(fail, nanv, Var(f"wi{k}", REAL) * amax))
-    del zz
 
 
 def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:

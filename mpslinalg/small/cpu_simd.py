@@ -47,10 +47,14 @@ A third, `EXPM_LIBRARY`, holds the matrix exponential (n <= 4, float32:
 in the emulator. A fourth, `CHOL_LIBRARY`, holds the Cholesky family (cholesky_ex,
 solve_triangular, cholesky_solve; n <= 4, float32 and complex64, the latter as pairs of float
 vectors, `_CppComplex`: `mpslinalg.small.codegen.emit_cholesky`, `emit_triangular_solve`,
-`emit_cholesky_solve`), bit-identical to metal/linalg/small_cholesky.h in the emulator.
+`emit_cholesky_solve`), bit-identical to metal/linalg/small_cholesky.h in the emulator. A
+fifth, `EIG_LIBRARY`, holds eig and eigvals of real matrices (n <= 4, float32 in, complex64
+out: `mpslinalg.small.codegen.emit_eig`), bit-identical to metal/linalg/small_eig.h in the
+emulator.
 
 The sources are checked in as generated files (``native/small_cpu.cpp``,
 ``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, ``native/small_cpu_chol.cpp``,
+``native/small_cpu_eig.cpp``,
 with their flags in ``native/libraries.cmake``; see
 `mpslinalg.small.generated`), the build backend compiles them when the package is built or
 installed (``CMakeLists.txt``), and `mpslinalg.small.native` loads the result from the package

@@ -21,7 +21,9 @@ included by ``metal/linalg/small_matrix_exp.metal``; ``metal/linalg/small_choles
 ``small_cholesky_{float32,complex64}_n{1..4}_upper{0,1}``,
 ``small_solve_triangular_{float32,complex64}_n{1..4}_left{0,1}_upper{0,1}_unit{0,1}`` and
 ``small_cholesky_solve_{float32,complex64}_n{1..4}_upper{0,1}``, included by
-``metal/linalg/small_cholesky.metal``. The SVD and eigh kernels report the sweeps run and the
+``metal/linalg/small_cholesky.metal``; ``metal/linalg/small_eig.h`` holds
+``small_eig_float32_n{1..4}_vectors{0,1}``, included by ``metal/linalg/small_eig.metal``. The
+SVD and eigh kernels report the sweeps run and the
 rotations of the last one (`_Metal.sweeps`).
 
 Examples

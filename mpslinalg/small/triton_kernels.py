@@ -1,6 +1,7 @@
 """Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet, QR,
 SVD and symmetric eigh (`mpslinalg.small.orthogonal`), the matrix exponential and the Cholesky
-family (`mpslinalg.small.cholesky`), in exactly one launch per op,
+family (`mpslinalg.small.cholesky`) and eig / eigvals (`mpslinalg.small.eig`), in exactly one
+launch per op,
 the matrices held in registers. The sections below describe the LU kernels; the QR kernels
 follow ``qr_small`` of metal/linalg/qr.h the same way (:func:`mpslinalg.small.codegen.
 emit_qr_factor`), and the Jacobi SVD / eigh kernels run their sweeps as one ``for`` loop of a
