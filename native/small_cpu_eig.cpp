@@ -166,7 +166,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vf z00 = splat_f(1.0f);
   vf wr0 = h00;
   vf wi0 = splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf x0_0r = splat_f(1.0f);
   vf x0_0i = splat_f(0.0f);
   vf vre00 = z00 * x0_0r;
@@ -250,7 +250,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vf z00 = splat_f(1.0f);
   vf wr0 = h00;
   vf wi0 = splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf x0_0r = splat_f(1.0f);
   vf x0_0i = splat_f(0.0f);
   vf vre00 = z00 * x0_0r;
@@ -810,7 +810,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vi bot1 = h10 != 0.0f;
   vf wr1 = h11;
   vf wi1 = bot1 ? -(vsqrt(vabs(h01)) * vsqrt(vabs(h10))) : splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf u0a = top0 ? vsqrt(vabs(h01)) : splat_f(1.0f);
   vf u0b = top0 ? (h01 < 0.0f) ? -vabs(vsqrt(vabs(h10))) : vabs(vsqrt(vabs(h10))) : splat_f(0.0f);
   vf x0_0r = u0a;
@@ -869,7 +869,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
   }
-  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
+  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1920928955078125e-07f);
   vf b10r = -(h01 * 1.0f);
   vf b10i = splat_f(0.0f);
   vf m100r = h00 - wr1;
@@ -1147,7 +1147,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vi bot1 = h10 != 0.0f;
   vf wr1 = h11;
   vf wi1 = bot1 ? -(vsqrt(vabs(h01)) * vsqrt(vabs(h10))) : splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf u0a = top0 ? vsqrt(vabs(h01)) : splat_f(1.0f);
   vf u0b = top0 ? (h01 < 0.0f) ? -vabs(vsqrt(vabs(h10))) : vabs(vsqrt(vabs(h10))) : splat_f(0.0f);
   vf x0_0r = u0a;
@@ -1206,7 +1206,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vim10 = (cx & (at == 1)) ? splat_f(0.0f) : cs * vim10 - sn * xs;
     }
   }
-  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
+  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1920928955078125e-07f);
   vf b10r = -(h01 * 1.0f);
   vf b10i = splat_f(0.0f);
   vf m100r = h00 - wr1;
@@ -3270,7 +3270,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vi bot2 = h21 != 0.0f;
   vf wr2 = h22;
   vf wi2 = bot2 ? -(vsqrt(vabs(h12)) * vsqrt(vabs(h21))) : splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf u0a = top0 ? vsqrt(vabs(h01)) : splat_f(1.0f);
   vf u0b = top0 ? (h01 < 0.0f) ? -vabs(vsqrt(vabs(h10))) : vabs(vsqrt(vabs(h10))) : splat_f(0.0f);
   vf x0_0r = u0a;
@@ -3354,7 +3354,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vim20 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim20 - sn * xs;
     }
   }
-  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
+  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1920928955078125e-07f);
   vf u1a = top1 ? vsqrt(vabs(h12)) : splat_f(1.0f);
   vf u1b = top1 ? (h12 < 0.0f) ? -vabs(vsqrt(vabs(h21))) : vabs(vsqrt(vabs(h21))) : splat_f(0.0f);
   vf b10r = -(h01 * u1a + h02 * 0.0f);
@@ -3457,7 +3457,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vim21 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim21 - sn * xs;
     }
   }
-  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
+  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1920928955078125e-07f);
   vf b20r = -(h02 * 1.0f);
   vf b20i = splat_f(0.0f);
   vf b21r = -(h12 * 1.0f);
@@ -4383,7 +4383,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vi bot2 = h21 != 0.0f;
   vf wr2 = h22;
   vf wi2 = bot2 ? -(vsqrt(vabs(h12)) * vsqrt(vabs(h21))) : splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf u0a = top0 ? vsqrt(vabs(h01)) : splat_f(1.0f);
   vf u0b = top0 ? (h01 < 0.0f) ? -vabs(vsqrt(vabs(h10))) : vabs(vsqrt(vabs(h10))) : splat_f(0.0f);
   vf x0_0r = u0a;
@@ -4467,7 +4467,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vim20 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim20 - sn * xs;
     }
   }
-  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
+  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1920928955078125e-07f);
   vf u1a = top1 ? vsqrt(vabs(h12)) : splat_f(1.0f);
   vf u1b = top1 ? (h12 < 0.0f) ? -vabs(vsqrt(vabs(h21))) : vabs(vsqrt(vabs(h21))) : splat_f(0.0f);
   vf b10r = -(h01 * u1a + h02 * 0.0f);
@@ -4570,7 +4570,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vim21 = (cx & (at == 2)) ? splat_f(0.0f) : cs * vim21 - sn * xs;
     }
   }
-  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
+  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1920928955078125e-07f);
   vf b20r = -(h02 * 1.0f);
   vf b20i = splat_f(0.0f);
   vf b21r = -(h12 * 1.0f);
@@ -8014,7 +8014,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vi bot3 = h32 != 0.0f;
   vf wr3 = h33;
   vf wi3 = bot3 ? -(vsqrt(vabs(h23)) * vsqrt(vabs(h32))) : splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf u0a = top0 ? vsqrt(vabs(h01)) : splat_f(1.0f);
   vf u0b = top0 ? (h01 < 0.0f) ? -vabs(vsqrt(vabs(h10))) : vabs(vsqrt(vabs(h10))) : splat_f(0.0f);
   vf x0_0r = u0a;
@@ -8123,7 +8123,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vim30 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim30 - sn * xs;
     }
   }
-  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
+  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1920928955078125e-07f);
   vf u1a = top1 ? vsqrt(vabs(h12)) : splat_f(1.0f);
   vf u1b = top1 ? (h12 < 0.0f) ? -vabs(vsqrt(vabs(h21))) : vabs(vsqrt(vabs(h21))) : splat_f(0.0f);
   vf b10r = -(h01 * u1a + h02 * 0.0f);
@@ -8251,7 +8251,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vim31 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim31 - sn * xs;
     }
   }
-  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
+  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1920928955078125e-07f);
   vf u2a = top2 ? vsqrt(vabs(h23)) : splat_f(1.0f);
   vf u2b = top2 ? (h23 < 0.0f) ? -vabs(vsqrt(vabs(h32))) : vabs(vsqrt(vabs(h32))) : splat_f(0.0f);
   vf b20r = -(h02 * u2a + h03 * 0.0f);
@@ -8446,7 +8446,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vim32 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim32 - sn * xs;
     }
   }
-  vf smin3 = (1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) : splat_f(1.1754943508222875e-38f);
+  vf smin3 = (1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) : splat_f(1.1920928955078125e-07f);
   vf b30r = -(h03 * 1.0f);
   vf b30i = splat_f(0.0f);
   vf b31r = -(h13 * 1.0f);
@@ -10002,7 +10002,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vi bot3 = h32 != 0.0f;
   vf wr3 = h33;
   vf wi3 = bot3 ? -(vsqrt(vabs(h23)) * vsqrt(vabs(h32))) : splat_f(0.0f);
-  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1754943508222875e-38f);
+  vf smin0 = (1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr0) + vabs(wi0)) : splat_f(1.1920928955078125e-07f);
   vf u0a = top0 ? vsqrt(vabs(h01)) : splat_f(1.0f);
   vf u0b = top0 ? (h01 < 0.0f) ? -vabs(vsqrt(vabs(h10))) : vabs(vsqrt(vabs(h10))) : splat_f(0.0f);
   vf x0_0r = u0a;
@@ -10111,7 +10111,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vim30 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim30 - sn * xs;
     }
   }
-  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1754943508222875e-38f);
+  vf smin1 = (1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr1) + vabs(wi1)) : splat_f(1.1920928955078125e-07f);
   vf u1a = top1 ? vsqrt(vabs(h12)) : splat_f(1.0f);
   vf u1b = top1 ? (h12 < 0.0f) ? -vabs(vsqrt(vabs(h21))) : vabs(vsqrt(vabs(h21))) : splat_f(0.0f);
   vf b10r = -(h01 * u1a + h02 * 0.0f);
@@ -10239,7 +10239,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vim31 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim31 - sn * xs;
     }
   }
-  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1754943508222875e-38f);
+  vf smin2 = (1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr2) + vabs(wi2)) : splat_f(1.1920928955078125e-07f);
   vf u2a = top2 ? vsqrt(vabs(h23)) : splat_f(1.0f);
   vf u2b = top2 ? (h23 < 0.0f) ? -vabs(vsqrt(vabs(h32))) : vabs(vsqrt(vabs(h32))) : splat_f(0.0f);
   vf b20r = -(h02 * u2a + h03 * 0.0f);
@@ -10434,7 +10434,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vim32 = (cx & (at == 3)) ? splat_f(0.0f) : cs * vim32 - sn * xs;
     }
   }
-  vf smin3 = (1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) : splat_f(1.1754943508222875e-38f);
+  vf smin3 = (1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (vabs(wr3) + vabs(wi3)) : splat_f(1.1920928955078125e-07f);
   vf b30r = -(h03 * 1.0f);
   vf b30i = splat_f(0.0f);
   vf b31r = -(h13 * 1.0f);

@@ -70,7 +70,7 @@
   float z00 = 1.0f;
   float wr0 = h00;
   float wi0 = 0.0f;
-  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1754943508222875e-38f;
+  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1920928955078125e-07f;
   float x0_0r = 1.0f;
   float x0_0i = 0.0f;
   float vre00 = z00 * x0_0r;
@@ -409,7 +409,7 @@
   bool bot1 = h10 != 0.0f;
   float wr1 = h11;
   float wi1 = bot1 ? -(metal::sqrt(metal::fabs(h01)) * metal::sqrt(metal::fabs(h10))) : 0.0f;
-  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1754943508222875e-38f;
+  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1920928955078125e-07f;
   float u0a = top0 ? metal::sqrt(metal::fabs(h01)) : 1.0f;
   float u0b = top0 ? (h01 < 0.0f) ? -metal::fabs(metal::sqrt(metal::fabs(h10))) : metal::fabs(metal::sqrt(metal::fabs(h10))) : 0.0f;
   float x0_0r = u0a;
@@ -468,7 +468,7 @@
       vim10 = (cx && (at == 1)) ? 0.0f : cs * vim10 - sn * xs;
     }
   }
-  float smin1 = (1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) : 1.1754943508222875e-38f;
+  float smin1 = (1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) : 1.1920928955078125e-07f;
   float b10r = -(h01 * 1.0f);
   float b10i = 0.0f;
   float m100r = h00 - wr1;
@@ -1846,7 +1846,7 @@
   bool bot2 = h21 != 0.0f;
   float wr2 = h22;
   float wi2 = bot2 ? -(metal::sqrt(metal::fabs(h12)) * metal::sqrt(metal::fabs(h21))) : 0.0f;
-  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1754943508222875e-38f;
+  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1920928955078125e-07f;
   float u0a = top0 ? metal::sqrt(metal::fabs(h01)) : 1.0f;
   float u0b = top0 ? (h01 < 0.0f) ? -metal::fabs(metal::sqrt(metal::fabs(h10))) : metal::fabs(metal::sqrt(metal::fabs(h10))) : 0.0f;
   float x0_0r = u0a;
@@ -1930,7 +1930,7 @@
       vim20 = (cx && (at == 2)) ? 0.0f : cs * vim20 - sn * xs;
     }
   }
-  float smin1 = (1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) : 1.1754943508222875e-38f;
+  float smin1 = (1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) : 1.1920928955078125e-07f;
   float u1a = top1 ? metal::sqrt(metal::fabs(h12)) : 1.0f;
   float u1b = top1 ? (h12 < 0.0f) ? -metal::fabs(metal::sqrt(metal::fabs(h21))) : metal::fabs(metal::sqrt(metal::fabs(h21))) : 0.0f;
   float b10r = -(h01 * u1a + h02 * 0.0f);
@@ -2033,7 +2033,7 @@
       vim21 = (cx && (at == 2)) ? 0.0f : cs * vim21 - sn * xs;
     }
   }
-  float smin2 = (1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) : 1.1754943508222875e-38f;
+  float smin2 = (1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) : 1.1920928955078125e-07f;
   float b20r = -(h02 * 1.0f);
   float b20i = 0.0f;
   float b21r = -(h12 * 1.0f);
@@ -4382,7 +4382,7 @@
   bool bot3 = h32 != 0.0f;
   float wr3 = h33;
   float wi3 = bot3 ? -(metal::sqrt(metal::fabs(h23)) * metal::sqrt(metal::fabs(h32))) : 0.0f;
-  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1754943508222875e-38f;
+  float smin0 = (1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr0) + metal::fabs(wi0)) : 1.1920928955078125e-07f;
   float u0a = top0 ? metal::sqrt(metal::fabs(h01)) : 1.0f;
   float u0b = top0 ? (h01 < 0.0f) ? -metal::fabs(metal::sqrt(metal::fabs(h10))) : metal::fabs(metal::sqrt(metal::fabs(h10))) : 0.0f;
   float x0_0r = u0a;
@@ -4491,7 +4491,7 @@
       vim30 = (cx && (at == 3)) ? 0.0f : cs * vim30 - sn * xs;
     }
   }
-  float smin1 = (1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) : 1.1754943508222875e-38f;
+  float smin1 = (1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr1) + metal::fabs(wi1)) : 1.1920928955078125e-07f;
   float u1a = top1 ? metal::sqrt(metal::fabs(h12)) : 1.0f;
   float u1b = top1 ? (h12 < 0.0f) ? -metal::fabs(metal::sqrt(metal::fabs(h21))) : metal::fabs(metal::sqrt(metal::fabs(h21))) : 0.0f;
   float b10r = -(h01 * u1a + h02 * 0.0f);
@@ -4619,7 +4619,7 @@
       vim31 = (cx && (at == 3)) ? 0.0f : cs * vim31 - sn * xs;
     }
   }
-  float smin2 = (1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) : 1.1754943508222875e-38f;
+  float smin2 = (1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr2) + metal::fabs(wi2)) : 1.1920928955078125e-07f;
   float u2a = top2 ? metal::sqrt(metal::fabs(h23)) : 1.0f;
   float u2b = top2 ? (h23 < 0.0f) ? -metal::fabs(metal::sqrt(metal::fabs(h32))) : metal::fabs(metal::sqrt(metal::fabs(h32))) : 0.0f;
   float b20r = -(h02 * u2a + h03 * 0.0f);
@@ -4814,7 +4814,7 @@
       vim32 = (cx && (at == 3)) ? 0.0f : cs * vim32 - sn * xs;
     }
   }
-  float smin3 = (1.1920928955078125e-07f * (metal::fabs(wr3) + metal::fabs(wi3)) > 1.1754943508222875e-38f) ? 1.1920928955078125e-07f * (metal::fabs(wr3) + metal::fabs(wi3)) : 1.1754943508222875e-38f;
+  float smin3 = (1.1920928955078125e-07f * (metal::fabs(wr3) + metal::fabs(wi3)) > 1.1920928955078125e-07f) ? 1.1920928955078125e-07f * (metal::fabs(wr3) + metal::fabs(wi3)) : 1.1920928955078125e-07f;
   float b30r = -(h03 * 1.0f);
   float b30i = 0.0f;
   float b31r = -(h13 * 1.0f);

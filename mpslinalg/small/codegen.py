@@ -1429,9 +1429,10 @@ def emit_cholesky_solve(dl: Dialect, n: int, complex_: bool = False) -> None:
 # orghr would), the Francis double-shift QR iteration of dlahqr on the whole Schur form
 # (wantt, wantz), the 2 x 2 diagonal blocks standardised as dlanv2 does (a complex pair is then
 # a +- i sqrt|b| sqrt|c|: exactly conjugate), the eigenvectors of the quasi-triangular T by
-# back-substitution as dtrevc (a near-zero pivot replaced by smin = eps |lambda|, LAPACK's
-# perturbation, so a Jordan block gives nearly parallel vectors as LAPACK's do), transformed
-# back by Z and normalised as dgeev: unit 2-norm, a complex vector rotated so that its
+# back-substitution as dtrevc (a near-zero pivot replaced by smin = eps max(|lambda|, 1) of
+# the scaled T: LAPACK's perturbation with a floor, so a Jordan block gives nearly parallel
+# vectors as LAPACK's do, and no x overflows), transformed back by Z and normalised as dgeev:
+# unit 2-norm, a complex vector rotated so that its
 # component of largest modulus is real, with the sign of its real part.
 #
 # Straight-line code: the active window [l, i] of dlahqr is an INT pair per lane, found anew
@@ -1812,9 +1813,13 @@ def _emit_eigvec(dl: Dialect, n: int, k: int) -> None:
     h = Vars("h")
     wr, wi = Var(f"wr{k}", REAL), Var(f"wi{k}", REAL)
     first = Var(f"top{k}", BOOL) if k + 1 < n else None
+    # dtrevc's smin = max(eps |lambda|, smlnum), floored at eps ||T|| instead (T is scaled to
+    # entries of at most about 1): a perturbation within the backward error, so that no step of
+    # the substitution grows x by more than 1 / eps (dtrevc rescales instead) and three steps
+    # stay finite, as on a nilpotent Jordan block
     smin = dl.declare(REAL, f"smin{k}", select(
-        constant(dl.eps, REAL) * (abs_(wr) + abs_(wi)) > dl.safe_min,
-        constant(dl.eps, REAL) * (abs_(wr) + abs_(wi)), dl.safe_min))
+        constant(dl.eps, REAL) * (abs_(wr) + abs_(wi)) > dl.eps,
+        constant(dl.eps, REAL) * (abs_(wr) + abs_(wi)), dl.eps))
     xr = {j: constant(0.0, REAL) for j in range(n)}
     xi = dict(xr)
     if first is None:

@@ -22,7 +22,8 @@ in another order the eigenvalues' order differs from torch's too (a few percent 
 3 x 3 matrices). A
 defective matrix (a Jordan block) has no basis of eigenvectors: as LAPACK, the kernels return
 for each copy of the eigenvalue the vector of its own back-substitution, a near-zero pivot
-replaced by eps |lambda| (dtrevc's perturbation), so the copies' vectors are nearly parallel and
+replaced by eps max(|lambda|, 1) of the matrix scaled to entries of at most 1 (dtrevc's
+perturbation, with a floor that keeps x finite), so the copies' vectors are nearly parallel and
 V is numerically singular there (each column still satisfies A v = lambda v to working
 accuracy). A matrix with a NaN or an infinity gets NaN in every eigenvalue and eigenvector; one
 whose iteration did not converge within ``codegen.EIG_MAX_SWEEPS`` sweeps likewise (geev would
