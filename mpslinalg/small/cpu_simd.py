@@ -1021,12 +1021,6 @@ def _bind_chol(lib: ctypes.CDLL) -> None:
 #: The Cholesky-family library, loaded from the package like `LIBRARY`.
 CHOL_LIBRARY = native.NativeLibrary("small_cpu_chol", _bind_chol)
 
-#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
-LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY,
-             "cholesky/solve_triangular/cholesky_solve": CHOL_LIBRARY}
-
-native.warn_absent(list(LIBRARIES.values()))
-
 #: dtypes the matrix-exponential kernels serve.
 EXPM_DTYPES = (torch.float32,)
 
@@ -1174,8 +1168,13 @@ def _bind_eig(lib: ctypes.CDLL) -> None:
 
 #: The eig library, loaded from the package like `LIBRARY`.
 EIG_LIBRARY = native.NativeLibrary("small_cpu_eig", _bind_eig)
-LIBRARIES["eig/eigvals"] = EIG_LIBRARY
-native.warn_absent([EIG_LIBRARY])
+
+#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
+LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY,
+             "cholesky/solve_triangular/cholesky_solve": CHOL_LIBRARY,
+             "eig/eigvals": EIG_LIBRARY}
+
+native.warn_absent(list(LIBRARIES.values()))
 
 
 def small_eig(A: torch.Tensor, compute_v: bool = True,
