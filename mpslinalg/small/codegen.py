@@ -2006,3 +2006,304 @@ def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:
                 dl.assign(vr[i], cs * xs + sn * vi[i])
                 # that component's imaginary part exactly 0, as geev sets it
                 dl.assign(vi[i], select(cplx & at.eq(i), 0.0, cs * vi[i] - sn * xs))
+
+
+# ------------------------------------------------------------------------------ eig (complex)
+#
+# The complex eigenproblem (zgeev without balancing): complex Householder Hessenberg reduction
+# (zgehd2, zlarfg's reflectors with a real beta), zlahqr's single-shift QR with Wilkinson's
+# shift, deflation and exceptional shifts over each lane's window (as the real description's),
+# ztrevc's back-substitution (perturbed pivots as there) and zgeev's normalisation (unit 2-norm,
+# the first component of largest modulus made real and positive). Only arithmetic, conj, re, im
+# and abs1 of complex values: moduli and square roots are written on the parts, so the C++ and
+# Metal complex dialects give the same bits.
+
+
+def _cscale(x: Expr, s: Expr) -> Expr:
+    """x / s for a complex x and a REAL s, part by part."""
+    return make_complex(re(x) / s, im(x) / s)
+
+
+def _emit_cabs(dl: Dialect, x: Expr, name: str) -> Var:
+    """|x| of a complex x without overflow (dlapy2 of its parts)."""
+    return dl.declare(REAL, name, _lapy2(dl, re(x), im(x), name))
+
+
+def _emit_csqrt(dl: Dialect, z: Expr, name: str) -> Var:
+    """The principal square root of a complex z (a FLOAT), from its parts."""
+    zr = dl.declare(REAL, f"{name}r", re(z))
+    zi = dl.declare(REAL, f"{name}i", im(z))
+    r = _emit_cabs(dl, z, f"{name}m")
+    sr = dl.declare(REAL, f"{name}s", sqrt((r + abs_(zr)) * 0.5))
+    den = dl.declare(REAL, f"{name}d", select(sr.eq(0.0), 1.0, sr * 2.0))
+    pos = zr >= 0.0
+    return dl.declare(FLOAT, name, make_complex(
+        select(pos, sr, abs_(zi) / den), select(pos, zi / den, _sign(sr, zi))))
+
+
+def _emit_zlarfg(dl: Dialect, x: list[Expr]) -> tuple[Var, Var, list[Var]]:
+    """zlarfg of (x0, x1[, x2]): (beta REAL, tau FLOAT, v) with H = I - tau u u^H, u = (1, v),
+    H^H x = (beta, 0, ...); the identity (tau = 0, beta = re x0) where the tail is 0 and x0 is
+    real."""
+    x0 = dl.declare(FLOAT, "zx0", _filled(x[0]))
+    tail = [dl.declare(FLOAT, f"zx{p}", _filled(e)) for p, e in enumerate(x[1:], start=1)]
+    m = dl.declare(REAL, "zm", _max([abs1(t) for t in tail]))
+    ms = dl.declare(REAL, "zms", select(m.eq(0.0), 1.0, m))
+    xn = dl.declare(REAL, "zxn", m * sqrt(_sum([(re(t) / ms) * (re(t) / ms)
+                                                 + (im(t) / ms) * (im(t) / ms) for t in tail])))
+    ar = dl.declare(REAL, "zar", re(x0))
+    ai = dl.declare(REAL, "zai", im(x0))
+    ident = dl.declare(BOOL, "zid", xn.eq(0.0) & ai.eq(0.0))
+    big = dl.declare(REAL, "zbig", _max([abs_(ar), abs_(ai), xn]))
+    bigs = dl.declare(REAL, "zbigs", select(big.eq(0.0), 1.0, big))
+    norm = dl.declare(REAL, "zno", big * sqrt((ar / bigs) * (ar / bigs) + (ai / bigs)
+                                              * (ai / bigs) + (xn / bigs) * (xn / bigs)))
+    beta = dl.declare(REAL, "zbeta", select(ident, ar, select(ar < 0.0, norm, -norm)))
+    bs = dl.declare(REAL, "zbs", select(ident, 1.0, beta))
+    tau = dl.declare(FLOAT, "ztau", select(ident, Full(0.0), make_complex(
+        (beta - ar) / bs, -ai / bs)))
+    den = dl.declare(FLOAT, "zden", select(ident, Full(1.0), x0 - make_complex(beta, 0.0)))
+    scale = dl.declare(FLOAT, "zsc", Full(1.0) / den)
+    v = [dl.declare(FLOAT, f"zv{p}", select(ident, Full(0.0), t * scale))
+         for p, t in enumerate(tail, start=1)]
+    return beta, tau, v
+
+
+def _max(xs: list[Expr]) -> Expr:
+    out = xs[0]
+    for x in xs[1:]:
+        out = select(x > out, x, out)
+    return out
+
+
+def _emit_creflect(dl: Dialect, n: int, rows: tuple[int, ...], tau: Expr, v: list[Expr],
+                   left_cols: range, want_z: bool) -> None:
+    """H = I - tau u u^H (u = (1, v) over ``rows``): h <- H^H h on ``left_cols``, h <- h H on
+    every row, and z <- z H (``want_z``)."""
+    h, zz = Vars("h"), Vars("z")
+    u = [Full(1.0)] + list(v)
+    ct = dl.declare(FLOAT, "ct", conj(tau))
+    for j in left_cols:
+        with dl.scope():
+            s = dl.declare(FLOAT, "cs", _sum([h[r, j] if p == 0 else conj(u[p]) * h[r, j]
+                                               for p, r in enumerate(rows)]))
+            cts = dl.declare(FLOAT, "cts", ct * s)
+            for p, r in enumerate(rows):
+                dl.assign(h[r, j], h[r, j] - (cts if p == 0 else u[p] * cts))
+    targets = [(h, r) for r in range(n)] + ([(zz, r) for r in range(n)] if want_z else [])
+    for m, r in targets:
+        with dl.scope():
+            s = dl.declare(FLOAT, "cs", _sum([m[r, c] if p == 0 else m[r, c] * u[p]
+                                               for p, c in enumerate(rows)]))
+            ts = dl.declare(FLOAT, "cts", tau * s)
+            for p, c in enumerate(rows):
+                dl.assign(m[r, c], m[r, c] - (ts if p == 0 else ts * conj(u[p])))
+
+
+def _emit_cdeflate(dl: Dialect, n: int) -> None:
+    """`_emit_deflate` with |re| + |im| for |.| (zlahqr's cabs1)."""
+    h = Vars("h")
+    ulp, smlnum = constant(dl.eps, REAL), constant(dl.safe_min * (n / dl.eps), REAL)
+    for k in range(1, n):
+        with dl.scope():
+            sub = dl.declare(REAL, "sub", abs1(h[k, k - 1]))
+            tst = dl.declare(REAL, "tst", abs1(h[k - 1, k - 1]) + abs1(h[k, k]))
+            extra = [abs1(h[k - 1, k - 2])] if k >= 2 else []
+            extra += [abs1(h[k + 1, k])] if k + 1 < n else []
+            if extra:
+                dl.assign(tst, select(tst.eq(0.0), _sum(extra), tst))
+            up = dl.declare(REAL, "up", abs1(h[k - 1, k]))
+            ab = dl.declare(REAL, "ab", select(sub > up, sub, up))
+            ba = dl.declare(REAL, "ba", select(sub > up, up, sub))
+            dd = dl.declare(REAL, "dd", abs1(h[k - 1, k - 1] - h[k, k]))
+            hk = dl.declare(REAL, "hk", abs1(h[k, k]))
+            aa = dl.declare(REAL, "aa", select(hk > dd, hk, dd))
+            bb = dl.declare(REAL, "bb", select(hk > dd, dd, hk))
+            s = dl.declare(REAL, "s", aa + ab)
+            s = dl.declare(REAL, "ss", select(s.eq(0.0), 1.0, s))
+            rhs = dl.declare(REAL, "rhs", ulp * (bb * (aa / s)))
+            fine = (ba * (ab / s)) <= select(rhs > smlnum, rhs, smlnum)
+            small = (sub <= smlnum) | ((sub <= ulp * tst) & fine)
+            dl.assign(h[k, k - 1], select(small, Full(0.0), h[k, k - 1]))
+
+
+def _cnonzero(x: Expr) -> Expr:
+    return re(x).ne(0.0) | im(x).ne(0.0)
+
+
+def _emit_cwindow(dl: Dialect, n: int) -> None:
+    """act (an unreduced block of two or more rows remains), its bottom iw and top lw."""
+    h = Vars("h")
+    act = dl.declare(BOOL, "act", Full(0, INT))
+    iw = dl.declare(INT, "iw", Full(n - 1, INT))
+    lw = dl.declare(INT, "lw", Full(0, INT))
+    for i in range(1, n):
+        with dl.scope():
+            q = dl.declare(BOOL, "q", _cnonzero(h[i, i - 1]))
+            top = constant(0, INT)
+            for k in range(1, i):
+                top = select(~_cnonzero(h[k, k - 1]), k, top)
+            dl.assign(iw, select(q, i, iw))
+            dl.assign(lw, select(q, top, lw))
+            dl.assign(act, act | q)
+
+
+def _emit_cshift(dl: Dialect, n: int) -> Var:
+    """zlahqr's shift t (Wilkinson's; exceptional at its % 20 == 10 / 0)."""
+    h = Vars("h")
+    iw, lw, its = Var("iw", INT), Var("lw", INT), Var("its", INT)
+    ii = range(1, n)
+    g11 = dl.declare(FLOAT, "g11", _pick(iw, {i: h[i - 1, i - 1] for i in ii}))
+    g12 = dl.declare(FLOAT, "g12", _pick(iw, {i: h[i - 1, i] for i in ii}))
+    g21 = dl.declare(FLOAT, "g21", _pick(iw, {i: h[i, i - 1] for i in ii}))
+    g22 = dl.declare(FLOAT, "g22", _pick(iw, {i: h[i, i] for i in ii}))
+    t = dl.declare(FLOAT, "sh", g22)
+    with dl.scope():
+        su = _emit_csqrt(dl, g12, "q1")
+        sv = _emit_csqrt(dl, g21, "q2")
+        u = dl.declare(FLOAT, "wu", su * sv)
+        s = dl.declare(REAL, "ws", abs1(u))
+        x = dl.declare(FLOAT, "wx", (g11 - g22) * 0.5)
+        sx = dl.declare(REAL, "wsx", abs1(x))
+        s2 = dl.declare(REAL, "ws2", select(sx > s, sx, s))
+        s2s = dl.declare(REAL, "ws2s", select(s2.eq(0.0), 1.0, s2))
+        xs = dl.declare(FLOAT, "wxs", _cscale(x, s2s))
+        us = dl.declare(FLOAT, "wus", _cscale(u, s2s))
+        y0 = _emit_csqrt(dl, xs * xs + us * us, "wy")
+        y = dl.declare(FLOAT, "wyy", y0 * s2)
+        sxs = dl.declare(REAL, "wsxs", select(sx.eq(0.0), 1.0, sx))
+        flip = (sx > 0.0) & ((re(x) / sxs) * re(y) + (im(x) / sxs) * im(y) < 0.0)
+        dl.assign(y, select(flip, -y, y))
+        xy = dl.declare(FLOAT, "wxy", x + y)
+        xyz = dl.declare(BOOL, "wxyz", ~_cnonzero(xy))
+        q = dl.declare(FLOAT, "wq", u / select(xyz, Full(1.0), xy))
+        dl.assign(t, select(s.ne(0.0) & ~xyz, g22 - u * q, g22))
+        exl = dl.declare(BOOL, "exl", _any_of(its, range(10, EIG_MAX_SWEEPS, 20)))
+        exi = dl.declare(BOOL, "exi", _any_of(its, range(20, EIG_MAX_SWEEPS, 20)))
+        sl = dl.declare(REAL, "sl", constant(_EIG_DAT1, REAL) * abs_(re(
+            _pick(lw, {l: h[l + 1, l] for l in range(n - 1)}))))
+        hl = _pick(lw, {l: h[l, l] for l in range(n - 1)})
+        si = dl.declare(REAL, "si", constant(_EIG_DAT1, REAL) * abs_(re(g21)))
+        dl.assign(t, select(exl, hl + make_complex(sl, 0.0), select(
+            exi, g22 + make_complex(si, 0.0), t)))
+    return t
+
+
+def _emit_cqr_sweep(dl: Dialect, n: int, want_z: bool) -> None:
+    """One single-shift sweep of zlahqr over each lane's window (no-op where act is false)."""
+    h = Vars("h")
+    act, iw, lw = Var("act", BOOL), Var("iw", INT), Var("lw", INT)
+    t = _emit_cshift(dl, n)
+    for k in range(n - 1):
+        with dl.scope():
+            on = dl.declare(BOOL, "on", act & (lw <= k) & (iw > k))
+            first = dl.declare(BOOL, "first", lw.eq(k))
+            # first: (h_kk - t, h_k+1,k) scaled by |.|_1 (zlahqr), else the bulge
+            f0 = dl.declare(FLOAT, "f0", h[k, k] - t)
+            fs = dl.declare(REAL, "fs", abs1(f0) + abs1(h[k + 1, k]))
+            fs = dl.declare(REAL, "fss", select(fs.eq(0.0), 1.0, fs))
+            x0 = select(first, _cscale(f0, fs), h[k, k - 1] if k else Full(0.0))
+            x1 = select(first, _cscale(h[k + 1, k], fs), h[k + 1, k - 1] if k else Full(0.0))
+            beta, tau, v = _emit_zlarfg(dl, [x0, x1])
+            dl.assign(tau, select(on, tau, Full(0.0)))
+            if k:
+                keep = on & ~first
+                dl.assign(h[k, k - 1], select(keep, make_complex(beta, 0.0), h[k, k - 1]))
+                dl.assign(h[k + 1, k - 1], select(keep, Full(0.0), h[k + 1, k - 1]))
+            _emit_creflect(dl, n, (k, k + 1), tau, v, range(k, n), want_z)
+
+
+def emit_eig_complex(dl: Dialect, n: int, want_v: bool) -> None:
+    """The eigenvalues of the complex a{i}{j} (n x n; see the section above) into w{k} (FLOAT),
+    with ``want_v`` the unit eigenvectors (columns) into v{i}{k}; NaN everywhere for a
+    non-finite input or an iteration that did not converge."""
+    a, h, zz = Vars("a"), Vars("h"), Vars("z")
+    entries = [h[i, j] for i in range(n) for j in range(n)]
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"h{i}{j}", a[i, j])
+    bad = _not_finite(entries[0], True)
+    for x in entries[1:]:
+        bad = bad | _not_finite(x, True)
+    bad = dl.declare(BOOL, "bad", bad)
+    zerov = dl.declare(REAL, "zerov", Full(0.0, REAL))
+    nanv = dl.declare(REAL, "nanv", zerov / zerov)
+    cnan = make_complex(nanv, nanv)
+    for x in entries:
+        dl.assign(x, select(bad, Full(0.0), x))
+    amax = dl.declare(REAL, "amax", _max([abs1(x) for x in entries]))
+    amaxs = dl.declare(REAL, "amaxs", select(amax.eq(0.0), 1.0, amax))
+    for x in entries:
+        dl.assign(x, _cscale(x, amaxs))
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"z{i}{j}", Full(1.0 if i == j else 0.0))
+    for k in range(n - 2):
+        rows = tuple(range(k + 1, n))
+        with dl.scope():
+            beta, tau, v = _emit_zlarfg(dl, [h[r, k] for r in rows])
+            dl.assign(h[k + 1, k], make_complex(beta, 0.0))
+            for r in rows[1:]:
+                dl.assign(h[r, k], Full(0.0))
+            _emit_creflect(dl, n, rows, tau, v, range(k + 1, n), want_v)
+    fail = bad
+    if n >= 2:
+        its = dl.declare(INT, "its", Full(0, INT))
+        iprev = dl.declare(INT, "iprev", Full(-1, INT))
+        more = Var("more", BOOL)
+        with dl.sweeps(EIG_MAX_SWEEPS, "more"):
+            with dl.scope():
+                _emit_cdeflate(dl, n)
+                _emit_cwindow(dl, n)
+                iw = Var("iw", INT)
+                dl.assign(its, select(iw.eq(iprev), its + 1, 0))
+                dl.assign(iprev, iw)
+                _emit_cqr_sweep(dl, n, want_v)
+                dl.assign(more, more | Var("act", BOOL))
+        _emit_cdeflate(dl, n)
+        _emit_cwindow(dl, n)
+        fail = dl.declare(BOOL, "fail", bad | Var("act", BOOL))
+    for k in range(n):
+        dl.declare(FLOAT, f"w{k}", select(fail, cnan, h[k, k] * amax))
+    if not want_v:
+        return
+    eps = constant(dl.eps, REAL)
+    for k in range(n):
+        lam = h[k, k]
+        smin = dl.declare(REAL, f"smin{k}", select(eps * abs1(lam) > dl.eps, eps * abs1(lam),
+                                                   dl.eps))
+        x = {k: Full(1.0)}
+        for j in range(k - 1, -1, -1):
+            x[j] = dl.declare(FLOAT, f"x{k}_{j}", -_sum([h[j, c] * x[c]
+                                                         for c in range(j + 1, k + 1)]))
+            with dl.scope():
+                d = dl.declare(FLOAT, "d", h[j, j] - lam)
+                dl.assign(d, select(abs1(d) < smin, make_complex(smin, 0.0), d))
+                dl.assign(x[j], x[j] / d)
+        col = [dl.declare(FLOAT, f"v{i}{k}", _sum([zz[i, c] * x[c] for c in range(k + 1)]))
+               for i in range(n)]
+        with dl.scope():
+            big = dl.declare(REAL, "big", _max([abs1(c) for c in col]))
+            bigs = dl.declare(REAL, "bigs", select(big.eq(0.0), 1.0, big))
+            for c in col:
+                dl.assign(c, _cscale(c, bigs))
+            nrm = dl.declare(REAL, "nrm", sqrt(_sum([re(c) * re(c) + im(c) * im(c)
+                                                     for c in col])))
+            for c in col:
+                dl.assign(c, _cscale(c, nrm))
+            best = dl.declare(REAL, "best", re(col[0]) * re(col[0]) + im(col[0]) * im(col[0]))
+            at = dl.declare(INT, "at", Full(0, INT))
+            piv = dl.declare(FLOAT, "piv", col[0])
+            for i in range(1, n):
+                with dl.scope():
+                    m = dl.declare(REAL, "m", re(col[i]) * re(col[i]) + im(col[i]) * im(col[i]))
+                    gt = dl.declare(BOOL, "gt", m > best)
+                    dl.assign(best, select(gt, m, best))
+                    dl.assign(at, select(gt, i, at))
+                    dl.assign(piv, select(gt, col[i], piv))
+            rot = dl.declare(FLOAT, "rot", _cscale(conj(piv), sqrt(select(best.eq(0.0), 1.0,
+                                                                         best))))
+            for i, c in enumerate(col):
+                dl.assign(c, c * rot)
+                dl.assign(c, select(at.eq(i), make_complex(re(c), 0.0), c))
+                dl.assign(c, select(fail, cnan, c))

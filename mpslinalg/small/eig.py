@@ -1,16 +1,20 @@
-"""Eigenvalues and eigenvectors of batches of real n <= 4 matrices in one pass over the batch:
+"""Eigenvalues and eigenvectors of batches of n <= 4 matrices in one pass over the batch:
 the entry points and their queries of the path tables (``paths.TABLES["eig"]``,
 ``["eigvals"]``).
 
 The algorithm is `mpslinalg.small.codegen.emit_eig` (LAPACK's geev without balancing: Hessenberg
 reduction, dlahqr's Francis double-shift sweeps with deflation and exceptional shifts, dlanv2's
 standardised 2 x 2 blocks, so that a complex pair of a real matrix is exactly conjugate,
-dtrevc's back-substitution and geev's normalisation), generated for the metal backend
-(``metal/linalg/small_eig.{h,metal}``, one launch per call, one thread per matrix), as C++
-for the torch backend on CPU (`mpslinalg.small.cpu_simd`, ``native/small_cpu_eig.cpp``) and as
-Triton for the torch backend on CUDA (`mpslinalg.small.triton_kernels`), all float32 and
-bit-identical. Where no row of a table serves a call (float64, complex input), torch's own
-function runs.
+dtrevc's back-substitution and geev's normalisation) for float32 and
+`mpslinalg.small.codegen.emit_eig_complex` (zgeev's: complex Hessenberg reduction, zlahqr's
+single-shift sweeps with Wilkinson's shift, ztrevc; the largest component of each vector real
+and positive) for complex64, generated for the metal backend
+(``metal/linalg/small_eig.{h,metal}``, float32 and complex64, one launch per call, one thread
+per matrix), as C++ for the torch backend on CPU (`mpslinalg.small.cpu_simd`,
+``native/small_cpu_eig.cpp``, float32) and as Triton for the torch backend on CUDA
+(`mpslinalg.small.triton_kernels`, float32), bit-identical where they overlap. Where no row of a
+table serves a call (float64, complex128, complex64 on the torch backend), torch's own function
+runs.
 
 The eigenvalues come in the order of the Schur form's diagonal, as LAPACK's (and so torch's CPU
 eig's, balancing aside); each eigenvector has unit 2-norm, and one of a complex eigenvalue is
@@ -30,9 +34,9 @@ whose iteration did not converge within ``codegen.EIG_MAX_SWEEPS`` sweeps likewi
 report info > 0 and torch raise; no such matrix was found in testing).
 
 The interface the family module (``mpslinalg/linalg/eig.py``) wires into its declarations
-(``small=`` / ``small_when=``); the argument is validated, square, real (the tables serve
-float32), and the functions only compute (forward only, no host synchronisation, the input never
-modified, complex64 results as torch's):
+(``small=`` / ``small_when=``); the argument is validated and square (the tables serve float32
+and complex64), and the functions only compute (forward only, no host synchronisation, the
+input never modified, complex64 results as torch's):
 
 - ``small_eig(A, backend=None) -> (eigenvalues, eigenvectors)``: A (*, n, n); eigenvalues
   (*, n) and eigenvectors (*, n, n) complex64, as torch.linalg.eig;

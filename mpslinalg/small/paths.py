@@ -436,11 +436,11 @@ _EIG_CUDA = (
 
 def _eig_family(fn: str) -> Table:
     return Table(fn, (fn,), _SQUARES, (
-        Row(METAL, "metal", None, cpu_simd.EIG_DTYPES, EVERY_BATCH, None,
+        Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH, None,
             "one launch of metal/linalg/small_eig.metal per call, one thread per matrix"),
         Row(SIMD_CPU, "torch", "cpu", cpu_simd.EIG_DTYPES, EIG_CPU_CROSSOVERS[fn],
             *_EIG_CPU_MEASURED, ready=_eig_kernels_loaded),
-        Row(TRITON, "torch", "cuda", cpu_simd.EIG_DTYPES, _each_order(1), *_EIG_CUDA,
+        Row(TRITON, "torch", "cuda", (torch.float32,), _each_order(1), *_EIG_CUDA,
             ready=_triton_installed, loads=_triton_imports),
     ), fallback=TORCH_LINALG)
 

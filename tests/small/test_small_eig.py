@@ -65,6 +65,30 @@ def _kinds(n: int) -> dict[str, torch.Tensor]:
     }
 
 
+def _complex_kinds(n: int) -> dict[str, torch.Tensor]:
+    """Complex batches (complex128, cast by the caller): random, Hermitian, graded, upper
+    triangular, repeated (unitary basis), defective, real, 1e+-30-scaled."""
+    g = torch.Generator().manual_seed(100 + n)
+    X = torch.randn(64, n, n, generator=g, dtype=torch.complex128)
+    Q = torch.linalg.qr(torch.randn(16, n, n, generator=g, dtype=torch.complex128))[0]
+    d = torch.logspace(-3, 3, n, dtype=torch.float64)
+    repeated = torch.tensor([1.0, 1.0, -2.0j, -2.0j][:n], dtype=torch.complex128)
+    jordan = torch.diag(torch.ones(n - 1, dtype=torch.complex128), 1)
+    eye = torch.eye(n, dtype=torch.complex128)
+    return {
+        "random": X,
+        "hermitian": X + X.mH,
+        "graded": d[:, None] * X[:16] / d[None, :],
+        "upper": torch.triu(X[:16]),
+        "repeated": (Q * repeated) @ Q.mH,
+        "defective": torch.stack([jordan, jordan + (2 + 1j) * eye,
+                                  *(Q[:4] @ (jordan + (2 + 1j) * eye) @ Q[:4].mH)]),
+        "real": X.real.to(torch.complex128),
+        "scaled up": X[:16] * 1e30,
+        "scaled down": X[:16] * 1e-30,
+    }
+
+
 def _residual(A: torch.Tensor, w: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """||A V - V diag(w)||_1 / (n ||A||_1 eps) per matrix, in float64."""
     n = A.shape[-1]
@@ -106,6 +130,35 @@ def test_accuracy_against_lapack(native_eig, n):
                 assert (err <= 30 * EPS ** (1 / n) * scale + 1e-300).all(), (kind, a, got, ref)
                 continue
             assert (err <= 30 * n * EPS * cond[_match(got, ref)] * scale + 1e-300).all(), (
+                kind, a, got, ref)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_complex_accuracy_against_lapack(n):
+    """complex64 through the Metal kernels (the emulator runs them here)."""
+    for kind, A128 in _complex_kinds(n).items():
+        A = A128.to(torch.complex64)
+        w, V = seig.small_eig(A, backend="metal")
+        _exact(seig.small_eigvals(A, backend="metal"), w)
+        assert w.dtype == V.dtype == torch.complex64
+        ratio = _residual(A.to(torch.complex128), w, V)
+        assert ratio.max() < 30, (kind, ratio.max().item())
+        torch.testing.assert_close(torch.linalg.vector_norm(V, dim=-2),
+                                   torch.ones(w.shape), atol=4 * EPS, rtol=0)
+        # zgeev's normalisation: the first component of largest modulus real and >= 0
+        i = torch.argmax(V.abs() ** 2, dim=-2, keepdim=True)
+        top = V.gather(-2, i)
+        assert (top.imag == 0).all() and (top.real >= 0).all()
+        for a, got in zip(A.to(torch.complex128).numpy(), w.numpy(), strict=True):
+            ref, vl, vr = scipy.linalg.eig(a, left=True, right=True)
+            cond = 1 / np.abs(np.sum(vl.conj() * vr, axis=0)).clip(1e-300)
+            scale = np.abs(a).sum(0).max()
+            order = _match(got, ref)
+            err = np.abs(got - ref[order])
+            if kind == "defective":
+                assert (err <= 30 * EPS ** (1 / n) * scale + 1e-300).all(), (kind, a, got, ref)
+                continue
+            assert (err <= 30 * n * EPS * cond[order] * scale + 1e-300).all(), (
                 kind, a, got, ref)
 
 
@@ -170,13 +223,16 @@ def test_eigvals_same_bits_as_eig(native_eig):
         _exact(seig.small_eigvals(A, backend="torch"), seig.small_eig(A, backend="torch")[0])
 
 
-def test_non_finite_confined(native_eig):
+@pytest.mark.parametrize("dtype", (torch.float32, torch.complex64), ids=("float32", "complex64"))
+def test_non_finite_confined(dtype, native_eig):
+    """float32 on the torch backend's CPU kernels, complex64 on the Metal kernels."""
+    backend = "metal" if dtype.is_complex else "torch"
     for n in SIZES:
-        A = random_matrix(n, torch.float32, (6,), seed=n)
-        w0, V0 = seig.small_eig(A, backend="torch")
+        A = random_matrix(n, dtype, (6,), seed=n)
+        w0, V0 = seig.small_eig(A, backend=backend)
         for b, bad in ((1, float("nan")), (3, float("inf")), (4, -float("inf"))):
             A[b, n - 1, 0] = bad
-        w, V = seig.small_eig(A, backend="torch")
+        w, V = seig.small_eig(A, backend=backend)
         for b in range(6):
             if b in (1, 3, 4):
                 assert torch.isnan(w[b].real).all() and torch.isnan(V[b].real).all()
@@ -221,7 +277,10 @@ def test_paths():
     assert not seig.may_use_small_eig(torch.zeros(64, 5, 5))
     assert not seig.may_use_small_eig(A.double())
     assert not seig.use_small_eig(A.double(), "torch")
+    # complex64: the Metal kernels only (the torch backend runs torch's)
     assert not seig.use_small_eig(torch.zeros(64, 3, 3, dtype=torch.complex64), "torch")
+    assert seig.use_small_eig(torch.zeros(64, 3, 3, dtype=torch.complex64), "metal")
+    assert not seig.use_small_eig(torch.zeros(64, 3, 3, dtype=torch.complex128), "metal")
     crossover = paths.EIG_CPU_CROSSOVERS["eig"][3]
     assert seig.may_use_small_eig(torch.zeros(crossover, 3, 3))
     assert not seig.may_use_small_eig(torch.zeros(crossover - 1, 3, 3))
@@ -234,10 +293,11 @@ def test_paths():
 # ---------------------------------------------------------------- C++ vs the emulated Metal
 
 
-def _hard_batch(n: int) -> torch.Tensor:
-    """Every kind of matrix of `_kinds`, and single NaN / Inf entries."""
-    A = torch.cat([A[:8] for A in _kinds(n).values()]).float()
-    special = random_matrix(n, torch.float32, (3,), seed=40 + n)
+def _hard_batch(n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Every kind of matrix of `_kinds` (`_complex_kinds`), and single NaN / Inf entries."""
+    kinds = _complex_kinds(n) if dtype.is_complex else _kinds(n)
+    A = torch.cat([A[:8] for A in kinds.values()]).to(dtype)
+    special = random_matrix(n, dtype, (3,), seed=40 + n)
     special[0, 0, n - 1] = float("nan")
     special[1, n - 1, 0] = float("inf")
     special[2] = 0.0
@@ -264,14 +324,14 @@ def test_metal_single_launch_no_sync(metal_backend, batch):
     """One launch of the small kernel and no device read, for n = 1..4, eig and eigvals."""
     from mpslinalg.testing import count_host_syncs, count_launches
 
-    for n in SIZES:
-        A = metal_backend.tensor(random_matrix(n, torch.float32, (batch,), seed=131))
+    for n, dtype in ((n, dtype) for n in SIZES for dtype in (torch.float32, torch.complex64)):
+        A = metal_backend.tensor(random_matrix(n, dtype, (batch,), seed=131))
         for fn, vectors in ((seig.small_eig, 1), (seig.small_eigvals, 0)):
             fn(A, backend="metal")  # compile outside the counted region
             with count_host_syncs() as syncs, count_launches() as launches:
                 fn(A, backend="metal")
             assert syncs.calls == []
-            assert launches.names == [f"small_eig_float32_n{n}_vectors{vectors}"]
+            assert launches.names == [f"small_eig_{str(dtype)[6:]}_n{n}_vectors{vectors}"]
 
 
 # ---------------------------------------------------------------- Triton (interpreter)
