@@ -2015,8 +2015,10 @@ def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:
 # shift, deflation and exceptional shifts over each lane's window (as the real description's),
 # ztrevc's back-substitution (perturbed pivots as there) and zgeev's normalisation (unit 2-norm,
 # the first component of largest modulus made real and positive). Only arithmetic, conj, re, im
-# and abs1 of complex values: moduli and square roots are written on the parts, so the C++ and
-# Metal complex dialects give the same bits.
+# and abs1 of complex values: moduli and square roots are written on the parts, so that the
+# C++ complex dialect (`cpu_simd._CppComplex`) can render it as the Metal one does. Generated
+# for Metal only: the C++ of both variants compiled for over 16 minutes on the shared 2-core
+# machine without finishing, so the CPU library serves float32 only for now.
 
 
 def _cscale(x: Expr, s: Expr) -> Expr:
