@@ -47,10 +47,14 @@ A third, `EXPM_LIBRARY`, holds the matrix exponential (n <= 4, float32:
 in the emulator. A fourth, `CHOL_LIBRARY`, holds the Cholesky family (cholesky_ex,
 solve_triangular, cholesky_solve; n <= 4, float32 and complex64, the latter as pairs of float
 vectors, `_CppComplex`: `mpslinalg.small.codegen.emit_cholesky`, `emit_triangular_solve`,
-`emit_cholesky_solve`), bit-identical to metal/linalg/small_cholesky.h in the emulator.
+`emit_cholesky_solve`), bit-identical to metal/linalg/small_cholesky.h in the emulator. A
+fifth, `EIG_LIBRARY`, holds eig and eigvals of real matrices (n <= 4, float32 in, complex64
+out: `mpslinalg.small.codegen.emit_eig`), bit-identical to metal/linalg/small_eig.h in the
+emulator.
 
 The sources are checked in as generated files (``native/small_cpu.cpp``,
 ``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, ``native/small_cpu_chol.cpp``,
+``native/small_cpu_eig.cpp``,
 with their flags in ``native/libraries.cmake``; see
 `mpslinalg.small.generated`), the build backend compiles them when the package is built or
 installed (``CMakeLists.txt``), and `mpslinalg.small.native` loads the result from the package
@@ -62,7 +66,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -527,7 +531,7 @@ _ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
 
 #: Each native library's flags, by name: ``native/<name>.cpp`` is its source.
 _LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS, "small_cpu_expm": _FLAGS,
-                  "small_cpu_chol": _ORTH_FLAGS}
+                  "small_cpu_chol": _ORTH_FLAGS, "small_cpu_eig": _ORTH_FLAGS}
 
 
 @generated.generates("native/libraries.cmake")
@@ -1017,12 +1021,6 @@ def _bind_chol(lib: ctypes.CDLL) -> None:
 #: The Cholesky-family library, loaded from the package like `LIBRARY`.
 CHOL_LIBRARY = native.NativeLibrary("small_cpu_chol", _bind_chol)
 
-#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
-LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY,
-             "cholesky/solve_triangular/cholesky_solve": CHOL_LIBRARY}
-
-native.warn_absent(list(LIBRARIES.values()))
-
 #: dtypes the matrix-exponential kernels serve.
 EXPM_DTYPES = (torch.float32,)
 
@@ -1100,3 +1098,96 @@ def small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False,
     (*, n, k) of L's batch shape (only L's named triangle is read)."""
     return _rhs_call(_chol_solve_name(L.shape[-1], upper, _CHOL_KEYS[L.dtype]), L, B,
                      B.shape[-1], threads)
+
+
+# ------------------------------------------------------------------------------ eig
+#
+# A fifth library: eig and eigvals of real n <= 4 matrices, float32 (`mpslinalg.small.codegen`'s
+# emit_eig: Hessenberg, Francis double-shift QR, dlanv2, dtrevc's back-substitution), its
+# outputs complex64 (interleaved real and imaginary parts), bit-identical to
+# metal/linalg/small_eig.h in the emulator. -fno-math-errno: square roots of selected-away
+# negative values set no errno.
+
+_EIG_ARGS = "const T* A, T* E, T* V, long trans"
+
+#: dtypes the eig kernels serve (real input; complex64 results).
+EIG_DTYPES = (torch.float32,)
+
+
+def _eig_name(n: int, want_v: bool) -> str:
+    return f"eig_n{n}_{'vecs' if want_v else 'vals'}_f32"
+
+
+def _store_complex(w: _Writer, ptr: str, rows: int, cols: int, name: Callable[[int, int], str]
+                   ) -> None:
+    """Entry (i, j) of the block's complex results in ``ptr`` (contiguous (batch, rows, cols)
+    complex64) = name(i, j) with "re" / "im" appended: the REAL vectors that hold it."""
+    w("{")
+    w(f"alignas(64) T o[{rows * cols * 2}][W];")
+    for i in range(rows):
+        for j in range(cols):
+            for p, part in enumerate(("re", "im")):
+                w(f"__builtin_memcpy(o[{(i * cols + j) * 2 + p}], &{name(i, j).format(part)}, "
+                  "sizeof(vf));")
+    _loop(w, f"for (int e = 0; e < {rows * cols * 2}; ++e) "
+          f"{ptr}[(base + l) * {rows * cols * 2} + e] = o[e][l];")
+    w("}")
+
+
+def _eig_block(w: _Writer, n: int, want_v: bool) -> None:
+    """The body of the eig block function: eigenvalues (and vectors) of cnt (<= W) matrices."""
+    dl = _Cpp(w)
+    _load_either_layout(w, n)
+    _codegen.emit_eig(dl, n, want_v)
+    _store_complex(w, "E", 1, n, lambda i, k: f"w{{}}{k}")
+    if want_v:
+        _store_complex(w, "V", n, n, lambda i, k: f"v{{}}{i}{k}")
+
+
+@generated.generates("native/small_cpu_eig.cpp")
+def eig_source() -> str:
+    """The C++ source of the eig library, as checked in and compiled by the build."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "eig / eigvals of metal/linalg/small_eig.h")]
+    for n in range(1, MAX_N + 1):
+        for want_v in (False, True):
+            parts.append(_orth_function(_eig_name(n, want_v), "f32", _EIG_ARGS,
+                                        "A, E, V, trans",
+                                        lambda w, n=n, v=want_v: _eig_block(w, n, v)))
+    return "\n".join(parts)
+
+
+def _bind_eig(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for n in range(1, MAX_N + 1):
+        for want_v in (False, True):
+            fn = getattr(lib, f"mpsl_small_{_eig_name(n, want_v)}")
+            fn.restype = None
+            fn.argtypes = [p, p, p, i64, i64, i32, i32]
+
+
+#: The eig library, loaded from the package like `LIBRARY`.
+EIG_LIBRARY = native.NativeLibrary("small_cpu_eig", _bind_eig)
+
+#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
+LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY,
+             "cholesky/solve_triangular/cholesky_solve": CHOL_LIBRARY,
+             "eig/eigvals": EIG_LIBRARY}
+
+native.warn_absent(list(LIBRARIES.values()))
+
+
+def small_eig(A: torch.Tensor, compute_v: bool = True,
+              threads: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(eigenvalues, eigenvectors or None) of A (*, n, n) float32 on CPU, n <= 4, complex64,
+    as torch.linalg.eig returns them (NaN for a matrix with a non-finite entry)."""
+    *batch_shape, n, _ = A.shape
+    M, trans = _matrices(A)
+    batch = math.prod(batch_shape)
+    W = torch.empty((*batch_shape, n), dtype=torch.complex64)
+    V = torch.empty(A.shape, dtype=torch.complex64) if compute_v else None
+    if batch:
+        fn = getattr(EIG_LIBRARY.require(), f"mpsl_small_{_eig_name(n, compute_v)}")
+        fn(M.data_ptr(), W.data_ptr(), V.data_ptr() if compute_v else None, trans, batch,
+           max(1, threads), int(_BASELINE))
+    return W, V

@@ -21,7 +21,9 @@ included by ``metal/linalg/small_matrix_exp.metal``; ``metal/linalg/small_choles
 ``small_cholesky_{float32,complex64}_n{1..4}_upper{0,1}``,
 ``small_solve_triangular_{float32,complex64}_n{1..4}_left{0,1}_upper{0,1}_unit{0,1}`` and
 ``small_cholesky_solve_{float32,complex64}_n{1..4}_upper{0,1}``, included by
-``metal/linalg/small_cholesky.metal``. The SVD and eigh kernels report the sweeps run and the
+``metal/linalg/small_cholesky.metal``; ``metal/linalg/small_eig.h`` holds
+``small_eig_{float32,complex64}_n{1..4}_vectors{0,1}``, included by
+``metal/linalg/small_eig.metal``. The SVD and eigh kernels report the sweeps run and the
 rotations of the last one (`_Metal.sweeps`).
 
 Examples
@@ -652,4 +654,58 @@ def small_cholesky_header() -> str:
                 lines += ["", *_cholesky_solve_kernel(dtype, n, upper)]
             for left, upper, unit in SOLVE_TRIANGULAR_VARIANTS:
                 lines += ["", *_solve_triangular_kernel(dtype, n, left, upper, unit)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ eig
+
+def _eig_kernel(dtype: str, n: int, vectors: bool) -> list[str]:
+    """The kernel ``small_eig_<dtype>_n<n>_vectors<v>``: the eigenvalues (E, complex64 as
+    float2) and with ``vectors`` the unit eigenvectors (V, columns, float2) of the real or
+    complex matrix ``index`` of A (`mpslinalg.small.codegen.emit_eig`, `emit_eig_complex`)."""
+    element, complex_ = _ELEMENT[dtype], dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    buffers = [("E", "device float2*")] + ([("V", "device float2*")] if vectors else [])
+    _kernel_head(w, f"small_eig_{dtype}_n{n}_vectors{int(vectors)}", element,
+                 [*buffers, ("batch", "constant long&")])
+    _load_entries(dl, element, n, lambda i, j: True)
+    (cg.emit_eig_complex if complex_ else cg.emit_eig)(dl, n, vectors)
+
+    def value(prefix: str, suffix: str) -> str:
+        """The complex result ``<prefix><suffix>`` (complex input) or its parts
+        ``<prefix>re<suffix>``, ``<prefix>im<suffix>`` (real input)."""
+        if complex_:
+            return f"{prefix}{suffix}"
+        return f"float2({prefix}re{suffix}, {prefix}im{suffix})"
+
+    for k in range(n):
+        w(f"E[index * long({n}) + {k}] = {value('w', str(k))};")
+    if vectors:
+        for i in range(n):
+            for k in range(n):
+                w(f"V[index * long({n * n}) + {i * n + k}] = {value('v', f'{i}{k}')};")
+    w("}", 0)
+    return w.lines
+
+
+_SMALL_EIG_ABOUT = """
+// Eigenvalues and eigenvectors of a batch of n x n matrices, n <= 4, one matrix per thread in
+// registers: small_eig_<dtype>_n<n>_vectors<v>: LAPACK's geev without balancing for float32
+// (Hessenberg reduction, dlahqr's Francis double-shift sweeps, dlanv2's 2 x 2 blocks, dtrevc's
+// back-substitution, geev's normalisation), zgeev's for complex64 (complex Hessenberg, zlahqr's
+// single-shift sweeps, ztrevc), the eigenvalues in E and for vectors the unit eigenvectors
+// (columns) in V, both complex64 (float2); NaN everywhere for a matrix with a non-finite entry.
+// n = 1 .. 4; included by small_eig.metal.
+"""
+
+
+@generated.generates("metal/linalg/small_eig.h")
+def small_eig_header() -> str:
+    """The text of ``metal/linalg/small_eig.h``: every n <= 4 eig kernel."""
+    lines = _generated_banner(_SMALL_EIG_ABOUT)
+    for dtype in _ELEMENT:
+        for n in range(1, cg.MAX_N + 1):
+            for vectors in (False, True):
+                lines += ["", *_eig_kernel(dtype, n, vectors)]
     return "\n".join(lines) + "\n"

@@ -91,6 +91,11 @@ def _chol_kernels_loaded() -> bool:
     return cpu_simd.CHOL_LIBRARY.loaded is not None
 
 
+def _eig_kernels_loaded() -> bool:
+    """Whether the native eig library is loaded (never waits for it)."""
+    return cpu_simd.EIG_LIBRARY.loaded is not None
+
+
 def _triton_installed() -> bool:
     return TRITON_INSTALLED
 
@@ -204,7 +209,7 @@ def _on_torch_threads(name: str) -> Callable:
 _SIMD_FUNCTIONS = SimpleNamespace(**{name: _on_torch_threads(name) for name in (
     "small_inv_ex", "small_solve_ex", "small_det", "small_slogdet", "small_qr", "small_svd",
     "small_eigh", "small_matrix_exp", "small_cholesky_ex", "small_solve_triangular",
-    "small_cholesky_solve")})
+    "small_cholesky_solve", "small_eig")})
 
 
 def functions(path: str, own: Mapping[str, object]) -> object:
@@ -397,6 +402,49 @@ def _cholesky_family(fn: str, functions: tuple[str, ...]) -> Table:
     ), fallback=TORCH_LINALG)
 
 
+# eig / eigvals (mpslinalg.small.eig): real float32 input, complex64 results. CPU (measured
+# 2026-12-02 on the shared 2-core machine, load average 5-9 while other sessions worked, so
+# noisy; torch 2.13.0+cpu, 2 threads): the small path's entry point against torch.linalg.eig /
+# eigvals at batches 1 .. 64, interleaved, 9 rounds of 20 calls, minima; the family's public
+# functions were not merged yet, so their dispatch was taken as that of the public matrix_exp
+# over its own entry point (14-16 us at batch 64). The entry point costs 7-30 us (eig) and 5-21
+# us (eigvals) up to batch 64; torch's calls 13-194 us (eig) and 8-120 us (eigvals). Each
+# crossover is the smallest batch at which entry + dispatch stayed below torch's minimum: eig 8
+# for n = 3, 4 (24 against 30 / 35 us), 16 for n = 2, 64 for n = 1; eigvals 16 for n = 3, 4, 64
+# for n = 2, never for n = 1 up to 64 (21 against 13 us). At (1e4, 3, 3) eig: 1.9 against 31
+# ms (minima; benchmarks/bench_small_eig.py, benchmarks/results/small_eig.md). CUDA:
+# PROVISIONAL, not measured in the session that wrote the kernels: torch's CUDA eig is a CPU
+# hybrid (48 s for (1e5, 3, 3) float32 on an H200, 436 ms for (1000, 3, 3)), so any batch of
+# the generated kernels wins; the row serves from batch 1.
+
+#: The torch backend's CPU crossovers of eig / eigvals: n -> the smallest batch from which the
+#: public call through the small path beats torch.linalg.eig / eigvals.
+EIG_CPU_CROSSOVERS = {
+    "eig": {1: 64, 2: 16, 3: 8, 4: 8},
+    "eigvals": {2: 64, 3: 16, 4: 16},
+}
+_EIG_CPU_MEASURED = (
+    "2026-12-02", "2-core machine, shared (load average 5-9: noisy), torch 2.13.0+cpu, 2 "
+    "threads, float32: the small path's entry point plus the public matrix_exp's dispatch "
+    "(14-16 us) against torch.linalg.eig / eigvals at batches 1 .. 64, interleaved, 9 rounds "
+    "of 20 calls, minima (benchmarks/bench_small_eig.py, benchmarks/results/small_eig.md)")
+_EIG_CUDA = (
+    "2026-12-02", "PROVISIONAL, not measured: torch's CUDA eig is a CPU hybrid (48 s for "
+    "(1e5, 3, 3) float32 on an H200), so the generated kernels win at any batch; to be swept "
+    "with benchmarks/bench_small_eig.py --device cuda (benchmarks/results/small_eig.md)")
+
+
+def _eig_family(fn: str) -> Table:
+    return Table(fn, (fn,), _SQUARES, (
+        Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH, None,
+            "one launch of metal/linalg/small_eig.metal per call, one thread per matrix"),
+        Row(SIMD_CPU, "torch", "cpu", cpu_simd.EIG_DTYPES, EIG_CPU_CROSSOVERS[fn],
+            *_EIG_CPU_MEASURED, ready=_eig_kernels_loaded),
+        Row(TRITON, "torch", "cuda", (torch.float32,), _each_order(1), *_EIG_CUDA,
+            ready=_triton_installed, loads=_triton_imports),
+    ), fallback=TORCH_LINALG)
+
+
 #: The table of each small op, by name ("inv": inv, solve, det, slogdet and their forms).
 TABLES: dict[str, Table] = {
     "inv": _LU,
@@ -409,6 +457,8 @@ TABLES: dict[str, Table] = {
     "cholesky": _cholesky_family("cholesky", ("cholesky", "cholesky_ex")),
     "solve_triangular": _cholesky_family("solve_triangular", ("solve_triangular",)),
     "cholesky_solve": _cholesky_family("cholesky_solve", ("cholesky_solve",)),
+    "eig": _eig_family("eig"),
+    "eigvals": _eig_family("eigvals"),
 }
 
 

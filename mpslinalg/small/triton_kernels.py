@@ -1,6 +1,7 @@
 """Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet, QR,
 SVD and symmetric eigh (`mpslinalg.small.orthogonal`), the matrix exponential and the Cholesky
-family (`mpslinalg.small.cholesky`), in exactly one launch per op,
+family (`mpslinalg.small.cholesky`) and eig / eigvals (`mpslinalg.small.eig`), in exactly one
+launch per op,
 the matrices held in registers. The sections below describe the LU kernels; the QR kernels
 follow ``qr_small`` of metal/linalg/qr.h the same way (:func:`mpslinalg.small.codegen.
 emit_qr_factor`), and the Jacobi SVD / eigh kernels run their sweeps as one ``for`` loop of a
@@ -766,3 +767,70 @@ def small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False) 
     """torch.cholesky_solve(B, L, upper) for the factor L (*, n, n), n <= 4, B (*, n, k) of
     L's batch shape: one launch."""
     return _rhs_launch("cholesky_solve", L, B, B.shape[-1], (upper,))
+
+
+# ------------------------------------------------------------------------------ eig
+#
+# eig / eigvals of real float32 matrices (`mpslinalg.small.codegen.emit_eig`), complex64
+# results written as interleaved real and imaginary parts, bit-identical to the CPU and Metal
+# kernels.
+
+
+class _TritonBounded(_Triton):
+    """`_Triton` whose `sweeps` loop leaves once no lane of the program set the flag, after
+    ``count`` trips at most (a ``while`` on the flag's maximum over the block and a trip
+    counter): eig's Francis sweeps, where a lane that deflated completely changes nothing
+    (its reflectors are identities, tau = 0), so leaving early changes no bit."""
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        self.w("go = tl.max(live.to(tl.int32), axis=0)")
+        self.w("trips = 0")
+        self.w("while go > 0:")
+        self.indent += "    "
+        self.write_declare(_codegen.BOOL, flag, "rows < 0")
+        yield
+        self.w("trips += 1")
+        self.w(f"go = tl.max({flag}.to(tl.int32), axis=0) * (trips < {count})")
+        self.indent = self.indent[:-4]
+
+
+def _eig_source(n: int, vectors: bool, load: str) -> tuple[str, str]:
+    """(function name, source) of the eig kernel of real n x n float32 matrices."""
+    name = f"small_eig_n{n}_float32_vectors{int(vectors)}_{_mode(n, load)}"
+    w, _ = _begin("float32", n, n, load)
+    _codegen.emit_eig(_TritonBounded(w, "float32"), n, vectors)
+    for k in range(n):
+        for p, part in enumerate(("wre", "wim")):
+            w(f"tl.store(E + rows * {2 * n} + {2 * k + p}, {part}{k}, mask=live)")
+    if vectors:
+        for i in range(n):
+            for k in range(n):
+                for p, part in enumerate(("vre", "vim")):
+                    w(f"tl.store(V + rows * {2 * n * n} + {2 * (i * n + k) + p}, "
+                      f"{part}{i}{k}, mask=live)")
+    head = f"def {name}(A, E, {'V, ' if vectors else ''}batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def eig_kernel_source(n: int, vectors: bool = True, load: str | None = None) -> str:
+    """The generated Triton source of the eig kernel for n x n matrices (for reading)."""
+    return _eig_source(n, vectors, load or _LOAD)[1]
+
+
+@functools.cache
+def _eig_kernel(n: int, vectors: bool, load: str):
+    return triton.jit(_compile(*_eig_source(n, vectors, load)), do_not_specialize=["batch"])
+
+
+def small_eig(A: torch.Tensor, compute_v: bool = True
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(eigenvalues, eigenvectors or None) of A (*, n, n) float32, n <= 4, complex64: one
+    launch."""
+    A, n, batch = _prepare(A)
+    E = torch.empty((*A.shape[:-1],), dtype=torch.complex64, device=A.device)
+    V = torch.empty(A.shape, dtype=torch.complex64, device=A.device) if compute_v else None
+    kern = _eig_kernel(n, compute_v, _LOAD)
+    outputs = (torch.view_as_real(E),) + ((torch.view_as_real(V),) if compute_v else ())
+    _launch("eig", n, batch, A, *outputs, kern=kern)
+    return E, V

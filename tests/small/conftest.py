@@ -30,3 +30,9 @@ def native_expm():
 def native_chol():
     """The Cholesky-family library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
     return require_native(cpu_simd.CHOL_LIBRARY)
+
+
+@pytest.fixture
+def native_eig():
+    """The eig library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
+    return require_native(cpu_simd.EIG_LIBRARY)
