@@ -29,6 +29,7 @@ from torch import Tensor
 from .._core.declare import NOT_COMPUTED, Call, Declaration, Matrix, Param, Result, info
 from .._core.op import SAFE_CAST, call_torch, values_unavailable
 from .._core.torch_bugs import eigvals_nonfinite_affected
+from ..small import eig as small_eig
 from .eig_metal import complex_of, eig_metal
 
 __all__ = ["eig", "eigvals"]
@@ -51,6 +52,30 @@ def _eig_torch(A: Tensor, vectors: bool) -> tuple[Tensor, Tensor, Tensor]:
     w = call_torch("eigvals", torch.linalg.eigvals, torch.where(finite[..., None, None], A, 0))
     w = torch.where(finite[..., None], w, torch.full_like(w, complex(math.nan, math.nan)))
     return w, torch.empty(0, dtype=w.dtype, device=A.device), info
+
+
+def _eig_small(A: Tensor, vectors: bool, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The n <= 4 kernels (`mpslinalg.small.eig`: one pass over the batch). A non-finite matrix
+    gives NaN there; on the torch backend such a batch goes to `_eig_torch` instead, whose
+    eig raises as torch's does (one host read, as torch's own finiteness check makes)."""
+    if backend != "metal" and not bool(torch.isfinite(A).all()):
+        return _eig_torch(A, vectors)
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    if vectors:
+        w, V = small_eig.small_eig(A, backend=backend)
+        return w, V, info
+    w = small_eig.small_eigvals(A, backend=backend)
+    return w, torch.empty(0, dtype=w.dtype, device=A.device), info
+
+
+def _eig_small_when(backend: str, A: Tensor, vectors: bool) -> bool:
+    return (small_eig.use_small_eig(A, backend) if vectors
+            else small_eig.use_small_eigvals(A, backend))
+
+
+def _eigvals_through_op(A: Tensor, *rest) -> bool:
+    """A batch the n <= 4 path may serve, or one torch's CPU eigvals would crash on."""
+    return small_eig.may_use_small_eigvals(A) or eigvals_nonfinite_affected(A)
 
 
 def _eig_save(ctx, inputs, outputs) -> None:
@@ -117,7 +142,8 @@ eig_decl = Declaration(
     [Result("eigenvalues", lambda A, vectors: A[-1:], _complex_result),
      Result("eigenvectors", lambda A, vectors: A if vectors else NOT_COMPUTED, _complex_result),
      info()],
-    forward={"metal": _eig_metal, "torch": _eig_torch},
+    forward={"metal": _eig_metal, "torch": _eig_torch, "small": _eig_small},
+    small_when=_eig_small_when, through_op=small_eig.may_use_small_eig,
     backward=_eig_backward, saves=_eig_save)
 eig_op = eig_decl.op
 
@@ -186,7 +212,7 @@ def _eigvals_args(call: Call, A: Tensor) -> tuple:
 
 
 @eig_decl.public(torch.linalg.eigvals, prepare=_eigvals_args, checking=True,
-                 through_op=eigvals_nonfinite_affected,
+                 through_op=_eigvals_through_op,
                  finish=lambda call, L, V, info: L, casting=SAFE_CAST.named("eigenvalues"))
 def eigvals(A: Tensor, *, out: Tensor | None = None) -> Tensor:
     r"""Eigenvalues of a square matrix; like `torch.linalg.eigvals`.

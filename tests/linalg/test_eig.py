@@ -496,12 +496,12 @@ _UPCAST_SKIP = {"upcast": "the results are complex: float16 / bfloat16 input (wh
 
 OPS = [
     OpInfo("eig", mpslinalg.eig, torch.linalg.eig, _eig_samples,
-           bad_samples=square_bad_samples, compare=_eig_invariants, device_reads=1,
+           bad_samples=square_bad_samples, compare=_eig_invariants, device_reads=1, small_path=True,
            skips={"nonfinite": "torch.linalg.eig raises RuntimeError for non-finite input; "
                                "test_nonfinite_gives_nan_only_there checks ours",
                   **_UPCAST_SKIP}),
     OpInfo("eigvals", mpslinalg.eigvals, _torch_eigvals, _eig_samples,
            bad_samples=square_bad_samples, compare=_sorted_parts, device_reads=1,
-           out_ref=torch.linalg.eigvals, skips=dict(_UPCAST_SKIP)),
+           out_ref=torch.linalg.eigvals, skips=dict(_UPCAST_SKIP), small_path=True),
 ]
 instantiate_generic_tests(globals(), OPS)
