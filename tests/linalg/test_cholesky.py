@@ -225,10 +225,16 @@ def test_nan_stays_in_its_batch_element(backend):
         A[1, n // 2, 1] = math.nan  # below the diagonal: read
         A = backend.tensor(A)
         L, info = mpslinalg.cholesky_ex(A)
+        if not backend.is_metal and backend.device.type == "cuda":
+            # cuSOLVER's potrf does not see NaN (info 0): the torch backend is torch's there
+            assert torch.equal(info, torch.linalg.cholesky_ex(A).info)
+            continue
         _, ref_info = torch.linalg.cholesky_ex(wide(A))
         assert torch.equal(info.cpu(), ref_info)
         assert info[1] > 0 and info[0] == 0 and info[2] == 0
         assert not torch.isfinite(L[1]).all() and torch.isfinite(L[0::2]).all()
+        with pytest.raises(mpslinalg.LinAlgError, match=r"\(Batch element 1\)"):
+            mpslinalg.cholesky(A)
 
 
 @pytest.mark.parametrize("upper", [False, True])
@@ -295,7 +301,8 @@ def test_cholesky_solve_and_inverse_ratio(backend):
                 assert X.shape == (3, 2, n, 4)
                 assert solve_ratio(A.expand(3, 2, n, n), X, B.expand(3, 2, n, 4)) < THRESH
                 inverse = mpslinalg.cholesky_inverse(L, upper)
-                assert torch.equal(inverse, inverse.mH)
+                if backend.is_metal or backend.device.type == "cpu":  # torch's CUDA one is not
+                    assert torch.equal(inverse, inverse.mH)
                 eye = torch.eye(n, dtype=wide(inverse).dtype)
                 ratio = batch_ratio(norm1(wide(A) @ wide(inverse) - eye),
                                     n * norm1(A) * norm1(inverse) * eps(dtype))
@@ -480,10 +487,9 @@ def _hpd_samples(complex_: bool) -> list[Sample]:
 def _not_positive_definite() -> list[BadSample]:
     A = hpd(4, torch.float64, (2,), 6)
     A[1, 2, 2] = -1.0
-    N = hpd(4, torch.float64, (2,), 7)
-    N[1, 3, 0] = math.nan
-    return [BadSample((A,), error=torch.linalg.LinAlgError, match=r"\(Batch element 1\).*order 3"),
-            BadSample((N,), error=torch.linalg.LinAlgError, match=r"\(Batch element 1\)")]
+    # (NaN input raises on the CPU and metal only, since cuSOLVER's potrf does not see NaN:
+    # test_nan_stays_in_its_batch_element)
+    return [BadSample((A,), error=torch.linalg.LinAlgError, match=r"\(Batch element 1\).*order 3")]
 
 
 def _factor(complex_: bool, n: int, batch: tuple, seed: int, upper: bool) -> torch.Tensor:
