@@ -156,7 +156,7 @@ def _compiler_for(device: torch.device, fn: str) -> tuple[str, Any]:
 
 
 _libraries: dict[tuple[str, str], Any] = {}
-_kernels: dict[tuple[str, str, str], Any] = {}
+_kernels: dict[tuple[str, str, str, int | None], Any] = {}
 #: Host name of each kernel object `kernel` returned, by id (torch's MPS kernels carry no name;
 #: the objects are kept in `_kernels` for the process, so an id is never reused).
 _host_names: dict[int, str] = {}
@@ -182,10 +182,19 @@ def kernel(path: str, op: str, dtype: torch.dtype, device: torch.device, *,
     """The kernel ``kernel_name(op, dtype, **params)`` from ``metal/<path>``."""
     name = kernel_name(op, dtype, **params)
     executor, _ = _compiler_for(device, fn)
-    key = (path, executor, name)
+    # A CUDA executor's kernel is bound to the GPU it was looked up on: one per device index.
+    index = device.index
+    if executor == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    key = (path, executor, name, index)
     k = _kernels.get(key)
     if k is None:
-        k = getattr(library(path, device, fn), name)
+        lib = library(path, device, fn)
+        if executor == "cuda":
+            with torch.cuda.device(index):
+                k = getattr(lib, name)
+        else:
+            k = getattr(lib, name)
         _host_names[id(k)] = name
         _kernels[key] = k
     return k

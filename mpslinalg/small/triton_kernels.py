@@ -248,7 +248,8 @@ class _Triton(_codegen.Dialect):
         self.w(f"{acc} = {acc} + tl.log({self.render(x)})")
 
     def select(self, e: _codegen.Select) -> str:
-        return f"tl.where({self.render(e.cond)}, {self.branch(e.a)}, {self.branch(e.b)})"
+        # Flags live as int32 vectors (see `full`); Triton wants a boolean condition.
+        return f"tl.where(({self.render(e.cond)}) != 0, {self.branch(e.a)}, {self.branch(e.b)})"
 
     def special(self, e: _codegen.Expr) -> tuple[str, int] | None:
         if isinstance(e, _codegen.Select):
