@@ -4,13 +4,19 @@ against torch's own CUDA implementation of the same op and against a roofline.
 These are NVIDIA numbers: they say how the Metal kernels' algorithms fare on a GPU that exists
 here, and nothing about Apple GPUs.
 
-    python benchmarks/bench_cuda_executor.py [--reps 21] [--out results.md]
+    python benchmarks/bench_cuda_executor.py [--reps 21] [--sections launch,matrix,cases]
+        [--gemm-sizes 256,1024,2048] [--out results.md]
 
-Each case times the contenders interleaved (one call of each per round, CUDA events around each
-call, the stream synchronized between calls) after warm-up calls, and reports the median with
-the min and max over the rounds. The roofline time is max(bytes / bandwidth, flops / fp32 peak)
-with the bytes that must move at least once (the input read, the result written) and LAPACK's
-flop counts; it ignores launch latency, which dominates the small cases.
+Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
+of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
+``cases``, the library's kernels against torch's op. Each case times the contenders interleaved
+(one call of each per round, CUDA events around each call, the stream synchronized between
+calls) after warm-up calls, and reports the median with the min and max over the rounds, and
+next to it the device time of the executor's kernels (`mpslinalg.emulator.cuda.profile`) with a
+per-kernel breakdown, so that a slow kernel shows as one. The roofline time is max(bytes /
+bandwidth, flops / fp32 peak) with the bytes that must move at least once (the input read, the
+result written) and LAPACK's flop counts; it ignores launch latency, which dominates the small
+cases.
 """
 
 from __future__ import annotations
@@ -220,36 +226,114 @@ kernel void bump(device float* x [[buffer(0)]], constant long& n [[buffer(1)]],
 """
 
 
-def _launch_overhead(calls=2000):
+def _launch_overhead(calls=2000, rounds=5):
     """Host microseconds per launch of a trivial kernel: the CUDA executor (Python marshalling +
-    cuLaunchKernel) vs a torch in-place op on the same tensor."""
+    cuLaunchKernel) vs a torch in-place op on the same tensor; interleaved rounds, each round
+    `calls` back-to-back calls, the device synchronised around it. Returns name -> times."""
     import time
 
     x = torch.zeros(32, device="cuda")
     bump = cuda.compile_shader(_NOP).bump
-    out = {}
-    for who, fn in [("CUDA executor", lambda: bump(x, 32, threads=32)),
-                    ("torch x.add_(1)", lambda: x.add_(1.0))]:
-        for _ in range(100):
+    lib = cuda.compile_shader(_NOP)
+    contenders = [
+        ("CUDA executor, kernel looked up once", lambda: bump(x, 32, threads=32)),
+        ("CUDA executor, lib.bump looked up per call", lambda: lib.bump(x, 32, threads=32)),
+        ("torch x.add_(1)", lambda: x.add_(1.0)),
+    ]
+    out = {who: [] for who, _ in contenders}
+    for _, fn in contenders:
+        for _ in range(200):
             fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        out[who] = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for who, fn in contenders:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            out[who].append((time.perf_counter() - t0) / calls * 1e6)
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--out", help="also write the markdown report here")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_cuda_executor: no CUDA device")
+# One simdgroup computes a 16x16 block of C = A B as 2x2 8x8 tiles, loading straight from device
+# memory: the shape of kernel Apple GPUs run fast, to time the executor's simdgroup_matrix.
+_SG_GEMM = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void sg_gemm16(device const float* A [[buffer(0)]], device const float* B [[buffer(1)]],
+                      device float* C [[buffer(2)]], constant uint& n [[buffer(3)]],
+                      uint tg [[threadgroup_position_in_grid]],
+                      uint sg [[simdgroup_index_in_threadgroup]],
+                      uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint blocks = n / 16, t = tg * nsg + sg;
+  const uint bi = t / blocks, bj = t % blocks;
+  simdgroup_float8x8 acc[2][2];
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 2; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k = 0; k < n; k += 8) {
+    simdgroup_float8x8 a[2], b[2];
+    for (uint i = 0; i < 2; ++i) simdgroup_load(a[i], A, n, ulong2(k, bi * 16 + i * 8));
+    for (uint j = 0; j < 2; ++j) simdgroup_load(b[j], B, n, ulong2(bj * 16 + j * 8, k));
+    for (uint i = 0; i < 2; ++i)
+      for (uint j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+  }
+  for (uint i = 0; i < 2; ++i)
+    for (uint j = 0; j < 2; ++j)
+      simdgroup_store(acc[i][j], C, n, ulong2(bj * 16 + j * 8, bi * 16 + i * 8));
+}
+"""
+
+
+def _simdgroup_gemm(sizes=(256, 1024, 2048), reps=11):
+    """Device time of the 16x16-per-simdgroup GEMM above (CUDA events), against torch.mm in
+    fp32 without TF32; returns rows (n, ours us [min, max], torch us, max rel. error)."""
+    kernel = cuda.compile_shader(_SG_GEMM).sg_gemm16
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    for n in sizes:
+        gen = torch.Generator(device="cuda").manual_seed(n)
+        A = torch.randn(n, n, device="cuda", generator=gen)
+        B = torch.randn(n, n, device="cuda", generator=gen)
+        C = torch.empty(n, n, device="cuda")
+        sgs = (n // 16) ** 2
+        group = 4 * 32
+
+        def ours(A=A, B=B, C=C, n=n, sgs=sgs, group=group):
+            kernel(A, B, C, n, threads=32 * sgs, group_size=group, arg_casts={3: "int32"})
+
+        def theirs(A=A, B=B):
+            torch.mm(A, B)
+
+        times = _bench({"ours": ours, "torch": theirs}, reps)
+        ours()
+        ref = A.double() @ B.double()
+        err = ((C.double() - ref).abs().max() / ref.abs().max()).item()
+        rows.append((n, times["ours"], times["torch"], err))
+    return rows
+
+
+def _profile_breakdown(fn, calls=3):
+    """Device time per call of each CUDA-executor kernel fn launches: the executor's profiling
+    mode (CUDA events around each launch; no CUPTI), or torch's profiler where the executor
+    has none."""
+    if not hasattr(cuda, "profile"):
+        return _breakdown(fn, calls)
+    fn()
+    torch.cuda.synchronize()
+    with cuda.profile() as prof:
+        for _ in range(calls):
+            fn()
+    return {name: (us / calls, n / calls) for name, (n, us) in prof.kernels().items()}
+
+
+def _spread(ts):
+    return f"{statistics.median(ts):.1f} [{min(ts):.1f}, {max(ts):.1f}]"
+
+
+def _header(reps):
     props = torch.cuda.get_device_properties(0)
-    lines = [
+    return [
         "# mpslinalg Metal kernels through the CUDA executor (NVIDIA GPU, not an Apple GPU)",
         "",
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
@@ -257,40 +341,94 @@ def main():
         f"- torch {torch.__version__} (CUDA {torch.version.cuda}), NVRTC "
         f"{'.'.join(map(str, cuda.nvrtc_version()))}, torch linalg library: "
         f"{torch.backends.cuda.preferred_linalg_library()}",
-        f"- {args.reps} interleaved rounds after 3 warm-up calls; CUDA events per call; times in "
+        f"- {reps} interleaved rounds after 3 warm-up calls; CUDA events per call; times in "
         "microseconds, median [min, max]",
+        "",
+    ]
+
+
+def _launch_section():
+    over = _launch_overhead()
+    lines = ["## Host cost per launch", "",
+             "A trivial kernel (one 32-thread group) launched back to back, 2000 calls per round, "
+             "5 interleaved rounds; host wall microseconds per call, median [min, max]:", "",
+             "| contender | us per launch |", "| --- | ---: |"]
+    lines += [f"| {who} | {_spread(ts)} |" for who, ts in over.items()]
+    return lines + [""]
+
+
+def _matrix_section(sizes, reps):
+    lines = ["## simdgroup_matrix GEMM", "",
+             "C = A B in float32, n x n, one simdgroup per 16x16 block of C as 2x2 8x8 "
+             "`simdgroup_float8x8` tiles loaded from device memory (`_SG_GEMM`), 4 simdgroups "
+             "per threadgroup; device time (CUDA events), against torch.mm in fp32 (TF32 off):",
+             "",
+             "| n | CUDA executor us | torch.mm us | executor / torch | GFLOP/s | max rel. err |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for n, ours, theirs, err in _simdgroup_gemm(sizes, reps):
+        med = statistics.median(ours)
+        lines.append(f"| {n} | {_spread(ours)} | {_spread(theirs)} | "
+                     f"{med / statistics.median(theirs):.1f} | {2 * n**3 / med / 1e3:.0f} | "
+                     f"{err:.1e} |")
+    return lines + [""]
+
+
+def _cases_section(reps):
+    lines = [
+        "## Library kernels", "",
         f"- roofline: max(bytes / {H200_BANDWIDTH / 1e12:.1f} TB/s, flops / "
         f"{H200_FP32_PEAK / 1e12:.0f} TFLOP/s fp32), launch latency ignored",
+        "- device us: the sum of the executor's kernels' device time per call (its profiling "
+        "mode: CUDA events around each launch); wall minus device is host time and torch's "
+        "own kernels between launches",
         "",
-        "| case | contender | median us | [min, max] | x roofline |",
-        "| --- | --- | ---: | --- | ---: |",
+        "| case | contender | median us | [min, max] | device us | x roofline |",
+        "| --- | --- | ---: | --- | ---: | ---: |",
     ]
-    notes = []
-    breakdown = []
+    notes, breakdown = [], []
     for name, contenders, roof, agree in cases():
-        times = _bench(contenders, args.reps)
+        times = _bench(contenders, reps)
         ours = next(iter(contenders.values()))
         try:
-            per = _breakdown(ours)
+            per = _profile_breakdown(ours)
         except Exception as exc:  # noqa: BLE001 - the profiler is optional here
             per = {f"(profiler failed: {exc})": (0.0, 0)}
         for kname, (t, c) in sorted(per.items(), key=lambda kv: -kv[1][0]):
             breakdown.append(f"| {name} | {kname} | {c:.0f} | {t:.1f} |")
-        for who, ts in times.items():
+        device = sum(t for t, _ in per.values())
+        for i, (who, ts) in enumerate(times.items()):
             med = statistics.median(ts)
+            dev = f"{device:.1f}" if i == 0 else ""
             lines.append(f"| {name} | {who} | {med:.1f} | [{min(ts):.1f}, {max(ts):.1f}] | "
-                         f"{med / roof:.1f} |")
-        lines.append(f"| {name} | roofline | {roof:.1f} | | 1.0 |")
+                         f"{dev} | {med / roof:.1f} |")
+        lines.append(f"| {name} | roofline | {roof:.1f} | | | 1.0 |")
         notes.append(f"- {name}: {agree}")
-    over = _launch_overhead()
-    notes.append("- host time per launch of a trivial kernel: " + ", ".join(
-        f"{who} {us:.1f} us" for who, us in over.items()))
-    lines += ["", "Agreement with torch on the benchmarked inputs, and launch cost:", "", *notes,
-              "",
-              "Device time per call of the CUDA executor's contender, by kernel (torch profiler; "
-              "the rest of the median above is host time between launches):", "",
-              "| case | kernel | launches | device us |", "| --- | --- | ---: | ---: |",
-              *breakdown, ""]
+    return lines + ["", "Agreement with torch on the benchmarked inputs:", "", *notes, "",
+                    "Device time per call of the CUDA executor's kernels (its profiling mode):",
+                    "", "| case | kernel | launches | device us |", "| --- | --- | ---: | ---: |",
+                    *breakdown, ""]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=21)
+    ap.add_argument("--sections", default="launch,matrix,cases",
+                    help="comma-separated subset of launch, matrix, cases")
+    ap.add_argument("--gemm-sizes", default="256,1024,2048",
+                    help="the n of the simdgroup_matrix GEMM")
+    ap.add_argument("--out", help="also write the markdown report here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_cuda_executor: no CUDA device")
+    sections = args.sections.split(",")
+    lines = _header(args.reps)
+    if "launch" in sections:
+        lines += _launch_section()
+    if "matrix" in sections:
+        sizes = [int(n) for n in args.gemm_sizes.split(",")]
+        lines += _matrix_section(sizes, args.reps)
+    if "cases" in sections:
+        lines += _cases_section(args.reps)
     text = "\n".join(lines)
     print(text)
     if args.out:

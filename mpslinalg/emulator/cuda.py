@@ -18,8 +18,9 @@ kernels. NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
 Mapping: threadgroup -> block (one 1-D block per group, threads numbered like Metal's so warps
 are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, threadgroup_barrier
 -> ``__syncthreads``, SIMD-group functions -> warp shuffles/votes over the active mask, 8x8
-simdgroup_matrix -> a per-warp emulation, atomics -> CUDA atomics, half/bfloat -> 16-bit structs
-rounded with PTX ``cvt.rn``, precise math without contraction (``-fmad=false``).
+simdgroup_matrix -> two elements per lane in Apple's layout, multiplied by warp shuffles and
+per-lane FMAs, atomics -> CUDA atomics, half/bfloat -> 16-bit structs rounded with PTX
+``cvt.rn``, precise math without contraction (``-fmad=false``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ __all__ = [
     "translate_to_cuda",
     "nvrtc_version",
     "is_available",
+    "profile",
+    "Profile",
     "CudaUnsupportedError",
     "NvrtcNotFoundError",
 ]
@@ -245,13 +248,10 @@ class _Driver:
             raise RuntimeError(
                 f"the CUDA executor needs the CUDA driver (libcuda.so.1): {exc}"
             ) from None
-        self.lib.cuLaunchKernel.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-            ctypes.c_uint, ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-        ]  # fmt: skip
+        # cuLaunchKernel is called without argtypes (their conversions cost more than the rest
+        # of a launch): its pointers are passed as c_void_p objects, its unsigned dimensions as
+        # Python ints below 2**31, which ctypes passes as C ints of the same bits.
+        self.launch = self.lib.cuLaunchKernel
         self.check(self.lib.cuInit(0), "cuInit")
         self.ctx = {}
 
@@ -324,20 +324,115 @@ _IN_BLOB_OFFSET = _Args.in_blob.offset
 _BLOB_OFFSET = _Args.blob.offset
 assert (_ARGS_SIZE, _IN_BLOB_OFFSET, _BLOB_OFFSET) == (2336, 248, 288)
 _pack_into = struct.pack_into
+_GEOMETRY = struct.Struct("<I9I")  # in_blob, then grid, group, ngroups
+_CU_ERROR_INVALID_CONTEXT = 201
+_CU_ERROR_INVALID_HANDLE = 400
 
 
-def _current_stream(index: int) -> int:
-    """torch's current stream on device `index` (the raw CUstream)."""
+class _Block(threading.local):
+    """The calling thread's parameter block and the one-entry ``kernelParams`` array pointing
+    at it: cuLaunchKernel copies the block before it returns, so one per thread serves every
+    launch (ctypes releases the GIL during the call, hence not one per process)."""
+
+    def __init__(self):
+        self.buf = ctypes.create_string_buffer(_ARGS_SIZE)
+        self.params = (ctypes.c_void_p * 1)(ctypes.addressof(self.buf))
+
+
+_block = _Block()
+_streams: dict = {}  # raw CUstream -> its c_void_p, made once
+
+
+def _stream_arg(raw: int):
+    s = _streams.get(raw)
+    if s is None:
+        if len(_streams) > 1024:
+            _streams.clear()
+        s = _streams[raw] = ctypes.c_void_p(raw)
+    return s
+
+
+def _raw_stream(index: int) -> int:
+    """torch's current stream on device `index` (the raw CUstream); replaced by torch's own
+    function at the first call."""
+    global _raw_stream
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(index)
-    return torch.cuda.current_stream(index).cuda_stream
+    _raw_stream = raw or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream(index)
+
+
+def _current_stream(index: int) -> int:
+    return _raw_stream(index)
+
+
+# ---- the profiling mode: device time per kernel from CUDA events around each launch ----
+_profiling = None  # the active Profile, or None
+
+
+class Profile:
+    """Device time of every launch of the CUDA executor while it is active (`profile`): a pair
+    of CUDA events recorded on the launch's stream around each launch, read at the end. No
+    CUPTI is needed; the events add a little host time per launch, so time wall clocks apart."""
+
+    def __init__(self):
+        self._events = []  # (host name, start event, end event)
+        self._times = None
+
+    def _record(self, name, launch):
+        import torch
+
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        self._events.append((name, start, end))
+
+    def _finish(self):
+        import torch
+
+        torch.cuda.synchronize()
+        times = {}
+        for name, start, end in self._events:
+            n, us = times.get(name, (0, 0.0))
+            times[name] = (n + 1, us + start.elapsed_time(end) * 1e3)
+        self._times = times
+        self._events = []
+
+    def kernels(self) -> dict:
+        """Host name -> (launches, total device microseconds)."""
+        if self._times is None:
+            raise RuntimeError("the profile is read once its `with` block has ended")
+        return dict(self._times)
+
+    def total_us(self) -> float:
+        return sum(us for _, us in self.kernels().values())
+
+
+class profile:  # noqa: N801 - a context manager named like a function, as torch.profiler's
+    """``with cuda.profile() as p: ...`` times every CUDA-executor launch of the block on the
+    device; ``p.kernels()`` gives host name -> (launches, device microseconds). Not nested."""
+
+    def __enter__(self) -> Profile:
+        global _profiling
+        if _profiling is not None:
+            raise RuntimeError("cuda.profile() blocks do not nest")
+        self._p = _profiling = Profile()
+        return self._p
+
+    def __exit__(self, *exc):
+        global _profiling
+        _profiling = None
+        self._p._finish()
+        return False
 
 
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_GEOMETRY_CACHE_SIZE = 256
+TG_LIMIT = marshal.TG_MEMORY_LIMIT
 
 
 class Kernel(library.Kernel):
@@ -346,6 +441,8 @@ class Kernel(library.Kernel):
     executor = "CUDA executor"
 
     def __init__(self, lib, index, info, func, device_index):
+        import torch
+
         drv = _get_driver()
         v = ctypes.c_int()
         drv.check(
@@ -364,19 +461,99 @@ class Kernel(library.Kernel):
         self._lib, self._index = lib, index
         self._func, self._device = func, device_index
         self._nbufs = max((p.buffer + 1 for p in info.params if p.attr == "buffer"), default=0)
+        self._tensor = torch.Tensor
+        self._cu_launch = drv.launch
+        _current_stream(device_index)  # resolves _raw_stream
+        # (threads, group_size) -> (blocks, threads per block, grid/group/ngroups as 9 uint32):
+        # the geometry of the launches seen, checked once.
+        self._geometry = {}
 
     def __repr__(self):
         return f"<Metal kernel {self.name!r} on cuda:{self._device} (CUDA executor)>"
 
+    def __call__(self, *args, threads=None, group_size=None, arg_casts=None, error_buf_idx=None,
+                 **options):
+        """The launch: the common case (CUDA tensors of this device, Python ints and floats
+        without casts, a geometry launched before) packs the parameter block in place and calls
+        cuLaunchKernel; anything else takes the shared path of `library.Kernel`, which checks and
+        raises as torch does."""
+        if arg_casts is not None or error_buf_idx is not None or options or threads is None:
+            return super().__call__(*args, threads=threads, group_size=group_size,
+                                    arg_casts=arg_casts, error_buf_idx=error_buf_idx, **options)
+        try:
+            geometry = self._geometry[(
+                tuple(threads) if type(threads) is list else threads,
+                tuple(group_size) if type(group_size) is list else group_size,
+            )]
+        except (KeyError, TypeError):
+            return super().__call__(*args, threads=threads, group_size=group_size)
+        if len(args) > _MAX_BUFFERS or self._nbufs > len(args) or self._tg > TG_LIMIT:
+            return super().__call__(*args, threads=threads, group_size=group_size)
+        buf = _block.buf
+        tensor, device = self._tensor, self._device
+        in_blob = used = 0
+        for i, a in enumerate(args):
+            kind = type(a)
+            if kind is tensor and a.is_cuda and a.get_device() == device:
+                _pack_into("<Q", buf, 8 * i, a.data_ptr())  # the view's first element
+                continue
+            off = (used + 15) & ~15
+            if kind is int and -(2**63) <= a < 2**63 and off + 8 <= _BLOB_BYTES:
+                _pack_into("<q", buf, _BLOB_OFFSET + off, a)  # torch: int -> int64
+                used = off + 8
+            elif kind is float and off + 4 <= _BLOB_BYTES:
+                _pack_into("<f", buf, _BLOB_OFFSET + off, a)  # torch: float -> float32
+                used = off + 4
+            else:  # tensors elsewhere, lists, bools, ...: the shared path checks them
+                return super().__call__(*args, threads=threads, group_size=group_size)
+            _pack_into("<Q", buf, 8 * i, off)
+            in_blob |= 1 << i
+        marshal.count_launch(self.name)
+        if geometry is None:  # an empty grid runs nothing
+            return None
+        nblocks, nthreads, dims = geometry
+        _GEOMETRY.pack_into(buf, _IN_BLOB_OFFSET, in_blob, *dims)
+        if _profiling is not None:
+            self._go(nblocks, nthreads)
+            return None
+        # _go's common case inline: a Python call is a tenth of a launch here
+        raw = _raw_stream(device)
+        stream = _streams.get(raw)
+        if stream is None:
+            stream = _stream_arg(raw)
+        rc = self._cu_launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params,
+                             None)
+        if rc:
+            self._go(nblocks, nthreads)  # the context or the error, handled there
+        return None
+
+    def _go(self, nblocks, nthreads):
+        """cuLaunchKernel on the thread's parameter block, on torch's current stream."""
+        stream = _stream_arg(_current_stream(self._device))
+        launch = _get_driver().launch
+        if _profiling is not None:
+            rc = []
+            _profiling._record(self.name, lambda: rc.append(launch(
+                self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params, None)))
+            rc = rc[0]
+        else:
+            rc = launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params, None)
+        if rc in (_CU_ERROR_INVALID_CONTEXT, _CU_ERROR_INVALID_HANDLE):
+            # another context (or none) is current on this thread: make the device's primary
+            # context current and launch again (a refused launch enqueued nothing)
+            _get_driver().context(self._device)
+            rc = launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params, None)
+        if rc:
+            _get_driver().check(rc, f"launch of kernel '{self.name}'")
+
     def _bind(self, args, casts):
-        """The parameter block ``emu::Args``, filled in place (struct.pack_into): the host side of
-        a launch is what bounds small kernels, so the common arguments take the shortest path."""
+        """The parameter block ``emu::Args``, filled in place in the thread's block for every
+        argument kind torch accepts (the shared path)."""
         import torch
 
         if len(args) > _MAX_BUFFERS:
             raise RuntimeError(f"kernel '{self.name}': at most {_MAX_BUFFERS} arguments")
-        buf = bytearray(_ARGS_SIZE)
-        keep = []
+        buf = _block.buf
         in_blob = 0
         used = 0
         for i, a in enumerate(args):
@@ -393,38 +570,31 @@ class Kernel(library.Kernel):
                         f"for cuda:{self._device}"
                     )
                 _pack_into("<Q", buf, 8 * i, a.data_ptr())  # the view's first element
-                keep.append(a)
                 continue
             off = (used + 15) & ~15
             if kind is int and casts[i] is None and -(2**63) <= a < 2**63:
-                _pack_into("<q", buf, _BLOB_OFFSET + off, a)  # torch: int -> int64
-                size = 8
+                data = struct.pack("<q", a)  # torch: int -> int64
             elif kind is float and casts[i] is None:
-                _pack_into("<f", buf, _BLOB_OFFSET + off, a)  # torch: float -> float32
-                size = 4
+                data = struct.pack("<f", a)  # torch: float -> float32
             else:
                 # lists, casts, bools, 0-dim CPU tensors: the shared marshalling
                 b = marshal.marshal(i, a, None if isinstance(a, torch.Tensor) else casts[i])
-                size = b.size
-                if off + size <= _BLOB_BYTES:
-                    buf[_BLOB_OFFSET + off : _BLOB_OFFSET + off + size] = ctypes.string_at(
-                        b.ptr, size
-                    )
-            if off + size > _BLOB_BYTES:
+                data = ctypes.string_at(b.ptr, b.size)
+            if off + len(data) > _BLOB_BYTES:
                 raise RuntimeError(
                     f"kernel '{self.name}': the scalars and lists passed by value exceed the "
                     f"CUDA executor's {_BLOB_BYTES} bytes; pass large arrays as tensors"
                 )
+            ctypes.memmove(ctypes.addressof(buf) + _BLOB_OFFSET + off, data, len(data))
             _pack_into("<Q", buf, 8 * i, off)
             in_blob |= 1 << i
-            used = off + size
+            used = off + len(data)
         if self._nbufs > len(args):
             p = next(p for p in self._info.params if p.attr == "buffer" and p.buffer >= len(args))
             raise self._missing_buffer(p.name, p.buffer, len(args))
-        return buf, in_blob, keep
+        return in_blob
 
-    def _launch(self, bound, grid, group, options):
-        buf, in_blob, keep = bound
+    def _launch(self, in_blob, grid, group, options):
         ngroups = [-(-grid[i] // group[i]) for i in range(3)]
         nblocks = ngroups[0] * ngroups[1] * ngroups[2]
         if max(grid) >= 2**32 or nblocks >= 2**31:
@@ -432,19 +602,30 @@ class Kernel(library.Kernel):
                 f"kernel '{self.name}': threads {grid[:3]} in {nblocks} threadgroups exceed the "
                 "CUDA executor's limits (2^32 - 1 threads per dimension, 2^31 - 1 groups)"
             )
-        _pack_into("<I9I", buf, _IN_BLOB_OFFSET, in_blob, *grid, *group, *ngroups)
-        drv = _get_driver()
-        drv.context(self._device)
-        block = (ctypes.c_char * _ARGS_SIZE).from_buffer(buf)
-        params = (ctypes.c_void_p * 1)(ctypes.addressof(block))
-        drv.check(
-            drv.lib.cuLaunchKernel(
-                self._func, nblocks, 1, 1, group[0] * group[1] * group[2], 1, 1, 0,
-                ctypes.c_void_p(_current_stream(self._device)), params, None,
-            ),
-            f"launch of kernel '{self.name}'",
-        )  # fmt: skip
-        del block, params
+        dims = (*grid, *group, *ngroups)
+        nthreads = group[0] * group[1] * group[2]
+        _GEOMETRY.pack_into(_block.buf, _IN_BLOB_OFFSET, in_blob, *dims)
+        self._go(nblocks, nthreads)
+
+    def _geometry_checked(self, threads, group_size, grid, group):
+        """Keep a checked geometry for the fast path of `__call__`."""
+        if threads is None or len(self._geometry) >= _GEOMETRY_CACHE_SIZE:
+            return
+        try:
+            key = (tuple(threads) if type(threads) is list else threads,
+                   tuple(group_size) if type(group_size) is list else group_size)
+            hash(key)
+        except TypeError:
+            return
+        if 0 in grid:
+            self._geometry[key] = None
+            return
+        ngroups = [-(-grid[i] // group[i]) for i in range(3)]
+        nblocks = ngroups[0] * ngroups[1] * ngroups[2]
+        if max(grid) >= 2**32 or nblocks >= 2**31:
+            return
+        self._geometry[key] = (nblocks, group[0] * group[1] * group[2],
+                               (*grid, *group, *ngroups))
 
 
 class Library(library.Library):
@@ -458,7 +639,8 @@ class Library(library.Library):
 
     def __init__(self, translation: CudaTranslation, metal_version: int):
         super().__init__(translation.kernels)
-        self._set(_tr=translation, _modules={})  # device index -> CUmodule
+        # _modules: device index -> CUmodule; _device_of: torch's current-device query
+        self._set(_tr=translation, _modules={}, _device_of=None)
 
     def _module(self, index: int):
         import torch
@@ -478,12 +660,15 @@ class Library(library.Library):
     def _kernel_key(self, name):
         import torch
 
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"kernel '{name}': the CUDA executor needs a CUDA device (compile_ptx works "
-                "without one)"
-            )
-        return name, torch.cuda.current_device()
+        if self._device_of is None:  # once: torch.cuda.is_available() costs a device count
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"kernel '{name}': the CUDA executor needs a CUDA device (compile_ptx works "
+                    "without one)"
+                )
+            torch.cuda.init()
+            self._set(_device_of=torch._C._cuda_getDevice)
+        return name, self._device_of()
 
     def _load(self, index, info, key):
         device = key[1]

@@ -66,11 +66,15 @@ class Kernel:
             raise ValueError(
                 f"kernel '{self.name}': group_size must be positive, got {group_size!r}"
             )
+        self._geometry_checked(threads, group_size, grid, group)
         marshal.count_launch(self.name)
         if 0 in grid:
             return None
         self._launch(bound, grid, group, launch_options)
         return None
+
+    def _geometry_checked(self, threads, group_size, grid, group):
+        """Told of every geometry that passed the checks (the CUDA executor keeps them)."""
 
     def _options(self, **options):
         """The back end's launch options, checked (none by default)."""
@@ -137,6 +141,9 @@ class Library:
                 f"Failed to create function state object for: {name} (available kernels: {avail})"
             )
         key = self._kernel_key(name)
+        k = self._kernels.get(key)
+        if k is not None:
+            return k
         with self._lock:
             k = self._kernels.get(key)
             if k is None:

@@ -8,6 +8,7 @@ deselects them where torch sees no CUDA device.
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import pytest
@@ -259,6 +260,63 @@ def test_argument_marshalling():
     _same_bits(cpu[0], gpu[0])
 
 
+_SCALARS = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void axpb(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                 constant long& a [[buffer(2)]], constant float& b [[buffer(3)]],
+                 uint2 i [[thread_position_in_grid]], uint2 n [[threads_per_grid]]) {
+  const uint k = i.y * n.x + i.x;
+  y[k] = float(a) * x[k] + b;
+}
+"""
+
+
+@pytest.mark.cuda
+def test_repeated_launches_take_the_fast_path_with_the_same_results():
+    # The first launch of a geometry takes the checked path, later ones the cached plan; both
+    # must bind every argument kind alike, and a change of kind falls back to the checked path.
+    lib = cuda.compile_shader(_SCALARS)
+    k = lib.axpb
+    x = torch.randn(6, 10, device="cuda")
+    for _ in range(3):
+        for a, b, threads, group in [(3, 0.5, [10, 6], [4, 2]), (-2**40, -1.25, (10, 6), None),
+                                     (7, 2.0, [10, 6], [10, 1])]:
+            y = torch.full_like(x, float("nan"))
+            k(y, x, a, b, threads=threads, group_size=group)
+            torch.testing.assert_close(y, float(a) * x + b, rtol=1e-6, atol=0)
+    assert lib.axpb is k  # the lookup is per device and cached
+    y = torch.zeros_like(x)
+    k(y, x, 2, 1.0, threads=[10, 6], group_size=[4, 2], arg_casts={2: "int32"})  # not the plan
+    with pytest.raises(TypeError, match="CUDA tensors"):
+        k(y, x.cpu(), 2, 1.0, threads=[10, 6], group_size=[4, 2])
+    with pytest.raises(RuntimeError, match="reads buffer 3 but only 3 arguments"):
+        k(y, x, 2, threads=[10, 6], group_size=[4, 2])
+    with pytest.raises(ValueError, match="group_size must be positive"):
+        k(y, x, 2, 1.0, threads=[10, 6], group_size=[0, 2])
+    before = cuda.marshal.launch_counts().get("axpb", 0)
+    k(y, x, 2, 1.0, threads=[0, 6], group_size=[4, 2])  # an empty grid runs nothing
+    k(y, x, 2, 1.0, threads=[0, 6], group_size=[4, 2])
+    assert cuda.marshal.launch_counts()["axpb"] == before + 2
+
+
+@pytest.mark.cuda
+def test_profile_times_each_kernel_on_the_device():
+    lib = cuda.compile_shader(_SCALARS)
+    x = torch.randn(64, 64, device="cuda")
+    y = torch.empty_like(x)
+    with cuda.profile() as prof:
+        for _ in range(3):
+            lib.axpb(y, x, 2, 0.5, threads=[64, 64], group_size=[64, 1])
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with cuda.profile():
+                pass
+    launches, us = prof.kernels()["axpb"]
+    assert launches == 3 and 0 < us < 1e6
+    assert prof.total_us() == us
+    torch.testing.assert_close(y, 2 * x + 0.5)
+
+
 _TG = r"""
 #include <metal_stdlib>
 using namespace metal;
@@ -316,9 +374,97 @@ def test_simdgroup_matrix_8x8():
         return [a.to(dev), b.to(dev), torch.zeros(128, device=dev)]
 
     cpu, gpu = _both(_MATRIX, "mm", args, threads=64, group_size=64)
-    torch.testing.assert_close(cpu[2], gpu[2], rtol=1e-6, atol=1e-6)
+    _same_bits(cpu[2], gpu[2])
     ref = a.view(2, 8, 8) @ b.view(2, 8, 8).transpose(1, 2) + 0.5
     torch.testing.assert_close(gpu[2].view(2, 8, 8), ref, rtol=1e-5, atol=1e-5)
+
+
+_MATRIX_KERNELS = (pathlib.Path(__file__).parent / "simdgroup_matrix.metal").read_text()
+
+
+def test_simdgroup_matrix_is_distributed_over_the_lanes():
+    # Each lane holds its two elements (Apple's layout), never the whole tile: the multiply
+    # exchanges operands by warp shuffles.
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+           "static_assert(sizeof(simdgroup_float8x8) == 2 * sizeof(float), \"two per lane\");\n"
+           "static_assert(sizeof(simdgroup_half8x8) == 2 * sizeof(half), \"two per lane\");\n"
+           + _MATRIX)
+    ptx = cuda.compile_ptx(src)
+    assert "shfl.sync.idx" in ptx
+    assert ".local" not in ptx  # no per-lane tile spilled to local memory
+    # thread_elements() is mapped: Apple's layout is the executor's own
+    assert re.search(r"\.entry emu_k\d+_sg_elements\(", cuda.compile_ptx(_MATRIX_KERNELS))
+
+
+def _gemm_args(M, N, K, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    A, B = torch.randn(M, K, generator=gen).to(dtype), torch.randn(K, N, generator=gen).to(dtype)
+
+    def args(dev):
+        return [A.to(dev), B.to(dev), torch.full((M, N), float("nan"), dtype=dtype, device=dev),
+                N, K]
+    return args
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name, dtype", [("sg_gemm_float", torch.float32),
+                                         ("sg_gemm_half", torch.float16),
+                                         ("sg_gemm_bfloat", torch.bfloat16),
+                                         ("sg_gemm_tg", torch.float32)])
+@pytest.mark.parametrize("M, N, K, group", [(32, 24, 48, 32), (16, 64, 32, 64), (40, 16, 16, 96)])
+def test_simdgroup_gemm_matches_emulator_bits(name, dtype, M, N, K, group):
+    if name == "sg_gemm_tg":
+        group = 32  # one simdgroup per group: it uses thread_index_in_simdgroup as its index
+    cpu, gpu = _both(_MATRIX_KERNELS, name, _gemm_args(M, N, K, dtype, M + N + K),
+                     threads=32 * (M // 8) * (N // 8), group_size=group,
+                     arg_casts={3: "int32", 4: "int32"})
+    _same_bits(cpu[2], gpu[2])
+    ref = cpu[0].double() @ cpu[1].double()
+    assert float((gpu[2].double() - ref).abs().max() / ref.abs().max()) < {
+        torch.float32: 1e-6, torch.float16: 2e-2, torch.bfloat16: 1e-1}[dtype]
+
+
+@pytest.mark.cuda
+def test_simdgroup_matrix_load_store_variants_match_emulator_bits():
+    M16 = torch.randn(16, 16, generator=torch.Generator().manual_seed(7))
+
+    def args(dev):
+        return [M16.to(dev), torch.full((576,), -1.0, device=dev)]
+
+    cpu, gpu = _both(_MATRIX_KERNELS, "sg_variants", args, threads=32, group_size=32)
+    _same_bits(cpu[1], gpu[1])
+    out = gpu[1]
+    m = M16[3:11, 2:10]  # origin (x, y) = (2, 3)
+    assert torch.equal(out[0:64].view(8, 8), m)
+    assert torch.equal(out[64:128].view(8, 8), M16[:8, :8].T)
+    assert torch.equal(out[128:192].view(8, 8), torch.eye(8) * 3)
+    assert torch.equal(out[320:448].view(8, 16)[:, 8:], m)
+    assert torch.all(out[320:448].view(8, 16)[:, :8] == -1.0)
+    assert torch.equal(out[448:512].view(8, 8), m.T)
+
+
+@pytest.mark.cuda
+def test_simdgroup_matrix_thread_elements_and_mixed_types_match_emulator_bits():
+    M = torch.randn(8, 8, generator=torch.Generator().manual_seed(8))
+
+    def elements(dev):
+        return [M.to(dev), torch.full((64,), -1.0, device=dev), torch.zeros(64, device=dev)]
+
+    cpu, gpu = _both(_MATRIX_KERNELS, "sg_elements", elements, threads=32, group_size=32)
+    _same_bits(cpu[1], gpu[1])
+    _same_bits(cpu[2], gpu[2])
+    first = [(4 * ((lane >> 4) & 1) + ((lane >> 1) & 3), 4 * ((lane >> 3) & 1) + 2 * (lane & 1))
+             for lane in range(32)]
+    assert torch.equal(gpu[1].view(32, 2)[:, 0], torch.stack([M[r, c] for r, c in first]))
+    gen = torch.Generator().manual_seed(9)
+    A, B = torch.randn(8, 8, generator=gen).half(), torch.randn(10, 16, generator=gen).half()
+    C = torch.randn(8, 8, generator=gen)
+
+    def mixed(dev):
+        return [A.to(dev), B.to(dev), C.to(dev), torch.full((9, 12), -7.0, device=dev)]
+
+    cpu, gpu = _both(_MATRIX_KERNELS, "sg_mixed", mixed, threads=32, group_size=32)
+    _same_bits(cpu[3], gpu[3])
 
 
 @pytest.mark.cuda

@@ -1,101 +1,14 @@
 """simdgroup_matrix 8x8: load/store (stride, origin, transpose), multiply,
 multiply_accumulate, filled and diagonal constructors; GEMM in float/half/bfloat."""
 
+import pathlib
+
 import pytest
 import torch
 
 from mpslinalg import emulator as emu
 
-SRC = r"""
-#include <metal_stdlib>
-#include <metal_simdgroup_matrix>
-using namespace metal;
-
-// One simdgroup computes one 8x8 tile of C = A * B (row-major, M x K times K x N).
-template <typename T>
-kernel void sg_gemm(device const T* A [[buffer(0)]],
-                    device const T* B [[buffer(1)]],
-                    device T* C [[buffer(2)]],
-                    constant uint& N [[buffer(3)]],
-                    constant uint& K [[buffer(4)]],
-                    uint tg [[threadgroup_position_in_grid]],
-                    uint sg [[simdgroup_index_in_threadgroup]],
-                    uint dtpg [[dispatch_threads_per_threadgroup]]) {
-    uint t = tg * (dtpg / 32) + sg;   // a partial last group has fewer simdgroups
-    uint tm = t / (N / 8), tn = t % (N / 8);
-    simdgroup_matrix<T, 8, 8> acc = make_filled_simdgroup_matrix<T, 8, 8>(T(0));
-    for (uint k = 0; k < K; k += 8) {
-        simdgroup_matrix<T, 8, 8> a;
-        simdgroup_matrix<T, 8, 8> b;
-        simdgroup_load(a, A + tm * 8 * K + k, K);
-        simdgroup_load(b, B + k * N + tn * 8, N);
-        simdgroup_multiply_accumulate(acc, a, b, acc);
-    }
-    simdgroup_store(acc, C + tm * 8 * N + tn * 8, N);
-}
-template [[host_name("sg_gemm_float")]] kernel void sg_gemm<float>(
-    device const float*, device const float*, device float*, constant uint&, constant uint&,
-    uint, uint, uint);
-template [[host_name("sg_gemm_half")]] kernel void sg_gemm<half>(
-    device const half*, device const half*, device half*, constant uint&, constant uint&,
-    uint, uint, uint);
-template [[host_name("sg_gemm_bfloat")]] kernel void sg_gemm<bfloat>(
-    device const bfloat*, device const bfloat*, device bfloat*, constant uint&, constant uint&,
-    uint, uint, uint);
-
-// The same GEMM staged through threadgroup memory, with matrix origins.
-kernel void sg_gemm_tg(device const float* A [[buffer(0)]],
-                       device const float* B [[buffer(1)]],
-                       device float* C [[buffer(2)]],
-                       constant uint& N [[buffer(3)]],
-                       constant uint& K [[buffer(4)]],
-                       uint tg [[threadgroup_position_in_grid]],
-                       ushort lane [[thread_index_in_simdgroup]]) {
-    threadgroup float As[8 * 16];
-    threadgroup float Bs[16 * 8];
-    uint tm = tg / (N / 8), tn = tg % (N / 8);
-    simdgroup_float8x8 acc(0.0f);
-    for (uint k = 0; k < K; k += 16) {
-        for (uint e = lane; e < 128; e += 32) {
-            As[e] = A[(tm * 8 + e / 16) * K + k + e % 16];
-            Bs[e] = B[(k + e / 8) * N + tn * 8 + e % 8];
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        simdgroup_float8x8 a0, a1, b0, b1;
-        simdgroup_load(a0, As, 16, ulong2(0, 0));
-        simdgroup_load(a1, As, 16, ulong2(8, 0));
-        simdgroup_load(b0, Bs, 8, ulong2(0, 0));
-        simdgroup_load(b1, Bs, 8, ulong2(0, 8));
-        simdgroup_multiply_accumulate(acc, a0, b0, acc);
-        simdgroup_multiply_accumulate(acc, a1, b1, acc);
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-    }
-    simdgroup_store(acc, C + tm * 8 * N + tn * 8, N);
-}
-
-kernel void sg_variants(device const float* M16 [[buffer(0)]],
-                        device float* out [[buffer(1)]],
-                        uint i [[thread_position_in_grid]]) {
-    simdgroup_float8x8 m;
-    simdgroup_load(m, M16, 16, ulong2(2, 3));                 // x = column 2, y = row 3
-    simdgroup_store(m, out + 0, 8);
-    simdgroup_float8x8 t;
-    simdgroup_load(t, M16, 16, ulong2(0, 0), true);           // transposed load
-    simdgroup_store(t, out + 64, 8);
-    simdgroup_float8x8 d = simdgroup_float8x8(3.0f);          // diagonal
-    simdgroup_store(d, out + 128, 8);
-    simdgroup_float8x8 f = make_filled_simdgroup_matrix<float, 8, 8>(1.5f);
-    simdgroup_store(f, out + 192, 8);
-    simdgroup_float8x8 p;
-    simdgroup_multiply(p, m, d);                              // m * 3I
-    simdgroup_store(p, out + 256, 8);
-    simdgroup_store(m, out + 320, 16, ulong2(8, 0));          // right half of an 8x16 block
-    simdgroup_store(m, out + 448, 8, ulong2(0, 0), true);     // transposed store
-    simdgroup_float8x8 q;
-    simdgroup_multiply_accumulate(q, m, t, f);                // m * t + f
-    simdgroup_store(q, out + 512, 8);
-}
-"""
+SRC = (pathlib.Path(__file__).parent / "simdgroup_matrix.metal").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +110,45 @@ def test_load_store_variants(lib):
     assert torch.equal(out[448:512].view(8, 8), m.T)
     q = (m.double() @ t.double() + 1.5).float()
     torch.testing.assert_close(out[512:576].view(8, 8), q, rtol=1e-6, atol=1e-5)
+
+
+def owner_layout():
+    """(row, column) of the first of the two elements each lane owns: Apple's layout as
+    observed (MLX's BaseMMAFrag::get_coord), which both executors use."""
+    return [
+        (4 * ((lane >> 4) & 1) + ((lane >> 1) & 3), 4 * ((lane >> 3) & 1) + 2 * (lane & 1))
+        for lane in range(32)
+    ]
+
+
+def test_thread_elements_layout(lib):
+    M = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    owned = torch.full((64,), -1.0)
+    out = torch.zeros(64)
+    lib.sg_elements(M, owned, out, threads=32, group_size=32)
+    want = torch.tensor([[M[r, c], M[r, c + 1]] for r, c in owner_layout()]).reshape(64)
+    assert torch.equal(owned, want)
+    assert sorted(owner_layout()) == [(r, c) for r in range(8) for c in range(0, 8, 2)]
+    assert torch.equal(out.view(8, 8), 2 * M)
+
+
+def test_mixed_types_transposed_origins(lib):
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(8, 8, generator=g).half()
+    B = torch.randn(10, 16, generator=g).half()
+    C = torch.randn(8, 8, generator=g)
+    D = torch.full((9, 12), -7.0)
+    lib.sg_mixed(A, B, C, D, threads=32, group_size=32)
+    b = B[2:10, 4:12].T  # the transposed load at origin (x, y) = (4, 2)
+    ref = (A.double() @ b.double() + C.double()).float()
+    got = D[1:9, 3:11].T  # the transposed store at origin (3, 1)
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-5)
+    keep = torch.ones_like(D, dtype=torch.bool)
+    keep[1:9, 3:11] = False
+    assert torch.all(D[keep] == -7.0)
+
+
+@pytest.mark.parametrize("threads, group", [(40, 40), (16, 16)])
+def test_partial_simdgroup_is_refused(lib, threads, group):
+    with pytest.raises(RuntimeError, match="need all 32 lanes"):
+        lib.sg_partial(torch.zeros(64), torch.zeros(64), threads=threads, group_size=group)

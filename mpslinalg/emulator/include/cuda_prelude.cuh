@@ -458,48 +458,92 @@ template <class T> inline bool atomic_compare_exchange_weak_explicit(_atomic<T>*
   return false;
 }
 
-// ---- simdgroup_matrix 8x8: each lane of the warp holds the whole matrix ----
-// Every lane computes the same product, so loads, multiplies and stores need no exchange; a
-// store writes each element from one lane.
+// ---- simdgroup_matrix 8x8, distributed over the warp as over an Apple simdgroup ----
+// Each lane owns two elements of the tile: row r, columns c and c+1, with
+//   r = 4 * bit4(lane) + bits1..2(lane),   c = 4 * bit3(lane) + 2 * bit0(lane)
+// (the layout Apple GPUs are observed to use, which MLX's BaseMMAFrag::get_coord relies on, and
+// the CPU emulator's detail::owned). Metal exposes the elements only through simdgroup_load,
+// simdgroup_store and thread_elements(), so any bijection would give the same results; this one
+// makes thread_elements() agree with the CPU emulator and with Apple's hardware as observed.
+// The operations are simdgroup-wide, as on Apple GPUs: all 32 lanes take part (a partial
+// simdgroup has no owner for some elements; the CPU emulator refuses it).
+namespace detail {
+inline int mat_row(unsigned l) { return int(((l >> 4) & 1u) * 4u + ((l >> 1) & 3u)); }
+inline int mat_col(unsigned l) { return int(((l >> 3) & 1u) * 4u + (l & 1u) * 2u); }
+// The lane owning element (r, c) (and its neighbour c ^ 1).
+inline int mat_lane(int r, int c) { return ((r >> 2) & 1) << 4 | (r & 3) << 1 | ((c >> 2) & 1) << 3 | ((c >> 1) & 1); }
+}  // namespace detail
 template <class T, int R, int C> struct simdgroup_matrix {
-  static_assert(R == 8 && C == 8, "the CUDA executor maps only 8x8 simdgroup matrices");
-  T m[8][8];
+  static_assert(R == 8 && C == 8, "only 8x8 simdgroup matrices exist");
+  vec<T, 2> el;  // this lane's elements (r, c) and (r, c + 1)
   simdgroup_matrix() = default;
-  explicit simdgroup_matrix(T d) { for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) m[i][j] = i == j ? d : T(0); }
+  explicit simdgroup_matrix(T d) {
+    const unsigned l = detail::lane_id();
+    const int r = detail::mat_row(l), c = detail::mat_col(l);
+    el = vec<T, 2>(r == c ? d : T(0), r == c + 1 ? d : T(0));
+  }
+  vec<T, 2>& thread_elements() { return el; }
+  vec<T, 2> thread_elements() const { return el; }
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<mtl_half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<mtl_bfloat, 8, 8> simdgroup_bfloat8x8;
 template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T v) {
-  simdgroup_matrix<T, R, C> r; for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) r.m[i][j] = v; return r; }
+  simdgroup_matrix<T, R, C> m; m.el = vec<T, 2>(v, v); return m; }
+namespace detail {
+// Element (r, c) of the tile at `p` (row stride epr, origin (x, y) = (column, row)), read
+// transposed where asked: the CPU emulator's index arithmetic (unsigned long, then signed).
+inline long long mat_index(int r, int c, unsigned long epr, const vec<unsigned long, 2>& o, bool tr) {
+  return tr ? (long long)((o.v[1] + (unsigned long)c) * epr + o.v[0] + (unsigned long)r)
+            : (long long)((o.v[1] + (unsigned long)r) * epr + o.v[0] + (unsigned long)c);
+}
+}  // namespace detail
+// Loads and stores are simdgroup collectives in the CPU emulator (a rendezvous): the warp
+// synchronises around them so that the lanes' earlier writes are seen and later ones come after.
 template <class T, class P> inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, unsigned long elements_per_row = 8,
-                                                       vec<unsigned long, 2> = vec<unsigned long, 2>(0ul), bool transpose = false) {
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 8; ++j) d.m[i][j] = transpose ? T(src[j * elements_per_row + i]) : T(src[i * elements_per_row + j]);
+                                                       vec<unsigned long, 2> origin = vec<unsigned long, 2>(0ul), bool transpose = false) {
+  __syncwarp(__activemask());
+  const unsigned l = detail::lane_id();
+  const int r = detail::mat_row(l), c = detail::mat_col(l);
+  d.el = vec<T, 2>(T(src[detail::mat_index(r, c, elements_per_row, origin, transpose)]),
+                   T(src[detail::mat_index(r, c + 1, elements_per_row, origin, transpose)]));
 }
 template <class T, class P> inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& s, P dst, unsigned long elements_per_row = 8,
-                                                        vec<unsigned long, 2> = vec<unsigned long, 2>(0ul), bool transpose = false) {
+                                                        vec<unsigned long, 2> origin = vec<unsigned long, 2>(0ul), bool transpose = false) {
   __syncwarp(__activemask());
-  const unsigned me = detail::lane_id();
-  for (unsigned e = me * 2u; e < me * 2u + 2u; ++e) {
-    const int i = int(e / 8u), j = int(e % 8u);
-    if (transpose) dst[j * elements_per_row + i] = s.m[i][j];
-    else dst[i * elements_per_row + j] = s.m[i][j];
+  const unsigned l = detail::lane_id();
+  const int r = detail::mat_row(l), c = detail::mat_col(l);
+  dst[detail::mat_index(r, c, elements_per_row, origin, transpose)] = s.el.v[0];
+  dst[detail::mat_index(r, c + 1, elements_per_row, origin, transpose)] = s.el.v[1];
+  __syncwarp(__activemask());
+}
+// D = A B + C, per lane: row r of A arrives in 8 shuffles (4 lanes hold it, two elements each),
+// columns c, c + 1 of B in 16; then 16 FMAs in float, k ascending, rounded once to T: the CPU
+// emulator's arithmetic, bit for bit.
+template <class T, class TA, class TB, class TC>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c) {
+  const unsigned mask = __activemask(), l = detail::lane_id();
+  const int r = detail::mat_row(l), col = detail::mat_col(l);
+  const float a0 = float(a.el.v[0]), a1 = float(a.el.v[1]), b0 = float(b.el.v[0]), b1 = float(b.el.v[1]);
+  float acc0 = float(c.el.v[0]), acc1 = float(c.el.v[1]);
+#pragma unroll
+  for (int k = 0; k < 8; k += 2) {
+    const int la = detail::mat_lane(r, k);
+    const float ak0 = __shfl_sync(mask, a0, la), ak1 = __shfl_sync(mask, a1, la);
+    const int lb0 = detail::mat_lane(k, col), lb1 = detail::mat_lane(k + 1, col);
+    const float bk00 = __shfl_sync(mask, b0, lb0), bk01 = __shfl_sync(mask, b1, lb0);
+    const float bk10 = __shfl_sync(mask, b0, lb1), bk11 = __shfl_sync(mask, b1, lb1);
+    acc0 = __fmaf_rn(ak0, bk00, acc0);
+    acc1 = __fmaf_rn(ak0, bk01, acc1);
+    acc0 = __fmaf_rn(ak1, bk10, acc0);
+    acc1 = __fmaf_rn(ak1, bk11, acc1);
   }
-  __syncwarp(__activemask());
+  d.el = vec<T, 2>(T(acc0), T(acc1));
 }
-template <class T> inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<T, 8, 8>& a,
-                                                            const simdgroup_matrix<T, 8, 8>& b, const simdgroup_matrix<T, 8, 8>& c) {
-  simdgroup_matrix<T, 8, 8> r;
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 8; ++j) {
-      T s = c.m[i][j];
-      for (int k = 0; k < 8; ++k) s = s + a.m[i][k] * b.m[k][j];
-      r.m[i][j] = s;
-    }
-  d = r;
-}
-template <class T> inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<T, 8, 8>& a,
-                                                 const simdgroup_matrix<T, 8, 8>& b) {
+template <class T, class TA, class TB>
+inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                               const simdgroup_matrix<TB, 8, 8>& b) {
   simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<T, 8, 8>(T(0)));
 }
 }  // namespace metal

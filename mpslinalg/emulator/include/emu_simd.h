@@ -256,7 +256,15 @@ template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_si
   simdgroup_matrix<T, R, C> m; for (int i = 0; i < 8; ++i) for (int j = 0; j < 8; ++j) m.e[i][j] = v; return m; }
 namespace detail {
 struct MatOp { const void* base; unsigned long epr; unsigned long ox, oy; long long tr; };
+// simdgroup_load/simdgroup_store are simdgroup-wide on Apple GPUs: every element of the tile has an
+// owner lane (see `owned`), so a partial or divergent simdgroup leaves some without one.
+constexpr int kMatrixLanes = 32;
 inline void op_matuni(emu::Lane** p, int n) {
+  if (n != kMatrixLanes)
+    emu::fail("kernel '%s': simdgroup_load/simdgroup_store at %s:%u reached by %d lanes of simdgroup %u of "
+              "threadgroup %s: simdgroup_matrix operations need all %d lanes (each lane owns two elements of "
+              "the tile), so the simdgroup must be full and the call uniform",
+              emu::kname(), p[0]->site.file, p[0]->site.line, n, p[0]->sgid, emu::tgstr(emu::rt()), kMatrixLanes);
   const MatOp& a = slot_val<MatOp>(p[0]);
   for (int i = 1; i < n; ++i) {
     const MatOp& b = slot_val<MatOp>(p[i]);

@@ -526,8 +526,6 @@ CUDA_UNMAPPED = {
     },
     "simd_shuffle_and_fill_up": "simd_shuffle_and_fill_up is not mapped by the CUDA executor",
     "simd_shuffle_and_fill_down": "simd_shuffle_and_fill_down is not mapped by the CUDA executor",
-    "thread_elements": "simdgroup_matrix thread_elements() (Apple's per-lane layout) has no "
-    "CUDA counterpart",
     **{
         name: "textures and samplers are not available through compile_shader nor the CUDA "
         "executor"
