@@ -52,6 +52,8 @@ constant constexpr int kLuLeaf = 4;
 // lu_panel: rows per thread; with kMaxThreadsPerGroup threads a panel of up to
 // kLuRowsPerThread * 1024 rows is held (taller ones go to lu_panel_tall).
 constant constexpr int kLuRowsPerThread = 8;
+// lu_panel: elements of the leaf's rank update a thread loads before it stores any.
+constant constexpr int kLuUpdateBatch = 4;
 // Sentinel row index larger than every row (loses every tie in the pivot search).
 constant constexpr int kLuNoRow = 0x7fffffff;
 // Pivot search key of a thread that owns no candidate row (below NaN's key -1 and every |x|).
@@ -121,6 +123,8 @@ template <typename T>
   device T* A = a + batch * m * n;
   device int* piv = pivots + batch * kmax;
   const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+  // info as thread 0 knows it: read once, so no pivot step waits on a device load.
+  int first_zero = tid == 0 ? info[batch] : 0;
 
   for (long leaf0 = 0; leaf0 < w; leaf0 += kLuLeaf) {
     const long lw = (w - leaf0 < kLuLeaf) ? w - leaf0 : long(kLuLeaf);
@@ -159,8 +163,9 @@ template <typename T>
         if (tid == 0) {
           piv[r] = int(p + 1);
           leaf_piv[q] = int(p);
-          if (best == 0.0f && info[batch] == 0) {
-            info[batch] = int(r + 1);
+          if (best == 0.0f && first_zero == 0) {
+            first_zero = int(r + 1);
+            info[batch] = first_zero;
           }
         }
         // Interchange the leaf entries of rows r and p through threadgroup memory.
@@ -223,34 +228,60 @@ template <typename T>
 
     // The leaf's interchanges, in order, on the other columns of [k0, k0 + ncols); then its U
     // rows right of it: forward substitution with the leaf's unit-lower block, in column order.
+    // The rows involved (the leaf's rows and their pivot rows, a row possibly named twice) are
+    // loaded at once and interchanged in registers, every copy of a row kept equal, so a
+    // column costs one round trip to memory instead of one per interchange.
     const long right0 = leaf0 + lw;  // first column (from k0) right of the leaf
     for (long c = long(tid); c < ncols; c += nthreads) {
       if (c < leaf0 || c >= right0) {
         device T* col = A + k0 + c;
+        long rows[2 * kLuLeaf];
+        T vals[2 * kLuLeaf];
+        T lmat[kLuLeaf][kLuLeaf];
         for (int q = 0; q < kLuLeaf; ++q) {
-          if (q < lw) {
-            const long r = r0 + q, pr = long(leaf_piv[q]);
-            if (pr != r) {
-              const T t = col[pr * n];
-              col[pr * n] = col[r * n];
-              col[r * n] = t;
+          rows[q] = q < lw ? r0 + q : -1;
+          rows[kLuLeaf + q] = q < lw ? long(leaf_piv[q]) : -1;
+          for (int j = 0; j < kLuLeaf; ++j) {
+            lmat[q][j] = (c >= right0 && j < q && q < lw) ? A[(r0 + q) * n + r0 + j] : zero<T>();
+          }
+        }
+        for (int t = 0; t < 2 * kLuLeaf; ++t) {
+          vals[t] = rows[t] >= 0 ? col[rows[t] * n] : zero<T>();
+        }
+        for (int q = 0; q < kLuLeaf; ++q) {
+          const long r = rows[q], pr = rows[kLuLeaf + q];
+          if (q < lw && pr != r) {
+            const T vr = vals[q], vp = vals[kLuLeaf + q];
+            for (int t = 0; t < 2 * kLuLeaf; ++t) {
+              if (rows[t] == r) {
+                vals[t] = vp;
+              } else if (rows[t] == pr) {
+                vals[t] = vr;
+              }
             }
           }
         }
         if (c >= right0) {
-          T u[kLuLeaf];
           for (int q = 0; q < kLuLeaf; ++q) {
             if (q < lw) {
-              T v = col[(r0 + q) * n];
+              T v = vals[q];
               for (int j = 0; j < kLuLeaf; ++j) {
                 if (j < q) {
-                  v = sub_mul(v, A[(r0 + q) * n + r0 + j], u[j]);
+                  v = sub_mul(v, lmat[q][j], vals[j]);
                 }
               }
-              u[q] = v;
-              col[(r0 + q) * n] = v;
+              for (int t = 0; t < 2 * kLuLeaf; ++t) {
+                if (rows[t] == r0 + q) {
+                  vals[t] = v;
+                }
+              }
               ublk[q * kLuPanelMaxCols + c] = v;
             }
+          }
+        }
+        for (int t = 0; t < 2 * kLuLeaf; ++t) {
+          if (rows[t] >= 0) {
+            col[rows[t] * n] = vals[t];
           }
         }
       }
@@ -258,19 +289,35 @@ template <typename T>
     threadgroup_barrier(both);
 
     // Rank-lw update of the rows below the leaf over the columns right of it; neighbouring
-    // threads take neighbouring columns of a row.
+    // threads take neighbouring columns of a row. kLuUpdateBatch elements per thread are
+    // loaded before any is stored, so their loads overlap (a store may alias a later load
+    // as far as the compiler knows, which would otherwise serialise every element).
     const long rows_below = m - (r0 + lw), cols_right = ncols - right0;
-    if (rows_below > 0 && cols_right > 0) {
-      for (long e = long(tid); e < rows_below * cols_right; e += nthreads) {
+    const long total = rows_below > 0 && cols_right > 0 ? rows_below * cols_right : 0;
+    for (long e0 = long(tid); e0 < total; e0 += nthreads * kLuUpdateBatch) {
+      T v[kLuUpdateBatch];
+      T l[kLuUpdateBatch][kLuLeaf];
+      for (int b = 0; b < kLuUpdateBatch; ++b) {
+        const long e = e0 + b * nthreads;
         const long i = r0 + lw + e / cols_right, c = right0 + e % cols_right;
-        device T* Ai = A + i * n;
-        T v = Ai[k0 + c];
+        const bool in = e < total;
+        v[b] = in ? A[i * n + k0 + c] : zero<T>();
         for (int q = 0; q < kLuLeaf; ++q) {
-          if (q < lw) {
-            v = sub_mul(v, Ai[r0 + q], ublk[q * kLuPanelMaxCols + c]);
-          }
+          l[b][q] = (in && q < lw) ? A[i * n + r0 + q] : zero<T>();
         }
-        Ai[k0 + c] = v;
+      }
+      for (int b = 0; b < kLuUpdateBatch; ++b) {
+        const long e = e0 + b * nthreads;
+        if (e < total) {
+          const long i = r0 + lw + e / cols_right, c = right0 + e % cols_right;
+          T x = v[b];
+          for (int q = 0; q < kLuLeaf; ++q) {
+            if (q < lw) {
+              x = sub_mul(x, l[b][q], ublk[q * kLuPanelMaxCols + c]);
+            }
+          }
+          A[i * n + k0 + c] = x;
+        }
       }
     }
     // The next leaf reads these updates from other threads' rows; ublk and leaf_piv are reused.

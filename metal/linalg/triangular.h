@@ -45,6 +45,10 @@ struct TriBlockParams {
 // blocked solve's update is a product of depth kTriBlock: a whole number of gemm stages.
 constant constexpr int kTriBlock = 32;
 static_assert(kTriBlock % kGemmTileK == 0, "the update's depth is whole gemm stages");
+static_assert(kTriBlock == kSimdWidth, "trsm_diag gives each row of a block one lane");
+// trsm_diag: padded row stride of its staged tile, and right-hand sides (simdgroups) per group.
+constant constexpr int kTriPadded = kTriBlock + 1;
+constant constexpr int kTriDiagSimdgroups = 4;
 static_assert(kTriBlock * kTriBlock * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
               "a staged tile must fit in threadgroup memory");
 
@@ -275,50 +279,73 @@ template <typename T>
 //                X[rest] -= M[rest, block] X[block], on the shared simdgroup_matrix product.
 // Forward (lower) runs the blocks top down, backward (upper) bottom up.
 
-// Grid: (columns rounded up to the group width, batch).
+// One simdgroup per right-hand side, lane ii holding row i0 + ii of the block: each step
+// divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below it
+// subtract, so the block's 32 dependent steps cost a shuffle and an update each instead of
+// one thread's 528 serial updates. Grid: (column groups * kTriDiagSimdgroups * kSimdWidth,
+// batch), threadgroups of kTriDiagSimdgroups * kSimdWidth.
 template <typename T>
 [[kernel]] void trsm_diag(
     device const T* lu [[buffer(0)]],
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
     constant mpsl::TriBlockParams& params [[buffer(3)]],
-    uint2 gid [[thread_position_in_grid]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
-    uint2 group [[threadgroup_position_in_grid]]) {
+    uint2 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]],
+    ushort sg [[simdgroup_index_in_threadgroup]],
+    ushort nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long n = params.n, k = params.k, i0 = params.i0;
-  const bool lower = params.lower != 0;
-  threadgroup T ms[kTriBlock * kTriBlock];
+  const bool lower = params.lower != 0, tr = params.trans != 0;
+  // Rows padded by one element: lane ii reads ms[ii][jj], so a stride of kTriBlock + 1 puts
+  // the 32 lanes' reads in 32 different banks.
+  threadgroup T ms[kTriBlock * kTriPadded];
 
   const long batch = long(group.y);
   device const T* L = lu + batch * n * n;
   device const int* piv = pivots + batch * n;
-  const bool active = long(gid.x) < k;
-  device T* x = b + batch * n * k + (active ? long(gid.x) : 0);
+  const long col = long(group.x) * long(nsg) + long(sg);
+  const bool active = col < k;
+  device T* x = b + batch * n * k + (active ? col : 0);
   const bool first = lower ? i0 == 0 : i0 + kTriBlock >= n;
   const bool last = lower ? i0 + kTriBlock >= n : i0 == 0;
 
-  if (params.swaps == 1 && first && active) {
+  if (params.swaps == 1 && first && active && lane == 0) {
     apply_row_swaps(x, k, piv, n, true);
   }
-  tri_stage(ms, L, n, i0, i0, params.trans != 0, true, tid, tpg.x);
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(tpg.x)) {
+    const int ii = e / kTriBlock, jj = e % kTriBlock;
+    const long i = i0 + ii, j = i0 + jj;
+    ms[ii * kTriPadded + jj] = (i < n && j < n) ? (tr ? conj(L[j * n + i]) : L[i * n + j])
+                                                : (ii == jj ? one<T>() : zero<T>());
+  }
+  // Also orders lane 0's interchanges before the other lanes read the block.
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
   if (!active) {
     return;
   }
-  T xb[kTriBlock];
-  for (int ii = 0; ii < kTriBlock; ++ii) {
-    xb[ii] = i0 + ii < n ? x[(i0 + ii) * k] : zero<T>();
-  }
-  tri_solve_tile(ms, xb, lower, params.unit != 0);
-  for (int ii = 0; ii < kTriBlock; ++ii) {
-    if (i0 + ii < n) {
-      x[(i0 + ii) * k] = xb[ii];
+  const long i = i0 + long(lane);
+  T v = i < n ? x[i * k] : zero<T>();
+  for (int step = 0; step < kTriBlock; ++step) {
+    const int jj = lower ? step : kTriBlock - 1 - step;
+    if (int(lane) == jj && params.unit == 0) {
+      v = div(v, ms[jj * kTriPadded + jj]);
+    }
+    const T xj = simd_broadcast(v, ushort(jj));
+    if (lower ? int(lane) > jj : int(lane) < jj) {
+      v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
     }
   }
+  if (i < n) {
+    x[i * k] = v;
+  }
   if (params.swaps == 2 && last) {
-    apply_row_swaps(x, k, piv, n, false);
+    simdgroup_barrier(metal::mem_flags::mem_device);
+    if (lane == 0) {
+      apply_row_swaps(x, k, piv, n, false);
+    }
   }
 }
 

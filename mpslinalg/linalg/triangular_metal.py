@@ -28,6 +28,7 @@ TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this 
 TRSV_MIN_N = 128  # ... on matrices at least this large; trsm otherwise
 TRSV_GROUP = 256  # trsv threads per group (at most kTriBlock simdgroups)
 BLOCK = 32  # kTriBlock: rows per diagonal block
+DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
 
 #: (lower, unit, trans, swaps) of the two solves of LAPACK getrs with packed LU factors, A = P L U:
@@ -76,8 +77,9 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
     batch = math.prod(X.shape[:-2])
     diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
     update = _metal.kernel(_SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
-    group = SIMD_WIDTH if k <= SIMD_WIDTH else SOLVE_GROUP
-    diag_grid = {"threads": [_metal.ceil_div(k, group) * group, batch], "group_size": [group, 1]}
+    group = DIAG_COLUMNS * SIMD_WIDTH
+    diag_grid = {"threads": [_metal.ceil_div(k, DIAG_COLUMNS) * group, batch],
+                 "group_size": [group, 1]}
     nblk = _metal.ceil_div(n, BLOCK)
     for lower, unit, trans, swaps in steps:
         for s in range(nblk):
