@@ -88,6 +88,26 @@ inline T lu_scale(T x, T pivot, T inv_pivot, bool use_recip) {
   return use_recip ? mul(x, inv_pivot) : div(x, pivot);
 }
 
+// The interchanges rows[q] <-> rows[kLuLeaf + q], q < count, in order, of one column whose
+// entries in those rows are held in vals (slot t holds row rows[t]; a row may fill two slots):
+// every copy of a row is kept equal, so the caller stores each slot back.
+template <typename T>
+inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
+  for (int q = 0; q < kLuLeaf; ++q) {
+    const long r = rows[q], pr = rows[kLuLeaf + q];
+    if (q < count && pr != r) {
+      const T vr = vals[q], vp = vals[kLuLeaf + q];
+      for (int t = 0; t < 2 * kLuLeaf; ++t) {
+        if (rows[t] == r) {
+          vals[t] = vp;
+        } else if (rows[t] == pr) {
+          vals[t] = vr;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
@@ -248,19 +268,7 @@ template <typename T>
         for (int t = 0; t < 2 * kLuLeaf; ++t) {
           vals[t] = rows[t] >= 0 ? col[rows[t] * n] : zero<T>();
         }
-        for (int q = 0; q < kLuLeaf; ++q) {
-          const long r = rows[q], pr = rows[kLuLeaf + q];
-          if (q < lw && pr != r) {
-            const T vr = vals[q], vp = vals[kLuLeaf + q];
-            for (int t = 0; t < 2 * kLuLeaf; ++t) {
-              if (rows[t] == r) {
-                vals[t] = vp;
-              } else if (rows[t] == pr) {
-                vals[t] = vr;
-              }
-            }
-          }
-        }
+        lu_swap_slots(rows, vals, lw);
         if (c >= right0) {
           for (int q = 0; q < kLuLeaf; ++q) {
             if (q < lw) {
@@ -288,35 +296,40 @@ template <typename T>
     }
     threadgroup_barrier(both);
 
-    // Rank-lw update of the rows below the leaf over the columns right of it; neighbouring
-    // threads take neighbouring columns of a row. kLuUpdateBatch elements per thread are
-    // loaded before any is stored, so their loads overlap (a store may alias a later load
-    // as far as the compiler knows, which would otherwise serialise every element).
-    const long rows_below = m - (r0 + lw), cols_right = ncols - right0;
-    const long total = rows_below > 0 && cols_right > 0 ? rows_below * cols_right : 0;
-    for (long e0 = long(tid); e0 < total; e0 += nthreads * kLuUpdateBatch) {
-      T v[kLuUpdateBatch];
-      T l[kLuUpdateBatch][kLuLeaf];
-      for (int b = 0; b < kLuUpdateBatch; ++b) {
-        const long e = e0 + b * nthreads;
-        const long i = r0 + lw + e / cols_right, c = right0 + e % cols_right;
-        const bool in = e < total;
-        v[b] = in ? A[i * n + k0 + c] : zero<T>();
-        for (int q = 0; q < kLuLeaf; ++q) {
-          l[b][q] = (in && q < lw) ? A[i * n + r0 + q] : zero<T>();
-        }
+    // Rank-lw update of the rows below the leaf over the columns right of it: lanes take the
+    // columns of a row (coalesced), simdgroups take rows. kLuUpdateBatch rows per thread are
+    // loaded before any is stored, so their loads overlap (a store may alias a later load as far
+    // as the compiler knows, which would otherwise serialise every element); no division per
+    // element (a 64-bit one costs more instructions than the update itself).
+    const long first_row = r0 + lw, cols_right = ncols - right0;
+    const long row_step = long(nsg) * kLuUpdateBatch;
+    for (long cc = long(lane); cc < cols_right; cc += kSimdWidth) {
+      const long c = right0 + cc;
+      T u[kLuLeaf];
+      for (int q = 0; q < kLuLeaf; ++q) {
+        u[q] = q < lw ? ublk[q * kLuPanelMaxCols + c] : zero<T>();
       }
-      for (int b = 0; b < kLuUpdateBatch; ++b) {
-        const long e = e0 + b * nthreads;
-        if (e < total) {
-          const long i = r0 + lw + e / cols_right, c = right0 + e % cols_right;
-          T x = v[b];
+      for (long i0 = first_row + long(sg); i0 < m; i0 += row_step) {
+        T v[kLuUpdateBatch];
+        T l[kLuUpdateBatch][kLuLeaf];
+        for (int b = 0; b < kLuUpdateBatch; ++b) {
+          const long i = i0 + b * long(nsg);
+          v[b] = i < m ? A[i * n + k0 + c] : zero<T>();
           for (int q = 0; q < kLuLeaf; ++q) {
-            if (q < lw) {
-              x = sub_mul(x, l[b][q], ublk[q * kLuPanelMaxCols + c]);
-            }
+            l[b][q] = (i < m && q < lw) ? A[i * n + r0 + q] : zero<T>();
           }
-          A[i * n + k0 + c] = x;
+        }
+        for (int b = 0; b < kLuUpdateBatch; ++b) {
+          const long i = i0 + b * long(nsg);
+          if (i < m) {
+            T x = v[b];
+            for (int q = 0; q < kLuLeaf; ++q) {
+              if (q < lw) {
+                x = sub_mul(x, l[b][q], u[q]);
+              }
+            }
+            A[i * n + k0 + c] = x;
+          }
         }
       }
     }
@@ -447,13 +460,25 @@ template <typename T>
     return;
   }
   const long c = t < k0 ? t : t + w;
-  for (long j = 0; j < w; ++j) {
-    const long r = k0 + j;
-    const long p = clamp_row(long(piv[r]) - 1, r, m - 1);
-    if (p != r) {
-      T x = A[p * n + c];
-      A[p * n + c] = A[r * n + c];
-      A[r * n + c] = x;
+  // The interchanges kLuLeaf at a time in registers (lu_swap_slots): a round trip to memory per
+  // kLuLeaf interchanges rather than per interchange.
+  for (long j0 = 0; j0 < w; j0 += kLuLeaf) {
+    const long count = w - j0 < kLuLeaf ? w - j0 : long(kLuLeaf);
+    long rows[2 * kLuLeaf];
+    T vals[2 * kLuLeaf];
+    for (int q = 0; q < kLuLeaf; ++q) {
+      const long r = k0 + j0 + q;
+      rows[q] = q < count ? r : -1;
+      rows[kLuLeaf + q] = q < count ? clamp_row(long(piv[r]) - 1, r, m - 1) : -1;
+    }
+    for (int q = 0; q < 2 * kLuLeaf; ++q) {
+      vals[q] = rows[q] >= 0 ? A[rows[q] * n + c] : zero<T>();
+    }
+    lu_swap_slots(rows, vals, count);
+    for (int q = 0; q < 2 * kLuLeaf; ++q) {
+      if (rows[q] >= 0) {
+        A[rows[q] * n + c] = vals[q];
+      }
     }
   }
   if (c < k0 + w) {
