@@ -49,6 +49,11 @@ CASES: list[tuple[str, Callable, Callable]] = [
      lambda A, B: torch.linalg.lu_factor_ex(A)),
     ("lu", lambda A, B: mpslinalg.lu(A), lambda A, B: torch.linalg.lu(A)),
     ("lu_solve", None, None),  # filled in per input below (needs the factors)
+    # A is not symmetric: both read the lower triangle only
+    ("ldl_factor", lambda A, B: mpslinalg.ldl_factor(A), lambda A, B: torch.linalg.ldl_factor(A)),
+    ("ldl_factor_ex", lambda A, B: mpslinalg.ldl_factor_ex(A),
+     lambda A, B: torch.linalg.ldl_factor_ex(A)),
+    ("ldl_solve", None, None),  # filled in per input below (needs the factors)
     ("qr", lambda A, B: mpslinalg.qr(A), lambda A, B: torch.linalg.qr(A)),
     ("lstsq", mpslinalg.lstsq, torch.linalg.lstsq),
     ("svd", lambda A, B: mpslinalg.svd(A), lambda A, B: torch.linalg.svd(A)),
@@ -59,6 +64,9 @@ CASES: list[tuple[str, Callable, Callable]] = [
     # A is not Hermitian: both read the lower triangle only
     ("eigh", lambda A, B: mpslinalg.eigh(A), lambda A, B: torch.linalg.eigh(A)),
     ("eigvalsh", lambda A, B: mpslinalg.eigvalsh(A), lambda A, B: torch.linalg.eigvalsh(A)),
+    # eigvals pays a finiteness check torch's eigvals lacks (docs/known_issues.rst)
+    ("eig", lambda A, B: mpslinalg.eig(A), lambda A, B: torch.linalg.eig(A)),
+    ("eigvals", lambda A, B: mpslinalg.eigvals(A), lambda A, B: torch.linalg.eigvals(A)),
     ("matrix_norm", lambda A, B: mpslinalg.matrix_norm(A),
      lambda A, B: torch.linalg.matrix_norm(A)),
     ("matrix_norm ord=2", lambda A, B: mpslinalg.matrix_norm(A, 2),
@@ -122,14 +130,17 @@ def run(device: torch.device, rounds: int, calls: int, names: set[str] | None,
         for dtype in DTYPES:
             for batch, n in shapes:
                 A, B = _inputs(batch, n, dtype, device)
-                if name == "lu_solve":
-                    LU, piv = torch.linalg.lu_factor(A)
+                if name in ("lu_solve", "ldl_solve"):
+                    factor = torch.linalg.lu_factor if name == "lu_solve" else \
+                        torch.linalg.ldl_factor
+                    LU, piv = factor(A)
+                    mine, torchs = getattr(mpslinalg, name), getattr(torch.linalg, name)
 
-                    def ours(LU=LU, piv=piv, B=B):
-                        return mpslinalg.lu_solve(LU, piv, B)
+                    def ours(LU=LU, piv=piv, B=B, f=mine):
+                        return f(LU, piv, B)
 
-                    def theirs(LU=LU, piv=piv, B=B):
-                        return torch.linalg.lu_solve(LU, piv, B)
+                    def theirs(LU=LU, piv=piv, B=B, f=torchs):
+                        return f(LU, piv, B)
                 else:
                     def ours(A=A, B=B, f=ours_fn):
                         return f(A, B)

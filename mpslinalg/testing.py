@@ -32,10 +32,10 @@ from torch.overrides import TorchFunctionMode
 from ._core import errors as _errors
 from ._core import metal as _metal
 
-__all__ = ["THRESH", "batch_ratio", "lu_ratio", "solve_ratio", "inv_ratio", "qr_ratio",
-           "orthogonality_ratio", "svd_ratio", "singular_values_ratio", "penrose_ratios",
-           "random_matrix", "matrix_with_spread", "singular_matrix", "noncontiguous",
-           "count_host_syncs", "count_launches", "wide", "eps", "norm1"]
+__all__ = ["THRESH", "batch_ratio", "lu_ratio", "ldl_ratio", "solve_ratio", "inv_ratio",
+           "qr_ratio", "orthogonality_ratio", "svd_ratio", "singular_values_ratio",
+           "penrose_ratios", "random_matrix", "matrix_with_spread", "singular_matrix",
+           "noncontiguous", "count_host_syncs", "count_launches", "wide", "eps", "norm1"]
 
 THRESH = 30.0
 
@@ -120,6 +120,59 @@ def lu_ratio(A, P, L, U, dtype=None) -> float:
     n = max(A.shape[-1], A.shape[-2], 1)
     res = norm1(A - P @ L @ U)
     return batch_ratio(res, n * norm1(A) * eps(dtype))
+
+
+def _ldl_product(LD: np.ndarray, pivots: list[int], hermitian: bool) -> np.ndarray:
+    """P1 L1 P2 L2 ... D ... (^T, ^H when ``hermitian``) of one matrix's LAPACK sytrf / hetrf
+    factors (UPLO='L'), in LD's dtype: L accumulated column block by column block (NumPy: a
+    torch call per step costs more than the step)."""
+    n = LD.shape[-1]
+    T = np.eye(n, dtype=LD.dtype)
+    D = np.zeros_like(LD)
+    k = 0
+    while k < n:
+        pair = pivots[k] < 0 and k + 1 < n
+        s, kk = (2, k + 1) if pair else (1, k)
+        kp = abs(pivots[k]) - 1
+        T[:, [kk, kp]] = T[:, [kp, kk]]
+        T[:, k:k + s] += T[:, k + s:] @ LD[k + s:, k:k + s]
+        D[k:k + s, k:k + s] = np.tril(LD[k:k + s, k:k + s])
+        if pair:
+            D[k, k + 1] = LD[k + 1, k].conj() if hermitian else LD[k + 1, k]
+        k += s
+    return T @ D @ (T.conj().T if hermitian else T.T)
+
+
+def ldl_ratio(A, LD, pivots, hermitian: bool = False, dtype=None) -> float:
+    """||A - P L D L^T P^T|| / (n ||A|| eps) for torch.linalg.ldl_factor's factors (LAPACK
+    sytrf, UPLO='L'; ``hermitian``: hetrf, ``L^H``), the factors multiplied out in float64 /
+    complex128 (xSYT01); the maximum over the batch. Only A's lower triangle counts (the
+    imaginary part of its diagonal neither, when ``hermitian``), as for the factorisation.
+
+    Examples
+    --------
+    >>> import torch, mpslinalg
+    >>> from mpslinalg.testing import ldl_ratio, random_matrix
+    >>> A = random_matrix(5, seed=3)
+    >>> ldl_ratio(A, *mpslinalg.ldl_factor(A)) < 30
+    True
+    """
+    dtype = dtype or LD.dtype
+    A, LD = wide(A), wide(LD)
+    hermitian = hermitian and A.is_complex()
+    lower = torch.tril(A, -1)
+    full = lower + (lower.mH if hermitian else lower.mT)
+    diag = A.diagonal(dim1=-2, dim2=-1)
+    full = full + torch.diag_embed(diag.real.to(A.dtype) if hermitian else diag)
+    n = max(A.shape[-1], 1)
+    count = math.prod(LD.shape[:-2])
+    flat_LD = LD.reshape(count, *LD.shape[-2:]).numpy()
+    flat_piv = pivots.detach().cpu().reshape(count, LD.shape[-1]).tolist()
+    product = np.stack([_ldl_product(m, p, hermitian)
+                        for m, p in zip(flat_LD, flat_piv, strict=True)]) if len(flat_piv) \
+        else flat_LD
+    res = norm1(full - torch.from_numpy(product).reshape(LD.shape))
+    return batch_ratio(res, n * norm1(full) * eps(dtype))
 
 
 def solve_ratio(A, X, B, dtype=None) -> float:

@@ -132,6 +132,10 @@ class OpInfo:
     small_path: bool = False
     #: Index into ``compare(out)`` of a rank output (the nonfinite_rank test applies).
     rank_output: int | None = None
+    #: The metal backend also computes float64 / complex128 (solve and inv: iterative
+    #: refinement on float32 kernels, docs/float64.rst): the parity test runs them there too,
+    #: at float64's tolerance.
+    metal_float64: bool = False
 
     @property
     def fn_name(self) -> str:
@@ -145,6 +149,8 @@ def _convert(x: Any, dtype: torch.dtype, device: torch.device) -> Any:
     if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
         target = dtype if x.is_complex() == dtype.is_complex else (
             dtype.to_real() if dtype.is_complex else dtype)
+        if device.type == "mps" and target in (torch.float64, torch.complex128):
+            device = torch.device("cpu")  # float64 lives on the CPU on a Mac
         return x.to(device=device, dtype=target)
     if isinstance(x, torch.Tensor):
         return x.to(device)
@@ -204,7 +210,7 @@ def assert_close(ours: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], rtol
 
 
 def _dtypes(info: OpInfo, backend) -> list[torch.dtype]:
-    if backend.is_metal:
+    if backend.is_metal and not info.metal_float64:
         return list(info.dtypes)
     return list(info.dtypes) + [_WIDE[d] for d in info.dtypes if d in _WIDE]
 

@@ -18,12 +18,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 _TORCH_LINALG = ["det", "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor",
                  "lu_factor_ex", "lu_solve", "qr", "slogdet", "solve", "solve_ex", "svd", "eigh",
-                 "eigvalsh", "svdvals", "pinv", "matrix_rank", "cholesky", "vector_norm",
-                 "matrix_norm", "norm", "cond", "cross", "diagonal", "matmul", "matrix_power",
-                 "multi_dot", "tensorinv", "tensorsolve", "vander", "vecdot", "matrix_exp"]
+                 "eigvalsh", "eig", "eigvals", "svdvals", "pinv", "matrix_rank", "cholesky",
+                 "vector_norm", "matrix_norm", "norm", "cond", "cross", "diagonal", "matmul",
+                 "matrix_power", "multi_dot", "tensorinv", "tensorsolve", "vander", "vecdot",
+                 "matrix_exp", "ldl_factor", "ldl_factor_ex", "ldl_solve", "cholesky_ex",
+                 "solve_triangular"]
 _TORCH_TOP = ["bucketize", "eq", "ge", "geqrf", "gt", "le", "logdet", "lt", "maximum", "minimum",
               "ne", "searchsorted", "lu_unpack", "det", "inverse", "matmul", "tensordot",
-              "svd_lowrank", "pca_lowrank"]
+              "svd_lowrank", "pca_lowrank", "cholesky_solve", "cholesky_inverse"]
 _TORCH_F = ["conv1d", "grouped_mm", "linear", "pad", "scaled_dot_product_attention", "scaled_mm"]
 _TORCH_SPECIAL = [f"{kind}_polynomial_{letter}" for kind, letters in
                   [("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw")] for letter in letters]
@@ -71,7 +73,7 @@ def _numpy() -> list[tuple[str, str, str]]:
 
 def _scipy() -> list[tuple[str, str, str]]:
     names = ["lu_factor", "lu_solve", "lu", "solve", "inv", "det", "qr", "lstsq", "svd", "eigh",
-             "solve_triangular"]
+             "solve_triangular", "ldl"]
     return [(f"scipy.linalg.{n}", "function",
              f"reference/generated/scipy.linalg.{n}.html#scipy.linalg.{n}") for n in names]
 

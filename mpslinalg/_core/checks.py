@@ -60,6 +60,11 @@ def check_same_dtype(fn: str, **tensors: torch.Tensor) -> None:
         raise RuntimeError(f"mpslinalg.{fn}: expected all inputs to have the same dtype, got {got}")
 
 
+#: The functions whose metal backend takes float64 / complex128, computed by iterative
+#: refinement on float32 kernels (mpslinalg.linalg.refine_metal; docs/float64.rst).
+METAL_REFINED_FUNCTIONS = ("solve", "solve_ex", "inv", "inv_ex", "lstsq")
+
+
 def compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
     """The dtype ``fn`` computes in for an input of ``dtype`` on ``backend``; raises TypeError for
     dtypes the backend cannot compute in. Results are cast back to ``dtype``."""
@@ -72,12 +77,21 @@ def compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
             f"mpslinalg.{fn}: the metal backend supports {_names(METAL_DTYPES)} "
             f"(and float16/bfloat16, computed in float32), got {_names([dtype_in])}; Metal has no "
             "64-bit floating point: use the torch backend (mpslinalg.use_backend('torch')) "
-            "for float64/complex128"
+            "for float64/complex128 (on the metal backend only "
+            f"{', '.join(METAL_REFINED_FUNCTIONS)} take them, by iterative refinement)"
         )
     raise TypeError(
         f"mpslinalg.{fn}: expected a floating point or complex tensor of dtype "
         f"{_names(TORCH_DTYPES + tuple(UPCAST_DTYPES))}, got {_names([dtype_in])}"
     )
+
+
+def refined_compute_dtype(fn: str, dtype: torch.dtype, backend: str) -> torch.dtype:
+    """`compute_dtype` for the functions of `METAL_REFINED_FUNCTIONS`: the metal backend also
+    takes float64 / complex128 (its forward refines them on float32 kernels)."""
+    if backend == "metal" and dtype in (torch.float64, torch.complex128):
+        return dtype
+    return compute_dtype(fn, dtype, backend)
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:

@@ -56,6 +56,7 @@ from torch import Tensor
 
 from . import backend as _backend
 from . import checks
+from . import distributed as _distributed
 from .op import EXACT, Op, OutCasting, call_torch, cast_back, public, write_out
 
 #: ``Result.dtype``: the compute dtype of the call / its real counterpart (singular values,
@@ -72,6 +73,8 @@ NOT_COMPUTED = "not computed"
 #: Dtype policies: ``policy(fn, dtype, backend)`` is the compute dtype of inputs of ``dtype``
 #: (TypeError naming ``fn`` when the backend cannot compute in it).
 LINALG = checks.compute_dtype
+#: `LINALG`, with float64 / complex128 on the metal backend too (solve and inv: refined).
+LINALG_REFINED = checks.refined_compute_dtype
 INFERENCE = checks.ops_compute_dtype
 
 
@@ -524,7 +527,7 @@ class Declaration:
             general.__module__ = signature.__module__
             checks_flag: bool | str = "check_errors" if check_param else checking_form
             if own:
-                function = _own_function(general)
+                function = _own_function(general, checks_flag)
             else:
                 function = public(torch_fn, torch_name=torch_name, general_when=guard,
                                   checks=checks_flag, mode_arg=True,
@@ -595,12 +598,16 @@ def _inner(error: Exception, fn: str) -> Exception:
     return new.with_traceback(error.__traceback__)
 
 
-def _own_function(general: Callable[..., Any]) -> Callable[..., Any]:
+def _own_function(general: Callable[..., Any], checks: bool | str) -> Callable[..., Any]:
     """The public function of an op with no torch counterpart: the general path, given the
-    backend in force."""
+    backend in force (or `mpslinalg._core.distributed` for a DTensor)."""
+    first = next(iter(inspect.signature(general).parameters))
 
     @functools.wraps(general)
     def function(*args: Any, **kwargs: Any) -> Any:
+        x = args[0] if args else kwargs.get(first)
+        if type(x) not in _distributed.PLAIN and _distributed.is_dtensor(x):
+            return _distributed.call(function, checks, args, kwargs)
         return general(_backend.fast_mode or _backend.get_backend(), *args, **kwargs)
 
     return function

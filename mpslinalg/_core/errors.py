@@ -30,6 +30,14 @@ NONFINITE_INFO = -4
 NONFINITE_TEXT = ("The algorithm failed to converge because the input matrix contained "
                   "non-finite values.")
 
+#: ``info`` of a float64 / complex128 solve or inverse on the metal backend whose iterative
+#: refinement did not reach float64-class accuracy (the matrix is too ill-conditioned for its
+#: float32 LU factors, about cond(A) > 1e7): reported, never returned as if it had.
+UNREFINED_INFO = -5
+UNREFINED_TEXT = ("The iterative refinement did not reach float64 accuracy because the input "
+                  "matrix is too ill-conditioned for float32 factors (the metal backend's "
+                  "float64 path); solve it on the torch backend (LAPACK).")
+
 
 def _failure_text(api_name: str, info: int) -> str:
     # torch's wordings (aten/src/ATen/native/BatchLinearAlgebra.cpp, _linalg_check_errors),
@@ -46,6 +54,12 @@ def _failure_text(api_name: str, info: int) -> str:
             f"U[{info},{info}] is zero and using it on lu_solve would result in a division by "
             "zero. If you still want to perform the factorization, consider calling "
             "linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"
+        )
+    if "ldl_factor" in api_name:
+        return (
+            f"D[{info},{info}] is zero and using it on ldl_solve would result in a division by "
+            "zero. If you still want to perform the factorization, consider calling "
+            "linalg.ldl_factor_ex(A)"
         )
     if "cholesky" in api_name:
         return (
@@ -100,9 +114,10 @@ def check_errors(info: torch.Tensor, api_name: str, *, routine: str | None = Non
     so it never competes with a running kernel for CPU threads, and on a GPU it moves two
     numbers. For batched input
     (``info.dim() > 0``) the message names the first failing batch element, in torch's wording.
-    `NONFINITE_INFO` (an SVD of input holding NaN) raises with torch's wording for it; other
-    negative values are internal errors (RuntimeError). Meta tensors hold no values and are
-    not checked.
+    `NONFINITE_INFO` (an SVD of input holding NaN) raises with torch's wording for it,
+    `UNREFINED_INFO` (a float64 solve on the metal backend that did not converge) with its
+    own; other negative values are internal errors (RuntimeError). Meta tensors hold no values
+    and are not checked.
 
     Examples
     --------
@@ -140,6 +155,8 @@ the inversion could not be completed because the input matrix is singular.
     where = f": (Batch element {index})" if info.dim() > 0 else ""
     if value == NONFINITE_INFO:
         raise LinAlgError(f"{api_name}{where}: {NONFINITE_TEXT}")
+    if value == UNREFINED_INFO:
+        raise LinAlgError(f"{api_name}{where}: {UNREFINED_TEXT}")
     if value < 0:
         raise RuntimeError(
             f"{api_name}: internal error: info={value} (an argument had an illegal value)"

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from . import backend as _backend
+from . import distributed as _distributed
 from .errors import check_errors, translate
 
 _LIBRARY = torch.library.Library("mpslinalg", "DEF")  # noqa: TOR901 - lives as long as the module
@@ -341,6 +342,10 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
     by default; a function torch computes in more dtypes, without an upcast of ours, names
     them). ``always``: every call is ``torch_fn``'s, whatever the backend (a function torch
     runs on every device itself); the general path is then never taken.
+    A DTensor first argument goes to `mpslinalg._core.distributed.call` (shard by shard, from
+    the function's declaration; with ``always``, to ``torch_fn`` and DTensor's own rules): the
+    fast path's first test is ``type(A) in PLAIN``, as cheap as the ``isinstance`` it
+    replaces, and only another type of tensor is asked whether it is a DTensor.
     """
 
     def wrap(general: Callable[..., Any]) -> Callable[..., Any]:
@@ -353,7 +358,10 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}"
             for p in sig.parameters.values())
         # Inlined: a function call costs a tenth of a 3x3 LU factorisation.
-        condition = (f"isinstance({first}, _Tensor) and {first}.dtype in _NATIVE "
+        # A plain tensor costs one type test; any other kind of tensor is asked whether it is
+        # a DTensor (computed shard by shard, `mpslinalg._core.distributed`).
+        condition = (f"(type({first}) in _PLAIN or _other_tensor({first})) "
+                     f"and {first}.dtype in _NATIVE "
                      f"and (_m == 'torch' or (_m == 'auto' and not {first}.is_mps))")
         if always:
             condition = "True"
@@ -366,6 +374,7 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             single = len(inspect.signature(general_when).parameters) == 1
             everything = ", ".join(p.name for p in sig.parameters.values())
             condition += f" and not _general_when({first if single else everything})"
+        keywords = ", ".join(f"{p.name!r}: {p.name}" for p in sig.parameters.values())
         required = ", ".join(p.name for p in sig.parameters.values() if p.default is p.empty)
         optional = [p.name for p in sig.parameters.values() if p.default is not p.empty]
         # All optional arguments at their defaults: pass none (torch parses keywords slowly).
@@ -389,16 +398,21 @@ def public(torch_fn: Callable[..., Any], *, torch_name: str | None = None,
             f"            return _torch_fn({passed})\n"
             f"        except Exception as error:\n"
             f"            raise _translate(error, {torch_name!r}, {name!r}) from None\n"
-            f"    try:\n"
+            + ("" if always else
+               f"    if type({first}) not in _PLAIN and _is_dtensor({first}):\n"
+               f"        return _sharded(_self, {checks!r}, (), {{{keywords}}})\n")
+            + f"    try:\n"
             f"        return _general({'_m, ' if mode_arg else ''}{passed})\n"
             f"    except Exception as error:\n"
             f"        raise _translate(error, {torch_name!r}, {name!r}) from None\n"
         )
         namespace = dict(defaults, _compiling=torch.compiler.is_compiling, _b=_backend,
                          _Tensor=Tensor, _NATIVE=fast_dtypes, _torch_fn=torch_fn,
-                         _translate=translate, _general=general, _general_when=general_when)
+                         _translate=translate, _general=general, _general_when=general_when,
+                         _PLAIN=_distributed.PLAIN, _other_tensor=_distributed.other_tensor,
+                         _is_dtensor=_distributed.is_dtensor, _sharded=_distributed.call)
         exec(compile(source, f"<mpslinalg.{name}>", "exec"), namespace)  # noqa: S102
-        function = namespace[name]
+        function = namespace["_self"] = namespace[name]
         functools.update_wrapper(function, general)
         function.__wrapped_general__ = general
         return function

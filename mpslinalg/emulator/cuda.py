@@ -431,6 +431,7 @@ class profile:  # noqa: N801 - a context manager named like a function, as torch
 
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+# geometries kept per kernel: a host loop over a few sizes fits; a size per call starts over
 _GEOMETRY_CACHE_SIZE = 256
 TG_LIMIT = marshal.TG_MEMORY_LIMIT
 
@@ -609,8 +610,10 @@ class Kernel(library.Kernel):
 
     def _geometry_checked(self, threads, group_size, grid, group):
         """Keep a checked geometry for the fast path of `__call__`."""
-        if threads is None or len(self._geometry) >= _GEOMETRY_CACHE_SIZE:
+        if threads is None:
             return
+        if len(self._geometry) >= _GEOMETRY_CACHE_SIZE:  # sizes that vary call to call: start over
+            self._geometry.clear()
         try:
             key = (tuple(threads) if type(threads) is list else threads,
                    tuple(group_size) if type(group_size) is list else group_size)

@@ -8,6 +8,6 @@ the same name.
 """
 
 #: The op families, in import order (a family may build on an earlier one's ops).
-FAMILIES = ("lu", "inverse", "solve", "det", "qr", "svd", "eigh", "norms", "products",
+FAMILIES = ("lu", "inverse", "solve", "det", "qr", "svd", "eigh", "eig", "norms", "products",
             "tensors", "lowrank",
-            "matrix_exp")
+            "matrix_exp", "ldl", "cholesky")

@@ -7,7 +7,9 @@ the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices
 launch; on the torch backend, batches of m, n <= 4 take the small path of
 `mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
 (m >= n) or LQ (m < n), as LAPACK's gels, and rank-deficient ones by QR with column pivoting
-(gelsy, one kernel) or the Metal SVD (gelsd, gelss).
+(gelsy, one kernel) or the Metal SVD (gelsd, gelss). float64 / complex128 ``lstsq`` on the
+metal backend (gels) refines the augmented system on float32 kernels
+(`mpslinalg.linalg.refine_metal.lstsq_refined`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import Tensor
 from .. import small
 from .._core import checks
 from .._core.declare import (
+    LINALG_REFINED,
     NOT_COMPUTED,
     REAL,
     Call,
@@ -34,7 +37,7 @@ from .._core.declare import (
 from .._core.errors import read_device
 from .._core.op import SAFE_CAST, call_torch, to_dtype
 from ..small.codegen import QR_MODES
-from . import qr_metal, svd_metal
+from . import qr_metal, refine_metal, svd_metal
 
 __all__ = ["geqrf", "householder_product", "lstsq", "qr"]
 
@@ -345,6 +348,12 @@ def householder_product(A: Tensor, tau: Tensor, *, out: Tensor | None = None) ->
 
 
 def _lstsq_metal(A: Tensor, B: Tensor, rcond: float | None, driver: str):
+    if refine_metal.refined(A.dtype):  # float64 / complex128: refined, gels only
+        if driver != "gels":
+            raise TypeError(f"mpslinalg.lstsq: on the metal backend float64 / complex128 take "
+                            f"driver 'gels' only (iterative refinement), got {driver!r}")
+        return (*refine_metal.lstsq_refined(A, B), A.new_empty(0, dtype=torch.int64),
+                A.new_empty(0, dtype=A.real.dtype if A.is_complex() else A.dtype))
     if driver == "gels":
         return _gels_metal(A, B)
     return _rank_revealing_metal(A, B, rcond, driver)
@@ -557,7 +566,7 @@ lstsq_decl = Declaration(
          differentiable=False)],
     forward={"metal": _lstsq_metal, "torch": _lstsq_torch},
     through_op=_through_the_op, prepare=_prepare_lstsq, backward=_lstsq_backward,
-    saves=["A", "B", "solution"])
+    saves=["A", "B", "solution"], dtypes=LINALG_REFINED)
 lstsq_op = lstsq_decl.op
 
 
@@ -594,6 +603,18 @@ def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | Non
         int64, ``A.shape[:-2]``; empty for 'gels'.
     singular_values : Tensor
         ``(*A.shape[:-2], min(m, n))`` for 'gelsd' and 'gelss'; otherwise empty.
+
+    Raises
+    ------
+    mpslinalg.LinAlgError
+        float64 / complex128 on the metal backend only, when the iterative refinement does not
+        reach float64 accuracy (rank-deficient or too ill-conditioned ``A``; one device read).
+
+    Notes
+    -----
+    On the metal backend float64 and complex128 take driver 'gels' and are computed by
+    float32 kernels, refining the augmented system (the documentation's page "Float64 on a
+    GPU without float64").
 
     Examples
     --------

@@ -3,7 +3,9 @@
 ``B`` is a batch of vectors when ``B.ndim == 1`` or ``B.shape == A.shape[:-1]`` (torch's rule),
 otherwise a batch of matrices; batch dimensions broadcast, and ``info`` has ``A``'s batch shape
 (A is factored once, before broadcasting). Op ``mpslinalg::solve_ex``: on the metal backend LU
-factors by the LU kernels and their triangular solves; n <= 4 takes the small path.
+factors by the LU kernels and their triangular solves; n <= 4 takes the small path. float64 /
+complex128 on the metal backend are solved by iterative refinement on float32 kernels
+(`mpslinalg.linalg.refine_metal`, docs/float64.rst).
 """
 
 from __future__ import annotations
@@ -13,9 +15,19 @@ from torch import Tensor
 
 from .. import small
 from .._core import checks
-from .._core.declare import Call, Declaration, Matrix, Operand, Param, Prepared, Result, info
+from .._core.declare import (
+    LINALG_REFINED,
+    Call,
+    Declaration,
+    Matrix,
+    Operand,
+    Param,
+    Prepared,
+    Result,
+    info,
+)
 from .._core.torch_bugs import per_matrix
-from . import lu_metal
+from . import lu_metal, refine_metal
 from .lu import small_lu_when, through_lu_op
 
 __all__ = ["solve", "solve_ex"]
@@ -54,6 +66,8 @@ def _solve_small(A: Tensor, B: Tensor, left: bool, *, backend: str) -> tuple[Ten
 
 
 def _solve_metal(A: Tensor, B: Tensor, left: bool) -> tuple[Tensor, Tensor]:
+    if refine_metal.refined(A.dtype):
+        return tuple(refine_metal.solve_refined(A, B, left=left, fn="solve")[:2])
     LU, pivots, info = lu_metal.lu_factor_metal(A, fn="solve")
     return lu_metal.lu_solve_metal(LU, pivots, _rhs(A, B), left=left, fn="solve"), info
 
@@ -103,8 +117,9 @@ solve_ex_decl = Declaration(
     "solve_ex", [Matrix("A"), Operand("B", 2), Param("left", "bool")],
     [Result("result", "B"), info(batch="A")],
     forward={"metal": _solve_metal, "torch": _solve_torch, "small": _solve_small},
-    small_when=small_lu_when, through_op=through_lu_op, prepare=_prepare_solve,
-    backward=_solve_backward, saves=["A", "result"])
+    small_when=refine_metal.unrefined(small_lu_when), through_op=through_lu_op,
+    prepare=_prepare_solve, backward=_solve_backward, saves=["A", "result"],
+    dtypes=LINALG_REFINED)
 solve_ex_op = solve_ex_decl.op
 
 
@@ -135,7 +150,16 @@ def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = Fa
         X, with the broadcast batch shape.
     info : Tensor
         ``A``'s batch shape, int32: 0, or the 1-based index of the first exactly zero pivot of
-        ``A``'s LU factorisation (``result`` is then unspecified).
+        ``A``'s LU factorisation (``result`` is then unspecified); for float64 / complex128 on
+        the metal backend also ``-5``: the iterative refinement did not reach float64
+        accuracy (``A`` too ill-conditioned for float32 factors).
+
+    Notes
+    -----
+    On the metal backend float64 and complex128 are computed by float32 kernels with
+    mixed-precision iterative refinement, to float64-class accuracy (a CPU tensor is worked
+    on the Apple GPU, the result returned to the CPU); see the documentation's page "Float64
+    on a GPU without float64".
 
     Examples
     --------

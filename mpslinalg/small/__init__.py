@@ -8,8 +8,11 @@ on CUDA or whole-batch tensor ops on the torch backend where they beat torch.lin
 - `.dispatch`: the entry points the LU-based families call, and the Metal host code;
 - `.orthogonal`: the same for QR (the qr family's "small" forward), SVD and eigh;
 - `.matrix_exp`: the same for the matrix exponential (scaling and squaring);
-- `.codegen`: the one elimination algorithm, Householder QR and the Jacobi SVD / eigh,
-  emitted per target dialect;
+- `.cholesky`: the same for cholesky_ex, solve_triangular and cholesky_solve (the Cholesky
+  family's "small" forwards);
+- `.eig`: the same for eig and eigvals of real matrices (the eig family's "small" forwards);
+- `.codegen`: the one elimination algorithm, Householder QR, the Jacobi SVD / eigh and the
+  Francis QR of eig, emitted per target dialect;
 - `.cpu_simd`, `.triton_kernels`: the generated CPU and CUDA kernels;
 - `.tensor_lu`: the same LU as whole-batch tensor ops, where no generated kernel serves;
 - ``metal/linalg/small_inverse.{h,metal}``: the Metal kernels.

@@ -1,8 +1,8 @@
 """The algorithms of the n <= 4 small path, written once for three code generators:
 `mpslinalg.small.cpu_simd` (C++ vector extensions), `mpslinalg.small.triton_kernels` (Triton)
 and `mpslinalg.small.metal_kernels` (Metal, one thread per matrix: the checked-in kernels of
-``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``
-and ``small_matrix_exp.h``).
+``metal/linalg/small_inverse.h``, ``qr_small.h``, ``svd_small.h``, ``eigh_small.h``,
+``small_matrix_exp.h``, ``small_cholesky.h`` and ``small_eig.h``).
 
 The descriptions emit straight-line code with one variable per matrix entry (``a12`` is row 1,
 column 2; ``x0..x{n-1}`` a right-hand side; ``p{k}`` the pivot row of step k; ``info``), and
@@ -1291,3 +1291,1021 @@ def _emit_scale_by(dl: Dialect, cond: Var, factor: float, ratio: Var, entries: l
     dl.assign(ratio, select(cond, ratio * f, ratio))
     for x in entries:
         dl.assign(x, select(cond, f * x, x))
+
+
+# ------------------------------------------------------------------------------ Cholesky family
+#
+# cholesky_ex is LAPACK's unblocked potf2 (lower), left-looking, column by column: d = re(a_jj)
+# - sum_k |l_jk|^2 (k = 0 .. j-1, subtracted in that order), the leading minor of order j + 1
+# is positive where d > 0 (a NaN is not), then l_jj = sqrt(d) and l_ij = (a_ij - sum_k l_ik
+# conj(l_jk)) r below it, r the pivot's reciprocal as torch's CPU factor (MKL) has it where
+# the pivot is infinite: sqrt(d) / d for real (NaN below an infinite pivot; 1 / sqrt(d) would
+# give zeros), 1 / sqrt(d) for complex, applied by a complex product (Inf becomes Inf + NaN i,
+# as there). At the first column whose d is not positive (or NaN), potf2
+# stores d on the diagonal and returns: that column's entries below the diagonal and every
+# later column keep the input's values, and info = j + 1. torch.linalg.cholesky_ex on the CPU
+# (MKL's potrf, torch 2.13) leaves exactly that pattern in the factor (checked entry by entry:
+# tests/small/test_small_cholesky.py), so the description computes every column and selects the
+# input's value wherever potf2 would have stopped. An upper factor is U = L^H of the Hermitian
+# matrix whose lower triangle is the conjugate of the upper one the caller gave (potf2 with
+# uplo 'U' does the same operations on the mirrored entries: conj(x) y and conj(x conj(y)) are
+# the same bits), so one description serves both.
+#
+# No scaling: |l_ij| <= sqrt(a_ii) for a positive definite matrix, so no intermediate exceeds
+# the largest diagonal entry and none is smaller than the square root of the smallest one
+# (LAPACK's potf2 does not scale either); finite float32 input in about 1e-37 .. 3e38 factors to
+# working accuracy.
+#
+# solve_triangular and cholesky_solve are column-oriented substitutions (trsm's left, no
+# transpose order: x_k /= t_kk, then x_i -= t_ik x_k for the rows after k), every entry of x
+# the same sequence of operations as trsm's dot-product forms. The right-sided X A = B is A^T
+# X^T = B^T (no conjugation), each row of B one right-hand side; cholesky_solve is L y = b then
+# L^H x = y (A = U^H U for upper: L = U^H), potrs' two solves. Nothing is checked and no zero is
+# skipped: a zero diagonal gives Inf / NaN as the division does.
+
+
+def _as_matrix_dtype(x: Expr, complex_: bool) -> Expr:
+    """A REAL value as a value of the matrix dtype (imaginary part 0 for complex)."""
+    return make_complex(x, 0.0) if complex_ else x
+
+
+def emit_hermitian_lower(dl: Dialect, n: int, upper: bool, out: str,
+                         complex_: bool = False) -> Vars:
+    """out{i}{j} (i >= j) = the lower triangle of the Hermitian matrix given by its lower
+    (a{i}{j}) or, with ``upper``, its upper triangle (conj(a{j}{i})); returns ``Vars(out)``."""
+    a = Vars("a")
+    for i in range(n):
+        for j in range(i + 1):
+            dl.declare(FLOAT, f"{out}{i}{j}", conj(a[j, i]) if upper and complex_ else (
+                a[j, i] if upper else a[i, j]))
+    return Vars(out)
+
+
+def emit_cholesky(dl: Dialect, n: int, complex_: bool = False) -> None:
+    """potf2 (see the section above) of the Hermitian matrix whose lower triangle is l{i}{j}
+    (i >= j), in place: the factor L, or potf2's partial result where a leading minor is not
+    positive; info (an INT) = the order of the first such minor, 0 if none."""
+    lo = Vars("l")
+    info = dl.declare(INT, "info", Full(0, INT))
+    for j in range(n):
+        with dl.scope():
+            ok = dl.declare(BOOL, "ok", info.eq(0))
+            d = dl.declare(REAL, "d", re(lo[j, j]))
+            for k in range(j):
+                dl.assign(d, d - _abs2(lo[j, k], complex_))
+            pos = dl.declare(BOOL, "pos", d > 0.0)
+            take = dl.declare(BOOL, "take", ok & pos)
+            s = dl.declare(REAL, "s", sqrt(d))
+            # The pivot's reciprocal as torch's CPU factor has it where the pivot is infinite:
+            # sqrt(d) / d (NaN) for real, 1 / sqrt(d) (0) applied by a complex product for
+            # complex (Inf * 1 = Inf + NaN i)
+            r = dl.declare(REAL, "r", constant(1.0, REAL) / s if complex_ else s / d)
+            scale = _as_matrix_dtype(r, complex_)
+            for i in range(j + 1, n):
+                with dl.scope():
+                    t = dl.declare(FLOAT, "t", lo[i, j])
+                    for k in range(j):
+                        dl.assign(t, t - lo[i, k] * conj(lo[j, k]))
+                    dl.assign(lo[i, j], select(take, t * scale, lo[i, j]))
+            dl.assign(info, select(ok & ~pos, j + 1, info))
+            dl.assign(lo[j, j], select(take, _as_matrix_dtype(s, complex_), select(
+                ok, _as_matrix_dtype(d, complex_), lo[j, j])))
+
+
+def cholesky_factor_entry(n: int, upper: bool, complex_: bool = False
+                          ) -> Callable[[int, int], Expr | None]:
+    """Entry (i, j) of the stored factor after `emit_cholesky`: L's (lower) or L^H's (upper),
+    None where the triangle is zero."""
+    lo = Vars("l")
+
+    def entry(i: int, j: int) -> Expr | None:
+        if upper:
+            return None if i > j else (conj(lo[j, i]) if complex_ else lo[j, i])
+        return None if i < j else lo[i, j]
+
+    return entry
+
+
+def emit_triangular_solve(dl: Dialect, n: int, t: Callable[[int, int], Expr], lower: bool,
+                          unit: bool = False) -> None:
+    """x0..x{n-1} <- T^-1 x for the triangular T whose entry (i, j) is ``t(i, j)`` (asked only
+    for the triangle ``lower`` names, the diagonal only without ``unit``), by column-oriented
+    substitution (see the section above)."""
+    x = Vars("x")
+    order = list(range(n)) if lower else list(range(n - 1, -1, -1))
+    for at, k in enumerate(order):
+        if not unit:
+            dl.assign(x[k], x[k] / t(k, k))
+        for i in order[at + 1:]:
+            dl.assign(x[i], x[i] - t(i, k) * x[k])
+
+
+def triangular_entry(left: bool) -> Callable[[int, int], Expr]:
+    """Entry (i, j) of the matrix solve_triangular substitutes with: A's (left), A^T's (right:
+    X A = B is A^T X^T = B^T)."""
+    a = Vars("a")
+    return (lambda i, j: a[i, j]) if left else (lambda i, j: a[j, i])
+
+
+def triangular_solves_lower(left: bool, upper: bool) -> bool:
+    """Whether solve_triangular's substitution runs forward (its matrix is lower triangular):
+    A lower on the left, A upper on the right (A^T lower)."""
+    return upper != left
+
+
+def emit_cholesky_solve(dl: Dialect, n: int, complex_: bool = False) -> None:
+    """x <- A^-1 x for A = L L^H, L's lower triangle in l{i}{j} (i >= j): L y = x, then
+    L^H x = y (potrs)."""
+    lo = Vars("l")
+    emit_triangular_solve(dl, n, lambda i, j: lo[i, j], lower=True)
+    emit_triangular_solve(dl, n, lambda i, j: conj(lo[j, i]) if complex_ else lo[j, i],
+                          lower=False)
+
+
+# ------------------------------------------------------------------------------ eig (real)
+#
+# The nonsymmetric eigenproblem of a real n x n matrix (n <= 4) as LAPACK's geev computes it
+# without balancing: Hessenberg reduction by Householder reflectors (gehd2, Q accumulated as
+# orghr would), the Francis double-shift QR iteration of dlahqr on the whole Schur form
+# (wantt, wantz), the 2 x 2 diagonal blocks standardised as dlanv2 does (a complex pair is then
+# a +- i sqrt|b| sqrt|c|: exactly conjugate), the eigenvectors of the quasi-triangular T by
+# back-substitution as dtrevc (a near-zero pivot replaced by smin = eps max(|lambda|, 1) of
+# the scaled T: LAPACK's perturbation with a floor, so a Jordan block gives nearly parallel
+# vectors as LAPACK's do, and no x overflows), transformed back by Z and normalised as dgeev:
+# unit 2-norm, a complex vector rotated so that its
+# component of largest modulus is real, with the sign of its real part.
+#
+# Straight-line code: the active window [l, i] of dlahqr is an INT pair per lane, found anew
+# each sweep from the subdiagonal entries that deflation left nonzero (the largest i whose rows
+# i - 2 .. i are unreduced; l the top of that unreduced block); the reflector of each static
+# position k acts where l <= k <= i - 1 (tau = 0 elsewhere) and is applied to the whole rows and
+# columns (entries outside the window are exact zeros, or belong to T's upper part, which the
+# Schur form updates anyway). Deflation sets a subdiagonal entry to 0 by dlahqr's test (with
+# Ahues and Tisseur's refinement); exceptional shifts at the 10th and 20th sweep without
+# deflation (its % 20 == 10: from l's corner, 0 from i's: dlahqr's). The matrix is first divided
+# by its largest |entry| (eigenvalues scaled back; eigenvectors do not change), so 1e+-30
+# inputs work; a matrix with a non-finite entry is replaced by zeros for the iteration and gets
+# NaN in every output, as does one whose iteration did not converge within `EIG_MAX_SWEEPS`.
+# Eigenvalues come out in the order of T's diagonal, as geev's. Real arithmetic only: the
+# complex solves of the eigenvector step are written on (re, im) pairs.
+
+#: Francis sweeps at most per matrix (dlahqr allows 30 max(10, n) for the whole matrix; n <= 4
+#: converges in a handful: the loop leaves once every lane deflated).
+EIG_MAX_SWEEPS = 30 * MAX_N
+
+#: dlahqr's exceptional-shift constants (dat1 = 3/4, dat2 = -0.4375).
+_EIG_DAT1, _EIG_DAT2 = 0.75, -0.4375
+
+#: dlanv2's threshold factor on eps for real eigenvalues of a 2 x 2 block.
+_DLANV2_MULTPL = 4.0
+
+
+def _sign(x: Expr, of: Expr) -> Expr:
+    """Fortran's sign(|x|, of): |x| with the sign of ``of`` (>= 0 counts as positive)."""
+    if isinstance(x, Const):
+        return select(of < 0.0, Const(-abs(x.value), REAL), Const(abs(x.value), REAL))
+    return select(of < 0.0, -abs_(x), abs_(x))
+
+
+def _pick(index: Var, values: dict[int, Expr]) -> Expr:
+    """The value of ``values`` at the lane's INT ``index`` (the last one otherwise)."""
+    keys = sorted(values)
+    out = values[keys[-1]]
+    for k in reversed(keys[:-1]):
+        out = select(index.eq(k), values[k], out)
+    return out
+
+
+def _any_of(x: Var, values: range) -> Expr:
+    """x equals one of ``values`` (an INT)."""
+    out = x.eq(values[0])
+    for v in values[1:]:
+        out = out | x.eq(v)
+    return out
+
+
+def _emit_deflate(dl: Dialect, n: int) -> None:
+    """dlahqr's small-subdiagonal test on h{k}{k-1}, k = 1..n-1: set to 0 where negligible."""
+    h = Vars("h")
+    ulp, smlnum = constant(dl.eps, REAL), constant(dl.safe_min * (n / dl.eps), REAL)
+    for k in range(1, n):
+        with dl.scope():
+            sub = dl.declare(REAL, "sub", abs_(h[k, k - 1]))
+            tst = dl.declare(REAL, "tst", abs_(h[k - 1, k - 1]) + abs_(h[k, k]))
+            extra = [abs_(h[k - 1, k - 2])] if k >= 2 else []
+            extra += [abs_(h[k + 1, k])] if k + 1 < n else []
+            if extra:
+                dl.assign(tst, select(tst.eq(0.0), _sum(extra), tst))
+            ab = dl.declare(REAL, "ab", select(sub > abs_(h[k - 1, k]), sub, abs_(h[k - 1, k])))
+            ba = dl.declare(REAL, "ba", select(sub > abs_(h[k - 1, k]), abs_(h[k - 1, k]), sub))
+            dd = dl.declare(REAL, "dd", abs_(h[k - 1, k - 1] - h[k, k]))
+            aa = dl.declare(REAL, "aa", select(abs_(h[k, k]) > dd, abs_(h[k, k]), dd))
+            bb = dl.declare(REAL, "bb", select(abs_(h[k, k]) > dd, dd, abs_(h[k, k])))
+            s = dl.declare(REAL, "s", aa + ab)
+            s = dl.declare(REAL, "ss", select(s.eq(0.0), 1.0, s))
+            rhs = dl.declare(REAL, "rhs", ulp * (bb * (aa / s)))
+            fine = (ba * (ab / s)) <= select(rhs > smlnum, rhs, smlnum)
+            small = (sub <= smlnum) | ((sub <= ulp * tst) & fine)
+            dl.assign(h[k, k - 1], select(small, 0.0, h[k, k - 1]))
+
+
+def _emit_window(dl: Dialect, n: int) -> None:
+    """act (a window of three or more unreduced rows remains), its bottom i and top l."""
+    h = Vars("h")
+    act = dl.declare(BOOL, "act", Full(0, INT))
+    iw = dl.declare(INT, "iw", Full(n - 1, INT))
+    lw = dl.declare(INT, "lw", Full(0, INT))
+    for i in range(2, n):  # ascending: the largest qualifying i wins
+        with dl.scope():
+            q = dl.declare(BOOL, "q", nonzero(h[i, i - 1]) & nonzero(h[i - 1, i - 2]))
+            top = constant(0, INT)
+            for k in range(1, i - 1):  # l = the largest k <= i - 2 with h[k, k-1] == 0
+                top = select(is_zero(h[k, k - 1]), k, top)
+            dl.assign(iw, select(q, i, iw))
+            dl.assign(lw, select(q, top, lw))
+            dl.assign(act, act | q)
+
+
+def _emit_householder3(dl: Dialect, x: tuple[Expr, Expr, Expr]) -> tuple[Var, Var, Var, Var]:
+    """dlarfg of (x0, x1, x2): (beta, tau, v1, v2), H = I - tau (1, v1, v2)(1, v1, v2)^T maps x
+    to (beta, 0, 0); the identity (tau = 0, beta = x0) when x1 = x2 = 0."""
+    x0 = dl.declare(REAL, "hx0", _filled(x[0]))
+    x1 = dl.declare(REAL, "hx1", _filled(x[1]))
+    x2 = dl.declare(REAL, "hx2", _filled(x[2]))
+    # the norms scaled by the larger part, as dnrm2 / dlapy2: tiny bulges late in the
+    # iteration must not underflow to an identity reflector
+    m = dl.declare(REAL, "hm", select(abs_(x1) > abs_(x2), abs_(x1), abs_(x2)))
+    ms = dl.declare(REAL, "hms", select(m.eq(0.0), 1.0, m))
+    xn = dl.declare(REAL, "hxn", m * sqrt((x1 / ms) * (x1 / ms) + (x2 / ms) * (x2 / ms)))
+    ident = dl.declare(BOOL, "hid", xn.eq(0.0))
+    norm = dl.declare(REAL, "hno", _lapy2(dl, x0, xn, "h"))
+    beta = dl.declare(REAL, "hbeta", select(ident, x0, select(x0 < 0.0, norm, -norm)))
+    bs = dl.declare(REAL, "hbs", select(ident, 1.0, beta))
+    tau = dl.declare(REAL, "htau", select(ident, 0.0, (beta - x0) / bs))
+    den = dl.declare(REAL, "hden", select(ident, 1.0, x0 - beta))
+    v1 = dl.declare(REAL, "hv1", select(ident, 0.0, x1 / den))
+    v2 = dl.declare(REAL, "hv2", select(ident, 0.0, x2 / den))
+    return beta, tau, v1, v2
+
+
+def _emit_reflect(dl: Dialect, n: int, rows: tuple[int, ...], tau: Expr, v: tuple[Expr, ...],
+                  left_cols: range, right_rows: range, z: bool = True) -> None:
+    """H = I - tau v v^T (v over ``rows``, v[0] = 1) applied from the left to h's columns
+    ``left_cols``, from the right to h's rows ``right_rows`` (and to z's rows 0..n-1)."""
+    h, zz = Vars("h"), Vars("z")
+    t = [dl.declare(REAL, f"rt{p}", tau * v[p]) for p in range(len(rows))]
+    for j in left_cols:
+        with dl.scope():
+            s = dl.declare(REAL, "rs", _sum([v[p] * h[r, j] if p else h[r, j]
+                                             for p, r in enumerate(rows)]))
+            for p, r in enumerate(rows):
+                dl.assign(h[r, j], h[r, j] - s * t[p])
+    targets = [(h, r) for r in right_rows] + ([(zz, r) for r in range(n)] if z else [])
+    for m, r in targets:
+        with dl.scope():
+            s = dl.declare(REAL, "rs", _sum([m[r, c] * v[p] if p else m[r, c]
+                                             for p, c in enumerate(rows)]))
+            for p, c in enumerate(rows):
+                dl.assign(m[r, c], m[r, c] - s * t[p])
+
+
+def _emit_hessenberg(dl: Dialect, n: int, want_z: bool) -> None:
+    """gehd2 of h{i}{j} in place with Z = Q (z{i}{j}, declared here)."""
+    h = Vars("h")
+    for i in range(n):
+        for j in range(n):
+            dl.declare(REAL, f"z{i}{j}", Full(1.0 if i == j else 0.0, REAL))
+    for k in range(n - 2):
+        rows = tuple(range(k + 1, n))
+        with dl.scope():
+            x = [h[r, k] for r in rows] + [constant(0.0, REAL)] * (3 - len(rows))
+            beta, tau, v1, v2 = _emit_householder3(dl, tuple(x))
+            v = (constant(1.0, REAL), v1, v2)[:len(rows)]
+            dl.assign(h[k + 1, k], beta)
+            for r in rows[1:]:
+                dl.assign(h[r, k], Full(0.0, REAL))
+            _emit_reflect(dl, n, rows, tau, v, range(k + 1, n), range(n), want_z)
+
+
+def _emit_shifts(dl: Dialect, n: int) -> None:
+    """dlahqr's shifts (s1r, s1i, s2r, s2i) of the window's trailing 2 x 2 (exceptional at
+    its % 20 == 10 / 0)."""
+    h = Vars("h")
+    iw, lw, its = Var("iw", INT), Var("lw", INT), Var("its", INT)
+    ii = range(2, n)
+    h11 = dl.declare(REAL, "g11", _pick(iw, {i: h[i - 1, i - 1] for i in ii}))
+    h12 = dl.declare(REAL, "g12", _pick(iw, {i: h[i - 1, i] for i in ii}))
+    h21 = dl.declare(REAL, "g21", _pick(iw, {i: h[i, i - 1] for i in ii}))
+    h22 = dl.declare(REAL, "g22", _pick(iw, {i: h[i, i] for i in ii}))
+    # exceptional shifts: from l's corner at its = 10, 30, ..., from i's at 20, 40, ...
+    with dl.scope():
+        exl = dl.declare(BOOL, "exl", _any_of(its, range(10, EIG_MAX_SWEEPS, 20)))
+        exi = dl.declare(BOOL, "exi", _any_of(its, range(20, EIG_MAX_SWEEPS, 20)))
+        sl = dl.declare(REAL, "sl", _pick(lw, {l: abs_(h[l + 1, l]) + abs_(h[l + 2, l + 1])
+                                               for l in range(n - 2)}))
+        hl = _pick(lw, {l: h[l, l] for l in range(n - 2)})
+        si = dl.declare(REAL, "si", _pick(iw, {i: abs_(h[i, i - 1]) + abs_(h[i - 1, i - 2])
+                                               for i in ii}))
+        ex = dl.declare(BOOL, "ex", exl | exi)
+        s = dl.declare(REAL, "exs", select(exl, sl, si))
+        e11 = dl.declare(REAL, "e11", constant(_EIG_DAT1, REAL) * s + select(exl, hl, h22))
+        dl.assign(h11, select(ex, e11, h11))
+        dl.assign(h12, select(ex, constant(_EIG_DAT2, REAL) * s, h12))
+        dl.assign(h21, select(ex, s, h21))
+        dl.assign(h22, select(ex, e11, h22))
+    s = dl.declare(REAL, "shs", abs_(h11) + abs_(h12) + abs_(h21) + abs_(h22))
+    ss = dl.declare(REAL, "shd", select(s.eq(0.0), 1.0, s))
+    for x in (h11, h12, h21, h22):
+        dl.assign(x, x / ss)
+    tr = dl.declare(REAL, "tr", (h11 + h22) * 0.5)
+    det = dl.declare(REAL, "det", (h11 - tr) * (h22 - tr) - h12 * h21)
+    rt = dl.declare(REAL, "rtdisc", sqrt(abs_(det)))
+    cpx = dl.declare(BOOL, "cpx", det >= 0.0)
+    r1 = dl.declare(REAL, "r1", tr + rt)
+    r2 = dl.declare(REAL, "r2", tr - rt)
+    near = dl.declare(REAL, "near", select(abs_(r1 - h22) <= abs_(r2 - h22), r1, r2))
+    dl.declare(REAL, "s1r", select(cpx, tr, near) * s)
+    dl.declare(REAL, "s2r", select(cpx, tr, near) * s)
+    dl.declare(REAL, "s1i", select(cpx, rt * s, 0.0))
+    dl.declare(REAL, "s2i", select(cpx, -(rt * s), 0.0))
+
+
+def _emit_francis(dl: Dialect, n: int, want_z: bool) -> None:
+    """One double-shift sweep of dlahqr over each lane's window (no-op where act is false)."""
+    h = Vars("h")
+    act, iw, lw = Var("act", BOOL), Var("iw", INT), Var("lw", INT)
+    _emit_shifts(dl, n)
+    s1r, s1i, s2r, s2i = (Var(x, REAL) for x in ("s1r", "s1i", "s2r", "s2i"))
+    # the first column of (H - s1)(H - s2) at l, scaled (dlahqr with m = l)
+    hm = {x: dl.declare(REAL, f"f{x}", _pick(lw, {l: h[l + a, l + b] for l in range(n - 2)}))
+          for x, (a, b) in {"00": (0, 0), "01": (0, 1), "10": (1, 0), "11": (1, 1),
+                            "21": (2, 1)}.items()}
+    s = dl.declare(REAL, "fs", abs_(hm["00"] - s2r) + abs_(s2i) + abs_(hm["10"]))
+    s = dl.declare(REAL, "fss", select(s.eq(0.0), 1.0, s))
+    h21s = dl.declare(REAL, "h21s", hm["10"] / s)
+    w1 = dl.declare(REAL, "w1", h21s * hm["01"] + (hm["00"] - s1r) * ((hm["00"] - s2r) / s)
+                    - s1i * (s2i / s))
+    w2 = dl.declare(REAL, "w2", h21s * (hm["00"] + hm["11"] - s1r - s2r))
+    w3 = dl.declare(REAL, "w3", h21s * hm["21"])
+    s = dl.declare(REAL, "ws", abs_(w1) + abs_(w2) + abs_(w3))
+    s = dl.declare(REAL, "wss", select(s.eq(0.0), 1.0, s))
+    for x in (w1, w2, w3):
+        dl.assign(x, x / s)
+    for k in range(n - 1):
+        with dl.scope():
+            on = dl.declare(BOOL, "on", act & (lw <= k) & (iw > k))
+            first = dl.declare(BOOL, "first", lw.eq(k))
+            three = k + 2 < n
+            th = dl.declare(BOOL, "th", iw >= k + 2) if three else None
+            x = [select(first, w1, h[k, k - 1] if k else 0.0),
+                 select(first, w2, h[k + 1, k - 1] if k else 0.0),
+                 select(th, select(first, w3, h[k + 2, k - 1] if k else 0.0), 0.0)
+                 if three else constant(0.0, REAL)]
+            beta, tau, v1, v2 = _emit_householder3(dl, tuple(x))
+            dl.assign(tau, select(on, tau, 0.0))
+            if k:
+                keep = on & ~first
+                dl.assign(h[k, k - 1], select(keep, beta, h[k, k - 1]))
+                dl.assign(h[k + 1, k - 1], select(keep, 0.0, h[k + 1, k - 1]))
+                if three:
+                    dl.assign(h[k + 2, k - 1], select(keep & th, 0.0, h[k + 2, k - 1]))
+            rows = (k, k + 1, k + 2) if three else (k, k + 1)
+            v = (constant(1.0, REAL), v1, v2)[:len(rows)]
+            _emit_reflect(dl, n, rows, tau, v, range(k, n), range(n), want_z)
+
+
+def _emit_lanv2(dl: Dialect, n: int, k: int, want_z: bool) -> None:
+    """dlanv2 on the diagonal block at rows k, k + 1 where its subdiagonal is nonzero, the
+    rotation applied to the rest of h and to z (drot, as dlahqr does after it)."""
+    h, zz = Vars("h"), Vars("z")
+    eps = constant(dl.eps, REAL)
+    blk = dl.declare(BOOL, "blk", nonzero(h[k + 1, k]))
+    a = dl.declare(REAL, "la", h[k, k])
+    b = dl.declare(REAL, "lb", h[k, k + 1])
+    c = dl.declare(REAL, "lc", h[k + 1, k])
+    d = dl.declare(REAL, "ld", h[k + 1, k + 1])
+    cs = dl.declare(REAL, "cs", Full(1.0, REAL))
+    sn = dl.declare(REAL, "sn", Full(0.0, REAL))
+    # case b == 0: swap rows and columns
+    bz = dl.declare(BOOL, "bz", blk & b.eq(0.0))
+    # case standard already: a == d and sign(b) != sign(c)
+    std = dl.declare(BOOL, "std", blk & ~bz & (a - d).eq(0.0)
+                     & (b < 0.0).ne(c < 0.0))
+    gen = dl.declare(BOOL, "gen", blk & ~bz & ~std)
+    temp = dl.declare(REAL, "ltemp", a - d)
+    p = dl.declare(REAL, "lp", temp * 0.5)
+    bcmax = dl.declare(REAL, "bcmax", select(abs_(b) > abs_(c), abs_(b), abs_(c)))
+    bcmis = dl.declare(REAL, "bcmis", select(abs_(b) > abs_(c), abs_(c), abs_(b))
+                       * _sign(constant(1.0, REAL), b) * _sign(constant(1.0, REAL), c))
+    scale = dl.declare(REAL, "lscale", select(abs_(p) > bcmax, abs_(p), bcmax))
+    scl = dl.declare(REAL, "lscl", select(scale.eq(0.0), 1.0, scale))
+    z = dl.declare(REAL, "lz", p / scl * p + bcmax / scl * bcmis)
+    real = dl.declare(BOOL, "lreal", gen & (z >= constant(_DLANV2_MULTPL, REAL) * eps))
+    cplx = dl.declare(BOOL, "lcplx", gen & ~real)
+    # real eigenvalues
+    with dl.scope():
+        zr = dl.declare(REAL, "zr", p + _sign(sqrt(scl) * sqrt(select(real, z, 0.0)), p))
+        zrs = dl.declare(REAL, "zrs", select(zr.eq(0.0), 1.0, zr))
+        ra = dl.declare(REAL, "ra", d + zr)
+        rd = dl.declare(REAL, "rd", d - bcmax / zrs * bcmis)
+        tau = dl.declare(REAL, "rtau", _lapy2(dl, c, zr, "r"))
+        taus = dl.declare(REAL, "rtaus", select(tau.eq(0.0), 1.0, tau))
+        dl.assign(cs, select(real, zr / taus, cs))
+        dl.assign(sn, select(real, c / taus, sn))
+        rb = dl.declare(REAL, "rb", b - c)
+        # complex or nearly equal real eigenvalues: make the diagonal equal
+        # the rotation depends on sigma : temp only, taken as their ratio to the larger (dlanv2
+        # scales them by powers of two instead): a - d may be subnormal, its few bits exact
+        sigma = dl.declare(REAL, "sigma", b + c)
+        big = dl.declare(REAL, "cbig", select(abs_(sigma) > abs_(temp), abs_(sigma),
+                                              abs_(temp)))
+        big = dl.declare(REAL, "cbigs", select(big.eq(0.0), 1.0, big))
+        sgn = dl.declare(REAL, "csig", sigma / big)
+        ctemp = dl.declare(REAL, "ctemp", temp / big)
+        tau2 = dl.declare(REAL, "ctau", _lapy2(dl, sgn, ctemp, "c"))
+        tau2 = dl.declare(REAL, "ctaus", select(tau2.eq(0.0), 1.0, tau2))
+        ccs = dl.declare(REAL, "ccs", sqrt((1.0 + abs_(sgn) / tau2) * 0.5))
+        csn = dl.declare(REAL, "csn", -(ctemp * 0.5 / (tau2 * ccs))
+                         * _sign(constant(1.0, REAL), sigma))
+        aa = dl.declare(REAL, "aa", a * ccs + b * csn)
+        bb = dl.declare(REAL, "bb", -(a * csn) + b * ccs)
+        cc = dl.declare(REAL, "cc", c * ccs + d * csn)
+        dd = dl.declare(REAL, "dd", -(c * csn) + d * ccs)
+        ca = dl.declare(REAL, "ca", aa * ccs + cc * csn)
+        cb = dl.declare(REAL, "cb", bb * ccs + dd * csn)
+        cc2 = dl.declare(REAL, "cc2", -(aa * csn) + cc * ccs)
+        cd = dl.declare(REAL, "cd", -(bb * csn) + dd * ccs)
+        mid = dl.declare(REAL, "mid", (ca + cd) * 0.5)
+        cnz = dl.declare(BOOL, "cnz", cc2.ne(0.0))
+        bnz = dl.declare(BOOL, "bnz", cb.ne(0.0))
+        same = dl.declare(BOOL, "same", cnz & bnz & ((cb < 0.0).eq(cc2 < 0.0)))
+        flip = dl.declare(BOOL, "flip", cnz & ~bnz)
+        sab = dl.declare(REAL, "sab", sqrt(abs_(cb)))
+        sac = dl.declare(REAL, "sac", sqrt(abs_(cc2)))
+        pp = dl.declare(REAL, "pp", _sign(sab * sac, cc2))
+        tt = dl.declare(REAL, "tt", constant(1.0, REAL) / sqrt(select(same, abs_(cb + cc2),
+                                                                          1.0)))
+        cs1 = dl.declare(REAL, "cs1", sab * tt)
+        sn1 = dl.declare(REAL, "sn1", sac * tt)
+        # the complex branch's outputs
+        fa = dl.declare(REAL, "fa", select(same, mid + pp, mid))
+        fd = dl.declare(REAL, "fd", select(same, mid - pp, mid))
+        fb = dl.declare(REAL, "fb", select(same, cb - cc2, select(flip, -cc2, cb)))
+        fc = dl.declare(REAL, "fc", select(same | flip, 0.0, cc2))
+        fcs = dl.declare(REAL, "fcs", select(same, ccs * cs1 - csn * sn1, select(flip, -csn,
+                                                                                ccs)))
+        fsn = dl.declare(REAL, "fsn", select(same, ccs * sn1 + csn * cs1, select(flip, ccs,
+                                                                                csn)))
+        dl.assign(cs, select(cplx, fcs, select(bz, 0.0, cs)))
+        dl.assign(sn, select(cplx, fsn, select(bz, 1.0, sn)))
+        na = select(real, ra, select(cplx, fa, select(bz, d, a)))
+        nd = select(real, rd, select(cplx, fd, select(bz, a, d)))
+        nb = select(real, rb, select(cplx, fb, select(bz, -c, b)))
+        nc = select(real | bz, 0.0, select(cplx, fc, c))
+        dl.assign(h[k, k], na)
+        dl.assign(h[k + 1, k + 1], nd)
+        dl.assign(h[k, k + 1], nb)
+        dl.assign(h[k + 1, k], nc)
+    # drot: rows k, k+1 right of the block, columns k, k+1 above it, z's columns k, k+1
+    pairs = [(h[k, j], h[k + 1, j]) for j in range(k + 2, n)]
+    pairs += [(h[r, k], h[r, k + 1]) for r in range(k)]
+    pairs += [(zz[r, k], zz[r, k + 1]) for r in range(n)] if want_z else []
+    for x, y in pairs:
+        with dl.scope():
+            xs = dl.declare(REAL, "xs", x)
+            dl.assign(x, cs * xs + sn * y)
+            dl.assign(y, cs * y - sn * xs)
+
+
+def _lapy2(dl: Dialect, x: Expr, y: Expr, p: str) -> Expr:
+    """sqrt(x^2 + y^2) without overflow (dlapy2): w sqrt(1 + (z / w)^2)."""
+    ax = dl.declare(REAL, p + "px", abs_(x))
+    ay = dl.declare(REAL, p + "py", abs_(y))
+    w = dl.declare(REAL, p + "pw", select(ax > ay, ax, ay))
+    z = dl.declare(REAL, p + "pz", select(ax > ay, ay, ax))
+    ws = dl.declare(REAL, p + "pws", select(w.eq(0.0), 1.0, w))
+    r = dl.declare(REAL, p + "pr", z / ws)
+    return select(z.eq(0.0), w, w * sqrt(1.0 + r * r))
+
+
+# complex arithmetic on (re, im) pairs of REAL expressions, for the eigenvector solves
+def _cmul(a: tuple[Expr, Expr], b: tuple[Expr, Expr]) -> tuple[Expr, Expr]:
+    return a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]
+
+
+def _emit_cdiv(dl: Dialect, a: tuple[Expr, Expr], b: tuple[Var, Var], name: str
+               ) -> tuple[Var, Var]:
+    """a / b by Smith's algorithm, declared as ``name``r / ``name``i."""
+    wide = dl.declare(BOOL, f"{name}w", abs_(b[0]) >= abs_(b[1]))
+    r = dl.declare(REAL, f"{name}q", select(wide, b[1] / b[0], b[0] / b[1]))
+    den = dl.declare(REAL, f"{name}d", select(wide, b[0] + b[1] * r, b[1] + b[0] * r))
+    re_ = dl.declare(REAL, f"{name}r", select(wide, (a[0] + a[1] * r) / den,
+                                             (a[0] * r + a[1]) / den))
+    im_ = dl.declare(REAL, f"{name}i", select(wide, (a[1] - a[0] * r) / den,
+                                             (a[1] * r - a[0]) / den))
+    return re_, im_
+
+
+def _emit_eigvec(dl: Dialect, n: int, k: int) -> None:
+    """x{k}_{j}r / i: the eigenvector of T for the eigenvalue of slot k (wr{k}, wi{k}) where k
+    is a real eigenvalue or the first of a complex pair (dtrevc's back-substitution; the
+    second of a pair is the conjugate of the first, selected by the caller)."""
+    h = Vars("h")
+    wr, wi = Var(f"wr{k}", REAL), Var(f"wi{k}", REAL)
+    first = Var(f"top{k}", BOOL) if k + 1 < n else None
+    # dtrevc's smin = max(eps |lambda|, smlnum), floored at eps ||T|| instead (T is scaled to
+    # entries of at most about 1): a perturbation within the backward error, so that no step of
+    # the substitution grows x by more than 1 / eps (dtrevc rescales instead) and three steps
+    # stay finite, as on a nilpotent Jordan block
+    smin = dl.declare(REAL, f"smin{k}", select(
+        constant(dl.eps, REAL) * (abs_(wr) + abs_(wi)) > dl.eps,
+        constant(dl.eps, REAL) * (abs_(wr) + abs_(wi)), dl.eps))
+    xr = {j: constant(0.0, REAL) for j in range(n)}
+    xi = dict(xr)
+    if first is None:
+        xr[k] = constant(1.0, REAL)
+    else:
+        b, c = h[k, k + 1], h[k + 1, k]
+        xr[k] = dl.declare(REAL, f"u{k}a", select(first, sqrt(abs_(b)), 1.0))
+        xi[k + 1] = dl.declare(REAL, f"u{k}b", select(first, _sign(sqrt(abs_(c)), b), 0.0))
+    # (T[:k, :k] - lambda) y = -T[:k, k:k+2] u, upper Hessenberg: eliminate row j + 1 by row
+    # j with partial pivoting between the two, then back-substitute
+    m = {(i, j): (h[i, j] - wr if i == j else h[i, j], -wi if i == j else constant(0.0, REAL))
+         for i in range(k) for j in range(k) if j >= i - 1}
+    rhs = {}
+    for i in range(k):
+        terms = [h[i, c] * xr[c] for c in (k, k + 1) if c < n and c in xr]
+        rr = -_sum(terms)
+        ri = -_sum([h[i, c] * xi[c] for c in (k, k + 1) if c < n]) if k + 1 < n else \
+            constant(0.0, REAL)
+        rhs[i] = (dl.declare(REAL, f"b{k}{i}r", rr), dl.declare(REAL, f"b{k}{i}i", _filled(ri)))
+    mv = {}
+    for (i, j), (vr, vi) in m.items():
+        mv[i, j] = (dl.declare(REAL, f"m{k}{i}{j}r", _filled(vr)),
+                    dl.declare(REAL, f"m{k}{i}{j}i", _filled(vi)))
+    for j in range(k - 1):
+        with dl.scope():
+            sw = dl.declare(BOOL, "sw", abs_(mv[j + 1, j][0]) + abs_(mv[j + 1, j][1])
+                            > abs_(mv[j, j][0]) + abs_(mv[j, j][1]))
+            for c in range(j, k):
+                for part in (0, 1):
+                    _emit_swap(dl, sw, mv[j, c][part], mv[j + 1, c][part])
+            for part in (0, 1):
+                _emit_swap(dl, sw, rhs[j][part], rhs[j + 1][part])
+            _emit_perturb(dl, mv[j, j], smin)
+            f = _emit_cdiv(dl, mv[j + 1, j], mv[j, j], "mu")
+            for c in range(j + 1, k):
+                pr, pi = _cmul(f, mv[j, c])
+                dl.assign(mv[j + 1, c][0], mv[j + 1, c][0] - pr)
+                dl.assign(mv[j + 1, c][1], mv[j + 1, c][1] - pi)
+            pr, pi = _cmul(f, rhs[j])
+            dl.assign(rhs[j + 1][0], rhs[j + 1][0] - pr)
+            dl.assign(rhs[j + 1][1], rhs[j + 1][1] - pi)
+    sol = {}
+    for j in range(k - 1, -1, -1):
+        sol[j] = (dl.declare(REAL, f"y{k}{j}r", Full(0.0, REAL)),
+                  dl.declare(REAL, f"y{k}{j}i", Full(0.0, REAL)))
+        with dl.scope():
+            sr, si = rhs[j]
+            for c in range(j + 1, k):
+                pr, pi = _cmul(mv[j, c], sol[c])
+                sr, si = sr - pr, si - pi
+            num = (dl.declare(REAL, "nr", sr), dl.declare(REAL, "ni", si))
+            _emit_perturb(dl, mv[j, j], smin)
+            qr_, qi_ = _emit_cdiv(dl, num, mv[j, j], "q")
+            dl.assign(sol[j][0], qr_)
+            dl.assign(sol[j][1], qi_)
+    for j in range(n):
+        dl.declare(REAL, f"x{k}_{j}r", sol[j][0] if j in sol else _filled(xr[j]))
+        dl.declare(REAL, f"x{k}_{j}i", sol[j][1] if j in sol else _filled(xi[j]))
+
+
+def _filled(e: Expr) -> Expr:
+    """A constant as a value with every lane it (a declaration's initial value)."""
+    return Full(e.value, e.kind) if isinstance(e, Const) else e
+
+
+def _emit_perturb(dl: Dialect, p: tuple[Var, Var], smin: Var) -> None:
+    """dtrevc's perturbation: a pivot with |re| + |im| < smin becomes smin."""
+    small = abs_(p[0]) + abs_(p[1]) < smin
+    dl.assign(p[1], select(small, 0.0, p[1]))
+    dl.assign(p[0], select(small, smin, p[0]))
+
+
+def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
+    """The eigenvalues of the real a{i}{j} (n x n; see the section above) into wre{k}, wim{k}
+    (REAL), with ``want_v`` the unit eigenvectors (columns) into vre{i}{k}, vim{i}{k}; NaN
+    everywhere for a non-finite input or an iteration that did not converge."""
+    a, h = Vars("a"), Vars("h")
+    for i in range(n):
+        for j in range(n):
+            dl.declare(REAL, f"h{i}{j}", a[i, j])
+    _emit_sanitize_and_scale(dl, [h[i, j] for i in range(n) for j in range(n)])
+    bad, amax, nanv = Var("bad", BOOL), Var("amax", REAL), Var("nanv", REAL)
+    if n >= 3:
+        _emit_hessenberg(dl, n, want_v)
+        its = dl.declare(INT, "its", Full(0, INT))
+        iprev = dl.declare(INT, "iprev", Full(-1, INT))
+        more = Var("more", BOOL)
+        with dl.sweeps(EIG_MAX_SWEEPS, "more"):
+            with dl.scope():
+                _emit_deflate(dl, n)
+                _emit_window(dl, n)
+                iw = Var("iw", INT)
+                dl.assign(its, select(iw.eq(iprev), its + 1, 0))
+                dl.assign(iprev, iw)
+                _emit_francis(dl, n, want_v)
+                dl.assign(more, more | Var("act", BOOL))
+        _emit_deflate(dl, n)
+        _emit_window(dl, n)
+        fail = dl.declare(BOOL, "fail", bad | Var("act", BOOL))
+    else:
+        for i in range(n):
+            for j in range(n):
+                dl.declare(REAL, f"z{i}{j}", Full(1.0 if i == j else 0.0, REAL))
+        fail = bad
+    for k in range(n - 1):
+        with dl.scope():
+            _emit_lanv2(dl, n, k, want_v)
+    for k in range(n):
+        top = dl.declare(BOOL, f"top{k}", nonzero(h[k + 1, k])) if k + 1 < n else None
+        bot = dl.declare(BOOL, f"bot{k}", nonzero(h[k, k - 1])) if k else None
+        wi = constant(0.0, REAL)
+        if bot is not None:
+            wi = select(bot, -(sqrt(abs_(h[k - 1, k])) * sqrt(abs_(h[k, k - 1]))), wi)
+        if top is not None:
+            wi = select(top, sqrt(abs_(h[k, k + 1])) * sqrt(abs_(h[k + 1, k])), wi)
+        dl.declare(REAL, f"wr{k}", h[k, k])
+        dl.declare(REAL, f"wi{k}", _filled(wi))
+    if want_v:
+        for k in range(n):
+            _emit_eigvec(dl, n, k)
+            _emit_back_transform(dl, n, k)
+        for k in range(1, n):  # the second of a pair: the conjugate of the first's vector
+            with dl.scope():
+                bot = Var(f"bot{k}", BOOL)
+                for i in range(n):
+                    dl.assign(f"vre{i}{k}", select(bot, Var(f"vre{i}{k - 1}", REAL),
+                                                   Var(f"vre{i}{k}", REAL)))
+                    dl.assign(f"vim{i}{k}", select(bot, -Var(f"vim{i}{k - 1}", REAL),
+                                                   Var(f"vim{i}{k}", REAL)))
+        for k in range(n):
+            for i in range(n):
+                for part in ("vre", "vim"):
+                    v = Var(f"{part}{i}{k}", REAL)
+                    dl.assign(v, select(fail, nanv, v))
+    for k in range(n):
+        dl.declare(REAL, f"wre{k}", select(fail, nanv, Var(f"wr{k}", REAL) * amax))
+        dl.declare(REAL, f"wim{k}", select(fail, nanv, Var(f"wi{k}", REAL) * amax))
+
+
+def _emit_back_transform(dl: Dialect, n: int, k: int) -> None:
+    """vre/vim{i}{k} = Z x (x of `_emit_eigvec`), normalised as dgeev: unit 2-norm (after
+    division by the largest |re| + |im|, so no square overflows), a complex vector rotated so
+    its first component of largest modulus is real with the sign of its real part (dlartg)."""
+    zz = Vars("z")
+    x = [(Var(f"x{k}_{j}r", REAL), Var(f"x{k}_{j}i", REAL)) for j in range(n)]
+    vr = [dl.declare(REAL, f"vre{i}{k}", _sum([zz[i, c] * x[c][0] for c in range(n)]))
+          for i in range(n)]
+    vi = [dl.declare(REAL, f"vim{i}{k}", _sum([zz[i, c] * x[c][1] for c in range(n)]))
+          for i in range(n)]
+    with dl.scope():
+        big = dl.declare(REAL, "big", Full(0.0, REAL))
+        for i in range(n):
+            with dl.scope():
+                m = dl.declare(REAL, "m", abs_(vr[i]) + abs_(vi[i]))
+                dl.assign(big, select(m > big, m, big))
+        bigs = dl.declare(REAL, "bigs", select(big.eq(0.0), 1.0, big))
+        for v in vr + vi:
+            dl.assign(v, v / bigs)
+        nrm = dl.declare(REAL, "nrm", sqrt(_sum([vr[i] * vr[i] + vi[i] * vi[i]
+                                                 for i in range(n)])))
+        for v in vr + vi:
+            dl.assign(v, v / nrm)
+        # the first component of largest modulus made real (complex eigenvalues only)
+        best = dl.declare(REAL, "best", vr[0] * vr[0] + vi[0] * vi[0])
+        f = dl.declare(REAL, "f", vr[0])
+        g = dl.declare(REAL, "g", vi[0])
+        at = dl.declare(INT, "at", Full(0, INT))
+        for i in range(1, n):
+            with dl.scope():
+                m = dl.declare(REAL, "m", vr[i] * vr[i] + vi[i] * vi[i])
+                gt = dl.declare(BOOL, "gt", m > best)
+                dl.assign(best, select(gt, m, best))
+                dl.assign(f, select(gt, vr[i], f))
+                dl.assign(g, select(gt, vi[i], g))
+                dl.assign(at, select(gt, i, at))
+        cplx = dl.declare(BOOL, "cx", Var(f"wi{k}", REAL).ne(0.0))
+        r = dl.declare(REAL, "r", _sign(sqrt(f * f + g * g), f))
+        rs = dl.declare(REAL, "rs", select(r.eq(0.0), 1.0, r))
+        cs = dl.declare(REAL, "cs", select(cplx, f / rs, 1.0))
+        sn = dl.declare(REAL, "sn", select(cplx, g / rs, 0.0))
+        for i in range(n):
+            with dl.scope():
+                xs = dl.declare(REAL, "xs", vr[i])
+                dl.assign(vr[i], cs * xs + sn * vi[i])
+                # that component's imaginary part exactly 0, as geev sets it
+                dl.assign(vi[i], select(cplx & at.eq(i), 0.0, cs * vi[i] - sn * xs))
+
+
+# ------------------------------------------------------------------------------ eig (complex)
+#
+# The complex eigenproblem (zgeev without balancing): complex Householder Hessenberg reduction
+# (zgehd2, zlarfg's reflectors with a real beta), zlahqr's single-shift QR with Wilkinson's
+# shift, deflation and exceptional shifts over each lane's window (as the real description's),
+# ztrevc's back-substitution (perturbed pivots as there) and zgeev's normalisation (unit 2-norm,
+# the first component of largest modulus made real and positive). Only arithmetic, conj, re, im
+# and abs1 of complex values: moduli and square roots are written on the parts, so that the
+# C++ complex dialect (`cpu_simd._CppComplex`) can render it as the Metal one does. Generated
+# for Metal only: the C++ of both variants compiled for over 16 minutes on the shared 2-core
+# machine without finishing, so the CPU library serves float32 only for now.
+
+
+def _cscale(x: Expr, s: Expr) -> Expr:
+    """x / s for a complex x and a REAL s, part by part."""
+    return make_complex(re(x) / s, im(x) / s)
+
+
+def _emit_cabs(dl: Dialect, x: Expr, name: str) -> Var:
+    """|x| of a complex x without overflow (dlapy2 of its parts)."""
+    return dl.declare(REAL, name, _lapy2(dl, re(x), im(x), name))
+
+
+def _emit_csqrt(dl: Dialect, z: Expr, name: str) -> Var:
+    """The principal square root of a complex z (a FLOAT), from its parts."""
+    zr = dl.declare(REAL, f"{name}r", re(z))
+    zi = dl.declare(REAL, f"{name}i", im(z))
+    r = _emit_cabs(dl, z, f"{name}m")
+    sr = dl.declare(REAL, f"{name}s", sqrt((r + abs_(zr)) * 0.5))
+    den = dl.declare(REAL, f"{name}d", select(sr.eq(0.0), 1.0, sr * 2.0))
+    pos = zr >= 0.0
+    return dl.declare(FLOAT, name, make_complex(
+        select(pos, sr, abs_(zi) / den), select(pos, zi / den, _sign(sr, zi))))
+
+
+def _emit_zlarfg(dl: Dialect, x: list[Expr]) -> tuple[Var, Var, list[Var]]:
+    """zlarfg of (x0, x1[, x2]): (beta REAL, tau FLOAT, v) with H = I - tau u u^H, u = (1, v),
+    H^H x = (beta, 0, ...); the identity (tau = 0, beta = re x0) where the tail is 0 and x0 is
+    real."""
+    x0 = dl.declare(FLOAT, "zx0", _filled(x[0]))
+    tail = [dl.declare(FLOAT, f"zx{p}", _filled(e)) for p, e in enumerate(x[1:], start=1)]
+    m = dl.declare(REAL, "zm", _max([abs1(t) for t in tail]))
+    ms = dl.declare(REAL, "zms", select(m.eq(0.0), 1.0, m))
+    xn = dl.declare(REAL, "zxn", m * sqrt(_sum([(re(t) / ms) * (re(t) / ms)
+                                                 + (im(t) / ms) * (im(t) / ms) for t in tail])))
+    ar = dl.declare(REAL, "zar", re(x0))
+    ai = dl.declare(REAL, "zai", im(x0))
+    ident = dl.declare(BOOL, "zid", xn.eq(0.0) & ai.eq(0.0))
+    big = dl.declare(REAL, "zbig", _max([abs_(ar), abs_(ai), xn]))
+    bigs = dl.declare(REAL, "zbigs", select(big.eq(0.0), 1.0, big))
+    norm = dl.declare(REAL, "zno", big * sqrt((ar / bigs) * (ar / bigs) + (ai / bigs)
+                                              * (ai / bigs) + (xn / bigs) * (xn / bigs)))
+    beta = dl.declare(REAL, "zbeta", select(ident, ar, select(ar < 0.0, norm, -norm)))
+    bs = dl.declare(REAL, "zbs", select(ident, 1.0, beta))
+    tau = dl.declare(FLOAT, "ztau", select(ident, Full(0.0), make_complex(
+        (beta - ar) / bs, -ai / bs)))
+    den = dl.declare(FLOAT, "zden", select(ident, Full(1.0), x0 - make_complex(beta, 0.0)))
+    scale = dl.declare(FLOAT, "zsc", Full(1.0) / den)
+    v = [dl.declare(FLOAT, f"zv{p}", select(ident, Full(0.0), t * scale))
+         for p, t in enumerate(tail, start=1)]
+    return beta, tau, v
+
+
+def _max(xs: list[Expr]) -> Expr:
+    out = xs[0]
+    for x in xs[1:]:
+        out = select(x > out, x, out)
+    return out
+
+
+def _emit_creflect(dl: Dialect, n: int, rows: tuple[int, ...], tau: Expr, v: list[Expr],
+                   left_cols: range, want_z: bool) -> None:
+    """H = I - tau u u^H (u = (1, v) over ``rows``): h <- H^H h on ``left_cols``, h <- h H on
+    every row, and z <- z H (``want_z``)."""
+    h, zz = Vars("h"), Vars("z")
+    u = [Full(1.0)] + list(v)
+    ct = dl.declare(FLOAT, "ct", conj(tau))
+    for j in left_cols:
+        with dl.scope():
+            s = dl.declare(FLOAT, "cs", _sum([h[r, j] if p == 0 else conj(u[p]) * h[r, j]
+                                               for p, r in enumerate(rows)]))
+            cts = dl.declare(FLOAT, "cts", ct * s)
+            for p, r in enumerate(rows):
+                dl.assign(h[r, j], h[r, j] - (cts if p == 0 else u[p] * cts))
+    targets = [(h, r) for r in range(n)] + ([(zz, r) for r in range(n)] if want_z else [])
+    for m, r in targets:
+        with dl.scope():
+            s = dl.declare(FLOAT, "cs", _sum([m[r, c] if p == 0 else m[r, c] * u[p]
+                                               for p, c in enumerate(rows)]))
+            ts = dl.declare(FLOAT, "cts", tau * s)
+            for p, c in enumerate(rows):
+                dl.assign(m[r, c], m[r, c] - (ts if p == 0 else ts * conj(u[p])))
+
+
+def _emit_cdeflate(dl: Dialect, n: int) -> None:
+    """`_emit_deflate` with |re| + |im| for |.| (zlahqr's cabs1)."""
+    h = Vars("h")
+    ulp, smlnum = constant(dl.eps, REAL), constant(dl.safe_min * (n / dl.eps), REAL)
+    for k in range(1, n):
+        with dl.scope():
+            sub = dl.declare(REAL, "sub", abs1(h[k, k - 1]))
+            tst = dl.declare(REAL, "tst", abs1(h[k - 1, k - 1]) + abs1(h[k, k]))
+            extra = [abs1(h[k - 1, k - 2])] if k >= 2 else []
+            extra += [abs1(h[k + 1, k])] if k + 1 < n else []
+            if extra:
+                dl.assign(tst, select(tst.eq(0.0), _sum(extra), tst))
+            up = dl.declare(REAL, "up", abs1(h[k - 1, k]))
+            ab = dl.declare(REAL, "ab", select(sub > up, sub, up))
+            ba = dl.declare(REAL, "ba", select(sub > up, up, sub))
+            dd = dl.declare(REAL, "dd", abs1(h[k - 1, k - 1] - h[k, k]))
+            hk = dl.declare(REAL, "hk", abs1(h[k, k]))
+            aa = dl.declare(REAL, "aa", select(hk > dd, hk, dd))
+            bb = dl.declare(REAL, "bb", select(hk > dd, dd, hk))
+            s = dl.declare(REAL, "s", aa + ab)
+            s = dl.declare(REAL, "ss", select(s.eq(0.0), 1.0, s))
+            rhs = dl.declare(REAL, "rhs", ulp * (bb * (aa / s)))
+            fine = (ba * (ab / s)) <= select(rhs > smlnum, rhs, smlnum)
+            small = (sub <= smlnum) | ((sub <= ulp * tst) & fine)
+            dl.assign(h[k, k - 1], select(small, Full(0.0), h[k, k - 1]))
+
+
+def _cnonzero(x: Expr) -> Expr:
+    return re(x).ne(0.0) | im(x).ne(0.0)
+
+
+def _emit_cwindow(dl: Dialect, n: int) -> None:
+    """act (an unreduced block of two or more rows remains), its bottom iw and top lw."""
+    h = Vars("h")
+    act = dl.declare(BOOL, "act", Full(0, INT))
+    iw = dl.declare(INT, "iw", Full(n - 1, INT))
+    lw = dl.declare(INT, "lw", Full(0, INT))
+    for i in range(1, n):
+        with dl.scope():
+            q = dl.declare(BOOL, "q", _cnonzero(h[i, i - 1]))
+            top = constant(0, INT)
+            for k in range(1, i):
+                top = select(~_cnonzero(h[k, k - 1]), k, top)
+            dl.assign(iw, select(q, i, iw))
+            dl.assign(lw, select(q, top, lw))
+            dl.assign(act, act | q)
+
+
+def _emit_cshift(dl: Dialect, n: int) -> Var:
+    """zlahqr's shift t (Wilkinson's; exceptional at its % 20 == 10 / 0)."""
+    h = Vars("h")
+    iw, lw, its = Var("iw", INT), Var("lw", INT), Var("its", INT)
+    ii = range(1, n)
+    g11 = dl.declare(FLOAT, "g11", _pick(iw, {i: h[i - 1, i - 1] for i in ii}))
+    g12 = dl.declare(FLOAT, "g12", _pick(iw, {i: h[i - 1, i] for i in ii}))
+    g21 = dl.declare(FLOAT, "g21", _pick(iw, {i: h[i, i - 1] for i in ii}))
+    g22 = dl.declare(FLOAT, "g22", _pick(iw, {i: h[i, i] for i in ii}))
+    t = dl.declare(FLOAT, "sh", g22)
+    with dl.scope():
+        su = _emit_csqrt(dl, g12, "q1")
+        sv = _emit_csqrt(dl, g21, "q2")
+        u = dl.declare(FLOAT, "wu", su * sv)
+        s = dl.declare(REAL, "ws", abs1(u))
+        x = dl.declare(FLOAT, "wx", (g11 - g22) * 0.5)
+        sx = dl.declare(REAL, "wsx", abs1(x))
+        s2 = dl.declare(REAL, "ws2", select(sx > s, sx, s))
+        s2s = dl.declare(REAL, "ws2s", select(s2.eq(0.0), 1.0, s2))
+        xs = dl.declare(FLOAT, "wxs", _cscale(x, s2s))
+        us = dl.declare(FLOAT, "wus", _cscale(u, s2s))
+        y0 = _emit_csqrt(dl, xs * xs + us * us, "wy")
+        y = dl.declare(FLOAT, "wyy", y0 * s2)
+        sxs = dl.declare(REAL, "wsxs", select(sx.eq(0.0), 1.0, sx))
+        flip = (sx > 0.0) & ((re(x) / sxs) * re(y) + (im(x) / sxs) * im(y) < 0.0)
+        dl.assign(y, select(flip, -y, y))
+        xy = dl.declare(FLOAT, "wxy", x + y)
+        xyz = dl.declare(BOOL, "wxyz", ~_cnonzero(xy))
+        q = dl.declare(FLOAT, "wq", u / select(xyz, Full(1.0), xy))
+        dl.assign(t, select(s.ne(0.0) & ~xyz, g22 - u * q, g22))
+        exl = dl.declare(BOOL, "exl", _any_of(its, range(10, EIG_MAX_SWEEPS, 20)))
+        exi = dl.declare(BOOL, "exi", _any_of(its, range(20, EIG_MAX_SWEEPS, 20)))
+        sl = dl.declare(REAL, "sl", constant(_EIG_DAT1, REAL) * abs_(re(
+            _pick(lw, {l: h[l + 1, l] for l in range(n - 1)}))))
+        hl = _pick(lw, {l: h[l, l] for l in range(n - 1)})
+        si = dl.declare(REAL, "si", constant(_EIG_DAT1, REAL) * abs_(re(g21)))
+        dl.assign(t, select(exl, hl + make_complex(sl, 0.0), select(
+            exi, g22 + make_complex(si, 0.0), t)))
+    return t
+
+
+def _emit_cqr_sweep(dl: Dialect, n: int, want_z: bool) -> None:
+    """One single-shift sweep of zlahqr over each lane's window (no-op where act is false)."""
+    h = Vars("h")
+    act, iw, lw = Var("act", BOOL), Var("iw", INT), Var("lw", INT)
+    t = _emit_cshift(dl, n)
+    for k in range(n - 1):
+        with dl.scope():
+            on = dl.declare(BOOL, "on", act & (lw <= k) & (iw > k))
+            first = dl.declare(BOOL, "first", lw.eq(k))
+            # first: (h_kk - t, h_k+1,k) scaled by |.|_1 (zlahqr), else the bulge
+            f0 = dl.declare(FLOAT, "f0", h[k, k] - t)
+            fs = dl.declare(REAL, "fs", abs1(f0) + abs1(h[k + 1, k]))
+            fs = dl.declare(REAL, "fss", select(fs.eq(0.0), 1.0, fs))
+            x0 = select(first, _cscale(f0, fs), h[k, k - 1] if k else Full(0.0))
+            x1 = select(first, _cscale(h[k + 1, k], fs), h[k + 1, k - 1] if k else Full(0.0))
+            beta, tau, v = _emit_zlarfg(dl, [x0, x1])
+            dl.assign(tau, select(on, tau, Full(0.0)))
+            if k:
+                keep = on & ~first
+                dl.assign(h[k, k - 1], select(keep, make_complex(beta, 0.0), h[k, k - 1]))
+                dl.assign(h[k + 1, k - 1], select(keep, Full(0.0), h[k + 1, k - 1]))
+            _emit_creflect(dl, n, (k, k + 1), tau, v, range(k, n), want_z)
+
+
+def emit_eig_complex(dl: Dialect, n: int, want_v: bool) -> None:
+    """The eigenvalues of the complex a{i}{j} (n x n; see the section above) into w{k} (FLOAT),
+    with ``want_v`` the unit eigenvectors (columns) into v{i}{k}; NaN everywhere for a
+    non-finite input or an iteration that did not converge."""
+    a, h, zz = Vars("a"), Vars("h"), Vars("z")
+    entries = [h[i, j] for i in range(n) for j in range(n)]
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"h{i}{j}", a[i, j])
+    bad = _not_finite(entries[0], True)
+    for x in entries[1:]:
+        bad = bad | _not_finite(x, True)
+    bad = dl.declare(BOOL, "bad", bad)
+    zerov = dl.declare(REAL, "zerov", Full(0.0, REAL))
+    nanv = dl.declare(REAL, "nanv", zerov / zerov)
+    cnan = make_complex(nanv, nanv)
+    for x in entries:
+        dl.assign(x, select(bad, Full(0.0), x))
+    amax = dl.declare(REAL, "amax", _max([abs1(x) for x in entries]))
+    amaxs = dl.declare(REAL, "amaxs", select(amax.eq(0.0), 1.0, amax))
+    for x in entries:
+        dl.assign(x, _cscale(x, amaxs))
+    for i in range(n):
+        for j in range(n):
+            dl.declare(FLOAT, f"z{i}{j}", Full(1.0 if i == j else 0.0))
+    for k in range(n - 2):
+        rows = tuple(range(k + 1, n))
+        with dl.scope():
+            beta, tau, v = _emit_zlarfg(dl, [h[r, k] for r in rows])
+            dl.assign(h[k + 1, k], make_complex(beta, 0.0))
+            for r in rows[1:]:
+                dl.assign(h[r, k], Full(0.0))
+            _emit_creflect(dl, n, rows, tau, v, range(k + 1, n), want_v)
+    fail = bad
+    if n >= 2:
+        its = dl.declare(INT, "its", Full(0, INT))
+        iprev = dl.declare(INT, "iprev", Full(-1, INT))
+        more = Var("more", BOOL)
+        with dl.sweeps(EIG_MAX_SWEEPS, "more"):
+            with dl.scope():
+                _emit_cdeflate(dl, n)
+                _emit_cwindow(dl, n)
+                iw = Var("iw", INT)
+                dl.assign(its, select(iw.eq(iprev), its + 1, 0))
+                dl.assign(iprev, iw)
+                _emit_cqr_sweep(dl, n, want_v)
+                dl.assign(more, more | Var("act", BOOL))
+        _emit_cdeflate(dl, n)
+        _emit_cwindow(dl, n)
+        fail = dl.declare(BOOL, "fail", bad | Var("act", BOOL))
+    for k in range(n):
+        dl.declare(FLOAT, f"w{k}", select(fail, cnan, h[k, k] * amax))
+    if not want_v:
+        return
+    eps = constant(dl.eps, REAL)
+    for k in range(n):
+        lam = h[k, k]
+        smin = dl.declare(REAL, f"smin{k}", select(eps * abs1(lam) > dl.eps, eps * abs1(lam),
+                                                   dl.eps))
+        x = {k: Full(1.0)}
+        for j in range(k - 1, -1, -1):
+            x[j] = dl.declare(FLOAT, f"x{k}_{j}", -_sum([h[j, c] * x[c]
+                                                         for c in range(j + 1, k + 1)]))
+            with dl.scope():
+                d = dl.declare(FLOAT, "d", h[j, j] - lam)
+                dl.assign(d, select(abs1(d) < smin, make_complex(smin, 0.0), d))
+                dl.assign(x[j], x[j] / d)
+        col = [dl.declare(FLOAT, f"v{i}{k}", _sum([zz[i, c] * x[c] for c in range(k + 1)]))
+               for i in range(n)]
+        with dl.scope():
+            big = dl.declare(REAL, "big", _max([abs1(c) for c in col]))
+            bigs = dl.declare(REAL, "bigs", select(big.eq(0.0), 1.0, big))
+            for c in col:
+                dl.assign(c, _cscale(c, bigs))
+            nrm = dl.declare(REAL, "nrm", sqrt(_sum([re(c) * re(c) + im(c) * im(c)
+                                                     for c in col])))
+            for c in col:
+                dl.assign(c, _cscale(c, nrm))
+            best = dl.declare(REAL, "best", re(col[0]) * re(col[0]) + im(col[0]) * im(col[0]))
+            at = dl.declare(INT, "at", Full(0, INT))
+            piv = dl.declare(FLOAT, "piv", col[0])
+            for i in range(1, n):
+                with dl.scope():
+                    m = dl.declare(REAL, "m", re(col[i]) * re(col[i]) + im(col[i]) * im(col[i]))
+                    gt = dl.declare(BOOL, "gt", m > best)
+                    dl.assign(best, select(gt, m, best))
+                    dl.assign(at, select(gt, i, at))
+                    dl.assign(piv, select(gt, col[i], piv))
+            rot = dl.declare(FLOAT, "rot", _cscale(conj(piv), sqrt(select(best.eq(0.0), 1.0,
+                                                                         best))))
+            for i, c in enumerate(col):
+                dl.assign(c, c * rot)
+                dl.assign(c, select(at.eq(i), make_complex(re(c), 0.0), c))
+                dl.assign(c, select(fail, cnan, c))

@@ -44,11 +44,18 @@ rotated.
 
 A third, `EXPM_LIBRARY`, holds the matrix exponential (n <= 4, float32:
 `mpslinalg.small.codegen.emit_matrix_exp`), bit-identical to metal/linalg/small_matrix_exp.h
-in the emulator.
+in the emulator. A fourth, `CHOL_LIBRARY`, holds the Cholesky family (cholesky_ex,
+solve_triangular, cholesky_solve; n <= 4, float32 and complex64, the latter as pairs of float
+vectors, `_CppComplex`: `mpslinalg.small.codegen.emit_cholesky`, `emit_triangular_solve`,
+`emit_cholesky_solve`), bit-identical to metal/linalg/small_cholesky.h in the emulator. A
+fifth, `EIG_LIBRARY`, holds eig and eigvals of real matrices (n <= 4, float32 in, complex64
+out: `mpslinalg.small.codegen.emit_eig`), bit-identical to metal/linalg/small_eig.h in the
+emulator.
 
 The sources are checked in as generated files (``native/small_cpu.cpp``,
-``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, with their flags in
-``native/flags.cmake``; see
+``native/small_cpu_orth.cpp``, ``native/small_cpu_expm.cpp``, ``native/small_cpu_chol.cpp``,
+``native/small_cpu_eig.cpp``,
+with their flags in ``native/libraries.cmake``; see
 `mpslinalg.small.generated`), the build backend compiles them when the package is built or
 installed (``CMakeLists.txt``), and `mpslinalg.small.native` loads the result from the package
 when this module is imported: from the first call on, a call takes the same path (see `ready`).
@@ -59,7 +66,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -169,6 +176,79 @@ class _Cpp(_codegen.Dialect):
         self.w(f"if (!vany({flag})) break;", self.depth)
         self.depth -= 1
         self.w("}", self.depth)
+
+
+class _CppComplex(_Cpp):
+    """`_Cpp` for complex64: a value of the matrix dtype is a ``vc``, the real and the imaginary
+    parts of the block's entries as two ``vf`` (`_COMPLEX_TYPES`, whose operators compute as
+    metal/common/scalar.h's ``mpsl::mul`` / ``mpsl::div`` and Metal's componentwise float2
+    arithmetic, so the results are the emulated Metal kernel's bits); selects of such values
+    are ``csel``."""
+
+    def write_declare(self, kind: str, name: str, text: str) -> None:
+        if kind == _codegen.FLOAT:
+            self.w(f"vc {name} = {text};", self.depth)
+        else:
+            super().write_declare(kind, name, text)
+
+    def literal(self, value: float, kind: str) -> str:
+        if kind == _codegen.FLOAT:
+            return f"cst({float(value)!r}f)"
+        return super().literal(value, kind)
+
+    def operand(self, value: float, kind: str) -> str:
+        if kind == _codegen.FLOAT:
+            return self.literal(value, kind)
+        return super().operand(value, kind)
+
+    def special(self, e: _codegen.Expr) -> tuple[str, int] | None:
+        if isinstance(e, _codegen.Select) and e.kind == _codegen.FLOAT:
+            return (f"csel({self.render(e.cond)}, {self.branch(e.a)}, {self.branch(e.b)})",
+                    _codegen.ATOM)
+        return None
+
+    def function(self, call: _codegen.Call, args: list[str]) -> str | _codegen.Expr:
+        if call.fn == "complex":
+            return f"vc{{{self.branch(call.args[0])}, {self.branch(call.args[1])}}}"
+        if call.args[0].kind == _codegen.FLOAT:
+            own = {"conj": f"conj_c({args[0]})", "re": f"({args[0]}).re",
+                   "im": f"({args[0]}).im", "abs1": f"(vabs(({args[0]}).re) + "
+                   f"vabs(({args[0]}).im))"}.get(call.fn)
+            if own is None:
+                raise ValueError(f"mpslinalg.small.cpu_simd: no complex C++ for {call.fn}")
+            return own
+        return super().function(call, args)
+
+
+#: The complex type of `_CppComplex` in each variant's namespace (ATTR: its target), after
+#: MPSL_VECTOR_TYPES: the operators of metal/common/scalar.h on blocks of complex numbers.
+_COMPLEX_TYPES = """\
+// Complex values of a block: the real and the imaginary parts as two vectors (ATTR: the
+// variant's target). Products and quotients as metal/common/scalar.h's mpsl::mul and mpsl::div
+// (Smith's quotient, NaN for an infinite divisor), the rest componentwise like Metal's float2,
+// so each lane rounds like the emulated Metal kernel.
+#define MPSL_COMPLEX_TYPES(ATTR) \\
+  struct vc { vf re, im; }; \\
+  ATTR static inline vc cst(T x) { return vc{splat_f(x), splat_f(T(0))}; } \\
+  ATTR static inline vc csel(vi c, vc a, vc b) { return vc{c ? a.re : b.re, c ? a.im : b.im}; } \\
+  ATTR static inline vc conj_c(vc a) { return vc{a.re, -a.im}; } \\
+  ATTR static inline vc operator+(vc a, vc b) { return vc{a.re + b.re, a.im + b.im}; } \\
+  ATTR static inline vc operator-(vc a, vc b) { return vc{a.re - b.re, a.im - b.im}; } \\
+  ATTR static inline vc operator-(vc a) { return vc{-a.re, -a.im}; } \\
+  ATTR static inline vc operator*(vc a, vc b) { \\
+    return vc{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}; } \\
+  ATTR static inline vc operator*(vc a, vf r) { return vc{a.re * r, a.im * r}; } \\
+  ATTR static inline vc operator/(vc a, vc b) { \\
+    vf inf = splat_f(__builtin_inff()); \\
+    vi infinite = (vabs(b.re) == inf) | (vabs(b.im) == inf); \\
+    vi wide = vabs(b.re) >= vabs(b.im); \\
+    vf r1 = b.im / b.re; vf d1 = b.re + b.im * r1; \\
+    vf r2 = b.re / b.im; vf d2 = b.im + b.re * r2; \\
+    vf re = wide ? (a.re + a.im * r1) / d1 : (a.re * r2 + a.im) / d2; \\
+    vf im = wide ? (a.im - a.re * r1) / d1 : (a.im * r2 - a.re) / d2; \\
+    vf nan = splat_f(__builtin_nanf("")); \\
+    return vc{infinite ? nan : re, infinite ? nan : im}; }
+"""
 
 
 def _loop(w: _Writer, body: str) -> None:
@@ -442,12 +522,16 @@ _REAL_TYPES = {
 }
 #: torch dtype -> key of _REAL_TYPES.
 _REAL_KEYS = {torch.float32: "f32", torch.float64: "f64"}
+#: Every element type of a generated kernel: the real ones, and complex64 ("c64": pairs of
+#: float vectors, `_CppComplex`).
+_KERNEL_TYPES = {**_REAL_TYPES, "c64": _REAL_TYPES["f32"]}
 
 #: -fno-math-errno: sqrt never sets errno (no rounding change), so lane loops of sqrt vectorise.
 _ORTH_FLAGS = [*_FLAGS, "-fno-math-errno"]
 
 #: Each native library's flags, by name: ``native/<name>.cpp`` is its source.
-_LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS, "small_cpu_expm": _FLAGS}
+_LIBRARY_FLAGS = {"small_cpu": _FLAGS, "small_cpu_orth": _ORTH_FLAGS, "small_cpu_expm": _FLAGS,
+                  "small_cpu_chol": _ORTH_FLAGS, "small_cpu_eig": _ORTH_FLAGS}
 
 
 @generated.generates("native/libraries.cmake")
@@ -565,11 +649,13 @@ def _eigh_name(n: int, want_v: bool, dtype: torch.dtype | str) -> str:
 
 def _orth_variant(name: str, dtype: str, suffix: str, attr: str, width: int,
                   args: str, call: str, body) -> str:
-    ctype, itype, absmask, _ = _REAL_TYPES[dtype]
+    ctype, itype, absmask, _ = _KERNEL_TYPES[dtype]
     w = _Writer()
     w(f"namespace {suffix}_{name} {{", 0)
     w(f"typedef {ctype} T;", 0)
     w(f"MPSL_VECTOR_TYPES({ctype}, {itype}, {absmask}, {width}, {attr})", 0)
+    if dtype == "c64":
+        w(f"MPSL_COMPLEX_TYPES({attr})", 0)
     w(f"{attr} __attribute__((noinline)) static void block({args}, long base, int cnt) {{", 0)
     body(w)
     w("}", 0)
@@ -587,7 +673,7 @@ def _orth_variant(name: str, dtype: str, suffix: str, attr: str, width: int,
 def _orth_function(name: str, dtype: str, args: str, call: str, body) -> str:
     """Both instruction-set variants of one kernel and its ``mpsl_small_<name>`` entry point
     (``dtype``: a key of _REAL_TYPES)."""
-    ctype, size = _REAL_TYPES[dtype][0], _REAL_TYPES[dtype][3]
+    ctype, size = _KERNEL_TYPES[dtype][0], _KERNEL_TYPES[dtype][3]
     lanes = _W * 4 // size
     return "\n".join([
         _orth_variant(name, dtype, "base", "", lanes // 2, args, call, body),
@@ -761,10 +847,179 @@ def _bind_expm(lib: ctypes.CDLL) -> None:
 
 #: The matrix-exponential library, loaded from the package like `LIBRARY`.
 EXPM_LIBRARY = native.NativeLibrary("small_cpu_expm", _bind_expm)
-#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
-LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY}
 
-native.warn_absent(list(LIBRARIES.values()))
+
+# ------------------------------------------------------------------------------ Cholesky family
+#
+# A fourth library: cholesky_ex, solve_triangular and cholesky_solve of n <= 4 matrices, float32
+# and complex64 (`mpslinalg.small.codegen`'s emit_cholesky, emit_triangular_solve,
+# emit_cholesky_solve; complex through `_CppComplex`),
+# bit-identical to metal/linalg/small_cholesky.h in the emulator. One function per variant
+# (upper, left, unitriangular), as the Metal kernels: the substitution's direction is the code's
+# shape. -fno-math-errno: the square root of a non-positive pivot (selected away) sets no errno.
+
+_CHOL_ARGS = "const T* A, T* L, int* INFO, long trans"
+_RHS_ARGS = "const T* A, const T* B, T* X, long nrhs, long trans"
+
+
+#: torch dtype -> the key of the Cholesky-family kernels' element type (`_KERNEL_TYPES`).
+_CHOL_KEYS = {torch.float32: "f32", torch.complex64: "c64"}
+
+
+def _chol_name(n: int, upper: bool, key: str) -> str:
+    return f"cholesky_n{n}_upper{int(upper)}_{key}"
+
+
+def _trsm_name(n: int, left: bool, upper: bool, unit: bool, key: str) -> str:
+    return f"solve_triangular_n{n}_left{int(left)}_upper{int(upper)}_unit{int(unit)}_{key}"
+
+
+def _chol_solve_name(n: int, upper: bool, key: str) -> str:
+    return f"cholesky_solve_n{n}_upper{int(upper)}_{key}"
+
+
+def _parts(complex_: bool) -> tuple[tuple[str, str], ...]:
+    """(suffix of the SoA buffer, member of the value) per part of an entry: the value itself
+    for a real dtype, .re and .im of a ``vc`` for complex (interleaved in memory)."""
+    return (("_re", ".re"), ("_im", ".im")) if complex_ else (("", ""),)
+
+
+def _load_either_layout(w: _Writer, n: int, complex_: bool = False) -> None:
+    """a{i}{j} = entry (i, j) of the block's matrices in A, stored row by row (contiguous
+    (batch, n, n)) or, where the run-time ``trans`` is set, column by column (A.mT contiguous:
+    torch's own factors and solutions are batches of column-major matrices, and gathering them
+    costs torch many times the kernel)."""
+    nn, parts = n * n, _parts(complex_)
+    stride = len(parts)
+    for p, (suffix, _) in enumerate(parts):
+        w(f"alignas(64) T t{suffix}[{nn}][W] = {{}};")
+        _loop(w, f"for (int e = 0; e < {nn}; ++e) "
+              f"t{suffix}[e][l] = A[((base + l) * {nn} + e) * {stride} + {p}];")
+    for i in range(n):
+        for j in range(n):
+            w(f"{'vc' if complex_ else 'vf'} a{i}{j};")
+            for suffix, member in parts:
+                w(f"__builtin_memcpy(&a{i}{j}{member}, t{suffix}[trans ? {j * n + i} : "
+                  f"{i * n + j}], sizeof(vf));")
+
+
+def _store_parts(w: _Writer, ptr: str, rows: int, cols: int, value, complex_: bool) -> None:
+    """`_store` for either dtype: value(i, j) an expression of the matrix dtype."""
+    parts = _parts(complex_)
+    w("{")
+    for suffix, _ in parts:
+        w(f"alignas(64) T o{suffix}[{rows * cols}][W];")
+    for i in range(rows):
+        for j in range(cols):
+            w(f"{{ {'vc' if complex_ else 'vf'} v = {value(i, j)};")
+            for suffix, member in parts:
+                w(f"__builtin_memcpy(o{suffix}[{i * cols + j}], &v{member}, sizeof(vf));")
+            w("}")
+    for p, (suffix, _) in enumerate(parts):
+        _loop(w, f"for (int e = 0; e < {rows * cols}; ++e) "
+              f"{ptr}[((base + l) * {rows * cols} + e) * {len(parts)} + {p}] = o{suffix}[e][l];")
+    w("}")
+
+
+def _chol_block(w: _Writer, n: int, upper: bool, complex_: bool) -> None:
+    """The body of the cholesky block function: factor and info of cnt (<= W) matrices."""
+    dl = _CppComplex(w) if complex_ else _Cpp(w)
+    _load_either_layout(w, n, complex_)
+    _codegen.emit_hermitian_lower(dl, n, upper, "l", complex_)
+    _codegen.emit_cholesky(dl, n, complex_)
+    entry = _codegen.cholesky_factor_entry(n, upper, complex_)
+    zero = dl.operand(0.0, _codegen.FLOAT)
+    _store_parts(w, "L", n, n, lambda i, j: zero if entry(i, j) is None
+                 else dl.render(entry(i, j)), complex_)
+    w("for (int l = 0; l < cnt; ++l) INFO[base + l] = info[l];")
+
+
+def _rhs_block(w: _Writer, n: int, column_major: bool, complex_: bool, body) -> None:
+    """The block's right-hand sides one at a time: x{i} loaded from B, ``body()``, stored to X
+    (B n x nrhs per matrix, or nrhs x n with ``column_major``: one right-hand side per row)."""
+    parts = _parts(complex_)
+    at = (f"((base + l) * nrhs + j) * {n} + i" if column_major
+          else f"((base + l) * {n} + i) * nrhs + j")
+    w("for (long j = 0; j < nrhs; ++j) {")
+    for p, (suffix, _) in enumerate(parts):
+        w(f"alignas(64) T b{suffix}[{n}][W] = {{}};")
+        _loop(w, f"for (int i = 0; i < {n}; ++i) b{suffix}[i][l] = B[({at}) * {len(parts)} + {p}];")
+    for i in range(n):
+        w(f"{'vc' if complex_ else 'vf'} x{i};")
+        for suffix, member in parts:
+            w(f"__builtin_memcpy(&x{i}{member}, b{suffix}[{i}], sizeof(vf));")
+    body()
+    for p, (suffix, member) in enumerate(parts):
+        for i in range(n):
+            w(f"__builtin_memcpy(b{suffix}[{i}], &x{i}{member}, sizeof(vf));")
+        _loop(w, f"for (int i = 0; i < {n}; ++i) X[({at}) * {len(parts)} + {p}] = b{suffix}[i][l];")
+    w("}")
+
+
+def _trsm_block(w: _Writer, n: int, left: bool, upper: bool, unit: bool, complex_: bool) -> None:
+    """The body of the solve_triangular block function."""
+    dl = _CppComplex(w) if complex_ else _Cpp(w)
+    _load_either_layout(w, n, complex_)
+    _rhs_block(w, n, not left, complex_, lambda: _codegen.emit_triangular_solve(
+        dl, n, _codegen.triangular_entry(left), _codegen.triangular_solves_lower(left, upper),
+        unit))
+
+
+def _chol_solve_block(w: _Writer, n: int, upper: bool, complex_: bool) -> None:
+    """The body of the cholesky_solve block function (the factor in A)."""
+    dl = _CppComplex(w) if complex_ else _Cpp(w)
+    _load_either_layout(w, n, complex_)
+    _codegen.emit_hermitian_lower(dl, n, upper, "l", complex_)
+    _rhs_block(w, n, False, complex_, lambda: _codegen.emit_cholesky_solve(dl, n, complex_))
+
+
+#: solve_triangular's variants: (left, upper, unitriangular).
+_TRSM_VARIANTS = tuple((left, upper, unit) for left in (True, False) for upper in (False, True)
+                       for unit in (False, True))
+
+
+@generated.generates("native/small_cpu_chol.cpp")
+def chol_source() -> str:
+    """The C++ source of the Cholesky-family library, as checked in and compiled by the
+    build."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "the Cholesky family of metal/linalg/small_cholesky.h"),
+             _COMPLEX_TYPES]
+    for key in _CHOL_KEYS.values():
+        cx = key == "c64"
+        for n in range(1, MAX_N + 1):
+            for upper in (False, True):
+                parts.append(_orth_function(
+                    _chol_name(n, upper, key), key, _CHOL_ARGS, "A, L, INFO, trans",
+                    lambda w, n=n, u=upper, cx=cx: _chol_block(w, n, u, cx)))
+                parts.append(_orth_function(
+                    _chol_solve_name(n, upper, key), key, _RHS_ARGS, "A, B, X, nrhs, trans",
+                    lambda w, n=n, u=upper, cx=cx: _chol_solve_block(w, n, u, cx)))
+            for left, upper, unit in _TRSM_VARIANTS:
+                parts.append(_orth_function(
+                    _trsm_name(n, left, upper, unit, key), key, _RHS_ARGS,
+                    "A, B, X, nrhs, trans",
+                    lambda w, n=n, v=(left, upper, unit), cx=cx: _trsm_block(w, n, *v, cx)))
+    return "\n".join(parts)
+
+
+def _bind_chol(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    names = []
+    for key in _CHOL_KEYS.values():
+        for n in range(1, MAX_N + 1):
+            for upper in (False, True):
+                names += [(_chol_name(n, upper, key), [p, p, p, i64]),
+                          (_chol_solve_name(n, upper, key), [p, p, p, i64, i64])]
+            names += [(_trsm_name(n, *v, key), [p, p, p, i64, i64]) for v in _TRSM_VARIANTS]
+    for name, args in names:
+        fn = getattr(lib, f"mpsl_small_{name}")
+        fn.restype = None
+        fn.argtypes = [*args, i64, i32, i32]
+
+
+#: The Cholesky-family library, loaded from the package like `LIBRARY`.
+CHOL_LIBRARY = native.NativeLibrary("small_cpu_chol", _bind_chol)
 
 #: dtypes the matrix-exponential kernels serve.
 EXPM_DTYPES = (torch.float32,)
@@ -780,3 +1035,159 @@ def small_matrix_exp(A: torch.Tensor, threads: int = 1) -> torch.Tensor:
         fn = getattr(EXPM_LIBRARY.require(), f"mpsl_small_{_expm_name(n)}")
         fn(A.data_ptr(), X.data_ptr(), batch, max(1, threads), int(_BASELINE))
     return X
+
+
+#: dtypes the Cholesky-family kernels serve.
+CHOL_DTYPES = tuple(_CHOL_KEYS)
+
+
+def _matrices(A: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(memory, trans): A's batch as the kernels read it, row by row (trans 0) or, where A.mT is
+    contiguous (torch's factors), column by column (1) without a copy."""
+    A = A.resolve_conj().resolve_neg()
+    if not A.is_contiguous() and A.mT.is_contiguous():
+        return A.mT, 1
+    return A.contiguous(), 0
+
+
+def small_cholesky_ex(A: torch.Tensor, upper: bool = False,
+                      threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(factor, info) of torch.linalg.cholesky_ex(A, upper=upper) for A (*, n, n) float32 or
+    complex64 on CPU, n <= 4 (only the named triangle is read)."""
+    *batch_shape, n, _ = A.shape
+    M, trans = _matrices(A)
+    batch = math.prod(batch_shape)
+    L = torch.empty(A.shape, dtype=A.dtype)
+    info = torch.empty(batch_shape, dtype=torch.int32)
+    if batch:
+        fn = getattr(CHOL_LIBRARY.require(),
+                     f"mpsl_small_{_chol_name(n, upper, _CHOL_KEYS[A.dtype])}")
+        fn(M.data_ptr(), L.data_ptr(), info.data_ptr(), trans, batch, max(1, threads),
+           int(_BASELINE))
+    return L, info
+
+
+def _rhs_call(name: str, A: torch.Tensor, B: torch.Tensor, nrhs: int,
+              threads: int) -> torch.Tensor:
+    """X of the right-hand-side kernel ``name`` for A (*, n, n) and B of A's batch shape."""
+    M, trans = _matrices(A)
+    B = B.resolve_conj().resolve_neg().contiguous()
+    X = torch.empty(B.shape, dtype=B.dtype)
+    batch = math.prod(A.shape[:-2])
+    if batch and B.numel():
+        fn = getattr(CHOL_LIBRARY.require(), f"mpsl_small_{name}")
+        fn(M.data_ptr(), B.data_ptr(), X.data_ptr(), nrhs, trans, batch, max(1, threads),
+           int(_BASELINE))
+    return X
+
+
+def small_solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool = True,
+                           unitriangular: bool = False, threads: int = 1) -> torch.Tensor:
+    """torch.linalg.solve_triangular(A, B, upper=, left=, unitriangular=) for A (*, n, n)
+    float32 or complex64 on CPU, n <= 4, B of A's batch shape (only A's named triangle is
+    read)."""
+    n = A.shape[-1]
+    return _rhs_call(_trsm_name(n, left, upper, unitriangular, _CHOL_KEYS[A.dtype]), A, B,
+                     B.shape[-1] if left else B.shape[-2], threads)
+
+
+def small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False,
+                         threads: int = 1) -> torch.Tensor:
+    """torch.cholesky_solve(B, L, upper) for the factor L (*, n, n) float32 or complex64 on
+    CPU, n <= 4, B
+    (*, n, k) of L's batch shape (only L's named triangle is read)."""
+    return _rhs_call(_chol_solve_name(L.shape[-1], upper, _CHOL_KEYS[L.dtype]), L, B,
+                     B.shape[-1], threads)
+
+
+# ------------------------------------------------------------------------------ eig
+#
+# A fifth library: eig and eigvals of real n <= 4 matrices, float32 (`mpslinalg.small.codegen`'s
+# emit_eig: Hessenberg, Francis double-shift QR, dlanv2, dtrevc's back-substitution), its
+# outputs complex64 (interleaved real and imaginary parts), bit-identical to
+# metal/linalg/small_eig.h in the emulator. -fno-math-errno: square roots of selected-away
+# negative values set no errno.
+
+_EIG_ARGS = "const T* A, T* E, T* V, long trans"
+
+#: dtypes the eig kernels serve (real input; complex64 results).
+EIG_DTYPES = (torch.float32,)
+
+
+def _eig_name(n: int, want_v: bool) -> str:
+    return f"eig_n{n}_{'vecs' if want_v else 'vals'}_f32"
+
+
+def _store_complex(w: _Writer, ptr: str, rows: int, cols: int, name: Callable[[int, int], str]
+                   ) -> None:
+    """Entry (i, j) of the block's complex results in ``ptr`` (contiguous (batch, rows, cols)
+    complex64) = name(i, j) with "re" / "im" appended: the REAL vectors that hold it."""
+    w("{")
+    w(f"alignas(64) T o[{rows * cols * 2}][W];")
+    for i in range(rows):
+        for j in range(cols):
+            for p, part in enumerate(("re", "im")):
+                w(f"__builtin_memcpy(o[{(i * cols + j) * 2 + p}], &{name(i, j).format(part)}, "
+                  "sizeof(vf));")
+    _loop(w, f"for (int e = 0; e < {rows * cols * 2}; ++e) "
+          f"{ptr}[(base + l) * {rows * cols * 2} + e] = o[e][l];")
+    w("}")
+
+
+def _eig_block(w: _Writer, n: int, want_v: bool) -> None:
+    """The body of the eig block function: eigenvalues (and vectors) of cnt (<= W) matrices."""
+    dl = _Cpp(w)
+    _load_either_layout(w, n)
+    _codegen.emit_eig(dl, n, want_v)
+    _store_complex(w, "E", 1, n, lambda i, k: f"w{{}}{k}")
+    if want_v:
+        _store_complex(w, "V", n, n, lambda i, k: f"v{{}}{i}{k}")
+
+
+@generated.generates("native/small_cpu_eig.cpp")
+def eig_source() -> str:
+    """The C++ source of the eig library, as checked in and compiled by the build."""
+    parts = [_PRELUDE.replace("the small-path kernels of metal/linalg/small_inverse.h",
+                              "eig / eigvals of metal/linalg/small_eig.h")]
+    for n in range(1, MAX_N + 1):
+        for want_v in (False, True):
+            parts.append(_orth_function(_eig_name(n, want_v), "f32", _EIG_ARGS,
+                                        "A, E, V, trans",
+                                        lambda w, n=n, v=want_v: _eig_block(w, n, v)))
+    return "\n".join(parts)
+
+
+def _bind_eig(lib: ctypes.CDLL) -> None:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    for n in range(1, MAX_N + 1):
+        for want_v in (False, True):
+            fn = getattr(lib, f"mpsl_small_{_eig_name(n, want_v)}")
+            fn.restype = None
+            fn.argtypes = [p, p, p, i64, i64, i32, i32]
+
+
+#: The eig library, loaded from the package like `LIBRARY`.
+EIG_LIBRARY = native.NativeLibrary("small_cpu_eig", _bind_eig)
+
+#: Every native library of the n <= 4 path, with what each holds (info, CI's wheel check).
+LIBRARIES = {"inv/solve/det": LIBRARY, "QR/SVD/eigh": ORTH_LIBRARY, "matrix_exp": EXPM_LIBRARY,
+             "cholesky/solve_triangular/cholesky_solve": CHOL_LIBRARY,
+             "eig/eigvals": EIG_LIBRARY}
+
+native.warn_absent(list(LIBRARIES.values()))
+
+
+def small_eig(A: torch.Tensor, compute_v: bool = True,
+              threads: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(eigenvalues, eigenvectors or None) of A (*, n, n) float32 on CPU, n <= 4, complex64,
+    as torch.linalg.eig returns them (NaN for a matrix with a non-finite entry)."""
+    *batch_shape, n, _ = A.shape
+    M, trans = _matrices(A)
+    batch = math.prod(batch_shape)
+    W = torch.empty((*batch_shape, n), dtype=torch.complex64)
+    V = torch.empty(A.shape, dtype=torch.complex64) if compute_v else None
+    if batch:
+        fn = getattr(EIG_LIBRARY.require(), f"mpsl_small_{_eig_name(n, compute_v)}")
+        fn(M.data_ptr(), W.data_ptr(), V.data_ptr() if compute_v else None, trans, batch,
+           max(1, threads), int(_BASELINE))
+    return W, V

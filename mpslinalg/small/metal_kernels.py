@@ -17,8 +17,14 @@ The kernels are checked in (`mpslinalg.small.generated` registers them; regenera
 by ``metal/linalg/svd.metal``; ``metal/linalg/eigh_small.h`` holds
 ``eigh_small_{float32,complex64}_n{1..4}``, included by ``metal/linalg/eigh.metal``;
 ``metal/linalg/small_matrix_exp.h`` holds ``small_matrix_exp_{float32,complex64}_n{1..4}``,
-included by ``metal/linalg/small_matrix_exp.metal``. The SVD and eigh kernels report the sweeps
-run and the rotations of the last one (`_Metal.sweeps`).
+included by ``metal/linalg/small_matrix_exp.metal``; ``metal/linalg/small_cholesky.h`` holds
+``small_cholesky_{float32,complex64}_n{1..4}_upper{0,1}``,
+``small_solve_triangular_{float32,complex64}_n{1..4}_left{0,1}_upper{0,1}_unit{0,1}`` and
+``small_cholesky_solve_{float32,complex64}_n{1..4}_upper{0,1}``, included by
+``metal/linalg/small_cholesky.metal``; ``metal/linalg/small_eig.h`` holds
+``small_eig_{float32,complex64}_n{1..4}_vectors{0,1}``, included by
+``metal/linalg/small_eig.metal``. The SVD and eigh kernels report the sweeps run and the
+rotations of the last one (`_Metal.sweeps`).
 
 Examples
 --------
@@ -523,4 +529,183 @@ def eigh_small_header() -> str:
     for dtype in _ELEMENT:
         for n in range(1, cg.MAX_N + 1):
             lines += ["", *_eigh_kernel(dtype, n)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ Cholesky family
+
+def _load_entries(dl: _Metal, element: str, n: int, keep) -> None:
+    """a{i}{j} = entry (i, j) of matrix ``index`` of A for the (i, j) where ``keep(i, j)``."""
+    for i in range(n):
+        for j in range(n):
+            if keep(i, j):
+                dl.write(f"{element} a{i}{j} = A[index * long({n * n}) + {i * n + j}];")
+
+
+def _triangle(upper: bool, unit: bool = False):
+    """keep(i, j) of `_load_entries`: the triangle ``upper`` names (its diagonal unless
+    ``unit``)."""
+    def keep(i: int, j: int) -> bool:
+        return (i < j if upper else i > j) or (i == j and not unit)
+
+    return keep
+
+
+def _cholesky_kernel(dtype: str, n: int, upper: bool) -> list[str]:
+    """The kernel ``small_cholesky_<dtype>_n<n>_upper<u>``: the factor (torch's layout, the
+    other triangle zero) and info of matrix ``index`` of A, of which only the triangle named by
+    ``upper`` is read (`mpslinalg.small.codegen.emit_cholesky`)."""
+    element, complex_ = _ELEMENT[dtype], dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    _kernel_head(w, f"small_cholesky_{dtype}_n{n}_upper{int(upper)}", element,
+                 [("L", "device T*"), ("INFO", "device int*"), ("batch", "constant long&")])
+    _load_entries(dl, element, n, _triangle(upper))
+    cg.emit_hermitian_lower(dl, n, upper, "l", complex_)
+    cg.emit_cholesky(dl, n, complex_)
+    entry = cg.cholesky_factor_entry(n, upper, complex_)
+    zero = cg.Full(0.0)
+    _store(dl, "L", n, n, lambda i, j: entry(i, j) or zero)
+    w("INFO[index] = info;")
+    w("}", 0)
+    return w.lines
+
+
+def _rhs_loop(dl: _Metal, element: str, n: int, column_major: bool, body) -> None:
+    """For each right-hand side j of B (nrhs of them): x{i} loaded, ``body()``, x{i} stored to
+    X; right-hand sides are the columns of B (n x nrhs), or with ``column_major`` its rows
+    (nrhs x n: solve_triangular's right side)."""
+    dl.write(f"const long base = index * long({n}) * nrhs;")
+
+    def at(i: int) -> str:
+        return f"base + j * long({n}) + {i}" if column_major else f"base + long({i}) * nrhs + j"
+
+    with dl.scope("for (long j = 0; j < nrhs; ++j)"):
+        for i in range(n):
+            dl.write(f"{element} x{i} = B[{at(i)}];")
+        body()
+        for i in range(n):
+            dl.write(f"X[{at(i)}] = x{i};")
+
+
+_RHS_BUFFERS = [("B", "device const T*"), ("X", "device T*"), ("batch", "constant long&"),
+                ("nrhs", "constant long&")]
+
+
+def _solve_triangular_kernel(dtype: str, n: int, left: bool, upper: bool,
+                             unit: bool) -> list[str]:
+    """The kernel ``small_solve_triangular_<dtype>_n<n>_left<l>_upper<u>_unit<d>``: X with
+    A X = B (left) or X A = B, A triangular (only its triangle read, not its diagonal when
+    unitriangular)."""
+    element, complex_ = _ELEMENT[dtype], dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    _kernel_head(w, f"small_solve_triangular_{dtype}_n{n}_left{int(left)}_upper{int(upper)}"
+                    f"_unit{int(unit)}", element, _RHS_BUFFERS)
+    _load_entries(dl, element, n, _triangle(upper, unit))
+    _rhs_loop(dl, element, n, not left, lambda: cg.emit_triangular_solve(
+        dl, n, cg.triangular_entry(left), cg.triangular_solves_lower(left, upper), unit))
+    w("}", 0)
+    return w.lines
+
+
+def _cholesky_solve_kernel(dtype: str, n: int, upper: bool) -> list[str]:
+    """The kernel ``small_cholesky_solve_<dtype>_n<n>_upper<u>``: X with L L^H X = B (U^H U X
+    = B for upper), the factor in A (only its triangle read)."""
+    element, complex_ = _ELEMENT[dtype], dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    _kernel_head(w, f"small_cholesky_solve_{dtype}_n{n}_upper{int(upper)}", element,
+                 _RHS_BUFFERS)
+    _load_entries(dl, element, n, _triangle(upper))
+    cg.emit_hermitian_lower(dl, n, upper, "l", complex_)
+    _rhs_loop(dl, element, n, False, lambda: cg.emit_cholesky_solve(dl, n, complex_))
+    w("}", 0)
+    return w.lines
+
+
+_SMALL_CHOLESKY_ABOUT = """
+// Cholesky factorisation, triangular solves and Cholesky solves of a batch of n x n matrices,
+// n <= 4, one matrix per thread in registers:
+//   small_cholesky_<dtype>_n<n>_upper<u>: LAPACK's potf2 of the triangle named by upper, the
+//     factor (L, or U = L^H) in torch's layout and info = the order of the first leading minor
+//     that is not positive (NaN included); from that column on, potf2's partial result (that
+//     column's diagonal the non-positive pivot, the entries after it the input's);
+//   small_solve_triangular_<dtype>_n<n>_left<l>_upper<u>_unit<d>: X with A X = B (left, B
+//     n x nrhs) or X A = B (B nrhs x n), A triangular, unit diagonal assumed for unit;
+//   small_cholesky_solve_<dtype>_n<n>_upper<u>: X with L L^H X = B (U^H U X = B), potrs.
+// dtype float32 (float) and complex64 (float2), n = 1 .. 4; included by small_cholesky.metal.
+"""
+
+
+#: The variants of solve_triangular's kernels: (left, upper, unitriangular).
+SOLVE_TRIANGULAR_VARIANTS = tuple((left, upper, unit) for left in (True, False)
+                                  for upper in (False, True) for unit in (False, True))
+
+
+@generated.generates("metal/linalg/small_cholesky.h")
+def small_cholesky_header() -> str:
+    """The text of ``metal/linalg/small_cholesky.h``: every n <= 4 Cholesky-family kernel."""
+    lines = _generated_banner(_SMALL_CHOLESKY_ABOUT)
+    for dtype in _ELEMENT:
+        for n in range(1, cg.MAX_N + 1):
+            for upper in (False, True):
+                lines += ["", *_cholesky_kernel(dtype, n, upper)]
+                lines += ["", *_cholesky_solve_kernel(dtype, n, upper)]
+            for left, upper, unit in SOLVE_TRIANGULAR_VARIANTS:
+                lines += ["", *_solve_triangular_kernel(dtype, n, left, upper, unit)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ eig
+
+def _eig_kernel(dtype: str, n: int, vectors: bool) -> list[str]:
+    """The kernel ``small_eig_<dtype>_n<n>_vectors<v>``: the eigenvalues (E, complex64 as
+    float2) and with ``vectors`` the unit eigenvectors (V, columns, float2) of the real or
+    complex matrix ``index`` of A (`mpslinalg.small.codegen.emit_eig`, `emit_eig_complex`)."""
+    element, complex_ = _ELEMENT[dtype], dtype == "complex64"
+    w = _Writer()
+    dl = _Metal(w, complex_)
+    buffers = [("E", "device float2*")] + ([("V", "device float2*")] if vectors else [])
+    _kernel_head(w, f"small_eig_{dtype}_n{n}_vectors{int(vectors)}", element,
+                 [*buffers, ("batch", "constant long&")])
+    _load_entries(dl, element, n, lambda i, j: True)
+    (cg.emit_eig_complex if complex_ else cg.emit_eig)(dl, n, vectors)
+
+    def value(prefix: str, suffix: str) -> str:
+        """The complex result ``<prefix><suffix>`` (complex input) or its parts
+        ``<prefix>re<suffix>``, ``<prefix>im<suffix>`` (real input)."""
+        if complex_:
+            return f"{prefix}{suffix}"
+        return f"float2({prefix}re{suffix}, {prefix}im{suffix})"
+
+    for k in range(n):
+        w(f"E[index * long({n}) + {k}] = {value('w', str(k))};")
+    if vectors:
+        for i in range(n):
+            for k in range(n):
+                w(f"V[index * long({n * n}) + {i * n + k}] = {value('v', f'{i}{k}')};")
+    w("}", 0)
+    return w.lines
+
+
+_SMALL_EIG_ABOUT = """
+// Eigenvalues and eigenvectors of a batch of n x n matrices, n <= 4, one matrix per thread in
+// registers: small_eig_<dtype>_n<n>_vectors<v>: LAPACK's geev without balancing for float32
+// (Hessenberg reduction, dlahqr's Francis double-shift sweeps, dlanv2's 2 x 2 blocks, dtrevc's
+// back-substitution, geev's normalisation), zgeev's for complex64 (complex Hessenberg, zlahqr's
+// single-shift sweeps, ztrevc), the eigenvalues in E and for vectors the unit eigenvectors
+// (columns) in V, both complex64 (float2); NaN everywhere for a matrix with a non-finite entry.
+// n = 1 .. 4; included by small_eig.metal.
+"""
+
+
+@generated.generates("metal/linalg/small_eig.h")
+def small_eig_header() -> str:
+    """The text of ``metal/linalg/small_eig.h``: every n <= 4 eig kernel."""
+    lines = _generated_banner(_SMALL_EIG_ABOUT)
+    for dtype in _ELEMENT:
+        for n in range(1, cg.MAX_N + 1):
+            for vectors in (False, True):
+                lines += ["", *_eig_kernel(dtype, n, vectors)]
     return "\n".join(lines) + "\n"

@@ -86,6 +86,16 @@ def _expm_kernels_loaded() -> bool:
     return cpu_simd.EXPM_LIBRARY.loaded is not None
 
 
+def _chol_kernels_loaded() -> bool:
+    """Whether the native Cholesky-family library is loaded (never waits for it)."""
+    return cpu_simd.CHOL_LIBRARY.loaded is not None
+
+
+def _eig_kernels_loaded() -> bool:
+    """Whether the native eig library is loaded (never waits for it)."""
+    return cpu_simd.EIG_LIBRARY.loaded is not None
+
+
 def _triton_installed() -> bool:
     return TRITON_INSTALLED
 
@@ -198,7 +208,8 @@ def _on_torch_threads(name: str) -> Callable:
 #: may change them), under the names of the Triton module's functions.
 _SIMD_FUNCTIONS = SimpleNamespace(**{name: _on_torch_threads(name) for name in (
     "small_inv_ex", "small_solve_ex", "small_det", "small_slogdet", "small_qr", "small_svd",
-    "small_eigh", "small_matrix_exp")})
+    "small_eigh", "small_matrix_exp", "small_cholesky_ex", "small_solve_triangular",
+    "small_cholesky_solve", "small_eig")})
 
 
 def functions(path: str, own: Mapping[str, object]) -> object:
@@ -341,6 +352,99 @@ _MATRIX_EXP = Table("matrix_exp", ("matrix_exp",), _SQUARES, (
         ready=_triton_installed, loads=_triton_imports),
 ), fallback=TORCH_LINALG)
 
+# cholesky / cholesky_ex, solve_triangular, cholesky_solve (mpslinalg.small.cholesky): one table
+# each, the same rows. CPU (measured 2026-12-02 on the shared 2-core machine, load average 6-8
+# while other sessions worked, so noisy; torch 2.13.0+cpu, 2 threads): the small path's entry
+# point against torch.linalg.cholesky / torch.linalg.solve_triangular / torch.cholesky_solve
+# (SPD X X^T / n + I, its factor, one right-hand side) at batches 1 .. 4096, interleaved, 9
+# rounds of 50 calls, minima; the family's public functions were not merged yet, so their
+# dispatch was taken as that of the public matrix_exp over its own entry point (15-23 us). The
+# entry point costs 8-15 us up to batch 1024 (9-25 us at 2048); torch's calls 3-6 us for one
+# matrix, 13-47 us at 512 and 45-360 us at 1024. Each crossover is the smallest batch at which
+# entry + dispatch stayed below torch's minimum: cholesky 1024 (n = 1..3; at 512 n = 2, 3 tie
+# within 10%), 512 for n = 4 (37 against 45 us); solve_triangular 1024 (at 512 n = 3 loses, 32
+# against 24 us); cholesky_solve 512 for n = 2..4 (29-31 against 39-47 us), 1024 for n = 1.
+# complex64 (measured after, load average 18-22): the same crossovers or lower (cholesky n = 3,
+# 4 and solve_triangular n = 4 won from 512, cholesky_solve n = 4 from 256), so one table
+# serves both dtypes. (benchmarks/bench_small_cholesky.py, benchmarks/results/small_cholesky.md.)
+# More right-hand
+# sides than `mpslinalg.small.cholesky.MAX_RHS` take torch (the use_small_* queries say so).
+# CUDA: not measured (no device in the session that wrote them): the LU family's crossover
+# (131072, where its public call through the Triton kernels overtook torch.linalg.inv on the
+# H200), PROVISIONAL, to be swept with benchmarks/bench_small_cholesky.py --device cuda.
+
+#: The torch backend's CPU crossovers of the Cholesky family, by table: n -> the smallest batch
+#: from which the public call through the small path beats torch's own function.
+CHOLESKY_CPU_CROSSOVERS = {
+    "cholesky": {1: 1024, 2: 1024, 3: 1024, 4: 512},
+    "solve_triangular": _each_order(1024),
+    "cholesky_solve": {1: 1024, 2: 512, 3: 512, 4: 512},
+}
+_CHOLESKY_CPU_MEASURED = (
+    "2026-12-02", "2-core machine, shared (load average 6-22: noisy), torch 2.13.0+cpu, 2 "
+    "threads, float32 and complex64: the small path's entry point plus the public "
+    "matrix_exp's dispatch (15-23 us) against torch's function at batches 1 .. 4096, "
+    "interleaved, 9 rounds of 50 calls, minima (benchmarks/bench_small_cholesky.py, "
+    "benchmarks/results/small_cholesky.md)")
+_CHOLESKY_CUDA = (
+    "2026-11-30", "PROVISIONAL: the LU family's H200 crossover (benchmarks/results/"
+    "small_inverse.md), not measured for this family")
+
+
+def _cholesky_family(fn: str, functions: tuple[str, ...]) -> Table:
+    return Table(fn, functions, _SQUARES, (
+        Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH, None,
+            "one launch of metal/linalg/small_cholesky.metal per call, one thread per matrix"),
+        Row(SIMD_CPU, "torch", "cpu", cpu_simd.CHOL_DTYPES, CHOLESKY_CPU_CROSSOVERS[fn],
+            *_CHOLESKY_CPU_MEASURED, ready=_chol_kernels_loaded),
+        Row(TRITON, "torch", "cuda", (torch.float32,), _each_order(131072), *_CHOLESKY_CUDA,
+            ready=_triton_installed, loads=_triton_imports),
+    ), fallback=TORCH_LINALG)
+
+
+# eig / eigvals (mpslinalg.small.eig): real float32 input, complex64 results. CPU (measured
+# 2026-12-02 on the shared 2-core machine, load average 5-9 while other sessions worked, so
+# noisy; torch 2.13.0+cpu, 2 threads): the small path's entry point against torch.linalg.eig /
+# eigvals at batches 1 .. 64, interleaved, 9 rounds of 20 calls, minima; the family's public
+# functions were not merged yet, so their dispatch was taken as that of the public matrix_exp
+# over its own entry point (14-16 us at batch 64). The entry point costs 7-30 us (eig) and 5-21
+# us (eigvals) up to batch 64; torch's calls 13-194 us (eig) and 8-120 us (eigvals). Each
+# crossover is the smallest batch at which entry + dispatch stayed below torch's minimum: eig 8
+# for n = 3, 4 (24 against 30 / 35 us), 16 for n = 2, 64 for n = 1; eigvals 16 for n = 3, 4, 64
+# for n = 2, never for n = 1 up to 64 (21 against 13 us). At (1e4, 3, 3) eig: 1.9 against 31
+# ms (minima; benchmarks/bench_small_eig.py, benchmarks/results/small_eig.md). CUDA:
+# PROVISIONAL, not measured in the session that wrote the kernels: torch's CUDA eig is a CPU
+# hybrid (48 s for (1e5, 3, 3) float32 on an H200, 436 ms for (1000, 3, 3)), so any batch of
+# the generated kernels wins; the row serves from batch 1.
+
+#: The torch backend's CPU crossovers of eig / eigvals: n -> the smallest batch from which the
+#: public call through the small path beats torch.linalg.eig / eigvals.
+EIG_CPU_CROSSOVERS = {
+    "eig": {1: 64, 2: 16, 3: 8, 4: 8},
+    "eigvals": {2: 64, 3: 16, 4: 16},
+}
+_EIG_CPU_MEASURED = (
+    "2026-12-02", "2-core machine, shared (load average 5-9: noisy), torch 2.13.0+cpu, 2 "
+    "threads, float32: the small path's entry point plus the public matrix_exp's dispatch "
+    "(14-16 us) against torch.linalg.eig / eigvals at batches 1 .. 64, interleaved, 9 rounds "
+    "of 20 calls, minima (benchmarks/bench_small_eig.py, benchmarks/results/small_eig.md)")
+_EIG_CUDA = (
+    "2026-12-02", "PROVISIONAL, not measured: torch's CUDA eig is a CPU hybrid (48 s for "
+    "(1e5, 3, 3) float32 on an H200), so the generated kernels win at any batch; to be swept "
+    "with benchmarks/bench_small_eig.py --device cuda (benchmarks/results/small_eig.md)")
+
+
+def _eig_family(fn: str) -> Table:
+    return Table(fn, (fn,), _SQUARES, (
+        Row(METAL, "metal", None, _metal.LINALG_DTYPES, EVERY_BATCH, None,
+            "one launch of metal/linalg/small_eig.metal per call, one thread per matrix"),
+        Row(SIMD_CPU, "torch", "cpu", cpu_simd.EIG_DTYPES, EIG_CPU_CROSSOVERS[fn],
+            *_EIG_CPU_MEASURED, ready=_eig_kernels_loaded),
+        Row(TRITON, "torch", "cuda", (torch.float32,), _each_order(1), *_EIG_CUDA,
+            ready=_triton_installed, loads=_triton_imports),
+    ), fallback=TORCH_LINALG)
+
+
 #: The table of each small op, by name ("inv": inv, solve, det, slogdet and their forms).
 TABLES: dict[str, Table] = {
     "inv": _LU,
@@ -350,6 +454,11 @@ TABLES: dict[str, Table] = {
     "eigh": _jacobi("eigh", _SQUARES, "eigh", {2: 256, 3: 64, 4: 32}, 4096),
     "eigvalsh": _jacobi("eigvalsh", _SQUARES, "eigh", {2: 512, 3: 128, 4: 64}, 4096),
     "matrix_exp": _MATRIX_EXP,
+    "cholesky": _cholesky_family("cholesky", ("cholesky", "cholesky_ex")),
+    "solve_triangular": _cholesky_family("solve_triangular", ("solve_triangular",)),
+    "cholesky_solve": _cholesky_family("cholesky_solve", ("cholesky_solve",)),
+    "eig": _eig_family("eig"),
+    "eigvals": _eig_family("eigvals"),
 }
 
 

@@ -1,5 +1,7 @@
-"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet, and
-QR, SVD and symmetric eigh (`mpslinalg.small.orthogonal`), in exactly one launch per op,
+"""Fused Triton kernels for the n <= 4 small path on CUDA: inverse, solve, det and slogdet, QR,
+SVD and symmetric eigh (`mpslinalg.small.orthogonal`), the matrix exponential and the Cholesky
+family (`mpslinalg.small.cholesky`) and eig / eigvals (`mpslinalg.small.eig`), in exactly one
+launch per op,
 the matrices held in registers. The sections below describe the LU kernels; the QR kernels
 follow ``qr_small`` of metal/linalg/qr.h the same way (:func:`mpslinalg.small.codegen.
 emit_qr_factor`), and the Jacobi SVD / eigh kernels run their sweeps as one ``for`` loop of a
@@ -641,3 +643,194 @@ def small_matrix_exp(A: torch.Tensor) -> torch.Tensor:
     kern = _matrix_exp_kernel(n, str(A.dtype).removeprefix("torch."), _LOAD)
     _launch("matrix_exp", n, batch, A, X, kern=kern)
     return X
+
+
+# ------------------------------------------------------------------------------ Cholesky family
+#
+# cholesky_ex, solve_triangular and cholesky_solve (`mpslinalg.small.codegen.emit_cholesky`,
+# `emit_triangular_solve`, `emit_cholesky_solve`): one kernel per variant (upper, left,
+# unitriangular), as the Metal and CPU kernels, bit-identical to them.
+
+
+def _cholesky_source(n: int, dtype: str, upper: bool, load: str) -> tuple[str, str]:
+    """(function name, source) of the cholesky_ex kernel of n x n matrices: the factor in
+    torch's layout and info."""
+    name = f"small_cholesky_n{n}_{dtype}_upper{int(upper)}_{_mode(n, load)}"
+    w, dl = _begin(dtype, n, n, load)
+    _codegen.emit_hermitian_lower(dl, n, upper, "l")
+    _codegen.emit_cholesky(dl, n)
+    entry = _codegen.cholesky_factor_entry(n, upper)
+    w("zero = tl.zeros([BLOCK], A.dtype.element_ty)")
+    values = {i * n + j: "zero" if entry(i, j) is None else dl.render(entry(i, j))
+              for i in range(n) for j in range(n)}
+    _emit_store(w, "L", values, n, load, _chunk(n, dtype))
+    w("tl.store(INFO + rows, info, mask=live)")
+    head = f"def {name}(A, L, INFO, batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def _emit_rhs_loop(w: _Writer, n: int, dtype: str, column_major: bool, body) -> None:
+    """For each right-hand side j: x{i} loaded from B, ``body(dialect)``, stored to X (B n x
+    nrhs per matrix, or nrhs x n with ``column_major``)."""
+    w(f"base = rows * {n} * nrhs")
+    # a while loop, as the solve kernel's (see there)
+    w("j = 0")
+    w("while j < nrhs:")
+    inner = _Writer()
+    for i in range(n):
+        at = f"j * {n} + {i}" if column_major else f"{i} * nrhs + j"
+        inner(f"x{i} = tl.load(B + base + {at}, mask=live, other=0.0)")
+    body(_Triton(inner, dtype))
+    for i in range(n):
+        at = f"j * {n} + {i}" if column_major else f"{i} * nrhs + j"
+        inner(f"tl.store(X + base + {at}, x{i}, mask=live)")
+    inner("j += 1")
+    w.lines += ["    " + line for line in inner.lines]
+
+
+def _solve_triangular_source(n: int, dtype: str, left: bool, upper: bool, unit: bool,
+                             load: str) -> tuple[str, str]:
+    """(function name, source) of the solve_triangular kernel of one variant."""
+    name = (f"small_solve_triangular_n{n}_{dtype}_left{int(left)}_upper{int(upper)}"
+            f"_unit{int(unit)}_{_mode(n, load)}")
+    w, _ = _begin(dtype, n, n, load)
+    _emit_rhs_loop(w, n, dtype, not left, lambda dl: _codegen.emit_triangular_solve(
+        dl, n, _codegen.triangular_entry(left), _codegen.triangular_solves_lower(left, upper),
+        unit))
+    head = f"def {name}(A, B, X, batch, nrhs, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def _cholesky_solve_source(n: int, dtype: str, upper: bool, load: str) -> tuple[str, str]:
+    """(function name, source) of the cholesky_solve kernel (the factor in A)."""
+    name = f"small_cholesky_solve_n{n}_{dtype}_upper{int(upper)}_{_mode(n, load)}"
+    w, dl = _begin(dtype, n, n, load)
+    _codegen.emit_hermitian_lower(dl, n, upper, "l")
+    _emit_rhs_loop(w, n, dtype, False, lambda inner: _codegen.emit_cholesky_solve(inner, n))
+    head = f"def {name}(A, B, X, batch, nrhs, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def cholesky_kernel_source(op: str, n: int, dtype: str = "float32", load: str | None = None,
+                           **variant: bool) -> str:
+    """The generated Triton source of a Cholesky-family kernel (for reading): ``op``
+    "cholesky" or "cholesky_solve" (``upper=``), or "solve_triangular" (``left=``,
+    ``upper=``, ``unit=``)."""
+    return _CHOLESKY_SOURCES[op](n, dtype, load=load or _LOAD, **variant)[1]
+
+
+_CHOLESKY_SOURCES = {"cholesky": _cholesky_source, "solve_triangular": _solve_triangular_source,
+                     "cholesky_solve": _cholesky_solve_source}
+
+
+@functools.cache
+def _cholesky_kernel(op: str, n: int, dtype: str, load: str, variant: tuple) -> object:
+    return triton.jit(_compile(*_CHOLESKY_SOURCES[op](n, dtype, *variant, load=load)),
+                      do_not_specialize=["batch", "nrhs"] if op != "cholesky" else ["batch"])
+
+
+def _dtype_name(A: torch.Tensor) -> str:
+    return str(A.dtype).removeprefix("torch.")
+
+
+def small_cholesky_ex(A: torch.Tensor, upper: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(factor, info) of torch.linalg.cholesky_ex(A, upper=upper) for A (*, n, n), n <= 4: one
+    launch."""
+    A, n, batch = _prepare(A)
+    L = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    info = torch.empty(A.shape[:-2], dtype=torch.int32, device=A.device)
+    kern = _cholesky_kernel("cholesky", n, _dtype_name(A), _LOAD, (upper,))
+    _launch("cholesky", n, batch, A, L, info, kern=kern)
+    return L, info
+
+
+def _rhs_launch(op: str, A: torch.Tensor, B: torch.Tensor, nrhs: int,
+                variant: tuple) -> torch.Tensor:
+    A, n, batch = _prepare(A)
+    B = B.resolve_neg().contiguous()
+    X = torch.empty(B.shape, dtype=B.dtype, device=B.device)
+    if B.numel():
+        kern = _cholesky_kernel(op, n, _dtype_name(A), _LOAD, variant)
+        _launch(op, n, batch, A, B, X, extra=(nrhs,), kern=kern)
+    return X
+
+
+def small_solve_triangular(A: torch.Tensor, B: torch.Tensor, upper: bool, left: bool = True,
+                           unitriangular: bool = False) -> torch.Tensor:
+    """torch.linalg.solve_triangular(A, B, upper=, left=, unitriangular=) for A (*, n, n),
+    n <= 4, B of A's batch shape: one launch."""
+    return _rhs_launch("solve_triangular", A, B, B.shape[-1] if left else B.shape[-2],
+                       (left, upper, unitriangular))
+
+
+def small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    """torch.cholesky_solve(B, L, upper) for the factor L (*, n, n), n <= 4, B (*, n, k) of
+    L's batch shape: one launch."""
+    return _rhs_launch("cholesky_solve", L, B, B.shape[-1], (upper,))
+
+
+# ------------------------------------------------------------------------------ eig
+#
+# eig / eigvals of real float32 matrices (`mpslinalg.small.codegen.emit_eig`), complex64
+# results written as interleaved real and imaginary parts, bit-identical to the CPU and Metal
+# kernels.
+
+
+class _TritonBounded(_Triton):
+    """`_Triton` whose `sweeps` loop leaves once no lane of the program set the flag, after
+    ``count`` trips at most (a ``while`` on the flag's maximum over the block and a trip
+    counter): eig's Francis sweeps, where a lane that deflated completely changes nothing
+    (its reflectors are identities, tau = 0), so leaving early changes no bit."""
+
+    @contextlib.contextmanager
+    def sweeps(self, count: int, flag: str) -> Iterator[None]:
+        self.w("go = tl.max(live.to(tl.int32), axis=0)")
+        self.w("trips = 0")
+        self.w("while go > 0:")
+        self.indent += "    "
+        self.write_declare(_codegen.BOOL, flag, "rows < 0")
+        yield
+        self.w("trips += 1")
+        self.w(f"go = tl.max({flag}.to(tl.int32), axis=0) * (trips < {count})")
+        self.indent = self.indent[:-4]
+
+
+def _eig_source(n: int, vectors: bool, load: str) -> tuple[str, str]:
+    """(function name, source) of the eig kernel of real n x n float32 matrices."""
+    name = f"small_eig_n{n}_float32_vectors{int(vectors)}_{_mode(n, load)}"
+    w, _ = _begin("float32", n, n, load)
+    _codegen.emit_eig(_TritonBounded(w, "float32"), n, vectors)
+    for k in range(n):
+        for p, part in enumerate(("wre", "wim")):
+            w(f"tl.store(E + rows * {2 * n} + {2 * k + p}, {part}{k}, mask=live)")
+    if vectors:
+        for i in range(n):
+            for k in range(n):
+                for p, part in enumerate(("vre", "vim")):
+                    w(f"tl.store(V + rows * {2 * n * n} + {2 * (i * n + k) + p}, "
+                      f"{part}{i}{k}, mask=live)")
+    head = f"def {name}(A, E, {'V, ' if vectors else ''}batch, BLOCK: tl.constexpr):"
+    return name, "\n".join([head, *w.lines]) + "\n"
+
+
+def eig_kernel_source(n: int, vectors: bool = True, load: str | None = None) -> str:
+    """The generated Triton source of the eig kernel for n x n matrices (for reading)."""
+    return _eig_source(n, vectors, load or _LOAD)[1]
+
+
+@functools.cache
+def _eig_kernel(n: int, vectors: bool, load: str):
+    return triton.jit(_compile(*_eig_source(n, vectors, load)), do_not_specialize=["batch"])
+
+
+def small_eig(A: torch.Tensor, compute_v: bool = True
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(eigenvalues, eigenvectors or None) of A (*, n, n) float32, n <= 4, complex64: one
+    launch."""
+    A, n, batch = _prepare(A)
+    E = torch.empty((*A.shape[:-1],), dtype=torch.complex64, device=A.device)
+    V = torch.empty(A.shape, dtype=torch.complex64, device=A.device) if compute_v else None
+    kern = _eig_kernel(n, compute_v, _LOAD)
+    outputs = (torch.view_as_real(E),) + ((torch.view_as_real(V),) if compute_v else ())
+    _launch("eig", n, batch, A, *outputs, kern=kern)
+    return E, V

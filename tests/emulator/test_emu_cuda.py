@@ -26,11 +26,21 @@ except cuda.NvrtcNotFoundError as exc:  # the test-cuda extra installs it on Lin
 
 SOURCES = sorted(p.relative_to(_metal.metal_root()).as_posix()
                  for p in _metal.metal_root().rglob("*.metal"))
+#: Sources NVRTC needs more than five minutes for on the 2-core CI machine (the 8,500 generated
+#: lines of the n <= 4 eig kernels): translated here (test_slow_sources_translate), compiled to
+#: PTX only where a GPU's tests run.
+SLOW_FOR_NVRTC = ["linalg/small_eig.metal"]
 
 
 # ---------------------------------------------------------------- translation and NVRTC (no GPU)
 
-@pytest.mark.parametrize("path", SOURCES)
+@pytest.mark.parametrize("path", SLOW_FOR_NVRTC)
+def test_slow_sources_translate(path):
+    assert path in SOURCES
+    assert cuda.translate_to_cuda(_metal.load_source(path)).kernels
+
+
+@pytest.mark.parametrize("path", [s for s in SOURCES if s not in SLOW_FOR_NVRTC])
 def test_every_library_source_compiles_to_ptx(path):
     src = _metal.load_source(path)
     ptx = cuda.compile_ptx(src)
@@ -535,6 +545,29 @@ def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
 
 
 @pytest.mark.cuda
+def test_double_float_selftest_on_the_gpu(cuda_metal):
+    """The error terms of metal/common/double_float.h survive NVRTC's compilation."""
+    from mpslinalg.linalg import refine_metal
+
+    rows = refine_metal.selftest(torch.device("cuda"))
+    assert all(r.ok for r in rows), [r for r in rows if not r.ok]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_refined_solve_matches_emulator(cuda_metal, dtype):
+    from mpslinalg.linalg import refine_metal
+    from mpslinalg.testing import matrix_with_spread
+
+    A = matrix_with_spread(40, 1e5, dtype, batch=(2,), seed=3)
+    B = _matrices((2, 40, 3), torch.complex64 if dtype.is_complex else torch.float32, 5)
+    ref = refine_metal.solve_refined(A, B.to(dtype))
+    got = refine_metal.solve_refined(A.cuda(), B.to(dtype).cuda())
+    _same_bits(ref.info, got.info.cpu())
+    torch.testing.assert_close(ref.X, got.X.cpu(), rtol=1e-13, atol=0)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_small_kernels_match_emulator(cuda_metal, n, dtype):
@@ -551,6 +584,24 @@ def test_small_kernels_match_emulator(cuda_metal, n, dtype):
         got = got if isinstance(got, tuple) else (got,)
         for r, g in zip(ref, got, strict=True):
             torch.testing.assert_close(r, g.cpu(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("shape", [(1000, 3, 3), (4, 32, 32), (1, 64, 64), (1, 100, 100)])
+def test_eig_accurate_on_the_cuda_executor(cuda_metal, shape, dtype):
+    """The eig kernels under real concurrency (both kernels: 64 and 100 take device memory):
+    converged, the LAPACK ratios of the emulator's tests, exact conjugate pairs, and the
+    eigenvalues-only run giving the same bits as the full one, as in the emulator."""
+    from mpslinalg.cases.eig import conjugate_pairs_exact, eig_ratios
+    from mpslinalg.linalg import eig_metal as _eig_metal
+
+    A = _matrices(shape, dtype, sum(shape))
+    w, V, info = (t.cpu() for t in _eig_metal.eig_metal(A.cuda(), vectors=True))
+    assert (info == 0).all()
+    assert conjugate_pairs_exact(A, w, V)
+    assert max(eig_ratios(A, w, V).values()) < 30
+    _same_bits(w, _eig_metal.eig_metal(A.cuda(), vectors=False)[0].cpu())
 
 
 @pytest.mark.cuda

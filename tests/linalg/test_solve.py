@@ -165,9 +165,9 @@ def test_validation(backend):
         with pytest.raises(exc, match=match) as err:
             call()
         assert str(err.value).startswith("mpslinalg.solve"), str(err.value)
-    if backend.is_metal:
-        with pytest.raises(TypeError, match="torch backend"):
-            mpslinalg.solve(A.double(), A.double())
+    if backend.is_metal:  # float64 is refined on float32 kernels (tests/linalg/test_refine.py)
+        Ad = A.double().cpu() + 3 * torch.eye(3, dtype=torch.float64)
+        assert mpslinalg.solve(Ad, Ad).dtype == torch.float64
 
 
 def test_no_host_syncs(metal_backend):
@@ -257,9 +257,9 @@ def _solve_singular() -> list[BadSample]:
 OPS = [
     OpInfo("solve", mpslinalg.solve, torch.linalg.solve, solve_samples,
            bad_samples=lambda: _solve_bad() + _solve_singular(), grad_args=(0, 1),
-           nonfinite_args=(0,), device_reads=1, small_path=True),
+           nonfinite_args=(0,), device_reads=1, small_path=True, metal_float64=True),
     OpInfo("solve_ex", mpslinalg.solve_ex, torch.linalg.solve_ex, solve_samples,
            bad_samples=_solve_bad, grad_args=(0, 1), nonfinite_args=(0,),
-           small_path=True),
+           small_path=True, metal_float64=True),
 ]
 instantiate_generic_tests(globals(), OPS)

@@ -24,3 +24,15 @@ def native_orth():
 def native_expm():
     """The matrix-exponential library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
     return require_native(cpu_simd.EXPM_LIBRARY)
+
+
+@pytest.fixture
+def native_chol():
+    """The Cholesky-family library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
+    return require_native(cpu_simd.CHOL_LIBRARY)
+
+
+@pytest.fixture
+def native_eig():
+    """The eig library of `mpslinalg.small.cpu_simd` (see `require_native`)."""
+    return require_native(cpu_simd.EIG_LIBRARY)

@@ -1,0 +1,134 @@
+"""The float64-class solve of the metal backend (iterative refinement on float32 kernels,
+docs/float64.rst): accuracy against LAPACK's dgesv and time against float64 solves.
+
+    python benchmarks/bench_refine.py                       # CPU: the emulator, small sizes
+    python benchmarks/bench_refine.py --device cuda --n 4096  # NVIDIA GPU, CUDA executor
+
+On the CPU the Metal kernels run in the emulator (its times say nothing of a GPU; they are
+here to show the accuracy and the step counts), against NumPy's and torch's float64 solve.
+On CUDA (``MPSLINALG_METAL_ON_CUDA=1`` is set here) the same Metal kernels run through the CUDA
+executor on the GPU: the refined float64 solve against the float32 Metal solve on the same GPU
+and against torch's float64 solve on the host CPU (all its threads). Those are NVIDIA figures,
+through the CUDA executor, never Apple-GPU ones.
+
+Contenders are timed interleaved (one call of each per round, the device synchronised around
+each call) after a warm-up call; the table gives min / median / max over the rounds. Accuracy:
+the normwise forward error against a solution refined with long-double residuals (for n <= 512;
+above it, against LAPACK's solution, which then bounds nothing finer than LAPACK's own error)
+and the normwise backward error ||b - A x||max / (||A||inf ||x||max + ||b||max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")  # the metal backend on CUDA tensors
+
+import numpy as np  # noqa: E402
+import scipy.linalg  # noqa: E402
+import torch  # noqa: E402
+
+import mpslinalg  # noqa: E402
+from mpslinalg.cases.refine import exact_solution, solve_errors  # noqa: E402
+from mpslinalg.linalg import refine_metal  # noqa: E402
+from mpslinalg.testing import matrix_with_spread  # noqa: E402
+
+EXACT_MAX_N = 512  # the long-double reference costs O(n^3) long-double work
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(contenders: dict, reps: int) -> dict[str, list[float]]:
+    times = {name: [] for name in contenders}
+    for fn, device in contenders.values():  # warm-up (compiles the kernels)
+        fn()
+        _sync(device)
+    for _ in range(reps):
+        for name, (fn, device) in contenders.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def run(n: int, cond: float, device: torch.device, reps: int) -> list[str]:
+    A = matrix_with_spread(n, cond, torch.float64, seed=1)
+    b = torch.randn(n, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    Ad, bd = A.to(device), b.to(device)
+    A32, b32 = Ad.float(), bd.float()
+    def metal():
+        return mpslinalg.use_backend("metal")
+
+    with metal():
+        res = refine_metal.solve_refined(Ad, bd)
+    An, bn = A.numpy(), b.numpy()
+    reference = exact_solution(An, bn) if n <= EXACT_MAX_N else scipy.linalg.solve(An, bn)
+    lines = []
+    for name, X in (("refined float64 (metal)", res.X.cpu().numpy()),
+                    ("LAPACK dgesv (scipy)", scipy.linalg.solve(An, bn))):
+        fwd, berr = solve_errors(An, bn, X, reference)
+        lines.append(f"| {n} | {cond:.0e} | {name} | {fwd:.2e} | {berr:.2e} |")
+    lines.append(f"| {n} | {cond:.0e} | steps (first: the float32 solve) | "
+                 f"{int(res.steps)} | info {int(res.info)} |")
+
+    def refined():
+        with metal():
+            mpslinalg.solve_ex(Ad, bd)
+
+    def float32():
+        with metal():
+            mpslinalg.solve_ex(A32, b32)
+
+    contenders = {"refined float64 (metal)": (refined, device),
+                  "float32 solve (metal)": (float32, device),
+                  "torch float64 solve, CPU": (lambda: torch.linalg.solve(A, b),
+                                               torch.device("cpu"))}
+    if device.type == "cpu":
+        contenders["numpy float64 solve"] = (lambda: np.linalg.solve(An, bn), device)
+    times = _timed(contenders, reps)
+    base = statistics.median(times["refined float64 (metal)"])
+    for name, t in times.items():
+        med = statistics.median(t)
+        lines.append(f"| {n} | time | {name} | {min(t) * 1e3:.4g} / {med * 1e3:.4g} / "
+                     f"{max(t) * 1e3:.4g} ms | x{med / base:.3g} of refined |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--n", type=int, nargs="*", default=None)
+    parser.add_argument("--cond", type=float, nargs="*", default=[1e2, 1e6])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--out", default=None, help="also write the table to this file")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    sizes = args.n or ([4096] if device.type == "cuda" else [64, 128])
+    where = torch.cuda.get_device_name(device) + " through the CUDA executor" \
+        if device.type == "cuda" else f"{platform.processor() or platform.machine()} (emulator)"
+    lines = [f"bench_refine {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {where}, "
+             f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads",
+             "", "| n | cond / time | contender | forward error / min/median/max | "
+             "backward error / ratio |", "|---|---|---|---|---|"]
+    for n in sizes:
+        for cond in args.cond:
+            lines += run(n, cond, device, args.reps)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1272 @@
+// Nonsymmetric eigensolver (torch.linalg.eig / eigvals): balance, Hessenberg reduction, Schur form
+// by Francis' QR iteration, eigenvectors by back-substitution, all in one threadgroup per matrix.
+//
+// A = V diag(w) V^-1 with w and V complex. The stages follow LAPACK's xGEEV:
+//   1. Exact scaling: A is multiplied by 2^-e with 2^(e-1) <= max|a_ij| < 2^e (the eigenvalues are
+//      multiplied back; the vectors do not change), so 1e-30 and 1e30 keep full accuracy.
+//   2. Balancing (xGEBAL): rows and columns that isolate an eigenvalue are permuted to the ends,
+//      leaving an active block [ilo, ihi]; its rows and columns are scaled by powers of 2 until
+//      their 2-norms are within a factor 2 (Parlett and Reinsch 1969).
+//   3. Hessenberg reduction of the active block by Householder reflectors (xGEHD2), and Q formed
+//      explicitly (xORGHR) when vectors are wanted.
+//   4. Schur form of the Hessenberg matrix (xLAHQR): real input by the Francis double-shift QR
+//      iteration in real arithmetic, ending in the real Schur form (2 x 2 blocks standardised by
+//      xLANV2 hold the complex pairs); complex input by the single-shift complex QR iteration
+//      (Wilkinson shift). Deflation by the criterion of Ahues and Tisseur (1997) as LAPACK's,
+//      exceptional shifts every kEigExceptional iterations without a deflation, and at most
+//      kEigItmaxPerOrder * max(kEigItmaxMinOrder, ihi - ilo + 1) iterations per eigenvalue, as
+//      LAPACK's itmax. The complex iteration does not keep the subdiagonal real (zlahqr does, to
+//      save flops): its reflectors are general complex ones.
+//   5. Eigenvectors (xTREVC): for each eigenvalue lambda_k, back-substitution in (T - lambda_k I)
+//      x = 0 with x_k = 1 (2 x 2 blocks of the real Schur form solved by Cramer's rule, forward
+//      stable for order 2), divisors below smin = max(ulp |lambda_k|, smlnum) replaced by smin
+//      as LAPACK does, and x rescaled by powers of 2 before it could overflow; then v = Q Z x,
+//      the balancing undone (xGEBAK) and v normalised to unit 2-norm with its largest component
+//      real (xGEEV's normalisation). For real input the second eigenvalue and vector of a complex
+//      pair are the conjugates of the first (exactly), the first having positive imaginary part.
+//
+// Every loop has a bounded trip count. Non-finite input gives NaN eigenvalues and vectors (found
+// before any work); a matrix whose QR iteration does not converge within the bound gets NaN
+// results and info = the 1-based index of the eigenvalue that failed (LAPACK's info > 0).
+//
+// All threads run the same control flow on the same shared data (every decision is computed
+// redundantly by every thread from memory that no thread writes until the next barrier); the
+// work on rows and columns is split among the threads.
+//
+// Kernels (grid (threads, batch), one threadgroup per matrix):
+//   eig_group<T>   H (and Z) staged in threadgroup memory (see kEigStageBytes);
+//   eig_device<T>  H and Z in a device workspace, for any order.
+#pragma once
+
+#include "../common/defines.h"
+#include "../common/scalar.h"
+#include "../common/simd.h"
+
+namespace mpsl {
+
+// Arguments of the eig kernels, passed by the host as one list of int64.
+struct EigParams {
+  long n;        // order of the matrices
+  long batch;    // number of matrices
+  long vectors;  // 1: eigenvectors are computed and written
+};
+
+// xLAHQR's iteration bound: kEigItmaxPerOrder * max(kEigItmaxMinOrder, order of the block).
+constant constexpr int kEigItmaxPerOrder = 30;
+constant constexpr int kEigItmaxMinOrder = 10;
+// Iterations without a deflation between exceptional shifts (xLAHQR's kexsh).
+constant constexpr int kEigExceptional = 10;
+// xLAHQR's exceptional-shift constants (dat1, dat2).
+constant constexpr float kEigExcDat1 = 0.75f;
+constant constexpr float kEigExcDat2 = -0.4375f;
+// float32's relative machine precision, LAPACK's slamch('P') = 2^-23.
+constant constexpr float kEigUlp = 1.1920929e-7f;
+// xGEBAL: a scaling is kept only if it reduces the row + column norm below this fraction.
+constant constexpr float kEigBalanceFactor = 0.95f;
+// Bound on the balancing sweeps (a few suffice; the bound only guarantees termination).
+constant constexpr int kEigBalanceMaxSweeps = 64;
+// Bound on xGEBAL's doublings and halvings of one scaling factor (float's exponent range).
+constant constexpr int kEigBalanceMaxSteps = 256;
+// xLANV2: 4 eps decides between real and complex eigenvalues of a 2 x 2 block.
+constant constexpr float kEigLanv2Multpl = 4.0f;
+// xLANV2's rescaling bounds safmn2 = 2^-51 (float) and the bound on its rescalings.
+constant constexpr float kEigLanv2SafMin2 = 4.4408921e-16f;
+constant constexpr int kEigLanv2MaxRescale = 20;
+// The back-substitution keeps |x| below 2^kEigGrowthExp by exact rescaling of x.
+constant constexpr int kEigGrowthExp = 64;
+// Threadgroup memory for H (and Z) in eig_group: n^2 elements each, so n <= 63 in float32 and
+// n <= 44 in complex64 with vectors, 89 and 63 without.
+constant constexpr int kEigStageBytes = 32256;
+// Threads per threadgroup at most.
+constant constexpr int kEigMaxThreads = 256;
+
+static_assert(kEigStageBytes + 2 * (kEigMaxThreads / kSimdWidth) * sizeof(float) <=
+                  kMaxThreadgroupMemoryBytes,
+              "eig_group's threadgroup memory must fit");
+
+// ---- element helpers (T = float or float2) ----
+
+inline float eig_re(float a) { return a; }
+inline float eig_re(float2 a) { return a.x; }
+inline float eig_im(float a) { return 0.0f; }
+inline float eig_im(float2 a) { return a.y; }
+inline float2 eig_c(float a) { return float2(a, 0.0f); }
+inline float2 eig_c(float2 a) { return a; }
+inline bool eig_finite(float a) { return metal::isfinite(a); }
+inline bool eig_finite(float2 a) { return metal::isfinite(a.x) && metal::isfinite(a.y); }
+inline float eig_ldexp(float a, int e) { return metal::ldexp(a, e); }
+inline float2 eig_ldexp(float2 a, int e) {
+  return float2(metal::ldexp(a.x, e), metal::ldexp(a.y, e));
+}
+template <typename T> inline T eig_from(float2 a);
+template <> inline float eig_from<float>(float2 a) { return a.x; }
+template <> inline float2 eig_from<float2>(float2 a) { return a; }
+// |a|^2 for real and complex.
+inline float eig_abs2(float2 a) { return a.x * a.x + a.y * a.y; }
+
+// sqrt of a complex number (principal branch), without overflow for the scaled entries here.
+inline float2 eig_csqrt(float2 a) {
+  const float m = modulus(a);
+  if (m == 0.0f) {
+    return float2(0.0f, 0.0f);
+  }
+  const float r = metal::sqrt(0.5f * (m + metal::fabs(a.x)));
+  if (a.x >= 0.0f) {
+    return float2(r, a.y / (2.0f * r));
+  }
+  return float2(metal::fabs(a.y) / (2.0f * r), a.y < 0.0f ? -r : r);
+}
+
+// sqrt(a^2 + b^2 + c^2) without overflow or underflow (xLAPY3).
+inline float eig_hypot3(float a, float b, float c) {
+  const float w = metal::max(metal::fabs(a), metal::max(metal::fabs(b), metal::fabs(c)));
+  if (w == 0.0f) {
+    return 0.0f;
+  }
+  const float x = a / w, y = b / w, z = c / w;
+  return w * metal::sqrt(x * x + y * y + z * z);
+}
+
+// The elementary reflector of xLARFG for (alpha, x1, x2) (x2 unused when m == 2): on return
+// alpha = beta, x1, x2 = the reflector's v (v0 = 1), tau. Below the smallest normal number the
+// column counts as zero (tau = 0): the callers then set the entries to zero, a perturbation of
+// relative size 1e-38.
+template <typename T>
+inline T eig_larfg(thread T& alpha, thread T& x1, thread T& x2, int m) {
+  const float a1 = modulus(x1), a2 = m == 3 ? modulus(x2) : 0.0f;
+  const float big = metal::max(a1, a2);
+  float xnorm = 0.0f;
+  if (big > 0.0f) {
+    const float r1 = a1 / big, r2 = a2 / big;
+    xnorm = big * metal::sqrt(r1 * r1 + r2 * r2);
+  }
+  const float ar = eig_re(alpha), ai = eig_im(alpha);
+  if (xnorm <= kSafeMin && ai == 0.0f) {
+    return zero<T>();
+  }
+  const float beta = -metal::copysign(eig_hypot3(ar, ai, xnorm), ar);
+  const T scal = recip(alpha - eig_from<T>(float2(beta, 0.0f)));
+  x1 = mul(x1, scal);
+  if (m == 3) {
+    x2 = mul(x2, scal);
+  }
+  alpha = eig_from<T>(float2(beta, 0.0f));
+  return eig_from<T>(float2((beta - ar) / beta, -ai / beta));
+}
+
+// H and Z live in threadgroup or device memory: every barrier orders both.
+constant constexpr metal::mem_flags kEigMemory =
+    metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+
+inline void eig_sync() { threadgroup_barrier(kEigMemory); }
+
+// What one matrix's kernel works with.
+template <typename T, typename P>
+struct EigWork {
+  P h;                     // n x n, row-major: A, then H, then the Schur form T
+  P z;                     // n x n: Q, then Q Z (vectors only)
+  device T* tau;           // n reflector scalars of the Hessenberg reduction
+  device float* scale;     // n balancing scale factors
+  device int* perm;        // n balancing permutation records
+  device float2* x;        // n x n: the eigenvectors of T (vectors only)
+  threadgroup float* red;  // reduction scratch: 2 floats per simdgroup
+  int n;
+  bool vectors;
+  uint tid, nth, lane, sg, nsg;
+};
+
+// ---- 2. balancing (xGEBAL) ----
+
+// Swap columns i and j (rows 0..l) then rows i and j (columns k..n-1).
+template <typename T, typename P>
+inline void eig_swap(thread EigWork<T, P>& w, int i, int j, int k, int l) {
+  const int n = w.n;
+  if (i != j) {
+    for (int r = int(w.tid); r <= l; r += int(w.nth)) {
+      const T t = w.h[r * n + i];
+      w.h[r * n + i] = w.h[r * n + j];
+      w.h[r * n + j] = t;
+    }
+    eig_sync();
+    for (int c = k + int(w.tid); c < n; c += int(w.nth)) {
+      const T t = w.h[i * n + c];
+      w.h[i * n + c] = w.h[j * n + c];
+      w.h[j * n + c] = t;
+    }
+  }
+  eig_sync();
+}
+
+// Permutes and scales h; returns the active block in ilo, ihi.
+template <typename T, typename P>
+inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ihi) {
+  const int n = w.n;
+  for (int t = int(w.tid); t < n; t += int(w.nth)) {
+    w.scale[t] = 1.0f;
+    w.perm[t] = t;
+  }
+  eig_sync();
+  int k = 0, l = n - 1;
+  // Rows with no off-diagonal entry in columns 0..l go to the bottom (the last such row first).
+  for (int pass = 0; pass < n; ++pass) {
+    float found = -1.0f;
+    for (int i = int(w.tid); i <= l; i += int(w.nth)) {
+      bool isolated = true;
+      for (int j = 0; j <= l && isolated; ++j) {
+        isolated = j == i || is_zero(w.h[i * n + j]);
+      }
+      found = isolated ? metal::max(found, float(i)) : found;
+    }
+    found = group_max(found, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+    if (found < 0.0f) {
+      break;
+    }
+    const int i = int(found);
+    if (w.tid == 0) {
+      w.perm[l] = i;
+    }
+    eig_swap(w, i, l, 0, l);
+    if (l == 0) {
+      ilo = 0;
+      ihi = 0;
+      return;
+    }
+    --l;
+  }
+  // Columns with no off-diagonal entry in rows k..l go to the left (the first such column first).
+  for (int pass = 0; pass < n; ++pass) {
+    float found = -float(n);
+    for (int j = k + int(w.tid); j <= l; j += int(w.nth)) {
+      bool isolated = true;
+      for (int i = k; i <= l && isolated; ++i) {
+        isolated = i == j || is_zero(w.h[i * n + j]);
+      }
+      found = isolated ? metal::max(found, -float(j)) : found;
+    }
+    found = group_max(found, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+    if (found <= -float(n)) {
+      break;
+    }
+    const int j = int(-found);
+    if (w.tid == 0) {
+      w.perm[k] = j;
+    }
+    eig_swap(w, j, k, k, l);
+    ++k;
+    if (k > l) {
+      break;
+    }
+  }
+  ilo = k;
+  ihi = l;
+  // Scaling by powers of 2 (the radix), each row and column in turn, until a sweep changes none.
+  const float sfmin1 = kSafeMin / kEigUlp, sfmax1 = 1.0f / sfmin1;
+  const float sfmin2 = 2.0f * sfmin1, sfmax2 = 1.0f / sfmin2;
+  for (int sweep = 0; sweep < kEigBalanceMaxSweeps; ++sweep) {
+    bool changed = false;
+    for (int i = k; i <= l; ++i) {
+      const float scale_i = w.scale[i];  // read before the reductions' barriers (thread 0 writes)
+      float ca = 0.0f, ra = 0.0f;
+      for (int t = int(w.tid); t < n; t += int(w.nth)) {
+        if (t <= l) {
+          ca = metal::max(ca, modulus(w.h[t * n + i]));
+        }
+        if (t >= k) {
+          ra = metal::max(ra, modulus(w.h[i * n + t]));
+        }
+      }
+      ca = group_max(ca, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+      ra = group_max(ra, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+      float sums[2] = {0.0f, 0.0f};
+      for (int t = k + int(w.tid); t <= l; t += int(w.nth)) {
+        if (ca > 0.0f) {
+          const float c = modulus(w.h[t * n + i]) / ca;
+          sums[0] += c * c;
+        }
+        if (ra > 0.0f) {
+          const float r = modulus(w.h[i * n + t]) / ra;
+          sums[1] += r * r;
+        }
+      }
+      group_sum_each<float, 2>(sums, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+      float c = ca * metal::sqrt(sums[0]), r = ra * metal::sqrt(sums[1]);
+      if (c == 0.0f || r == 0.0f) {
+        continue;
+      }
+      float g = r * 0.5f, f = 1.0f;
+      const float s = c + r;
+      for (int step = 0; step < kEigBalanceMaxSteps; ++step) {
+        if (!(c < g && metal::max(f, metal::max(c, ca)) < sfmax2 &&
+              metal::min(r, metal::min(g, ra)) > sfmin2)) {
+          break;
+        }
+        f *= 2.0f;
+        c *= 2.0f;
+        ca *= 2.0f;
+        r *= 0.5f;
+        g *= 0.5f;
+        ra *= 0.5f;
+      }
+      g = c * 0.5f;
+      for (int step = 0; step < kEigBalanceMaxSteps; ++step) {
+        if (!(g >= r && metal::max(r, ra) < sfmax2 &&
+              metal::min(metal::min(f, c), metal::min(g, ca)) > sfmin2)) {
+          break;
+        }
+        f *= 0.5f;
+        c *= 0.5f;
+        g *= 0.5f;
+        ca *= 0.5f;
+        r *= 2.0f;
+        ra *= 2.0f;
+      }
+      if (c + r >= kEigBalanceFactor * s) {
+        continue;
+      }
+      if (f < 1.0f && scale_i < 1.0f && f * scale_i <= sfmin1) {
+        continue;
+      }
+      if (f > 1.0f && scale_i > 1.0f && scale_i >= sfmax1 / f) {
+        continue;
+      }
+      changed = true;
+      const float inv = 1.0f / f;  // exact: f is a power of 2
+      if (w.tid == 0) {
+        w.scale[i] = scale_i * f;
+      }
+      // Row i by 1/f, column i by f; h_ii keeps its value (f / f = 1 exactly) and is left alone.
+      for (int t = int(w.tid); t < n; t += int(w.nth)) {
+        if (t >= k && t != i) {
+          w.h[i * n + t] = w.h[i * n + t] * inv;
+        }
+        if (t <= l && t != i) {
+          w.h[t * n + i] = w.h[t * n + i] * f;
+        }
+      }
+      eig_sync();
+    }
+    if (!changed) {
+      break;
+    }
+  }
+  eig_sync();
+}
+
+// ---- 3. Hessenberg reduction (xGEHD2) and Q (xORGHR) ----
+
+template <typename T, typename P>
+inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
+  const int n = w.n;
+  T prev_beta = zero<T>(), prev_scal = zero<T>();
+  for (int k = ilo; k <= ihi - 2; ++k) {
+    // Column k-1 gets beta and v (its other readers are done: the last barrier passed).
+    if (k > ilo) {
+      for (int i = k + int(w.tid); i <= ihi; i += int(w.nth)) {
+        w.h[i * n + (k - 1)] = i == k ? prev_beta : mul(w.h[i * n + (k - 1)], prev_scal);
+      }
+    }
+    // The reflector of column k, by every thread from the same column: v_i = h_ik * scal.
+    const T alpha = w.h[(k + 1) * n + k];
+    float big = 0.0f;
+    for (int i = k + 2; i <= ihi; ++i) {
+      big = metal::max(big, modulus(w.h[i * n + k]));
+    }
+    float xnorm = 0.0f;
+    if (big > 0.0f) {
+      float sum = 0.0f;
+      for (int i = k + 2; i <= ihi; ++i) {
+        const float r = modulus(w.h[i * n + k]) / big;
+        sum += r * r;
+      }
+      xnorm = big * metal::sqrt(sum);
+    }
+    const float ar = eig_re(alpha), ai = eig_im(alpha);
+    T tau = zero<T>(), scal = zero<T>(), beta = alpha;
+    if (!(xnorm <= kSafeMin && ai == 0.0f)) {
+      const float b = -metal::copysign(eig_hypot3(ar, ai, xnorm), ar);
+      beta = eig_from<T>(float2(b, 0.0f));
+      tau = eig_from<T>(float2((b - ar) / b, -ai / b));
+      scal = recip(alpha - beta);
+    }
+    if (w.tid == 0) {
+      w.tau[k] = tau;
+    }
+    prev_beta = beta;
+    prev_scal = scal;
+    // H <- (I - conj(tau) v v^H) H on rows k+1..ihi, columns k+1..n-1: one thread per column.
+    const T ctau = conj(tau);
+    for (int j = k + 1 + int(w.tid); j < n; j += int(w.nth)) {
+      T s = w.h[(k + 1) * n + j];
+      for (int i = k + 2; i <= ihi; ++i) {
+        s += mul(conj(mul(w.h[i * n + k], scal)), w.h[i * n + j]);
+      }
+      s = mul(ctau, s);
+      w.h[(k + 1) * n + j] -= s;
+      for (int i = k + 2; i <= ihi; ++i) {
+        w.h[i * n + j] -= mul(s, mul(w.h[i * n + k], scal));
+      }
+    }
+    eig_sync();
+    // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi: one thread per row.
+    for (int r = int(w.tid); r <= ihi; r += int(w.nth)) {
+      T s = w.h[r * n + k + 1];
+      for (int i = k + 2; i <= ihi; ++i) {
+        s += mul(w.h[r * n + i], mul(w.h[i * n + k], scal));
+      }
+      s = mul(tau, s);
+      w.h[r * n + k + 1] -= s;
+      for (int i = k + 2; i <= ihi; ++i) {
+        w.h[r * n + i] -= mul(s, conj(mul(w.h[i * n + k], scal)));
+      }
+    }
+    eig_sync();
+  }
+  if (ihi - 2 >= ilo) {
+    const int k = ihi - 1;
+    for (int i = k + int(w.tid); i <= ihi; i += int(w.nth)) {
+      w.h[i * n + (k - 1)] = i == k ? prev_beta : mul(w.h[i * n + (k - 1)], prev_scal);
+    }
+    eig_sync();
+  }
+  if (w.vectors) {
+    // Q = H_ilo ... H_(ihi-2), applied backwards to the identity: one thread per column.
+    for (int j = int(w.tid); j < n; j += int(w.nth)) {
+      for (int i = 0; i < n; ++i) {
+        w.z[i * n + j] = i == j ? one<T>() : zero<T>();
+      }
+      for (int k = ihi - 2; k >= ilo; --k) {
+        if (j <= k) {
+          continue;
+        }
+        const T tk = w.tau[k];
+        T s = w.z[(k + 1) * n + j];
+        for (int i = k + 2; i <= ihi; ++i) {
+          s += mul(conj(w.h[i * n + k]), w.z[i * n + j]);
+        }
+        s = mul(tk, s);
+        w.z[(k + 1) * n + j] -= s;
+        for (int i = k + 2; i <= ihi; ++i) {
+          w.z[i * n + j] -= mul(s, w.h[i * n + k]);
+        }
+      }
+    }
+    eig_sync();
+  }
+  // Below the subdiagonal: zero (the reflectors were stored there).
+  for (int j = int(w.tid); j < n; j += int(w.nth)) {
+    for (int i = j + 2; i < n; ++i) {
+      w.h[i * n + j] = zero<T>();
+    }
+  }
+  eig_sync();
+}
+
+// ---- 4. Schur form ----
+
+// xLAHQR's search for a negligible subdiagonal entry in rows l+1..i (Ahues and Tisseur's
+// criterion); returns the new l.
+template <typename T, typename P>
+inline int eig_deflation_point(thread EigWork<T, P>& w, int l, int i, int ilo, int ihi,
+                               float smlnum) {
+  const int n = w.n;
+  int k = i;
+  for (; k > l; --k) {
+    const float sub = abs1(w.h[k * n + k - 1]);
+    if (sub <= smlnum) {
+      break;
+    }
+    float tst = abs1(w.h[(k - 1) * n + k - 1]) + abs1(w.h[k * n + k]);
+    if (tst == 0.0f) {
+      if (k - 2 >= ilo) {
+        tst += abs1(w.h[(k - 1) * n + k - 2]);
+      }
+      if (k + 1 <= ihi) {
+        tst += abs1(w.h[(k + 1) * n + k]);
+      }
+    }
+    if (sub <= kEigUlp * tst) {
+      const float up = abs1(w.h[(k - 1) * n + k]);
+      const float ab = metal::max(sub, up), ba = metal::min(sub, up);
+      const float dd = abs1(w.h[(k - 1) * n + k - 1] - w.h[k * n + k]);
+      const float hkk = abs1(w.h[k * n + k]);
+      const float aa = metal::max(hkk, dd), bb = metal::min(hkk, dd);
+      const float s = aa + ab;
+      if (ba * (ab / s) <= metal::max(smlnum, kEigUlp * (bb * (aa / s)))) {
+        break;
+      }
+    }
+  }
+  return k;
+}
+
+// xLANV2: the Schur factorisation of the real 2 x 2 [[a, b], [c, d]] = [[cs, -sn], [sn, cs]]
+// [[aa, bb], [cc, dd]] [[cs, sn], [-sn, cs]], standardised (cc = 0, or aa = dd and bb cc < 0).
+struct EigLanv2 {
+  float a, b, c, d, cs, sn;
+};
+
+inline EigLanv2 eig_lanv2(float a, float b, float c, float d) {
+  EigLanv2 r;
+  float cs = 1.0f, sn = 0.0f;
+  if (c == 0.0f) {
+  } else if (b == 0.0f) {
+    cs = 0.0f;
+    sn = 1.0f;
+    const float t = d;
+    d = a;
+    a = t;
+    b = -c;
+    c = 0.0f;
+  } else if ((a - d) == 0.0f && metal::sign(b) != metal::sign(c)) {
+  } else {
+    float temp = a - d;
+    float p = 0.5f * temp;
+    const float bcmax = metal::max(metal::fabs(b), metal::fabs(c));
+    const float bcmis = metal::min(metal::fabs(b), metal::fabs(c)) * metal::copysign(1.0f, b) *
+                        metal::copysign(1.0f, c);
+    float sc = metal::max(metal::fabs(p), bcmax);
+    float zz = (p / sc) * p + (bcmax / sc) * bcmis;
+    if (zz >= kEigLanv2Multpl * kEigUlp) {
+      // Real eigenvalues: the upper triangular form.
+      zz = p + metal::copysign(metal::sqrt(sc) * metal::sqrt(zz), p);
+      a = d + zz;
+      d = d - (bcmax / zz) * bcmis;
+      const float tau = metal::sqrt(c * c + zz * zz);
+      cs = zz / tau;
+      sn = c / tau;
+      b = b - c;
+      c = 0.0f;
+    } else {
+      // Complex or nearly equal real eigenvalues: make the diagonal equal.
+      float sigma = b + c;
+      for (int count = 0; count < kEigLanv2MaxRescale; ++count) {
+        sc = metal::max(metal::fabs(temp), metal::fabs(sigma));
+        if (sc >= 1.0f / kEigLanv2SafMin2) {
+          sigma *= kEigLanv2SafMin2;
+          temp *= kEigLanv2SafMin2;
+        } else if (sc <= kEigLanv2SafMin2) {
+          sigma /= kEigLanv2SafMin2;
+          temp /= kEigLanv2SafMin2;
+        } else {
+          break;
+        }
+      }
+      p = 0.5f * temp;
+      float tau = metal::sqrt(sigma * sigma + temp * temp);
+      cs = metal::sqrt(0.5f * (1.0f + metal::fabs(sigma) / tau));
+      sn = -(p / (tau * cs)) * metal::copysign(1.0f, sigma);
+      const float aa = a * cs + b * sn, bb = -a * sn + b * cs;
+      const float cc = c * cs + d * sn, dd = -c * sn + d * cs;
+      a = aa * cs + cc * sn;
+      b = bb * cs + dd * sn;
+      c = -aa * sn + cc * cs;
+      d = -bb * sn + dd * cs;
+      temp = 0.5f * (a + d);
+      a = temp;
+      d = temp;
+      if (c != 0.0f) {
+        if (b != 0.0f) {
+          if (metal::sign(b) == metal::sign(c)) {
+            // Real eigenvalues after all: the upper triangular form.
+            const float sab = metal::sqrt(metal::fabs(b)), sac = metal::sqrt(metal::fabs(c));
+            p = metal::copysign(sab * sac, c);
+            tau = 1.0f / metal::sqrt(metal::fabs(b + c));
+            a = temp + p;
+            d = temp - p;
+            b = b - c;
+            c = 0.0f;
+            const float cs1 = sab * tau, sn1 = sac * tau;
+            temp = cs * cs1 - sn * sn1;
+            sn = cs * sn1 + sn * cs1;
+            cs = temp;
+          }
+        } else {
+          b = -c;
+          c = 0.0f;
+          temp = cs;
+          cs = -sn;
+          sn = temp;
+        }
+      }
+    }
+  }
+  r.a = a;
+  r.b = b;
+  r.c = c;
+  r.d = d;
+  r.cs = cs;
+  r.sn = sn;
+  return r;
+}
+
+// Francis double-shift QR (xLAHQR) on the real Hessenberg h, rows/columns ilo..ihi; eigenvalues
+// into wv (scaled matrix). Returns 0, or the 1-based index of the eigenvalue that failed.
+template <typename P>
+inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float2* wv) {
+  const int n = w.n;
+  const bool wantt = w.vectors;
+  const int nh = ihi - ilo + 1;
+  const float smlnum = kSafeMin * (float(nh) / kEigUlp);
+  const int itmax = kEigItmaxPerOrder * metal::max(kEigItmaxMinOrder, nh);
+  int kdefl = 0;
+  int i = ihi;
+  for (int outer = 0; outer < n && i >= ilo; ++outer) {
+    int l = ilo;
+    bool converged = false;
+    EigLanv2 blk;
+    for (int its = 0; its <= itmax; ++its) {
+      l = eig_deflation_point(w, l, i, ilo, ihi, smlnum);
+      const int i1 = wantt ? 0 : l, i2 = wantt ? n - 1 : i;
+      float v[3] = {0.0f, 0.0f, 0.0f};
+      int m = l;
+      if (l == i - 1) {
+        blk = eig_lanv2(w.h[(i - 1) * n + i - 1], w.h[(i - 1) * n + i], w.h[i * n + i - 1],
+                        w.h[i * n + i]);
+      } else if (l < i - 1) {
+        ++kdefl;
+        float h11, h12, h21, h22;
+        if (kdefl % (2 * kEigExceptional) == 0) {
+          const float s = metal::fabs(w.h[i * n + i - 1]) + metal::fabs(w.h[(i - 1) * n + i - 2]);
+          h11 = kEigExcDat1 * s + w.h[i * n + i];
+          h12 = kEigExcDat2 * s;
+          h21 = s;
+          h22 = h11;
+        } else if (kdefl % kEigExceptional == 0) {
+          const float s = metal::fabs(w.h[(l + 1) * n + l]) + metal::fabs(w.h[(l + 2) * n + l + 1]);
+          h11 = kEigExcDat1 * s + w.h[l * n + l];
+          h12 = kEigExcDat2 * s;
+          h21 = s;
+          h22 = h11;
+        } else {
+          h11 = w.h[(i - 1) * n + i - 1];
+          h21 = w.h[i * n + i - 1];
+          h12 = w.h[(i - 1) * n + i];
+          h22 = w.h[i * n + i];
+        }
+        // The shifts: the eigenvalues of the trailing 2 x 2 (both the one nearer h22 if real).
+        float rt1r = 0.0f, rt1i = 0.0f, rt2r = 0.0f, rt2i = 0.0f;
+        const float s = metal::fabs(h11) + metal::fabs(h12) + metal::fabs(h21) + metal::fabs(h22);
+        if (s != 0.0f) {
+          h11 /= s;
+          h21 /= s;
+          h12 /= s;
+          h22 /= s;
+          const float tr = (h11 + h22) * 0.5f;
+          const float det = (h11 - tr) * (h22 - tr) - h12 * h21;
+          const float rtdisc = metal::sqrt(metal::fabs(det));
+          if (det >= 0.0f) {
+            rt1r = tr * s;
+            rt2r = rt1r;
+            rt1i = rtdisc * s;
+            rt2i = -rt1i;
+          } else {
+            rt1r = tr + rtdisc;
+            rt2r = tr - rtdisc;
+            if (metal::fabs(rt1r - h22) <= metal::fabs(rt2r - h22)) {
+              rt1r *= s;
+              rt2r = rt1r;
+            } else {
+              rt2r *= s;
+              rt1r = rt2r;
+            }
+          }
+        }
+        // Two consecutive small subdiagonals: where the bulge may start.
+        for (m = i - 2; m >= l; --m) {
+          float h21s = w.h[(m + 1) * n + m];
+          float sm = metal::fabs(w.h[m * n + m] - rt2r) + metal::fabs(rt2i) + metal::fabs(h21s);
+          h21s = w.h[(m + 1) * n + m] / sm;
+          v[0] = h21s * w.h[m * n + m + 1] + (w.h[m * n + m] - rt1r) * ((w.h[m * n + m] - rt2r) / sm) -
+                 rt1i * (rt2i / sm);
+          v[1] = h21s * (w.h[m * n + m] + w.h[(m + 1) * n + m + 1] - rt1r - rt2r);
+          v[2] = h21s * w.h[(m + 2) * n + m + 1];
+          sm = metal::fabs(v[0]) + metal::fabs(v[1]) + metal::fabs(v[2]);
+          v[0] /= sm;
+          v[1] /= sm;
+          v[2] /= sm;
+          if (m == l) {
+            break;
+          }
+          const float h00 = metal::fabs(w.h[m * n + m - 1]) * (metal::fabs(v[1]) + metal::fabs(v[2]));
+          const float h01 = metal::fabs(v[0]) * (metal::fabs(w.h[(m - 1) * n + m - 1]) +
+                                                  metal::fabs(w.h[m * n + m]) +
+                                                  metal::fabs(w.h[(m + 1) * n + m + 1]));
+          if (h00 <= kEigUlp * h01) {
+            break;
+          }
+        }
+      }
+      eig_sync();  // every thread has read what it decides from
+      if (w.tid == 0 && l > ilo) {
+        w.h[l * n + l - 1] = 0.0f;
+      }
+      if (l >= i - 1) {
+        converged = true;
+        break;
+      }
+      // The double-shift QR step: the bulge chased from m to i.
+      for (int k = m; k <= i - 1; ++k) {
+        const int nr = metal::min(3, i - k + 1);
+        if (k > m) {
+          v[0] = w.h[k * n + k - 1];
+          v[1] = w.h[(k + 1) * n + k - 1];
+          v[2] = nr == 3 ? w.h[(k + 2) * n + k - 1] : 0.0f;
+        }
+        const float t1 = eig_larfg(v[0], v[1], v[2], nr);
+        const float v2 = v[1], t2 = t1 * v2;
+        const float v3 = nr == 3 ? v[2] : 0.0f, t3 = t1 * v3;
+        for (int j = k + int(w.tid); j <= i2; j += int(w.nth)) {
+          float sum = w.h[k * n + j] + v2 * w.h[(k + 1) * n + j];
+          if (nr == 3) {
+            sum += v3 * w.h[(k + 2) * n + j];
+            w.h[(k + 2) * n + j] -= sum * t3;
+          }
+          w.h[k * n + j] -= sum * t1;
+          w.h[(k + 1) * n + j] -= sum * t2;
+        }
+        eig_sync();
+        const int last = metal::min(k + 3, i);
+        for (int r = i1 + int(w.tid); r <= last; r += int(w.nth)) {
+          float sum = w.h[r * n + k] + v2 * w.h[r * n + k + 1];
+          if (nr == 3) {
+            sum += v3 * w.h[r * n + k + 2];
+            w.h[r * n + k + 2] -= sum * t3;
+          }
+          w.h[r * n + k] -= sum * t1;
+          w.h[r * n + k + 1] -= sum * t2;
+        }
+        if (wantt) {
+          for (int r = int(w.tid); r < n; r += int(w.nth)) {
+            float sum = w.z[r * n + k] + v2 * w.z[r * n + k + 1];
+            if (nr == 3) {
+              sum += v3 * w.z[r * n + k + 2];
+              w.z[r * n + k + 2] -= sum * t3;
+            }
+            w.z[r * n + k] -= sum * t1;
+            w.z[r * n + k + 1] -= sum * t2;
+          }
+        }
+        if (w.tid == 0) {
+          if (k > m) {
+            w.h[k * n + k - 1] = v[0];
+            w.h[(k + 1) * n + k - 1] = 0.0f;
+            if (k < i - 1) {
+              w.h[(k + 2) * n + k - 1] = 0.0f;
+            }
+          } else if (m > l) {
+            // The reflector from the left on column m-1 (v2 and v3 may underflow: not -h).
+            w.h[k * n + k - 1] *= (1.0f - t1);
+          }
+        }
+        eig_sync();
+      }
+    }
+    if (!converged) {
+      return i + 1;
+    }
+    if (l == i) {
+      if (w.tid == 0) {
+        wv[i] = float2(w.h[i * n + i], 0.0f);
+      }
+    } else {
+      // The 2 x 2 block at i-1, i: its Schur form, the rotation applied to the rest.
+      const float cs = blk.cs, sn = blk.sn;
+      if (w.tid == 0) {
+        w.h[(i - 1) * n + i - 1] = blk.a;
+        w.h[(i - 1) * n + i] = blk.b;
+        w.h[i * n + i - 1] = blk.c;
+        w.h[i * n + i] = blk.d;
+        const float im = blk.c == 0.0f ? 0.0f
+                                       : metal::sqrt(metal::fabs(blk.b)) *
+                                             metal::sqrt(metal::fabs(blk.c));
+        wv[i - 1] = float2(blk.a, im);
+        wv[i] = float2(blk.d, -im);
+      }
+      if (wantt) {
+        for (int j = i + 1 + int(w.tid); j < n; j += int(w.nth)) {
+          const float x = w.h[(i - 1) * n + j], y = w.h[i * n + j];
+          w.h[(i - 1) * n + j] = cs * x + sn * y;
+          w.h[i * n + j] = cs * y - sn * x;
+        }
+        for (int r = int(w.tid); r <= i - 2; r += int(w.nth)) {
+          const float x = w.h[r * n + i - 1], y = w.h[r * n + i];
+          w.h[r * n + i - 1] = cs * x + sn * y;
+          w.h[r * n + i] = cs * y - sn * x;
+        }
+        for (int r = int(w.tid); r < n; r += int(w.nth)) {
+          const float x = w.z[r * n + i - 1], y = w.z[r * n + i];
+          w.z[r * n + i - 1] = cs * x + sn * y;
+          w.z[r * n + i] = cs * y - sn * x;
+        }
+      }
+    }
+    eig_sync();
+    kdefl = 0;
+    i = l - 1;
+  }
+  return 0;
+}
+
+// Single-shift complex QR on the complex Hessenberg h (xLAHQR's complex form, with general
+// complex reflectors). Same contract as the real one.
+template <typename P>
+inline int eig_schur(thread EigWork<float2, P>& w, int ilo, int ihi, device float2* wv) {
+  const int n = w.n;
+  const bool wantt = w.vectors;
+  const int nh = ihi - ilo + 1;
+  const float smlnum = kSafeMin * (float(nh) / kEigUlp);
+  const int itmax = kEigItmaxPerOrder * metal::max(kEigItmaxMinOrder, nh);
+  int kdefl = 0;
+  int i = ihi;
+  for (int outer = 0; outer < n && i >= ilo; ++outer) {
+    int l = ilo;
+    bool converged = false;
+    for (int its = 0; its <= itmax; ++its) {
+      l = eig_deflation_point(w, l, i, ilo, ihi, smlnum);
+      const int i1 = wantt ? 0 : l, i2 = wantt ? n - 1 : i;
+      float2 v[2] = {float2(0.0f), float2(0.0f)};
+      int m = l;
+      if (l < i) {
+        ++kdefl;
+        float2 t;
+        if (kdefl % (2 * kEigExceptional) == 0) {
+          t = float2(kEigExcDat1 * abs1(w.h[i * n + i - 1]), 0.0f) + w.h[i * n + i];
+        } else if (kdefl % kEigExceptional == 0) {
+          t = float2(kEigExcDat1 * abs1(w.h[(l + 1) * n + l]), 0.0f) + w.h[l * n + l];
+        } else {
+          // Wilkinson's shift: the eigenvalue of the trailing 2 x 2 nearer h_ii.
+          t = w.h[i * n + i];
+          const float2 u = mul(eig_csqrt(w.h[(i - 1) * n + i]), eig_csqrt(w.h[i * n + i - 1]));
+          float s = abs1(u);
+          if (s != 0.0f) {
+            const float2 x = 0.5f * (w.h[(i - 1) * n + i - 1] - t);
+            const float sx = abs1(x);
+            s = metal::max(s, sx);
+            float2 y = s * eig_csqrt(mul(x / s, x / s) + mul(u / s, u / s));
+            if (sx > 0.0f && (x.x / sx) * y.x + (x.y / sx) * y.y < 0.0f) {
+              y = -y;
+            }
+            t = t - mul(u, div(u, x + y));
+          }
+        }
+        // Two consecutive small subdiagonals: where the bulge may start.
+        for (m = i - 1; m >= l; --m) {
+          const float2 h11 = w.h[m * n + m], h22 = w.h[(m + 1) * n + m + 1];
+          float2 h11s = h11 - t;
+          float2 h21 = w.h[(m + 1) * n + m];
+          const float s = abs1(h11s) + abs1(h21);
+          h11s /= s;
+          h21 /= s;
+          v[0] = h11s;
+          v[1] = h21;
+          if (m == l) {
+            break;
+          }
+          const float h10 = abs1(w.h[m * n + m - 1]);
+          if (h10 * abs1(h21) <= kEigUlp * (abs1(h11s) * (abs1(h11) + abs1(h22)))) {
+            break;
+          }
+        }
+      }
+      eig_sync();  // every thread has read what it decides from
+      if (w.tid == 0 && l > ilo) {
+        w.h[l * n + l - 1] = float2(0.0f);
+      }
+      if (l >= i) {
+        converged = true;
+        break;
+      }
+      for (int k = m; k <= i - 1; ++k) {
+        if (k > m) {
+          v[0] = w.h[k * n + k - 1];
+          v[1] = w.h[(k + 1) * n + k - 1];
+        }
+        float2 unused = float2(0.0f);
+        const float2 t1 = eig_larfg(v[0], v[1], unused, 2);
+        const float2 v2 = v[1], ct1 = conj(t1);
+        for (int j = k + int(w.tid); j <= i2; j += int(w.nth)) {
+          const float2 s = mul(ct1, w.h[k * n + j] + mul(conj(v2), w.h[(k + 1) * n + j]));
+          w.h[k * n + j] -= s;
+          w.h[(k + 1) * n + j] -= mul(s, v2);
+        }
+        eig_sync();
+        const int last = metal::min(k + 2, i);
+        for (int r = i1 + int(w.tid); r <= last; r += int(w.nth)) {
+          const float2 s = mul(t1, w.h[r * n + k] + mul(v2, w.h[r * n + k + 1]));
+          w.h[r * n + k] -= s;
+          w.h[r * n + k + 1] -= mul(s, conj(v2));
+        }
+        if (wantt) {
+          for (int r = int(w.tid); r < n; r += int(w.nth)) {
+            const float2 s = mul(t1, w.z[r * n + k] + mul(v2, w.z[r * n + k + 1]));
+            w.z[r * n + k] -= s;
+            w.z[r * n + k + 1] -= mul(s, conj(v2));
+          }
+        }
+        if (w.tid == 0) {
+          if (k > m) {
+            w.h[k * n + k - 1] = v[0];
+            w.h[(k + 1) * n + k - 1] = float2(0.0f);
+          } else if (m > l) {
+            w.h[k * n + k - 1] = mul(w.h[k * n + k - 1], float2(1.0f, 0.0f) - ct1);
+          }
+        }
+        eig_sync();
+      }
+    }
+    if (!converged) {
+      return i + 1;
+    }
+    if (w.tid == 0) {
+      wv[i] = w.h[i * n + i];
+    }
+    eig_sync();
+    kdefl = 0;
+    i = l - 1;
+  }
+  return 0;
+}
+
+// ---- 5. eigenvectors ----
+
+// x scaled by 2^-shift in rows lo..hi (exact, small entries may flush to zero).
+inline void eig_rescale(device float2* x, int n, int k, int lo, int hi, int shift) {
+  for (int r = lo; r <= hi; ++r) {
+    x[r * n + k] = eig_ldexp(x[r * n + k], -shift);
+  }
+}
+
+// The exponent by which num / den would exceed 2^kEigGrowthExp (0 if it does not).
+inline int eig_growth(float num, float den) {
+  if (num == 0.0f) {
+    return 0;
+  }
+  int en = 0, ed = 0;
+  metal::frexp(num, en);
+  metal::frexp(den, ed);
+  return metal::max(0, en - ed - kEigGrowthExp);
+}
+
+// Column k of X: the eigenvector of the quasi-triangular t for eigenvalue lam (for the first of
+// a complex pair of a real t, top = k + 1). Returns the last row used.
+template <typename T, typename P>
+inline int eig_back_substitute(P t, int n, int k, float2 lam, device float2* x, float smlnum) {
+  int top = k;
+  const bool pair = k + 1 < n && !is_zero(t[(k + 1) * n + k]);
+  if (pair) {
+    top = k + 1;
+    const float2 a = eig_c(t[k * n + k]), b = eig_c(t[k * n + k + 1]);
+    const float2 c = eig_c(t[(k + 1) * n + k]), d = eig_c(t[(k + 1) * n + k + 1]);
+    // A null vector of the block minus lam: (b, lam - a) or (lam - d, c), the larger.
+    if (abs1(b) + abs1(lam - a) >= abs1(c) + abs1(lam - d)) {
+      x[k * n + k] = b;
+      x[(k + 1) * n + k] = lam - a;
+    } else {
+      x[k * n + k] = lam - d;
+      x[(k + 1) * n + k] = c;
+    }
+  } else {
+    x[k * n + k] = float2(1.0f, 0.0f);
+  }
+  const float smin = metal::max(kEigUlp * abs1(lam), smlnum);
+  int j = k - 1;
+  for (int step = 0; step < n && j >= 0; ++step) {
+    const bool block = j >= 1 && !is_zero(t[j * n + j - 1]);
+    if (!block) {
+      float2 rhs = float2(0.0f);
+      for (int c = j + 1; c <= top; ++c) {
+        rhs -= mul(eig_c(t[j * n + c]), x[c * n + k]);
+      }
+      float2 den = eig_c(t[j * n + j]) - lam;
+      if (abs1(den) < smin) {
+        den = float2(smin, 0.0f);
+      }
+      const int shift = eig_growth(abs1(rhs), abs1(den));
+      if (shift > 0) {
+        eig_rescale(x, n, k, j + 1, top, shift);
+        rhs = eig_ldexp(rhs, -shift);
+      }
+      x[j * n + k] = div(rhs, den);
+      --j;
+      continue;
+    }
+    // Rows j-1, j: a 2 x 2 block of the real Schur form.
+    float2 r0 = float2(0.0f), r1 = float2(0.0f);
+    for (int c = j + 1; c <= top; ++c) {
+      r0 -= mul(eig_c(t[(j - 1) * n + c]), x[c * n + k]);
+      r1 -= mul(eig_c(t[j * n + c]), x[c * n + k]);
+    }
+    const float2 a11 = eig_c(t[(j - 1) * n + j - 1]) - lam, a12 = eig_c(t[(j - 1) * n + j]);
+    const float2 a21 = eig_c(t[j * n + j - 1]), a22 = eig_c(t[j * n + j]) - lam;
+    float2 det = mul(a11, a22) - mul(a12, a21);
+    const float amax = metal::max(metal::max(abs1(a11), abs1(a12)), metal::max(abs1(a21), abs1(a22)));
+    const float dmin = smin * metal::max(amax, smin);
+    if (abs1(det) < dmin) {
+      det = float2(dmin, 0.0f);
+    }
+    float2 n0 = mul(r0, a22) - mul(a12, r1);
+    float2 n1 = mul(a11, r1) - mul(a21, r0);
+    const int shift = eig_growth(metal::max(abs1(n0), abs1(n1)), abs1(det));
+    if (shift > 0) {
+      eig_rescale(x, n, k, j + 1, top, shift);
+      n0 = eig_ldexp(n0, -shift);
+      n1 = eig_ldexp(n1, -shift);
+    }
+    x[(j - 1) * n + k] = div(n0, det);
+    x[j * n + k] = div(n1, det);
+    j -= 2;
+  }
+  return top;
+}
+
+inline float2 eig_mul(float a, float2 b) { return a * b; }
+inline float2 eig_mul(float2 a, float2 b) { return mul(a, b); }
+
+// Whether column k of the eigenvectors is computed as the conjugate of column k - 1 (the second
+// of a complex pair of real input).
+template <typename T, typename P>
+inline bool eig_second_of_pair(P t, int n, int k, T) {
+  return false;
+}
+template <typename P>
+inline bool eig_second_of_pair(P t, int n, int k, float) {
+  return k >= 1 && t[k * n + k - 1] != 0.0f;
+}
+
+template <typename T, typename P>
+inline void eig_vectors(thread EigWork<T, P>& w, int ilo, int ihi, device float2* wv,
+                        device float2* vout, float smlnum) {
+  const int n = w.n;
+  // X: one thread per eigenvector.
+  for (int k = int(w.tid); k < n; k += int(w.nth)) {
+    if (!eig_second_of_pair(w.h, n, k, T())) {
+      eig_back_substitute<T>(w.h, n, k, wv[k], w.x, smlnum);
+    }
+  }
+  eig_sync();
+  // V = Z X (X is upper quasi-triangular): one thread per entry.
+  for (int item = int(w.tid); item < n * n; item += int(w.nth)) {
+    const int r = item / n, k = item % n;
+    if (eig_second_of_pair(w.h, n, k, T())) {
+      continue;
+    }
+    const bool pair = k + 1 < n && !is_zero(w.h[(k + 1) * n + k]);
+    const int top = pair ? k + 1 : k;
+    float2 s = float2(0.0f);
+    for (int j = 0; j <= top; ++j) {
+      s += eig_mul(w.z[r * n + j], w.x[j * n + k]);
+    }
+    vout[r * n + k] = s;
+  }
+  eig_sync();
+  // The balancing undone (xGEBAK), then unit 2-norm with the largest component real: one thread
+  // per column.
+  for (int k = int(w.tid); k < n; k += int(w.nth)) {
+    if (eig_second_of_pair(w.h, n, k, T())) {
+      continue;
+    }
+    for (int r = ilo; r <= ihi; ++r) {
+      vout[r * n + k] *= w.scale[r];
+    }
+    for (int r = ilo - 1; r >= 0; --r) {
+      const int p = w.perm[r];
+      const float2 tmp = vout[r * n + k];
+      vout[r * n + k] = vout[p * n + k];
+      vout[p * n + k] = tmp;
+    }
+    for (int r = ihi + 1; r < n; ++r) {
+      const int p = w.perm[r];
+      const float2 tmp = vout[r * n + k];
+      vout[r * n + k] = vout[p * n + k];
+      vout[p * n + k] = tmp;
+    }
+    float big = 0.0f;
+    for (int r = 0; r < n; ++r) {
+      big = metal::max(big, modulus(vout[r * n + k]));
+    }
+    float sum = 0.0f, best = -1.0f;
+    int at = 0;
+    for (int r = 0; r < n; ++r) {
+      const float2 q = vout[r * n + k] / big;
+      const float a2 = eig_abs2(q);
+      sum += a2;
+      if (a2 > best) {
+        best = a2;
+        at = r;
+      }
+    }
+    const float inv = 1.0f / (big * metal::sqrt(sum));
+    const bool pair = k + 1 < n && !is_zero(w.h[(k + 1) * n + k]);
+    // The phase making the largest component real (a real vector of real input keeps its sign,
+    // as LAPACK's).
+    float2 phase = float2(inv, 0.0f);
+    const float2 top = vout[at * n + k];
+    if (top.y != 0.0f) {
+      phase = conj(top) * (inv / modulus(top));
+    }
+    for (int r = 0; r < n; ++r) {
+      float2 q = mul(vout[r * n + k], phase);
+      if (r == at) {
+        q.y = 0.0f;
+      }
+      vout[r * n + k] = q;
+      if (pair) {
+        vout[r * n + k + 1] = conj(q);
+      }
+    }
+  }
+}
+
+// ---- the whole solver for one matrix ----
+
+template <typename T, typename P>
+inline void eig_solve(device const T* a, device float2* wout, device float2* vout,
+                      device int* info, thread EigWork<T, P>& w, long b) {
+  const int n = w.n;
+  const long nn = long(n) * n;
+  device const T* ab = a + b * nn;
+  device float2* wb = wout + b * n;
+  device float2* vb = vout + b * nn;
+  float amax = 0.0f, bad = 0.0f;
+  for (long q = long(w.tid); q < nn; q += long(w.nth)) {
+    const T value = ab[q];
+    w.h[q] = value;
+    bad = eig_finite(value) ? bad : 1.0f;
+    amax = metal::max(amax, modulus(value));
+  }
+  bad = group_max(bad, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+  amax = group_max(amax, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+  int status = 0;
+  int e = 0;
+  if (bad == 0.0f) {
+    if (amax > 0.0f) {
+      metal::frexp(amax, e);
+    }
+    for (long q = long(w.tid); q < nn; q += long(w.nth)) {
+      w.h[q] = eig_ldexp(w.h[q], -e);
+    }
+    eig_sync();
+    int ilo = 0, ihi = n - 1;
+    eig_balance(w, ilo, ihi);
+    eig_hessenberg(w, ilo, ihi);
+    // Eigenvalues isolated by the balancing.
+    for (int t = int(w.tid); t < n; t += int(w.nth)) {
+      if (t < ilo || t > ihi) {
+        wb[t] = eig_c(w.h[t * n + t]);
+      }
+    }
+    status = eig_schur(w, ilo, ihi, wb);
+    eig_sync();
+    if (status == 0 && w.vectors) {
+      const float smlnum = kSafeMin * (float(n) / kEigUlp);
+      eig_vectors(w, ilo, ihi, wb, vb, smlnum);
+      eig_sync();
+    }
+    if (status == 0) {
+      for (int t = int(w.tid); t < n; t += int(w.nth)) {
+        wb[t] = eig_ldexp(wb[t], e);
+      }
+    }
+  }
+  if (bad != 0.0f || status != 0) {
+    for (long q = long(w.tid); q < nn; q += long(w.nth)) {
+      if (w.vectors) {
+        vb[q] = float2(NAN, NAN);
+      }
+      if (q < n) {
+        wb[q] = float2(NAN, NAN);
+      }
+    }
+  }
+  if (w.tid == 0) {
+    info[b] = status;
+  }
+}
+
+}  // namespace mpsl
+
+// Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
+//
+// Buffers: a (batch, n, n) input; w (batch, n) complex eigenvalues; v (batch, n, n) complex
+// eigenvectors (columns; written when p.vectors); info (batch); tau, scale, perm (batch, n)
+// workspace; x (batch, n, n) complex workspace (when p.vectors).
+
+// Grid: (threads, batch), one threadgroup per matrix; H (and Z) staged in threadgroup memory:
+// n^2 (2 n^2 with vectors) elements within kEigStageBytes.
+template <typename T>
+[[kernel]] void eig_group(
+    device const T* a [[buffer(0)]],
+    device float2* w [[buffer(1)]],
+    device float2* v [[buffer(2)]],
+    device int* info [[buffer(3)]],
+    constant mpsl::EigParams& p [[buffer(4)]],
+    device T* tau [[buffer(5)]],
+    device float* scale [[buffer(6)]],
+    device int* perm [[buffer(7)]],
+    device float2* x [[buffer(8)]],
+    uint2 tpos [[thread_position_in_threadgroup]],
+    uint2 tgpos [[threadgroup_position_in_grid]],
+    uint2 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float2 stage[kEigStageBytes / sizeof(float2)];
+  threadgroup float red[2 * (kEigMaxThreads / kSimdWidth)];
+  const long b = long(tgpos.y);
+  const int n = int(p.n);
+  threadgroup T* h = reinterpret_cast<threadgroup T*>(&stage[0]);
+  EigWork<T, threadgroup T*> wk;
+  wk.h = h;
+  wk.z = h + long(n) * n;
+  wk.tau = tau + b * n;
+  wk.scale = scale + b * n;
+  wk.perm = perm + b * n;
+  wk.x = x + (p.vectors != 0 ? b * long(n) * n : 0);
+  wk.red = &red[0];
+  wk.n = n;
+  wk.vectors = p.vectors != 0;
+  wk.tid = tpos.x;
+  wk.nth = tpg.x;
+  wk.lane = tpos.x % uint(kSimdWidth);
+  wk.sg = tpos.x / uint(kSimdWidth);
+  wk.nsg = (tpg.x + uint(kSimdWidth) - 1) / uint(kSimdWidth);
+  eig_solve<T>(a, w, v, info, wk, b);
+}
+
+// Grid: (threads, batch), one threadgroup per matrix of any order; hz holds H and Z (2 n^2
+// elements per matrix).
+template <typename T>
+[[kernel]] void eig_device(
+    device const T* a [[buffer(0)]],
+    device float2* w [[buffer(1)]],
+    device float2* v [[buffer(2)]],
+    device int* info [[buffer(3)]],
+    constant mpsl::EigParams& p [[buffer(4)]],
+    device T* tau [[buffer(5)]],
+    device float* scale [[buffer(6)]],
+    device int* perm [[buffer(7)]],
+    device float2* x [[buffer(8)]],
+    device T* hz [[buffer(9)]],
+    uint2 tpos [[thread_position_in_threadgroup]],
+    uint2 tgpos [[threadgroup_position_in_grid]],
+    uint2 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float red[2 * (kEigMaxThreads / kSimdWidth)];
+  const long b = long(tgpos.y);
+  const int n = int(p.n);
+  const long nn = long(n) * n;
+  EigWork<T, device T*> wk;
+  wk.h = hz + b * 2 * nn;
+  wk.z = wk.h + nn;
+  wk.tau = tau + b * n;
+  wk.scale = scale + b * n;
+  wk.perm = perm + b * n;
+  wk.x = x + (p.vectors != 0 ? b * nn : 0);
+  wk.red = &red[0];
+  wk.n = n;
+  wk.vectors = p.vectors != 0;
+  wk.tid = tpos.x;
+  wk.nth = tpg.x;
+  wk.lane = tpos.x % uint(kSimdWidth);
+  wk.sg = tpos.x / uint(kSimdWidth);
+  wk.nsg = (tpg.x + uint(kSimdWidth) - 1) / uint(kSimdWidth);
+  eig_solve<T>(a, w, v, info, wk, b);
+}
