@@ -36,6 +36,7 @@ from mpslinalg.linalg import eigh as _eigh  # noqa: E402
 from mpslinalg.linalg import lu_metal as _lu_metal  # noqa: E402
 from mpslinalg.linalg import qr_metal as _qr_metal  # noqa: E402
 from mpslinalg.linalg import svd_metal as _svd_metal  # noqa: E402
+from mpslinalg.linalg import triangular_metal as _tri_metal  # noqa: E402
 from mpslinalg.small import dispatch as si  # noqa: E402
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
@@ -132,6 +133,78 @@ def cases():
         _roofline_us(2 * batch * n * n * 4, batch * 2 * n**3), agree))
     out += _qr_cases()
     out += _jacobi_cases()
+    return out
+
+
+def _pivot_agreement(piv, ref_piv):
+    differ = int((piv != ref_piv).sum())
+    return f"pivots differing from cuSOLVER's: {differ} of {piv.numel()}"
+
+
+def lu_cases(sizes=(1024, 2048, 4096, 8192)):
+    """issue 25's targets: lu_factor and solve (1 and 64 right-hand sides) on general random
+    matrices (row interchanges happen), complex64 at 2048, the batched medium sizes, and a
+    solve_triangular-shaped trsm."""
+    out = []
+
+    def factor_case(batch, n, dtype, seed):
+        A = _matrices((batch, n, n), dtype, seed)
+        if batch == 1:
+            A = A[0]
+        ours = lambda A=A: _lu_metal.lu_factor_metal(A)  # noqa: E731
+        theirs = lambda A=A: torch.linalg.lu_factor(A)  # noqa: E731
+        LU, piv, _ = ours()
+        _, ref_piv = theirs()
+        P, L, U = torch.lu_unpack(LU, piv)
+        res = ((P @ L @ U - A).abs().amax() / A.abs().amax()).item()
+        out.append((f"lu_factor {batch}x({n}x{n}) {str(dtype)[6:]}", {
+            "CUDA executor (lu.metal)": ours, "torch.linalg.lu_factor": theirs},
+            _roofline_us(2 * batch * n * n * A.element_size(),
+                         _lu_flops(batch, n, dtype.is_complex)),
+            f"{_pivot_agreement(piv, ref_piv)}, max |P L U - A| / max |A| = {res:.1e}"))
+
+    def solve_case(batch, n, k, dtype, seed):
+        A = _matrices((batch, n, n), dtype, seed)
+        B = _matrices((batch, n, k), dtype, seed + 1)
+        if batch == 1:
+            A, B = A[0], B[0]
+
+        def ours(A=A, B=B):
+            LU, piv, _ = _lu_metal.lu_factor_metal(A)
+            return _lu_metal.lu_solve_metal(LU, piv, B)
+
+        theirs = lambda A=A, B=B: torch.linalg.solve(A, B)  # noqa: E731
+        X = ours()
+        res = ((A @ X - B).abs().amax() / (A.abs().amax() * X.abs().amax() * n)).item()
+        flops = _lu_flops(batch, n, dtype.is_complex) + batch * 2 * n * n * k * (
+            4 if dtype.is_complex else 1)
+        out.append((f"solve {batch}x({n}x{n}), {k} rhs, {str(dtype)[6:]}", {
+            "CUDA executor (lu.metal + triangular.metal)": ours, "torch.linalg.solve": theirs},
+            _roofline_us((batch * n * n + 2 * batch * n * k) * A.element_size(), flops),
+            f"max |A X - B| / (n max |A| max |X|) = {res:.1e}"))
+
+    for n in sizes:
+        factor_case(1, n, torch.float32, n)
+        for k in (1, 64):
+            solve_case(1, n, k, torch.float32, n + k)
+    factor_case(1, 2048, torch.complex64, 7)
+    solve_case(1, 2048, 1, torch.complex64, 8)
+    factor_case(64, 64, torch.complex64, 9)
+    solve_case(64, 64, 1, torch.complex64, 10)
+    factor_case(256, 128, torch.float32, 11)
+    solve_case(256, 128, 1, torch.float32, 12)
+
+    n, k = 4096, 64
+    R = torch.triu(_matrices((n, n), torch.float32, 13)) + n**0.5 * torch.eye(n, device="cuda")
+    B = _matrices((n, k), torch.float32, 14)
+    ours = lambda: _tri_metal.triangular_solve_metal(R, B, upper=True)  # noqa: E731
+    theirs = lambda: torch.linalg.solve_triangular(R, B, upper=True)  # noqa: E731
+    X = ours()
+    res = ((R @ X - B).abs().amax() / B.abs().amax()).item()
+    out.append((f"trsm {n}x{n} upper, {k} rhs, float32", {
+        "CUDA executor (triangular.metal)": ours, "torch.linalg.solve_triangular": theirs},
+        _roofline_us((n * n // 2 + 2 * n * k) * 4, n * n * k), f"max |R X - B| / max |B| = "
+        f"{res:.1e}"))
     return out
 
 
@@ -373,9 +446,9 @@ def _matrix_section(sizes, reps):
     return lines + [""]
 
 
-def _cases_section(reps):
+def _cases_section(reps, make=None, title="## Library kernels"):
     lines = [
-        "## Library kernels", "",
+        title, "",
         f"- roofline: max(bytes / {H200_BANDWIDTH / 1e12:.1f} TB/s, flops / "
         f"{H200_FP32_PEAK / 1e12:.0f} TFLOP/s fp32), launch latency ignored",
         "- device us: the sum of the executor's kernels' device time per call (its profiling "
@@ -386,7 +459,7 @@ def _cases_section(reps):
         "| --- | --- | ---: | --- | ---: | ---: |",
     ]
     notes, breakdown = [], []
-    for name, contenders, roof, agree in cases():
+    for name, contenders, roof, agree in (make or cases)():
         times = _bench(contenders, reps)
         ours = next(iter(contenders.values()))
         try:
@@ -412,8 +485,10 @@ def _cases_section(reps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--sections", default="launch,matrix,cases",
-                    help="comma-separated subset of launch, matrix, cases")
+    ap.add_argument("--sections", default="launch,matrix,cases,lu",
+                    help="comma-separated subset of launch, matrix, cases, lu")
+    ap.add_argument("--lu-sizes", default="1024,2048,4096,8192",
+                    help="the n of the square float32 cases of the lu section")
     ap.add_argument("--gemm-sizes", default="256,1024,2048",
                     help="the n of the simdgroup_matrix GEMM")
     ap.add_argument("--out", help="also write the markdown report here")
@@ -429,6 +504,10 @@ def main():
         lines += _matrix_section(sizes, args.reps)
     if "cases" in sections:
         lines += _cases_section(args.reps)
+    if "lu" in sections:
+        sizes = [int(n) for n in args.lu_sizes.split(",")]
+        lines += _cases_section(args.reps, lambda: lu_cases(sizes),
+                                "## LU, solve and triangular solves at research scale")
     text = "\n".join(lines)
     print(text)
     if args.out:

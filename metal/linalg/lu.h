@@ -5,11 +5,23 @@
 // runs, for each panel of kLuPanelWidth columns starting at column k0:
 //   lu_panel      getf2 on rows [k0, m) x columns [k0, k0 + w): pivot search, row interchanges,
 //                 scaling, rank-1 updates; writes 1-based pivots and the first zero pivot (info);
+//                 lu_panel_tall does the same for panels taller than lu_panel's registers hold;
 //   lu_swap_trsm  applies the panel's interchanges to every column outside the panel (LAPACK
 //                 laswp) and solves U12 = L11^-1 A12 for the columns right of it (trsm);
-//   lu_update     the trailing update A22 -= L21 U12 in threadgroup tiles (gemm).
+//   lu_update     the trailing update A22 -= L21 U12 on the shared simdgroup_matrix product
+//                 (metal/common/gemm.h), one threadgroup per 32 x 32 block of A22.
 // A matrix of at most kLuPanelMaxCols columns is factored by a single lu_panel launch whose panel
 // spans the whole rows.
+//
+// lu_panel keeps the panel's rows in registers kLuLeaf columns at a time (a "leaf"): each column
+// step of the leaf (pivot search, interchange, scaling, rank-1 update) touches registers and a few
+// threadgroup words only, then the leaf's rank-kLuLeaf update of the panel's remaining columns is
+// one coalesced pass over device memory. A panel column step needs the whole column's pivot, so
+// it stays inside one threadgroup: Metal has no barrier across threadgroups, and splitting a step
+// over threadgroups would cost one launch per column. What one threadgroup can do is make each
+// step cheap and the panel's device traffic small (kLuLeaf times less than column-by-column
+// updates); the bulk of the flops is the trailing update, spread over many threadgroups.
+// Every element still receives its updates one column at a time in column order, as in getf2.
 //
 // Pivots are chosen by abs1 (|re| + |im| for complex, LAPACK icamax), ties to the lowest row, so
 // they match LAPACK. A NaN entry is never preferred over a number; a column of NaNs pivots on its
@@ -19,6 +31,7 @@
 #pragma once
 
 #include "../common/defines.h"
+#include "../common/gemm.h"
 #include "../common/pivots.h"
 #include "../common/scalar.h"
 #include "../common/simd.h"
@@ -32,14 +45,15 @@ constant constexpr int kLuPanelWidth = 32;
 constant constexpr int kLuPanelMaxCols = 64;
 // Simdgroups a threadgroup can hold: sizes the cross-simdgroup reduction scratch.
 constant constexpr int kLuMaxSimdgroups = kMaxThreadsPerGroup / kSimdWidth;
-// Trailing update: a kLuTile x kLuTile output tile per threadgroup of kLuTileThreads threads,
-// each owning a kLuMicro x kLuMicro register tile (rows and columns strided by kLuTileLanes);
-// L21 and U12 are staged kLuTileK columns / rows at a time.
-constant constexpr int kLuTile = 64;
-constant constexpr int kLuTileLanes = 16;
-constant constexpr int kLuMicro = kLuTile / kLuTileLanes;
-constant constexpr int kLuTileThreads = kLuTileLanes * kLuTileLanes;
-constant constexpr int kLuTileK = 16;
+// lu_panel: columns of a leaf held in registers. 4 keeps a thread's registers at
+// kLuRowsPerThread x 4 elements (32 floats, 64 for complex), which an Apple GPU thread holds
+// without spilling at full occupancy; each leaf divides the panel's device traffic by 4.
+constant constexpr int kLuLeaf = 4;
+// lu_panel: rows per thread; with kMaxThreadsPerGroup threads a panel of up to
+// kLuRowsPerThread * 1024 rows is held (taller ones go to lu_panel_tall).
+constant constexpr int kLuRowsPerThread = 8;
+// lu_panel: elements of the leaf's rank update a thread loads before it stores any.
+constant constexpr int kLuUpdateBatch = 4;
 // Sentinel row index larger than every row (loses every tie in the pivot search).
 constant constexpr int kLuNoRow = 0x7fffffff;
 // Pivot search key of a thread that owns no candidate row (below NaN's key -1 and every |x|).
@@ -74,16 +88,263 @@ inline T lu_scale(T x, T pivot, T inv_pivot, bool use_recip) {
   return use_recip ? mul(x, inv_pivot) : div(x, pivot);
 }
 
+// The interchanges rows[q] <-> rows[kLuLeaf + q], q < count, in order, of one column whose
+// entries in those rows are held in vals (slot t holds row rows[t]; a row may fill two slots):
+// every copy of a row is kept equal, so the caller stores each slot back.
+template <typename T>
+inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
+  for (int q = 0; q < kLuLeaf; ++q) {
+    const long r = rows[q], pr = rows[kLuLeaf + q];
+    if (q < count && pr != r) {
+      const T vr = vals[q], vp = vals[kLuLeaf + q];
+      for (int t = 0; t < 2 * kLuLeaf; ++t) {
+        if (rows[t] == r) {
+          vals[t] = vp;
+        } else if (rows[t] == pr) {
+          vals[t] = vr;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
-// Unblocked getf2 on the panel rows [k0, m) x columns [k0, k0 + w) of one matrix; interchanges
-// and rank-1 updates extend over the columns [k0, k0 + ncols) (ncols >= w). Rows are dealt to
-// threads cyclically: row k0 + t + s * nthreads belongs to thread t.
+// getf2 on the panel rows [k0, m) x columns [k0, k0 + w) of one matrix, the rows held in
+// registers kLuLeaf columns at a time (see the top of this file); interchanges, U rows and
+// updates extend over the columns [k0, k0 + ncols) (ncols >= w). Row k0 + t + s * nthreads
+// belongs to thread t (s < kLuRowsPerThread: at most kLuRowsPerThread * nthreads rows).
 // Grid: (nthreads, batch), one threadgroup per matrix; nthreads a multiple of kSimdWidth.
 template <typename T>
 [[kernel]] void lu_panel(
+    device T* a [[buffer(0)]],
+    device int* pivots [[buffer(1)]],
+    device int* info [[buffer(2)]],
+    constant mpsl::LuParams& p_ [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint nsg [[simdgroups_per_threadgroup]]) {
+  using namespace mpsl;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, ncols = p_.ncols;
+  threadgroup KeyIndex part[kLuMaxSimdgroups];
+  threadgroup T prow[kLuLeaf];  // the pivot row's leaf entries, moving to row r
+  threadgroup T rrow[kLuLeaf];  // row r's leaf entries, moving to the pivot row
+  threadgroup int leaf_piv[kLuLeaf];  // the leaf's pivot rows (0-based)
+  threadgroup T ublk[kLuLeaf * kLuPanelMaxCols];  // the leaf's U rows right of the leaf
+
+  const long batch = long(group.y);
+  const long kmax = (m < n ? m : n);
+  const long nthreads = long(tpg.x);
+  device T* A = a + batch * m * n;
+  device int* piv = pivots + batch * kmax;
+  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+  // info as thread 0 knows it: read once, so no pivot step waits on a device load.
+  int first_zero = tid == 0 ? info[batch] : 0;
+
+  for (long leaf0 = 0; leaf0 < w; leaf0 += kLuLeaf) {
+    const long lw = (w - leaf0 < kLuLeaf) ? w - leaf0 : long(kLuLeaf);
+    const long r0 = k0 + leaf0;  // first row and column of the leaf
+    // The leaf's columns of this thread's rows at or below r0 (rows above hold finished U).
+    T x[kLuRowsPerThread][kLuLeaf];
+    for (int s = 0; s < kLuRowsPerThread; ++s) {
+      const long i = k0 + long(tid) + s * nthreads;
+      for (int q = 0; q < kLuLeaf; ++q) {
+        x[s][q] = (i >= r0 && i < m && q < lw) ? A[i * n + r0 + q] : zero<T>();
+      }
+    }
+
+    for (int q = 0; q < kLuLeaf; ++q) {
+      if (q < lw) {
+        const long r = r0 + q;  // the pivot row and column of this step
+        // Pivot search over the rows >= r (ascending, strict > keeps the lowest row of a tie).
+        float key = kLuNoKey;
+        int row = kLuNoRow;
+        for (int s = 0; s < kLuRowsPerThread; ++s) {
+          const long i = k0 + long(tid) + s * nthreads;
+          if (i >= r && i < m) {
+            const float v = lu_pivot_key(x[s][q]);
+            if (v > key) {
+              key = v;
+              row = int(i);
+            }
+          }
+        }
+        // Its first barrier also orders the last step's reads of prow / rrow before the writes
+        // below.
+        const KeyIndex pivot_at = group_argmax(KeyIndex{key, row}, KeyIndex{kLuNoKey, kLuNoRow},
+                                               part, lane, sg, nsg);
+        const float best = pivot_at.key;
+        const long p = long(pivot_at.index);
+        if (tid == 0) {
+          piv[r] = int(p + 1);
+          leaf_piv[q] = int(p);
+          if (best == 0.0f && first_zero == 0) {
+            first_zero = int(r + 1);
+            info[batch] = first_zero;
+          }
+        }
+        // Interchange the leaf entries of rows r and p through threadgroup memory.
+        for (int s = 0; s < kLuRowsPerThread; ++s) {
+          const long i = k0 + long(tid) + s * nthreads;
+          for (int c = 0; c < kLuLeaf; ++c) {
+            if (i == p) {
+              prow[c] = x[s][c];
+            }
+            if (i == r) {
+              rrow[c] = x[s][c];
+            }
+          }
+        }
+        threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+        for (int s = 0; s < kLuRowsPerThread; ++s) {
+          const long i = k0 + long(tid) + s * nthreads;
+          for (int c = 0; c < kLuLeaf; ++c) {
+            if (i == p) {
+              x[s][c] = rrow[c];
+            }
+            if (i == r) {
+              x[s][c] = prow[c];
+            }
+          }
+        }
+        // Scale the column below the pivot and update the leaf's later columns.
+        const T pivot = prow[q];
+        const bool nonzero = best != 0.0f;
+        const bool use_recip = modulus(pivot) >= kSafeMin;
+        const T inv_pivot = recip(pivot);
+        for (int s = 0; s < kLuRowsPerThread; ++s) {
+          const long i = k0 + long(tid) + s * nthreads;
+          if (i > r && i < m) {
+            T l = x[s][q];
+            if (nonzero) {
+              l = lu_scale(l, pivot, inv_pivot, use_recip);
+              x[s][q] = l;
+            }
+            for (int c = 0; c < kLuLeaf; ++c) {
+              if (c > q) {
+                x[s][c] = sub_mul(x[s][c], l, prow[c]);
+              }
+            }
+          }
+        }
+      }
+    }
+    for (int s = 0; s < kLuRowsPerThread; ++s) {
+      const long i = k0 + long(tid) + s * nthreads;
+      if (i >= r0 && i < m) {
+        for (int q = 0; q < kLuLeaf; ++q) {
+          if (q < lw) {
+            A[i * n + r0 + q] = x[s][q];
+          }
+        }
+      }
+    }
+    threadgroup_barrier(both);
+
+    // The leaf's interchanges, in order, on the other columns of [k0, k0 + ncols); then its U
+    // rows right of it: forward substitution with the leaf's unit-lower block, in column order.
+    // The rows involved (the leaf's rows and their pivot rows, a row possibly named twice) are
+    // loaded at once and interchanged in registers, every copy of a row kept equal, so a
+    // column costs one round trip to memory instead of one per interchange.
+    const long right0 = leaf0 + lw;  // first column (from k0) right of the leaf
+    for (long c = long(tid); c < ncols; c += nthreads) {
+      if (c < leaf0 || c >= right0) {
+        device T* col = A + k0 + c;
+        long rows[2 * kLuLeaf];
+        T vals[2 * kLuLeaf];
+        T lmat[kLuLeaf][kLuLeaf];
+        for (int q = 0; q < kLuLeaf; ++q) {
+          rows[q] = q < lw ? r0 + q : -1;
+          rows[kLuLeaf + q] = q < lw ? long(leaf_piv[q]) : -1;
+          for (int j = 0; j < kLuLeaf; ++j) {
+            lmat[q][j] = (c >= right0 && j < q && q < lw) ? A[(r0 + q) * n + r0 + j] : zero<T>();
+          }
+        }
+        for (int t = 0; t < 2 * kLuLeaf; ++t) {
+          vals[t] = rows[t] >= 0 ? col[rows[t] * n] : zero<T>();
+        }
+        lu_swap_slots(rows, vals, lw);
+        if (c >= right0) {
+          for (int q = 0; q < kLuLeaf; ++q) {
+            if (q < lw) {
+              T v = vals[q];
+              for (int j = 0; j < kLuLeaf; ++j) {
+                if (j < q) {
+                  v = sub_mul(v, lmat[q][j], vals[j]);
+                }
+              }
+              for (int t = 0; t < 2 * kLuLeaf; ++t) {
+                if (rows[t] == r0 + q) {
+                  vals[t] = v;
+                }
+              }
+              ublk[q * kLuPanelMaxCols + c] = v;
+            }
+          }
+        }
+        for (int t = 0; t < 2 * kLuLeaf; ++t) {
+          if (rows[t] >= 0) {
+            col[rows[t] * n] = vals[t];
+          }
+        }
+      }
+    }
+    threadgroup_barrier(both);
+
+    // Rank-lw update of the rows below the leaf over the columns right of it: lanes take the
+    // columns of a row (coalesced), simdgroups take rows. kLuUpdateBatch rows per thread are
+    // loaded before any is stored, so their loads overlap (a store may alias a later load as far
+    // as the compiler knows, which would otherwise serialise every element); no division per
+    // element (a 64-bit one costs more instructions than the update itself).
+    const long first_row = r0 + lw, cols_right = ncols - right0;
+    const long row_step = long(nsg) * kLuUpdateBatch;
+    for (long cc = long(lane); cc < cols_right; cc += kSimdWidth) {
+      const long c = right0 + cc;
+      T u[kLuLeaf];
+      for (int q = 0; q < kLuLeaf; ++q) {
+        u[q] = q < lw ? ublk[q * kLuPanelMaxCols + c] : zero<T>();
+      }
+      for (long i0 = first_row + long(sg); i0 < m; i0 += row_step) {
+        T v[kLuUpdateBatch];
+        T l[kLuUpdateBatch][kLuLeaf];
+        for (int b = 0; b < kLuUpdateBatch; ++b) {
+          const long i = i0 + b * long(nsg);
+          v[b] = i < m ? A[i * n + k0 + c] : zero<T>();
+          for (int q = 0; q < kLuLeaf; ++q) {
+            l[b][q] = (i < m && q < lw) ? A[i * n + r0 + q] : zero<T>();
+          }
+        }
+        for (int b = 0; b < kLuUpdateBatch; ++b) {
+          const long i = i0 + b * long(nsg);
+          if (i < m) {
+            T x = v[b];
+            for (int q = 0; q < kLuLeaf; ++q) {
+              if (q < lw) {
+                x = sub_mul(x, l[b][q], u[q]);
+              }
+            }
+            A[i * n + k0 + c] = x;
+          }
+        }
+      }
+    }
+    // The next leaf reads these updates from other threads' rows; ublk and leaf_piv are reused.
+    threadgroup_barrier(both);
+  }
+}
+
+// Unblocked getf2 on the panel rows [k0, m) x columns [k0, k0 + w) of one matrix, in device
+// memory (any number of rows); interchanges and rank-1 updates extend over the columns
+// [k0, k0 + ncols) (ncols >= w). Rows are dealt to threads cyclically: row k0 + t + s * nthreads
+// belongs to thread t. Grid: (nthreads, batch), one threadgroup per matrix; nthreads a multiple
+// of kSimdWidth.
+template <typename T>
+[[kernel]] void lu_panel_tall(
     device T* a [[buffer(0)]],
     device int* pivots [[buffer(1)]],
     device int* info [[buffer(2)]],
@@ -199,13 +460,25 @@ template <typename T>
     return;
   }
   const long c = t < k0 ? t : t + w;
-  for (long j = 0; j < w; ++j) {
-    const long r = k0 + j;
-    const long p = clamp_row(long(piv[r]) - 1, r, m - 1);
-    if (p != r) {
-      T x = A[p * n + c];
-      A[p * n + c] = A[r * n + c];
-      A[r * n + c] = x;
+  // The interchanges kLuLeaf at a time in registers (lu_swap_slots): a round trip to memory per
+  // kLuLeaf interchanges rather than per interchange.
+  for (long j0 = 0; j0 < w; j0 += kLuLeaf) {
+    const long count = w - j0 < kLuLeaf ? w - j0 : long(kLuLeaf);
+    long rows[2 * kLuLeaf];
+    T vals[2 * kLuLeaf];
+    for (int q = 0; q < kLuLeaf; ++q) {
+      const long r = k0 + j0 + q;
+      rows[q] = q < count ? r : -1;
+      rows[kLuLeaf + q] = q < count ? clamp_row(long(piv[r]) - 1, r, m - 1) : -1;
+    }
+    for (int q = 0; q < 2 * kLuLeaf; ++q) {
+      vals[q] = rows[q] >= 0 ? A[rows[q] * n + c] : zero<T>();
+    }
+    lu_swap_slots(rows, vals, count);
+    for (int q = 0; q < 2 * kLuLeaf; ++q) {
+      if (rows[q] >= 0) {
+        A[rows[q] * n + c] = vals[q];
+      }
     }
   }
   if (c < k0 + w) {
@@ -232,69 +505,24 @@ template <typename T>
 }
 
 // Trailing update A22 -= L21 U12 with A22 = rows/columns [k0 + w, m) x [k0 + w, n),
-// L21 = rows [k0 + w, m) x columns [k0, k0 + w), U12 = rows [k0, k0 + w) x columns [k0 + w, n).
-// Grid: (column tiles * kLuTileThreads, row tiles, batch), threadgroups of kLuTileThreads.
+// L21 = rows [k0 + w, m) x columns [k0, k0 + w), U12 = rows [k0, k0 + w) x columns [k0 + w, n):
+// one kGemmTileM x kGemmTileN block of A22 per threadgroup of kGemmThreads.
+// Grid: (column blocks * kGemmThreads, row blocks, batch).
 template <typename T>
 [[kernel]] void lu_update(
     device T* a [[buffer(0)]],
     constant mpsl::LuParams& p_ [[buffer(1)]],
     uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
-  threadgroup T ls[kLuTile * kLuTileK];  // L21 block, [row][k]
-  threadgroup T us[kLuTileK * kLuTile];  // U12 block, [k][col]
-
-  const long batch = long(group.z);
-  device T* A = a + batch * m * n;
+  threadgroup float scratch[kGemmScratchFloats];
+  device T* A = a + long(group.z) * m * n;
   const long s = k0 + w;  // first trailing row and column
-  const long row0 = s + long(group.y) * kLuTile;
-  const long col0 = s + long(group.x) * kLuTile;
-  const int tx = int(tid) % kLuTileLanes;
-  const int ty = int(tid) / kLuTileLanes;
-
-  T acc[kLuMicro][kLuMicro];
-  for (int i = 0; i < kLuMicro; ++i) {
-    for (int j = 0; j < kLuMicro; ++j) {
-      acc[i][j] = zero<T>();
-    }
-  }
-  for (long kb = 0; kb < w; kb += kLuTileK) {
-    for (int e = int(tid); e < kLuTile * kLuTileK; e += kLuTileThreads) {
-      const int i = e / kLuTileK, k = e % kLuTileK;
-      const long gr = row0 + i, gk = kb + k;
-      ls[e] = (gr < m && gk < w) ? A[gr * n + k0 + gk] : zero<T>();
-    }
-    for (int e = int(tid); e < kLuTileK * kLuTile; e += kLuTileThreads) {
-      const int k = e / kLuTile, j = e % kLuTile;
-      const long gk = kb + k, gc = col0 + j;
-      us[e] = (gk < w && gc < n) ? A[(k0 + gk) * n + gc] : zero<T>();
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int k = 0; k < kLuTileK; ++k) {
-      T lv[kLuMicro], uv[kLuMicro];
-      for (int i = 0; i < kLuMicro; ++i) {
-        lv[i] = ls[(ty + i * kLuTileLanes) * kLuTileK + k];
-        uv[i] = us[k * kLuTile + tx + i * kLuTileLanes];
-      }
-      for (int i = 0; i < kLuMicro; ++i) {
-        for (int j = 0; j < kLuMicro; ++j) {
-          acc[i][j] += mul(lv[i], uv[j]);
-        }
-      }
-    }
-    // The next block overwrites ls/us.
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  }
-  for (int i = 0; i < kLuMicro; ++i) {
-    const long gr = row0 + ty + i * kLuTileLanes;
-    for (int j = 0; j < kLuMicro; ++j) {
-      const long gc = col0 + tx + j * kLuTileLanes;
-      if (gr < m && gc < n) {
-        A[gr * n + gc] -= acc[i][j];
-      }
-    }
-  }
+  gemm_tile(A + s * n + k0, n, kGemmNoTrans, A + k0 * n + s, n, kGemmNoTrans, A + s * n + s, n,
+            m - s, n - s, w, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
+            scratch, tid, sg);
 }
 
 // LAPACK pivots -> permutation: perm[i] is the row of A that lands in row i of L U, i.e.

@@ -3,6 +3,8 @@
 // clang-format off
 MPSL_KERNEL(lu_panel, float32, float)
 MPSL_KERNEL(lu_panel, complex64, float2)
+MPSL_KERNEL(lu_panel_tall, float32, float)
+MPSL_KERNEL(lu_panel_tall, complex64, float2)
 MPSL_KERNEL(lu_swap_trsm, float32, float)
 MPSL_KERNEL(lu_swap_trsm, complex64, float2)
 MPSL_KERNEL(lu_update, float32, float)

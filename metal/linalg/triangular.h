@@ -16,6 +16,7 @@
 #pragma once
 
 #include "../common/defines.h"
+#include "../common/gemm.h"
 #include "../common/pivots.h"
 #include "../common/scalar.h"
 #include "../common/simd.h"
@@ -33,8 +34,21 @@ struct TriSolveParams {
   long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
 };
 
-// Rows per diagonal block of the solve; a block of the triangle is staged as a square tile.
+// Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams and
+// the first row i0 of the diagonal block of this step.
+struct TriBlockParams {
+  long n, k, lower, unit, trans, swaps;
+  long i0;
+};
+
+// Rows per diagonal block of the solve; a block of the triangle is staged as a square tile. The
+// blocked solve's update is a product of depth kTriBlock: a whole number of gemm stages.
 constant constexpr int kTriBlock = 32;
+static_assert(kTriBlock % kGemmTileK == 0, "the update's depth is whole gemm stages");
+static_assert(kTriBlock == kSimdWidth, "trsm_diag gives each row of a block one lane");
+// trsm_diag: padded row stride of its staged tile, and right-hand sides (simdgroups) per group.
+constant constexpr int kTriPadded = kTriBlock + 1;
+constant constexpr int kTriDiagSimdgroups = 4;
 static_assert(kTriBlock * kTriBlock * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
               "a staged tile must fit in threadgroup memory");
 
@@ -53,6 +67,28 @@ inline void tri_stage(threadgroup T* ms, device const T* lu, long n, long i0, lo
       v = (diagonal && ii == jj) ? one<T>() : zero<T>();
     }
     ms[e] = v;
+  }
+}
+
+// Solve the staged diagonal tile ms against one column xb in place (forward when lower).
+template <typename T>
+inline void tri_solve_tile(threadgroup const T* ms, thread T* xb, bool lower, bool unit) {
+  if (lower) {
+    for (int ii = 0; ii < kTriBlock; ++ii) {
+      T acc = xb[ii];
+      for (int jj = 0; jj < ii; ++jj) {
+        acc = sub_mul(acc, ms[ii * kTriBlock + jj], xb[jj]);
+      }
+      xb[ii] = unit ? acc : div(acc, ms[ii * kTriBlock + ii]);
+    }
+  } else {
+    for (int ii = kTriBlock - 1; ii >= 0; --ii) {
+      T acc = xb[ii];
+      for (int jj = ii + 1; jj < kTriBlock; ++jj) {
+        acc = sub_mul(acc, ms[ii * kTriBlock + jj], xb[jj]);
+      }
+      xb[ii] = unit ? acc : div(acc, ms[ii * kTriBlock + ii]);
+    }
   }
 }
 
@@ -114,23 +150,7 @@ template <typename T>
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last step
     tri_stage(ms, L, n, i0, i0, trans != 0, true, tid, tpg.x);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (lower != 0) {
-      for (int ii = 0; ii < kTriBlock; ++ii) {
-        T acc = xb[ii];
-        for (int jj = 0; jj < ii; ++jj) {
-          acc = sub_mul(acc, ms[ii * kTriBlock + jj], xb[jj]);
-        }
-        xb[ii] = unit != 0 ? acc : div(acc, ms[ii * kTriBlock + ii]);
-      }
-    } else {
-      for (int ii = kTriBlock - 1; ii >= 0; --ii) {
-        T acc = xb[ii];
-        for (int jj = ii + 1; jj < kTriBlock; ++jj) {
-          acc = sub_mul(acc, ms[ii * kTriBlock + jj], xb[jj]);
-        }
-        xb[ii] = unit != 0 ? acc : div(acc, ms[ii * kTriBlock + ii]);
-      }
-    }
+    tri_solve_tile(ms, xb, lower != 0, unit != 0);
     if (active) {
       for (int ii = 0; ii < kTriBlock; ++ii) {
         if (i0 + ii < n) {
@@ -248,4 +268,109 @@ template <typename T>
   if (swaps == 2 && tid == 0) {
     apply_row_swaps(x, k, piv, n, false);
   }
+}
+
+// ---- the blocked solve for large matrices: one step per diagonal block of kTriBlock rows, two
+// launches a step, each spread over many threadgroups:
+//   trsm_diag    solves the block's rows against the staged diagonal tile, one thread per
+//                right-hand side (and applies the interchanges before the first step / after
+//                the last one, swaps = 1 / 2);
+//   trsm_update  subtracts the block's contribution from every row still to be solved,
+//                X[rest] -= M[rest, block] X[block], on the shared simdgroup_matrix product.
+// Forward (lower) runs the blocks top down, backward (upper) bottom up.
+
+// One simdgroup per right-hand side, lane ii holding row i0 + ii of the block: each step
+// divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below it
+// subtract, so the block's 32 dependent steps cost a shuffle and an update each instead of
+// one thread's 528 serial updates. Grid: (column groups * kTriDiagSimdgroups * kSimdWidth,
+// batch), threadgroups of kTriDiagSimdgroups * kSimdWidth.
+template <typename T>
+[[kernel]] void trsm_diag(
+    device const T* lu [[buffer(0)]],
+    device const int* pivots [[buffer(1)]],
+    device T* b [[buffer(2)]],
+    constant mpsl::TriBlockParams& params [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]],
+    ushort sg [[simdgroup_index_in_threadgroup]],
+    ushort nsg [[simdgroups_per_threadgroup]]) {
+  using namespace mpsl;
+  const long n = params.n, k = params.k, i0 = params.i0;
+  const bool lower = params.lower != 0, tr = params.trans != 0;
+  // Rows padded by one element: lane ii reads ms[ii][jj], so a stride of kTriBlock + 1 puts
+  // the 32 lanes' reads in 32 different banks.
+  threadgroup T ms[kTriBlock * kTriPadded];
+
+  const long batch = long(group.y);
+  device const T* L = lu + batch * n * n;
+  device const int* piv = pivots + batch * n;
+  const long col = long(group.x) * long(nsg) + long(sg);
+  const bool active = col < k;
+  device T* x = b + batch * n * k + (active ? col : 0);
+  const bool first = lower ? i0 == 0 : i0 + kTriBlock >= n;
+  const bool last = lower ? i0 + kTriBlock >= n : i0 == 0;
+
+  if (params.swaps == 1 && first && active && lane == 0) {
+    apply_row_swaps(x, k, piv, n, true);
+  }
+  for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(tpg.x)) {
+    const int ii = e / kTriBlock, jj = e % kTriBlock;
+    const long i = i0 + ii, j = i0 + jj;
+    ms[ii * kTriPadded + jj] = (i < n && j < n) ? (tr ? conj(L[j * n + i]) : L[i * n + j])
+                                                : (ii == jj ? one<T>() : zero<T>());
+  }
+  // Also orders lane 0's interchanges before the other lanes read the block.
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+  if (!active) {
+    return;
+  }
+  const long i = i0 + long(lane);
+  T v = i < n ? x[i * k] : zero<T>();
+  for (int step = 0; step < kTriBlock; ++step) {
+    const int jj = lower ? step : kTriBlock - 1 - step;
+    if (int(lane) == jj && params.unit == 0) {
+      v = div(v, ms[jj * kTriPadded + jj]);
+    }
+    const T xj = simd_broadcast(v, ushort(jj));
+    if (lower ? int(lane) > jj : int(lane) < jj) {
+      v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
+    }
+  }
+  if (i < n) {
+    x[i * k] = v;
+  }
+  if (params.swaps == 2 && last) {
+    simdgroup_barrier(metal::mem_flags::mem_device);
+    if (lane == 0) {
+      apply_row_swaps(x, k, piv, n, false);
+    }
+  }
+}
+
+// Grid: (column blocks * kGemmThreads, row blocks of the rows still to solve, batch).
+template <typename T>
+[[kernel]] void trsm_update(
+    device const T* lu [[buffer(0)]],
+    device T* b [[buffer(1)]],
+    constant mpsl::TriBlockParams& params [[buffer(2)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  const long n = params.n, k = params.k, i0 = params.i0;
+  threadgroup float scratch[kGemmScratchFloats];
+  const long bs = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);
+  // The rows still to solve: below the block (forward) or above it (backward).
+  const long r0 = params.lower != 0 ? i0 + bs : 0;
+  const long rows = params.lower != 0 ? n - r0 : i0;
+  device const T* L = lu + long(group.z) * n * n;
+  device T* X = b + long(group.z) * n * k;
+  // M[r0 : r0 + rows, i0 : i0 + bs], as stored or as the conjugate transpose of the triangle.
+  const bool tr = params.trans != 0;
+  device const T* mblk = tr ? L + i0 * n + r0 : L + r0 * n + i0;
+  gemm_tile(mblk, n, tr ? kGemmConjTrans : kGemmNoTrans, X + i0 * k, k, kGemmNoTrans, X + r0 * k, k,
+            rows, k, bs, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
+            scratch, tid, sg);
 }

@@ -9,7 +9,8 @@ batch is a grid dimension of every kernel (no loop over batch elements).
 
 Launches per call:
   lu_factor_metal   n <= PANEL_MAX_COLS: 1 (one panel spans the whole matrix); otherwise, per
-                    panel of PANEL_WIDTH columns, lu_panel + lu_swap_trsm + lu_update (the last
+                    panel of PANEL_WIDTH columns, lu_panel (lu_panel_tall for panels of more
+                    than PANEL_MAX_ROWS rows) + lu_swap_trsm + lu_update (the last
                     panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most.
   lu_solve_metal    2 (forward and backward solves, pivots applied inside them; see
                     triangular_metal), plus a gather per non-contiguous input.
@@ -26,7 +27,7 @@ from .._core import metal as _metal
 from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
-from . import triangular_metal
+from . import gemm_metal, triangular_metal
 
 _LU_SOURCE = "linalg/lu.metal"
 _LU_HEADER = "linalg/lu.h"
@@ -34,11 +35,12 @@ _LU_HEADER = "linalg/lu.h"
 # Mirrors of the named constants of metal/linalg/lu.h (tests/linalg/test_lu_metal.py checks them).
 PANEL_WIDTH = 32  # kLuPanelWidth: columns per panel of the blocked factorization
 PANEL_MAX_COLS = 64  # kLuPanelMaxCols: widest panel of one lu_panel launch
-UPDATE_TILE = 64  # kLuTile: trailing-update output tile (rows and columns)
-UPDATE_THREADS = 256  # kLuTileThreads: threads of a trailing-update threadgroup
+PANEL_ROWS_PER_THREAD = 8  # kLuRowsPerThread: rows of lu_panel's registers per thread
 
 # Host-side launch geometry (not seen by the kernels, which read their group size).
-PANEL_MAX_THREADS = 256  # rows beyond this many threads are dealt cyclically
+PANEL_MAX_THREADS = 1024  # lu_panel: one thread per row up to this many (Apple's group limit)
+PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_panel_tall
+TALL_PANEL_THREADS = 256  # lu_panel_tall: rows beyond this many threads are dealt cyclically
 SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
 PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
 
@@ -59,9 +61,14 @@ def _lu_params(m: int, n: int, k0: int, w: int, ncols: int) -> list[int]:
     return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols)
 
 
-def _panel(kernel, LU, pivots, info, params, rows, batch) -> None:
-    """lu_panel on the ``rows`` rows from the panel's first one down."""
-    threads = min(PANEL_MAX_THREADS, _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
+def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
+    """lu_panel (lu_panel_tall past its register capacity) on the ``rows`` rows from the
+    panel's first one down."""
+    tall = rows > PANEL_MAX_ROWS
+    kernel = _metal.kernel(_LU_SOURCE, "lu_panel_tall" if tall else "lu_panel", LU.dtype,
+                           LU.device, fn=fn)
+    threads = min(TALL_PANEL_THREADS if tall else PANEL_MAX_THREADS,
+                  _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
     launch(kernel, LU, pivots, info, params,
             threads=[threads, batch], group_size=[threads, 1])
 
@@ -86,10 +93,9 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     if batch == 0 or kmax == 0:
         return LU, pivots, info
 
-    panel = _metal.kernel(_LU_SOURCE, "lu_panel", A.dtype, A.device, fn=fn)
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
     if n <= PANEL_MAX_COLS:
-        _panel(panel, LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n), m, batch)
+        _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n), m, batch, fn)
         return LU, pivots, info
 
     swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", A.dtype, A.device, fn=fn)
@@ -97,17 +103,14 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     for k0 in range(0, kmax, PANEL_WIDTH):
         w = min(PANEL_WIDTH, kmax - k0)
         params = _lu_params(m, n, k0, w, w)
-        _panel(panel, LU, pivots, info_flat, params, m - k0, batch)
+        _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
         # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
         launch(swap_trsm, LU, pivots, params,
                 threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
                 group_size=[SWAP_GROUP, 1])
         s = k0 + w
         if s < m and s < n:
-            launch(update, LU, params,
-                    threads=[_metal.ceil_div(n - s, UPDATE_TILE) * UPDATE_THREADS,
-                             _metal.ceil_div(m - s, UPDATE_TILE), batch],
-                    group_size=[UPDATE_THREADS, 1, 1])
+            launch(update, LU, params, **gemm_metal.gemm_grid(m - s, n - s, batch))
     return LU, pivots, info
 
 

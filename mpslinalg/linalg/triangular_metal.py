@@ -3,7 +3,11 @@ with the triangles of a packed square matrix, optionally applying LAPACK row int
 
 ``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
 of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (packed by
-`mpslinalg._core.metal_params` from its declaration in metal/linalg/triangular.h).
+`mpslinalg._core.metal_params` from its declaration in metal/linalg/triangular.h). From
+BLOCKED_MIN_N rows on, the blocked solve replaces both: per diagonal block of BLOCK rows,
+``trsm_diag`` (the block's rows, a thread per right-hand side) and ``trsm_update`` (the rows still
+to solve, on the shared simdgroup-matrix product over many threadgroups): 2 * ceil(n / BLOCK) - 1
+launches per triangular solve, whatever the batch.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 from .._core import metal as _metal
 from .._core import metal_params
 from .._core.metal import SIMD_WIDTH, launch
+from . import gemm_metal
 
 _SOURCE = "linalg/triangular.metal"
 
@@ -22,6 +27,9 @@ SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at m
 TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
 TRSV_MIN_N = 128  # ... on matrices at least this large; trsm otherwise
 TRSV_GROUP = 256  # trsv threads per group (at most kTriBlock simdgroups)
+BLOCK = 32  # kTriBlock: rows per diagonal block
+DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
+BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
 
 #: (lower, unit, trans, swaps) of the two solves of LAPACK getrs with packed LU factors, A = P L U:
 #: A X = B is X = U^-1 L^-1 P^T B; A^H X = B is X = P L^-H U^-H B.
@@ -46,6 +54,8 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
     batch = math.prod(X.shape[:-2])
     if n == 0 or k == 0 or batch == 0:
         return X
+    if n >= BLOCKED_MIN_N:
+        return _solve_left_blocked(M, pivots, X, steps, fn)
     if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N:
         kernel = _metal.kernel(_SOURCE, "trsv", X.dtype, X.device, fn=fn)
         group = min(TRSV_GROUP, _metal.ceil_div(n, SIMD_WIDTH) * SIMD_WIDTH)
@@ -61,6 +71,28 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
     return X
 
 
+def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
+    """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block."""
+    n, k = X.shape[-2], X.shape[-1]
+    batch = math.prod(X.shape[:-2])
+    diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
+    update = _metal.kernel(_SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
+    group = DIAG_COLUMNS * SIMD_WIDTH
+    diag_grid = {"threads": [_metal.ceil_div(k, DIAG_COLUMNS) * group, batch],
+                 "group_size": [group, 1]}
+    nblk = _metal.ceil_div(n, BLOCK)
+    for lower, unit, trans, swaps in steps:
+        for s in range(nblk):
+            i0 = (s if lower else nblk - 1 - s) * BLOCK
+            params = metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
+                                       lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0)
+            launch(diag, M, pivots, X, params, **diag_grid)
+            rows = n - min(n, i0 + BLOCK) if lower else i0
+            if rows > 0:
+                launch(update, M, X, params, **gemm_metal.gemm_grid(rows, k, batch))
+    return X
+
+
 def solve_packed(M: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool,
                  adjoint: bool, steps: dict, fn: str) -> torch.Tensor:
     """X with op(A) X = B (``left``) or X op(A) = B, where A^-1 is the product of the triangular
@@ -71,3 +103,20 @@ def solve_packed(M: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left
         return _solve_left(M, pivots, X, steps[adjoint], fn)
     # X A = B <=> A^H X^H = B^H and X A^H = B <=> A X^H = B^H.
     return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn))
+
+
+def triangular_solve_metal(M: torch.Tensor, B: torch.Tensor, *, upper: bool, unit: bool = False,
+                           left: bool = True, adjoint: bool = False,
+                           fn: str = "solve_triangular") -> torch.Tensor:
+    """X with op(M) X = B (``left``) or X op(M) = B for the triangle of M (*, n, n) that
+    ``upper`` names (the other is not read; ``unit``: its diagonal is taken as 1), op(M) = M^H
+    when ``adjoint``; M is broadcast to B's batch shape. LAPACK trsm. Returns a new tensor."""
+    from .._core.copy import contiguous
+
+    batch = B.shape[:-2]
+    M = contiguous(M.expand(*batch, *M.shape[-2:]), fn)
+    no_swaps = torch.zeros((*batch, M.shape[-1]), dtype=torch.int32, device=M.device)
+    lower = 0 if upper else 1
+    # op(M) = M^H is the other triangle of the stored one, read transposed.
+    steps = {False: ((lower, int(unit), 0, 0),), True: ((1 - lower, int(unit), 1, 0),)}
+    return solve_packed(M, no_swaps, B, left=left, adjoint=adjoint, steps=steps, fn=fn)

@@ -316,8 +316,91 @@ def test_host_constants_mirror_header():
 
     assert int(const("kLuPanelWidth")) == _lu_metal.PANEL_WIDTH
     assert int(const("kLuPanelMaxCols")) == _lu_metal.PANEL_MAX_COLS
-    assert int(const("kLuTile")) == _lu_metal.UPDATE_TILE
-    lanes = int(const("kLuTileLanes"))
-    assert lanes * lanes == _lu_metal.UPDATE_THREADS
+    assert int(const("kLuRowsPerThread")) == _lu_metal.PANEL_ROWS_PER_THREAD
     assert _lu_metal.PANEL_MAX_THREADS <= 1024 and _lu_metal.PANEL_MAX_THREADS % 32 == 0
+    assert _lu_metal.TALL_PANEL_THREADS <= 1024 and _lu_metal.TALL_PANEL_THREADS % 32 == 0
 
+
+
+# ---------------------------------------------------------------- blocked paths at small sizes
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower,unit,trans", [(1, 1, 0), (0, 0, 0), (1, 0, 1), (0, 1, 1)])
+@pytest.mark.parametrize("n,k", [(70, 1), (65, 40)])
+def test_blocked_triangular_solve(n, k, lower, unit, trans, dtype, monkeypatch):
+    """trsm_diag + trsm_update (forced at small n): every triangle / diagonal / adjoint flag
+    against the float64 solve, with the interchanges of an LU applied before (lower) or after
+    (upper) as getrs does."""
+    from mpslinalg.linalg import triangular_metal
+
+    monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+    A = random_matrix(n, dtype, batch=(2,), seed=13)
+    LU, piv, _ = _lu_metal.lu_factor_metal(A)
+    B = random_matrix(k, dtype, batch=(2,), seed=14, m=n)
+    swaps = (1 if lower else 2) if not trans else 0
+    emulator.reset_launch_counts()
+    X = triangular_metal._solve_left(LU, piv, B.clone(), ((lower, unit, trans, swaps),), "t")
+    blocks = math.ceil(n / triangular_metal.BLOCK)
+    assert emulator.total_launches() == 2 * blocks - 1
+    # The stored triangle: L for a lower solve, U for an upper one, the other way round when
+    # the solve is with its conjugate transpose (U^H is lower, L^H upper).
+    M = wide(LU).tril(-1) if bool(lower) != bool(trans) else wide(LU).triu(1)
+    M = M + (torch.eye(n, dtype=M.dtype) if unit else torch.diag_embed(
+        wide(LU).diagonal(dim1=-2, dim2=-1)))
+    if trans:
+        M = M.mH
+    P = torch.lu_unpack(wide(LU), piv)[0]
+    Bw = P.mT @ wide(B) if swaps == 1 else wide(B)
+    ref = torch.linalg.solve_triangular(M, Bw, upper=not lower)
+    if swaps == 2:
+        ref = P @ ref
+    err = (wide(X) - ref).abs().max() / ref.abs().max()
+    assert err < 1e-4, float(err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_blocked_solve_ratio(left, adjoint, dtype, monkeypatch):
+    from mpslinalg.linalg import triangular_metal
+
+    monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+    A, B, LU, piv = _solve_case(97, 3, dtype, left, adjoint, "cpu")
+    X = _lu_metal.lu_solve_metal(LU, piv, B, left=left, adjoint=adjoint)
+    assert _solve_residual_ratio(A, X, B, left, adjoint) < THRESH
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(100, 100), (130, 70)])
+def test_tall_panel_kernel(m, n, dtype, monkeypatch):
+    """lu_panel_tall (panels beyond lu_panel's registers; forced here): LAPACK's pivots."""
+    monkeypatch.setattr(_lu_metal, "PANEL_MAX_ROWS", 48)
+    check_factor(random_matrix(n, dtype, seed=m, m=m), "cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper,unit,left,adjoint,blocked", [
+    (True, False, True, False, False), (False, True, True, True, False),
+    (True, True, False, True, False), (False, False, False, False, False),
+    (True, False, True, False, True), (False, True, True, True, True),
+    (True, True, False, False, True), (False, False, False, True, True)])
+def test_triangular_solve_metal(blocked, left, adjoint, unit, upper, dtype, monkeypatch):
+    """Every flag of triangular_solve_metal, on the small kernels and on the blocked path."""
+    from mpslinalg.linalg import triangular_metal
+
+    if blocked:
+        monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+    n, k = 40, 5
+    M = random_matrix(n, dtype, seed=15) + 4 * torch.eye(n, dtype=dtype)
+    B = random_matrix(k, dtype, batch=(2,), seed=16, m=n)
+    if not left:
+        B = B.mT.contiguous()
+    X = triangular_metal.triangular_solve_metal(M, B, upper=upper, unit=unit, left=left,
+                                                adjoint=adjoint)
+    T = wide(M).triu() if upper else wide(M).tril()
+    if unit:
+        T = T - torch.diag_embed(T.diagonal()) + torch.eye(n, dtype=T.dtype)
+    op = T.mH if adjoint else T
+    ref = torch.linalg.solve(op, wide(B)) if left else torch.linalg.solve(op.mT, wide(B).mT).mT
+    err = (wide(X) - ref).abs().max() / ref.abs().max()
+    assert err < 1e-4, float(err)

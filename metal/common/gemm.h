@@ -1,0 +1,271 @@
+// A tiled matrix product on simdgroup_matrix 8x8 tiles, shared by the Metal families:
+//
+//   C = beta C + alpha op(A) op(B),  op(X) = X, X^T or X^H,
+//
+// for float (T = float) and complex (T = float2) elements; LU's trailing update and the blocked
+// triangular solves call it with alpha = -1, beta = 1 (C -= A B).
+//
+// `gemm_tile` computes one kGemmTileM x kGemmTileN block of C with the kGemmThreads threads of a
+// threadgroup (kGemmSimdgroupsM x kGemmSimdgroupsN simdgroups, each owning a kGemmFragsM x
+// kGemmFragsN grid of 8x8 accumulators). op(A) and op(B) are staged kGemmTileK columns / rows at
+// a time in threadgroup memory, as separate real and imaginary planes of float, because
+// simdgroup_matrix exists for real types only. Entries past the edges of A and B are staged as
+// zero, so any m, n, k work; C is written only inside its bounds.
+//
+// Complex products are formed from four real products (the 4M method):
+//   re = Ar Br - Ai Bi,  im = Ar Bi + Ai Br,
+// with Ar Br and Ai Bi kept in separate accumulators and subtracted once at the end. The 3M
+// method (three products: Ar Br, Ai Bi, (Ar + Ai)(Br + Bi)) saves a quarter of the multiplies but
+// takes the imaginary part as a difference of sums whose error is bounded by
+// (|Ar| + |Ai|)(|Br| + |Bi|) rather than by |A||B| componentwise: it loses accuracy in im when
+// re dominates (Higham, "Stability of a method for multiplying complex matrices with three real
+// matrix multiplications", SIMAX 13(3), 1992) and can overflow in (Ar + Ai)(Br + Bi) near the
+// float limit, where the scaled LAPACK tests (1e+-30 entries) live. 4M keeps every component's
+// error within the standard componentwise bound of a complex dot product.
+//
+// Every element of C is summed in one fixed order (k tiles ascending, 8 at a time, as the
+// simdgroup multiply does), so results never depend on how lanes or threadgroups are scheduled.
+#pragma once
+
+#include "defines.h"
+#include "scalar.h"
+
+namespace mpsl {
+
+// The only simdgroup_matrix shape Metal offers for float.
+constant constexpr int kGemmFrag = 8;
+// Output block of one threadgroup: 32 x 32 keeps a complex threadgroup's accumulators at 12
+// tiles per simdgroup (2 x 2 outputs x 3 real products, 24 floats per lane on Apple's layout),
+// well within the registers one Apple GPU thread has without spilling, and keeps enough
+// threadgroups for LU's trailing updates near the end of a factorization.
+constant constexpr int kGemmTileM = 32;
+constant constexpr int kGemmTileN = 32;
+// Depth staged per step: 16 fills two multiply steps per staging barrier while the staging
+// buffers (A and B, real and imaginary planes) take 8 KiB of the 32 KiB, leaving room for the
+// caller's own threadgroup memory.
+constant constexpr int kGemmTileK = 16;
+// Simdgroups per threadgroup along the rows and columns of the output block.
+constant constexpr int kGemmSimdgroupsM = 2;
+constant constexpr int kGemmSimdgroupsN = 2;
+constant constexpr int kGemmThreads = kGemmSimdgroupsM * kGemmSimdgroupsN * kSimdWidth;
+// 8x8 accumulator tiles per simdgroup along each dimension.
+constant constexpr int kGemmFragsM = kGemmTileM / (kGemmSimdgroupsM * kGemmFrag);
+constant constexpr int kGemmFragsN = kGemmTileN / (kGemmSimdgroupsN * kGemmFrag);
+// Floats of threadgroup memory gemm_tile needs (the caller provides them): two planes of the
+// A and B stages, reused for the two planes of the output block at the end.
+constant constexpr int kGemmStageFloats = 2 * (kGemmTileM * kGemmTileK + kGemmTileK * kGemmTileN);
+constant constexpr int kGemmOutFloats = 2 * kGemmTileM * kGemmTileN;
+constant constexpr int kGemmScratchFloats =
+    kGemmStageFloats > kGemmOutFloats ? kGemmStageFloats : kGemmOutFloats;
+static_assert(kGemmScratchFloats * sizeof(float) <= kMaxThreadgroupMemoryBytes,
+              "gemm_tile's scratch must fit in threadgroup memory");
+static_assert(kGemmThreads <= kMaxThreadsPerGroup, "gemm_tile's threadgroup is too large");
+static_assert(kGemmTileK % kGemmFrag == 0, "the staged depth is a whole number of 8x8 steps");
+
+// op() codes of the operands.
+constant constexpr int kGemmNoTrans = 0;
+constant constexpr int kGemmTrans = 1;
+constant constexpr int kGemmConjTrans = 2;
+
+inline float gemm_re(float x) { return x; }
+inline float gemm_re(float2 x) { return x.x; }
+inline float gemm_im(float) { return 0.0f; }
+inline float gemm_im(float2 x) { return x.y; }
+inline bool gemm_is_complex(float) { return false; }
+inline bool gemm_is_complex(float2) { return true; }
+inline float gemm_make(float re, float, float) { return re; }
+inline float2 gemm_make(float re, float im, float2) { return float2(re, im); }
+
+// Element (i, j) of op(X), X row-major with leading dimension ld; zero outside rows x cols of
+// op(X).
+template <typename T>
+inline T gemm_op_elem(device const T* x, long ld, int op, long i, long j, long rows, long cols) {
+  if (i >= rows || j >= cols) {
+    return zero<T>();
+  }
+  if (op == kGemmNoTrans) {
+    return x[i * ld + j];
+  }
+  const T v = x[j * ld + i];
+  return op == kGemmConjTrans ? conj(v) : v;
+}
+
+// Stage op(X)[r0 : r0 + rows_t, c0 : c0 + cols_t] (rows x cols the size of op(X)) into the
+// planes re / im, row-major with cols_t per row. Threads walk X's own rows, so neighbouring
+// threads read neighbouring addresses whether op transposes or not.
+template <typename T>
+inline void gemm_stage(threadgroup float* re, threadgroup float* im, device const T* x, long ld,
+                       int op, long r0, long c0, long rows, long cols, int rows_t, int cols_t,
+                       uint tid, uint nthreads) {
+  for (int e = int(tid); e < rows_t * cols_t; e += int(nthreads)) {
+    int i, j;
+    if (op == kGemmNoTrans) {
+      i = e / cols_t;
+      j = e % cols_t;
+    } else {
+      j = e / rows_t;
+      i = e % rows_t;
+    }
+    const T v = gemm_op_elem(x, ld, op, r0 + i, c0 + j, rows, cols);
+    re[i * cols_t + j] = gemm_re(v);
+    if (gemm_is_complex(v)) {
+      im[i * cols_t + j] = gemm_im(v);
+    }
+  }
+}
+
+// C[row0 : row0 + kGemmTileM, col0 : col0 + kGemmTileN] = beta C + alpha op(A) op(B) within
+// the m x n bounds of C, op(A) m x k, op(B) k x n; lda, ldb, ldc the row strides of the stored
+// A, B, C. C must not overlap the parts of A and B read. beta = 0 never reads C (NaN there does
+// not leak). Called by every thread of a threadgroup of exactly kGemmThreads threads (it holds
+// barriers); scratch holds kGemmScratchFloats floats of threadgroup memory, free on return.
+template <typename T>
+inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, long ldb, int op_b,
+                      device T* c, long ldc, long m, long n, long k, long row0, long col0,
+                      float alpha, float beta, threadgroup float* scratch, uint tid, uint sg) {
+  const bool cplx = gemm_is_complex(zero<T>());
+  threadgroup float* a_re = scratch;
+  threadgroup float* a_im = a_re + kGemmTileM * kGemmTileK;
+  threadgroup float* b_re = a_im + kGemmTileM * kGemmTileK;
+  threadgroup float* b_im = b_re + kGemmTileK * kGemmTileN;
+  const int sm = int(sg) / kGemmSimdgroupsN;  // this simdgroup's block row and column
+  const int sn = int(sg) % kGemmSimdgroupsN;
+  const int fr0 = sm * kGemmFragsM * kGemmFrag;  // first row / column of its accumulators
+  const int fc0 = sn * kGemmFragsN * kGemmFrag;
+
+  // acc = Re A Re B (all of C for real T); acc_ii = Im A Im B; acc_im = the imaginary part.
+  metal::simdgroup_float8x8 acc[kGemmFragsM][kGemmFragsN];
+  metal::simdgroup_float8x8 acc_ii[kGemmFragsM][kGemmFragsN];
+  metal::simdgroup_float8x8 acc_im[kGemmFragsM][kGemmFragsN];
+  for (int i = 0; i < kGemmFragsM; ++i) {
+    for (int j = 0; j < kGemmFragsN; ++j) {
+      acc[i][j] = metal::make_filled_simdgroup_matrix<float, kGemmFrag, kGemmFrag>(0.0f);
+      acc_ii[i][j] = acc[i][j];
+      acc_im[i][j] = acc[i][j];
+    }
+  }
+
+  for (long kb = 0; kb < k; kb += kGemmTileK) {
+    gemm_stage(a_re, a_im, a, lda, op_a, row0, kb, m, k, kGemmTileM, kGemmTileK, tid,
+               uint(kGemmThreads));
+    gemm_stage(b_re, b_im, b, ldb, op_b, kb, col0, k, n, kGemmTileK, kGemmTileN, tid,
+               uint(kGemmThreads));
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    for (int kk = 0; kk < kGemmTileK; kk += kGemmFrag) {
+      metal::simdgroup_float8x8 ar[kGemmFragsM], br[kGemmFragsN];
+      for (int i = 0; i < kGemmFragsM; ++i) {
+        metal::simdgroup_load(ar[i], a_re + (fr0 + i * kGemmFrag) * kGemmTileK + kk, kGemmTileK);
+      }
+      for (int j = 0; j < kGemmFragsN; ++j) {
+        metal::simdgroup_load(br[j], b_re + kk * kGemmTileN + fc0 + j * kGemmFrag, kGemmTileN);
+      }
+      for (int i = 0; i < kGemmFragsM; ++i) {
+        for (int j = 0; j < kGemmFragsN; ++j) {
+          metal::simdgroup_multiply_accumulate(acc[i][j], ar[i], br[j], acc[i][j]);
+        }
+      }
+      if (cplx) {
+        metal::simdgroup_float8x8 ai[kGemmFragsM], bi[kGemmFragsN];
+        for (int i = 0; i < kGemmFragsM; ++i) {
+          metal::simdgroup_load(ai[i], a_im + (fr0 + i * kGemmFrag) * kGemmTileK + kk,
+                                kGemmTileK);
+        }
+        for (int j = 0; j < kGemmFragsN; ++j) {
+          metal::simdgroup_load(bi[j], b_im + kk * kGemmTileN + fc0 + j * kGemmFrag, kGemmTileN);
+        }
+        for (int i = 0; i < kGemmFragsM; ++i) {
+          for (int j = 0; j < kGemmFragsN; ++j) {
+            metal::simdgroup_multiply_accumulate(acc_ii[i][j], ai[i], bi[j], acc_ii[i][j]);
+            metal::simdgroup_multiply_accumulate(acc_im[i][j], ar[i], bi[j], acc_im[i][j]);
+            metal::simdgroup_multiply_accumulate(acc_im[i][j], ai[i], br[j], acc_im[i][j]);
+          }
+        }
+      }
+    }
+    // The next step restages the planes.
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  }
+
+  // The output block through threadgroup memory (the stages are free now): c_re[i][j] = Re,
+  // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN.
+  threadgroup float* c_re = scratch;
+  threadgroup float* c_ii = scratch + kGemmTileM * kGemmTileN;
+  for (int i = 0; i < kGemmFragsM; ++i) {
+    for (int j = 0; j < kGemmFragsN; ++j) {
+      metal::simdgroup_store(acc[i][j], c_re + (fr0 + i * kGemmFrag) * kGemmTileN + fc0 +
+                                            j * kGemmFrag, kGemmTileN);
+      if (cplx) {
+        metal::simdgroup_store(acc_ii[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmTileN + fc0 +
+                                                 j * kGemmFrag, kGemmTileN);
+      }
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  const int tile = kGemmTileM * kGemmTileN;
+  float re_v[tile / kGemmThreads];
+  for (int q = 0; q < tile / kGemmThreads; ++q) {
+    const int e = int(tid) + q * kGemmThreads;
+    re_v[q] = cplx ? c_re[e] - c_ii[e] : c_re[e];
+  }
+  float im_v[tile / kGemmThreads];
+  if (cplx) {
+    // c_ii is free once re_v holds the differences: it takes the imaginary part.
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    for (int i = 0; i < kGemmFragsM; ++i) {
+      for (int j = 0; j < kGemmFragsN; ++j) {
+        metal::simdgroup_store(acc_im[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmTileN + fc0 +
+                                                 j * kGemmFrag, kGemmTileN);
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    for (int q = 0; q < tile / kGemmThreads; ++q) {
+      im_v[q] = c_ii[int(tid) + q * kGemmThreads];
+    }
+  } else {
+    for (int q = 0; q < tile / kGemmThreads; ++q) {
+      im_v[q] = 0.0f;
+    }
+  }
+  for (int q = 0; q < tile / kGemmThreads; ++q) {
+    const int e = int(tid) + q * kGemmThreads;
+    const long i = row0 + e / kGemmTileN, j = col0 + e % kGemmTileN;
+    if (i < m && j < n) {
+      const T prod = gemm_make(re_v[q], im_v[q], zero<T>());
+      device T* cij = c + i * ldc + j;
+      *cij = beta == 0.0f ? alpha * prod : beta * *cij + alpha * prod;
+    }
+  }
+  // The caller may reuse scratch at once.
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+}
+
+// Arguments of the standalone gemm kernel.
+struct GemmParams {
+  long m, n, k;          // C is m x n, op(A) m x k, op(B) k x n
+  long lda, ldb, ldc;    // row strides of the stored matrices
+  long op_a, op_b;       // kGemmNoTrans, kGemmTrans or kGemmConjTrans
+  long stride_a, stride_b, stride_c;  // between batch elements (0 broadcasts)
+  float alpha, beta;
+};
+
+}  // namespace mpsl
+
+// C = beta C + alpha op(A) op(B) for a batch of matrices: one threadgroup of kGemmThreads per
+// kGemmTileM x kGemmTileN block of C. Grid: (column blocks * kGemmThreads, row blocks, batch).
+template <typename T>
+[[kernel]] void gemm(
+    device const T* a [[buffer(0)]],
+    device const T* b [[buffer(1)]],
+    device T* c [[buffer(2)]],
+    constant mpsl::GemmParams& p [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup float scratch[kGemmScratchFloats];
+  const long batch = long(group.z);
+  gemm_tile(a + batch * p.stride_a, p.lda, int(p.op_a), b + batch * p.stride_b, p.ldb,
+            int(p.op_b), c + batch * p.stride_c, p.ldc, p.m, p.n, p.k,
+            long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, p.alpha, p.beta, scratch,
+            tid, sg);
+}

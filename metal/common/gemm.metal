@@ -1,0 +1,6 @@
+#include "gemm.h"
+
+// clang-format off
+MPSL_KERNEL(gemm, float32, float)
+MPSL_KERNEL(gemm, complex64, float2)
+// clang-format on

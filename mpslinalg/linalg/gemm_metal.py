@@ -1,0 +1,79 @@
+"""Host side of metal/common/gemm.metal: the shared simdgroup-matrix product of the Metal
+families, C = beta C + alpha op(A) op(B), as a standalone kernel.
+
+The kernels of other families (LU's trailing update, the blocked triangular solves) call the
+device function ``gemm_tile`` of metal/common/gemm.h directly; this module launches the
+standalone ``gemm`` kernel, used by the tests of that device function and by benchmarks. One
+launch per call, whatever the batch; no host reads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._core import metal as _metal
+from .._core import metal_params
+from .._core.metal import LINALG_DTYPES, launch
+
+_SOURCE = "common/gemm.metal"
+_HEADER = "common/gemm.h"
+
+# Mirrors of metal/common/gemm.h (tests/linalg/test_gemm_metal.py checks them).
+TILE_M = 32  # kGemmTileM: output rows of a threadgroup
+TILE_N = 32  # kGemmTileN: output columns of a threadgroup
+THREADS = 128  # kGemmThreads: threads of a threadgroup (4 simdgroups)
+
+#: op() codes of the kernel: kGemmNoTrans, kGemmTrans, kGemmConjTrans.
+OPS = {"N": 0, "T": 1, "C": 2}
+
+
+def gemm_params(m: int, n: int, k: int, *, lda: int, ldb: int, ldc: int, op_a: str = "N",
+                op_b: str = "N", stride_a: int = 0, stride_b: int = 0, stride_c: int = 0,
+                alpha: float = 1.0, beta: float = 0.0) -> list[int]:
+    """The packed GemmParams of metal/common/gemm.h."""
+    return metal_params.pack(_HEADER, "GemmParams", m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc,
+                             op_a=OPS[op_a], op_b=OPS[op_b], stride_a=stride_a,
+                             stride_b=stride_b, stride_c=stride_c, alpha=alpha, beta=beta)
+
+
+def gemm_grid(m: int, n: int, batch: int) -> dict:
+    """threads / group_size of a launch covering an m x n output for each of ``batch``."""
+    return {"threads": [_metal.ceil_div(n, TILE_N) * THREADS, _metal.ceil_div(m, TILE_M), batch],
+            "group_size": [THREADS, 1, 1]}
+
+
+def gemm_metal(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, *,
+               op_a: str = "N", op_b: str = "N", alpha: float = 1.0, beta: float = 0.0,
+               fn: str = "gemm") -> torch.Tensor:
+    """``beta C + alpha op(A) op(B)`` for contiguous (*, r, c) float32 / complex64 tensors of one
+    batch shape; op is "N" (as is), "T" (transpose) or "C" (conjugate transpose). Returns a new
+    tensor; C, when given, is not modified."""
+    for name, t in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
+        if t.dtype not in LINALG_DTYPES or not t.is_contiguous():
+            raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be a contiguous "
+                             "float32 or complex64 tensor")
+    *batch_shape, ra, ca = A.shape
+    rb, cb = B.shape[-2:]
+    m, k = (ra, ca) if op_a == "N" else (ca, ra)
+    kb, n = (rb, cb) if op_b == "N" else (cb, rb)
+    if kb != k or tuple(B.shape[:-2]) != tuple(batch_shape):
+        raise ValueError(f"mpslinalg.{fn}: internal error: shapes {tuple(A.shape)} and "
+                         f"{tuple(B.shape)} do not multiply")
+    if C is None:
+        out = torch.zeros((*batch_shape, m, n), dtype=A.dtype, device=A.device)
+        beta = 0.0
+    else:
+        out = C.clone()
+    batch = math.prod(batch_shape)
+    if batch == 0 or m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.mul_(beta) if beta != 0.0 else out.zero_()
+    kernel = _metal.kernel(_SOURCE, "gemm", A.dtype, A.device, fn=fn)
+    params = gemm_params(m, n, k, lda=ca, ldb=cb, ldc=n, op_a=op_a, op_b=op_b,
+                         stride_a=ra * ca, stride_b=rb * cb, stride_c=m * n, alpha=alpha,
+                         beta=beta)
+    launch(kernel, A, B, out, params, **gemm_grid(m, n, batch))
+    return out
