@@ -230,7 +230,7 @@ def test_emission_cuda_wrappers():
              " { a[i] = float4(1.0); }")
     out = emission.cuda_source(u, lowering.lower(u, "cuda").text())
     assert "mtl_float4(1.0f)" in out
-    assert ('extern "C" __global__ void __launch_bounds__(EMU_LAUNCH_BOUND(::__emu_ki_0::maxt()))'
+    assert ('extern "C" __global__ void __launch_bounds__(EMU_LAUNCH_BOUND((::__emu_ki_0::maxt())))'
             ' emu_k0_k(') in out
     # the executor compiles one wrapper alone, for a smaller launch bound, with -D
     assert "#if !defined(EMU_ONLY_KERNEL) || EMU_ONLY_KERNEL == 0\n" in out

@@ -191,7 +191,8 @@ def cuda_source(unit, body: str) -> str:
     Each wrapper's launch bound is its kernel's thread limit, or less where the program is
     compiled with ``-DEMU_GROUP_BOUND=<threads>`` (``EMU_LAUNCH_BOUND`` in cuda_prelude.cuh);
     ``-DEMU_ONLY_KERNEL=<i>`` keeps wrapper ``i`` alone: the CUDA executor compiles a kernel
-    again that way for the group size it is launched with."""
+    again that way for the group size it is launched with. (The bound is parenthesised: the
+    template arguments of a kernel's companion struct may hold commas.)"""
     wrappers = []
     for h, e in enumerate(unit.entries):
         kd, args = e.kernel, e.template_args
@@ -206,7 +207,7 @@ def cuda_source(unit, body: str) -> str:
                 call.append(f"::emu::builtin<::emu::arg_t<F{h}, {k}>>({CUDA_BUILTINS[p.attr]})")
         wrapper = cuda_tokens(
             f"using F{h} = decltype(&{fn});\n"
-            f'extern "C" __global__ void __launch_bounds__(EMU_LAUNCH_BOUND({ki}::maxt())) '
+            f'extern "C" __global__ void __launch_bounds__(EMU_LAUNCH_BOUND(({ki}::maxt()))) '
             f"{entry_name(h, e.host)}(const __grid_constant__ ::emu::Args A) {{\n"
             f"  ::emu::Ctx C;\n  if (!::emu::setup(A, C)) return;\n"
             f"  {fn}({', '.join(call)});\n}}\n"
