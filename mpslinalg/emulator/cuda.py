@@ -63,12 +63,14 @@ _MAX_BUFFERS = 31
 _MATRIX_SCRATCH_PER_WARP = 512
 _MAX_WARPS = 32
 # Launch bounds a kernel is compiled again for when it is launched with groups of at most that
-# many threads (below its own limit) and its first compilation used every register it was
-# allowed: compiled for Metal's 1024 threads, ptxas holds a kernel to 64 registers per thread,
-# and kernels launched with 64-512 threads spilled. 128: ptxas gave LU's complex GEMM update 116
-# registers without spills there, against 128 with spills for a bound of 256 (sm_90). Compiled
-# on first use (the one kernel alone), cached on disk like the library. () compiles every kernel
-# once.
+# many threads (below its own limit) and its first compilation was short of registers (it used
+# every register it was allowed, and local memory): compiled for Metal's 1024 threads, ptxas holds
+# a kernel to 64 registers per thread, and LU's panel and complex GEMM update spilled there even
+# when launched with 64-512 threads. 128: ptxas gave the complex update 116 registers without
+# spills there, against 128 with spills for a bound of 256 (sm_90). A kernel that fitted in 64
+# registers keeps them: more would only lower its occupancy (LU's real update ran 9-20% slower
+# compiled for 128 threads on an H200). Compiled on first use (the one kernel alone), cached on
+# disk like the library. () compiles every kernel once.
 _GROUP_BOUNDS = (128, 512)
 _REGISTERS_PER_SM = 65536
 _MAX_REGISTERS = 255
@@ -449,6 +451,7 @@ class profile:  # noqa: N801 - a context manager named like a function, as torch
 
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 # geometries kept per kernel: a host loop over a few sizes fits; a size per call starts over
@@ -488,10 +491,14 @@ class Kernel(library.Kernel):
             "cuFuncGetAttribute",
         )
         super().__init__(info, max_threads, v.value)
-        drv.check(drv.lib.cuFuncGetAttribute(ctypes.byref(v), _CU_FUNC_ATTRIBUTE_NUM_REGS, func),
-                  "cuFuncGetAttribute")
-        # whether ptxas ran out of registers at the kernel's own launch bound
-        self._register_bound = v.value >= min(_MAX_REGISTERS, _REGISTERS_PER_SM // max_threads)
+        regs, local = ctypes.c_int(), ctypes.c_int()
+        for attr, out in ((_CU_FUNC_ATTRIBUTE_NUM_REGS, regs),
+                          (_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, local)):
+            drv.check(drv.lib.cuFuncGetAttribute(ctypes.byref(out), attr, func),
+                      "cuFuncGetAttribute")
+        # whether ptxas ran short of registers at the kernel's own launch bound
+        self._short_of_registers = local.value > 0 and regs.value >= min(
+            _MAX_REGISTERS, _REGISTERS_PER_SM // max_threads)
         self._lib, self._index = lib, index
         self._func, self._device = func, device_index
         self._matrix = info.matrix
@@ -590,7 +597,7 @@ class Kernel(library.Kernel):
         kernel compiled for the smallest bound of `_GROUP_BOUNDS` that holds them where its own
         compilation was short of registers, and the simdgroup_matrix scratch of its warps."""
         bound = None
-        if self._register_bound:
+        if self._short_of_registers:
             bound = next((b for b in _GROUP_BOUNDS if nthreads <= b < self._max), None)
         func = self._bounded.get(bound)
         if func is None:

@@ -515,7 +515,7 @@ def test_kernel_compiled_again_for_its_group_size_gives_the_same_bits():
     # bound of the groups it is launched with; the arithmetic is the same.
     source = _PRODUCTS + "\n// compiled again\n"
     k = cuda.compile_shader(source).chain
-    k._register_bound = True  # as ptxas reports for LU's kernels at 1024 threads
+    k._short_of_registers = True  # as the driver reports for LU's panel at 1024 threads
     x = torch.randn(4 * 128, generator=torch.Generator().manual_seed(11)) / 4
 
     def args(dev):
