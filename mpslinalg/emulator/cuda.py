@@ -21,7 +21,8 @@ are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, thread
 simdgroup_matrix -> two elements per lane in Apple's layout, multiplied through a per-warp
 scratch in shared memory and per-lane FMAs, atomics -> CUDA atomics, half/bfloat -> 16-bit
 structs rounded with PTX ``cvt.rn``, precise math without contraction (``-fmad=false``); a kernel
-launched with groups well below its limit is compiled again for that size (`_GROUP_BOUNDS`).
+that spilled at Metal's 1024-thread bound is compiled again for the smaller groups it is launched
+with (`_GROUP_BOUNDS`).
 """
 
 from __future__ import annotations

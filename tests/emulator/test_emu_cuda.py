@@ -532,6 +532,17 @@ def test_kernel_compiled_again_for_its_group_size_gives_the_same_bits():
     assert set(k._bounded) == {None, 128}
 
 
+@pytest.mark.cuda
+def test_a_kernel_that_fits_its_registers_is_not_compiled_again():
+    k = cuda.compile_shader(_SCALARS).axpb  # a few registers, no local memory
+    assert not k._short_of_registers
+    x = torch.randn(6, 10, device="cuda")
+    y = torch.empty_like(x)
+    k(y, x, 2, 0.5, threads=[10, 6], group_size=[10, 1])
+    assert list(k._bounded) == [None]
+    torch.testing.assert_close(y, 2 * x + 0.5)
+
+
 def test_a_kernel_compiles_alone_for_a_smaller_launch_bound():
     tr = cuda.translate_to_cuda(_MATRIX_KERNELS)
     full = cuda._compiled(tr, cuda.DEFAULT_PTX_ARCH).decode(errors="replace")
