@@ -18,9 +18,11 @@ kernels. NVRTC needs no GPU, so `compile_ptx` works on any Linux machine.
 Mapping: threadgroup -> block (one 1-D block per group, threads numbered like Metal's so warps
 are simdgroups), simdgroup -> warp, threadgroup memory -> ``__shared__``, threadgroup_barrier
 -> ``__syncthreads``, SIMD-group functions -> warp shuffles/votes over the active mask, 8x8
-simdgroup_matrix -> two elements per lane in Apple's layout, multiplied by warp shuffles and
-per-lane FMAs, atomics -> CUDA atomics, half/bfloat -> 16-bit structs rounded with PTX
-``cvt.rn``, precise math without contraction (``-fmad=false``).
+simdgroup_matrix -> two elements per lane in Apple's layout, multiplied through a per-warp
+scratch in shared memory and per-lane FMAs, atomics -> CUDA atomics, half/bfloat -> 16-bit
+structs rounded with PTX ``cvt.rn``, precise math without contraction (``-fmad=false``); a kernel
+that spilled at Metal's 1024-thread bound is compiled again for the smaller groups it is launched
+with (`_GROUP_BOUNDS`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,23 @@ PRELUDE = build.INCLUDE_DIR / "cuda_prelude.cuh"
 DEFAULT_PTX_ARCH = "compute_90"
 _BLOB_BYTES = 2048  # emu::kBlobBytes in cuda_prelude.cuh
 _MAX_BUFFERS = 31
+# Dynamic shared memory per warp for the simdgroup_matrix products (detail::kMmaScratchBytes in
+# cuda_prelude.cuh), given to the kernels that reach one; 0 makes them use warp shuffles (the same
+# bits, slower: tests compare the two).
+_MATRIX_SCRATCH_PER_WARP = 512
+_MAX_WARPS = 32
+# Launch bounds a kernel is compiled again for when it is launched with groups of at most that
+# many threads (below its own limit) and its first compilation was short of registers (it used
+# every register it was allowed, and local memory): compiled for Metal's 1024 threads, ptxas holds
+# a kernel to 64 registers per thread, and LU's panel and complex GEMM update spilled there even
+# when launched with 64-512 threads. 128: ptxas gave the complex update 116 registers without
+# spills there, against 128 with spills for a bound of 256 (sm_90). A kernel that fitted in 64
+# registers keeps them: more would only lower its occupancy (LU's real update ran 9-20% slower
+# compiled for 128 threads on an H200). Compiled on first use (the one kernel alone), cached on
+# disk like the library. () compiles every kernel once.
+_GROUP_BOUNDS = (128, 512)
+_REGISTERS_PER_SM = 65536
+_MAX_REGISTERS = 255
 
 
 CudaUnsupportedError = translate.CudaUnsupportedError
@@ -162,8 +181,9 @@ def _nvrtc_options(arch: str) -> list:
 _NVRTC_ERR_RE = re.compile(r"^(.*?)\((\d+)\): (error|catastrophic error): (.*)$", re.M)
 
 
-def _compile(cuda_src: str, arch: str) -> bytes:
-    """PTX (arch compute_XY) or a cubin (sm_XY) of ``cuda_src``; SyntaxError on failure."""
+def _compile(cuda_src: str, arch: str, defines: tuple = ()) -> bytes:
+    """PTX (arch compute_XY) or a cubin (sm_XY) of ``cuda_src`` with the macros ``defines``
+    (``NAME=value`` strings); SyntaxError on failure."""
     lib = _load_nvrtc()
     prog = ctypes.c_void_p()
     rc = lib.nvrtcCreateProgram(
@@ -172,7 +192,7 @@ def _compile(cuda_src: str, arch: str) -> bytes:
     if rc != 0:
         raise RuntimeError(f"nvrtcCreateProgram failed: {lib.nvrtcGetErrorString(rc).decode()}")
     try:
-        opts = _nvrtc_options(arch)
+        opts = _nvrtc_options(arch) + [f"-D{d}" for d in defines]
         arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         size = ctypes.c_size_t()
@@ -208,21 +228,22 @@ def _compile(cuda_src: str, arch: str) -> bytes:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def _cache_key(cuda_src: str, arch: str) -> str:
+def _cache_key(cuda_src: str, arch: str, defines: tuple = ()) -> str:
     blob = json.dumps(
-        [cuda_src, arch, _nvrtc_options(arch), PRELUDE.read_text(), list(nvrtc_version())]
+        [cuda_src, arch, _nvrtc_options(arch), list(defines), PRELUDE.read_text(),
+         list(nvrtc_version())]
     )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _compiled(tr: CudaTranslation, arch: str) -> bytes:
+def _compiled(tr: CudaTranslation, arch: str, defines: tuple = ()) -> bytes:
     """The compiled image, from the on-disk cache when this translation was built before."""
-    path = build.cache_dir() / "cuda" / f"{_cache_key(tr.source, arch)}.{arch}"
+    path = build.cache_dir() / "cuda" / f"{_cache_key(tr.source, arch, defines)}.{arch}"
     try:
         return path.read_bytes()
     except OSError:
         pass
-    image = _compile(tr.source, arch)
+    image = _compile(tr.source, arch, defines)
     try:
         build.atomic_write(path, image)
     except OSError:
@@ -431,9 +452,21 @@ class profile:  # noqa: N801 - a context manager named like a function, as torch
 
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
+_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 # geometries kept per kernel: a host loop over a few sizes fits; a size per call starts over
 _GEOMETRY_CACHE_SIZE = 256
 TG_LIMIT = marshal.TG_MEMORY_LIMIT
+
+
+def _allow_matrix_scratch(func):
+    """Let ``func`` take the simdgroup_matrix scratch of 32 warps beside Metal's 32 KiB of
+    threadgroup memory (past CUDA's default 48 KiB per block)."""
+    drv = _get_driver()
+    drv.check(drv.lib.cuFuncSetAttribute(func, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         _MAX_WARPS * _MATRIX_SCRATCH_PER_WARP),
+              "cuFuncSetAttribute")
 
 
 class Kernel(library.Kernel):
@@ -459,14 +492,27 @@ class Kernel(library.Kernel):
             "cuFuncGetAttribute",
         )
         super().__init__(info, max_threads, v.value)
+        regs, local = ctypes.c_int(), ctypes.c_int()
+        for attr, out in ((_CU_FUNC_ATTRIBUTE_NUM_REGS, regs),
+                          (_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, local)):
+            drv.check(drv.lib.cuFuncGetAttribute(ctypes.byref(out), attr, func),
+                      "cuFuncGetAttribute")
+        # whether ptxas ran short of registers at the kernel's own launch bound
+        self._short_of_registers = local.value > 0 and regs.value >= min(
+            _MAX_REGISTERS, _REGISTERS_PER_SM // max_threads)
         self._lib, self._index = lib, index
         self._func, self._device = func, device_index
+        self._matrix = info.matrix
+        if info.matrix:
+            _allow_matrix_scratch(func)
+        # launch bound -> the kernel compiled for it (None: the library's own compilation)
+        self._bounded = {None: func}
         self._nbufs = max((p.buffer + 1 for p in info.params if p.attr == "buffer"), default=0)
         self._tensor = torch.Tensor
         self._cu_launch = drv.launch
         _current_stream(device_index)  # resolves _raw_stream
-        # (threads, group_size) -> (blocks, threads per block, grid/group/ngroups as 9 uint32):
-        # the geometry of the launches seen, checked once.
+        # (threads, group_size) -> (blocks, threads per block, grid/group/ngroups as 9 uint32,
+        # function, dynamic shared memory bytes): the launches seen, checked once.
         self._geometry = {}
 
     def __repr__(self):
@@ -512,40 +558,55 @@ class Kernel(library.Kernel):
         marshal.count_launch(self.name)
         if geometry is None:  # an empty grid runs nothing
             return None
-        nblocks, nthreads, dims = geometry
+        nblocks, nthreads, dims, func, smem = geometry
         _GEOMETRY.pack_into(buf, _IN_BLOB_OFFSET, in_blob, *dims)
         if _profiling is not None:
-            self._go(nblocks, nthreads)
+            self._go(func, nblocks, nthreads, smem)
             return None
         # _go's common case inline: a Python call is a tenth of a launch here
         raw = _raw_stream(device)
         stream = _streams.get(raw)
         if stream is None:
             stream = _stream_arg(raw)
-        rc = self._cu_launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params,
+        rc = self._cu_launch(func, nblocks, 1, 1, nthreads, 1, 1, smem, stream, _block.params,
                              None)
         if rc:
-            self._go(nblocks, nthreads)  # the context or the error, handled there
+            self._go(func, nblocks, nthreads, smem)  # the context or the error, handled there
         return None
 
-    def _go(self, nblocks, nthreads):
+    def _go(self, func, nblocks, nthreads, smem):
         """cuLaunchKernel on the thread's parameter block, on torch's current stream."""
         stream = _stream_arg(_current_stream(self._device))
         launch = _get_driver().launch
         if _profiling is not None:
             rc = []
             _profiling._record(self.name, lambda: rc.append(launch(
-                self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params, None)))
+                func, nblocks, 1, 1, nthreads, 1, 1, smem, stream, _block.params, None)))
             rc = rc[0]
         else:
-            rc = launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params, None)
+            rc = launch(func, nblocks, 1, 1, nthreads, 1, 1, smem, stream, _block.params, None)
         if rc in (_CU_ERROR_INVALID_CONTEXT, _CU_ERROR_INVALID_HANDLE):
             # another context (or none) is current on this thread: make the device's primary
             # context current and launch again (a refused launch enqueued nothing)
             _get_driver().context(self._device)
-            rc = launch(self._func, nblocks, 1, 1, nthreads, 1, 1, 0, stream, _block.params, None)
+            rc = launch(func, nblocks, 1, 1, nthreads, 1, 1, smem, stream, _block.params, None)
         if rc:
             _get_driver().check(rc, f"launch of kernel '{self.name}'")
+
+    def _function(self, nthreads):
+        """(function, dynamic shared memory bytes) for groups of ``nthreads`` threads: the
+        kernel compiled for the smallest bound of `_GROUP_BOUNDS` that holds them where its own
+        compilation was short of registers, and the simdgroup_matrix scratch of its warps."""
+        bound = None
+        if self._short_of_registers:
+            bound = next((b for b in _GROUP_BOUNDS if nthreads <= b < self._max), None)
+        func = self._bounded.get(bound)
+        if func is None:
+            func = self._bounded[bound] = self._lib._bounded_function(self, bound)
+            if self._matrix:
+                _allow_matrix_scratch(func)
+        smem = -(-nthreads // 32) * _MATRIX_SCRATCH_PER_WARP if self._matrix else 0
+        return func, smem
 
     def _bind(self, args, casts):
         """The parameter block ``emu::Args``, filled in place in the thread's block for every
@@ -605,8 +666,9 @@ class Kernel(library.Kernel):
             )
         dims = (*grid, *group, *ngroups)
         nthreads = group[0] * group[1] * group[2]
+        func, smem = self._function(nthreads)
         _GEOMETRY.pack_into(_block.buf, _IN_BLOB_OFFSET, in_blob, *dims)
-        self._go(nblocks, nthreads)
+        self._go(func, nblocks, nthreads, smem)
 
     def _geometry_checked(self, threads, group_size, grid, group):
         """Keep a checked geometry for the fast path of `__call__`."""
@@ -627,8 +689,9 @@ class Kernel(library.Kernel):
         nblocks = ngroups[0] * ngroups[1] * ngroups[2]
         if max(grid) >= 2**32 or nblocks >= 2**31:
             return
-        self._geometry[key] = (nblocks, group[0] * group[1] * group[2],
-                               (*grid, *group, *ngroups))
+        nthreads = group[0] * group[1] * group[2]
+        self._geometry[key] = (nblocks, nthreads, (*grid, *group, *ngroups),
+                               *self._function(nthreads))
 
 
 class Library(library.Library):
@@ -642,23 +705,41 @@ class Library(library.Library):
 
     def __init__(self, translation: CudaTranslation, metal_version: int):
         super().__init__(translation.kernels)
-        # _modules: device index -> CUmodule; _device_of: torch's current-device query
-        self._set(_tr=translation, _modules={}, _device_of=None)
+        # _modules: (device index, defines) -> CUmodule; _device_of: torch's current-device
+        # query
+        self._set(_tr=translation, _modules={}, _device_of=None, _module_lock=threading.Lock())
 
-    def _module(self, index: int):
+    def _module(self, index: int, defines: tuple = ()):
+        """The library compiled with ``defines`` (none: every kernel at its own limit), loaded
+        on device ``index``."""
         import torch
 
-        mod = self._modules.get(index)
-        if mod is None:
-            major, minor = torch.cuda.get_device_capability(index)
-            image = _compiled(self._tr, f"sm_{major}{minor}")
-            drv = _get_driver()
-            torch.cuda.init()
-            drv.context(index)
-            mod = ctypes.c_void_p()
-            drv.check(drv.lib.cuModuleLoadData(ctypes.byref(mod), image), "cuModuleLoadData")
-            self._modules[index] = mod
-        return mod
+        with self._module_lock:
+            mod = self._modules.get((index, defines))
+            if mod is None:
+                major, minor = torch.cuda.get_device_capability(index)
+                image = _compiled(self._tr, f"sm_{major}{minor}", defines)
+                drv = _get_driver()
+                torch.cuda.init()
+                drv.context(index)
+                mod = ctypes.c_void_p()
+                rc = drv.lib.cuModuleLoadData(ctypes.byref(mod), image)
+                drv.check(rc, "cuModuleLoadData")
+                self._modules[(index, defines)] = mod
+            return mod
+
+    def _function_of(self, mod, index: int):
+        func = ctypes.c_void_p()
+        drv = _get_driver()
+        name = _wrapper_name(index, self._tr.kernels[index].host_name).encode()
+        drv.check(drv.lib.cuModuleGetFunction(ctypes.byref(func), mod, name),
+                  "cuModuleGetFunction")
+        return func
+
+    def _bounded_function(self, kernel: Kernel, bound: int):
+        """Kernel ``kernel`` compiled alone with launch bound ``bound``."""
+        defines = (f"EMU_ONLY_KERNEL={kernel._index}", f"EMU_GROUP_BOUND={bound}")
+        return self._function_of(self._module(kernel._device, defines), kernel._index)
 
     def _kernel_key(self, name):
         import torch
@@ -675,15 +756,7 @@ class Library(library.Library):
 
     def _load(self, index, info, key):
         device = key[1]
-        mod = self._module(device)
-        func = ctypes.c_void_p()
-        drv = _get_driver()
-        drv.check(
-            drv.lib.cuModuleGetFunction(ctypes.byref(func), mod,
-                                        _wrapper_name(index, info.host_name).encode()),
-            "cuModuleGetFunction",
-        )
-        return Kernel(self, index, info, func, device)
+        return Kernel(self, index, info, self._function_of(self._module(device), index), device)
 
 
 _memo: dict = {}

@@ -394,12 +394,15 @@ _MATRIX_KERNELS = (pathlib.Path(__file__).parent / "simdgroup_matrix.metal").rea
 
 def test_simdgroup_matrix_is_distributed_over_the_lanes():
     # Each lane holds its two elements (Apple's layout), never the whole tile: the multiply
-    # exchanges operands by warp shuffles.
+    # exchanges operands through the warp's scratch in dynamic shared memory (float4 reads of a
+    # row of A and two rows of B^T), or by warp shuffles where a launch gave no scratch.
     src = ("#include <metal_stdlib>\nusing namespace metal;\n"
            "static_assert(sizeof(simdgroup_float8x8) == 2 * sizeof(float), \"two per lane\");\n"
            "static_assert(sizeof(simdgroup_half8x8) == 2 * sizeof(half), \"two per lane\");\n"
            + _MATRIX)
     ptx = cuda.compile_ptx(src)
+    assert "%dynamic_smem_size" in ptx
+    assert len(re.findall(r"ld\.shared\.v4\.f32", ptx)) == 6
     assert "shfl.sync.idx" in ptx
     assert ".local" not in ptx  # no per-lane tile spilled to local memory
     # thread_elements() is mapped: Apple's layout is the executor's own
@@ -416,18 +419,30 @@ def _gemm_args(M, N, K, dtype, seed):
     return args
 
 
+def _without_scratch(source, monkeypatch):
+    """``source`` as a library of its own whose products exchange operands by warp shuffles
+    (no scratch given to its launches)."""
+    monkeypatch.setattr(cuda, "_MATRIX_SCRATCH_PER_WARP", 0)
+    return source + "\n// the warp-shuffle path\n"
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("name, dtype", [("sg_gemm_float", torch.float32),
                                          ("sg_gemm_half", torch.float16),
                                          ("sg_gemm_bfloat", torch.bfloat16),
                                          ("sg_gemm_tg", torch.float32)])
 @pytest.mark.parametrize("M, N, K, group", [(32, 24, 48, 32), (16, 64, 32, 64), (40, 16, 16, 96)])
-def test_simdgroup_gemm_matches_emulator_bits(name, dtype, M, N, K, group):
+@pytest.mark.parametrize("exchange", ["scratch", "shuffles"])
+def test_simdgroup_gemm_matches_emulator_bits(name, dtype, M, N, K, group, exchange, monkeypatch):
     if name == "sg_gemm_tg":
         group = 32  # one simdgroup per group: it uses thread_index_in_simdgroup as its index
-    cpu, gpu = _both(_MATRIX_KERNELS, name, _gemm_args(M, N, K, dtype, M + N + K),
+    source = _MATRIX_KERNELS
+    if exchange == "shuffles":
+        source = _without_scratch(source, monkeypatch)
+    cpu, gpu = _both(source, name, _gemm_args(M, N, K, dtype, M + N + K),
                      threads=32 * (M // 8) * (N // 8), group_size=group,
                      arg_casts={3: "int32", 4: "int32"})
+    assert getattr(cuda.compile_shader(source), name)._matrix
     _same_bits(cpu[2], gpu[2])
     ref = cpu[0].double() @ cpu[1].double()
     assert float((gpu[2].double() - ref).abs().max() / ref.abs().max()) < {
@@ -451,6 +466,92 @@ def test_simdgroup_matrix_load_store_variants_match_emulator_bits():
     assert torch.equal(out[320:448].view(8, 16)[:, 8:], m)
     assert torch.all(out[320:448].view(8, 16)[:, :8] == -1.0)
     assert torch.equal(out[448:512].view(8, 8), m.T)
+
+
+_PRODUCTS = r"""
+#include <metal_stdlib>
+using namespace metal;
+// Every lane's products with operands of all its simdgroup's lanes, in a group of several
+// simdgroups (each has its own scratch), chained so that a stale operand would show.
+kernel void chain(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+                  uint sg [[simdgroup_index_in_threadgroup]],
+                  uint tg [[threadgroup_position_in_grid]],
+                  uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint t = tg * nsg + sg;
+  simdgroup_float8x8 x, y, z;
+  simdgroup_load(x, a + t * 128, 8);
+  simdgroup_load(y, a + t * 128 + 64, 8);
+  simdgroup_multiply(z, x, y);
+  for (int i = 0; i < 3; ++i) {
+    simdgroup_multiply_accumulate(z, y, z, x);
+    simdgroup_multiply_accumulate(y, z, x, y);
+  }
+  simdgroup_store(z, out + t * 128, 8);
+  simdgroup_store(y, out + t * 128 + 64, 8);
+}
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("exchange", ["scratch", "shuffles"])
+@pytest.mark.parametrize("group", [32, 96, 1024])
+def test_chained_products_in_many_simdgroups_match_emulator_bits(group, exchange, monkeypatch):
+    groups = 3
+    n = groups * group // 32 * 128
+    a = torch.randn(n, generator=torch.Generator().manual_seed(group)) / 4
+    source = _PRODUCTS if exchange == "scratch" else _without_scratch(_PRODUCTS, monkeypatch)
+
+    def args(dev):
+        return [a.to(dev), torch.full((n,), float("nan"), device=dev)]
+
+    cpu, gpu = _both(source, "chain", args, threads=groups * group, group_size=group)
+    _same_bits(cpu[1], gpu[1])
+    assert torch.isfinite(gpu[1]).all()
+
+
+@pytest.mark.cuda
+def test_kernel_compiled_again_for_its_group_size_gives_the_same_bits():
+    # A kernel short of registers at Metal's 1024-thread bound is compiled again, alone, for the
+    # bound of the groups it is launched with; the arithmetic is the same.
+    source = _PRODUCTS + "\n// compiled again\n"
+    k = cuda.compile_shader(source).chain
+    k._short_of_registers = True  # as the driver reports for LU's panel at 1024 threads
+    x = torch.randn(4 * 128, generator=torch.Generator().manual_seed(11)) / 4
+
+    def args(dev):
+        return [x.to(dev), torch.full_like(x, float("nan"), device=dev)]
+
+    cpu, gpu = _both(source, "chain", args, threads=128, group_size=64)
+    assert set(k._bounded) == {None, 128}
+    _same_bits(cpu[1], gpu[1])
+    cpu, gpu = _both(source, "chain", args, threads=128, group_size=128)  # same bound
+    assert set(k._bounded) == {None, 128}
+    _same_bits(cpu[1], gpu[1])
+    big = torch.randn(32 * 128, device="cuda") / 4
+    k(big, torch.empty_like(big), threads=1024, group_size=1024)  # the library's compilation
+    assert set(k._bounded) == {None, 128}
+
+
+@pytest.mark.cuda
+def test_a_kernel_that_fits_its_registers_is_not_compiled_again():
+    k = cuda.compile_shader(_SCALARS).axpb  # a few registers, no local memory
+    assert not k._short_of_registers
+    x = torch.randn(6, 10, device="cuda")
+    y = torch.empty_like(x)
+    k(y, x, 2, 0.5, threads=[10, 6], group_size=[10, 1])
+    assert list(k._bounded) == [None]
+    torch.testing.assert_close(y, 2 * x + 0.5)
+
+
+def test_a_kernel_compiles_alone_for_a_smaller_launch_bound():
+    tr = cuda.translate_to_cuda(_MATRIX_KERNELS)
+    full = cuda._compiled(tr, cuda.DEFAULT_PTX_ARCH).decode(errors="replace")
+    one = cuda._compiled(tr, cuda.DEFAULT_PTX_ARCH,
+                         ("EMU_ONLY_KERNEL=3", "EMU_GROUP_BOUND=128")).decode(errors="replace")
+    assert len(re.findall(r"\.entry ", full)) == len(tr.kernels) > 1
+    assert re.findall(r"\.entry (\w+)\(", one) == ["emu_k3_" + tr.kernels[3].host_name]
+    assert re.search(r"\.maxntid 1024, 1, 1", full)
+    assert re.search(r"\.maxntid 128, 1, 1", one)
 
 
 @pytest.mark.cuda
@@ -613,6 +714,24 @@ def test_copy_strided_matches_emulator(cuda_metal, dtype):
         _matrices((6, 7, 5), dtype, 1)
     view = x.transpose(0, 2)[:, 1:6:2]
     _same_bits(contiguous(view), contiguous(view.cuda()).cpu())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("m, n, k, op_a, op_b", [(70, 45, 40, "N", "N"), (33, 64, 17, "T", "C")])
+def test_shared_gemm_matches_emulator_bits(cuda_metal, m, n, k, op_a, op_b, dtype):
+    # metal/common/gemm.h: simdgroup products on tiles staged in threadgroup memory, in groups of
+    # 128 threads (the executor compiles the kernel again for them where it was short of
+    # registers at 1024); every element summed in the emulator's order
+    from mpslinalg.linalg import gemm_metal as _gemm
+
+    A = _matrices((2, *((m, k) if op_a == "N" else (k, m))), dtype, m)
+    B = _matrices((2, *((k, n) if op_b == "N" else (n, k))), dtype, n)
+    C = _matrices((2, m, n), dtype, k)
+    ref = _gemm.gemm_metal(A, B, C, op_a=op_a, op_b=op_b, alpha=-1.0, beta=1.0)
+    got = _gemm.gemm_metal(A.cuda(), B.cuda(), C.cuda(), op_a=op_a, op_b=op_b, alpha=-1.0,
+                           beta=1.0)
+    _same_bits(ref, got.cpu())
 
 
 @pytest.mark.cuda

@@ -104,6 +104,27 @@ def test_structure_scopes_swizzle_members_and_sync():
     assert u.reaches_sync("scale") and u.reaches_sync("helper") and not u.reaches_sync("plain")
 
 
+def test_kernels_reaching_a_simdgroup_matrix_product_are_marked():
+    # the CUDA executor gives these (and only these) their per-warp scratch
+    u = unit("""
+inline void mac(thread simdgroup_float8x8& c, simdgroup_float8x8 a) {
+  simdgroup_multiply_accumulate(c, a, a, c);
+}
+inline void twice(thread simdgroup_float8x8& c) { mac(c, c); }
+kernel void through_helpers(device float* x [[buffer(0)]]) {
+  simdgroup_float8x8 c; simdgroup_load(c, x); twice(c); simdgroup_store(c, x);
+}
+kernel void product(device float* x [[buffer(0)]]) {
+  simdgroup_float8x8 c; simdgroup_load(c, x); simdgroup_multiply(c, c, c);
+}
+kernel void load_store(device float* x [[buffer(0)]]) {
+  simdgroup_float8x8 c; simdgroup_load(c, x); simdgroup_store(c, x);
+}
+""")
+    assert [(i.host_name, i.sync, i.matrix) for i in emission.kernel_infos(u)] == [
+        ("through_helpers", True, True), ("product", True, True), ("load_store", True, False)]
+
+
 def test_structure_parses_threadgroup_declarations():
     u = unit(STRUCTURED)
     decl, = u.threadgroup_declarations()  # the pointer parameter of helper is no declaration
@@ -209,7 +230,10 @@ def test_emission_cuda_wrappers():
              " { a[i] = float4(1.0); }")
     out = emission.cuda_source(u, lowering.lower(u, "cuda").text())
     assert "mtl_float4(1.0f)" in out
-    assert 'extern "C" __global__ void __launch_bounds__(::__emu_ki_0::maxt()) emu_k0_k(' in out
+    assert ('extern "C" __global__ void __launch_bounds__(EMU_LAUNCH_BOUND((::__emu_ki_0::maxt())))'
+            ' emu_k0_k(') in out
+    # the executor compiles one wrapper alone, for a smaller launch bound, with -D
+    assert "#if !defined(EMU_ONLY_KERNEL) || EMU_ONLY_KERNEL == 0\n" in out
     assert "k(::emu::bind<::emu::arg_t<F0, 0>>(A, 0), " \
            "::emu::builtin<::emu::arg_t<F0, 1>>(::emu::U(C.lidx & 31u)));" in out
     assert emission.entry_name(3, "a.b-c") == "emu_k3_a_b_c"

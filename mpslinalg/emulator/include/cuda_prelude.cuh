@@ -517,27 +517,83 @@ template <class T, class P> inline void simdgroup_store(const simdgroup_matrix<T
   dst[detail::mat_index(r, c + 1, elements_per_row, origin, transpose)] = s.el.v[1];
   __syncwarp(__activemask());
 }
-// D = A B + C, per lane: row r of A arrives in 8 shuffles (4 lanes hold it, two elements each),
-// columns c, c + 1 of B in 16; then 16 FMAs in float, k ascending, rounded once to T: the CPU
-// emulator's arithmetic, bit for bit.
+// D = A B + C. Lane (r, c) needs row r of A and columns c, c + 1 of B; it computes
+//   d[r][j] = fma(a[r][7], b[7][j], ... fma(a[r][0], b[0][j], c[r][j]) ...),  j = c, c + 1,
+// in float, k ascending, rounded once to T: the CPU emulator's arithmetic, bit for bit.
+// The operands travel through a per-warp scratch of 128 floats in dynamic shared memory (cuda.py
+// passes kMmaScratchBytes per warp to the kernels that reach a product): each lane stores its
+// elements of A and of B transposed (3 stores), then reads its row of A and its two rows of B^T
+// as float4s (6 loads). The four lanes of a row of A (the eight of a column of B) read the same
+// addresses, which shared memory serves at once, so a product moves about 10 wavefronts through
+// shared memory where 24 warp shuffles move 24. Without the scratch (a launch that did not
+// provide it) the operands come by shuffles: 8 for the row of A, 16 for the columns of B.
+namespace detail {
+constexpr unsigned kMmaScratchFloats = 128;  // A, then B^T, 64 floats each
+constexpr unsigned kMmaScratchBytes = kMmaScratchFloats * sizeof(float);
+extern __shared__ __align__(16) float mma_scratch[];
+inline unsigned dynamic_smem_bytes() {
+  unsigned n;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  return n;
+}
+// Float k of row i of an 8x8 tile in its 64 floats: each row is two float4 blocks, block
+// (i, h = k / 4) at position 8 h + ((i + skew h) mod 8). With skew 4 for A and 1 for B^T, the
+// words or blocks one instruction touches fall on different banks: A's float2 stores (rows 0-3
+// or 4-7 per half-warp), the stores of B^T (rows c, or c + 1, for the four even c, as scalars)
+// and the float4 loads of either.
+constexpr int kMmaSkewA = 4;
+constexpr int kMmaSkewBt = 1;
+inline int mma_slot(int i, int k, int skew) {
+  const int h = k >> 2;
+  return ((h << 3) + ((i + skew * h) & 7)) * 4 + (k & 3);
+}
+// By value: the float4s are loaded whole (a reference into shared memory would let the
+// compiler read it a float at a time).
+inline float mma_dot8(float acc, ::float4 a0, ::float4 a1, ::float4 b0, ::float4 b1) {
+  acc = __fmaf_rn(a0.x, b0.x, acc); acc = __fmaf_rn(a0.y, b0.y, acc);
+  acc = __fmaf_rn(a0.z, b0.z, acc); acc = __fmaf_rn(a0.w, b0.w, acc);
+  acc = __fmaf_rn(a1.x, b1.x, acc); acc = __fmaf_rn(a1.y, b1.y, acc);
+  acc = __fmaf_rn(a1.z, b1.z, acc); acc = __fmaf_rn(a1.w, b1.w, acc);
+  return acc;
+}
+}  // namespace detail
 template <class T, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
                                           const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c) {
-  const unsigned mask = __activemask(), l = detail::lane_id();
+  const unsigned mask = __activemask(), l = detail::lane_id(), warp = threadIdx.x >> 5;
   const int r = detail::mat_row(l), col = detail::mat_col(l);
   const float a0 = float(a.el.v[0]), a1 = float(a.el.v[1]), b0 = float(b.el.v[0]), b1 = float(b.el.v[1]);
   float acc0 = float(c.el.v[0]), acc1 = float(c.el.v[1]);
+  if (detail::dynamic_smem_bytes() >= (warp + 1u) * detail::kMmaScratchBytes) {
+    float* sa = detail::mma_scratch + warp * detail::kMmaScratchFloats;
+    float* sbt = sa + 64;
+    __syncwarp(mask);  // the lanes' reads of the previous product are done
+    const int sk_a = detail::kMmaSkewA, sk_b = detail::kMmaSkewBt;
+    reinterpret_cast<::float2*>(sa)[detail::mma_slot(r, col, sk_a) >> 1] = ::make_float2(a0, a1);
+    sbt[detail::mma_slot(col, r, sk_b)] = b0;
+    sbt[detail::mma_slot(col + 1, r, sk_b)] = b1;
+    __syncwarp(mask);
+    const ::float4* ra = reinterpret_cast<const ::float4*>(sa);
+    const ::float4* rb = reinterpret_cast<const ::float4*>(sbt);
+    const ::float4 x0 = ra[detail::mma_slot(r, 0, sk_a) >> 2], x1 = ra[detail::mma_slot(r, 4, sk_a) >> 2];
+    const ::float4 y0 = rb[detail::mma_slot(col, 0, sk_b) >> 2], y1 = rb[detail::mma_slot(col, 4, sk_b) >> 2];
+    const ::float4 z0 = rb[detail::mma_slot(col + 1, 0, sk_b) >> 2];
+    const ::float4 z1 = rb[detail::mma_slot(col + 1, 4, sk_b) >> 2];
+    acc0 = detail::mma_dot8(acc0, x0, x1, y0, y1);
+    acc1 = detail::mma_dot8(acc1, x0, x1, z0, z1);
+  } else {
 #pragma unroll
-  for (int k = 0; k < 8; k += 2) {
-    const int la = detail::mat_lane(r, k);
-    const float ak0 = __shfl_sync(mask, a0, la), ak1 = __shfl_sync(mask, a1, la);
-    const int lb0 = detail::mat_lane(k, col), lb1 = detail::mat_lane(k + 1, col);
-    const float bk00 = __shfl_sync(mask, b0, lb0), bk01 = __shfl_sync(mask, b1, lb0);
-    const float bk10 = __shfl_sync(mask, b0, lb1), bk11 = __shfl_sync(mask, b1, lb1);
-    acc0 = __fmaf_rn(ak0, bk00, acc0);
-    acc1 = __fmaf_rn(ak0, bk01, acc1);
-    acc0 = __fmaf_rn(ak1, bk10, acc0);
-    acc1 = __fmaf_rn(ak1, bk11, acc1);
+    for (int k = 0; k < 8; k += 2) {
+      const int la = detail::mat_lane(r, k);
+      const float ak0 = __shfl_sync(mask, a0, la), ak1 = __shfl_sync(mask, a1, la);
+      const int lb0 = detail::mat_lane(k, col), lb1 = detail::mat_lane(k + 1, col);
+      const float bk00 = __shfl_sync(mask, b0, lb0), bk01 = __shfl_sync(mask, b1, lb0);
+      const float bk10 = __shfl_sync(mask, b0, lb1), bk11 = __shfl_sync(mask, b1, lb1);
+      acc0 = __fmaf_rn(ak0, bk00, acc0);
+      acc1 = __fmaf_rn(ak0, bk01, acc1);
+      acc0 = __fmaf_rn(ak1, bk10, acc0);
+      acc1 = __fmaf_rn(ak1, bk11, acc1);
+    }
   }
   d.el = vec<T, 2>(T(acc0), T(acc1));
 }
@@ -558,6 +614,15 @@ EMU_VEC_TYPES(int, int) EMU_VEC_TYPES(uint, uint) EMU_VEC_TYPES(short, short) EM
 EMU_VEC_TYPES(char, char) EMU_VEC_TYPES(uchar, uchar) EMU_VEC_TYPES(long, long) EMU_VEC_TYPES(ulong, ulong)
 EMU_VEC_TYPES(bool, bool)
 #undef EMU_VEC_TYPES
+
+// The launch bound of every kernel wrapper: the kernel's own thread limit (Metal's 1024, or its
+// max_total_threads_per_threadgroup), or EMU_GROUP_BOUND where cuda.py compiles the kernel again
+// for the group size it is launched with (ptxas may then give each thread more registers).
+#ifdef EMU_GROUP_BOUND
+#define EMU_LAUNCH_BOUND(maxt) ((EMU_GROUP_BOUND) < (maxt) ? (EMU_GROUP_BOUND) : (maxt))
+#else
+#define EMU_LAUNCH_BOUND(maxt) (maxt)
+#endif
 
 #define METAL_FUNC inline
 #define FLT_MAX 3.402823466e+38f

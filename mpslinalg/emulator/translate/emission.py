@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from .lexer import single_precision, tokenize
-from .structure import KernelInfo
+from .structure import MATRIX_PRODUCT_NAMES, KernelInfo
 
 __all__ = [
     "CPU_BUILTINS",
@@ -82,7 +82,8 @@ def _function_name(kd, args):
 def kernel_infos(unit) -> list:
     """`KernelInfo` per host name, in the order of the launchers and wrappers."""
     return [
-        KernelInfo(e.host, e.kernel.name, e.kernel.params, unit.reaches_sync(e.kernel.name))
+        KernelInfo(e.host, e.kernel.name, e.kernel.params, unit.reaches_sync(e.kernel.name),
+                   unit.reaches(e.kernel.name, MATRIX_PRODUCT_NAMES))
         for e in unit.entries
     ]
 
@@ -185,7 +186,13 @@ def cuda_tokens(text: str) -> str:
 
 def cuda_source(unit, body: str) -> str:
     """The CUDA C++ of a unit whose lowered source is ``body``: the source, then one
-    ``__global__`` wrapper per host name, in CUDA's spelling of Metal's types."""
+    ``__global__`` wrapper per host name, in CUDA's spelling of Metal's types.
+
+    Each wrapper's launch bound is its kernel's thread limit, or less where the program is
+    compiled with ``-DEMU_GROUP_BOUND=<threads>`` (``EMU_LAUNCH_BOUND`` in cuda_prelude.cuh);
+    ``-DEMU_ONLY_KERNEL=<i>`` keeps wrapper ``i`` alone: the CUDA executor compiles a kernel
+    again that way for the group size it is launched with. (The bound is parenthesised: the
+    template arguments of a kernel's companion struct may hold commas.)"""
     wrappers = []
     for h, e in enumerate(unit.entries):
         kd, args = e.kernel, e.template_args
@@ -198,12 +205,13 @@ def cuda_source(unit, body: str) -> str:
                 call.append(f"::emu::bind<::emu::arg_t<F{h}, {k}>>(A, {p.buffer})")
             else:
                 call.append(f"::emu::builtin<::emu::arg_t<F{h}, {k}>>({CUDA_BUILTINS[p.attr]})")
-        wrappers.append(
+        wrapper = cuda_tokens(
             f"using F{h} = decltype(&{fn});\n"
-            f'extern "C" __global__ void __launch_bounds__({ki}::maxt()) '
+            f'extern "C" __global__ void __launch_bounds__(EMU_LAUNCH_BOUND(({ki}::maxt()))) '
             f"{entry_name(h, e.host)}(const __grid_constant__ ::emu::Args A) {{\n"
             f"  ::emu::Ctx C;\n  if (!::emu::setup(A, C)) return;\n"
             f"  {fn}({', '.join(call)});\n}}\n"
         )
-    launchers = '\n#line 1 "<cuda-launchers>"\n' + "".join(wrappers)
-    return cuda_tokens(body + launchers)
+        wrappers.append(f"#if !defined(EMU_ONLY_KERNEL) || EMU_ONLY_KERNEL == {h}\n{wrapper}"
+                        "#endif\n")
+    return cuda_tokens(body) + '\n#line 1 "<cuda-launchers>"\n' + "".join(wrappers)

@@ -29,6 +29,7 @@ __all__ = [
     "KEYWORDS",
     "ADDRESS_SPACES",
     "SYNC_NAMES",
+    "MATRIX_PRODUCT_NAMES",
     "BUILTIN_ATTRIBUTES",
     "SWIZZLE_RE",
     "swizzle_indices",
@@ -66,6 +67,9 @@ SYNC_NAMES = frozenset(
     quad_shuffle_rotate_down
     quad_broadcast quad_all quad_any""".split()
 )
+# The simdgroup_matrix products: the CUDA executor gives a kernel that reaches one a scratch area
+# per warp (cuda_prelude.cuh).
+MATRIX_PRODUCT_NAMES = frozenset({"simdgroup_multiply", "simdgroup_multiply_accumulate"})
 # The builtin attributes of kernel parameters (each back end maps them to its own values).
 BUILTIN_ATTRIBUTES = frozenset(
     """
@@ -101,13 +105,15 @@ class ParamInfo:
 
 @dataclasses.dataclass
 class KernelInfo:
-    """A kernel of a library, by host name: the function it runs, its parameters, and whether
-    it can reach a barrier or SIMD-group function (then its lanes run as fibers)."""
+    """A kernel of a library, by host name: the function it runs, its parameters, whether it
+    can reach a barrier or SIMD-group function (then its lanes run as fibers), and whether it
+    can reach a simdgroup_matrix product."""
 
     host_name: str
     function: str
     params: list
     sync: bool
+    matrix: bool = False
 
 
 @dataclasses.dataclass
@@ -202,13 +208,13 @@ class Unit:
         self._scan()
         self._find_undefined_calls()
         self._find_entries()
-        # the call graph by name, for reaches_sync: overloads -> the names each body mentions
+        # the call graph by name, for `reaches`: overloads -> the names each body mentions
         self._by_name = {}
         for f in self.funcs:
             self._by_name.setdefault(f.name, []).append(
                 {self.toks[j].t for j in range(f.open + 1, f.close) if self.toks[j].k == "id"}
             )
-        self._reaches_sync = {}
+        self._reaches = {}
 
     # -- reading tokens --
     def err(self, i, msg):
@@ -314,9 +320,13 @@ class Unit:
         return names
 
     def reaches_sync(self, name):
-        """Whether a function called ``name`` can reach a barrier or SIMD-group function (by name:
-        every overload, through every function its body names)."""
-        memo = self._reaches_sync
+        """Whether a function called ``name`` can reach a barrier or SIMD-group function."""
+        return self.reaches(name, SYNC_NAMES)
+
+    def reaches(self, name, targets):
+        """Whether a function called ``name`` can reach a call of one of ``targets`` (a
+        frozenset of names), by name: every overload, through every function its body names."""
+        memo = self._reaches.setdefault(targets, {})
         if name in memo:
             return memo[name]
         memo[name] = False
@@ -325,7 +335,7 @@ class Unit:
         while todo:
             nm = todo.pop()
             for ids in by_name.get(nm, ()):
-                if ids & SYNC_NAMES:
+                if ids & targets:
                     memo[name] = True
                     return True
                 for x in ids:
