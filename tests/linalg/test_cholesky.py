@@ -89,19 +89,22 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
-                                         ("kCholBlock", cholesky_metal.BLOCK),
-                                         ("kCholTile", cholesky_metal.UPDATE_TILE)])
+                                         ("kCholBlock", cholesky_metal.BLOCK)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
     assert int(metal_constant("linalg/cholesky.h", name)) == value
 
 
-def test_update_threads_mirror():
+def test_block_is_one_triangular_solve_block():
+    """The panel's solve is one trsm_diag step: the factorization's block is the solve's."""
     from opdb import metal_constant
 
-    lanes = int(metal_constant("linalg/cholesky.h", "kCholTileLanes"))
-    assert lanes * lanes == cholesky_metal.UPDATE_THREADS
+    from mpslinalg.linalg import triangular_metal
+
+    assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == cholesky_metal.BLOCK
+    assert triangular_metal.BLOCK == cholesky_metal.BLOCK
+    assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
 
 
 # ---------------------------------------------------------------- factorisation accuracy
