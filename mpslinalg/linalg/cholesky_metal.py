@@ -34,6 +34,7 @@ from . import gemm_metal, triangular_metal
 
 _SOURCE = "linalg/cholesky.metal"
 _HEADER = "linalg/cholesky.h"
+_TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
@@ -86,7 +87,7 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
     if n < BLOCKED_MIN_N:
         _potf2(potf2, L, info_flat, n, 0, n, batch)
     else:
-        panel = _metal.kernel(triangular_metal.SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
+        panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
         update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
         no_pivots = _no_pivots(A.device)
         for k0 in range(0, n, BLOCK):

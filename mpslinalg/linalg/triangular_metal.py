@@ -21,7 +21,7 @@ from .._core import metal_params
 from .._core.metal import SIMD_WIDTH, launch
 from . import gemm_metal
 
-SOURCE = "linalg/triangular.metal"
+_SOURCE = "linalg/triangular.metal"
 
 SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at most 32)
 TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
@@ -57,11 +57,11 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
     if n >= BLOCKED_MIN_N:
         return _solve_left_blocked(M, pivots, X, steps, fn)
     if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N:
-        kernel = _metal.kernel(SOURCE, "trsv", X.dtype, X.device, fn=fn)
+        kernel = _metal.kernel(_SOURCE, "trsv", X.dtype, X.device, fn=fn)
         group = min(TRSV_GROUP, _metal.ceil_div(n, SIMD_WIDTH) * SIMD_WIDTH)
         grid = {"threads": [group, k, batch], "group_size": [group, 1, 1]}
     else:
-        kernel = _metal.kernel(SOURCE, "trsm", X.dtype, X.device, fn=fn)
+        kernel = _metal.kernel(_SOURCE, "trsm", X.dtype, X.device, fn=fn)
         group = SIMD_WIDTH if k <= SIMD_WIDTH else SOLVE_GROUP
         grid = {"threads": [_metal.ceil_div(k, group) * group, batch], "group_size": [group, 1]}
     for lower, unit, trans, swaps in steps:
@@ -92,8 +92,8 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
     """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
-    diag = _metal.kernel(SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
-    update = _metal.kernel(SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
+    diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
+    update = _metal.kernel(_SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
     nblk = _metal.ceil_div(n, BLOCK)
     for lower, unit, trans, swaps in steps:
         for s in range(nblk):
@@ -122,8 +122,8 @@ def inverse_lower(M: torch.Tensor, *, trans: int, fn: str) -> torch.Tensor:
     no_swaps = torch.zeros(1, dtype=torch.int32, device=M.device)
     if n < BLOCKED_MIN_N or batch == 0:
         return _solve_left(M, no_swaps, X, ((1, 0, trans, 0),), fn)
-    diag = _metal.kernel(SOURCE, "trsm_diag", M.dtype, M.device, fn=fn)
-    update = _metal.kernel(SOURCE, "trsm_update", M.dtype, M.device, fn=fn)
+    diag = _metal.kernel(_SOURCE, "trsm_diag", M.dtype, M.device, fn=fn)
+    update = _metal.kernel(_SOURCE, "trsm_update", M.dtype, M.device, fn=fn)
     for i0 in range(0, n, BLOCK):
         cols = min(n, i0 + BLOCK)
         params = block_params(n, cols, lower=1, unit=0, trans=trans, swaps=0, i0=i0, ldx=n,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_lu import _grad_pair, dtypes
 
 import mpslinalg
-from mpslinalg.linalg import cholesky_metal
+from mpslinalg.linalg import cholesky_metal, triangular_metal
 from mpslinalg.testing import (
     THRESH,
     batch_ratio,
@@ -99,8 +99,6 @@ def test_host_mirrors_header_constants(name, value):
 def test_block_is_one_triangular_solve_block():
     """The panel's solve is one trsm_diag step: the factorization's block is the solve's."""
     from opdb import metal_constant
-
-    from mpslinalg.linalg import triangular_metal
 
     assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == cholesky_metal.BLOCK
     assert triangular_metal.BLOCK == cholesky_metal.BLOCK
@@ -414,8 +412,6 @@ def test_blocked_inverse_and_solves(upper, dtype, monkeypatch):
     """cholesky_inverse's blocked triangular inverse (columns known zero skipped) and product,
     cholesky_solve and solve_triangular on the blocked solves, forced at n = 70: ratios, an
     exactly Hermitian inverse with a real diagonal, the other triangle never read, launches."""
-    from mpslinalg.linalg import triangular_metal
-
     monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
     n = 70
     A = hpd(n, dtype, (2,), seed=21, cond=1e3)

@@ -372,8 +372,8 @@ def test_blocked_right_side_solve_in_place(lower, trans, dtype):
     buf = random_matrix(n + pad_cols, dtype, batch=(2,), seed=18, m=k + pad_rows)
     before = buf.clone()
     ldx, x_offset = n + pad_cols, pad_rows * (n + pad_cols) + 1
-    diag = _metal.kernel(triangular_metal.SOURCE, "trsm_diag", dtype, LU.device)
-    update = _metal.kernel(triangular_metal.SOURCE, "trsm_update", dtype, LU.device)
+    diag = _metal.kernel("linalg/triangular.metal", "trsm_diag", dtype, LU.device)
+    update = _metal.kernel("linalg/triangular.metal", "trsm_update", dtype, LU.device)
     nblk = math.ceil(n / triangular_metal.BLOCK)
     forward = lower != 1  # x M = b is M^T x^T = b^T
     no_pivots = torch.zeros(1, dtype=torch.int32)
