@@ -146,7 +146,7 @@ def test_hard_inputs(metal_backend, kind):
     """Graded rows (1 .. 1e-3.5), condition 1e7 in float32, and entries scaled by 1e-30 and
     1e30: the backward-error ratio stays below THRESH."""
     for dtype in (torch.float32, torch.complex64):
-        for n in (8, 70):
+        for n in (8, 70, 100):  # one kernel, two blocks, four blocks
             if kind == "graded":
                 A = graded_hpd(n, dtype, (2,), seed=n, spread=1e7)
             elif kind == "nearly singular":
