@@ -5,11 +5,16 @@ These are NVIDIA numbers: they say how the Metal kernels' algorithms fare on a G
 here, and nothing about Apple GPUs.
 
     python benchmarks/bench_cuda_executor.py [--reps 21] [--sections launch,matrix,cases]
-        [--gemm-sizes 256,1024,2048] [--out results.md]
+        [--gemm-sizes 256,1024,2048] [--cholesky-sizes 1024,4096] [--out results.md]
+    python benchmarks/bench_cuda_executor.py --sections cholesky --dry-run   # no GPU needed
 
 Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
 of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
-``cases``, the library's kernels against torch's op. Each case times the contenders interleaved
+``cases``, the library's kernels against torch's op; ``lu`` and ``cholesky``, those families at
+research scale (cholesky: one matrix of each ``--cholesky-sizes`` order, 64 x (64 x 64), the
+inverse). ``--dry-run`` builds the chosen sections' cases on the CPU (the emulator runs the
+Metal kernels) at small sizes, calls every contender once and prints the agreement notes: a
+check of the benchmark's code paths, no timing. Each case times the contenders interleaved
 (one call of each per round, CUDA events around each call, the stream synchronized between
 calls) after warm-up calls, and reports the median with the min and max over the rounds, and
 next to it the device time of the executor's kernels (`mpslinalg.emulator.cuda.profile`) with a
@@ -32,6 +37,7 @@ import torch
 os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")  # the metal backend on CUDA tensors
 
 from mpslinalg.emulator import cuda  # noqa: E402
+from mpslinalg.linalg import cholesky_metal as _chol_metal  # noqa: E402
 from mpslinalg.linalg import eigh as _eigh  # noqa: E402
 from mpslinalg.linalg import lu_metal as _lu_metal  # noqa: E402
 from mpslinalg.linalg import qr_metal as _qr_metal  # noqa: E402
@@ -205,6 +211,62 @@ def lu_cases(sizes=(1024, 2048, 4096, 8192)):
         "CUDA executor (triangular.metal)": ours, "torch.linalg.solve_triangular": theirs},
         _roofline_us((n * n // 2 + 2 * n * k) * 4, n * n * k), f"max |R X - B| / max |B| = "
         f"{res:.1e}"))
+    return out
+
+
+def _hpd(batch, n, dtype, seed, device):
+    """Hermitian positive definite X X^H / n + I (condition about 5): the factorization runs to
+    the end, no minor fails."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    X = torch.randn((batch, n, n), generator=gen, device=device)
+    if dtype.is_complex:
+        X = torch.complex(X, torch.randn((batch, n, n), generator=gen, device=device))
+    A = X @ X.mH / n + torch.eye(n, device=device)
+    return A[0] if batch == 1 else A
+
+
+def cholesky_cases(sizes=(1024, 4096), batched=(64, 64), device="cuda"):
+    """issue 27's targets: cholesky of one matrix of each order in ``sizes`` and of ``batched``
+    = (batch, n) matrices, float32 (and complex64 for the batch), against cuSOLVER through
+    torch.linalg.cholesky (which reads info on the host) and cholesky_ex (which does not; ours
+    does not either); cholesky_inverse (potri: trtri + lauum) at the first size."""
+    out = []
+
+    def factor_case(batch, n, dtype, seed):
+        A = _hpd(batch, n, dtype, seed, device)
+        ours = lambda A=A: _chol_metal.cholesky_metal(A, False)  # noqa: E731
+        L, info = ours()
+        ref = torch.linalg.cholesky(A)
+        # LAPACK xPOT01 in float64: ||L L^H - A||_1 / (n ||A||_1 eps), the maximum over the batch
+        Lw, Aw = L.to(torch.complex128 if dtype.is_complex else torch.float64), A.to(
+            torch.complex128 if dtype.is_complex else torch.float64)
+        num = torch.linalg.matrix_norm(Lw @ Lw.mH - Aw, 1)
+        ratio = (num / (n * torch.linalg.matrix_norm(Aw, 1) * torch.finfo(dtype).eps)).max()
+        out.append((f"cholesky {batch}x({n}x{n}) {str(dtype)[6:]}", {
+            "CUDA executor (cholesky.metal + triangular.metal)": ours,
+            "torch.linalg.cholesky": lambda A=A: torch.linalg.cholesky(A),
+            "torch.linalg.cholesky_ex": lambda A=A: torch.linalg.cholesky_ex(A)},
+            _roofline_us(2 * batch * n * n * A.element_size(),
+                         batch * n**3 / 3 * (4 if dtype.is_complex else 1)),
+            f"info all 0: {not bool(info.any())}, xPOT01 ratio {ratio.item():.2f}, max |L - "
+            f"L_torch| / max |L_torch| = {((L - ref).abs().max() / ref.abs().max()).item():.1e}"))
+
+    for n in sizes:
+        factor_case(1, n, torch.float32, n)
+    factor_case(*batched, torch.float32, 1)
+    factor_case(*batched, torch.complex64, 2)
+
+    n = sizes[0]
+    L = torch.linalg.cholesky(_hpd(1, n, torch.float32, 3, device))
+    ours = lambda: _chol_metal.cholesky_inverse_metal(L, False)  # noqa: E731
+    theirs = lambda: torch.cholesky_inverse(L)  # noqa: E731
+    inv, ref = ours(), theirs()
+    out.append((f"cholesky_inverse 1x({n}x{n}) float32", {
+        "CUDA executor (triangular.metal + cholesky.metal)": ours,
+        "torch.cholesky_inverse": theirs},
+        _roofline_us(2 * n * n * 4, n**3 * 2 / 3),
+        f"max |X - X_torch| / max |X_torch| = "
+        f"{((inv - ref).abs().max() / ref.abs().max()).item():.1e}"))
     return out
 
 
@@ -482,20 +544,39 @@ def _cases_section(reps, make=None, title="## Library kernels"):
                     *breakdown, ""]
 
 
+def _dry_run(sections):
+    """The cases of ``sections`` on the CPU at small sizes: every contender called once."""
+    makers = {"cholesky": lambda: cholesky_cases((96,), (3, 40), device="cpu")}
+    for section in sections:
+        if section not in makers:
+            raise SystemExit(f"bench_cuda_executor: no dry run for the {section!r} section")
+        for name, contenders, roof, agree in makers[section]():
+            for fn in contenders.values():
+                fn()
+            print(f"- {name}: {', '.join(contenders)}; roofline {roof:.3g} us; {agree}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--sections", default="launch,matrix,cases,lu",
-                    help="comma-separated subset of launch, matrix, cases, lu")
+                    help="comma-separated subset of launch, matrix, cases, lu, cholesky")
     ap.add_argument("--lu-sizes", default="1024,2048,4096,8192",
                     help="the n of the square float32 cases of the lu section")
+    ap.add_argument("--cholesky-sizes", default="1024,4096",
+                    help="the n of the single-matrix float32 cases of the cholesky section")
     ap.add_argument("--gemm-sizes", default="256,1024,2048",
                     help="the n of the simdgroup_matrix GEMM")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="check the sections' cases on the CPU (emulator), small sizes, no timing")
     ap.add_argument("--out", help="also write the markdown report here")
     args = ap.parse_args()
+    sections = args.sections.split(",")
+    if args.dry_run:
+        _dry_run(sections)
+        return
     if not torch.cuda.is_available():
         raise SystemExit("bench_cuda_executor: no CUDA device")
-    sections = args.sections.split(",")
     lines = _header(args.reps)
     if "launch" in sections:
         lines += _launch_section()
@@ -508,6 +589,10 @@ def main():
         sizes = [int(n) for n in args.lu_sizes.split(",")]
         lines += _cases_section(args.reps, lambda: lu_cases(sizes),
                                 "## LU, solve and triangular solves at research scale")
+    if "cholesky" in sections:
+        sizes = [int(n) for n in args.cholesky_sizes.split(",")]
+        lines += _cases_section(args.reps, lambda: cholesky_cases(sizes),
+                                "## Cholesky at research scale")
     text = "\n".join(lines)
     print(text)
     if args.out:

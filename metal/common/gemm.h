@@ -3,7 +3,8 @@
 //   C = beta C + alpha op(A) op(B),  op(X) = X, X^T or X^H,
 //
 // for float (T = float) and complex (T = float2) elements; LU's trailing update and the blocked
-// triangular solves call it with alpha = -1, beta = 1 (C -= A B).
+// triangular solves call it with alpha = -1, beta = 1 (C -= A B), Cholesky's trailing update
+// (HERK: C -= A A^H) writing only the lower triangle of C.
 //
 // `gemm_tile` computes one kGemmTileM x kGemmTileN block of C with the kGemmThreads threads of a
 // threadgroup (kGemmSimdgroupsM x kGemmSimdgroupsN simdgroups, each owning a kGemmFragsM x
@@ -66,6 +67,10 @@ static_assert(kGemmTileK % kGemmFrag == 0, "the staged depth is a whole number o
 constant constexpr int kGemmNoTrans = 0;
 constant constexpr int kGemmTrans = 1;
 constant constexpr int kGemmConjTrans = 2;
+// The part of C written: all of it, or its lower triangle with the diagonal (C[i][j], j <= i, in
+// C's own indices), which is what a Hermitian rank-k update (HERK / SYRK) needs.
+constant constexpr int kGemmFull = 0;
+constant constexpr int kGemmLower = 1;
 
 inline float gemm_re(float x) { return x; }
 inline float gemm_re(float2 x) { return x.x; }
@@ -116,13 +121,15 @@ inline void gemm_stage(threadgroup float* re, threadgroup float* im, device cons
 
 // C[row0 : row0 + kGemmTileM, col0 : col0 + kGemmTileN] = beta C + alpha op(A) op(B) within
 // the m x n bounds of C, op(A) m x k, op(B) k x n; lda, ldb, ldc the row strides of the stored
-// A, B, C. C must not overlap the parts of A and B read. beta = 0 never reads C (NaN there does
+// A, B, C; uplo (kGemmFull / kGemmLower) the part of C written, the rest neither read nor
+// written. C must not overlap the parts of A and B read. beta = 0 never reads C (NaN there does
 // not leak). Called by every thread of a threadgroup of exactly kGemmThreads threads (it holds
 // barriers); scratch holds kGemmScratchFloats floats of threadgroup memory, free on return.
 template <typename T>
 inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, long ldb, int op_b,
                       device T* c, long ldc, long m, long n, long k, long row0, long col0,
-                      float alpha, float beta, threadgroup float* scratch, uint tid, uint sg) {
+                      float alpha, float beta, int uplo, threadgroup float* scratch, uint tid,
+                      uint sg) {
   const bool cplx = gemm_is_complex(zero<T>());
   threadgroup float* a_re = scratch;
   threadgroup float* a_im = a_re + kGemmTileM * kGemmTileK;
@@ -229,7 +236,7 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   for (int q = 0; q < tile / kGemmThreads; ++q) {
     const int e = int(tid) + q * kGemmThreads;
     const long i = row0 + e / kGemmTileN, j = col0 + e % kGemmTileN;
-    if (i < m && j < n) {
+    if (i < m && j < n && (uplo == kGemmFull || j <= i)) {
       const T prod = gemm_make(re_v[q], im_v[q], zero<T>());
       device T* cij = c + i * ldc + j;
       *cij = beta == 0.0f ? alpha * prod : beta * *cij + alpha * prod;
@@ -244,6 +251,7 @@ struct GemmParams {
   long m, n, k;          // C is m x n, op(A) m x k, op(B) k x n
   long lda, ldb, ldc;    // row strides of the stored matrices
   long op_a, op_b;       // kGemmNoTrans, kGemmTrans or kGemmConjTrans
+  long uplo;             // kGemmFull or kGemmLower: the part of C written
   long stride_a, stride_b, stride_c;  // between batch elements (0 broadcasts)
   float alpha, beta;
 };
@@ -266,6 +274,6 @@ template <typename T>
   const long batch = long(group.z);
   gemm_tile(a + batch * p.stride_a, p.lda, int(p.op_a), b + batch * p.stride_b, p.ldb,
             int(p.op_b), c + batch * p.stride_c, p.ldc, p.m, p.n, p.k,
-            long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, p.alpha, p.beta, scratch,
-            tid, sg);
+            long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, p.alpha, p.beta, int(p.uplo),
+            scratch, tid, sg);
 }

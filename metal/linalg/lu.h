@@ -522,7 +522,7 @@ template <typename T>
   const long s = k0 + w;  // first trailing row and column
   gemm_tile(A + s * n + k0, n, kGemmNoTrans, A + k0 * n + s, n, kGemmNoTrans, A + s * n + s, n,
             m - s, n - s, w, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
-            scratch, tid, sg);
+            kGemmFull, scratch, tid, sg);
 }
 
 // LAPACK pivots -> permutation: perm[i] is the row of A that lands in row i of L U, i.e.

@@ -34,11 +34,19 @@ struct TriSolveParams {
   long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
 };
 
-// Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams and
-// the first row i0 of the diagonal block of this step.
+// Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams (lower
+// and trans describe M, the matrix solved with, in both sides), the first row i0 of the diagonal
+// block of this step, the side, and where X lies in b (X may be a block of a larger matrix, e.g.
+// the panel of Cholesky's factor, solved in place):
+//   right = 0: M X = B, X n x k, right-hand side c the column X[:, c];
+//   right = 1: X M = B, X k x n, right-hand side c the row X[c, :] (x M = b is M^T x^T = b^T:
+//              forward substitution when M is upper); swaps must be 0.
+// X[i][j] is b[batch * x_batch + x_offset + i * ldx + j].
 struct TriBlockParams {
   long n, k, lower, unit, trans, swaps;
   long i0;
+  long right;
+  long ldx, x_offset, x_batch;
 };
 
 // Rows per diagonal block of the solve; a block of the triangle is staged as a square tile. The
@@ -272,12 +280,14 @@ template <typename T>
 
 // ---- the blocked solve for large matrices: one step per diagonal block of kTriBlock rows, two
 // launches a step, each spread over many threadgroups:
-//   trsm_diag    solves the block's rows against the staged diagonal tile, one thread per
+//   trsm_diag    solves the block's rows against the staged diagonal tile, one simdgroup per
 //                right-hand side (and applies the interchanges before the first step / after
 //                the last one, swaps = 1 / 2);
 //   trsm_update  subtracts the block's contribution from every row still to be solved,
-//                X[rest] -= M[rest, block] X[block], on the shared simdgroup_matrix product.
-// Forward (lower) runs the blocks top down, backward (upper) bottom up.
+//                X[rest] -= M[rest, block] X[block] (right = 1: X[:, rest] -= X[:, block]
+//                M[block, rest]), on the shared simdgroup_matrix product.
+// Forward substitution (M lower on the left, upper on the right) runs the blocks top down,
+// backward bottom up.
 
 // One simdgroup per right-hand side, lane ii holding row i0 + ii of the block: each step
 // divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below it
@@ -298,7 +308,9 @@ template <typename T>
     ushort nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long n = params.n, k = params.k, i0 = params.i0;
-  const bool lower = params.lower != 0, tr = params.trans != 0;
+  const bool tr = params.trans != 0, right = params.right != 0;
+  // The tile solved is S = M (left) or M^T (right), lower when forward.
+  const bool forward = (params.lower != 0) != right;
   // Rows padded by one element: lane ii reads ms[ii][jj], so a stride of kTriBlock + 1 puts
   // the 32 lanes' reads in 32 different banks.
   threadgroup T ms[kTriBlock * kTriPadded];
@@ -308,18 +320,27 @@ template <typename T>
   device const int* piv = pivots + batch * n;
   const long col = long(group.x) * long(nsg) + long(sg);
   const bool active = col < k;
-  device T* x = b + batch * n * k + (active ? col : 0);
-  const bool first = lower ? i0 == 0 : i0 + kTriBlock >= n;
-  const bool last = lower ? i0 + kTriBlock >= n : i0 == 0;
+  // Entries of one right-hand side lie `stride` apart, right-hand sides `next` apart.
+  const long stride = right ? 1 : params.ldx;
+  const long next = right ? params.ldx : 1;
+  device T* x = b + batch * params.x_batch + params.x_offset + (active ? col : 0) * next;
+  const bool first = forward ? i0 == 0 : i0 + kTriBlock >= n;
+  const bool last = forward ? i0 + kTriBlock >= n : i0 == 0;
 
   if (params.swaps == 1 && first && active && lane == 0) {
-    apply_row_swaps(x, k, piv, n, true);
+    apply_row_swaps(x, stride, piv, n, true);
   }
+  // S[i][j] = M[i][j] (left) or M[j][i] (right), M[i][j] = L[i][j] or conj(L[j][i]) (trans).
+  const bool swap_ij = tr != right;
   for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(tpg.x)) {
     const int ii = e / kTriBlock, jj = e % kTriBlock;
     const long i = i0 + ii, j = i0 + jj;
-    ms[ii * kTriPadded + jj] = (i < n && j < n) ? (tr ? conj(L[j * n + i]) : L[i * n + j])
-                                                : (ii == jj ? one<T>() : zero<T>());
+    T v = ii == jj ? one<T>() : zero<T>();
+    if (i < n && j < n) {
+      v = swap_ij ? L[j * n + i] : L[i * n + j];
+      v = tr ? conj(v) : v;
+    }
+    ms[ii * kTriPadded + jj] = v;
   }
   // Also orders lane 0's interchanges before the other lanes read the block.
   threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
@@ -327,29 +348,30 @@ template <typename T>
     return;
   }
   const long i = i0 + long(lane);
-  T v = i < n ? x[i * k] : zero<T>();
+  T v = i < n ? x[i * stride] : zero<T>();
   for (int step = 0; step < kTriBlock; ++step) {
-    const int jj = lower ? step : kTriBlock - 1 - step;
+    const int jj = forward ? step : kTriBlock - 1 - step;
     if (int(lane) == jj && params.unit == 0) {
       v = div(v, ms[jj * kTriPadded + jj]);
     }
     const T xj = simd_broadcast(v, ushort(jj));
-    if (lower ? int(lane) > jj : int(lane) < jj) {
+    if (forward ? int(lane) > jj : int(lane) < jj) {
       v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
     }
   }
   if (i < n) {
-    x[i * k] = v;
+    x[i * stride] = v;
   }
   if (params.swaps == 2 && last) {
     simdgroup_barrier(metal::mem_flags::mem_device);
     if (lane == 0) {
-      apply_row_swaps(x, k, piv, n, false);
+      apply_row_swaps(x, stride, piv, n, false);
     }
   }
 }
 
-// Grid: (column blocks * kGemmThreads, row blocks of the rows still to solve, batch).
+// Grid: (column blocks * kGemmThreads, row blocks, batch) of the block of X updated: the rows
+// still to solve x k (left), or k x the columns still to solve (right).
 template <typename T>
 [[kernel]] void trsm_update(
     device const T* lu [[buffer(0)]],
@@ -359,18 +381,30 @@ template <typename T>
     uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  const long n = params.n, k = params.k, i0 = params.i0;
+  const long n = params.n, k = params.k, i0 = params.i0, ldx = params.ldx;
   threadgroup float scratch[kGemmScratchFloats];
+  const bool right = params.right != 0;
   const long bs = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);
-  // The rows still to solve: below the block (forward) or above it (backward).
-  const long r0 = params.lower != 0 ? i0 + bs : 0;
-  const long rows = params.lower != 0 ? n - r0 : i0;
+  // The entries still to solve: after the block (forward) or before it (backward).
+  const bool forward = (params.lower != 0) != right;
+  const long r0 = forward ? i0 + bs : 0;
+  const long rows = forward ? n - r0 : i0;
   device const T* L = lu + long(group.z) * n * n;
-  device T* X = b + long(group.z) * n * k;
-  // M[r0 : r0 + rows, i0 : i0 + bs], as stored or as the conjugate transpose of the triangle.
+  device T* X = b + long(group.z) * params.x_batch + params.x_offset;
+  const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
+  // M[p0 : p0 + pm, q0 : q0 + qn] is L's block at (p0, q0) as stored, or the conjugate transpose
+  // of the block at (q0, p0).
   const bool tr = params.trans != 0;
-  device const T* mblk = tr ? L + i0 * n + r0 : L + r0 * n + i0;
-  gemm_tile(mblk, n, tr ? kGemmConjTrans : kGemmNoTrans, X + i0 * k, k, kGemmNoTrans, X + r0 * k, k,
-            rows, k, bs, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
-            scratch, tid, sg);
+  const int op_m = tr ? kGemmConjTrans : kGemmNoTrans;
+  if (!right) {
+    // X[r0 : r0 + rows, :] -= M[r0 : r0 + rows, i0 : i0 + bs] X[i0 : i0 + bs, :]
+    device const T* mblk = tr ? L + i0 * n + r0 : L + r0 * n + i0;
+    gemm_tile(mblk, n, op_m, X + i0 * ldx, ldx, kGemmNoTrans, X + r0 * ldx, ldx, rows, k, bs,
+              row0, col0, -1.0f, 1.0f, kGemmFull, scratch, tid, sg);
+  } else {
+    // X[:, r0 : r0 + rows] -= X[:, i0 : i0 + bs] M[i0 : i0 + bs, r0 : r0 + rows]
+    device const T* mblk = tr ? L + r0 * n + i0 : L + i0 * n + r0;
+    gemm_tile(X + i0, ldx, kGemmNoTrans, mblk, n, op_m, X + r0, ldx, k, rows, bs, row0, col0,
+              -1.0f, 1.0f, kGemmFull, scratch, tid, sg);
+  }
 }

@@ -7,13 +7,17 @@ on the host: the launch sequence depends on shapes only, and the batch is a grid
 every kernel (no loop over batch elements).
 
 Launches per call:
-  cholesky_metal          a tril copy (torch's), then n <= UNBLOCKED_MAX: 1 (chol_potf2);
-                          otherwise per block of BLOCK columns chol_potf2 + chol_trsm +
-                          chol_syrk (the last block has neither): 3 * ceil(n / 32) - 2;
-                          upper=True adds the conjugate transposes in and out.
-  solve_triangular_metal  1 (trsm / trsv), plus gathers of non-contiguous or broadcast inputs.
-  cholesky_solve_metal    2 (the two triangular solves of potrs).
-  cholesky_inverse_metal  2 (the same against the identity), and the Hermitian part.
+  cholesky_metal          a tril copy (torch's), then n < BLOCKED_MIN_N: 1 (chol_potf2);
+                          otherwise per block of BLOCK columns chol_potf2 + trsm_diag (the panel,
+                          triangular.metal) + chol_update (the last block has neither):
+                          3 * ceil(n / 32) - 2; upper=True adds the conjugate transposes in and
+                          out.
+  solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
+                          solve's 2 * ceil(n / 32) - 1 from there; plus gathers of
+                          non-contiguous or broadcast inputs.
+  cholesky_solve_metal    twice that (the two triangular solves of potrs).
+  cholesky_inverse_metal  potri: the triangular inverse (one solve against the identity), then
+                          chol_lauum, then torch's ops mirroring the triangle.
 """
 
 from __future__ import annotations
@@ -26,20 +30,20 @@ from .._core import metal as _metal
 from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import SIMD_WIDTH, launch
-from . import triangular_metal
+from . import gemm_metal, triangular_metal
 
 _SOURCE = "linalg/cholesky.metal"
 _HEADER = "linalg/cholesky.h"
+_TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
-BLOCK = 32  # kCholBlock: columns per block of the blocked factorization
-UPDATE_TILE = 64  # kCholTile: trailing-update output tile (rows and columns)
-UPDATE_THREADS = 256  # kCholTileThreads: threads of a trailing-update threadgroup
+BLOCK = 32  # kCholBlock: columns per block of the blocked factorization (triangular_metal.BLOCK)
 
-# Host-side launch geometry (not seen by the kernels, which read their group size).
-PANEL_GROUP = 64  # chol_trsm: one thread per row of the panel
+#: The blocked factorization from this order on (the tests lower it to reach the blocked path
+#: on small matrices); at most UNBLOCKED_MAX + 1.
+BLOCKED_MIN_N = UNBLOCKED_MAX + 1
 
 #: (lower, unit, trans, swaps) of the two solves of potrs with a lower factor L (A = L L^H:
 #: L Y = B, then L^H X = Y) and with an upper one U (A = U^H U: U^H Y = B, then U X = Y); the
@@ -80,24 +84,25 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         return L, info
     potf2 = _metal.kernel(_SOURCE, "chol_potf2", A.dtype, A.device, fn=fn)
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
-    if n <= UNBLOCKED_MAX:
+    if n < BLOCKED_MIN_N:
         _potf2(potf2, L, info_flat, n, 0, n, batch)
     else:
-        trsm = _metal.kernel(_SOURCE, "chol_trsm", A.dtype, A.device, fn=fn)
-        syrk = _metal.kernel(_SOURCE, "chol_syrk", A.dtype, A.device, fn=fn)
+        panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
+        update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
+        no_pivots = _no_pivots(A.device)
         for k0 in range(0, n, BLOCK):
             w = min(BLOCK, n - k0)
             _potf2(potf2, L, info_flat, n, k0, w, batch)
-            rest = n - k0 - w
-            if rest == 0:
+            s = k0 + w
+            if s == n:
                 break
-            params = _params(n, k0, w)
-            launch(trsm, L, params,
-                   threads=[_metal.ceil_div(rest, PANEL_GROUP) * PANEL_GROUP, batch],
-                   group_size=[PANEL_GROUP, 1])
-            tiles = _metal.ceil_div(rest, UPDATE_TILE)
-            launch(syrk, L, params, threads=[tiles * UPDATE_THREADS, tiles, batch],
-                   group_size=[UPDATE_THREADS, 1, 1])
+            # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
+            # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
+            params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
+                                                   i0=k0, right=1, ldx=n, x_offset=s * n,
+                                                   x_batch=n * n)
+            launch(panel, L, no_pivots, L, params, **triangular_metal.diag_grid(n - s, batch))
+            launch(update, L, _params(n, k0, w), **gemm_metal.gemm_grid(n - s, n - s, batch))
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 
 
@@ -132,10 +137,20 @@ def cholesky_solve_metal(B: torch.Tensor, L: torch.Tensor, upper: bool, *,
 
 def cholesky_inverse_metal(L: torch.Tensor, upper: bool, *, fn: str = "cholesky_inverse"
                            ) -> torch.Tensor:
-    """A^-1 given the factor of A = L L^H (A = U^H U when ``upper``): the two solves of potrs
-    against the identity, then the Hermitian part (LAPACK potri forms one triangle and torch
-    mirrors it; the solves leave it Hermitian only to rounding). A new contiguous tensor."""
-    n = L.shape[-1]
-    eye = torch.eye(n, dtype=L.dtype, device=L.device).expand(L.shape)
-    X = cholesky_solve_metal(eye, L, upper, fn=fn)
-    return 0.5 * (X + triangular_metal.adjoint_copy(X))
+    """A^-1 given the factor of A = L L^H (A = U^H U when ``upper``, ``L`` holding U): LAPACK
+    potri, A^-1 = X^H X with X = L^-1 (U^-H), the triangular inverse, and the lower triangle of
+    the product formed by chol_lauum, mirrored (exactly Hermitian, real diagonal, as torch's).
+    n^3 / 3 multiply-adds (n^3 / 2 below triangular_metal.BLOCKED_MIN_N, where the inverse is a
+    plain solve), against n^3 for two solves with the identity. A new contiguous tensor."""
+    L = contiguous(L, fn)
+    *batch_shape, n, _ = L.shape
+    batch = math.prod(batch_shape)
+    if batch == 0 or n == 0:
+        return torch.zeros_like(L, memory_format=torch.contiguous_format)
+    X = triangular_metal.inverse_lower(L, trans=int(upper), fn=fn)
+    C = torch.empty_like(X)
+    lauum = _metal.kernel(_SOURCE, "chol_lauum", L.dtype, L.device, fn=fn)
+    launch(lauum, X, C, _params(n, 0, 0), **gemm_metal.gemm_grid(n, n, batch))
+    below = torch.tril(C, -1)
+    diagonal = torch.diag_embed(C.diagonal(dim1=-2, dim2=-1).real.to(C.dtype))
+    return below + triangular_metal.adjoint_copy(below) + diagonal

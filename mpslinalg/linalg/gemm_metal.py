@@ -27,14 +27,16 @@ THREADS = 128  # kGemmThreads: threads of a threadgroup (4 simdgroups)
 
 #: op() codes of the kernel: kGemmNoTrans, kGemmTrans, kGemmConjTrans.
 OPS = {"N": 0, "T": 1, "C": 2}
+#: The part of C written: kGemmFull ("F"), kGemmLower ("L": j <= i).
+UPLO = {"F": 0, "L": 1}
 
 
 def gemm_params(m: int, n: int, k: int, *, lda: int, ldb: int, ldc: int, op_a: str = "N",
-                op_b: str = "N", stride_a: int = 0, stride_b: int = 0, stride_c: int = 0,
-                alpha: float = 1.0, beta: float = 0.0) -> list[int]:
+                op_b: str = "N", uplo: str = "F", stride_a: int = 0, stride_b: int = 0,
+                stride_c: int = 0, alpha: float = 1.0, beta: float = 0.0) -> list[int]:
     """The packed GemmParams of metal/common/gemm.h."""
     return metal_params.pack(_HEADER, "GemmParams", m=m, n=n, k=k, lda=lda, ldb=ldb, ldc=ldc,
-                             op_a=OPS[op_a], op_b=OPS[op_b], stride_a=stride_a,
+                             op_a=OPS[op_a], op_b=OPS[op_b], uplo=UPLO[uplo], stride_a=stride_a,
                              stride_b=stride_b, stride_c=stride_c, alpha=alpha, beta=beta)
 
 
@@ -46,10 +48,11 @@ def gemm_grid(m: int, n: int, batch: int) -> dict:
 
 def gemm_metal(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, *,
                op_a: str = "N", op_b: str = "N", alpha: float = 1.0, beta: float = 0.0,
-               fn: str = "gemm") -> torch.Tensor:
+               uplo: str = "F", fn: str = "gemm") -> torch.Tensor:
     """``beta C + alpha op(A) op(B)`` for contiguous (*, r, c) float32 / complex64 tensors of one
-    batch shape; op is "N" (as is), "T" (transpose) or "C" (conjugate transpose). Returns a new
-    tensor; C, when given, is not modified."""
+    batch shape; op is "N" (as is), "T" (transpose) or "C" (conjugate transpose); ``uplo="L"``
+    computes the lower triangle only (C's, or zeros, elsewhere). Returns a new tensor; C, when
+    given, is not modified."""
     for name, t in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
         if t.dtype not in LINALG_DTYPES or not t.is_contiguous():
             raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be a contiguous "
@@ -69,10 +72,10 @@ def gemm_metal(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, 
     batch = math.prod(batch_shape)
     if batch == 0 or m == 0 or n == 0:
         return out
-    if k == 0:
+    if k == 0 and uplo == "F":  # (the kernel scales a triangle alone)
         return out.mul_(beta) if beta != 0.0 else out.zero_()
     kernel = _metal.kernel(_SOURCE, "gemm", A.dtype, A.device, fn=fn)
-    params = gemm_params(m, n, k, lda=ca, ldb=cb, ldc=n, op_a=op_a, op_b=op_b,
+    params = gemm_params(m, n, k, lda=ca, ldb=cb, ldc=n, op_a=op_a, op_b=op_b, uplo=uplo,
                          stride_a=ra * ca, stride_b=rb * cb, stride_c=m * n, alpha=alpha,
                          beta=beta)
     launch(kernel, A, B, out, params, **gemm_grid(m, n, batch))

@@ -71,25 +71,66 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
     return X
 
 
+def block_params(n: int, k: int, *, lower: int, unit: int, trans: int, swaps: int, i0: int,
+                 right: int = 0, ldx: int, x_offset: int = 0, x_batch: int) -> list[int]:
+    """The packed TriBlockParams of trsm_diag / trsm_update (metal/linalg/triangular.h): one
+    step, at the diagonal block of row ``i0``, of M X = B (``right``: X M = B) with X[i][j] at
+    ``x_offset + i * ldx + j`` of each batch element's ``x_batch`` entries."""
+    return metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k, lower=lower,
+                             unit=unit, trans=trans, swaps=swaps, i0=i0, right=right, ldx=ldx,
+                             x_offset=x_offset, x_batch=x_batch)
+
+
+def diag_grid(k: int, batch: int) -> dict:
+    """threads / group_size of a trsm_diag launch over ``k`` right-hand sides."""
+    group = DIAG_COLUMNS * SIMD_WIDTH
+    return {"threads": [_metal.ceil_div(k, DIAG_COLUMNS) * group, batch],
+            "group_size": [group, 1]}
+
+
 def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
     """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
     update = _metal.kernel(_SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
-    group = DIAG_COLUMNS * SIMD_WIDTH
-    diag_grid = {"threads": [_metal.ceil_div(k, DIAG_COLUMNS) * group, batch],
-                 "group_size": [group, 1]}
     nblk = _metal.ceil_div(n, BLOCK)
     for lower, unit, trans, swaps in steps:
         for s in range(nblk):
             i0 = (s if lower else nblk - 1 - s) * BLOCK
-            params = metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
-                                       lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0)
-            launch(diag, M, pivots, X, params, **diag_grid)
+            params = block_params(n, k, lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
+                                  ldx=k, x_batch=n * k)
+            launch(diag, M, pivots, X, params, **diag_grid(k, batch))
             rows = n - min(n, i0 + BLOCK) if lower else i0
             if rows > 0:
                 launch(update, M, X, params, **gemm_metal.gemm_grid(rows, k, batch))
+    return X
+
+
+def inverse_lower(M: torch.Tensor, *, trans: int, fn: str) -> torch.Tensor:
+    """X = T^-1 (LAPACK trtri) for the lower triangular T of each matrix of the contiguous
+    (*, n, n) tensor M: its lower triangle (``trans=0``), or the conjugate transpose of its upper
+    one (``trans=1``); the other triangle is not read. A new contiguous X, exactly zero above
+    its diagonal for finite T.
+
+    The solve T X = I by the triangular solves; from BLOCKED_MIN_N on, the blocked one skips the
+    columns of X still known to be zero: at the diagonal block of rows [i0, i0 + BLOCK) only
+    columns [0, i0 + BLOCK) are nonzero, so the solve costs n^3 / 6 multiply-adds, not n^3 / 2."""
+    n = M.shape[-1]
+    X = torch.eye(n, dtype=M.dtype, device=M.device).expand(M.shape).contiguous()
+    batch = math.prod(M.shape[:-2])
+    no_swaps = torch.zeros(1, dtype=torch.int32, device=M.device)
+    if n < BLOCKED_MIN_N or batch == 0:
+        return _solve_left(M, no_swaps, X, ((1, 0, trans, 0),), fn)
+    diag = _metal.kernel(_SOURCE, "trsm_diag", M.dtype, M.device, fn=fn)
+    update = _metal.kernel(_SOURCE, "trsm_update", M.dtype, M.device, fn=fn)
+    for i0 in range(0, n, BLOCK):
+        cols = min(n, i0 + BLOCK)
+        params = block_params(n, cols, lower=1, unit=0, trans=trans, swaps=0, i0=i0, ldx=n,
+                              x_batch=n * n)
+        launch(diag, M, no_swaps, X, params, **diag_grid(cols, batch))
+        if cols < n:
+            launch(update, M, X, params, **gemm_metal.gemm_grid(n - cols, cols, batch))
     return X
 
 

@@ -646,6 +646,28 @@ def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("n", [40, 100, 300])
+def test_cholesky_matches_emulator(cuda_metal, n, dtype):
+    """The Cholesky kernels on the executor (n > 64: chol_potf2, the right-side trsm_diag of
+    the panel, chol_update; cholesky_inverse: the triangular inverse, chol_lauum) give the
+    emulator's results, info and NaN of a failing minor included."""
+    from mpslinalg.linalg import cholesky_metal
+
+    X = _matrices((2, n, n), dtype, n)
+    A = X @ X.mH / n + torch.eye(n)
+    A[1, n // 2, n // 2] = -1.0  # the leading minor of order n // 2 + 1 fails
+    ref = cholesky_metal.cholesky_metal(A, False)
+    got = [t.cpu() for t in cholesky_metal.cholesky_metal(A.cuda(), False)]
+    _same_bits(ref[1], got[1])  # info
+    torch.testing.assert_close(ref[0], got[0], rtol=1e-5, atol=1e-5, equal_nan=True)
+    L = ref[0][:1]
+    inverse = cholesky_metal.cholesky_inverse_metal(L.cuda(), False).cpu()
+    torch.testing.assert_close(cholesky_metal.cholesky_inverse_metal(L, False), inverse,
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
 def test_double_float_selftest_on_the_gpu(cuda_metal):
     """The error terms of metal/common/double_float.h survive NVRTC's compilation."""
     from mpslinalg.linalg import refine_metal

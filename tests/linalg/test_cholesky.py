@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_lu import _grad_pair, dtypes
 
 import mpslinalg
-from mpslinalg.linalg import cholesky_metal
+from mpslinalg.linalg import cholesky_metal, triangular_metal
 from mpslinalg.testing import (
     THRESH,
     batch_ratio,
@@ -89,19 +89,20 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
-                                         ("kCholBlock", cholesky_metal.BLOCK),
-                                         ("kCholTile", cholesky_metal.UPDATE_TILE)])
+                                         ("kCholBlock", cholesky_metal.BLOCK)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
     assert int(metal_constant("linalg/cholesky.h", name)) == value
 
 
-def test_update_threads_mirror():
+def test_block_is_one_triangular_solve_block():
+    """The panel's solve is one trsm_diag step: the factorization's block is the solve's."""
     from opdb import metal_constant
 
-    lanes = int(metal_constant("linalg/cholesky.h", "kCholTileLanes"))
-    assert lanes * lanes == cholesky_metal.UPDATE_THREADS
+    assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == cholesky_metal.BLOCK
+    assert triangular_metal.BLOCK == cholesky_metal.BLOCK
+    assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
 
 
 # ---------------------------------------------------------------- factorisation accuracy
@@ -145,7 +146,7 @@ def test_hard_inputs(metal_backend, kind):
     """Graded rows (1 .. 1e-3.5), condition 1e7 in float32, and entries scaled by 1e-30 and
     1e30: the backward-error ratio stays below THRESH."""
     for dtype in (torch.float32, torch.complex64):
-        for n in (8, 70):
+        for n in (8, 70, 100):  # one kernel, two blocks, four blocks
             if kind == "graded":
                 A = graded_hpd(n, dtype, (2,), seed=n, spread=1e7)
             elif kind == "nearly singular":
@@ -370,8 +371,71 @@ def test_no_host_syncs_and_launches(metal_backend):
         A = metal_backend.tensor(hpd(n, torch.float32, (2,), seed=n))
         with count_launches() as counter:
             mpslinalg.cholesky_ex(A)
-        kernels = [k for k in counter.names if k.startswith("chol_")]
+        # chol_potf2, trsm_diag (the panel) and chol_update per block
+        kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
         assert len(kernels) == launches, counter.names
+
+
+# ---------------------------------------------------------------- blocked paths at small orders
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("n", [33, 40, 64])
+def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
+    """The blocked potrf (chol_potf2 + trsm_diag + chol_update), forced from order 33 on: the
+    one-threadgroup kernel's factor to rounding, the ratio, the other triangle zero, and its
+    launches; both triangles read, a failing minor in the second block."""
+    A = hpd(n, dtype, (2,), seed=n, cond=1e3)
+    whole, _ = cholesky_metal.cholesky_metal(A, False)
+    monkeypatch.setattr(cholesky_metal, "BLOCKED_MIN_N", 33)
+    for upper in (False, True):
+        with count_launches() as counter:
+            L, info = cholesky_metal.cholesky_metal(A, upper)
+        kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
+        assert len(kernels) == 3 * math.ceil(n / cholesky_metal.BLOCK) - 2, counter.names
+        assert (info == 0).all() and potrf_ratio(A, L, upper) < THRESH
+        torch.testing.assert_close(L.mH if upper else L, whole, rtol=1e-5, atol=1e-5)
+        assert ((L.tril(-1) if upper else L.triu(1)) == 0).all()
+    bad = torch.stack([A[0], _indefinite(n, dtype, 33, seed=n)])
+    L, info = cholesky_metal.cholesky_metal(bad, False)
+    assert info.tolist() == [0, 33]
+    lower = torch.ones(n, n, dtype=torch.bool).tril()
+    assert L[1][:, 32:][lower[:, 32:]].isnan().all()
+    torch.testing.assert_close(wide(L)[1, :, :32],
+                               torch.linalg.cholesky_ex(wide(bad[1])).L[:, :32], rtol=1e-4,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("upper", [False, True])
+def test_blocked_inverse_and_solves(upper, dtype, monkeypatch):
+    """cholesky_inverse's blocked triangular inverse (columns known zero skipped) and product,
+    cholesky_solve and solve_triangular on the blocked solves, forced at n = 70: ratios, an
+    exactly Hermitian inverse with a real diagonal, the other triangle never read, launches."""
+    monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+    n = 70
+    A = hpd(n, dtype, (2,), seed=21, cond=1e3)
+    L, _ = cholesky_metal.cholesky_metal(A, upper)
+    poisoned = L.clone()
+    other = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    poisoned[:, other if upper else other.mT] = math.nan
+    blocks = math.ceil(n / triangular_metal.BLOCK)
+    with count_launches() as counter:
+        inverse = cholesky_metal.cholesky_inverse_metal(poisoned, upper)
+    assert [k.rsplit("_", 1)[0] for k in counter.names] == [
+        "trsm_diag", "trsm_update"] * (blocks - 1) + ["trsm_diag", "chol_lauum"], counter.names
+    assert torch.equal(inverse, inverse.mH)
+    eye = torch.eye(n, dtype=wide(inverse).dtype)
+    assert batch_ratio(norm1(wide(A) @ wide(inverse) - eye),
+                       n * norm1(A) * norm1(inverse) * eps(dtype)) < THRESH
+    B = random_matrix(3, dtype, (2,), seed=22, m=n)
+    with count_launches() as counter:
+        X = cholesky_metal.cholesky_solve_metal(B, poisoned, upper)
+    assert len(counter.names) == 2 * (2 * blocks - 1)
+    assert solve_ratio(A, X, B) < THRESH
+    X = cholesky_metal.solve_triangular_metal(poisoned, B, upper=upper, left=True,
+                                              unitriangular=False)
+    assert tri_solve_ratio(L, X, B, upper=upper, left=True, unit=False) < THRESH
 
 
 # ---------------------------------------------------------------- autograd

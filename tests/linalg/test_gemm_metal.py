@@ -89,6 +89,23 @@ def test_gemm_one_launch_whatever_the_batch_and_lane_order(monkeypatch):
     assert torch.equal(_gemm.gemm_metal(A, B, C, alpha=-1.0, beta=1.0), outs[-1])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemm_lower_triangle_only(dtype, device):
+    """uplo="L" (Cholesky's HERK): C -= A A^H on C's lower triangle, across tiles and edges;
+    the strict upper triangle is C's own, NaN there included."""
+    A, _, C = _operands(45, 45, 20, "N", "C", dtype, (2,), 4)
+    C = torch.where(torch.ones(45, 45, dtype=torch.bool).triu(1), float("nan"), C)
+    out = _gemm.gemm_metal(A.to(device), A.to(device), C.to(device), op_b="C", alpha=-1.0,
+                           beta=1.0, uplo="L").cpu()
+    lower = torch.ones(45, 45, dtype=torch.bool).tril()
+    ref = wide(C) - wide(A) @ wide(A).mH
+    err = (wide(out) - ref)[:, lower].abs()
+    assert bool((err <= 4 * 22 * 2**-24 * (wide(C).abs() + wide(A).abs() @ wide(A).abs().mH)
+                 [:, lower]).all())
+    assert out[:, ~lower].isnan().all()
+
+
 def test_gemm_empty():
     A = torch.randn(2, 0, 3)
     B = torch.randn(2, 3, 4)
@@ -107,3 +124,4 @@ def test_host_constants_mirror_header():
     assert sm * sn * 32 == _gemm.THREADS
     assert [const(n) for n in ("kGemmNoTrans", "kGemmTrans", "kGemmConjTrans")] == [0, 1, 2]
     assert _gemm.OPS == {"N": 0, "T": 1, "C": 2}
+    assert [const(n) for n in ("kGemmFull", "kGemmLower")] == [_gemm.UPLO[u] for u in "FL"]

@@ -359,6 +359,45 @@ def test_blocked_triangular_solve(n, k, lower, unit, trans, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower,trans", [(1, 0), (0, 0), (1, 1), (0, 1)])
+def test_blocked_right_side_solve_in_place(lower, trans, dtype):
+    """trsm_diag + trsm_update with right = 1 (X M = B, a row of X per right-hand side, as
+    Cholesky's panel is solved) on an X lying inside a larger buffer (x_offset, ldx > n):
+    the solve against the float64 one, the buffer around X untouched."""
+    from mpslinalg._core import metal as _metal
+    from mpslinalg.linalg import gemm_metal, triangular_metal
+
+    n, k, pad_rows, pad_cols = 70, 5, 2, 3
+    LU = random_matrix(n, dtype, batch=(2,), seed=17) + 8 * torch.eye(n, dtype=dtype)
+    buf = random_matrix(n + pad_cols, dtype, batch=(2,), seed=18, m=k + pad_rows)
+    before = buf.clone()
+    ldx, x_offset = n + pad_cols, pad_rows * (n + pad_cols) + 1
+    diag = _metal.kernel("linalg/triangular.metal", "trsm_diag", dtype, LU.device)
+    update = _metal.kernel("linalg/triangular.metal", "trsm_update", dtype, LU.device)
+    nblk = math.ceil(n / triangular_metal.BLOCK)
+    forward = lower != 1  # x M = b is M^T x^T = b^T
+    no_pivots = torch.zeros(1, dtype=torch.int32)
+    for s in range(nblk):
+        i0 = (s if forward else nblk - 1 - s) * triangular_metal.BLOCK
+        params = triangular_metal.block_params(n, k, lower=lower, unit=0, trans=trans, swaps=0,
+                                               i0=i0, right=1, ldx=ldx, x_offset=x_offset,
+                                               x_batch=buf[0].numel())
+        _metal.launch(diag, LU, no_pivots, buf, params, **triangular_metal.diag_grid(k, 2))
+        rest = n - min(n, i0 + triangular_metal.BLOCK) if forward else i0
+        if rest > 0:
+            _metal.launch(update, LU, buf, params, **gemm_metal.gemm_grid(k, rest, 2))
+    M = wide(LU).tril() if bool(lower) != bool(trans) else wide(LU).triu()
+    M = M.mH if trans else M
+    inside = torch.zeros_like(buf, dtype=torch.bool)
+    inside[:, pad_rows:, 1:1 + n] = True
+    ref = torch.linalg.solve_triangular(M, wide(before)[:, pad_rows:, 1:1 + n],
+                                        upper=not lower, left=False)
+    err = (wide(buf)[:, pad_rows:, 1:1 + n] - ref).abs().max() / ref.abs().max()
+    assert err < 1e-4, float(err)
+    assert torch.equal(buf[~inside], before[~inside])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
 def test_blocked_solve_ratio(left, adjoint, dtype, monkeypatch):
