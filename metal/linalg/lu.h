@@ -68,6 +68,22 @@ struct LuParams {
   long ncols;  // lu_panel: columns [k0, k0 + ncols) that interchanges and updates extend over
 };
 
+// lu_small: rows of one column a thread holds in registers (a "chunk"); a matrix of m rows
+// takes chunks = ceil(m / 16) rounded up to a power of two threads per column, adjacent lanes
+// of one simdgroup, so n * chunks <= 1024 threads hold an m x n matrix whole (128 x 128 float:
+// 16 floats per thread, 64 x 64 complex: 32). 16 keeps a thread's matrix share and the
+// multipliers it reads within the registers an Apple GPU thread has at full occupancy.
+constant constexpr int kLuSmallRows = 16;
+// lu_small: the most rows (a column's chunks are lanes of one simdgroup).
+constant constexpr int kLuSmallMaxRows = kLuSmallRows * kSimdWidth;
+
+// Scalars of lu_small.
+struct LuSmallParams {
+  long m;       // rows of each matrix
+  long n;       // columns
+  long chunks;  // threads per column: a power of two, at most kSimdWidth
+};
+
 // Scalars of lu_pivots_to_perm.
 struct LuPermParams {
   long m;      // rows: length of each permutation
@@ -108,9 +124,168 @@ inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
   }
 }
 
+// x[slot] of a thread's register chunk, slot uniform or not (an unrolled select: a dynamic
+// index would move the chunk to memory).
+template <typename T>
+inline T lu_small_pick(thread const T* x, int slot) {
+  T v = x[0];
+  for (int s = 1; s < kLuSmallRows; ++s) {
+    if (s == slot) {
+      v = x[s];
+    }
+  }
+  return v;
+}
+
+template <typename T>
+inline void lu_small_put(thread T* x, int slot, T v) {
+  for (int s = 0; s < kLuSmallRows; ++s) {
+    if (s == slot) {
+      x[s] = v;
+    }
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
+
+// getf2 on a whole m x n matrix held in registers, one threadgroup per matrix: thread t holds
+// rows [r * kLuSmallRows, (r + 1) * kLuSmallRows) of column t / chunks, r = t % chunks, so a
+// column's chunks are adjacent lanes of one simdgroup. A column step costs one barrier: the
+// threads of the pivot column find the pivot (a butterfly over the column's lanes: the largest
+// abs1, the lowest row of a tie), interchange and scale their column and publish the pivot row
+// and the multipliers in threadgroup memory; after the barrier every other column interchanges
+// its two rows (shuffles within its lanes) and takes the rank-1 update. The multipliers are
+// double-buffered by step parity: a step's writes cannot meet the previous step's reads,
+// which every thread finished before it passed the previous barrier. No device memory is
+// touched between the load and the store of the matrix. Grid: (threads, batch) with threads =
+// n * chunks rounded up to kSimdWidth (at most 1024); chunks a power of two, chunks *
+// kLuSmallRows >= m.
+template <typename T>
+[[kernel]] void lu_small(
+    device T* a [[buffer(0)]],
+    device int* pivots [[buffer(1)]],
+    device int* info [[buffer(2)]],
+    constant mpsl::LuSmallParams& p_ [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]]) {
+  using namespace mpsl;
+  const long m = p_.m, n = p_.n;
+  const int chunks = int(p_.chunks);
+  threadgroup T lbuf[2 * kLuSmallMaxRows];  // the multipliers of a step, by step parity
+  threadgroup int pbuf[2];                  // the pivot row of a step, by step parity
+  threadgroup int first_zero;               // info as the steps so far found it
+
+  const long batch = long(group.y);
+  const long kmax = m < n ? m : n;
+  device T* A = a + batch * m * n;
+  device int* piv = pivots + batch * kmax;
+  const int chunk = int(tid) % chunks;
+  const long c = long(tid) / chunks;  // this thread's column
+  const ushort base = ushort(lane - chunk);  // the column's first lane
+  const long row0 = long(chunk) * kLuSmallRows;
+  const bool col_ok = c < n;
+
+  T x[kLuSmallRows];
+  for (int s = 0; s < kLuSmallRows; ++s) {
+    const long i = row0 + s;
+    x[s] = (col_ok && i < m) ? A[i * n + c] : zero<T>();
+  }
+  if (tid == 0) {
+    first_zero = info[batch];
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+
+  for (long j = 0; j < kmax; ++j) {
+    const int par = int(j & 1);
+    const int jc = int(j / kLuSmallRows), js = int(j % kLuSmallRows);  // where row j lives
+    // Every column searches its own rows >= j (uniform control flow for the shuffles); only
+    // column j's result is used.
+    float key = kLuNoKey;
+    int row = kLuNoRow;
+    for (int s = 0; s < kLuSmallRows; ++s) {
+      const long i = row0 + s;
+      if (i >= j && i < m) {
+        const float v = lu_pivot_key(x[s]);
+        if (v > key) {
+          key = v;
+          row = int(i);
+        }
+      }
+    }
+    for (int d = 1; d < chunks; d <<= 1) {
+      const float other_key = metal::simd_shuffle_xor(key, ushort(d));
+      const int other_row = metal::simd_shuffle_xor(row, ushort(d));
+      if (other_key > key || (other_key == key && other_row < row)) {
+        key = other_key;
+        row = other_row;
+      }
+    }
+    const long p_own = row == kLuNoRow ? j : long(row);
+    const T vj = simd_shuffle(lu_small_pick(x, js), ushort(base + jc));
+    const T vp = simd_shuffle(lu_small_pick(x, int(p_own % kLuSmallRows)),
+                              ushort(base + p_own / kLuSmallRows));
+    if (c == j) {
+      if (chunk == jc) {
+        lu_small_put(x, js, vp);
+      }
+      if (p_own != j && chunk == int(p_own / kLuSmallRows)) {
+        lu_small_put(x, int(p_own % kLuSmallRows), vj);
+      }
+      const T pivot = vp;
+      const bool nonzero = key != 0.0f;
+      const bool use_recip = modulus(pivot) >= kSafeMin;
+      const T inv_pivot = recip(pivot);
+      for (int s = 0; s < kLuSmallRows; ++s) {
+        const long i = row0 + s;
+        if (i > j && i < m) {
+          if (nonzero) {
+            x[s] = lu_scale(x[s], pivot, inv_pivot, use_recip);
+          }
+          lbuf[par * kLuSmallMaxRows + i] = x[s];
+        }
+      }
+      if (chunk == 0) {
+        pbuf[par] = int(p_own);
+        piv[j] = int(p_own + 1);
+        if (key == 0.0f && first_zero == 0) {
+          first_zero = int(j + 1);
+          info[batch] = first_zero;
+        }
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    // The other columns: interchange rows j and p, then the rank-1 update below row j.
+    const long p = long(pbuf[par]);
+    const T wj = simd_shuffle(lu_small_pick(x, js), ushort(base + jc));
+    const T wp = simd_shuffle(lu_small_pick(x, int(p % kLuSmallRows)),
+                              ushort(base + p / kLuSmallRows));
+    if (c != j && col_ok) {
+      if (chunk == jc) {
+        lu_small_put(x, js, wp);
+      }
+      if (p != j && chunk == int(p / kLuSmallRows)) {
+        lu_small_put(x, int(p % kLuSmallRows), wj);
+      }
+      if (c > j) {
+        for (int s = 0; s < kLuSmallRows; ++s) {
+          const long i = row0 + s;
+          if (i > j && i < m) {
+            x[s] = sub_mul(x[s], lbuf[par * kLuSmallMaxRows + i], wp);
+          }
+        }
+      }
+    }
+  }
+  for (int s = 0; s < kLuSmallRows; ++s) {
+    const long i = row0 + s;
+    if (col_ok && i < m) {
+      A[i * n + c] = x[s];
+    }
+  }
+}
 
 // getf2 on the panel rows [k0, m) x columns [k0, k0 + w) of one matrix, the rows held in
 // registers kLuLeaf columns at a time (see the top of this file); interchanges, U rows and

@@ -8,7 +8,9 @@ they never read device values on the host: the launch sequence depends on shapes
 batch is a grid dimension of every kernel (no loop over batch elements).
 
 Launches per call:
-  lu_factor_metal   n <= PANEL_MAX_COLS: 1 (one panel spans the whole matrix); otherwise, per
+  lu_factor_metal   a matrix whose columns fit one threadgroup's registers (`small_chunks`):
+                    1 (lu_small); else n <= PANEL_MAX_COLS: 1 (one panel spans the whole
+                    matrix); otherwise, per
                     panel of PANEL_WIDTH columns, lu_panel (lu_panel_tall for panels of more
                     than PANEL_MAX_ROWS rows) + lu_swap_trsm + lu_update (the last
                     panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most.
@@ -36,6 +38,8 @@ _LU_HEADER = "linalg/lu.h"
 PANEL_WIDTH = 32  # kLuPanelWidth: columns per panel of the blocked factorization
 PANEL_MAX_COLS = 64  # kLuPanelMaxCols: widest panel of one lu_panel launch
 PANEL_ROWS_PER_THREAD = 8  # kLuRowsPerThread: rows of lu_panel's registers per thread
+SMALL_ROWS = 16  # kLuSmallRows: rows of one column per lu_small thread
+SMALL_MAX_ROWS = SMALL_ROWS * SIMD_WIDTH  # kLuSmallMaxRows
 
 # Host-side launch geometry (not seen by the kernels, which read their group size).
 PANEL_MAX_THREADS = 1024  # lu_panel: one thread per row up to this many (Apple's group limit)
@@ -73,6 +77,17 @@ def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
             threads=[threads, batch], group_size=[threads, 1])
 
 
+def small_chunks(m: int, n: int) -> int:
+    """lu_small's threads per column for an m x n matrix, or 0 when the matrix does not fit
+    in one threadgroup's registers (more than SMALL_MAX_ROWS rows or 1024 threads)."""
+    if m > SMALL_MAX_ROWS:
+        return 0
+    chunks = 1
+    while chunks * SMALL_ROWS < m:
+        chunks *= 2
+    return chunks if n * chunks <= PANEL_MAX_THREADS else 0
+
+
 def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LAPACK getrf of each matrix of the contiguous (*, m, n) tensor ``A``.
@@ -94,6 +109,14 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
         return LU, pivots, info
 
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
+    chunks = small_chunks(m, n)
+    if chunks:
+        kernel = _metal.kernel(_LU_SOURCE, "lu_small", A.dtype, A.device, fn=fn)
+        threads = _metal.ceil_div(n * chunks, SIMD_WIDTH) * SIMD_WIDTH
+        launch(kernel, LU, pivots, info_flat,
+               metal_params.pack(_LU_HEADER, "LuSmallParams", m=m, n=n, chunks=chunks),
+               threads=[threads, batch], group_size=[threads, 1])
+        return LU, pivots, info
     if n <= PANEL_MAX_COLS:
         _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n), m, batch, fn)
         return LU, pivots, info

@@ -85,7 +85,7 @@ def expected_launches(m: int, n: int) -> int:
     kmax = min(m, n)
     if kmax == 0:
         return 0
-    if n <= _lu_metal.PANEL_MAX_COLS:
+    if _lu_metal.small_chunks(m, n) or n <= _lu_metal.PANEL_MAX_COLS:
         return 1
     panels = math.ceil(kmax / _lu_metal.PANEL_WIDTH)
     last = (panels - 1) * _lu_metal.PANEL_WIDTH + min(_lu_metal.PANEL_WIDTH,
@@ -317,6 +317,7 @@ def test_host_constants_mirror_header():
     assert int(const("kLuPanelWidth")) == _lu_metal.PANEL_WIDTH
     assert int(const("kLuPanelMaxCols")) == _lu_metal.PANEL_MAX_COLS
     assert int(const("kLuRowsPerThread")) == _lu_metal.PANEL_ROWS_PER_THREAD
+    assert int(const("kLuSmallRows")) == _lu_metal.SMALL_ROWS
     assert _lu_metal.PANEL_MAX_THREADS <= 1024 and _lu_metal.PANEL_MAX_THREADS % 32 == 0
     assert _lu_metal.TALL_PANEL_THREADS <= 1024 and _lu_metal.TALL_PANEL_THREADS % 32 == 0
 
@@ -375,7 +376,26 @@ def test_blocked_solve_ratio(left, adjoint, dtype, monkeypatch):
 def test_tall_panel_kernel(m, n, dtype, monkeypatch):
     """lu_panel_tall (panels beyond lu_panel's registers; forced here): LAPACK's pivots."""
     monkeypatch.setattr(_lu_metal, "PANEL_MAX_ROWS", 48)
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
     check_factor(random_matrix(n, dtype, seed=m, m=m), "cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(33, 33), (64, 64), (100, 60), (20, 50), (100, 100), (70, 130)])
+def test_panel_paths_without_lu_small(m, n, dtype, monkeypatch):
+    """lu_panel over the whole matrix (n <= PANEL_MAX_COLS) and the blocked path at sizes
+    lu_small takes otherwise: LAPACK's pivots."""
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
+    check_factor(random_matrix(n, dtype, batch=(2,), seed=m * n, m=m), "cpu")
+
+
+@pytest.mark.parametrize("m,n,chunks", [(1, 1, 1), (16, 64, 1), (17, 64, 2), (300, 3, 32),
+                                        (512, 2, 32), (513, 2, 0), (128, 128, 8), (129, 64, 16),
+                                        (129, 128, 0)])
+def test_lu_small_geometry(m, n, chunks):
+    """lu_small's threads per column: a power of two covering the rows, within 1024 threads
+    and one simdgroup per column."""
+    assert _lu_metal.small_chunks(m, n) == chunks
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
