@@ -66,6 +66,8 @@ struct LuParams {
   long k0;     // first column of the panel
   long w;      // columns of the panel
   long ncols;  // lu_panel: columns [k0, k0 + ncols) that interchanges and updates extend over
+  long cb;     // lu_swap_trsm, lu_update: the window of columns [cb, ce) they cover: the whole
+  long ce;     // matrix for a panel, the panel's own columns for a leaf inside it
 };
 
 // lu_small: rows of one column a thread holds in registers (a "chunk"); a matrix of m rows
@@ -602,9 +604,9 @@ template <typename T>
   }
 }
 
-// For each column outside the panel [k0, k0 + w): the panel's row interchanges, in order
-// (laswp); for the columns right of the panel also the unit-lower solve with L11 (trsm).
-// One thread per column; grid: (n - w, batch).
+// For each column of the window [cb, ce) outside the panel [k0, k0 + w): the panel's row
+// interchanges, in order (laswp); for the columns right of the panel also the unit-lower solve
+// with L11 (trsm). One thread per column; grid: (ce - cb - w, batch).
 template <typename T>
 [[kernel]] void lu_swap_trsm(
     device T* a [[buffer(0)]],
@@ -615,7 +617,7 @@ template <typename T>
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, cb = p_.cb, ce = p_.ce;
   threadgroup T l11[kLuPanelWidth * kLuPanelWidth];
 
   const long batch = long(group.y);
@@ -631,10 +633,10 @@ template <typename T>
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
 
   const long t = long(gid.x);
-  if (t >= n - w) {
+  if (t >= ce - cb - w) {
     return;
   }
-  const long c = t < k0 ? t : t + w;
+  const long c = cb + t < k0 ? cb + t : cb + t + w;
   // The interchanges kLuLeaf at a time in registers (lu_swap_slots): a round trip to memory per
   // kLuLeaf interchanges rather than per interchange.
   for (long j0 = 0; j0 < w; j0 += kLuLeaf) {
@@ -679,8 +681,8 @@ template <typename T>
   }
 }
 
-// Trailing update A22 -= L21 U12 with A22 = rows/columns [k0 + w, m) x [k0 + w, n),
-// L21 = rows [k0 + w, m) x columns [k0, k0 + w), U12 = rows [k0, k0 + w) x columns [k0 + w, n):
+// Trailing update A22 -= L21 U12 with A22 = rows/columns [k0 + w, m) x [k0 + w, ce),
+// L21 = rows [k0 + w, m) x columns [k0, k0 + w), U12 = rows [k0, k0 + w) x columns [k0 + w, ce):
 // one kGemmTileM x kGemmTileN block of A22 per threadgroup of kGemmThreads.
 // Grid: (column blocks * kGemmThreads, row blocks, batch).
 template <typename T>
@@ -691,12 +693,12 @@ template <typename T>
     uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, ce = p_.ce;
   threadgroup float scratch[kGemmScratchFloats];
   device T* A = a + long(group.z) * m * n;
   const long s = k0 + w;  // first trailing row and column
   gemm_tile(A + s * n + k0, n, kGemmNoTrans, A + k0 * n + s, n, kGemmNoTrans, A + s * n + s, n,
-            m - s, n - s, w, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
+            m - s, ce - s, w, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
             scratch, tid, sg);
 }
 

@@ -44,6 +44,8 @@ SMALL_MAX_ROWS = SMALL_ROWS * SIMD_WIDTH  # kLuSmallMaxRows
 # Host-side launch geometry (not seen by the kernels, which read their group size).
 PANEL_MAX_THREADS = 1024  # lu_panel: one thread per row up to this many (Apple's group limit)
 PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_panel_tall
+PANEL_THREADS = 1024  # lu_panel: threads per group when the rows allow (fewer rows per thread)
+PANEL_LEAF = 32  # columns per lu_panel launch inside a panel (PANEL_WIDTH: the whole panel)
 TALL_PANEL_THREADS = 256  # lu_panel_tall: rows beyond this many threads are dealt cyclically
 SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
 PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
@@ -61,8 +63,10 @@ def _check(fn: str, **tensors: torch.Tensor) -> None:
             )
 
 
-def _lu_params(m: int, n: int, k0: int, w: int, ncols: int) -> list[int]:
-    return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols)
+def _lu_params(m: int, n: int, k0: int, w: int, ncols: int, cb: int = 0,
+               ce: int | None = None) -> list[int]:
+    return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols, cb=cb,
+                             ce=n if ce is None else ce)
 
 
 def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
@@ -71,8 +75,12 @@ def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
     tall = rows > PANEL_MAX_ROWS
     kernel = _metal.kernel(_LU_SOURCE, "lu_panel_tall" if tall else "lu_panel", LU.dtype,
                            LU.device, fn=fn)
-    threads = min(TALL_PANEL_THREADS if tall else PANEL_MAX_THREADS,
-                  _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
+    if tall:
+        threads = min(TALL_PANEL_THREADS, _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
+    else:
+        # PANEL_THREADS threads, or as many as the rows' registers need.
+        need = _metal.ceil_div(rows, PANEL_ROWS_PER_THREAD)
+        threads = _metal.ceil_div(max(need, min(PANEL_THREADS, rows)), SIMD_WIDTH) * SIMD_WIDTH
     launch(kernel, LU, pivots, info, params,
             threads=[threads, batch], group_size=[threads, 1])
 
@@ -126,7 +134,10 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     for k0 in range(0, kmax, PANEL_WIDTH):
         w = min(PANEL_WIDTH, kmax - k0)
         params = _lu_params(m, n, k0, w, w)
-        _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
+        if PANEL_LEAF >= w:
+            _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
+        else:
+            _leaves(LU, pivots, info_flat, m, n, k0, w, batch, swap_trsm, update, fn)
         # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
         launch(swap_trsm, LU, pivots, params,
                 threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
@@ -135,6 +146,25 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
         if s < m and s < n:
             launch(update, LU, params, **gemm_metal.gemm_grid(m - s, n - s, batch))
     return LU, pivots, info
+
+
+def _leaves(LU, pivots, info, m, n, k0, w, batch, swap_trsm, update, fn) -> None:
+    """The panel [k0, k0 + w) right-looking by leaves of PANEL_LEAF columns: per leaf, lu_panel
+    on the leaf alone, then lu_swap_trsm and lu_update windowed to the panel's columns (the
+    leaf's interchanges on the panel's other columns, its U rows and its rank update of the
+    panel's columns right of it on many threadgroups), so the one-threadgroup step only holds
+    a leaf's columns."""
+    for j0 in range(k0, k0 + w, PANEL_LEAF):
+        lw = min(PANEL_LEAF, k0 + w - j0)
+        params = _lu_params(m, n, j0, lw, lw, k0, k0 + w)
+        _panel(LU, pivots, info, params, m - j0, batch, fn)
+        if w > lw:
+            launch(swap_trsm, LU, pivots, params,
+                   threads=[_metal.ceil_div(w - lw, SWAP_GROUP) * SWAP_GROUP, batch],
+                   group_size=[SWAP_GROUP, 1])
+        s = j0 + lw
+        if s < k0 + w and s < m:
+            launch(update, LU, params, **gemm_metal.gemm_grid(m - s, k0 + w - s, batch))
 
 
 def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_unpack"
