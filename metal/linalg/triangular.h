@@ -34,7 +34,7 @@ struct TriSolveParams {
   long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
 };
 
-// Arguments of the blocked solve (trsm_diag / trsm_step): the flags of TriSolveParams and
+// Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams and
 // the first row i0 of the diagonal block of this step.
 struct TriBlockParams {
   long n, k, lower, unit, trans, swaps;
@@ -49,10 +49,6 @@ static_assert(kTriBlock == kSimdWidth, "trsm_diag gives each row of a block one 
 // trsm_diag: padded row stride of its staged tile, and right-hand sides (simdgroups) per group.
 constant constexpr int kTriPadded = kTriBlock + 1;
 constant constexpr int kTriDiagSimdgroups = 4;
-// trsm_step: right-hand sides per simdgroup of the next block's solve (its threadgroup is the
-// product's: kGemmTileN columns over kGemmThreads / kSimdWidth simdgroups).
-constant constexpr int kTriStepColumns = kGemmTileN / (kGemmThreads / kSimdWidth);
-static_assert(kGemmTileM == kTriBlock, "trsm_step: the next diagonal block is one output tile");
 static_assert(kTriBlock * kTriBlock * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
               "a staged tile must fit in threadgroup memory");
 
@@ -177,55 +173,6 @@ inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
   return trans ? conj(lu[j * n + i]) : lu[i * n + j];
 }
 
-// Stage the diagonal tile M[i0 : i0 + kTriBlock, i0 : i0 + kTriBlock] with rows padded to
-// kTriPadded (lane ii reads row ii: a stride of kTriBlock + 1 puts the 32 lanes' reads in 32
-// different banks); past n the identity, so padded rows solve to zero.
-template <typename T>
-inline void tri_stage_diag(threadgroup T* ms, device const T* lu, long n, long i0, bool trans,
-                           uint tid, uint nthreads) {
-  for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(nthreads)) {
-    const int ii = e / kTriBlock, jj = e % kTriBlock;
-    const long i = i0 + ii, j = i0 + jj;
-    ms[ii * kTriPadded + jj] = (i < n && j < n) ? tri_elem(lu, n, i, j, trans)
-                                                : (ii == jj ? one<T>() : zero<T>());
-  }
-}
-
-// Solve rows [i0, i0 + kTriBlock) of the NC columns [c0, c0 + NC) of x (n x k, row-major; the
-// columns past k untouched) against the staged diagonal tile, lane ii holding row i0 + ii of
-// every column: each step divides one row by its diagonal and broadcasts it (simd_broadcast),
-// the lanes below it subtract, so the block's 32 dependent steps cost a shuffle and an update
-// each; the NC columns' chains are interleaved, so their latencies overlap.
-template <typename T, int NC>
-inline void tri_diag_lanes(threadgroup const T* ms, device T* x, long n, long k, long i0,
-                           long c0, bool lower, bool unit, ushort lane) {
-  const long i = i0 + long(lane);
-  T v[NC];
-  for (int q = 0; q < NC; ++q) {
-    v[q] = (i < n && c0 + q < k) ? x[i * k + c0 + q] : zero<T>();
-  }
-  for (int step = 0; step < kTriBlock; ++step) {
-    const int jj = lower ? step : kTriBlock - 1 - step;
-    const bool below = lower ? int(lane) > jj : int(lane) < jj;
-    const T d = ms[jj * kTriPadded + jj];
-    const T mij = ms[int(lane) * kTriPadded + jj];
-    for (int q = 0; q < NC; ++q) {
-      if (int(lane) == jj && !unit) {
-        v[q] = div(v[q], d);
-      }
-      const T xj = simd_broadcast(v[q], ushort(jj));
-      if (below) {
-        v[q] = sub_mul(v[q], mij, xj);
-      }
-    }
-  }
-  for (int q = 0; q < NC; ++q) {
-    if (i < n && c0 + q < k) {
-      x[i * k + c0 + q] = v[q];
-    }
-  }
-}
-
 }  // namespace mpsl
 
 // The same solve as trsm (same flags) for few right-hand sides: one threadgroup per column,
@@ -333,18 +280,19 @@ template <typename T>
   }
 }
 
-// ---- the blocked solve for large matrices: one launch per diagonal block of kTriBlock rows,
-// spread over many threadgroups:
-//   trsm_diag    solves the first block's rows against the staged diagonal tile, a simdgroup
-//                per right-hand side (and applies the interchanges before it, swaps = 1);
-//   trsm_step    per later block: subtracts the last solved block's contribution from every
-//                row still to be solved, X[rest] -= M[rest, block] X[block], on the shared
-//                simdgroup_matrix product, and solves the next block in the threadgroups
-//                whose output tile it is (and applies the interchanges after the last block,
-//                swaps = 2).
+// ---- the blocked solve for large matrices: one step per diagonal block of kTriBlock rows, two
+// launches a step, each spread over many threadgroups:
+//   trsm_diag    solves the block's rows against the staged diagonal tile, one thread per
+//                right-hand side (and applies the interchanges before the first step / after
+//                the last one, swaps = 1 / 2);
+//   trsm_update  subtracts the block's contribution from every row still to be solved,
+//                X[rest] -= M[rest, block] X[block], on the shared simdgroup_matrix product.
 // Forward (lower) runs the blocks top down, backward (upper) bottom up.
 
-// One simdgroup per right-hand side (tri_diag_lanes). Grid: (column groups * kTriDiagSimdgroups * kSimdWidth,
+// One simdgroup per right-hand side, lane ii holding row i0 + ii of the block: each step
+// divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below it
+// subtract, so the block's 32 dependent steps cost a shuffle and an update each instead of
+// one thread's 528 serial updates. Grid: (column groups * kTriDiagSimdgroups * kSimdWidth,
 // batch), threadgroups of kTriDiagSimdgroups * kSimdWidth.
 template <typename T>
 [[kernel]] void trsm_diag(
@@ -377,13 +325,32 @@ template <typename T>
   if (params.swaps == 1 && first && active && lane == 0) {
     apply_row_swaps(x, k, piv, n, true);
   }
-  tri_stage_diag(ms, L, n, i0, tr, tid, tpg.x);
+  for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(tpg.x)) {
+    const int ii = e / kTriBlock, jj = e % kTriBlock;
+    const long i = i0 + ii, j = i0 + jj;
+    ms[ii * kTriPadded + jj] = (i < n && j < n) ? (tr ? conj(L[j * n + i]) : L[i * n + j])
+                                                : (ii == jj ? one<T>() : zero<T>());
+  }
   // Also orders lane 0's interchanges before the other lanes read the block.
   threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
   if (!active) {
     return;
   }
-  tri_diag_lanes<T, 1>(ms, b + batch * n * k, n, k, i0, col, lower, params.unit != 0, lane);
+  const long i = i0 + long(lane);
+  T v = i < n ? x[i * k] : zero<T>();
+  for (int step = 0; step < kTriBlock; ++step) {
+    const int jj = lower ? step : kTriBlock - 1 - step;
+    if (int(lane) == jj && params.unit == 0) {
+      v = div(v, ms[jj * kTriPadded + jj]);
+    }
+    const T xj = simd_broadcast(v, ushort(jj));
+    if (lower ? int(lane) > jj : int(lane) < jj) {
+      v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
+    }
+  }
+  if (i < n) {
+    x[i * k] = v;
+  }
   if (params.swaps == 2 && last) {
     simdgroup_barrier(metal::mem_flags::mem_device);
     if (lane == 0) {
@@ -392,60 +359,28 @@ template <typename T>
   }
 }
 
-// One step of the blocked solve in one launch: the product X[rest] -= M[rest, block] X[block]
-// for the block at i0 over the rows still to solve (on the shared simdgroup_matrix product), and
-// then, in the threadgroups whose output tile is the next diagonal block (the rows right below
-// the block going forward, right above it going backward: kGemmTileM == kTriBlock and blocks
-// start at multiples of kTriBlock, so that block is one tile), the next block's solve for the
-// tile's kGemmTileN right-hand sides, kTriStepColumns per simdgroup (tri_diag_lanes), and
-// after the last block the interchanges of swaps = 2. A triangular solve of nb blocks is then
-// trsm_diag on the first block and nb - 1 of these: half the launches of separate solve and
-// update kernels. Grid: (column blocks * kGemmThreads, row blocks of the rows still to solve,
-// batch).
+// Grid: (column blocks * kGemmThreads, row blocks of the rows still to solve, batch).
 template <typename T>
-[[kernel]] void trsm_step(
+[[kernel]] void trsm_update(
     device const T* lu [[buffer(0)]],
-    device const int* pivots [[buffer(1)]],
-    device T* b [[buffer(2)]],
-    constant mpsl::TriBlockParams& params [[buffer(3)]],
+    device T* b [[buffer(1)]],
+    constant mpsl::TriBlockParams& params [[buffer(2)]],
     uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]],
-    ushort lane [[thread_index_in_simdgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = params.n, k = params.k, i0 = params.i0;
-  const bool lower = params.lower != 0, tr = params.trans != 0;
   threadgroup float scratch[kGemmScratchFloats];
-  threadgroup T ms[kTriBlock * kTriPadded];
   const long bs = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);
-  const long r0 = lower ? i0 + bs : 0;
-  const long rows = lower ? n - r0 : i0;
+  // The rows still to solve: below the block (forward) or above it (backward).
+  const long r0 = params.lower != 0 ? i0 + bs : 0;
+  const long rows = params.lower != 0 ? n - r0 : i0;
   device const T* L = lu + long(group.z) * n * n;
   device T* X = b + long(group.z) * n * k;
+  // M[r0 : r0 + rows, i0 : i0 + bs], as stored or as the conjugate transpose of the triangle.
+  const bool tr = params.trans != 0;
   device const T* mblk = tr ? L + i0 * n + r0 : L + r0 * n + i0;
   gemm_tile(mblk, n, tr ? kGemmConjTrans : kGemmNoTrans, X + i0 * k, k, kGemmNoTrans, X + r0 * k, k,
             rows, k, bs, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
             scratch, tid, sg);
-  const long next = lower ? r0 : i0 - kTriBlock;  // the next diagonal block's first row
-  const long tile_row = r0 + long(group.y) * kGemmTileM;
-  if (tile_row != next) {
-    return;
-  }
-  tri_stage_diag(ms, L, n, next, tr, tid, uint(kGemmThreads));
-  // Orders the tile's product (device) and the staged block before the solve reads them.
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-  const long c0 = long(group.x) * kGemmTileN + long(sg) * kTriStepColumns;
-  tri_diag_lanes<T, kTriStepColumns>(ms, X, n, k, next, c0, lower, params.unit != 0, lane);
-  const bool last = lower ? next + kTriBlock >= n : next == 0;
-  if (params.swaps == 2 && last) {
-    simdgroup_barrier(metal::mem_flags::mem_device);
-    if (lane == 0) {
-      device const int* piv = pivots + long(group.z) * n;
-      for (int q = 0; q < kTriStepColumns; ++q) {
-        if (c0 + q < k) {
-          apply_row_swaps(X + c0 + q, k, piv, n, false);
-        }
-      }
-    }
-  }
 }

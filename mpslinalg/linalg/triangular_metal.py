@@ -4,10 +4,10 @@ with the triangles of a packed square matrix, optionally applying LAPACK row int
 ``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
 of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (packed by
 `mpslinalg._core.metal_params` from its declaration in metal/linalg/triangular.h). From
-BLOCKED_MIN_N rows on, the blocked solve replaces both: ``trsm_diag`` on the first diagonal block
-of BLOCK rows, then per later block ``trsm_step`` (the rows still to solve updated on the shared
-simdgroup-matrix product over many threadgroups, then the next block solved in the threadgroups
-holding it): ceil(n / BLOCK) launches per triangular solve, whatever the batch.
+BLOCKED_MIN_N rows on, the blocked solve replaces both: per diagonal block of BLOCK rows,
+``trsm_diag`` (the block's rows, a thread per right-hand side) and ``trsm_update`` (the rows still
+to solve, on the shared simdgroup-matrix product over many threadgroups): 2 * ceil(n / BLOCK) - 1
+launches per triangular solve, whatever the batch.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _SOURCE = "linalg/triangular.metal"
 
 SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at most 32)
 TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
-TRSV_MIN_N = 128  # ... on matrices at least this large; trsm otherwise
+TRSV_MIN_N = 32  # ... on matrices at least this large; trsm otherwise
 TRSV_GROUP = 256  # trsv threads per group (at most kTriBlock simdgroups)
 BLOCK = 32  # kTriBlock: rows per diagonal block
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
@@ -72,12 +72,11 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
 
 
 def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
-    """`_solve_left` by diagonal blocks: trsm_diag on the first block, then trsm_step per later
-    block (the last block's update of the rows still to solve, then the next block's solve)."""
+    """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
-    step = _metal.kernel(_SOURCE, "trsm_step", X.dtype, X.device, fn=fn)
+    update = _metal.kernel(_SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
     group = DIAG_COLUMNS * SIMD_WIDTH
     diag_grid = {"threads": [_metal.ceil_div(k, DIAG_COLUMNS) * group, batch],
                  "group_size": [group, 1]}
@@ -87,11 +86,10 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
             i0 = (s if lower else nblk - 1 - s) * BLOCK
             params = metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
                                        lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0)
-            if s == 0:
-                launch(diag, M, pivots, X, params, **diag_grid)
-            if s < nblk - 1:
-                rows = n - min(n, i0 + BLOCK) if lower else i0
-                launch(step, M, pivots, X, params, **gemm_metal.gemm_grid(rows, k, batch))
+            launch(diag, M, pivots, X, params, **diag_grid)
+            rows = n - min(n, i0 + BLOCK) if lower else i0
+            if rows > 0:
+                launch(update, M, X, params, **gemm_metal.gemm_grid(rows, k, batch))
     return X
 
 
