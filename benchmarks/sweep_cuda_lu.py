@@ -7,7 +7,8 @@ kernel (the executor's profiling mode) and agreement with torch (pivots, residua
 
 The choices it compares are those docs/lu.rst names: PANEL_LEAF (columns per one-threadgroup
 launch inside a panel; PANEL_WIDTH = the whole panel), PANEL_THREADS (lu_panel's threads),
-lu_small against the panel path for batched small matrices, and trsv's TRSV_MIN_N.
+lu_small (allowed up to 128 columns) against the panel path for batched small matrices, and
+trsv's TRSV_MIN_N.
 """
 
 from __future__ import annotations
@@ -94,12 +95,13 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--leaves", default="32,16,8,4")
     ap.add_argument("--threads", default="1024,256")
+    ap.add_argument("--trsv", default="32,128", help="TRSV_MIN_N values")
     args = ap.parse_args()
     torch.manual_seed(0)
     print("| case | variant | wall us median [min, max] | device us | kernels (launches, us) "
           "| agreement |")
     print("| --- | --- | ---: | ---: | --- | --- |")
-    for n in [int(s) for s in args.sizes.split(",")]:
+    for n in [int(s) for s in args.sizes.split(",") if s]:
         A = torch.randn(n, n, device="cuda")
         _, ref_piv = torch.linalg.lu_factor(A)
 
@@ -128,7 +130,7 @@ def main():
             res = ((P @ L @ U - A).abs().amax() / A.abs().amax()).item()
             return f"{int((piv != ref_piv).sum())} pivots differ, res {res:.1e}"
 
-        variants = {"lu_small": (_lu, {}),
+        variants = {"lu_small": (_lu, {"SMALL_MAX_COLS": 128}),
                     "panel path": (_lu, {"small_chunks": lambda m, n: 0})}
         label = f"lu_factor {batch}x({n}²) {str(dtype)[6:]}"
         _run(label, variants, lambda A=A: (lambda: _lu.lu_factor_metal(A)), check, args.reps)
@@ -140,7 +142,8 @@ def main():
             return f"res {res.item():.1e}"
 
         LU, piv, _ = _lu.lu_factor_metal(A)
-        variants = {f"trsv from n >= {t}": (_tri, {"TRSV_MIN_N": t}) for t in (32, 128)}
+        variants = {f"trsv from n >= {t}": (_tri, {"TRSV_MIN_N": t})
+                    for t in [int(s) for s in args.trsv.split(",") if s]}
         label = f"lu_solve {batch}x({n}²) {str(dtype)[6:]}, 1 rhs"
         _run(label, variants, lambda LU=LU, piv=piv, B=B: (lambda: _lu.lu_solve_metal(LU, piv, B)),
              scheck, args.reps)

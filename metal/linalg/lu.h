@@ -158,7 +158,8 @@ inline void lu_small_put(thread T* x, int slot, T v) {
 // threads of the pivot column find the pivot (a butterfly over the column's lanes: the largest
 // abs1, the lowest row of a tie), interchange and scale their column and publish the pivot row
 // and the multipliers in threadgroup memory; after the barrier every other column interchanges
-// its two rows (shuffles within its lanes) and takes the rank-1 update. The multipliers are
+// its two rows (shuffles within its lanes) and takes the rank-1 update. Only the pivot
+// column's lanes search: the others' step is the interchange and the update alone. The multipliers are
 // double-buffered by step parity: a step's writes cannot meet the previous step's reads,
 // which every thread finished before it passed the previous barrier. No device memory is
 // touched between the load and the store of the matrix. Grid: (threads, batch) with threads =
@@ -203,38 +204,39 @@ template <typename T>
   for (long j = 0; j < kmax; ++j) {
     const int par = int(j & 1);
     const int jc = int(j / kLuSmallRows), js = int(j % kLuSmallRows);  // where row j lives
-    // Every column searches its own rows >= j (uniform control flow for the shuffles); only
-    // column j's result is used.
-    float key = kLuNoKey;
-    int row = kLuNoRow;
-    for (int s = 0; s < kLuSmallRows; ++s) {
-      const long i = row0 + s;
-      if (i >= j && i < m) {
-        const float v = lu_pivot_key(x[s]);
-        if (v > key) {
-          key = v;
-          row = int(i);
+    // The pivot column's lanes (all active together: the shuffles read only lanes of the
+    // column) search their rows >= j, then interchange, scale and publish.
+    if (c == j) {
+      float key = kLuNoKey;
+      int row = kLuNoRow;
+      for (int s = 0; s < kLuSmallRows; ++s) {
+        const long i = row0 + s;
+        if (i >= j && i < m) {
+          const float v = lu_pivot_key(x[s]);
+          if (v > key) {
+            key = v;
+            row = int(i);
+          }
         }
       }
-    }
-    for (int d = 1; d < chunks; d <<= 1) {
-      const float other_key = metal::simd_shuffle_xor(key, ushort(d));
-      const int other_row = metal::simd_shuffle_xor(row, ushort(d));
-      if (other_key > key || (other_key == key && other_row < row)) {
-        key = other_key;
-        row = other_row;
+      for (int d = 1; d < chunks; d <<= 1) {
+        const float other_key = metal::simd_shuffle_xor(key, ushort(d));
+        const int other_row = metal::simd_shuffle_xor(row, ushort(d));
+        if (other_key > key || (other_key == key && other_row < row)) {
+          key = other_key;
+          row = other_row;
+        }
       }
-    }
-    const long p_own = row == kLuNoRow ? j : long(row);
-    const T vj = simd_shuffle(lu_small_pick(x, js), ushort(base + jc));
-    const T vp = simd_shuffle(lu_small_pick(x, int(p_own % kLuSmallRows)),
-                              ushort(base + p_own / kLuSmallRows));
-    if (c == j) {
+      // Rows j .. m - 1 exist (j < kmax), so some lane of the column holds a candidate.
+      const long p = long(row);
+      const int ps = int(p % kLuSmallRows);
+      const T vj = simd_shuffle(lu_small_pick(x, js), ushort(base + jc));
+      const T vp = simd_shuffle(lu_small_pick(x, ps), ushort(base + p / kLuSmallRows));
       if (chunk == jc) {
         lu_small_put(x, js, vp);
       }
-      if (p_own != j && chunk == int(p_own / kLuSmallRows)) {
-        lu_small_put(x, int(p_own % kLuSmallRows), vj);
+      if (p != j && chunk == int(p / kLuSmallRows)) {
+        lu_small_put(x, ps, vj);
       }
       const T pivot = vp;
       const bool nonzero = key != 0.0f;
@@ -250,8 +252,8 @@ template <typename T>
         }
       }
       if (chunk == 0) {
-        pbuf[par] = int(p_own);
-        piv[j] = int(p_own + 1);
+        pbuf[par] = int(p);
+        piv[j] = int(p + 1);
         if (key == 0.0f && first_zero == 0) {
           first_zero = int(j + 1);
           info[batch] = first_zero;

@@ -44,8 +44,12 @@ SMALL_MAX_ROWS = SMALL_ROWS * SIMD_WIDTH  # kLuSmallMaxRows
 # Host-side launch geometry (not seen by the kernels, which read their group size).
 PANEL_MAX_THREADS = 1024  # lu_panel: one thread per row up to this many (Apple's group limit)
 PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_panel_tall
-PANEL_THREADS = 1024  # lu_panel: threads per group when the rows allow (fewer rows per thread)
-PANEL_LEAF = 32  # columns per lu_panel launch inside a panel (PANEL_WIDTH: the whole panel)
+# The choices below were measured on an NVIDIA H200 through the CUDA executor
+# (benchmarks/sweep_cuda_lu.py; benchmarks/results/cuda_executor_lu.md, docs/lu.rst).
+PANEL_THREADS = 256  # lu_panel: threads per group, or as many as its rows' registers need
+PANEL_LEAF = 8  # columns per lu_panel launch inside a panel of more than LEAF_MIN_ROWS rows
+LEAF_MIN_ROWS = 2048  # shorter panels: one lu_panel launch (the leaves' launches cost more)
+SMALL_MAX_COLS = 64  # lu_small up to this many columns (the panel path was faster at 128)
 TALL_PANEL_THREADS = 256  # lu_panel_tall: rows beyond this many threads are dealt cyclically
 SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
 PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
@@ -86,9 +90,9 @@ def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
 
 
 def small_chunks(m: int, n: int) -> int:
-    """lu_small's threads per column for an m x n matrix, or 0 when the matrix does not fit
-    in one threadgroup's registers (more than SMALL_MAX_ROWS rows or 1024 threads)."""
-    if m > SMALL_MAX_ROWS:
+    """lu_small's threads per column for an m x n matrix, or 0 when lu_small does not take it
+    (more than SMALL_MAX_COLS columns, SMALL_MAX_ROWS rows or 1024 threads)."""
+    if m > SMALL_MAX_ROWS or n > SMALL_MAX_COLS:
         return 0
     chunks = 1
     while chunks * SMALL_ROWS < m:
@@ -134,7 +138,7 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     for k0 in range(0, kmax, PANEL_WIDTH):
         w = min(PANEL_WIDTH, kmax - k0)
         params = _lu_params(m, n, k0, w, w)
-        if PANEL_LEAF >= w:
+        if PANEL_LEAF >= w or m - k0 <= LEAF_MIN_ROWS:
             _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
         else:
             _leaves(LU, pivots, info_flat, m, n, k0, w, batch, swap_trsm, update, fn)

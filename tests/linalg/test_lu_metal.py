@@ -391,11 +391,32 @@ def test_panel_paths_without_lu_small(m, n, dtype, monkeypatch):
 
 @pytest.mark.parametrize("m,n,chunks", [(1, 1, 1), (16, 64, 1), (17, 64, 2), (300, 3, 32),
                                         (512, 2, 32), (513, 2, 0), (128, 128, 8), (129, 64, 16),
-                                        (129, 128, 0)])
-def test_lu_small_geometry(m, n, chunks):
+                                        (129, 128, 0), (257, 64, 0)])
+def test_lu_small_geometry(m, n, chunks, monkeypatch):
     """lu_small's threads per column: a power of two covering the rows, within 1024 threads
     and one simdgroup per column."""
+    monkeypatch.setattr(_lu_metal, "SMALL_MAX_COLS", 128)
     assert _lu_metal.small_chunks(m, n) == chunks
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(100, 100), (128, 128), (70, 90)])
+def test_lu_small_wide(m, n, dtype, monkeypatch):
+    """lu_small past SMALL_MAX_COLS (it holds up to 1024 threads' registers): LAPACK's
+    pivots."""
+    monkeypatch.setattr(_lu_metal, "SMALL_MAX_COLS", 128)
+    assert _lu_metal.small_chunks(m, n)
+    check_factor(random_matrix(n, dtype, seed=m + 2 * n, m=m), "cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_panel_leaves(dtype, monkeypatch):
+    """Panels by leaves (forced at small sizes; a leaf width that does not divide the panel):
+    LAPACK's pivots."""
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
+    monkeypatch.setattr(_lu_metal, "LEAF_MIN_ROWS", 40)
+    monkeypatch.setattr(_lu_metal, "PANEL_LEAF", 12)
+    check_factor(random_matrix(100, dtype, batch=(2,), seed=17, m=130), "cpu")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
