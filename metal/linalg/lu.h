@@ -10,8 +10,11 @@
 //                 laswp) and solves U12 = L11^-1 A12 for the columns right of it (trsm);
 //   lu_update     the trailing update A22 -= L21 U12 on the shared simdgroup_matrix product
 //                 (metal/common/gemm.h), one threadgroup per 32 x 32 block of A22.
-// A matrix of at most kLuPanelMaxCols columns is factored by a single lu_panel launch whose panel
-// spans the whole rows.
+// A panel of many rows may itself be factored by leaves of a few columns: lu_panel on the leaf
+// alone, then lu_swap_trsm and lu_update restricted to the panel's columns by the window
+// [cb, ce) (the host chooses; mpslinalg/linalg/lu_metal.py). A matrix of at most
+// kLuPanelMaxCols columns is factored by a single launch: lu_small when the whole matrix fits
+// one threadgroup's registers, else lu_panel with a panel spanning the whole rows.
 //
 // lu_panel keeps the panel's rows in registers kLuLeaf columns at a time (a "leaf"): each column
 // step of the leaf (pivot search, interchange, scaling, rank-1 update) touches registers and a few

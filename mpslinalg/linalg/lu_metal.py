@@ -8,12 +8,13 @@ they never read device values on the host: the launch sequence depends on shapes
 batch is a grid dimension of every kernel (no loop over batch elements).
 
 Launches per call:
-  lu_factor_metal   a matrix whose columns fit one threadgroup's registers (`small_chunks`):
-                    1 (lu_small); else n <= PANEL_MAX_COLS: 1 (one panel spans the whole
-                    matrix); otherwise, per
+  lu_factor_metal   a matrix lu_small holds whole (`small_chunks`): 1; else n <=
+                    PANEL_MAX_COLS: 1 (one panel spans the whole matrix); otherwise, per
                     panel of PANEL_WIDTH columns, lu_panel (lu_panel_tall for panels of more
                     than PANEL_MAX_ROWS rows) + lu_swap_trsm + lu_update (the last
-                    panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most.
+                    panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most, and
+                    for a panel of more than LEAF_MIN_ROWS rows its lu_panel replaced by
+                    3 * ceil(32 / PANEL_LEAF) - 1 launches (`_leaves`).
   lu_solve_metal    2 (forward and backward solves, pivots applied inside them; see
                     triangular_metal), plus a gather per non-contiguous input.
   pivots_to_permutation_metal  1.
