@@ -129,25 +129,30 @@ inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
   }
 }
 
-// x[slot] of a thread's register chunk, slot uniform or not (an unrolled select: a dynamic
-// index would move the chunk to memory).
+// x[slot] of a thread's register chunk for a runtime slot, and its store, through bit masks:
+// a select chain (if (s == slot) v = x[s]) is turned by the compiler into x[slot], a dynamic
+// index that moves the whole chunk to memory (ptxas through the CUDA executor: a 64-byte stack
+// frame for lu_small_float32, 208 bytes and spills for complex64; none with the masks).
+inline uint lu_bits(float x) { return as_type<uint>(x); }
+inline uint2 lu_bits(float2 x) { return as_type<uint2>(x); }
+inline float lu_from_bits(uint b) { return as_type<float>(b); }
+inline float2 lu_from_bits(uint2 b) { return as_type<float2>(b); }
+inline uint lu_lane_mask(bool on) { return on ? 0xffffffffu : 0u; }
+
 template <typename T>
 inline T lu_small_pick(thread const T* x, int slot) {
-  T v = x[0];
+  auto acc = lu_bits(x[0]) & lu_lane_mask(slot == 0);
   for (int s = 1; s < kLuSmallRows; ++s) {
-    if (s == slot) {
-      v = x[s];
-    }
+    acc |= lu_bits(x[s]) & lu_lane_mask(s == slot);
   }
-  return v;
+  return lu_from_bits(acc);
 }
 
 template <typename T>
 inline void lu_small_put(thread T* x, int slot, T v) {
   for (int s = 0; s < kLuSmallRows; ++s) {
-    if (s == slot) {
-      x[s] = v;
-    }
+    const uint keep = lu_lane_mask(s != slot);
+    x[s] = lu_from_bits((lu_bits(x[s]) & keep) | (lu_bits(v) & ~keep));
   }
 }
 
