@@ -14,6 +14,11 @@ inline float2 simd_broadcast(float2 v, ushort lane) {
   return float2(metal::simd_broadcast(v.x, lane), metal::simd_broadcast(v.y, lane));
 }
 
+inline float simd_shuffle(float v, ushort lane) { return metal::simd_shuffle(v, lane); }
+inline float2 simd_shuffle(float2 v, ushort lane) {
+  return float2(metal::simd_shuffle(v.x, lane), metal::simd_shuffle(v.y, lane));
+}
+
 // ---- across a threadgroup ----
 //
 // Every thread of the group calls them (they hold barriers) and gets the result. Each

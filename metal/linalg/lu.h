@@ -10,8 +10,11 @@
 //                 laswp) and solves U12 = L11^-1 A12 for the columns right of it (trsm);
 //   lu_update     the trailing update A22 -= L21 U12 on the shared simdgroup_matrix product
 //                 (metal/common/gemm.h), one threadgroup per 32 x 32 block of A22.
-// A matrix of at most kLuPanelMaxCols columns is factored by a single lu_panel launch whose panel
-// spans the whole rows.
+// A panel of many rows may itself be factored by leaves of a few columns: lu_panel on the leaf
+// alone, then lu_swap_trsm and lu_update restricted to the panel's columns by the window
+// [cb, ce) (the host chooses; mpslinalg/linalg/lu_metal.py). A matrix of at most
+// kLuPanelMaxCols columns is factored by a single launch: lu_small when the whole matrix fits
+// one threadgroup's registers, else lu_panel with a panel spanning the whole rows.
 //
 // lu_panel keeps the panel's rows in registers kLuLeaf columns at a time (a "leaf"): each column
 // step of the leaf (pivot search, interchange, scaling, rank-1 update) touches registers and a few
@@ -66,6 +69,24 @@ struct LuParams {
   long k0;     // first column of the panel
   long w;      // columns of the panel
   long ncols;  // lu_panel: columns [k0, k0 + ncols) that interchanges and updates extend over
+  long cb;     // lu_swap_trsm, lu_update: the window of columns [cb, ce) they cover: the whole
+  long ce;     // matrix for a panel, the panel's own columns for a leaf inside it
+};
+
+// lu_small: rows of one column a thread holds in registers (a "chunk"); a matrix of m rows
+// takes chunks = ceil(m / 16) rounded up to a power of two threads per column, adjacent lanes
+// of one simdgroup, so n * chunks <= 1024 threads hold an m x n matrix whole (128 x 128 float:
+// 16 floats per thread, 64 x 64 complex: 32). 16 keeps a thread's matrix share and the
+// multipliers it reads within the registers an Apple GPU thread has at full occupancy.
+constant constexpr int kLuSmallRows = 16;
+// lu_small: the most rows (a column's chunks are lanes of one simdgroup).
+constant constexpr int kLuSmallMaxRows = kLuSmallRows * kSimdWidth;
+
+// Scalars of lu_small.
+struct LuSmallParams {
+  long m;       // rows of each matrix
+  long n;       // columns
+  long chunks;  // threads per column: a power of two, at most kSimdWidth
 };
 
 // Scalars of lu_pivots_to_perm.
@@ -108,9 +129,175 @@ inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
   }
 }
 
+// x[slot] of a thread's register chunk for a runtime slot, and its store, through bit masks:
+// a select chain (if (s == slot) v = x[s]) is turned by the compiler into x[slot], a dynamic
+// index that moves the whole chunk to memory (ptxas through the CUDA executor: a 64-byte stack
+// frame for lu_small_float32, 208 bytes and spills for complex64; none with the masks).
+inline uint lu_bits(float x) { return as_type<uint>(x); }
+inline uint2 lu_bits(float2 x) { return as_type<uint2>(x); }
+inline float lu_from_bits(uint b) { return as_type<float>(b); }
+inline float2 lu_from_bits(uint2 b) { return as_type<float2>(b); }
+inline uint lu_lane_mask(bool on) { return on ? 0xffffffffu : 0u; }
+
+template <typename T>
+inline T lu_small_pick(thread const T* x, int slot) {
+  auto acc = lu_bits(x[0]) & lu_lane_mask(slot == 0);
+  for (int s = 1; s < kLuSmallRows; ++s) {
+    acc |= lu_bits(x[s]) & lu_lane_mask(s == slot);
+  }
+  return lu_from_bits(acc);
+}
+
+template <typename T>
+inline void lu_small_put(thread T* x, int slot, T v) {
+  for (int s = 0; s < kLuSmallRows; ++s) {
+    const uint keep = lu_lane_mask(s != slot);
+    x[s] = lu_from_bits((lu_bits(x[s]) & keep) | (lu_bits(v) & ~keep));
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
+
+// getf2 on a whole m x n matrix held in registers, one threadgroup per matrix: thread t holds
+// rows [r * kLuSmallRows, (r + 1) * kLuSmallRows) of column t / chunks, r = t % chunks, so a
+// column's chunks are adjacent lanes of one simdgroup. A column step costs one barrier: the
+// threads of the pivot column find the pivot (a butterfly over the column's lanes: the largest
+// abs1, the lowest row of a tie), interchange and scale their column and publish the pivot row
+// and the multipliers in threadgroup memory; after the barrier every other column interchanges
+// its two rows (shuffles within its lanes) and takes the rank-1 update. Only the pivot
+// column's lanes search: the others' step is the interchange and the update alone. The multipliers are
+// double-buffered by step parity: a step's writes cannot meet the previous step's reads,
+// which every thread finished before it passed the previous barrier. No device memory is
+// touched between the load and the store of the matrix. Grid: (threads, batch) with threads =
+// n * chunks rounded up to kSimdWidth (at most 1024); chunks a power of two, chunks *
+// kLuSmallRows >= m.
+template <typename T>
+[[kernel]] void lu_small(
+    device T* a [[buffer(0)]],
+    device int* pivots [[buffer(1)]],
+    device int* info [[buffer(2)]],
+    constant mpsl::LuSmallParams& p_ [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]]) {
+  using namespace mpsl;
+  const long m = p_.m, n = p_.n;
+  const int chunks = int(p_.chunks);
+  threadgroup T lbuf[2 * kLuSmallMaxRows];  // the multipliers of a step, by step parity
+  threadgroup int pbuf[2];                  // the pivot row of a step, by step parity
+  threadgroup int first_zero;               // info as the steps so far found it
+
+  const long batch = long(group.y);
+  const long kmax = m < n ? m : n;
+  device T* A = a + batch * m * n;
+  device int* piv = pivots + batch * kmax;
+  const int chunk = int(tid) % chunks;
+  const long c = long(tid) / chunks;  // this thread's column
+  const ushort base = ushort(lane - chunk);  // the column's first lane
+  const long row0 = long(chunk) * kLuSmallRows;
+  const bool col_ok = c < n;
+
+  T x[kLuSmallRows];
+  for (int s = 0; s < kLuSmallRows; ++s) {
+    const long i = row0 + s;
+    x[s] = (col_ok && i < m) ? A[i * n + c] : zero<T>();
+  }
+  if (tid == 0) {
+    first_zero = info[batch];
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+
+  for (long j = 0; j < kmax; ++j) {
+    const int par = int(j & 1);
+    const int jc = int(j / kLuSmallRows), js = int(j % kLuSmallRows);  // where row j lives
+    // The pivot column's lanes (all active together: the shuffles read only lanes of the
+    // column) search their rows >= j, then interchange, scale and publish.
+    if (c == j) {
+      float key = kLuNoKey;
+      int row = kLuNoRow;
+      for (int s = 0; s < kLuSmallRows; ++s) {
+        const long i = row0 + s;
+        if (i >= j && i < m) {
+          const float v = lu_pivot_key(x[s]);
+          if (v > key) {
+            key = v;
+            row = int(i);
+          }
+        }
+      }
+      for (int d = 1; d < chunks; d <<= 1) {
+        const float other_key = metal::simd_shuffle_xor(key, ushort(d));
+        const int other_row = metal::simd_shuffle_xor(row, ushort(d));
+        if (other_key > key || (other_key == key && other_row < row)) {
+          key = other_key;
+          row = other_row;
+        }
+      }
+      // Rows j .. m - 1 exist (j < kmax), so some lane of the column holds a candidate.
+      const long p = long(row);
+      const int ps = int(p % kLuSmallRows);
+      const T vj = simd_shuffle(lu_small_pick(x, js), ushort(base + jc));
+      const T vp = simd_shuffle(lu_small_pick(x, ps), ushort(base + p / kLuSmallRows));
+      if (chunk == jc) {
+        lu_small_put(x, js, vp);
+      }
+      if (p != j && chunk == int(p / kLuSmallRows)) {
+        lu_small_put(x, ps, vj);
+      }
+      const T pivot = vp;
+      const bool nonzero = key != 0.0f;
+      const bool use_recip = modulus(pivot) >= kSafeMin;
+      const T inv_pivot = recip(pivot);
+      for (int s = 0; s < kLuSmallRows; ++s) {
+        const long i = row0 + s;
+        if (i > j && i < m) {
+          if (nonzero) {
+            x[s] = lu_scale(x[s], pivot, inv_pivot, use_recip);
+          }
+          lbuf[par * kLuSmallMaxRows + i] = x[s];
+        }
+      }
+      if (chunk == 0) {
+        pbuf[par] = int(p);
+        piv[j] = int(p + 1);
+        if (key == 0.0f && first_zero == 0) {
+          first_zero = int(j + 1);
+          info[batch] = first_zero;
+        }
+      }
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    // The other columns: interchange rows j and p, then the rank-1 update below row j.
+    const long p = long(pbuf[par]);
+    const T wj = simd_shuffle(lu_small_pick(x, js), ushort(base + jc));
+    const T wp = simd_shuffle(lu_small_pick(x, int(p % kLuSmallRows)),
+                              ushort(base + p / kLuSmallRows));
+    if (c != j && col_ok) {
+      if (chunk == jc) {
+        lu_small_put(x, js, wp);
+      }
+      if (p != j && chunk == int(p / kLuSmallRows)) {
+        lu_small_put(x, int(p % kLuSmallRows), wj);
+      }
+      if (c > j) {
+        for (int s = 0; s < kLuSmallRows; ++s) {
+          const long i = row0 + s;
+          if (i > j && i < m) {
+            x[s] = sub_mul(x[s], lbuf[par * kLuSmallMaxRows + i], wp);
+          }
+        }
+      }
+    }
+  }
+  for (int s = 0; s < kLuSmallRows; ++s) {
+    const long i = row0 + s;
+    if (col_ok && i < m) {
+      A[i * n + c] = x[s];
+    }
+  }
+}
 
 // getf2 on the panel rows [k0, m) x columns [k0, k0 + w) of one matrix, the rows held in
 // registers kLuLeaf columns at a time (see the top of this file); interchanges, U rows and
@@ -427,9 +614,9 @@ template <typename T>
   }
 }
 
-// For each column outside the panel [k0, k0 + w): the panel's row interchanges, in order
-// (laswp); for the columns right of the panel also the unit-lower solve with L11 (trsm).
-// One thread per column; grid: (n - w, batch).
+// For each column of the window [cb, ce) outside the panel [k0, k0 + w): the panel's row
+// interchanges, in order (laswp); for the columns right of the panel also the unit-lower solve
+// with L11 (trsm). One thread per column; grid: (ce - cb - w, batch).
 template <typename T>
 [[kernel]] void lu_swap_trsm(
     device T* a [[buffer(0)]],
@@ -440,7 +627,7 @@ template <typename T>
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, cb = p_.cb, ce = p_.ce;
   threadgroup T l11[kLuPanelWidth * kLuPanelWidth];
 
   const long batch = long(group.y);
@@ -456,10 +643,10 @@ template <typename T>
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
 
   const long t = long(gid.x);
-  if (t >= n - w) {
+  if (t >= ce - cb - w) {
     return;
   }
-  const long c = t < k0 ? t : t + w;
+  const long c = cb + t < k0 ? cb + t : cb + t + w;
   // The interchanges kLuLeaf at a time in registers (lu_swap_slots): a round trip to memory per
   // kLuLeaf interchanges rather than per interchange.
   for (long j0 = 0; j0 < w; j0 += kLuLeaf) {
@@ -504,8 +691,8 @@ template <typename T>
   }
 }
 
-// Trailing update A22 -= L21 U12 with A22 = rows/columns [k0 + w, m) x [k0 + w, n),
-// L21 = rows [k0 + w, m) x columns [k0, k0 + w), U12 = rows [k0, k0 + w) x columns [k0 + w, n):
+// Trailing update A22 -= L21 U12 with A22 = rows/columns [k0 + w, m) x [k0 + w, ce),
+// L21 = rows [k0 + w, m) x columns [k0, k0 + w), U12 = rows [k0, k0 + w) x columns [k0 + w, ce):
 // one kGemmTileM x kGemmTileN block of A22 per threadgroup of kGemmThreads.
 // Grid: (column blocks * kGemmThreads, row blocks, batch).
 template <typename T>
@@ -516,12 +703,12 @@ template <typename T>
     uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
+  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, ce = p_.ce;
   threadgroup float scratch[kGemmScratchFloats];
   device T* A = a + long(group.z) * m * n;
   const long s = k0 + w;  // first trailing row and column
   gemm_tile(A + s * n + k0, n, kGemmNoTrans, A + k0 * n + s, n, kGemmNoTrans, A + s * n + s, n,
-            m - s, n - s, w, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
+            m - s, ce - s, w, long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f,
             kGemmFull, scratch, tid, sg);
 }
 

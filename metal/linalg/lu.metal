@@ -1,6 +1,8 @@
 #include "lu.h"
 
 // clang-format off
+MPSL_KERNEL(lu_small, float32, float)
+MPSL_KERNEL(lu_small, complex64, float2)
 MPSL_KERNEL(lu_panel, float32, float)
 MPSL_KERNEL(lu_panel, complex64, float2)
 MPSL_KERNEL(lu_panel_tall, float32, float)

@@ -245,8 +245,18 @@ template <typename T>
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (sg == 0) {
       const long i = i0 + lane;
-      T v = zero<T>();
+      // The lane's row of the diagonal block, loaded at once in step order (mrow[step] is
+      // column jj(step)), so the serial steps below wait on no device load.
+      T mrow[kTriBlock];
+      T v = zero<T>(), diag = one<T>();
       if (lane < rows) {
+        for (int step = 0; step < kTriBlock; ++step) {
+          const int jj = lower != 0 ? step : kTriBlock - 1 - step;
+          mrow[step] = jj < rows ? tri_elem(L, n, i, i0 + jj, tr) : zero<T>();
+        }
+        if (unit == 0) {
+          diag = tri_elem(L, n, i, i, tr);
+        }
         v = x[i * k];
         for (int g = 0; g < nsg; ++g) {
           v -= partial[g * kTriBlock + lane];
@@ -256,12 +266,12 @@ template <typename T>
         const int jj = lower != 0 ? step : kTriBlock - 1 - step;
         if (jj < rows) {
           if (lane == jj && unit == 0) {
-            v = div(v, tri_elem(L, n, i, i, tr));
+            v = div(v, diag);
           }
           const T xj = simd_broadcast(v, ushort(jj));
           const bool below = lower != 0 ? int(lane) > jj : int(lane) < jj;
           if (below && lane < rows) {
-            v = sub_mul(v, tri_elem(L, n, i, i0 + jj, tr), xj);
+            v = sub_mul(v, mrow[step], xj);
           }
         }
       }

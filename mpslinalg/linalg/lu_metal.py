@@ -8,10 +8,13 @@ they never read device values on the host: the launch sequence depends on shapes
 batch is a grid dimension of every kernel (no loop over batch elements).
 
 Launches per call:
-  lu_factor_metal   n <= PANEL_MAX_COLS: 1 (one panel spans the whole matrix); otherwise, per
+  lu_factor_metal   a matrix lu_small holds whole (`small_chunks`): 1; else n <=
+                    PANEL_MAX_COLS: 1 (one panel spans the whole matrix); otherwise, per
                     panel of PANEL_WIDTH columns, lu_panel (lu_panel_tall for panels of more
                     than PANEL_MAX_ROWS rows) + lu_swap_trsm + lu_update (the last
-                    panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most.
+                    panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most, and
+                    for a panel of more than LEAF_MIN_ROWS rows its lu_panel replaced by
+                    3 * ceil(32 / PANEL_LEAF) - 1 launches (`_leaves`).
   lu_solve_metal    2 (forward and backward solves, pivots applied inside them; see
                     triangular_metal), plus a gather per non-contiguous input.
   pivots_to_permutation_metal  1.
@@ -36,10 +39,18 @@ _LU_HEADER = "linalg/lu.h"
 PANEL_WIDTH = 32  # kLuPanelWidth: columns per panel of the blocked factorization
 PANEL_MAX_COLS = 64  # kLuPanelMaxCols: widest panel of one lu_panel launch
 PANEL_ROWS_PER_THREAD = 8  # kLuRowsPerThread: rows of lu_panel's registers per thread
+SMALL_ROWS = 16  # kLuSmallRows: rows of one column per lu_small thread
+SMALL_MAX_ROWS = SMALL_ROWS * SIMD_WIDTH  # kLuSmallMaxRows
 
 # Host-side launch geometry (not seen by the kernels, which read their group size).
 PANEL_MAX_THREADS = 1024  # lu_panel: one thread per row up to this many (Apple's group limit)
 PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_panel_tall
+# The choices below were measured on an NVIDIA H200 through the CUDA executor
+# (benchmarks/sweep_cuda_lu.py; benchmarks/results/cuda_executor_lu.md, docs/lu.rst).
+PANEL_THREADS = 256  # lu_panel: threads per group, or as many as its rows' registers need
+PANEL_LEAF = 8  # columns per lu_panel launch inside a panel of more than LEAF_MIN_ROWS rows
+LEAF_MIN_ROWS = 2048  # shorter panels: one lu_panel launch (the leaves' launches cost more)
+SMALL_MAX_COLS = 64  # lu_small up to this many columns (the panel path was faster at 128)
 TALL_PANEL_THREADS = 256  # lu_panel_tall: rows beyond this many threads are dealt cyclically
 SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
 PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
@@ -57,8 +68,10 @@ def _check(fn: str, **tensors: torch.Tensor) -> None:
             )
 
 
-def _lu_params(m: int, n: int, k0: int, w: int, ncols: int) -> list[int]:
-    return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols)
+def _lu_params(m: int, n: int, k0: int, w: int, ncols: int, cb: int = 0,
+               ce: int | None = None) -> list[int]:
+    return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols, cb=cb,
+                             ce=n if ce is None else ce)
 
 
 def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
@@ -67,10 +80,25 @@ def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
     tall = rows > PANEL_MAX_ROWS
     kernel = _metal.kernel(_LU_SOURCE, "lu_panel_tall" if tall else "lu_panel", LU.dtype,
                            LU.device, fn=fn)
-    threads = min(TALL_PANEL_THREADS if tall else PANEL_MAX_THREADS,
-                  _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
+    if tall:
+        threads = min(TALL_PANEL_THREADS, _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
+    else:
+        # PANEL_THREADS threads, or as many as the rows' registers need.
+        need = _metal.ceil_div(rows, PANEL_ROWS_PER_THREAD)
+        threads = _metal.ceil_div(max(need, min(PANEL_THREADS, rows)), SIMD_WIDTH) * SIMD_WIDTH
     launch(kernel, LU, pivots, info, params,
             threads=[threads, batch], group_size=[threads, 1])
+
+
+def small_chunks(m: int, n: int) -> int:
+    """lu_small's threads per column for an m x n matrix, or 0 when lu_small does not take it
+    (more than SMALL_MAX_COLS columns, SMALL_MAX_ROWS rows or 1024 threads)."""
+    if m > SMALL_MAX_ROWS or n > SMALL_MAX_COLS:
+        return 0
+    chunks = 1
+    while chunks * SMALL_ROWS < m:
+        chunks *= 2
+    return chunks if n * chunks <= PANEL_MAX_THREADS else 0
 
 
 def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
@@ -94,6 +122,14 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
         return LU, pivots, info
 
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
+    chunks = small_chunks(m, n)
+    if chunks:
+        kernel = _metal.kernel(_LU_SOURCE, "lu_small", A.dtype, A.device, fn=fn)
+        threads = _metal.ceil_div(n * chunks, SIMD_WIDTH) * SIMD_WIDTH
+        launch(kernel, LU, pivots, info_flat,
+               metal_params.pack(_LU_HEADER, "LuSmallParams", m=m, n=n, chunks=chunks),
+               threads=[threads, batch], group_size=[threads, 1])
+        return LU, pivots, info
     if n <= PANEL_MAX_COLS:
         _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n), m, batch, fn)
         return LU, pivots, info
@@ -103,7 +139,10 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     for k0 in range(0, kmax, PANEL_WIDTH):
         w = min(PANEL_WIDTH, kmax - k0)
         params = _lu_params(m, n, k0, w, w)
-        _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
+        if PANEL_LEAF >= w or m - k0 <= LEAF_MIN_ROWS:
+            _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
+        else:
+            _leaves(LU, pivots, info_flat, m, n, k0, w, batch, swap_trsm, update, fn)
         # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
         launch(swap_trsm, LU, pivots, params,
                 threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
@@ -112,6 +151,25 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
         if s < m and s < n:
             launch(update, LU, params, **gemm_metal.gemm_grid(m - s, n - s, batch))
     return LU, pivots, info
+
+
+def _leaves(LU, pivots, info, m, n, k0, w, batch, swap_trsm, update, fn) -> None:
+    """The panel [k0, k0 + w) right-looking by leaves of PANEL_LEAF columns: per leaf, lu_panel
+    on the leaf alone, then lu_swap_trsm and lu_update windowed to the panel's columns (the
+    leaf's interchanges on the panel's other columns, its U rows and its rank update of the
+    panel's columns right of it on many threadgroups), so the one-threadgroup step only holds
+    a leaf's columns."""
+    for j0 in range(k0, k0 + w, PANEL_LEAF):
+        lw = min(PANEL_LEAF, k0 + w - j0)
+        params = _lu_params(m, n, j0, lw, lw, k0, k0 + w)
+        _panel(LU, pivots, info, params, m - j0, batch, fn)
+        if w > lw:
+            launch(swap_trsm, LU, pivots, params,
+                   threads=[_metal.ceil_div(w - lw, SWAP_GROUP) * SWAP_GROUP, batch],
+                   group_size=[SWAP_GROUP, 1])
+        s = j0 + lw
+        if s < k0 + w and s < m:
+            launch(update, LU, params, **gemm_metal.gemm_grid(m - s, k0 + w - s, batch))
 
 
 def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_unpack"

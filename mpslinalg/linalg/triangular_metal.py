@@ -25,7 +25,7 @@ _SOURCE = "linalg/triangular.metal"
 
 SOLVE_GROUP = 64  # trsm: one thread per right-hand side (32 when there are at most 32)
 TRSV_MAX_RHS = 4  # trsv (one threadgroup per right-hand side) for at most this many ...
-TRSV_MIN_N = 128  # ... on matrices at least this large; trsm otherwise
+TRSV_MIN_N = 32  # ... on matrices at least this large; trsm otherwise
 TRSV_GROUP = 256  # trsv threads per group (at most kTriBlock simdgroups)
 BLOCK = 32  # kTriBlock: rows per diagonal block
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group

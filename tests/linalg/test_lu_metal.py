@@ -85,7 +85,7 @@ def expected_launches(m: int, n: int) -> int:
     kmax = min(m, n)
     if kmax == 0:
         return 0
-    if n <= _lu_metal.PANEL_MAX_COLS:
+    if _lu_metal.small_chunks(m, n) or n <= _lu_metal.PANEL_MAX_COLS:
         return 1
     panels = math.ceil(kmax / _lu_metal.PANEL_WIDTH)
     last = (panels - 1) * _lu_metal.PANEL_WIDTH + min(_lu_metal.PANEL_WIDTH,
@@ -281,7 +281,7 @@ def test_solve_empty(shape, device):
 
 
 @pytest.mark.parametrize("adjoint", [False, True])
-@pytest.mark.parametrize("n,k", [(70, 3), (200, 1)])  # lu_trsm, lu_trsv
+@pytest.mark.parametrize("n,k", [(70, 5), (200, 1)])  # trsm, trsv
 def test_solve_launches_and_lane_order(n, k, adjoint, monkeypatch):
     counts, results = [], []
     for batch in (1, 7):
@@ -317,6 +317,7 @@ def test_host_constants_mirror_header():
     assert int(const("kLuPanelWidth")) == _lu_metal.PANEL_WIDTH
     assert int(const("kLuPanelMaxCols")) == _lu_metal.PANEL_MAX_COLS
     assert int(const("kLuRowsPerThread")) == _lu_metal.PANEL_ROWS_PER_THREAD
+    assert int(const("kLuSmallRows")) == _lu_metal.SMALL_ROWS
     assert _lu_metal.PANEL_MAX_THREADS <= 1024 and _lu_metal.PANEL_MAX_THREADS % 32 == 0
     assert _lu_metal.TALL_PANEL_THREADS <= 1024 and _lu_metal.TALL_PANEL_THREADS % 32 == 0
 
@@ -414,7 +415,47 @@ def test_blocked_solve_ratio(left, adjoint, dtype, monkeypatch):
 def test_tall_panel_kernel(m, n, dtype, monkeypatch):
     """lu_panel_tall (panels beyond lu_panel's registers; forced here): LAPACK's pivots."""
     monkeypatch.setattr(_lu_metal, "PANEL_MAX_ROWS", 48)
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
     check_factor(random_matrix(n, dtype, seed=m, m=m), "cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(33, 33), (64, 64), (100, 60), (20, 50), (100, 100), (70, 130)])
+def test_panel_paths_without_lu_small(m, n, dtype, monkeypatch):
+    """lu_panel over the whole matrix (n <= PANEL_MAX_COLS) and the blocked path at sizes
+    lu_small takes otherwise: LAPACK's pivots."""
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
+    check_factor(random_matrix(n, dtype, batch=(2,), seed=m * n, m=m), "cpu")
+
+
+@pytest.mark.parametrize("m,n,chunks", [(1, 1, 1), (16, 64, 1), (17, 64, 2), (300, 3, 32),
+                                        (512, 2, 32), (513, 2, 0), (128, 128, 8), (129, 64, 16),
+                                        (129, 128, 0), (257, 64, 0)])
+def test_lu_small_geometry(m, n, chunks, monkeypatch):
+    """lu_small's threads per column: a power of two covering the rows, within 1024 threads
+    and one simdgroup per column."""
+    monkeypatch.setattr(_lu_metal, "SMALL_MAX_COLS", 128)
+    assert _lu_metal.small_chunks(m, n) == chunks
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(100, 100), (128, 128), (70, 90)])
+def test_lu_small_wide(m, n, dtype, monkeypatch):
+    """lu_small past SMALL_MAX_COLS (it holds up to 1024 threads' registers): LAPACK's
+    pivots."""
+    monkeypatch.setattr(_lu_metal, "SMALL_MAX_COLS", 128)
+    assert _lu_metal.small_chunks(m, n)
+    check_factor(random_matrix(n, dtype, seed=m + 2 * n, m=m), "cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_panel_leaves(dtype, monkeypatch):
+    """Panels by leaves (forced at small sizes; a leaf width that does not divide the panel):
+    LAPACK's pivots."""
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
+    monkeypatch.setattr(_lu_metal, "LEAF_MIN_ROWS", 40)
+    monkeypatch.setattr(_lu_metal, "PANEL_LEAF", 12)
+    check_factor(random_matrix(100, dtype, batch=(2,), seed=17, m=130), "cpu")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
