@@ -34,11 +34,15 @@ struct TriSolveParams {
   long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
 };
 
-// Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams and
-// the first row i0 of the diagonal block of this step.
+// Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams, the
+// first row i0 of the diagonal block of this step, and the gate: with gate_stride > 0, batch
+// element b is left untouched when gate[b * gate_stride] != 0 (the iterative refinement's
+// per-matrix status, non-zero once that matrix stopped: its later correction solves cost a
+// launch and no work); gate_stride = 0: no gate, the buffer is not read.
 struct TriBlockParams {
   long n, k, lower, unit, trans, swaps;
   long i0;
+  long gate_stride;
 };
 
 // Rows per diagonal block of the solve; a block of the triangle is staged as a square tile. The
@@ -290,6 +294,7 @@ template <typename T>
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
     constant mpsl::TriBlockParams& params [[buffer(3)]],
+    device const int* gate [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
@@ -304,6 +309,9 @@ template <typename T>
   threadgroup T ms[kTriBlock * kTriPadded];
 
   const long batch = long(group.y);
+  if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
+    return;  // the same for the whole group (one batch element per group)
+  }
   device const T* L = lu + batch * n * n;
   device const int* piv = pivots + batch * n;
   const long col = long(group.x) * long(nsg) + long(sg);
@@ -355,11 +363,15 @@ template <typename T>
     device const T* lu [[buffer(0)]],
     device T* b [[buffer(1)]],
     constant mpsl::TriBlockParams& params [[buffer(2)]],
+    device const int* gate [[buffer(3)]],
     uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = params.n, k = params.k, i0 = params.i0;
+  if (params.gate_stride != 0 && gate[long(group.z) * params.gate_stride] != 0) {
+    return;  // the whole group: gemm_tile's barriers are never reached
+  }
   threadgroup float scratch[kGemmScratchFloats];
   const long bs = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);
   // The rows still to solve: below the block (forward) or above it (backward).

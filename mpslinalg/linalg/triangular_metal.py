@@ -7,7 +7,9 @@ of them on large matrices. Both take their flags as one ``TriSolveParams`` struc
 BLOCKED_MIN_N rows on, the blocked solve replaces both: per diagonal block of BLOCK rows,
 ``trsm_diag`` (the block's rows, a thread per right-hand side) and ``trsm_update`` (the rows still
 to solve, on the shared simdgroup-matrix product over many threadgroups): 2 * ceil(n / BLOCK) - 1
-launches per triangular solve, whatever the batch.
+launches per triangular solve, whatever the batch. A *gate* (the iterative refinement's
+per-matrix status, `refine_metal`) makes the blocked kernels skip the batch elements whose word
+is non-zero, decided on the device; a gated solve is always the blocked one.
 """
 
 from __future__ import annotations
@@ -48,14 +50,15 @@ def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
-    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M."""
+def _solve_left(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor:
+    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M; ``gate``: see
+    `_solve_left_blocked`."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     if n == 0 or k == 0 or batch == 0:
         return X
-    if n >= BLOCKED_MIN_N:
-        return _solve_left_blocked(M, pivots, X, steps, fn)
+    if n >= BLOCKED_MIN_N or gate is not None:
+        return _solve_left_blocked(M, pivots, X, steps, fn, gate)
     if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N:
         kernel = _metal.kernel(_SOURCE, "trsv", X.dtype, X.device, fn=fn)
         group = min(TRSV_GROUP, _metal.ceil_div(n, SIMD_WIDTH) * SIMD_WIDTH)
@@ -71,8 +74,10 @@ def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
     return X
 
 
-def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
-    """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block."""
+def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor:
+    """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block. ``gate``: None,
+    or (an int32 tensor, a stride): batch element b is skipped where ``gate[b * stride]`` is
+    non-zero (read on the device at each launch)."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
@@ -80,29 +85,33 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
     group = DIAG_COLUMNS * SIMD_WIDTH
     diag_grid = {"threads": [_metal.ceil_div(k, DIAG_COLUMNS) * group, batch],
                  "group_size": [group, 1]}
+    # without a gate the buffer is not read: any int32 tensor binds it
+    words, stride = gate if gate is not None else (pivots, 0)
     nblk = _metal.ceil_div(n, BLOCK)
     for lower, unit, trans, swaps in steps:
         for s in range(nblk):
             i0 = (s if lower else nblk - 1 - s) * BLOCK
             params = metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
-                                       lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0)
-            launch(diag, M, pivots, X, params, **diag_grid)
+                                       lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
+                                       gate_stride=stride)
+            launch(diag, M, pivots, X, params, words, **diag_grid)
             rows = n - min(n, i0 + BLOCK) if lower else i0
             if rows > 0:
-                launch(update, M, X, params, **gemm_metal.gemm_grid(rows, k, batch))
+                launch(update, M, X, params, words, **gemm_metal.gemm_grid(rows, k, batch))
     return X
 
 
 def solve_packed(M: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool,
-                 adjoint: bool, steps: dict, fn: str) -> torch.Tensor:
+                 adjoint: bool, steps: dict, fn: str, gate=None) -> torch.Tensor:
     """X with op(A) X = B (``left``) or X op(A) = B, where A^-1 is the product of the triangular
     solves ``steps[False]`` with the packed matrix M and op(A) = A^H when ``adjoint``; M and
-    pivots contiguous with B's batch shape. Returns a new contiguous X; B is not modified."""
+    pivots contiguous with B's batch shape. Returns a new contiguous X; B is not modified.
+    ``gate`` (see `_solve_left_blocked`): the batch elements it closes are left as B's copy."""
     if left:
         X = B.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
-        return _solve_left(M, pivots, X, steps[adjoint], fn)
+        return _solve_left(M, pivots, X, steps[adjoint], fn, gate)
     # X A = B <=> A^H X^H = B^H and X A^H = B <=> A X^H = B^H.
-    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn))
+    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn, gate))
 
 
 def triangular_solve_metal(M: torch.Tensor, B: torch.Tensor, *, upper: bool, unit: bool = False,
