@@ -24,7 +24,8 @@
 // ||X||max + ||B||max) or the correction ||D||max still halves and is above float64's unit
 // roundoff (relative to ||X||max for D); the result is accepted when berr <= sqrt(n) * 2^-53
 // (the test of LAPACK's dsgesv, Langou et al. 2006), else the matrix is reported as failed. A matrix whose
-// input holds NaN or Inf takes one step (NaN in, NaN out) and is not reported.
+// input holds NaN or Inf takes two steps (the second residual, the first to read A, carries the
+// NaN / Inf into X: NaN in, NaN out) and is not reported.
 #pragma once
 
 #include "../common/defines.h"
@@ -65,7 +66,7 @@ struct RefineParams {
   long left;       // 1: A X = B; 0: X A = B
   long a_plane;    // elements per piece plane of A (batch * n * n)
   long b_plane;    // elements per piece plane of B and X (batch * rows * cols)
-  long step;       // the step this launch is (0-based)
+  long step;       // the step this launch is (0-based; at step 0, X is zero)
   long max_steps;  // steps the host launches
   float tol;       // the accepted backward error, sqrt(n) * 2^-53
   long tile_cols;  // refine_residual: columns per simdgroup, a power of two dividing kSimdWidth
@@ -184,7 +185,8 @@ template <typename T>
 // column of A, strided (correct, slower). The lanes' three-float partial sums are added by
 // shuffles (lanes below tile_cols end with the totals), then B's pieces; the sum is rounded
 // to float for the correction solve. Matrices whose refinement ended are skipped (R is then
-// not read by anyone).
+// not read by anyone). At step 0, X is zero (the host starts from zeros): R = B rounded,
+// without the product (for inv, n right-hand sides, the product is the costly part).
 // Grid: (kSimdWidth * column tiles, rows of R^ rounded up to the group height, batch);
 // groups (kSimdWidth, simdgroups), one simdgroup per row.
 template <typename T>
@@ -218,9 +220,11 @@ template <typename T>
   device const T* A = a + batch * n * n + i * a_row;
   device const T* X = x + batch * rows * cols + (active ? j : 0) * hat_col;
 
+  // Step 0 starts from X = 0 (the host's zeros): R = B, no product to form.
+  const long depth = p_.step == 0 ? 0 : n;
   typename Accum<T>::type acc;
   acc_init(acc);
-  for (long q = slice; active && q < n; q += slices) {
+  for (long q = slice; active && q < depth; q += slices) {
     const long ai = q * a_col, xi = q * hat_row;
     const T A0 = A[ai], A1 = A[ap + ai], A2 = A[2 * ap + ai];
     const T X0 = X[xi], X1 = X[bp + xi], X2 = X[2 * bp + xi];
@@ -307,7 +311,8 @@ template <typename T>
   int status = kRefineIterating;
   bool apply = true;
   if (!finite_input) {
-    status = kRefineNonfinite;  // one step: NaN in, NaN out
+    // Step 0's residual (X = 0) does not read A; step 1's carries A's NaN / Inf into X.
+    status = p_.step == 0 ? kRefineIterating : kRefineNonfinite;
   } else if (!metal::isfinite(be) || !metal::isfinite(dmax)) {
     status = kRefineFailed;  // diverged (or a zero pivot: info says so first)
     apply = false;

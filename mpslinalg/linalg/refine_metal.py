@@ -180,11 +180,12 @@ def _params(n: int, rows: int, cols: int, left: bool, nb: int, step: int) -> lis
 
 
 def residual(Ap: torch.Tensor, Bp: torch.Tensor, Xp: torch.Tensor, state: torch.Tensor,
-             R: torch.Tensor, *, left: bool, step: int = 0, fn: str = "solve") -> torch.Tensor:
+             R: torch.Tensor, *, left: bool, step: int, fn: str = "solve") -> torch.Tensor:
     """``refine_residual``: R = B - A X (``left``) or B - X A into R (*, rows, cols), for the
     matrices whose status in ``state`` (nb, STATE_INTS) is `ITERATING` (the others' R is left
     as it is). Ap (3, *, n, n), Bp and Xp (3, *, rows, cols): contiguous pieces on one
-    device, batches equal. Returns R."""
+    device, batches equal. At ``step`` 0 the kernel takes X as zero (R = B, no product).
+    Returns R."""
     n = Ap.shape[-1]
     rows, cols = R.shape[-2:]
     nb = math.prod(R.shape[:-2])

@@ -102,7 +102,7 @@ def test_residual_kernel(dtype, left, k):
     state = torch.tensor([[refine_metal.ITERATING, 0], [refine_metal.CONVERGED, 0]],
                          dtype=torch.int32)
     R = torch.full(shape, 7.0, dtype=REFINED32[dtype])
-    refine_metal.residual(Ap, Bp, Xp, state, R, left=left)
+    refine_metal.residual(Ap, Bp, Xp, state, R, left=left, step=1)
     wide = np.clongdouble if dtype.is_complex else np.longdouble
 
     def exact(pieces):  # the pieces' sum in long double: the float64 exactly
@@ -115,6 +115,9 @@ def test_residual_kernel(dtype, left, k):
     assert np.abs(ref).max() < 1e-5 * np.abs(Bn[0]).max()  # the sum did cancel
     assert (np.abs(got - ref) <= 2.0 ** -23 * np.abs(Rn[0])).all(), np.abs(got - ref).max()
     assert (R[1] == 7.0).all()
+    # step 0 starts from X = 0: R is B rounded, whatever Xp holds
+    refine_metal.residual(Ap, Bp, Xp, state, R, left=left, step=0)
+    assert torch.equal(R[0], B[0].to(R.dtype))
 
 
 @pytest.mark.parametrize("left", [True, False])
