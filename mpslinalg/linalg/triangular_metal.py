@@ -14,6 +14,7 @@ is non-zero, decided on the device; a gated solve is always the blocked one.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -74,6 +75,15 @@ def _solve_left(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor:
     return X
 
 
+@functools.lru_cache(maxsize=4096)
+def _block_params(n, k, lower, unit, trans, swaps, i0, gate_stride) -> tuple[int, ...]:
+    """TriBlockParams of one block step, packed once per shape (a solve at n = 4096 takes 510
+    of them, and the iterative refinement repeats the solve at every step)."""
+    return tuple(metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
+                                   lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
+                                   gate_stride=gate_stride))
+
+
 def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor:
     """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block. ``gate``: None,
     or (an int32 tensor, a stride): batch element b is skipped where ``gate[b * stride]`` is
@@ -91,9 +101,7 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
     for lower, unit, trans, swaps in steps:
         for s in range(nblk):
             i0 = (s if lower else nblk - 1 - s) * BLOCK
-            params = metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
-                                       lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
-                                       gate_stride=stride)
+            params = list(_block_params(n, k, lower, unit, trans, swaps, i0, stride))
             launch(diag, M, pivots, X, params, words, **diag_grid)
             rows = n - min(n, i0 + BLOCK) if lower else i0
             if rows > 0:
