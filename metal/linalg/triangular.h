@@ -32,6 +32,7 @@ struct TriSolveParams {
   long unit;    // 1: unit diagonal, not read
   long trans;   // 1: the conjugate transpose of the stored triangle
   long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
+  long gate_stride;  // trsv: the gate of TriBlockParams (0: none); trsm: not read
 };
 
 // Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams, the
@@ -192,6 +193,7 @@ template <typename T>
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
     constant mpsl::TriSolveParams& params [[buffer(3)]],
+    device const int* gate [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
@@ -203,6 +205,9 @@ template <typename T>
   threadgroup T partial[kTriBlock * kTriBlock];  // [simdgroup][row of the block]
 
   const long batch = long(group.z);
+  if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
+    return;  // the whole group (one batch element per group)
+  }
   device const T* L = lu + batch * n * n;
   device const int* piv = pivots + batch * n;
   device T* x = b + batch * n * k + long(group.y);

@@ -10,12 +10,12 @@ fixed number of steps follows, each three launches of ours and the blocked trian
 ``refine_residual`` (R = B - A X, exact products summed in a three-float accumulator; a
 simdgroup per row of R, its lanes along A's row and the right-hand sides), the correction
 D = LU^-1 R by `triangular_metal`'s blocked solve (trsm_diag + trsm_update per 32-row block,
-whatever n) and ``refine_update`` (backward error, decision, X += D with X a three-float
-value). The steps are a fixed count, `MAX_STEPS`, so that nothing waits for the device; each
-matrix stops on the device by itself (the rule of LAPACK's dgerfs: while the backward error
-halves), after which every later launch of its steps returns at once: the residual and the
-update read its status, and the status word is the triangular solves' gate. A stopped matrix
-costs launches, not work.
+whatever n; or trsv, see `CORRECTION`) and ``refine_update`` (backward error, decision,
+X += D with X a three-float value). The steps are a fixed count, `MAX_STEPS`, so that
+nothing waits for the device; each matrix stops on the device by itself (the rule of LAPACK's
+dgerfs: while the backward error halves), after which every later launch of its steps returns
+at once: the residual and the update read its status, and the status word is the triangular
+solves' gate. A stopped matrix costs launches, not work.
 
 The float64 result is assembled where the input lives: the three float32 pieces of X are moved
 there and summed in float64 (two additions and a power-of-two scaling per entry: the one place
@@ -51,6 +51,11 @@ _HEADER = "linalg/refine.h"
 #: Refinement steps launched per call (each matrix stops earlier on the device: typically 3
 #: steps at cond 1e2 and 6 at 1e6, see docs/float64.rst).
 MAX_STEPS = 12
+#: The kernels of the correction solve D = LU^-1 R, both gated by each matrix's status:
+#: "blocked" (trsm_diag + trsm_update per 32-row block, many threadgroups: 2 ceil(n / 32) - 1
+#: launches per triangular solve) or "trsv" (a threadgroup per right-hand side, one launch per
+#: triangular solve: less parallel, far fewer launches; benchmarks/bench_refine.py times both).
+CORRECTION = "blocked"
 #: The dtypes the metal backend refines, with the float32 dtype they compute in.
 REFINED_DTYPES = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 #: Float64's unit roundoff; the accepted backward error is sqrt(n) times it (dsgesv's test).
@@ -241,7 +246,8 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
         for step in range(MAX_STEPS):
             residual(Ae, Bp, X, state, R, left=left, step=step, fn=fn)
             D = triangular_metal.solve_packed(LUe, pive, R, left=left, adjoint=False,
-                                              steps=triangular_metal.LU_STEPS, fn=fn, gate=gate)
+                                              steps=triangular_metal.LU_STEPS, fn=fn, gate=gate,
+                                              kind=CORRECTION)
             launch(update, R, D, X, state, berr, anorm, bnorm,
                    _params(n, rows, cols, left, nb, step),
                    threads=[update_threads, nb], group_size=[update_threads, 1])

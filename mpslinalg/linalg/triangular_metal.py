@@ -9,7 +9,8 @@ BLOCKED_MIN_N rows on, the blocked solve replaces both: per diagonal block of BL
 to solve, on the shared simdgroup-matrix product over many threadgroups): 2 * ceil(n / BLOCK) - 1
 launches per triangular solve, whatever the batch. A *gate* (the iterative refinement's
 per-matrix status, `refine_metal`) makes the blocked kernels skip the batch elements whose word
-is non-zero, decided on the device; a gated solve is always the blocked one.
+is non-zero, decided on the device; a gated solve is the blocked one unless trsv is asked for
+(trsv also honours the gate; trsm does not).
 """
 
 from __future__ import annotations
@@ -51,27 +52,37 @@ def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _solve_left(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor:
-    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M; ``gate``: see
-    `_solve_left_blocked`."""
+def _solve_left(M, pivots, X, steps, fn: str, gate=None, kind=None) -> torch.Tensor:
+    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M. ``gate``: see
+    `_solve_left_blocked` (the blocked solve and trsv honour it). ``kind``: "blocked",
+    "trsv" or "trsm", or None for the rule of the module docstring (blocked with a gate)."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     if n == 0 or k == 0 or batch == 0:
         return X
-    if n >= BLOCKED_MIN_N or gate is not None:
+    if kind is None:
+        kind = "blocked" if n >= BLOCKED_MIN_N or gate is not None else (
+            "trsv" if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N else "trsm")
+    if kind == "blocked":
         return _solve_left_blocked(M, pivots, X, steps, fn, gate)
-    if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N:
+    words, stride = gate if gate is not None else (pivots, 0)
+    if kind == "trsv":
         kernel = _metal.kernel(_SOURCE, "trsv", X.dtype, X.device, fn=fn)
         group = min(TRSV_GROUP, _metal.ceil_div(n, SIMD_WIDTH) * SIMD_WIDTH)
         grid = {"threads": [group, k, batch], "group_size": [group, 1, 1]}
+        extra = (words,)
     else:
+        if gate is not None:
+            raise ValueError(f"mpslinalg.{fn}: internal error: trsm takes no gate")
         kernel = _metal.kernel(_SOURCE, "trsm", X.dtype, X.device, fn=fn)
         group = SIMD_WIDTH if k <= SIMD_WIDTH else SOLVE_GROUP
         grid = {"threads": [_metal.ceil_div(k, group) * group, batch], "group_size": [group, 1]}
+        extra = ()
     for lower, unit, trans, swaps in steps:
         params = metal_params.pack("linalg/triangular.h", "TriSolveParams", n=n, k=k,
-                                   lower=lower, unit=unit, trans=trans, swaps=swaps)
-        launch(kernel, M, pivots, X, params, **grid)
+                                   lower=lower, unit=unit, trans=trans, swaps=swaps,
+                                   gate_stride=stride)
+        launch(kernel, M, pivots, X, params, *extra, **grid)
     return X
 
 
@@ -110,16 +121,18 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
 
 
 def solve_packed(M: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool,
-                 adjoint: bool, steps: dict, fn: str, gate=None) -> torch.Tensor:
+                 adjoint: bool, steps: dict, fn: str, gate=None, kind=None) -> torch.Tensor:
     """X with op(A) X = B (``left``) or X op(A) = B, where A^-1 is the product of the triangular
     solves ``steps[False]`` with the packed matrix M and op(A) = A^H when ``adjoint``; M and
     pivots contiguous with B's batch shape. Returns a new contiguous X; B is not modified.
-    ``gate`` (see `_solve_left_blocked`): the batch elements it closes are left as B's copy."""
+    ``gate`` (see `_solve_left_blocked`): the batch elements it closes are left as B's copy;
+    ``kind``: see `_solve_left`."""
     if left:
         X = B.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
-        return _solve_left(M, pivots, X, steps[adjoint], fn, gate)
+        return _solve_left(M, pivots, X, steps[adjoint], fn, gate, kind)
     # X A = B <=> A^H X^H = B^H and X A^H = B <=> A X^H = B^H.
-    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn, gate))
+    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn, gate,
+                                    kind))
 
 
 def triangular_solve_metal(M: torch.Tensor, B: torch.Tensor, *, upper: bool, unit: bool = False,

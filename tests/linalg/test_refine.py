@@ -120,11 +120,12 @@ def test_residual_kernel(dtype, left, k):
     assert torch.equal(R[0], B[0].to(R.dtype))
 
 
+@pytest.mark.parametrize("kind", ["blocked", "trsv"])
 @pytest.mark.parametrize("left", [True, False])
-def test_gated_blocked_solve(left):
-    """The correction solve is the blocked one (trsm_diag + trsm_update) whatever n, and a
-    closed gate (a status word not ITERATING) leaves that batch element untouched on the
-    device while the others are solved."""
+def test_gated_correction_solve(left, kind):
+    """The correction solve's kernels (the blocked trsm_diag + trsm_update whatever n, or
+    trsv): a closed gate (a status word not ITERATING) leaves that batch element untouched on
+    the device while the others are solved."""
     from mpslinalg.linalg import lu_metal, triangular_metal
 
     n, k = 70, 3
@@ -136,13 +137,33 @@ def test_gated_blocked_solve(left):
     with count_launches() as launches:
         X = triangular_metal.solve_packed(LU, piv, B, left=left, adjoint=False,
                                           steps=triangular_metal.LU_STEPS, fn="t",
-                                          gate=(state, refine_metal.STATE_INTS))
+                                          gate=(state, refine_metal.STATE_INTS), kind=kind)
     blocks = -(-n // triangular_metal.BLOCK)
-    assert launches.names.count("trsm_diag_float32") == 2 * blocks
-    assert launches.names.count("trsm_update_float32") == 2 * (blocks - 1)
+    if kind == "blocked":
+        assert launches.names.count("trsm_diag_float32") == 2 * blocks
+        assert launches.names.count("trsm_update_float32") == 2 * (blocks - 1)
+    else:
+        assert launches.names.count("trsv_float32") == 2
     assert torch.equal(X[0], B[0])
     ref = torch.linalg.solve(A[1].double(), B[1].double(), left=left)
     assert ((X[1].double() - ref).abs().max() / ref.abs().max()) < 1e-5
+
+
+def test_trsv_correction_within_10x_of_lapack(monkeypatch):
+    """The same accuracy with the other correction kernels (refine_metal.CORRECTION)."""
+    monkeypatch.setattr(refine_metal, "CORRECTION", "trsv")
+    A = matrix_with_spread(N, 1e6, torch.complex128, batch=(2,), seed=6)
+    B = _rhs((2, N, 2), torch.complex128, seed=1)
+    with count_launches() as launches:
+        res = refine_metal.solve_refined(A, B)
+    assert launches.names.count("trsv_complex64") == 2 * refine_metal.MAX_STEPS
+    An, Bn = A.numpy(), B.numpy()
+    exact = _exact(An, Bn)
+    fwd, berr = _errors(An, Bn, res.X.numpy(), exact)
+    fwd_lapack, berr_lapack = _errors(An, Bn, scipy.linalg.solve(An, Bn), exact)
+    assert res.info.tolist() == [0, 0]
+    assert fwd <= 10 * fwd_lapack and berr <= 10 * berr_lapack, (fwd, fwd_lapack, berr,
+                                                                 berr_lapack)
 
 
 # ---------------------------------------------------------------- accuracy against LAPACK
