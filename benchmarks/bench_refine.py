@@ -8,7 +8,9 @@ On the CPU the Metal kernels run in the emulator (its times say nothing of a GPU
 here to show the accuracy and the step counts), against NumPy's and torch's float64 solve.
 On CUDA (``MPSLINALG_METAL_ON_CUDA=1`` is set here) the same Metal kernels run through the CUDA
 executor on the GPU: the refined float64 solve against the float32 Metal solve on the same GPU
-and against torch's float64 solve on the host CPU (all its threads). Those are NVIDIA figures,
+and against torch's float64 solve on the host CPU (all its threads). The refined solve runs
+twice, with each kind of correction kernels (``refine_metal.CORRECTION``: the blocked
+trsm_diag + trsm_update, the default, and trsv). Those are NVIDIA figures,
 through the CUDA executor, never Apple-GPU ones.
 
 Contenders are timed interleaved (one call of each per round, the device synchronised around
@@ -44,6 +46,7 @@ from mpslinalg.linalg import refine_metal  # noqa: E402
 from mpslinalg.testing import matrix_with_spread  # noqa: E402
 
 EXACT_MAX_N = 512  # the long-double reference costs O(n^3) long-double work
+TRSV = "refined float64 (metal, trsv correction)"
 
 
 def _sync(device: torch.device) -> None:
@@ -104,11 +107,19 @@ def run(n: int, cond: float, device: torch.device, reps: int,
         with metal():
             mpslinalg.solve_ex(Ad, bd)
 
+    def refined_trsv():  # the other correction kernels (refine_metal.CORRECTION)
+        kind, refine_metal.CORRECTION = refine_metal.CORRECTION, "trsv"
+        try:
+            refined()
+        finally:
+            refine_metal.CORRECTION = kind
+
     def float32():
         with metal():
             mpslinalg.solve_ex(A32, b32)
 
     contenders = {"refined float64 (metal)": (refined, device),
+                  TRSV: (refined_trsv, device),
                   "float32 solve (metal)": (float32, device),
                   "torch float64 solve, CPU": (lambda: torch.linalg.solve(A, b),
                                                torch.device("cpu"))}
@@ -120,13 +131,15 @@ def run(n: int, cond: float, device: torch.device, reps: int,
         med = statistics.median(t)
         lines.append(f"| {n} | time | {name} | {min(t) * 1e3:.4g} / {med * 1e3:.4g} / "
                      f"{max(t) * 1e3:.4g} ms | x{med / base:.3g} of refined |")
-    to_f32 = base / statistics.median(times["float32 solve (metal)"])
-    to_cpu = base / statistics.median(times["torch float64 solve, CPU"])
-    lines.append(f"| {n} | {cond:.0e} | targets: refined / float32 <= 2, refined / torch CPU "
-                 f"< 1 | {to_f32:.2f} ({'met' if to_f32 <= 2 else 'not met'}), "
-                 f"{to_cpu:.2f} ({'met' if to_cpu < 1 else 'not met'}) | |")
+    for name in ("refined float64 (metal)", TRSV):
+        mine = statistics.median(times[name])
+        to_f32 = mine / statistics.median(times["float32 solve (metal)"])
+        to_cpu = mine / statistics.median(times["torch float64 solve, CPU"])
+        lines.append(f"| {n} | {cond:.0e} | targets of {name}: / float32 <= 2, / torch CPU "
+                     f"< 1 | {to_f32:.2f} ({'met' if to_f32 <= 2 else 'not met'}), "
+                     f"{to_cpu:.2f} ({'met' if to_cpu < 1 else 'not met'}) | |")
     if profile is not None and device.type == "cuda":
-        for name in ("refined float64 (metal)", "float32 solve (metal)"):
+        for name in ("refined float64 (metal)", TRSV, "float32 solve (metal)"):
             per = _kernel_times(contenders[name][0])
             wall = statistics.median(times[name]) * 1e6
             total = sum(us for _, us in per.values())
