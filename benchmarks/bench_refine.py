@@ -8,11 +8,18 @@ On the CPU the Metal kernels run in the emulator (its times say nothing of a GPU
 here to show the accuracy and the step counts), against NumPy's and torch's float64 solve.
 On CUDA (``MPSLINALG_METAL_ON_CUDA=1`` is set here) the same Metal kernels run through the CUDA
 executor on the GPU: the refined float64 solve against the float32 Metal solve on the same GPU
-and against torch's float64 solve on the host CPU (all its threads). Those are NVIDIA figures,
+and against torch's float64 solve on the host CPU (all its threads). The refined solve runs
+twice, with each kind of correction kernels (``refine_metal.CORRECTION``: the blocked
+trsm_diag + trsm_update, the default, and trsv). Those are NVIDIA figures,
 through the CUDA executor, never Apple-GPU ones.
 
 Contenders are timed interleaved (one call of each per round, the device synchronised around
-each call) after a warm-up call; the table gives min / median / max over the rounds. Accuracy:
+each call) after a warm-up call; the table gives min / median / max over the rounds, and the
+issue's cost targets at each n (refined at most 2x the float32 Metal solve, faster than torch's
+float64 solve on the host CPU). On CUDA a second table gives the device time per call of each
+Metal kernel of the refined and the float32 solve (the executor's profiling mode, CUDA events
+around each launch, in separate calls after the timed rounds: it adds host time per launch),
+against the wall time: the difference is host time (launches, torch's own ops). Accuracy:
 the normwise forward error against a solution refined with long-double residuals (for n <= 512;
 above it, against LAPACK's solution, which then bounds nothing finer than LAPACK's own error)
 and the normwise backward error ||b - A x||max / (||A||inf ||x||max + ||b||max).
@@ -39,6 +46,7 @@ from mpslinalg.linalg import refine_metal  # noqa: E402
 from mpslinalg.testing import matrix_with_spread  # noqa: E402
 
 EXACT_MAX_N = 512  # the long-double reference costs O(n^3) long-double work
+TRSV = "refined float64 (metal, trsv correction)"
 
 
 def _sync(device: torch.device) -> None:
@@ -61,7 +69,21 @@ def _timed(contenders: dict, reps: int) -> dict[str, list[float]]:
     return times
 
 
-def run(n: int, cond: float, device: torch.device, reps: int) -> list[str]:
+def _kernel_times(fn, calls: int = 2) -> dict[str, tuple[float, float]]:
+    """Host name -> (launches, device microseconds) per call of each CUDA-executor kernel fn
+    launches (the executor's profiling mode)."""
+    from mpslinalg.emulator import cuda
+
+    fn()
+    torch.cuda.synchronize()
+    with cuda.profile() as prof:
+        for _ in range(calls):
+            fn()
+    return {name: (count / calls, us / calls) for name, (count, us) in prof.kernels().items()}
+
+
+def run(n: int, cond: float, device: torch.device, reps: int,
+        profile: list[str] | None = None) -> list[str]:
     A = matrix_with_spread(n, cond, torch.float64, seed=1)
     b = torch.randn(n, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     Ad, bd = A.to(device), b.to(device)
@@ -85,11 +107,19 @@ def run(n: int, cond: float, device: torch.device, reps: int) -> list[str]:
         with metal():
             mpslinalg.solve_ex(Ad, bd)
 
+    def refined_trsv():  # the other correction kernels (refine_metal.CORRECTION)
+        kind, refine_metal.CORRECTION = refine_metal.CORRECTION, "trsv"
+        try:
+            refined()
+        finally:
+            refine_metal.CORRECTION = kind
+
     def float32():
         with metal():
             mpslinalg.solve_ex(A32, b32)
 
     contenders = {"refined float64 (metal)": (refined, device),
+                  TRSV: (refined_trsv, device),
                   "float32 solve (metal)": (float32, device),
                   "torch float64 solve, CPU": (lambda: torch.linalg.solve(A, b),
                                                torch.device("cpu"))}
@@ -101,6 +131,24 @@ def run(n: int, cond: float, device: torch.device, reps: int) -> list[str]:
         med = statistics.median(t)
         lines.append(f"| {n} | time | {name} | {min(t) * 1e3:.4g} / {med * 1e3:.4g} / "
                      f"{max(t) * 1e3:.4g} ms | x{med / base:.3g} of refined |")
+    for name in ("refined float64 (metal)", TRSV):
+        mine = statistics.median(times[name])
+        to_f32 = mine / statistics.median(times["float32 solve (metal)"])
+        to_cpu = mine / statistics.median(times["torch float64 solve, CPU"])
+        lines.append(f"| {n} | {cond:.0e} | targets of {name}: / float32 <= 2, / torch CPU "
+                     f"< 1 | {to_f32:.2f} ({'met' if to_f32 <= 2 else 'not met'}), "
+                     f"{to_cpu:.2f} ({'met' if to_cpu < 1 else 'not met'}) | |")
+    if profile is not None and device.type == "cuda":
+        for name in ("refined float64 (metal)", TRSV, "float32 solve (metal)"):
+            per = _kernel_times(contenders[name][0])
+            wall = statistics.median(times[name]) * 1e6
+            total = sum(us for _, us in per.values())
+            profile.append(f"| {n} | {cond:.0e} | {name} | all Metal kernels | "
+                           f"{sum(c for c, _ in per.values()):.0f} | {total:.0f} "
+                           f"(wall {wall:.0f}) |")
+            for kernel, (count, us) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+                profile.append(f"| {n} | {cond:.0e} | {name} | {kernel} | {count:.0f} | "
+                               f"{us:.0f} |")
     return lines
 
 
@@ -120,9 +168,15 @@ def main() -> None:
              f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads",
              "", "| n | cond / time | contender | forward error / min/median/max | "
              "backward error / ratio |", "|---|---|---|---|---|"]
+    profile = [] if device.type == "cuda" else None
     for n in sizes:
         for cond in args.cond:
-            lines += run(n, cond, device, args.reps)
+            lines += run(n, cond, device, args.reps, profile)
+    if profile:
+        lines += ["", "Device time per call of each Metal kernel (the CUDA executor's profiling "
+                  "mode; wall: the median of the timed rounds), microseconds:", "",
+                  "| n | cond | solve | kernel | launches | device us |",
+                  "|---|---|---|---|---|---|", *profile]
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -7,8 +7,10 @@
 //   (LU of A's p0 by the LU kernels; X = 0), then a fixed number of steps, each
 //   refine_residual  R = B - A X with A and B exact (three pieces), X a three-float value, every
 //                    product exact (two_prod) and summed into a three-float accumulator;
-//                    rounded to float for the correction solve;
-//   (D = LU^-1 R by the triangular kernels)
+//                    rounded to float for the correction solve; a simdgroup per row of R,
+//                    its lanes splitting the row of A (coalesced) and the right-hand sides;
+//   (D = LU^-1 R by the blocked triangular kernels, gated by the status: a matrix that
+//    stopped costs them a launch and no work)
 //   refine_update    per matrix: the normwise backward error of the current X, the decision
 //                    (go on, converged, failed) and X += D.
 // Why three pieces and three floats: a double-float A is A rounded at 2^-49, a perturbation
@@ -22,7 +24,8 @@
 // ||X||max + ||B||max) or the correction ||D||max still halves and is above float64's unit
 // roundoff (relative to ||X||max for D); the result is accepted when berr <= sqrt(n) * 2^-53
 // (the test of LAPACK's dsgesv, Langou et al. 2006), else the matrix is reported as failed. A matrix whose
-// input holds NaN or Inf takes one step (NaN in, NaN out) and is not reported.
+// input holds NaN or Inf takes two steps (the second residual, the first to read A, carries the
+// NaN / Inf into X: NaN in, NaN out) and is not reported.
 #pragma once
 
 #include "../common/defines.h"
@@ -63,9 +66,10 @@ struct RefineParams {
   long left;       // 1: A X = B; 0: X A = B
   long a_plane;    // elements per piece plane of A (batch * n * n)
   long b_plane;    // elements per piece plane of B and X (batch * rows * cols)
-  long step;       // the step this launch is (0-based)
+  long step;       // the step this launch is (0-based; at step 0, X is zero)
   long max_steps;  // steps the host launches
   float tol;       // the accepted backward error, sqrt(n) * 2^-53
+  long tile_cols;  // refine_residual: columns per simdgroup, a power of two dividing kSimdWidth
 };
 
 // ---- the three-float accumulator for real and complex elements ----
@@ -100,6 +104,24 @@ inline void acc_sub_prod(thread tcomplex& acc, float2 a, float2 x) {
   acc_sub_prod(acc.re, -a.y, x.y);
   acc_sub_prod(acc.im, a.x, x.y);
   acc_sub_prod(acc.im, a.y, x.x);
+}
+
+// acc += o (another lane's partial sum), term by term.
+inline void acc_add_acc(thread tfloat& acc, tfloat o) {
+  acc = tf_add_f(tf_add_f(tf_add_f(acc, o.s0), o.s1), o.s2);
+}
+inline void acc_add_acc(thread tcomplex& acc, tcomplex o) {
+  acc_add_acc(acc.re, o.re);
+  acc_add_acc(acc.im, o.im);
+}
+
+// The accumulator of the lane d above this one.
+inline tfloat acc_shuffle_down(tfloat t, ushort d) {
+  return tfloat{metal::simd_shuffle_down(t.s0, d), metal::simd_shuffle_down(t.s1, d),
+                metal::simd_shuffle_down(t.s2, d)};
+}
+inline tcomplex acc_shuffle_down(tcomplex t, ushort d) {
+  return tcomplex{acc_shuffle_down(t.re, d), acc_shuffle_down(t.im, d)};
 }
 
 inline void acc_renormalize(thread tfloat& acc) { acc = tf_renormalize(acc); }
@@ -151,9 +173,22 @@ template <typename T>
   }
 }
 
-// R = B - A X (left) or B - X A for each entry of R (rows x cols); a, b: 3 piece planes, x: 3
-// planes of the three-float X. Matrices whose refinement ended get R = 0.
-// Grid: (cols, rows, batch).
+// R = B - A X (left) or B - X A; a, b: 3 piece planes, x: 3 planes of the three-float X.
+// Written as one product whatever the side: R^ = B^ - op(A) X^, m x k of depth n, with
+// R^ = R, X^ = X, op(A) = A for the left side and R^ = R^T, X^ = X^T, op(A) = A^T for the right
+// (m = n, k = the other dimension of R; transposes are index maps, no copies).
+// A simdgroup computes one row i of R^ against p_.tile_cols columns:
+// lane l takes column j0 + l % tile_cols and every (32 / tile_cols)-th term of the depth from
+// l / tile_cols on, so with one right-hand side the 32 lanes read 32 consecutive entries of A's
+// row (coalesced) and with 32 or more each lane walks the depth for its own column (A's entry
+// broadcast, X's row coalesced); for the right side op(A) = A^T, so the lanes read along a
+// column of A, strided (correct, slower). The lanes' three-float partial sums are added by
+// shuffles (lanes below tile_cols end with the totals), then B's pieces; the sum is rounded
+// to float for the correction solve. Matrices whose refinement ended are skipped (R is then
+// not read by anyone). At step 0, X is zero (the host starts from zeros): R = B rounded,
+// without the product (for inv, n right-hand sides, the product is the costly part).
+// Grid: (kSimdWidth * column tiles, rows of R^ rounded up to the group height, batch);
+// groups (kSimdWidth, simdgroups), one simdgroup per row.
 template <typename T>
 [[kernel]] void refine_residual(
     device const T* a [[buffer(0)]],
@@ -162,32 +197,35 @@ template <typename T>
     device T* r [[buffer(3)]],
     device const int* state [[buffer(4)]],
     constant mpsl::RefineParams& p_ [[buffer(5)]],
-    uint3 gid [[thread_position_in_grid]]) {
+    uint3 gid [[thread_position_in_grid]],
+    uint3 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]]) {
   using namespace mpsl;
-  const long j = long(gid.x), i = long(gid.y), batch = long(gid.z);
-  const long n = p_.n, rows = p_.rows, cols = p_.cols;
-  if (j >= cols || i >= rows) {
+  const long n = p_.n, rows = p_.rows, cols = p_.cols, tile = p_.tile_cols;
+  const bool left = p_.left != 0;
+  const long m = left ? rows : cols, k = left ? cols : rows;
+  const long i = long(gid.y), batch = long(gid.z);
+  // Uniform over the simdgroup (one row, one batch element): no lane is left in a shuffle.
+  if (i >= m || state[batch * kRefineStateInts] != kRefineIterating) {
     return;
   }
-  const long at = batch * rows * cols + i * cols + j;
-  if (state[batch * kRefineStateInts] != kRefineIterating) {
-    r[at] = zero<T>();
-    return;
-  }
+  const long slices = kSimdWidth / tile;
+  const long j = long(group.x) * tile + long(lane) % tile, slice = long(lane) / tile;
+  const bool active = j < k;
+  // (row, column) of X^ and R^ -> index in the row-major rows x cols X and R.
+  const long hat_row = left ? cols : 1, hat_col = left ? 1 : cols;
+  // op(A)[i][q] -> index in A.
+  const long a_row = left ? n : 1, a_col = left ? 1 : n;
   const long ap = p_.a_plane, bp = p_.b_plane;
-  device const T* A = a + batch * n * n;
-  device const T* X = x + batch * rows * cols;
-  // Row i of A against column j of X, or row i of X against column j of A.
-  const long a0 = p_.left ? i * n : j, a_step = p_.left ? 1 : n;
-  const long x0 = p_.left ? j : i * cols, x_step = p_.left ? cols : 1;
+  device const T* A = a + batch * n * n + i * a_row;
+  device const T* X = x + batch * rows * cols + (active ? j : 0) * hat_col;
 
+  // Step 0 starts from X = 0 (the host's zeros): R = B, no product to form.
+  const long depth = p_.step == 0 ? 0 : n;
   typename Accum<T>::type acc;
   acc_init(acc);
-  acc_add(acc, b[at]);
-  acc_add(acc, b[bp + at]);
-  acc_add(acc, b[2 * bp + at]);
-  for (long q = 0; q < n; ++q) {
-    const long ai = a0 + q * a_step, xi = x0 + q * x_step;
+  for (long q = slice; active && q < depth; q += slices) {
+    const long ai = q * a_col, xi = q * hat_row;
     const T A0 = A[ai], A1 = A[ap + ai], A2 = A[2 * ap + ai];
     const T X0 = X[xi], X1 = X[bp + xi], X2 = X[2 * bp + xi];
     // The products above 2^-72 of the leading one; the order keeps the large ones first.
@@ -199,6 +237,18 @@ template <typename T>
     acc_sub_prod(acc, A2, X0);
     acc_renormalize(acc);
   }
+  for (long d = kSimdWidth / 2; d >= tile; d /= 2) {
+    acc_add_acc(acc, acc_shuffle_down(acc, ushort(d)));
+    acc_renormalize(acc);
+  }
+  if (slice != 0 || !active) {
+    return;
+  }
+  const long at = batch * rows * cols + i * hat_row + j * hat_col;
+  acc_add(acc, b[at]);
+  acc_add(acc, b[bp + at]);
+  acc_add(acc, b[2 * bp + at]);
+  acc_renormalize(acc);
   r[at] = acc_value(acc);
 }
 
@@ -261,7 +311,8 @@ template <typename T>
   int status = kRefineIterating;
   bool apply = true;
   if (!finite_input) {
-    status = kRefineNonfinite;  // one step: NaN in, NaN out
+    // Step 0's residual (X = 0) does not read A; step 1's carries A's NaN / Inf into X.
+    status = p_.step == 0 ? kRefineIterating : kRefineNonfinite;
   } else if (!metal::isfinite(be) || !metal::isfinite(dmax)) {
     status = kRefineFailed;  // diverged (or a zero pivot: info says so first)
     apply = false;

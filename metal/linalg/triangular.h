@@ -32,6 +32,7 @@ struct TriSolveParams {
   long unit;    // 1: unit diagonal, not read
   long trans;   // 1: the conjugate transpose of the stored triangle
   long swaps;   // 1: P^T B before the solve; 2: P X after it; 0: no interchanges
+  long gate_stride;  // trsv: the gate of TriBlockParams (0: none); trsm: not read
 };
 
 // Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams (lower
@@ -42,11 +43,16 @@ struct TriSolveParams {
 //   right = 1: X M = B, X k x n, right-hand side c the row X[c, :] (x M = b is M^T x^T = b^T:
 //              forward substitution when M is upper); swaps must be 0.
 // X[i][j] is b[batch * x_batch + x_offset + i * ldx + j].
+// The gate: with gate_stride > 0, batch element b is left untouched when gate[b * gate_stride]
+// != 0 (the iterative refinement's per-matrix status, non-zero once that matrix stopped: its
+// later correction solves cost a launch and no work); gate_stride = 0: no gate, the buffer is
+// not read.
 struct TriBlockParams {
   long n, k, lower, unit, trans, swaps;
   long i0;
   long right;
   long ldx, x_offset, x_batch;
+  long gate_stride;
 };
 
 // Rows per diagonal block of the solve; a block of the triangle is staged as a square tile. The
@@ -196,6 +202,7 @@ template <typename T>
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
     constant mpsl::TriSolveParams& params [[buffer(3)]],
+    device const int* gate [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
@@ -207,6 +214,9 @@ template <typename T>
   threadgroup T partial[kTriBlock * kTriBlock];  // [simdgroup][row of the block]
 
   const long batch = long(group.z);
+  if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
+    return;  // the whole group (one batch element per group)
+  }
   device const T* L = lu + batch * n * n;
   device const int* piv = pivots + batch * n;
   device T* x = b + batch * n * k + long(group.y);
@@ -310,6 +320,7 @@ template <typename T>
     device const int* pivots [[buffer(1)]],
     device T* b [[buffer(2)]],
     constant mpsl::TriBlockParams& params [[buffer(3)]],
+    device const int* gate [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
@@ -326,6 +337,9 @@ template <typename T>
   threadgroup T ms[kTriBlock * kTriPadded];
 
   const long batch = long(group.y);
+  if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
+    return;  // the same for the whole group (one batch element per group)
+  }
   device const T* L = lu + batch * n * n;
   device const int* piv = pivots + batch * n;
   const long col = long(group.x) * long(nsg) + long(sg);
@@ -387,11 +401,15 @@ template <typename T>
     device const T* lu [[buffer(0)]],
     device T* b [[buffer(1)]],
     constant mpsl::TriBlockParams& params [[buffer(2)]],
+    device const int* gate [[buffer(3)]],
     uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = params.n, k = params.k, i0 = params.i0, ldx = params.ldx;
+  if (params.gate_stride != 0 && gate[long(group.z) * params.gate_stride] != 0) {
+    return;  // the whole group: gemm_tile's barriers are never reached
+  }
   threadgroup float scratch[kGemmScratchFloats];
   const bool right = params.right != 0;
   const long bs = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);

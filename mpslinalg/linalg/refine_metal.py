@@ -6,13 +6,16 @@ Metal has no float64. A float64 / complex128 ``A`` and ``B`` reach the kernels a
 float32 pieces whose sum is that float64 exactly, scaled by a power of two per matrix (so
 1e-30 or 1e+30 matrices neither under- nor overflow in float32), the existing LU kernels
 factor the leading piece (`lu_metal.lu_factor_metal`: a faster LU speeds this up too), and a
-fixed number of steps follows, each three launches of ours and two of the triangular solves:
-``refine_residual`` (R = B - A X, exact products summed in a three-float accumulator),
-`lu_metal.lu_solve_metal` (D = LU^-1 R) and ``refine_update`` (backward error, decision,
-X += D with X a three-float value). The steps are a fixed count, `MAX_STEPS`, so that nothing
-waits for the device; each matrix stops on the device by itself (the rule of LAPACK's dgerfs:
-while the backward error halves), after which its residual and update launches do nothing (the
-triangular solves still run, on a zero residual).
+fixed number of steps follows, each three launches of ours and the blocked triangular solves:
+``refine_residual`` (R = B - A X, exact products summed in a three-float accumulator; a
+simdgroup per row of R, its lanes along A's row and the right-hand sides), the correction
+D = LU^-1 R by `triangular_metal`'s blocked solve (trsm_diag + trsm_update per 32-row block,
+whatever n; or trsv, see `CORRECTION`) and ``refine_update`` (backward error, decision,
+X += D with X a three-float value). The steps are a fixed count, `MAX_STEPS`, so that
+nothing waits for the device; each matrix stops on the device by itself (the rule of LAPACK's
+dgerfs: while the backward error halves), after which every later launch of its steps returns
+at once: the residual and the update read its status, and the status word is the triangular
+solves' gate. A stopped matrix costs launches, not work.
 
 The float64 result is assembled where the input lives: the three float32 pieces of X are moved
 there and summed in float64 (two additions and a power-of-two scaling per entry: the one place
@@ -36,10 +39,11 @@ import torch
 
 from .._core import checks, metal_params
 from .._core import metal as _metal
+from .._core.copy import contiguous
 from .._core.errors import UNREFINED_INFO
 from .._core.metal import launch
 from .._core.platform import mps_unavailable_reasons
-from . import lu_metal
+from . import lu_metal, triangular_metal
 
 _SOURCE = "linalg/refine.metal"
 _HEADER = "linalg/refine.h"
@@ -47,6 +51,11 @@ _HEADER = "linalg/refine.h"
 #: Refinement steps launched per call (each matrix stops earlier on the device: typically 3
 #: steps at cond 1e2 and 6 at 1e6, see docs/float64.rst).
 MAX_STEPS = 12
+#: The kernels of the correction solve D = LU^-1 R, both gated by each matrix's status:
+#: "blocked" (trsm_diag + trsm_update per 32-row block, many threadgroups: 2 ceil(n / 32) - 1
+#: launches per triangular solve) or "trsv" (a threadgroup per right-hand side, one launch per
+#: triangular solve: less parallel, far fewer launches; benchmarks/bench_refine.py times both).
+CORRECTION = "blocked"
 #: The dtypes the metal backend refines, with the float32 dtype they compute in.
 REFINED_DTYPES = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 #: Float64's unit roundoff; the accepted backward error is sqrt(n) times it (dsgesv's test).
@@ -59,8 +68,7 @@ ITERATING, CONVERGED, FAILED, NONFINITE = 0, 1, 2, 3  # kRefine{Iterating,...,No
 
 # Launch geometry (host-side only).
 UPDATE_THREADS = 256  # refine_update: one threadgroup per matrix
-RESIDUAL_THREADS = 256  # refine_residual: threads of a group, at most RESIDUAL_COLS columns
-RESIDUAL_COLS = 32
+RESIDUAL_ROWS = 8  # refine_residual: simdgroups (rows of R) per threadgroup
 SPLIT_GROUP = 256
 
 #: The exponent field of a float64's high 32-bit word.
@@ -75,6 +83,16 @@ class Refined(NamedTuple):
     info: torch.Tensor
     steps: torch.Tensor
     berr: torch.Tensor
+
+
+def residual_tile_cols(k: int) -> int:
+    """refine_residual's right-hand sides per simdgroup for ``k`` of them: the power of two
+    at least k, at most the SIMD width; the lanes left over split the depth (all 32 of them
+    along A's row for one right-hand side)."""
+    tile = 1
+    while tile < min(k, _metal.SIMD_WIDTH):
+        tile *= 2
+    return tile
 
 
 def refined(dtype: torch.dtype) -> bool:
@@ -116,7 +134,9 @@ def split(x: torch.Tensor, work: torch.device, fn: str) -> tuple[torch.Tensor, t
     real = _real_view(x).contiguous()
     per_matrix = rows * cols * (2 if x.is_complex() else 1)
     count = real.numel()
-    bits = real.view(torch.int32).reshape(-1).to(work)
+    # flattened first: a contiguous tensor may carry any stride on a dimension of size 1
+    # (torch.linalg.solve's (n, 1) results do), which a dtype view refuses
+    bits = real.reshape(-1).view(torch.int32).to(work)
     nmat = math.prod(batch)
     hi = bits.view(-1, 2)[:, 1]
     if count and per_matrix:
@@ -154,6 +174,38 @@ def _reduce_to(flags: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return flags
 
 
+def _params(n: int, rows: int, cols: int, left: bool, nb: int, step: int) -> list[int]:
+    """RefineParams of step ``step`` for ``nb`` matrices of order n, right-hand sides rows x
+    cols."""
+    k = cols if left else rows
+    return metal_params.pack(
+        _HEADER, "RefineParams", n=n, rows=rows, cols=cols, left=int(left), a_plane=nb * n * n,
+        b_plane=nb * rows * cols, step=step, max_steps=MAX_STEPS, tol=math.sqrt(n) * EPS64,
+        tile_cols=residual_tile_cols(k))
+
+
+def residual(Ap: torch.Tensor, Bp: torch.Tensor, Xp: torch.Tensor, state: torch.Tensor,
+             R: torch.Tensor, *, left: bool, step: int, fn: str = "solve") -> torch.Tensor:
+    """``refine_residual``: R = B - A X (``left``) or B - X A into R (*, rows, cols), for the
+    matrices whose status in ``state`` (nb, STATE_INTS) is `ITERATING` (the others' R is left
+    as it is). Ap (3, *, n, n), Bp and Xp (3, *, rows, cols): contiguous pieces on one
+    device, batches equal. At ``step`` 0 the kernel takes X as zero (R = B, no product).
+    Returns R."""
+    n = Ap.shape[-1]
+    rows, cols = R.shape[-2:]
+    nb = math.prod(R.shape[:-2])
+    m, k = (rows, cols) if left else (cols, rows)  # R^ = B^ - op(A) X^ is m x k
+    if not (nb and m and k):
+        return R
+    kernel = _metal.kernel(_SOURCE, "refine_residual", R.dtype, R.device, fn=fn)
+    group = [_metal.SIMD_WIDTH, min(RESIDUAL_ROWS, m), 1]
+    threads = [_metal.ceil_div(k, residual_tile_cols(k)) * _metal.SIMD_WIDTH,
+               _metal.ceil_div(m, group[1]) * group[1], nb]
+    launch(kernel, Ap, Bp, Xp, R, state, _params(n, rows, cols, left, nb, step),
+           threads=threads, group_size=group)
+    return R
+
+
 def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
                   fn: str = "solve") -> Refined:
     """A X = B (``left``) or X A = B for float64 / complex128 ``A`` (*, n, n) and ``B``
@@ -183,24 +235,21 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
         bnorm = Bp[0].abs().reshape(nb, rows * cols).amax(-1)
 
     if nb and rows * cols and n:
-        residual = _metal.kernel(_SOURCE, "refine_residual", compute, work, fn=fn)
         update = _metal.kernel(_SOURCE, "refine_update", compute, work, fn=fn)
-        gx = min(RESIDUAL_COLS, cols)  # one right-hand side: a group of rows alone
-        group = [gx, min(rows, RESIDUAL_THREADS // gx), 1]
-        threads = [_metal.ceil_div(cols, group[0]) * group[0],
-                   _metal.ceil_div(rows, group[1]) * group[1], nb]
         update_threads = min(UPDATE_THREADS,
                              _metal.ceil_div(rows * cols, _metal.SIMD_WIDTH) * _metal.SIMD_WIDTH)
-        tol = math.sqrt(n) * EPS64
+        # the LU's factors and pivots per broadcast batch element, once for every step
+        LUe = contiguous(LU.expand(*batch, n, n), fn)
+        pive = contiguous(pivots.expand(*batch, n), fn)
+        gate = (state, STATE_INTS)  # status word per matrix: non-zero once it stopped
+        R = torch.zeros((*batch, rows, cols), dtype=compute, device=work)
         for step in range(MAX_STEPS):
-            params = metal_params.pack(
-                _HEADER, "RefineParams", n=n, rows=rows, cols=cols, left=int(left),
-                a_plane=nb * n * n, b_plane=nb * rows * cols, step=step, max_steps=MAX_STEPS,
-                tol=tol)
-            R = torch.empty((*batch, rows, cols), dtype=compute, device=work)
-            launch(residual, Ae, Bp, X, R, state, params, threads=threads, group_size=group)
-            D = lu_metal.lu_solve_metal(LU, pivots, R, left=left, fn=fn)
-            launch(update, R, D, X, state, berr, anorm, bnorm, params,
+            residual(Ae, Bp, X, state, R, left=left, step=step, fn=fn)
+            D = triangular_metal.solve_packed(LUe, pive, R, left=left, adjoint=False,
+                                              steps=triangular_metal.LU_STEPS, fn=fn, gate=gate,
+                                              kind=CORRECTION)
+            launch(update, R, D, X, state, berr, anorm, bnorm,
+                   _params(n, rows, cols, left, nb, step),
                    threads=[update_threads, nb], group_size=[update_threads, 1])
 
     home = A.device

@@ -7,11 +7,15 @@ of them on large matrices. Both take their flags as one ``TriSolveParams`` struc
 BLOCKED_MIN_N rows on, the blocked solve replaces both: per diagonal block of BLOCK rows,
 ``trsm_diag`` (the block's rows, a thread per right-hand side) and ``trsm_update`` (the rows still
 to solve, on the shared simdgroup-matrix product over many threadgroups): 2 * ceil(n / BLOCK) - 1
-launches per triangular solve, whatever the batch.
+launches per triangular solve, whatever the batch. A *gate* (the iterative refinement's
+per-matrix status, `refine_metal`) makes the blocked kernels skip the batch elements whose word
+is non-zero, decided on the device; a gated solve is the blocked one unless trsv is asked for
+(trsv also honours the gate; trsm does not).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -48,37 +52,60 @@ def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _solve_left(M, pivots, X, steps, fn: str) -> torch.Tensor:
-    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M."""
+def _solve_left(M, pivots, X, steps, fn: str, gate=None, kind=None) -> torch.Tensor:
+    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M. ``gate``: see
+    `_solve_left_blocked` (the blocked solve and trsv honour it). ``kind``: "blocked",
+    "trsv" or "trsm", or None for the rule of the module docstring (blocked with a gate)."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     if n == 0 or k == 0 or batch == 0:
         return X
-    if n >= BLOCKED_MIN_N:
-        return _solve_left_blocked(M, pivots, X, steps, fn)
-    if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N:
+    if kind is None:
+        kind = "blocked" if n >= BLOCKED_MIN_N or gate is not None else (
+            "trsv" if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N else "trsm")
+    if kind == "blocked":
+        return _solve_left_blocked(M, pivots, X, steps, fn, gate)
+    words, stride = gate if gate is not None else (pivots, 0)
+    if kind == "trsv":
         kernel = _metal.kernel(_SOURCE, "trsv", X.dtype, X.device, fn=fn)
         group = min(TRSV_GROUP, _metal.ceil_div(n, SIMD_WIDTH) * SIMD_WIDTH)
         grid = {"threads": [group, k, batch], "group_size": [group, 1, 1]}
+        extra = (words,)
     else:
+        if gate is not None:
+            raise ValueError(f"mpslinalg.{fn}: internal error: trsm takes no gate")
         kernel = _metal.kernel(_SOURCE, "trsm", X.dtype, X.device, fn=fn)
         group = SIMD_WIDTH if k <= SIMD_WIDTH else SOLVE_GROUP
         grid = {"threads": [_metal.ceil_div(k, group) * group, batch], "group_size": [group, 1]}
+        extra = ()
     for lower, unit, trans, swaps in steps:
         params = metal_params.pack("linalg/triangular.h", "TriSolveParams", n=n, k=k,
-                                   lower=lower, unit=unit, trans=trans, swaps=swaps)
-        launch(kernel, M, pivots, X, params, **grid)
+                                   lower=lower, unit=unit, trans=trans, swaps=swaps,
+                                   gate_stride=stride)
+        launch(kernel, M, pivots, X, params, *extra, **grid)
     return X
 
 
 def block_params(n: int, k: int, *, lower: int, unit: int, trans: int, swaps: int, i0: int,
-                 right: int = 0, ldx: int, x_offset: int = 0, x_batch: int) -> list[int]:
+                 right: int = 0, ldx: int, x_offset: int = 0, x_batch: int,
+                 gate_stride: int = 0) -> list[int]:
     """The packed TriBlockParams of trsm_diag / trsm_update (metal/linalg/triangular.h): one
     step, at the diagonal block of row ``i0``, of M X = B (``right``: X M = B) with X[i][j] at
-    ``x_offset + i * ldx + j`` of each batch element's ``x_batch`` entries."""
-    return metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k, lower=lower,
-                             unit=unit, trans=trans, swaps=swaps, i0=i0, right=right, ldx=ldx,
-                             x_offset=x_offset, x_batch=x_batch)
+    ``x_offset + i * ldx + j`` of each batch element's ``x_batch`` entries; ``gate_stride``: see
+    `_solve_left_blocked`."""
+    return list(_block_params(n, k, lower, unit, trans, swaps, i0, right, ldx, x_offset, x_batch,
+                              gate_stride))
+
+
+@functools.lru_cache(maxsize=4096)
+def _block_params(n, k, lower, unit, trans, swaps, i0, right, ldx, x_offset, x_batch,
+                  gate_stride) -> tuple[int, ...]:
+    # Packed once per shape: a solve at n = 4096 takes 510 of them, and the iterative
+    # refinement repeats the solve at every step.
+    return tuple(metal_params.pack("linalg/triangular.h", "TriBlockParams", n=n, k=k,
+                                   lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
+                                   right=right, ldx=ldx, x_offset=x_offset, x_batch=x_batch,
+                                   gate_stride=gate_stride))
 
 
 def diag_grid(k: int, batch: int) -> dict:
@@ -88,22 +115,26 @@ def diag_grid(k: int, batch: int) -> dict:
             "group_size": [group, 1]}
 
 
-def _solve_left_blocked(M, pivots, X, steps, fn: str) -> torch.Tensor:
-    """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block."""
+def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor:
+    """`_solve_left` by diagonal blocks: trsm_diag then trsm_update per block. ``gate``: None,
+    or (an int32 tensor, a stride): batch element b is skipped where ``gate[b * stride]`` is
+    non-zero (read on the device at each launch)."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     diag = _metal.kernel(_SOURCE, "trsm_diag", X.dtype, X.device, fn=fn)
     update = _metal.kernel(_SOURCE, "trsm_update", X.dtype, X.device, fn=fn)
+    # without a gate the buffer is not read: any int32 tensor binds it
+    words, stride = gate if gate is not None else (pivots, 0)
     nblk = _metal.ceil_div(n, BLOCK)
     for lower, unit, trans, swaps in steps:
         for s in range(nblk):
             i0 = (s if lower else nblk - 1 - s) * BLOCK
             params = block_params(n, k, lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
-                                  ldx=k, x_batch=n * k)
-            launch(diag, M, pivots, X, params, **diag_grid(k, batch))
+                                  ldx=k, x_batch=n * k, gate_stride=stride)
+            launch(diag, M, pivots, X, params, words, **diag_grid(k, batch))
             rows = n - min(n, i0 + BLOCK) if lower else i0
             if rows > 0:
-                launch(update, M, X, params, **gemm_metal.gemm_grid(rows, k, batch))
+                launch(update, M, X, params, words, **gemm_metal.gemm_grid(rows, k, batch))
     return X
 
 
@@ -128,22 +159,25 @@ def inverse_lower(M: torch.Tensor, *, trans: int, fn: str) -> torch.Tensor:
         cols = min(n, i0 + BLOCK)
         params = block_params(n, cols, lower=1, unit=0, trans=trans, swaps=0, i0=i0, ldx=n,
                               x_batch=n * n)
-        launch(diag, M, no_swaps, X, params, **diag_grid(cols, batch))
+        launch(diag, M, no_swaps, X, params, no_swaps, **diag_grid(cols, batch))
         if cols < n:
-            launch(update, M, X, params, **gemm_metal.gemm_grid(n - cols, cols, batch))
+            launch(update, M, X, params, no_swaps, **gemm_metal.gemm_grid(n - cols, cols, batch))
     return X
 
 
 def solve_packed(M: torch.Tensor, pivots: torch.Tensor, B: torch.Tensor, *, left: bool,
-                 adjoint: bool, steps: dict, fn: str) -> torch.Tensor:
+                 adjoint: bool, steps: dict, fn: str, gate=None, kind=None) -> torch.Tensor:
     """X with op(A) X = B (``left``) or X op(A) = B, where A^-1 is the product of the triangular
     solves ``steps[False]`` with the packed matrix M and op(A) = A^H when ``adjoint``; M and
-    pivots contiguous with B's batch shape. Returns a new contiguous X; B is not modified."""
+    pivots contiguous with B's batch shape. Returns a new contiguous X; B is not modified.
+    ``gate`` (see `_solve_left_blocked`): the batch elements it closes are left as B's copy;
+    ``kind``: see `_solve_left`."""
     if left:
         X = B.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
-        return _solve_left(M, pivots, X, steps[adjoint], fn)
+        return _solve_left(M, pivots, X, steps[adjoint], fn, gate, kind)
     # X A = B <=> A^H X^H = B^H and X A^H = B <=> A X^H = B^H.
-    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn))
+    return adjoint_copy(_solve_left(M, pivots, adjoint_copy(B), steps[not adjoint], fn, gate,
+                                    kind))
 
 
 def triangular_solve_metal(M: torch.Tensor, B: torch.Tensor, *, upper: bool, unit: bool = False,

@@ -21,6 +21,7 @@ from mpslinalg.linalg import refine_metal
 from mpslinalg.testing import count_host_syncs, count_launches, matrix_with_spread
 
 N = 24
+REFINED32 = refine_metal.REFINED_DTYPES
 
 
 def _home(backend, x: torch.Tensor) -> torch.Tensor:
@@ -67,6 +68,102 @@ def test_header_constants_mirrored():
     assert (refine_metal.ITERATING, refine_metal.CONVERGED, refine_metal.FAILED,
             refine_metal.NONFINITE) == tuple(value(f"kRefine{s}") for s in
                                              ("Iterating", "Converged", "Failed", "Nonfinite"))
+
+
+# ---------------------------------------------------------------- the kernels of a step
+
+def _pieces(x: torch.Tensor) -> torch.Tensor:
+    """float64 / complex128 x as three float32 / complex64 pieces summing to it exactly (no
+    scaling, unlike refine_split: each remainder is exact in float64)."""
+    out = []
+    for _ in range(3):
+        p = x.to(REFINED32[x.dtype])
+        out.append(p)
+        x = x - p.to(x.dtype)
+    assert not x.any()
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("k", [1, 3, 40])
+def test_residual_kernel(dtype, left, k):
+    """refine_residual against the exact residual, rounded to float32, near a solution (the
+    sum cancels to about 1e-7 of its terms): within an ulp of float32, for every lane split
+    (k = 1: the 32 lanes along A's row; 3: four columns of eight slices; 40: a lane per
+    column, a partial tile), n past one simdgroup's stride, both sides; a matrix whose status
+    is not ITERATING keeps its R."""
+    n = 70
+    A = matrix_with_spread(n, 1e3, dtype, batch=(2,), seed=11)
+    shape = (2, n, k) if left else (2, k, n)
+    B = _rhs(shape, dtype, seed=12)
+    X = torch.linalg.solve(A, B, left=left).to(REFINED32[dtype]).to(dtype)  # float32-accurate
+    Ap, Bp, Xp = (_pieces(t) for t in (A, B, X))
+    state = torch.tensor([[refine_metal.ITERATING, 0], [refine_metal.CONVERGED, 0]],
+                         dtype=torch.int32)
+    R = torch.full(shape, 7.0, dtype=REFINED32[dtype])
+    refine_metal.residual(Ap, Bp, Xp, state, R, left=left, step=1)
+    wide = np.clongdouble if dtype.is_complex else np.longdouble
+
+    def exact(pieces):  # the pieces' sum in long double: the float64 exactly
+        return sum(p.numpy().astype(wide) for p in pieces)
+
+    An, Bn, Xn = exact(Ap), exact(Bp), exact(Xp)
+    Rn = Bn - (An @ Xn if left else Xn @ An)
+    got = R.numpy()[0].astype(wide)
+    ref = Rn[0].astype(R.numpy().dtype).astype(wide)
+    assert np.abs(ref).max() < 1e-5 * np.abs(Bn[0]).max()  # the sum did cancel
+    assert (np.abs(got - ref) <= 2.0 ** -23 * np.abs(Rn[0])).all(), np.abs(got - ref).max()
+    assert (R[1] == 7.0).all()
+    # step 0 starts from X = 0: R is B rounded, whatever Xp holds
+    refine_metal.residual(Ap, Bp, Xp, state, R, left=left, step=0)
+    assert torch.equal(R[0], B[0].to(R.dtype))
+
+
+@pytest.mark.parametrize("kind", ["blocked", "trsv"])
+@pytest.mark.parametrize("left", [True, False])
+def test_gated_correction_solve(left, kind):
+    """The correction solve's kernels (the blocked trsm_diag + trsm_update whatever n, or
+    trsv): a closed gate (a status word not ITERATING) leaves that batch element untouched on
+    the device while the others are solved."""
+    from mpslinalg.linalg import lu_metal, triangular_metal
+
+    n, k = 70, 3
+    A = matrix_with_spread(n, 10.0, torch.float32, batch=(2,), seed=3)
+    LU, piv, _ = lu_metal.lu_factor_metal(A)
+    B = torch.randn((2, n, k) if left else (2, k, n), generator=torch.Generator().manual_seed(4))
+    state = torch.tensor([[refine_metal.FAILED, 0], [refine_metal.ITERATING, 0]],
+                         dtype=torch.int32)
+    with count_launches() as launches:
+        X = triangular_metal.solve_packed(LU, piv, B, left=left, adjoint=False,
+                                          steps=triangular_metal.LU_STEPS, fn="t",
+                                          gate=(state, refine_metal.STATE_INTS), kind=kind)
+    blocks = -(-n // triangular_metal.BLOCK)
+    if kind == "blocked":
+        assert launches.names.count("trsm_diag_float32") == 2 * blocks
+        assert launches.names.count("trsm_update_float32") == 2 * (blocks - 1)
+    else:
+        assert launches.names.count("trsv_float32") == 2
+    assert torch.equal(X[0], B[0])
+    ref = torch.linalg.solve(A[1].double(), B[1].double(), left=left)
+    assert ((X[1].double() - ref).abs().max() / ref.abs().max()) < 1e-5
+
+
+def test_trsv_correction_within_10x_of_lapack(monkeypatch):
+    """The same accuracy with the other correction kernels (refine_metal.CORRECTION)."""
+    monkeypatch.setattr(refine_metal, "CORRECTION", "trsv")
+    A = matrix_with_spread(N, 1e6, torch.complex128, batch=(2,), seed=6)
+    B = _rhs((2, N, 2), torch.complex128, seed=1)
+    with count_launches() as launches:
+        res = refine_metal.solve_refined(A, B)
+    assert launches.names.count("trsv_complex64") == 2 * refine_metal.MAX_STEPS
+    An, Bn = A.numpy(), B.numpy()
+    exact = _exact(An, Bn)
+    fwd, berr = _errors(An, Bn, res.X.numpy(), exact)
+    fwd_lapack, berr_lapack = _errors(An, Bn, scipy.linalg.solve(An, Bn), exact)
+    assert res.info.tolist() == [0, 0]
+    assert fwd <= 10 * fwd_lapack and berr <= 10 * berr_lapack, (fwd, fwd_lapack, berr,
+                                                                 berr_lapack)
 
 
 # ---------------------------------------------------------------- accuracy against LAPACK
@@ -201,6 +298,9 @@ def test_no_host_sync_and_fixed_launches(metal_backend):
     assert names.count("refine_split_float32") == 2
     assert names.count("refine_residual_float32") == refine_metal.MAX_STEPS
     assert names.count("refine_update_float32") == refine_metal.MAX_STEPS
+    # the correction solves: the blocked, gated kernels (one block at n = 8)
+    assert names.count("trsm_diag_float32") == 2 * refine_metal.MAX_STEPS
+    assert not {"trsm_float32", "trsv_float32"} & set(names)
 
 
 def test_other_functions_name_the_refined_ones(metal_backend):
