@@ -383,10 +383,11 @@ def test_blocked_right_side_solve_in_place(lower, trans, dtype):
         params = triangular_metal.block_params(n, k, lower=lower, unit=0, trans=trans, swaps=0,
                                                i0=i0, right=1, ldx=ldx, x_offset=x_offset,
                                                x_batch=buf[0].numel())
-        _metal.launch(diag, LU, no_pivots, buf, params, **triangular_metal.diag_grid(k, 2))
+        _metal.launch(diag, LU, no_pivots, buf, params, no_pivots,
+                      **triangular_metal.diag_grid(k, 2))
         rest = n - min(n, i0 + triangular_metal.BLOCK) if forward else i0
         if rest > 0:
-            _metal.launch(update, LU, buf, params, **gemm_metal.gemm_grid(k, rest, 2))
+            _metal.launch(update, LU, buf, params, no_pivots, **gemm_metal.gemm_grid(k, rest, 2))
     M = wide(LU).tril() if bool(lower) != bool(trans) else wide(LU).triu()
     M = M.mH if trans else M
     inside = torch.zeros_like(buf, dtype=torch.bool)
