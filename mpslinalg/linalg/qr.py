@@ -430,7 +430,7 @@ def _gels_metal(A: Tensor, B: Tensor):
         if m > n:
             residuals = B.abs().square().sum(-2)
         return X, residuals, rank, svals
-    if qr_metal.use_tsqr(m, n, "reduced"):  # m > n
+    if qr_metal.use_tsqr(m, n, "reduced", A.dtype):  # m > n
         Q, R = qr_metal.qr_metal(A, "reduced", fn="lstsq")
         C = Q.mH @ B
         X = qr_metal.solve_r_metal(R, C, left=True, adjoint=False)
