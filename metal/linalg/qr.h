@@ -8,10 +8,13 @@
 //                    factor T (larft), so that H(k0) ... H(k0 + w - 1) = I - V T V^H. The panel
 //                    lives in threadgroup memory when it fits (kQrStageElems), else in device
 //                    memory;
-//   qr_apply_w       W = op(T) V^H C for a block of columns C (op = ^H applies Q^H, as geqrf's
-//                    trailing update and ormqr; op = identity applies Q, as orgqr);
-//   qr_apply_update  C -= V W in threadgroup tiles (the matrix product of larfb).
-// qr_larft builds every panel's T from reflectors given by the caller (householder_product).
+//   qr_apply_w       P = V^H C for a block of columns C, split over chunks of rows (shared GEMM);
+//   qr_apply_t       W = op(T) (sum of the chunks' P) (op = ^H applies Q^H, as geqrf's trailing
+//                    update and ormqr; op = identity applies Q, as orgqr);
+//   qr_apply_update  C -= V W (shared GEMM: the matrix product of larfb).
+// qr_larft builds every panel's T from reflectors given by the caller (householder_product);
+// qr_explicit_v writes stored reflectors as a plain V for the products.
+// qr_tsqr_* factor tall-skinny matrices by the TSQR tree (its own section below).
 // qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread (generated:
 //                  qr_small.h, included by qr.metal).
 // lstsq_gelsy solves least-squares problems as LAPACK's xGELSY (QR with column pivoting), one
@@ -593,9 +596,6 @@ inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, t
   last = p.unit * (((g + 1) * p.parts) / p.nodes);
 }
 
-inline bool tsqr_is_zero(float x) { return x == 0.0f; }
-inline bool tsqr_is_zero(float2 x) { return x.x == 0.0f && x.y == 0.0f; }
-
 // Rows that reflector j can touch, and the e-th of them (see "stacked" above).
 inline long tsqr_active(long rows, long n, long j, bool stacked) {
   return stacked ? (rows / n) * (j + 1) : rows;
@@ -609,7 +609,7 @@ inline long tsqr_row(long e, long n, long j, bool stacked) {
 // Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside).
 template <typename T, typename P>
 inline void tsqr_apply(P a, long rows, long n, long j, bool stacked, T t, uint lane, uint sg) {
-  if (tsqr_is_zero(t)) {
+  if (is_zero(t)) {
     return;  // H = I (LAPACK skips it too: no 0 * Inf)
   }
   const long len = tsqr_active(rows, n, j, stacked);
@@ -790,6 +790,112 @@ template <typename T>
   gemm_tile(q + off, n, kGemmNoTrans, x + (batch * p.nodes + g) * n * n, n, kGemmNoTrans,
             out + off, n, last - first, n, n, tile * kGemmTileM, long(group.x) * kGemmTileN, 1.0f,
             0.0f, scratch, tid, sg);
+}
+
+namespace mpsl {
+
+inline float qr_re(float a) { return a; }
+inline float qr_re(float2 a) { return a.x; }
+
+// LAPACK's signs for the tree's factors. R is unique up to the signs of its rows (A of full
+// rank; the diagonal is real on both sides), so R_lapack = D R and Q_lapack = Q D for a diagonal
+// D of +-1, found from the top n x n block Q1 of the tree's Q (Ballard, Demmel, Grigori,
+// Jacquelin, Nguyen and Solomonik 2014, "Reconstructing Householder vectors from tall-skinny
+// QR", sec. 3): LAPACK's Q1 - I = -Y1 T Y1^H is an LU factorisation without pivoting whose
+// pivots are -tau_j, and LAPACK's larfg makes Re(1 - tau_j) = Re(alpha_j) / beta_j <= 0. So the
+// LU of Q1 D - I is run column by column, d_j chosen as it is reached: with g the Schur
+// complement's diagonal entry of Q1 (the column not yet signed), d_j = -sign(Re g), the pivot
+// d_j g - 1 has modulus >= 1 (the LU is as stable as partial pivoting's). A column LAPACK
+// leaves alone (H = I, tau = 0: nothing below the diagonal) has g exactly 1 here too (the tree
+// skips the same reflectors): d_j = 1 and the column is skipped, as LAPACK's.
+
+// Q1 D - I = L U run on G = Q1 (n x n, row stride n, device memory) in place; d_j into d.
+template <typename T>
+inline void tsqr_sign_lu(device T* G, long n, threadgroup float* d, uint tid) {
+  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+  for (long j = 0; j < n; ++j) {
+    const T g = G[j * n + j];
+    const bool untouched = is_zero(g - one<T>());
+    const float dj = untouched ? 1.0f : (qr_re(g) > 0.0f ? -1.0f : 1.0f);
+    const T pivot = dj * g - one<T>();
+    // Every thread has read the pivot column before row j's entries are scaled below.
+    threadgroup_barrier(both);
+    if (tid == 0) {
+      d[j] = dj;
+    }
+    if (!untouched) {
+      const T inv = recip(pivot);
+      const long rest = n - j - 1;
+      for (long e = long(tid); e < rest * rest; e += kTsqrThreads) {
+        const long i = j + 1 + e / rest, c = j + 1 + e % rest;
+        const T l = mul(dj * G[i * n + j], inv);  // L[i][j]
+        G[i * n + c] = sub_mul(G[i * n + c], l, G[j * n + c]);
+      }
+    }
+    threadgroup_barrier(both);
+  }
+}
+
+}  // namespace mpsl
+
+// LAPACK's signs for the tree's R (and, through d, its Q; see tsqr_sign_lu): Q1 = the first n
+// rows of the leaf level's explicit Q (q, batch stride rows * n) times the n x n block 0 of the
+// level above's product (x, batch stride nodes * n * n; nodes = 0 when the tree is one leaf,
+// Q1 then being q's first rows), formed in work (batch, n, n); R's rows are multiplied by d
+// and d written out (batch, n) for qr_tsqr_scale. One threadgroup per matrix. Grid:
+// (kTsqrThreads, batch).
+template <typename T>
+[[kernel]] void qr_tsqr_signs(
+    device const T* q [[buffer(0)]],
+    device const T* x [[buffer(1)]],
+    device T* work [[buffer(2)]],
+    device T* r [[buffer(3)]],
+    device float* dout [[buffer(4)]],
+    constant mpsl::TsqrParams& p [[buffer(5)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup float d[kTsqrMaxCols];
+  const long batch = long(group.y), n = p.n;
+  device const T* Q = q + batch * p.rows * n;
+  device const T* X = x + batch * p.nodes * n * n;
+  device T* G = work + batch * n * n;
+  for (long e = long(tid); e < n * n; e += kTsqrThreads) {
+    const long i = e / n, c = e - i * n;
+    T s = zero<T>();
+    if (p.nodes == 0) {
+      s = Q[e];
+    } else {
+      for (long l = 0; l < n; ++l) {
+        s += mul(Q[i * n + l], X[l * n + c]);
+      }
+    }
+    G[e] = s;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device);
+  tsqr_sign_lu(G, n, d, tid);
+  device T* R = r + batch * n * n;
+  for (long e = long(tid); e < n * n; e += kTsqrThreads) {
+    R[e] = d[e / n] * R[e];
+  }
+  for (long j = long(tid); j < n; j += kTsqrThreads) {
+    dout[batch * n + j] = d[j];
+  }
+}
+
+// Columns of x (batch, rows, n) times d (batch, n): Q D, applied to the factor of the tree's Q
+// that is smallest to scale. Grid: (ceil(rows n / kTsqrThreads) * kTsqrThreads, batch).
+template <typename T>
+[[kernel]] void qr_tsqr_scale(
+    device T* x [[buffer(0)]],
+    device const float* d [[buffer(1)]],
+    constant mpsl::TsqrParams& p [[buffer(2)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long batch = long(gid.y), e = long(gid.x);
+  if (e < p.rows * p.n) {
+    x[batch * p.rows * p.n + e] = d[batch * p.n + e % p.n] * x[batch * p.rows * p.n + e];
+  }
 }
 
 // qr_small_<dtype>_m<m>_n<n> (m, n <= kQrSmallMax) are generated: qr_small.h.

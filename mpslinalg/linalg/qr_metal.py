@@ -16,10 +16,10 @@ Launches per call, with P = ceil(min(m, n) / PANEL_WIDTH) panels:
   orgqr_metal       as apply_q_metal on the first columns of the identity.
   larft_metal       1 (every panel's T at once).
   gelsy_metal       1 (lstsq_gelsy, the whole of xGELSY for one matrix per threadgroup).
-  qr_metal          m, n <= SMALL_MAX: 1 (qr_small). Tall-skinny (see use_tsqr): the TSQR tree,
-                    L + 1 launches of qr_tsqr_factor for a tree of L levels above the leaves,
-                    and L of qr_tsqr_q for Q. Otherwise geqrf_metal + orgqr_metal (Q not formed
-                    for mode='r').
+  qr_metal          m, n <= SMALL_MAX: 1 (qr_small). Tall-skinny (see use_tsqr): the TSQR tree
+                    of L levels (leaves included), 2 L + 1 launches (2 L - 1 for mode 'r'; 3 and
+                    2 for one leaf), see _tsqr. Otherwise geqrf_metal + orgqr_metal (Q not
+                    formed for mode='r').
 """
 
 from __future__ import annotations
@@ -307,11 +307,15 @@ def _tsqr_params(level: TsqrLevel, n: int, *, want_q: bool = False, tiles: int =
 
 def _tsqr(A: torch.Tensor, want_q: bool, fn: str) -> tuple[torch.Tensor | None, torch.Tensor]:
     """TSQR (Demmel, Grigori, Hoemmen, Langou 2012, "Communication-optimal parallel and
-    sequential QR and LU factorizations", sec. 3) of a contiguous (batch, m, n) tensor, m >= n:
-    one qr_tsqr_factor launch per level of the tree (leaves, then the stacked R factors up to
-    the root), then with ``want_q`` one qr_tsqr_q launch per level below the root, top down:
-    Q = diag(Q_leaves) diag(Q_level1) ... Q_root. Memory: A's copy, Q, and the tree's stacks
-    (about m n^2 / leaf rows elements per level pair)."""
+    sequential QR and LU factorizations", sec. 3) of a contiguous (batch, m, n) tensor, m >= n,
+    with LAPACK's signs. For a tree of L levels (leaves included):
+      L x qr_tsqr_factor   the levels bottom up, each node's explicit Q left in its rows;
+      L - 2 x qr_tsqr_q    top down, Y_l = diag(Q_level_l) Y_(l+1) from the root's Q, for the
+                           levels above the leaves (only node 0's first n rows for mode 'r');
+      qr_tsqr_signs        Q's first n rows, D from them (see metal/linalg/qr.h), R <- D R;
+    and with ``want_q``: qr_tsqr_scale (Y_1 <- Y_1 D) and qr_tsqr_q for the leaves, Q = diag(
+    Q_leaves) Y_1. One leaf: the signs, then the scale on its Q. Memory: A's copy, Q, and the
+    tree's stacks (at most 2 m rows of n elements in all)."""
     batch, m, n = A.shape
     levels = tsqr_levels(m, n, A.dtype)
     dev, dtype = A.device, A.dtype
@@ -321,22 +325,38 @@ def _tsqr(A: torch.Tensor, want_q: bool, fn: str) -> tuple[torch.Tensor | None, 
     factor = _metal.kernel(_SOURCE, "qr_tsqr_factor", dtype, dev, fn=fn)
     for index, lev in enumerate(levels):
         rout = mats[index + 1] if index + 1 < len(levels) else R
-        launch(factor, mats[index], rout, _tsqr_params(lev, n, want_q=want_q),
+        launch(factor, mats[index], rout, _tsqr_params(lev, n, want_q=True),
                threads=[TSQR_THREADS, lev.nodes, batch], group_size=[TSQR_THREADS, 1, 1])
-    if not want_q:
-        return None, R
     product = _metal.kernel(_SOURCE, "qr_tsqr_q", dtype, dev, fn=fn)
-    x = mats[-1]  # the root's explicit Q
-    for index in range(len(levels) - 2, -1, -1):
+    col_threads = _metal.ceil_div(n, gemm_metal.TILE_N) * gemm_metal.THREADS
+
+    def times_above(index: int, x: torch.Tensor, rows_of_node_0: bool) -> torch.Tensor:
         lev = levels[index]
         out = torch.empty((batch, lev.rows, n), dtype=dtype, device=dev)
         tiles = _metal.ceil_div(lev.tallest(), gemm_metal.TILE_M)
+        groups = _metal.ceil_div(n, gemm_metal.TILE_M) if rows_of_node_0 else lev.nodes * tiles
         launch(product, mats[index], x, out, _tsqr_params(lev, n, tiles=tiles),
-               threads=[_metal.ceil_div(n, gemm_metal.TILE_N) * gemm_metal.THREADS,
-                        lev.nodes * tiles, batch],
-               group_size=[gemm_metal.THREADS, 1, 1])
-        x = out
-    return x, R
+               threads=[col_threads, groups, batch], group_size=[gemm_metal.THREADS, 1, 1])
+        return out
+
+    x = mats[-1]  # the root's explicit Q
+    for index in range(len(levels) - 2, 0, -1):
+        x = times_above(index, x, rows_of_node_0=not want_q)
+    one_leaf = len(levels) == 1
+    d = torch.empty((batch, n), dtype=torch.float32, device=dev)
+    work = torch.empty((batch, n, n), dtype=dtype, device=dev)
+    signs = _metal.kernel(_SOURCE, "qr_tsqr_signs", dtype, dev, fn=fn)
+    sign_level = TsqrLevel(m, 0 if one_leaf else levels[0].nodes, 0, 0)
+    launch(signs, mats[0], x, work, R, d, _tsqr_params(sign_level, n),
+           threads=[TSQR_THREADS, batch], group_size=[TSQR_THREADS, 1])
+    if not want_q:
+        return None, R
+    scale = _metal.kernel(_SOURCE, "qr_tsqr_scale", dtype, dev, fn=fn)
+    rows = x.shape[1]
+    launch(scale, x, d, _tsqr_params(TsqrLevel(rows, 0, 0, 0), n),
+           threads=[_metal.ceil_div(rows * n, TSQR_THREADS) * TSQR_THREADS, batch],
+           group_size=[TSQR_THREADS, 1])
+    return (x if one_leaf else times_above(0, x, rows_of_node_0=False)), R
 
 
 def _qr_dense(A: torch.Tensor, mode: str, fn: str) -> tuple[torch.Tensor | None, torch.Tensor]:

@@ -202,8 +202,8 @@ def tall_cases(m: int, n: int) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("stage", [True, False], ids=["threadgroup", "device"])
 def test_tsqr_accuracy(metal_backend, small_tree, monkeypatch, stage):
     """LAPACK's ratios through a tree of five levels, nodes staged in threadgroup memory or
-    factored in device memory: graded, rank-deficient, complex and 1e+-30 inputs; R as LAPACK's
-    up to the signs (phases) of its rows."""
+    factored in device memory: graded, rank-deficient, complex and 1e+-30 inputs; Q and R as
+    LAPACK's, signs included, for A of full rank (R is not unique otherwise)."""
     monkeypatch.setattr(qr_metal, "TSQR_STAGE", stage)
     m, n = 150, 7
     assert len(qr_metal.tsqr_levels(m, n, torch.float32)) == 5
@@ -215,11 +215,11 @@ def test_tsqr_accuracy(metal_backend, small_tree, monkeypatch, stage):
         check_qr(A, Q, R)
         _, R_only = mpslinalg.qr(A, mode="r")
         assert torch.equal(R_only, R), name
-        if "rank" not in name:  # R is unique up to row phases for full-rank A only
-            ref = torch.linalg.qr(wide(A), mode="r").R
-            scale = float(ref.abs().max())
-            torch.testing.assert_close(wide(R).abs(), ref.abs(), rtol=1e-4,
-                                       atol=1e-5 * scale, msg=name)
+        if "rank" not in name:
+            Q_ref, R_ref = torch.linalg.qr(wide(A))
+            scale = float(R_ref.abs().max())
+            torch.testing.assert_close(wide(R), R_ref, rtol=1e-4, atol=1e-5 * scale, msg=name)
+            torch.testing.assert_close(wide(Q), Q_ref, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_tsqr_launches_per_level_not_batch(metal_backend, small_tree):
@@ -230,11 +230,32 @@ def test_tsqr_launches_per_level_not_batch(metal_backend, small_tree):
     assert [lev.nodes for lev in levels] == [9, 5, 3, 2, 1]
     for batch in (1, 4):
         A = metal_backend.tensor(random_matrix(n, torch.float32, (batch,), seed=31, m=m))
-        for mode, launches in (("reduced", 2 * len(levels) - 1), ("r", len(levels))):
+        # per level: factor, then Q's product top down; the signs; the scale of Q and the
+        # leaves' product; 'r': the products of node 0's first rows only, the signs
+        for mode, launches in (("reduced", 2 * len(levels) + 1), ("r", 2 * len(levels) - 1)):
             emulator.reset_launch_counts()
             Q, R = mpslinalg.qr(A, mode=mode)
             assert emulator.total_launches() == launches, (batch, mode)
             check_qr(A, Q, R, mode)
+
+
+def test_tsqr_one_leaf_and_exact_structure(metal_backend, small_tree, monkeypatch):
+    """A tree of one leaf; input LAPACK leaves alone (already triangular, zero): the same Q
+    and R as LAPACK's, bit for bit where LAPACK skips every reflector."""
+    monkeypatch.setattr(qr_metal, "TSQR_MIN_LEAVES", 1)
+    A = metal_backend.tensor(random_matrix(5, torch.complex64, (3,), seed=36, m=10))
+    assert len(qr_metal.tsqr_levels(10, 5, A.dtype)) == 1
+    assert qr_metal.use_tsqr(10, 5, "reduced", A.dtype)
+    Q, R = mpslinalg.qr(A)
+    Q_ref, R_ref = torch.linalg.qr(wide(A))
+    torch.testing.assert_close(wide(R), R_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(wide(Q), Q_ref, rtol=1e-4, atol=1e-5)
+    tri = torch.cat([torch.triu(torch.rand(5, 5, generator=torch.Generator().manual_seed(37)))
+                     + 1, torch.zeros(55, 5)])
+    for A in (tri, torch.zeros(60, 5)):
+        Q, R = mpslinalg.qr(metal_backend.tensor(A))
+        Q_ref, R_ref = torch.linalg.qr(A)
+        assert torch.equal(Q.cpu(), Q_ref) and torch.equal(R.cpu(), R_ref)
 
 
 def test_tsqr_lane_order_independent(metal_backend, small_tree, monkeypatch):
