@@ -3,8 +3,9 @@
 Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` and
 ``mpslinalg::lstsq``: on the metal backend the blocked Householder kernels of
 `mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
-the tall-skinny tree restores LAPACK's signs), matrices up to 4 x 4 in one launch; on the torch backend, batches of m, n <= 4 take the small path of
-`mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
+the tall-skinny tree restores LAPACK's signs), matrices up to 4 x 4 in one launch; on the
+torch backend, batches of m, n <= 4 take the small path of `mpslinalg.small.orthogonal` (``qr``
+only); ``lstsq`` solves full-rank problems through QR
 (m >= n) or LQ (m < n), as LAPACK's gels, and rank-deficient ones by QR with column pivoting
 (gelsy, one kernel) or the Metal SVD (gelsd, gelss). float64 / complex128 ``lstsq`` on the
 metal backend (gels) refines the augmented system on float32 kernels

@@ -250,8 +250,8 @@ def test_tsqr_one_leaf_and_exact_structure(metal_backend, small_tree, monkeypatc
     Q_ref, R_ref = torch.linalg.qr(wide(A))
     torch.testing.assert_close(wide(R), R_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(wide(Q), Q_ref, rtol=1e-4, atol=1e-5)
-    tri = torch.cat([torch.triu(torch.rand(5, 5, generator=torch.Generator().manual_seed(37)))
-                     + 1, torch.zeros(55, 5)])
+    tri = torch.cat([torch.triu(torch.rand(5, 5, generator=torch.Generator().manual_seed(37))
+                                + 1), torch.zeros(55, 5)])
     for A in (tri, torch.zeros(60, 5)):
         Q, R = mpslinalg.qr(metal_backend.tensor(A))
         Q_ref, R_ref = torch.linalg.qr(A)
