@@ -123,3 +123,20 @@ kernel void sg_mixed(device const half* A [[buffer(0)]],
     simdgroup_multiply_accumulate(d, a, b, c);
     simdgroup_store(d, D, 12, ulong2(3, 1), true);
 }
+
+// A product's result used again: as the A operand and the accumulator of a second product, through
+// thread_elements(), and stored transposed (each lane of a product holds only its own elements).
+kernel void sg_chain(device const float* M [[buffer(0)]],
+                     device const float* T [[buffer(1)]],
+                     device float* out [[buffer(2)]]) {
+    simdgroup_float8x8 m, t, p, q;
+    simdgroup_load(m, M, 8);
+    simdgroup_load(t, T, 8);
+    simdgroup_multiply(p, m, t);
+    simdgroup_store(p, out + 0, 8);
+    simdgroup_multiply_accumulate(q, p, m, p);
+    q.thread_elements() += 1.0f;
+    simdgroup_store(q, out + 64, 8, ulong2(0, 0), true);
+    simdgroup_multiply_accumulate(p, m, q, p);
+    simdgroup_store(p, out + 128, 8);
+}

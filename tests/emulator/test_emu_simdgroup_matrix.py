@@ -152,3 +152,17 @@ def test_mixed_types_transposed_origins(lib):
 def test_partial_simdgroup_is_refused(lib, threads, group):
     with pytest.raises(RuntimeError, match="need all 32 lanes"):
         lib.sg_partial(torch.zeros(64), torch.zeros(64), threads=threads, group_size=group)
+
+
+def test_products_chained(lib):
+    """Integer inputs keep every product exact, so the chain is compared bit for bit."""
+    g = torch.Generator().manual_seed(5)
+    M = torch.randint(-3, 4, (8, 8), generator=g).float()
+    T = torch.randint(-3, 4, (8, 8), generator=g).float()
+    out = torch.full((192,), -1.0)
+    lib.sg_chain(M, T, out, threads=32, group_size=32)
+    p = M @ T
+    q = p @ M + p + 1
+    assert torch.equal(out[0:64].view(8, 8), p)
+    assert torch.equal(out[64:128].view(8, 8), q.T)
+    assert torch.equal(out[128:192].view(8, 8), M @ q + p)

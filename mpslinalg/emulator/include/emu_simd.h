@@ -221,7 +221,8 @@ inline bool simd_is_first(emu::Site s = emu::here()) {
   return (ulong)__builtin_ctzll(m) == l->slane;
 }
 
-// ---- simdgroup_matrix: every lane holds the full 8x8 tile; load/store are collectives that check the
+// ---- simdgroup_matrix: every lane holds the full 8x8 tile after a load (a product leaves each lane its
+// own two elements, see simdgroup_multiply_accumulate); load/store are collectives that check the
 // operands are uniform, so the tile is the same in every lane ----
 namespace detail {
 // The two elements lane `l` holds of an 8x8 simdgroup matrix: row r, columns c and c+1 (the layout MLX
@@ -313,10 +314,18 @@ inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& d, P src, ulong elements_p
 template <class T, class P>
 inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P dst, ulong elements_per_row = 8,
                             ulong2 origin = ulong2(0, 0), bool transpose = false, emu::Site s = emu::here()) {
-  detail::sync(m, s);
   emu::Lane* l = emu::coll_lane("simdgroup_store");
   detail::slot_val<detail::MatOp>(l) = detail::MatOp{(const void*)&*(dst + 0), elements_per_row, origin.x, origin.y, transpose};
   emu::block(l, emu::L_SIMD, s, &detail::op_matuni);
+  if (m.dirty) {  // a product's result: each lane holds its own two elements only, and stores them
+    int r, c; detail::owned(l->slane, r, c);
+    for (int j = 0; j < 2; ++j) {
+      long long i = transpose ? (long long)((origin.y + c + j) * elements_per_row + origin.x + r)
+                              : (long long)((origin.y + r) * elements_per_row + origin.x + c + j);
+      dst[i] = j == 0 ? m.te.x : m.te.y;
+    }
+    return;
+  }
   if (!l->slot[200]) return;
   for (int r = 0; r < 8; ++r)
     for (int c = 0; c < 8; ++c) {
@@ -325,19 +334,23 @@ inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P dst, ulong ele
       dst[i] = m.e[r][c];
     }
 }
+// Each lane computes only the two elements it owns, as the hardware does (a lane that computed the whole
+// tile would do 32x the simdgroup's work, which made GEMM-shaped kernels crawl here). The result stays
+// lane-local (`dirty`); it is gathered only where a lane needs other lanes' elements: as the A or B
+// operand of another product. As the accumulator C only the lane's own elements are read.
 template <class T, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
                                           const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c,
                                           emu::Site s = emu::here()) {
-  detail::sync(a, s); detail::sync(b, s); detail::sync(c, s);
-  simdgroup_matrix<T, 8, 8> r;
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 8; ++j) {
-      float acc = float(c.e[i][j]);
-      for (int k = 0; k < 8; ++k) acc = __builtin_fmaf(float(a.e[i][k]), float(b.e[k][j]), acc);
-      r.e[i][j] = T(acc);
-    }
-  d = r;
+  detail::sync(a, s); detail::sync(b, s);
+  int r, col; detail::owned(detail::my_lane(), r, col);
+  float acc[2];
+  for (int j = 0; j < 2; ++j) {
+    acc[j] = float(c.dirty ? (j == 0 ? c.te.x : c.te.y) : c.e[r][col + j]);
+    for (int k = 0; k < 8; ++k) acc[j] = __builtin_fmaf(float(a.e[r][k]), float(b.e[k][col + j]), acc[j]);
+  }
+  d.te = vec<T, 2>(T(acc[0]), T(acc[1]));
+  d.dirty = true;
 }
 template <class T, class TA, class TB>
 inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
