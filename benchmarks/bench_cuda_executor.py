@@ -4,17 +4,19 @@ against torch's own CUDA implementation of the same op and against a roofline.
 These are NVIDIA numbers: they say how the Metal kernels' algorithms fare on a GPU that exists
 here, and nothing about Apple GPUs.
 
-    python benchmarks/bench_cuda_executor.py [--reps 21] [--sections launch,matrix,cases]
+    python benchmarks/bench_cuda_executor.py [--reps 21] [--sections launch,matrix,cases,lu,qr]
         [--gemm-sizes 256,1024,2048] [--cholesky-sizes 1024,4096] [--out results.md]
     python benchmarks/bench_cuda_executor.py --sections cholesky --dry-run   # no GPU needed
 
 Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
 of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
-``cases``, the library's kernels against torch's op; ``lu`` and ``cholesky``, those families at
-research scale (cholesky: one matrix of each ``--cholesky-sizes`` order, 64 x (64 x 64), the
-inverse). ``--dry-run`` builds the chosen sections' cases on the CPU (the emulator runs the
-Metal kernels) at small sizes, calls every contender once and prints the agreement notes: a
-check of the benchmark's code paths, no timing. Each case times the contenders interleaved
+``cases``, the library's kernels against torch's op; ``lu``, ``qr`` and ``cholesky``, those
+families at research scale (qr: the TSQR tree at 4000x36, 65536x8 and 100000x32, the blocked
+path at 4096^2 and 64 x 64^2 complex; cholesky: one matrix of each ``--cholesky-sizes`` order,
+64 x (64 x 64), the inverse). ``--dry-run`` builds the chosen sections' cases on the CPU (the
+emulator runs the Metal kernels) at small sizes, calls every contender once and prints the
+agreement notes: a check of the benchmark's code paths, no timing. Each case times the
+contenders interleaved
 (one call of each per round, CUDA events around each call, the stream synchronized between
 calls) after warm-up calls, and reports the median with the min and max over the rounds, and
 next to it the device time of the executor's kernels (`mpslinalg.emulator.cuda.profile`) with a
@@ -312,25 +314,44 @@ def _qr_flops(batch, m, n, complex_):
     return batch * 2 * (2 * m * n * n - (2 / 3) * n**3) * (4 if complex_ else 1)
 
 
+def _qr_case(batch, m, n, dtype):
+    A = _matrices((batch, m, n), dtype, 4)
+    es = A.element_size()
+    ours = lambda A=A: _qr_metal.qr_metal(A)  # noqa: E731
+    theirs = lambda A=A: torch.linalg.qr(A)  # noqa: E731
+    Q, R = ours()
+    k = min(m, n)
+    eye = torch.eye(k, dtype=dtype, device=A.device)
+    res = ((Q @ R - A).abs().amax() / A.abs().amax()).item()
+    orth = (Q.mH @ Q - eye).abs().amax().item()
+    R_ref = theirs()[1]
+    r_err = ((R - R_ref).abs().amax() / R_ref.abs().amax()).item()  # LAPACK's signs on both
+    path = ("TSQR, levels (nodes): " + " ".join(
+        str(lev.nodes) for lev in _qr_metal.tsqr_levels(m, n, dtype))
+        if _qr_metal.use_tsqr(m, n, "reduced", dtype) else "blocked")
+    return (f"qr {batch}x({m}x{n}) {str(dtype)[6:]}", {
+        "CUDA executor (qr.metal)": ours, "torch.linalg.qr": theirs},
+        _roofline_us((batch * m * n * 2 + batch * k * n) * es,
+                     _qr_flops(batch, m, n, dtype.is_complex)),
+        f"{path}; max |QR - A| / max |A| = {res:.1e}, max |Q^H Q - I| = {orth:.1e}, "
+        f"max |R - R_torch| / max |R_torch| = {r_err:.1e}")
+
+
 def _qr_cases():
-    out = []
     # 1e4 3x3, not 1e5: torch.linalg.qr takes ~4 s per call for 1e5 on an H200
-    for batch, m, n, dtype in [(1, 4000, 36, torch.float32), (64, 64, 64, torch.complex64),
-                               (10**4, 3, 3, torch.float32)]:
-        A = _matrices((batch, m, n), dtype, 4)
-        es = A.element_size()
-        ours = lambda A=A: _qr_metal.qr_metal(A)  # noqa: E731
-        theirs = lambda A=A: torch.linalg.qr(A)  # noqa: E731
-        Q, R = ours()
-        eye = torch.eye(n, dtype=dtype, device="cuda")
-        res = ((Q @ R - A).abs().amax() / A.abs().amax()).item()
-        orth = (Q.mH @ Q - eye).abs().amax().item()
-        out.append((f"qr {batch}x({m}x{n}) {str(dtype)[6:]}", {
-            "CUDA executor (qr.metal)": ours, "torch.linalg.qr": theirs},
-            _roofline_us((batch * m * n * 2 + batch * n * n) * es,
-                         _qr_flops(batch, m, n, dtype.is_complex)),
-            f"max |QR - A| / max |A| = {res:.1e}, max |Q^H Q - I| = {orth:.1e}"))
-    return out
+    return [_qr_case(*case) for case in [(1, 4000, 36, torch.float32),
+                                         (64, 64, 64, torch.complex64),
+                                         (10**4, 3, 3, torch.float32)]]
+
+
+def qr_cases():
+    """The QR targets of issue 26: tall-skinny (the TSQR tree), one large square matrix (the
+    blocked path) and a batch of complex 64 x 64."""
+    return [_qr_case(*case) for case in [(1, 4000, 36, torch.float32),
+                                         (1, 65536, 8, torch.float32),
+                                         (1, 100_000, 32, torch.float32),
+                                         (1, 4096, 4096, torch.float32),
+                                         (64, 64, 64, torch.complex64)]]
 
 
 def _breakdown(fn, calls=3):
@@ -559,8 +580,8 @@ def _dry_run(sections):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=21)
-    ap.add_argument("--sections", default="launch,matrix,cases,lu",
-                    help="comma-separated subset of launch, matrix, cases, lu, cholesky")
+    ap.add_argument("--sections", default="launch,matrix,cases,lu,qr",
+                    help="comma-separated subset of launch, matrix, cases, lu, qr, cholesky")
     ap.add_argument("--lu-sizes", default="1024,2048,4096,8192",
                     help="the n of the square float32 cases of the lu section")
     ap.add_argument("--cholesky-sizes", default="1024,4096",
@@ -589,6 +610,8 @@ def main():
         sizes = [int(n) for n in args.lu_sizes.split(",")]
         lines += _cases_section(args.reps, lambda: lu_cases(sizes),
                                 "## LU, solve and triangular solves at research scale")
+    if "qr" in sections:
+        lines += _cases_section(args.reps, qr_cases, "## QR at research scale")
     if "cholesky" in sections:
         sizes = [int(n) for n in args.cholesky_sizes.split(",")]
         lines += _cases_section(args.reps, lambda: cholesky_cases(sizes),

@@ -8,10 +8,13 @@
 //                    factor T (larft), so that H(k0) ... H(k0 + w - 1) = I - V T V^H. The panel
 //                    lives in threadgroup memory when it fits (kQrStageElems), else in device
 //                    memory;
-//   qr_apply_w       W = op(T) V^H C for a block of columns C (op = ^H applies Q^H, as geqrf's
-//                    trailing update and ormqr; op = identity applies Q, as orgqr);
-//   qr_apply_update  C -= V W in threadgroup tiles (the matrix product of larfb).
-// qr_larft builds every panel's T from reflectors given by the caller (householder_product).
+//   qr_apply_w       P = V^H C for a block of columns C, split over chunks of rows (shared GEMM);
+//   qr_apply_t       W = op(T) (sum of the chunks' P) (op = ^H applies Q^H, as geqrf's trailing
+//                    update and ormqr; op = identity applies Q, as orgqr);
+//   qr_apply_update  C -= V W (shared GEMM: the matrix product of larfb).
+// qr_larft builds every panel's T from reflectors given by the caller (householder_product);
+// qr_explicit_v writes stored reflectors as a plain V for the products.
+// qr_tsqr_* factor tall-skinny matrices by the TSQR tree (its own section below).
 // qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread (generated:
 //                  qr_small.h, included by qr.metal).
 // lstsq_gelsy solves least-squares problems as LAPACK's xGELSY (QR with column pivoting), one
@@ -28,6 +31,7 @@
 #pragma once
 
 #include "../common/defines.h"
+#include "../common/gemm.h"
 #include "../common/scalar.h"
 #include "../common/simd.h"
 
@@ -46,7 +50,10 @@ struct QrParams {
   long ldc;      // row stride of C (and of the W workspace)
   long c_col0;   // first column of C that is updated
   long c_cols;   // columns of C that are updated
-  long adjoint;  // qr_apply_w: 1 applies Q^H (W = T^H V^H C), 0 applies Q (W = T V^H C)
+  long adjoint;  // qr_apply_t: 1 applies Q^H (W = T^H V^H C), 0 applies Q (W = T V^H C)
+  long ldv;      // row stride of the explicit V (qr_panel writes it, qr_apply_* read it)
+  long v_col0;   // column of V holding the panel's first reflector
+  long chunks;   // qr_apply_w: row chunks of kQrApplyChunk rows from k0
 };
 
 // Columns per panel: the K of the trailing update and the order of each T.
@@ -55,16 +62,13 @@ constant constexpr int kQrPanelWidth = 16;
 constant constexpr int kQrMaxSimdgroups = 8;
 // A panel of at most this many elements is factored in threadgroup memory.
 constant constexpr int kQrStageElems = 2048;
-// qr_apply_w: one thread per column of C, kQrApplyCols per threadgroup; V staged
-// kQrApplyRows rows at a time.
+// qr_apply_w: rows of C per threadgroup (the depth of one split-K partial product): a tall C
+// gives (m - k0) / kQrApplyChunk threadgroups per column tile instead of one.
+constant constexpr int kQrApplyChunk = 256;
+// qr_apply_t: one thread per column of C, kQrApplyCols per threadgroup.
 constant constexpr int kQrApplyCols = 64;
-constant constexpr int kQrApplyRows = 32;
-// qr_apply_update: a kQrTile x kQrTile tile of C per threadgroup of kQrTileThreads threads, each
-// owning a kQrMicro x kQrMicro register tile (rows and columns strided by kQrTileLanes).
-constant constexpr int kQrTile = 64;
-constant constexpr int kQrTileLanes = 16;
-constant constexpr int kQrMicro = kQrTile / kQrTileLanes;
-constant constexpr int kQrTileThreads = kQrTileLanes * kQrTileLanes;
+// qr_explicit_v: threads per threadgroup (one per entry of V).
+constant constexpr int kQrExplicitThreads = 256;
 // qr_larft: one thread per entry of V^H V.
 constant constexpr int kQrLarftThreads = kQrPanelWidth * kQrPanelWidth;
 // qr_small serves matrices with m and n at most this.
@@ -78,8 +82,7 @@ static_assert(kQrStageElems * sizeof(float2) + kQrMaxSimdgroups * kQrPanelWidth 
                       2 * kQrPanelWidth * kQrPanelWidth * sizeof(float2) <=
                   kMaxThreadgroupMemoryBytes,
               "qr_panel's threadgroup memory must fit");
-static_assert(2 * kQrTile * kQrPanelWidth * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
-              "qr_apply_update's staged V and W must fit");
+static_assert(kQrPanelWidth <= kGemmTileM, "a panel's reflectors fit one gemm_tile row block");
 
 // ---- nrm2: a scaled sum of squares ----
 
@@ -292,19 +295,32 @@ inline T qr_v(device const T* A, long n, long m, long k0, long w, long r, long i
   return r == k0 + i ? one<T>() : A[r * n + k0 + i];
 }
 
+// The reflectors of a factored panel (rows x w at `panel`, row stride lda; its last barrier
+// ordered the writes) as a plain matrix V (row stride ldv): the unit diagonal, zeros above it.
+template <typename T, typename P>
+inline void qr_write_v(P panel, long lda, long rows, long w, device T* v, long ldv, uint tid,
+                       uint nthreads) {
+  for (long e = long(tid); e < rows * w; e += long(nthreads)) {
+    const long i = e / w, c = e - i * w;
+    v[i * ldv + c] = i < c ? zero<T>() : (i == c ? one<T>() : T(panel[i * lda + c]));
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
 // geqr2 + larft of the panel rows [k0, m) x columns [k0, k0 + w) of one matrix per threadgroup.
-// Writes tau[k0 : k0 + w] and the panel's T (kQrPanelWidth square, zero past w).
+// Writes tau[k0 : k0 + w], the panel's T (kQrPanelWidth square, zero past w) and its reflectors
+// as an explicit V (vout, row stride ldv, columns from v_col0).
 // Grid: (nthreads, batch), nthreads a multiple of kSimdWidth, at most kQrMaxSimdgroups of them.
 template <typename T>
 [[kernel]] void qr_panel(
     device T* a [[buffer(0)]],
     device T* tau [[buffer(1)]],
     device T* tmat [[buffer(2)]],
-    constant mpsl::QrParams& p [[buffer(3)]],
+    device T* vout [[buffer(3)]],
+    constant mpsl::QrParams& p [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
@@ -323,6 +339,7 @@ template <typename T>
   const long rows = m - k0;
   const uint nthreads = tpg.x;
   device T* A = a + batch * m * n + k0 * n + k0;
+  device T* V = vout + batch * m * p.ldv + k0 * p.ldv + p.v_col0;
 
   if (rows * w <= kQrStageElems) {
     for (long e = long(tid); e < rows * w; e += long(nthreads)) {
@@ -335,8 +352,10 @@ template <typename T>
       const long i = e / w, c = e - i * w;
       A[i * n + c] = stage[e];
     }
+    qr_write_v(&stage[0], w, rows, w, V, p.ldv, tid, nthreads);
   } else {
     qr_geqr2(A, n, rows, int(w), tau_panel, t, part, npart, tid, nthreads, lane, sg, nsg);
+    qr_write_v(A, n, rows, w, V, p.ldv, tid, nthreads);
   }
   device T* tout = tmat + (batch * p.npanels + p.panel) * kQrPanelWidth * kQrPanelWidth;
   for (int e = int(tid); e < kQrPanelWidth * kQrPanelWidth; e += int(nthreads)) {
@@ -397,65 +416,90 @@ template <typename T>
   tout[tid] = (i < w && j < w) ? t[tid] : zero<T>();
 }
 
-// W = op(T) V^H C for the columns [c_col0, c_col0 + c_cols) of C over its rows [k0, m), V the
-// panel's reflectors in a; W is the workspace (batch, kQrPanelWidth, ldc). One thread per
-// column, V staged kQrApplyRows rows at a time. Grid: (columns rounded up to kQrApplyCols,
-// batch).
+// V of the first k reflectors stored in a (below the diagonal), as an explicit m x k matrix with
+// its unit diagonal and zeros above it, for the products of qr_apply_w and qr_apply_update
+// (gemm_tile reads plain matrices). Grid: (ceil(m k / kQrExplicitThreads) threads, batch).
+template <typename T>
+[[kernel]] void qr_explicit_v(
+    device const T* a [[buffer(0)]],
+    device T* v [[buffer(1)]],
+    constant mpsl::QrParams& p [[buffer(2)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long batch = long(gid.y);
+  const long m = p.m, n = p.n, k = p.k;
+  const long e = long(gid.x);
+  if (e >= m * k) {
+    return;
+  }
+  const long r = e / k, i = e - r * k;
+  v[batch * m * k + e] = qr_v(a + batch * m * n, n, m, 0, k, r, i);
+}
+
+// Partial products P[chunk] = V^H C over the rows [k0 + chunk kQrApplyChunk, ...) of C's columns
+// [c_col0, c_col0 + c_cols): the first product of larfb, split over the rows so that a tall C
+// keeps many threadgroups busy (split-K; qr_apply_t adds the chunks in a fixed order). V is the
+// panel's columns [v_col0, v_col0 + w) of the explicit V (row stride ldv); P is (batch, chunks,
+// kQrPanelWidth, c_cols). Grid: (column tiles * kGemmThreads, chunks, batch).
 template <typename T>
 [[kernel]] void qr_apply_w(
-    device const T* a [[buffer(0)]],
-    device const T* tmat [[buffer(1)]],
-    device const T* c [[buffer(2)]],
-    device T* work [[buffer(3)]],
-    constant mpsl::QrParams& p [[buffer(4)]],
+    device const T* v [[buffer(0)]],
+    device const T* c [[buffer(1)]],
+    device T* part [[buffer(2)]],
+    constant mpsl::QrParams& p [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup float scratch[kGemmScratchFloats];
+  const long batch = long(group.z), chunk = long(group.y);
+  const long r0 = p.k0 + chunk * kQrApplyChunk;
+  const long rows = metal::min(long(kQrApplyChunk), p.m - r0);
+  gemm_tile(v + batch * p.m * p.ldv + r0 * p.ldv + p.v_col0, p.ldv, kGemmConjTrans,
+            c + batch * p.m * p.ldc + r0 * p.ldc + p.c_col0, p.ldc, kGemmNoTrans,
+            part + (batch * p.chunks + chunk) * kQrPanelWidth * p.c_cols, p.c_cols, p.w,
+            p.c_cols, rows, 0, long(group.x) * kGemmTileN, 1.0f, 0.0f, scratch, tid, sg);
+}
+
+// W = op(T) (P[0] + P[1] + ...) for the panel's T (op = ^H applies Q^H, identity applies Q):
+// W is the workspace (batch, kQrPanelWidth, c_cols). One thread per column of C, the chunks
+// added in index order. Grid: (columns rounded up to kQrApplyCols, batch).
+template <typename T>
+[[kernel]] void qr_apply_t(
+    device const T* tmat [[buffer(0)]],
+    device const T* part [[buffer(1)]],
+    device T* work [[buffer(2)]],
+    constant mpsl::QrParams& p [[buffer(3)]],
     uint2 gid [[thread_position_in_grid]],
     uint tid [[thread_index_in_threadgroup]],
-    uint2 tpg [[threads_per_threadgroup]],
-    uint2 group [[threadgroup_position_in_grid]]) {
+    uint2 tpg [[threads_per_threadgroup]]) {
   using namespace mpsl;
-  threadgroup T vs[kQrApplyRows * kQrPanelWidth];
   threadgroup T ts[kQrPanelWidth * kQrPanelWidth];
-
-  const long batch = long(group.y);
-  const long m = p.m, n = p.n, k0 = p.k0, w = p.w, ldc = p.ldc;
-  device const T* A = a + batch * m * n;
-  device const T* C = c + batch * m * ldc;
+  const long batch = long(gid.y);
   device const T* tp = tmat + (batch * p.npanels + p.panel) * kQrPanelWidth * kQrPanelWidth;
   for (int e = int(tid); e < kQrPanelWidth * kQrPanelWidth; e += int(tpg.x)) {
     ts[e] = tp[e];
   }
-  const bool active = long(gid.x) < p.c_cols;
-  const long col = p.c_col0 + (active ? long(gid.x) : 0);
-
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  const long col = long(gid.x);
+  if (col >= p.c_cols) {
+    return;
+  }
   T acc[kQrPanelWidth];
   for (int i = 0; i < kQrPanelWidth; ++i) {
     acc[i] = zero<T>();
   }
-  for (long r0 = k0; r0 < m; r0 += kQrApplyRows) {
-    // vs is still read by the previous block.
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int e = int(tid); e < kQrApplyRows * kQrPanelWidth; e += int(tpg.x)) {
-      const int rr = e / kQrPanelWidth, i = e % kQrPanelWidth;
-      vs[e] = qr_v(A, n, m, k0, w, r0 + rr, long(i));
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    if (active) {
-      for (int rr = 0; rr < kQrApplyRows; ++rr) {
-        if (r0 + rr < m) {
-          const T x = C[(r0 + rr) * ldc + col];
-          for (int i = 0; i < kQrPanelWidth; ++i) {
-            acc[i] += mul(conj(vs[rr * kQrPanelWidth + i]), x);
-          }
-        }
+  for (long chunk = 0; chunk < p.chunks; ++chunk) {
+    device const T* pc = part + (batch * p.chunks + chunk) * kQrPanelWidth * p.c_cols + col;
+    for (int i = 0; i < kQrPanelWidth; ++i) {
+      if (i < p.w) {
+        acc[i] += pc[i * p.c_cols];
       }
     }
   }
-  if (!active) {
-    return;
-  }
-  device T* W = work + batch * kQrPanelWidth * ldc;
+  device T* W = work + batch * kQrPanelWidth * p.c_cols + col;
   for (int i = 0; i < kQrPanelWidth; ++i) {
-    if (i < w) {
+    if (i < p.w) {
       T s = zero<T>();
       for (int l = 0; l < kQrPanelWidth; ++l) {
         if (p.adjoint != 0 && l <= i) {
@@ -464,60 +508,393 @@ template <typename T>
           s += mul(ts[i * kQrPanelWidth + l], acc[l]);
         }
       }
-      W[i * ldc + col] = s;
+      W[i * p.c_cols] = s;
     }
   }
 }
 
-// C -= V W over rows [k0, m) and columns [c_col0, c_col0 + c_cols) of C (larfb's last product).
-// C may be the factored matrix itself (geqrf's trailing update): V is read from the panel's
-// columns, which are not among the updated ones.
-// Grid: (column tiles * kQrTileThreads, row tiles, batch), threadgroups of kQrTileThreads.
+// C -= V W over the rows [k0, m) and columns [c_col0, c_col0 + c_cols) of C (larfb's last
+// product), on the shared GEMM. C may be the factored matrix itself (geqrf's trailing update):
+// V is read from the explicit copy, never from C. Grid: (column tiles * kGemmThreads, row tiles,
+// batch).
 template <typename T>
 [[kernel]] void qr_apply_update(
-    device const T* a [[buffer(0)]],
+    device const T* v [[buffer(0)]],
     device const T* work [[buffer(1)]],
     device T* c [[buffer(2)]],
     constant mpsl::QrParams& p [[buffer(3)]],
     uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  threadgroup T vs[kQrTile * kQrPanelWidth];  // [row][reflector]
-  threadgroup T ws[kQrPanelWidth * kQrTile];  // [reflector][column]
-
+  threadgroup float scratch[kGemmScratchFloats];
   const long batch = long(group.z);
-  const long m = p.m, n = p.n, k0 = p.k0, w = p.w, ldc = p.ldc;
-  device const T* A = a + batch * m * n;
-  device const T* W = work + batch * kQrPanelWidth * ldc;
-  device T* C = c + batch * m * ldc;
-  const long row0 = k0 + long(group.y) * kQrTile;
-  const long tile_col0 = long(group.x) * kQrTile;  // relative to c_col0
-  for (int e = int(tid); e < kQrTile * kQrPanelWidth; e += kQrTileThreads) {
-    const int rr = e / kQrPanelWidth, i = e % kQrPanelWidth;
-    vs[e] = qr_v(A, n, m, k0, w, row0 + rr, long(i));
+  gemm_tile(v + batch * p.m * p.ldv + p.k0 * p.ldv + p.v_col0, p.ldv, kGemmNoTrans,
+            work + batch * kQrPanelWidth * p.c_cols, p.c_cols, kGemmNoTrans,
+            c + batch * p.m * p.ldc + p.k0 * p.ldc + p.c_col0, p.ldc, p.m - p.k0, p.c_cols, p.w,
+            long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f, scratch, tid,
+            sg);
+}
+
+// ---- TSQR: the tall-skinny QR tree (m >> n, n <= kTsqrMaxCols) ----
+//
+// Demmel, Grigori, Hoemmen and Langou 2012 ("Communication-optimal parallel and sequential QR
+// and LU factorizations", SIAM J. Sci. Comput. 34(1), sec. 3 and 6): the rows of A are split
+// into leaves of at least n rows, each factored by one threadgroup (Householder, LAPACK's larfg);
+// the leaves' n x n R factors are stacked in groups, and each group (a node) factored by one
+// threadgroup, up a tree to the single R at the root. One launch of qr_tsqr_factor per level
+// covers every node of the level and every matrix of the batch.
+//
+// The host describes level l by TsqrParams: its matrix has `rows` rows per batch element (A at
+// the leaves; the stacked R factors of level l - 1 above), dealt to `nodes` nodes as `parts`
+// units of `unit` rows: node g owns the units [g parts / nodes, (g + 1) parts / nodes) (integer
+// division: counts differ by at most one). Leaves: unit 1, parts m; nodes above: unit n, parts the
+// children (each an n x n upper triangle, zero below the diagonal). The host picks the leaf size
+// so that every leaf has at least n rows.
+//
+// A stack of upper triangles keeps its structure under the factorisation: reflector j has
+// nonzeros only in rows r >= j whose row within their child, r mod n, is <= j, and so does
+// column j of the explicit Q (Q's columns satisfy the same bound). qr_tsqr_factor visits those
+// rows alone ("stacked"): a node does about a third of a dense factorisation's work.
+//
+// With want_q each node's rows are then overwritten by its explicit Q (org2r: its reflectors
+// applied backwards to the first n columns of the identity), and qr_tsqr_q forms
+// Q = diag(Q_leaves) diag(Q_level1) ... Q_root top down, one GEMM launch per level below the
+// root: the rows of node g at level l times the n x n block g of the level above's result.
+// A node's rows are staged in threadgroup memory when they fit (kTsqrStageBytes), else factored
+// in device memory in place.
+
+namespace mpsl {
+
+struct TsqrParams {
+  long n;       // columns
+  long rows;    // rows of this level's matrix (per batch element)
+  long nodes;   // nodes (threadgroups per batch element) of this level
+  long parts;   // units dealt to the nodes: m rows at the leaves, the children above
+  long unit;    // rows per unit: 1 at the leaves, n above (stacked n x n triangles)
+  long want_q;  // qr_tsqr_factor: overwrite each node's rows with its explicit Q
+  long stage;   // qr_tsqr_factor: 1 stages a node that fits in threadgroup memory, 0 never
+  long tiles;   // qr_tsqr_q: row tiles (kGemmTileM) of the tallest node
+};
+
+// Columns TSQR serves (the tau of a node are kept in threadgroup memory).
+constant constexpr int kTsqrMaxCols = 256;
+// Threads of a qr_tsqr_factor threadgroup; each simdgroup applies a reflector to its own columns.
+constant constexpr int kTsqrThreads = 256;
+constant constexpr int kTsqrSimdgroups = kTsqrThreads / kSimdWidth;
+// A node of at most this many bytes is factored in threadgroup memory.
+constant constexpr int kTsqrStageBytes = 24576;
+
+static_assert(kTsqrStageBytes + kTsqrMaxCols * sizeof(float2) + kTsqrSimdgroups * sizeof(float) <=
+                  kMaxThreadgroupMemoryBytes,
+              "qr_tsqr_factor's threadgroup memory must fit");
+static_assert(kTsqrThreads <= kMaxThreadsPerGroup, "qr_tsqr_factor's threadgroup is too large");
+
+// The rows of node g: [first, last) of the level's matrix.
+inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, thread long& last) {
+  first = p.unit * ((g * p.parts) / p.nodes);
+  last = p.unit * (((g + 1) * p.parts) / p.nodes);
+}
+
+// Rows that reflector j can touch, and the e-th of them (see "stacked" above).
+inline long tsqr_active(long rows, long n, long j, bool stacked) {
+  return stacked ? (rows / n) * (j + 1) : rows;
+}
+inline long tsqr_row(long e, long n, long j, bool stacked) {
+  return stacked ? (e / (j + 1)) * n + e % (j + 1) : e;
+}
+
+// (I - t v v^H) applied to the columns j + 1 .. n - 1 of the node (row stride n), v = (1,
+// a[j + 1 :, j]) over the active rows; t = conj(tau) applies H^H (geqr2), tau applies H (org2r).
+// Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside).
+template <typename T, typename P>
+inline void tsqr_apply(P a, long rows, long n, long j, bool stacked, T t, uint lane, uint sg) {
+  if (is_zero(t)) {
+    return;  // H = I (LAPACK skips it too: no 0 * Inf)
   }
-  for (int e = int(tid); e < kQrPanelWidth * kQrTile; e += kQrTileThreads) {
-    const int i = e / kQrTile, cc = e % kQrTile;
-    const long col = tile_col0 + cc;
-    ws[e] = (i < w && col < p.c_cols) ? W[i * ldc + p.c_col0 + col] : zero<T>();
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  const int tx = int(tid) % kQrTileLanes;
-  const int ty = int(tid) / kQrTileLanes;
-  for (int i = 0; i < kQrMicro; ++i) {
-    const int rr = ty + i * kQrTileLanes;
-    const long r = row0 + rr;
-    for (int j = 0; j < kQrMicro; ++j) {
-      const int cc = tx + j * kQrTileLanes;
-      const long col = tile_col0 + cc;
-      if (r < m && col < p.c_cols) {
-        T s = zero<T>();
-        for (int l = 0; l < kQrPanelWidth; ++l) {
-          s += mul(vs[rr * kQrPanelWidth + l], ws[l * kQrTile + cc]);
-        }
-        C[r * ldc + p.c_col0 + col] -= s;
+  const long len = tsqr_active(rows, n, j, stacked);
+  for (long c = j + 1 + long(sg); c < n; c += kTsqrSimdgroups) {
+    T dot = zero<T>();
+    for (long e = long(lane); e < len; e += kSimdWidth) {
+      const long r = tsqr_row(e, n, j, stacked);
+      if (r >= j) {
+        const T v = r == j ? one<T>() : T(a[r * n + j]);
+        dot += mul(conj(v), T(a[r * n + c]));
       }
     }
+    const T td = mul(t, simd_sum(dot));
+    for (long e = long(lane); e < len; e += kSimdWidth) {
+      const long r = tsqr_row(e, n, j, stacked);
+      if (r >= j) {
+        const T v = r == j ? one<T>() : T(a[r * n + j]);
+        a[r * n + c] = sub_mul(T(a[r * n + c]), v, td);
+      }
+    }
+  }
+}
+
+// geqr2 of a node (rows x n at a, row stride n, rows >= n) by the whole threadgroup: R on and
+// above the diagonal of its first n rows, the reflectors below, tau in taus.
+template <typename T, typename P>
+inline void tsqr_geqr2(P a, long rows, long n, bool stacked, threadgroup T* taus,
+                       threadgroup float* npart, uint tid, uint lane, uint sg) {
+  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+  for (long j = 0; j < n; ++j) {
+    const long len = tsqr_active(rows, n, j, stacked);
+    float scale = 0.0f, ssq = 1.0f;
+    for (long e = long(tid); e < len; e += kTsqrThreads) {
+      const long r = tsqr_row(e, n, j, stacked);
+      if (r > j) {
+        qr_ssq_add(scale, ssq, T(a[r * n + j]));
+      }
+    }
+    const float smax = group_max(scale, npart, lane, sg, kTsqrSimdgroups, both);
+    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, kTsqrSimdgroups);
+    const float xnorm = smax == 0.0f ? (metal::isnan(s) ? s : 0.0f) : smax * metal::sqrt(s);
+
+    const T alpha = a[j * n + j];
+    T tau, denom;
+    const QrReflector h = qr_larfg(alpha, xnorm, tau, denom);
+    const T inv_denom = recip(denom);
+    const bool use_recip = modulus(denom) >= kSafeMin;
+    if (!h.identity) {
+      for (long e = long(tid); e < len; e += kTsqrThreads) {
+        const long r = tsqr_row(e, n, j, stacked);
+        if (r > j) {
+          a[r * n + j] = qr_scale(T(a[r * n + j]), denom, inv_denom, use_recip);
+        }
+      }
+    }
+    // Every thread has read alpha before the diagonal is overwritten, and the scaled tail is
+    // visible to the simdgroups that apply it.
+    threadgroup_barrier(both);
+    if (tid == 0) {
+      a[j * n + j] = qr_real(h.beta, alpha);
+      taus[j] = tau;
+    }
+    tsqr_apply(a, rows, n, j, stacked, conj(tau), lane, sg);
+    threadgroup_barrier(both);
+  }
+}
+
+// org2r of a factored node in place: its first n columns of Q = H(0) ... H(n - 1).
+template <typename T, typename P>
+inline void tsqr_org2r(P a, long rows, long n, bool stacked, threadgroup const T* taus, uint tid,
+                       uint lane, uint sg) {
+  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+  for (long step = 0; step < n; ++step) {
+    const long j = n - 1 - step;
+    const T tau = taus[j];
+    tsqr_apply(a, rows, n, j, stacked, tau, lane, sg);
+    // Column j (the reflector) has been read by every simdgroup.
+    threadgroup_barrier(both);
+    const long len = tsqr_active(rows, n, j, stacked);
+    for (long e = long(tid); e < len; e += kTsqrThreads) {
+      const long r = tsqr_row(e, n, j, stacked);
+      a[r * n + j] = r < j ? zero<T>() : (r == j ? one<T>() - tau : -mul(tau, T(a[r * n + j])));
+    }
+    threadgroup_barrier(both);
+  }
+}
+
+// R of a factored node (its first n rows' upper triangle) into the n x n slot r, zero below.
+template <typename T, typename P>
+inline void tsqr_write_r(P a, long n, device T* r, uint tid) {
+  for (long e = long(tid); e < n * n; e += kTsqrThreads) {
+    const long i = e / n, c = e - i * n;
+    r[e] = c >= i ? T(a[e]) : zero<T>();
+  }
+}
+
+// The whole of one node: factor, R out, explicit Q in place when asked.
+template <typename T, typename P>
+inline void tsqr_node(P a, long rows, long n, bool stacked, bool want_q, device T* r,
+                      threadgroup T* taus, threadgroup float* npart, uint tid, uint lane,
+                      uint sg) {
+  tsqr_geqr2(a, rows, n, stacked, taus, npart, tid, lane, sg);
+  tsqr_write_r(a, n, r, tid);
+  if (want_q) {
+    // R is read (by the threads that wrote it out) before org2r overwrites it.
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    tsqr_org2r(a, rows, n, stacked, taus, tid, lane, sg);
+  }
+}
+
+}  // namespace mpsl
+
+// One level of the TSQR tree: node g = group.y of batch element group.z factors its rows of
+// `a` (batch, rows, n), writes its R to rout (batch, nodes, n, n) and, with want_q, leaves its
+// explicit Q in its rows. Grid: (kTsqrThreads, nodes, batch).
+template <typename T>
+[[kernel]] void qr_tsqr_factor(
+    device T* a [[buffer(0)]],
+    device T* rout [[buffer(1)]],
+    constant mpsl::TsqrParams& p [[buffer(2)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float2 stage_raw[kTsqrStageBytes / sizeof(float2)];
+  threadgroup T taus[kTsqrMaxCols];
+  threadgroup float npart[kTsqrSimdgroups];
+
+  const long batch = long(group.z), g = long(group.y), n = p.n;
+  long first, last;
+  tsqr_node_rows(p, g, first, last);
+  const long rows = last - first;
+  const bool stacked = p.unit > 1;
+  const bool want_q = p.want_q != 0;
+  device T* A = a + batch * p.rows * n + first * n;
+  device T* R = rout + (batch * p.nodes + g) * n * n;
+  if (p.stage != 0 && rows * n * long(sizeof(T)) <= kTsqrStageBytes) {
+    threadgroup T* stage = reinterpret_cast<threadgroup T*>(stage_raw);
+    for (long e = long(tid); e < rows * n; e += kTsqrThreads) {
+      stage[e] = A[e];
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    tsqr_node(stage, rows, n, stacked, want_q, R, taus, npart, tid, lane, sg);
+    if (want_q) {
+      for (long e = long(tid); e < rows * n; e += kTsqrThreads) {
+        A[e] = stage[e];
+      }
+    }
+  } else {
+    tsqr_node(A, rows, n, stacked, want_q, R, taus, npart, tid, lane, sg);
+  }
+}
+
+// One level of Q's formation, top down: out = the rows of node g of q (its explicit Q) times the
+// n x n block g of x (the result of the level above; the root's explicit Q for the level below
+// it). q and out are (batch, rows, n), x (batch, nodes * n, n). Grid: (column tiles *
+// kGemmThreads, nodes * tiles, batch); tiles past a node's rows return at once.
+template <typename T>
+[[kernel]] void qr_tsqr_q(
+    device const T* q [[buffer(0)]],
+    device const T* x [[buffer(1)]],
+    device T* out [[buffer(2)]],
+    constant mpsl::TsqrParams& p [[buffer(3)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup float scratch[kGemmScratchFloats];
+  const long batch = long(group.z), n = p.n;
+  const long g = long(group.y) / p.tiles, tile = long(group.y) - g * p.tiles;
+  long first, last;
+  tsqr_node_rows(p, g, first, last);
+  if (tile * kGemmTileM >= last - first) {
+    return;  // the whole threadgroup alike, before any barrier
+  }
+  const long off = batch * p.rows * n + first * n;
+  gemm_tile(q + off, n, kGemmNoTrans, x + (batch * p.nodes + g) * n * n, n, kGemmNoTrans,
+            out + off, n, last - first, n, n, tile * kGemmTileM, long(group.x) * kGemmTileN, 1.0f,
+            0.0f, scratch, tid, sg);
+}
+
+namespace mpsl {
+
+inline float qr_re(float a) { return a; }
+inline float qr_re(float2 a) { return a.x; }
+
+// LAPACK's signs for the tree's factors. R is unique up to the signs of its rows (A of full
+// rank; the diagonal is real on both sides), so R_lapack = D R and Q_lapack = Q D for a diagonal
+// D of +-1, found from the top n x n block Q1 of the tree's Q (Ballard, Demmel, Grigori,
+// Jacquelin, Nguyen and Solomonik 2014, "Reconstructing Householder vectors from tall-skinny
+// QR", sec. 3): LAPACK's Q1 - I = -Y1 T Y1^H is an LU factorisation without pivoting whose
+// pivots are -tau_j, and LAPACK's larfg makes Re(1 - tau_j) = Re(alpha_j) / beta_j <= 0. So the
+// LU of Q1 D - I is run column by column, d_j chosen as it is reached: with g the Schur
+// complement's diagonal entry of Q1 (the column not yet signed), d_j = -sign(Re g), the pivot
+// d_j g - 1 has modulus >= 1 (the LU is as stable as partial pivoting's). A column LAPACK
+// leaves alone (H = I, tau = 0: nothing below the diagonal) has g exactly 1 here too (the tree
+// skips the same reflectors): d_j = 1 and the column is skipped, as LAPACK's.
+
+// Q1 D - I = L U run on G = Q1 (n x n, row stride n, device memory) in place; d_j into d.
+template <typename T>
+inline void tsqr_sign_lu(device T* G, long n, threadgroup float* d, uint tid) {
+  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
+  for (long j = 0; j < n; ++j) {
+    const T g = G[j * n + j];
+    const bool untouched = is_zero(g - one<T>());
+    const float dj = untouched ? 1.0f : (qr_re(g) > 0.0f ? -1.0f : 1.0f);
+    const T pivot = dj * g - one<T>();
+    // Every thread has read the pivot column before row j's entries are scaled below.
+    threadgroup_barrier(both);
+    if (tid == 0) {
+      d[j] = dj;
+    }
+    if (!untouched) {
+      const T inv = recip(pivot);
+      const long rest = n - j - 1;
+      for (long e = long(tid); e < rest * rest; e += kTsqrThreads) {
+        const long i = j + 1 + e / rest, c = j + 1 + e % rest;
+        const T l = mul(dj * G[i * n + j], inv);  // L[i][j]
+        G[i * n + c] = sub_mul(G[i * n + c], l, G[j * n + c]);
+      }
+    }
+    threadgroup_barrier(both);
+  }
+}
+
+}  // namespace mpsl
+
+// LAPACK's signs for the tree's R (and, through d, its Q; see tsqr_sign_lu): Q1 = the first n
+// rows of the leaf level's explicit Q (q, batch stride rows * n) times the n x n block 0 of the
+// level above's product (x, batch stride nodes * n * n; nodes = 0 when the tree is one leaf,
+// Q1 then being q's first rows), formed in work (batch, n, n); R's rows are multiplied by d
+// and d written out (batch, n) for qr_tsqr_scale. One threadgroup per matrix. Grid:
+// (kTsqrThreads, batch).
+template <typename T>
+[[kernel]] void qr_tsqr_signs(
+    device const T* q [[buffer(0)]],
+    device const T* x [[buffer(1)]],
+    device T* work [[buffer(2)]],
+    device T* r [[buffer(3)]],
+    device float* dout [[buffer(4)]],
+    constant mpsl::TsqrParams& p [[buffer(5)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup float d[kTsqrMaxCols];
+  const long batch = long(group.y), n = p.n;
+  device const T* Q = q + batch * p.rows * n;
+  device const T* X = x + batch * p.nodes * n * n;
+  device T* G = work + batch * n * n;
+  for (long e = long(tid); e < n * n; e += kTsqrThreads) {
+    const long i = e / n, c = e - i * n;
+    T s = zero<T>();
+    if (p.nodes == 0) {
+      s = Q[e];
+    } else {
+      for (long l = 0; l < n; ++l) {
+        s += mul(Q[i * n + l], X[l * n + c]);
+      }
+    }
+    G[e] = s;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_device);
+  tsqr_sign_lu(G, n, d, tid);
+  device T* R = r + batch * n * n;
+  for (long e = long(tid); e < n * n; e += kTsqrThreads) {
+    R[e] = d[e / n] * R[e];
+  }
+  for (long j = long(tid); j < n; j += kTsqrThreads) {
+    dout[batch * n + j] = d[j];
+  }
+}
+
+// Columns of x (batch, rows, n) times d (batch, n): Q D, applied to the factor of the tree's Q
+// that is smallest to scale. Grid: (ceil(rows n / kTsqrThreads) * kTsqrThreads, batch).
+template <typename T>
+[[kernel]] void qr_tsqr_scale(
+    device T* x [[buffer(0)]],
+    device const float* d [[buffer(1)]],
+    constant mpsl::TsqrParams& p [[buffer(2)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long batch = long(gid.y), e = long(gid.x);
+  if (e < p.rows * p.n) {
+    x[batch * p.rows * p.n + e] = d[batch * p.n + e % p.n] * x[batch * p.rows * p.n + e];
   }
 }
 

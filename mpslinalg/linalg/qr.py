@@ -3,9 +3,9 @@
 Ops ``mpslinalg::qr``, ``mpslinalg::geqrf``, ``mpslinalg::householder_product`` and
 ``mpslinalg::lstsq``: on the metal backend the blocked Householder kernels of
 `mpslinalg.linalg.qr_metal` (LAPACK's reflectors, so results match LAPACK's up to rounding;
-the tall-skinny tree may flip the signs of columns of Q and rows of R), matrices up to 4 x 4 in one
-launch; on the torch backend, batches of m, n <= 4 take the small path of
-`mpslinalg.small.orthogonal` (``qr`` only); ``lstsq`` solves full-rank problems through QR
+the tall-skinny tree restores LAPACK's signs), matrices up to 4 x 4 in one launch; on the
+torch backend, batches of m, n <= 4 take the small path of `mpslinalg.small.orthogonal` (``qr``
+only); ``lstsq`` solves full-rank problems through QR
 (m >= n) or LQ (m < n), as LAPACK's gels, and rank-deficient ones by QR with column pivoting
 (gelsy, one kernel) or the Metal SVD (gelsd, gelss). float64 / complex128 ``lstsq`` on the
 metal backend (gels) refines the augmented system on float32 kernels
@@ -155,9 +155,9 @@ def qr(A: Tensor, mode: str = "reduced", *, out: tuple[Tensor, Tensor] | None = 
     Notes
     -----
     On the metal backend: blocked Householder QR with LAPACK's reflectors (the documentation's
-    QR page), so Q and R match LAPACK's up to rounding, except on the tall-skinny path (m much
-    larger than n, mode 'reduced' or 'r'), whose R may differ from LAPACK's by the signs of its
-    rows (and Q by those of its columns). Matrices up to 4 x 4 take one launch for any batch.
+    QR page), so Q and R match LAPACK's up to rounding; on the tall-skinny path (m much larger
+    than n, mode 'reduced' or 'r': the TSQR tree) too, signs included, for A of full rank.
+    Matrices up to 4 x 4 take one launch for any batch.
     On the torch backend, batches of m, n <= 4 float32/float64 matrices take the small path
     (generated SIMD code on CPU, one fused Triton kernel on CUDA) where it is faster than
     torch.linalg.qr, with the same reflectors (results equal torch's up to rounding, signs
@@ -430,7 +430,7 @@ def _gels_metal(A: Tensor, B: Tensor):
         if m > n:
             residuals = B.abs().square().sum(-2)
         return X, residuals, rank, svals
-    if qr_metal.use_tsqr(m, n, "reduced"):  # m > n
+    if qr_metal.use_tsqr(m, n, "reduced", A.dtype):  # m > n
         Q, R = qr_metal.qr_metal(A, "reduced", fn="lstsq")
         C = Q.mH @ B
         X = qr_metal.solve_r_metal(R, C, left=True, adjoint=False)

@@ -8,20 +8,24 @@ has done; they never read device values on the host: the launch sequence depends
 only, and the batch is a grid dimension of every kernel (no loop over batch elements).
 
 Launches per call, with P = ceil(min(m, n) / PANEL_WIDTH) panels:
-  geqrf_metal       3 P - 1 at most: per panel qr_panel, then qr_apply_w + qr_apply_update on
-                    the columns right of it (none after the last panel when n <= m).
-  apply_q_metal     2 per panel (qr_apply_w + qr_apply_update), for Q C or Q^H C.
+  geqrf_metal       4 P - 3 at most: per panel qr_panel, then the block reflector on the columns
+                    right of it (none after the last panel when n <= m): qr_apply_w (V^H C,
+                    split over row chunks, on the shared GEMM), qr_apply_t (the chunks added,
+                    times T) and qr_apply_update (C -= V W on the shared GEMM).
+  apply_q_metal     1 + 3 per panel (qr_explicit_v, then the three above), for Q C or Q^H C.
   orgqr_metal       as apply_q_metal on the first columns of the identity.
   larft_metal       1 (every panel's T at once).
   gelsy_metal       1 (lstsq_gelsy, the whole of xGELSY for one matrix per threadgroup).
-  qr_metal          m, n <= SMALL_MAX: 1 (qr_small). Tall-skinny (see use_tsqr): geqrf and orgqr
-                    of the row blocks of each level of the tree, as one batch. Otherwise
-                    geqrf_metal + orgqr_metal (Q not formed for mode='r').
+  qr_metal          m, n <= SMALL_MAX: 1 (qr_small). Tall-skinny (see use_tsqr): the TSQR tree
+                    of L levels (leaves included), 2 L + 1 launches (2 L - 1 for mode 'r'; 3 and
+                    2 for one leaf), see _tsqr. Otherwise geqrf_metal + orgqr_metal (Q not
+                    formed for mode='r').
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -30,7 +34,7 @@ from .._core import metal_params
 from .._core.copy import contiguous
 from .._core.metal import LINALG_DTYPES, SIMD_WIDTH, launch
 from ..small.codegen import QR_MODES
-from . import triangular_metal
+from . import gemm_metal, triangular_metal
 
 _SOURCE = "linalg/qr.metal"
 
@@ -40,22 +44,31 @@ _HEADER = "linalg/qr.h"
 PANEL_WIDTH = 16  # kQrPanelWidth: columns per panel, order of each T
 PANEL_MAX_SIMDGROUPS = 8  # kQrMaxSimdgroups: qr_panel threadgroups hold at most this many
 STAGE_ELEMS = 2048  # kQrStageElems: panels this small are factored in threadgroup memory
-APPLY_COLS = 64  # kQrApplyCols: qr_apply_w columns (threads) per threadgroup
-UPDATE_TILE = 64  # kQrTile: qr_apply_update output tile (rows and columns)
-UPDATE_THREADS = 256  # kQrTileThreads
+APPLY_CHUNK = 256  # kQrApplyChunk: rows of C per qr_apply_w threadgroup (split-K depth)
+APPLY_COLS = 64  # kQrApplyCols: qr_apply_t columns (threads) per threadgroup
+EXPLICIT_THREADS = 256  # kQrExplicitThreads: qr_explicit_v threads per threadgroup
 LARFT_THREADS = PANEL_WIDTH * PANEL_WIDTH  # kQrLarftThreads
 SMALL_MAX = 4  # kQrSmallMax
 SMALL_MODES = QR_MODES  # kQrModeReduced / Complete / R
 GELSY_MAX_THREADS = 256  # kLstsqMaxThreads: lstsq_gelsy's threadgroup holds at most this many
+TSQR_MAX_COLS = 256  # kTsqrMaxCols: TSQR serves matrices of at most this many columns
+TSQR_THREADS = 256  # kTsqrThreads: threads of a qr_tsqr_factor threadgroup
+TSQR_STAGE_BYTES = 24576  # kTsqrStageBytes: nodes this small are factored in threadgroup memory
 
 # Host-side launch geometry and path choice.
 SMALL_GROUP = 256  # qr_small: one thread per matrix
-#: TSQR row blocks: a block's panels (TSQR_ROWS x PANEL_WIDTH) fit STAGE_ELEMS exactly.
-TSQR_ROWS = STAGE_ELEMS // PANEL_WIDTH
-#: TSQR serves matrices of at most this many columns (each block holds at least two R factors)
-TSQR_MAX_COLS = TSQR_ROWS // 2
-#: ... and at least this many row blocks (fewer leave the GPU as idle as one factorisation).
-TSQR_MIN_BLOCKS = 4
+#: TSQR leaves hold at most this many rows (at least 2 n, so that the evenly dealt leaves all
+#: have n rows or more), fewer when fewer fit in threadgroup memory.
+TSQR_LEAF_ROWS = 256
+#: R factors stacked per tree node at most (at least 2), fewer when fewer fit in threadgroup
+#: memory.
+TSQR_FAN_IN = 16
+#: TSQR serves matrices of at least this many leaves (fewer leave the GPU as idle as one
+#: factorisation, and the blocked path does less work).
+TSQR_MIN_LEAVES = 4
+#: Whether qr_tsqr_factor may stage a node in threadgroup memory (tests turn it off to exercise
+#: the factorisation in device memory on small shapes).
+TSQR_STAGE = True
 
 #: (lower, unit, trans, swaps) of triangular_metal's solves with the upper triangle R of a QR
 #: factor (packed square): R X = B is one backward substitution; R^H X = B one forward
@@ -88,23 +101,43 @@ def _t_buffer(batch: int, npanels: int, like: torch.Tensor) -> torch.Tensor:
                        device=like.device)
 
 
-def _apply_panel(a: torch.Tensor, tmat: torch.Tensor, c: torch.Tensor, work: torch.Tensor, *,
-                 m: int, n: int, k: int, k0: int, w: int, npanels: int, ldc: int, c_col0: int,
-                 c_cols: int, adjoint: bool, batch: int, fn: str) -> None:
-    """C[k0:, c_col0 : c_col0 + c_cols] <- op(I - V T V^H) C for panel k0 // PANEL_WIDTH."""
-    if c_cols <= 0 or m - k0 <= 0:
-        return
-    params = _params(m=m, n=n, k=k, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=npanels,
-                     ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=adjoint)
-    apply_w = _metal.kernel(_SOURCE, "qr_apply_w", a.dtype, a.device, fn=fn)
-    update = _metal.kernel(_SOURCE, "qr_apply_update", a.dtype, a.device, fn=fn)
-    launch(apply_w, a, tmat, c, work, params,
-           threads=[_metal.ceil_div(c_cols, APPLY_COLS) * APPLY_COLS, batch],
-           group_size=[APPLY_COLS, 1])
-    launch(update, a, work, c, params,
-           threads=[_metal.ceil_div(c_cols, UPDATE_TILE) * UPDATE_THREADS,
-                    _metal.ceil_div(m - k0, UPDATE_TILE), batch],
-           group_size=[UPDATE_THREADS, 1, 1])
+class _BlockReflector:
+    """The launches of C <- op(I - V T V^H) C for the panels of one factor (larfb): the
+    workspaces, sized once for the largest panel and C."""
+
+    def __init__(self, v: torch.Tensor, ldv: int, tmat: torch.Tensor, C: torch.Tensor, *, m: int,
+                 cols: int, fn: str):
+        batch = tmat.shape[0]
+        self.v, self.ldv, self.tmat, self.C, self.m, self.batch = v, ldv, tmat, C, m, batch
+        chunks = _metal.ceil_div(m, APPLY_CHUNK)
+        self.part = torch.empty(batch * chunks * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
+                                device=C.device)
+        self.work = torch.empty(batch * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
+                                device=C.device)
+        self.kernels = [_metal.kernel(_SOURCE, name, C.dtype, C.device, fn=fn)
+                        for name in ("qr_apply_w", "qr_apply_t", "qr_apply_update")]
+
+    def apply(self, *, k0: int, w: int, v_col0: int, ldc: int, c_col0: int, c_cols: int,
+              adjoint: bool) -> None:
+        """C[k0:, c_col0 : c_col0 + c_cols] <- op(I - V T V^H) C for panel k0 // PANEL_WIDTH,
+        its reflectors the columns [v_col0, v_col0 + w) of V."""
+        m, batch = self.m, self.batch
+        if c_cols <= 0 or m - k0 <= 0:
+            return
+        chunks = _metal.ceil_div(m - k0, APPLY_CHUNK)
+        params = _params(m=m, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=self.tmat.shape[1],
+                         ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=adjoint, ldv=self.ldv,
+                         v_col0=v_col0, chunks=chunks)
+        apply_w, apply_t, update = self.kernels
+        col_tiles = _metal.ceil_div(c_cols, gemm_metal.TILE_N) * gemm_metal.THREADS
+        launch(apply_w, self.v, self.C, self.part, params, threads=[col_tiles, chunks, batch],
+               group_size=[gemm_metal.THREADS, 1, 1])
+        launch(apply_t, self.tmat, self.part, self.work, params,
+               threads=[_metal.ceil_div(c_cols, APPLY_COLS) * APPLY_COLS, batch],
+               group_size=[APPLY_COLS, 1])
+        launch(update, self.v, self.work, self.C, params,
+               threads=[col_tiles, _metal.ceil_div(m - k0, gemm_metal.TILE_M), batch],
+               group_size=[gemm_metal.THREADS, 1, 1])
 
 
 def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
@@ -127,15 +160,16 @@ def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
     if batch == 0 or k == 0:
         return a, tau, tmat
     panel = _metal.kernel(_SOURCE, "qr_panel", A.dtype, A.device, fn=fn)
-    work = torch.empty((batch, PANEL_WIDTH, n), dtype=A.dtype, device=A.device)
+    v = torch.empty((batch, m, PANEL_WIDTH), dtype=A.dtype, device=A.device)
+    reflector = _BlockReflector(v, PANEL_WIDTH, tmat, a, m=m, cols=n, fn=fn)
     for index, (k0, w) in enumerate(panels):
         threads = min(PANEL_MAX_SIMDGROUPS * SIMD_WIDTH,
                       _metal.ceil_div(m - k0, SIMD_WIDTH) * SIMD_WIDTH)
-        launch(panel, a, tau, tmat, _params(m=m, n=n, k=k, k0=k0, w=w, panel=index,
-                                             npanels=len(panels)),
+        launch(panel, a, tau, tmat, v, _params(m=m, n=n, k=k, k0=k0, w=w, panel=index,
+                                                npanels=len(panels), ldv=PANEL_WIDTH),
                threads=[threads, batch], group_size=[threads, 1])
-        _apply_panel(a, tmat, a, work, m=m, n=n, k=k, k0=k0, w=w, npanels=len(panels), ldc=n,
-                     c_col0=k0 + w, c_cols=n - k0 - w, adjoint=True, batch=batch, fn=fn)
+        reflector.apply(k0=k0, w=w, v_col0=0, ldc=n, c_col0=k0 + w, c_cols=n - k0 - w,
+                        adjoint=True)
     return a, tau, tmat
 
 
@@ -169,11 +203,14 @@ def apply_q_metal(a: torch.Tensor, tmat: torch.Tensor, C: torch.Tensor, *, k: in
     panels = _panels(k)
     if batch == 0 or cols == 0 or not panels:
         return C
-    work = torch.empty((batch, PANEL_WIDTH, cols), dtype=C.dtype, device=C.device)
-    order = panels if adjoint else panels[::-1]
-    for k0, w in order:
-        _apply_panel(a, tmat, C, work, m=m, n=n, k=k, k0=k0, w=w, npanels=tmat.shape[1],
-                     ldc=cols, c_col0=0, c_cols=cols, adjoint=adjoint, batch=batch, fn=fn)
+    v = torch.empty((batch, m, k), dtype=C.dtype, device=C.device)
+    explicit = _metal.kernel(_SOURCE, "qr_explicit_v", a.dtype, a.device, fn=fn)
+    launch(explicit, a, v, _params(m=m, n=n, k=k),
+           threads=[_metal.ceil_div(m * k, EXPLICIT_THREADS) * EXPLICIT_THREADS, batch],
+           group_size=[EXPLICIT_THREADS, 1])
+    reflector = _BlockReflector(v, k, tmat, C, m=m, cols=cols, fn=fn)
+    for k0, w in panels if adjoint else panels[::-1]:
+        reflector.apply(k0=k0, w=w, v_col0=k0, ldc=cols, c_col0=0, c_cols=cols, adjoint=adjoint)
     return C
 
 
@@ -219,36 +256,113 @@ def _qr_small(A: torch.Tensor, mode: str, fn: str) -> tuple[torch.Tensor, torch.
     return (Q if mode != "r" else Q.new_empty(0)), R
 
 
-def use_tsqr(m: int, n: int, mode: str) -> bool:
+@dataclass(frozen=True)
+class TsqrLevel:
+    """One level of the TSQR tree (the TsqrParams of metal/linalg/qr.h): its matrix has ``rows``
+    rows, dealt to ``nodes`` nodes as ``parts`` units of ``unit`` rows (node g owns the units
+    [g parts // nodes, (g + 1) parts // nodes))."""
+
+    rows: int
+    nodes: int
+    parts: int
+    unit: int
+
+    def tallest(self) -> int:
+        """Rows of the tallest node."""
+        return _metal.ceil_div(self.parts, self.nodes) * self.unit
+
+
+def tsqr_shape(n: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(leaf rows, fan-in) of the TSQR tree for n columns: as many rows as fit in threadgroup
+    memory up to TSQR_LEAF_ROWS but at least 2 n (so that the evenly dealt leaves of any matrix
+    with m >= n have n rows or more), and as many R factors per node as fit, from 2 to
+    TSQR_FAN_IN."""
+    elem = 8 if dtype.is_complex else 4
+    fit = TSQR_STAGE_BYTES // (elem * n)
+    return max(2 * n, min(fit, TSQR_LEAF_ROWS)), max(2, min(TSQR_FAN_IN, fit // n))
+
+
+def tsqr_levels(m: int, n: int, dtype: torch.dtype) -> list[TsqrLevel]:
+    """The levels of the TSQR tree of an m x n matrix (m >= n), leaves first, root last."""
+    leaf_rows, fan_in = tsqr_shape(n, dtype)
+    nodes = _metal.ceil_div(m, leaf_rows)
+    levels = [TsqrLevel(m, nodes, m, 1)]
+    while nodes > 1:
+        children, nodes = nodes, _metal.ceil_div(nodes, fan_in)
+        levels.append(TsqrLevel(children * n, nodes, children, n))
+    return levels
+
+
+def use_tsqr(m: int, n: int, mode: str, dtype: torch.dtype = torch.float32) -> bool:
     """Whether `qr_metal` takes the tall-skinny tree for an m x n matrix."""
-    return mode != "complete" and 0 < n <= TSQR_MAX_COLS and m >= TSQR_MIN_BLOCKS * TSQR_ROWS
+    return (mode != "complete" and 0 < n <= TSQR_MAX_COLS
+            and m >= TSQR_MIN_LEAVES * tsqr_shape(n, dtype)[0])
+
+
+def _tsqr_params(level: TsqrLevel, n: int, *, want_q: bool = False, tiles: int = 0) -> list[int]:
+    return metal_params.pack(_HEADER, "TsqrParams", 0, n=n, rows=level.rows, nodes=level.nodes,
+                             parts=level.parts, unit=level.unit, want_q=want_q,
+                             stage=TSQR_STAGE, tiles=tiles)
 
 
 def _tsqr(A: torch.Tensor, want_q: bool, fn: str) -> tuple[torch.Tensor | None, torch.Tensor]:
     """TSQR (Demmel, Grigori, Hoemmen, Langou 2012, "Communication-optimal parallel and
-    sequential QR and LU factorizations", sec. 3): independent QRs of the row blocks, as one
-    batch, then the QR of the stacked R factors (the same tree again while it is tall);
-    Q = diag(Q_blocks) Q_stacked. A contiguous (batch, m, n)."""
+    sequential QR and LU factorizations", sec. 3) of a contiguous (batch, m, n) tensor, m >= n,
+    with LAPACK's signs. For a tree of L levels (leaves included):
+      L x qr_tsqr_factor   the levels bottom up, each node's explicit Q left in its rows;
+      L - 2 x qr_tsqr_q    top down, Y_l = diag(Q_level_l) Y_(l+1) from the root's Q, for the
+                           levels above the leaves (only node 0's first n rows for mode 'r');
+      qr_tsqr_signs        Q's first n rows, D from them (see metal/linalg/qr.h), R <- D R;
+    and with ``want_q``: qr_tsqr_scale (Y_1 <- Y_1 D) and qr_tsqr_q for the leaves, Q = diag(
+    Q_leaves) Y_1. One leaf: the signs, then the scale on its Q. Memory: A's copy, Q, and the
+    tree's stacks (at most 2 m rows of n elements in all)."""
     batch, m, n = A.shape
-    blocks = _metal.ceil_div(m, TSQR_ROWS)
-    padded = A
-    if blocks * TSQR_ROWS != m:  # zero rows change neither R nor the kept rows of Q
-        padded = torch.zeros((batch, blocks * TSQR_ROWS, n), dtype=A.dtype, device=A.device)
-        padded[:, :m] = A
-    a, _, tmat = geqrf_metal(padded.view(batch * blocks, TSQR_ROWS, n), fn=fn)
-    stacked = a[:, :n, :].triu().reshape(batch, blocks * n, n)
-    Q2, R = _qr_dense(stacked, "reduced" if want_q else "r", fn)
+    levels = tsqr_levels(m, n, A.dtype)
+    dev, dtype = A.device, A.dtype
+    mats = [A.clone()] + [torch.empty((batch, lev.rows, n), dtype=dtype, device=dev)
+                          for lev in levels[1:]]
+    R = torch.empty((batch, n, n), dtype=dtype, device=dev)
+    factor = _metal.kernel(_SOURCE, "qr_tsqr_factor", dtype, dev, fn=fn)
+    for index, lev in enumerate(levels):
+        rout = mats[index + 1] if index + 1 < len(levels) else R
+        launch(factor, mats[index], rout, _tsqr_params(lev, n, want_q=True),
+               threads=[TSQR_THREADS, lev.nodes, batch], group_size=[TSQR_THREADS, 1, 1])
+    product = _metal.kernel(_SOURCE, "qr_tsqr_q", dtype, dev, fn=fn)
+    col_threads = _metal.ceil_div(n, gemm_metal.TILE_N) * gemm_metal.THREADS
+
+    def times_above(index: int, x: torch.Tensor, rows_of_node_0: bool) -> torch.Tensor:
+        lev = levels[index]
+        out = torch.empty((batch, lev.rows, n), dtype=dtype, device=dev)
+        tiles = _metal.ceil_div(lev.tallest(), gemm_metal.TILE_M)
+        groups = _metal.ceil_div(n, gemm_metal.TILE_M) if rows_of_node_0 else lev.nodes * tiles
+        launch(product, mats[index], x, out, _tsqr_params(lev, n, tiles=tiles),
+               threads=[col_threads, groups, batch], group_size=[gemm_metal.THREADS, 1, 1])
+        return out
+
+    x = mats[-1]  # the root's explicit Q
+    for index in range(len(levels) - 2, 0, -1):
+        x = times_above(index, x, rows_of_node_0=not want_q)
+    one_leaf = len(levels) == 1
+    d = torch.empty((batch, n), dtype=torch.float32, device=dev)
+    work = torch.empty((batch, n, n), dtype=dtype, device=dev)
+    signs = _metal.kernel(_SOURCE, "qr_tsqr_signs", dtype, dev, fn=fn)
+    sign_level = TsqrLevel(m, 0 if one_leaf else levels[0].nodes, 0, 0)
+    launch(signs, mats[0], x, work, R, d, _tsqr_params(sign_level, n),
+           threads=[TSQR_THREADS, batch], group_size=[TSQR_THREADS, 1])
     if not want_q:
         return None, R
-    Q1 = orgqr_metal(a, tmat, k=n, cols=n, fn=fn)  # (batch * blocks, TSQR_ROWS, n)
-    Q = torch.matmul(Q1, Q2.reshape(batch * blocks, n, n))
-    return Q.view(batch, blocks * TSQR_ROWS, n)[:, :m], R
+    scale = _metal.kernel(_SOURCE, "qr_tsqr_scale", dtype, dev, fn=fn)
+    rows = x.shape[1]
+    launch(scale, x, d, _tsqr_params(TsqrLevel(rows, 0, 0, 0), n),
+           threads=[_metal.ceil_div(rows * n, TSQR_THREADS) * TSQR_THREADS, batch],
+           group_size=[TSQR_THREADS, 1])
+    return (x if one_leaf else times_above(0, x, rows_of_node_0=False)), R
 
 
 def _qr_dense(A: torch.Tensor, mode: str, fn: str) -> tuple[torch.Tensor | None, torch.Tensor]:
     """QR of a contiguous (batch, m, n) tensor by the blocked kernels or the TSQR tree."""
     _, m, n = A.shape
-    if use_tsqr(m, n, mode):
+    if use_tsqr(m, n, mode, A.dtype):
         return _tsqr(A, mode != "r", fn)
     k = min(m, n)
     a, _, tmat = geqrf_metal(A, fn=fn)

@@ -162,13 +162,154 @@ def test_tall_skinny_10000x8_and_complex(metal_backend):
     check_qr(A, *mpslinalg.qr(A))
 
 
-def test_tsqr_agrees_with_the_blocked_path(metal_backend, monkeypatch):
+def test_tsqr_agrees_with_the_blocked_path(metal_backend, small_tree, monkeypatch):
     A = metal_backend.tensor(random_matrix(12, torch.complex64, (2,), seed=10, m=600))
-    assert qr_metal.use_tsqr(600, 12, "reduced")
+    assert qr_metal.use_tsqr(600, 12, "reduced", torch.complex64)
     _, R_tree = mpslinalg.qr(A)
-    monkeypatch.setattr(qr_metal, "TSQR_MIN_BLOCKS", 10**9)
+    monkeypatch.setattr(qr_metal, "TSQR_MIN_LEAVES", 10**9)
     _, R_blocked = mpslinalg.qr(A)
     torch.testing.assert_close(R_tree.abs().cpu(), R_blocked.abs().cpu(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture
+def small_tree(monkeypatch):
+    """Leaves of 2 n rows and nodes of two R factors: small matrices reach a tree of several
+    levels (the defaults need thousands of rows for that)."""
+    monkeypatch.setattr(qr_metal, "TSQR_LEAF_ROWS", 1)
+    monkeypatch.setattr(qr_metal, "TSQR_FAN_IN", 2)
+
+
+def tall_cases(m: int, n: int) -> dict[str, torch.Tensor]:
+    """The shape classes of LAPACK's QR tests for a tall m x n matrix (float32 / complex64)."""
+    grade = 10.0 ** -torch.linspace(0, 6, n, dtype=torch.float64)
+    rows = 10.0 ** -torch.linspace(0, 4, m, dtype=torch.float64)[:, None]
+    low = random_matrix(2, torch.float64, (), 21, m=m) @ random_matrix(n, torch.float64, (), 22,
+                                                                       m=2)
+    out = {"random": random_matrix(n, torch.float32, (2,), 20, m=m),
+           "graded columns": (random_matrix(n, torch.float64, (), 23, m=m) * grade).float(),
+           "graded rows": (random_matrix(n, torch.float64, (), 24, m=m) * rows).float(),
+           "rank 2": low.float(),
+           "complex": random_matrix(n, torch.complex64, (2,), 25, m=m),
+           "complex rank 2": (random_matrix(2, torch.complex128, (), 26, m=m)
+                              @ random_matrix(n, torch.complex128, (), 27, m=2)).to(
+                                  torch.complex64)}
+    for scale in (1e30, 1e-30):
+        out[f"x {scale:g}"] = random_matrix(n, torch.float32, (), 28, m=m) * scale
+        out[f"complex x {scale:g}"] = random_matrix(n, torch.complex64, (), 29, m=m) * scale
+    return out
+
+
+@pytest.mark.parametrize("stage", [True, False], ids=["threadgroup", "device"])
+def test_tsqr_accuracy(metal_backend, small_tree, monkeypatch, stage):
+    """LAPACK's ratios through a tree of five levels, nodes staged in threadgroup memory or
+    factored in device memory: graded, rank-deficient, complex and 1e+-30 inputs; Q and R as
+    LAPACK's, signs included, for A of full rank (R is not unique otherwise)."""
+    monkeypatch.setattr(qr_metal, "TSQR_STAGE", stage)
+    m, n = 150, 7
+    assert len(qr_metal.tsqr_levels(m, n, torch.float32)) == 5
+    for name, A in tall_cases(m, n).items():
+        A = metal_backend.tensor(A)
+        assert qr_metal.use_tsqr(m, n, "reduced", A.dtype), name
+        Q, R = mpslinalg.qr(A)
+        assert torch.isfinite(Q).all() and torch.isfinite(R).all(), name
+        check_qr(A, Q, R)
+        _, R_only = mpslinalg.qr(A, mode="r")
+        assert torch.equal(R_only, R), name
+        if "rank" not in name:
+            Q_ref, R_ref = torch.linalg.qr(wide(A))
+            scale = float(R_ref.abs().max())
+            torch.testing.assert_close(wide(R), R_ref, rtol=1e-4, atol=1e-5 * scale, msg=name)
+            torch.testing.assert_close(wide(Q), Q_ref, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_tsqr_launches_per_level_not_batch(metal_backend, small_tree):
+    if metal_backend.name != "emulator":
+        pytest.skip("launches are counted by the emulator")
+    m, n = 90, 5  # leaves of 10 rows: 9 -> 5 -> 3 -> 2 -> 1 nodes
+    levels = qr_metal.tsqr_levels(m, n, torch.float32)
+    assert [lev.nodes for lev in levels] == [9, 5, 3, 2, 1]
+    for batch in (1, 4):
+        A = metal_backend.tensor(random_matrix(n, torch.float32, (batch,), seed=31, m=m))
+        # per level: factor, then Q's product top down; the signs; the scale of Q and the
+        # leaves' product; 'r': the products of node 0's first rows only, the signs
+        for mode, launches in (("reduced", 2 * len(levels) + 1), ("r", 2 * len(levels) - 1)):
+            emulator.reset_launch_counts()
+            Q, R = mpslinalg.qr(A, mode=mode)
+            assert emulator.total_launches() == launches, (batch, mode)
+            check_qr(A, Q, R, mode)
+
+
+def test_tsqr_one_leaf_and_exact_structure(metal_backend, small_tree, monkeypatch):
+    """A tree of one leaf; input LAPACK leaves alone (already triangular, zero): the same Q
+    and R as LAPACK's, bit for bit where LAPACK skips every reflector."""
+    monkeypatch.setattr(qr_metal, "TSQR_MIN_LEAVES", 1)
+    A = metal_backend.tensor(random_matrix(5, torch.complex64, (3,), seed=36, m=10))
+    assert len(qr_metal.tsqr_levels(10, 5, A.dtype)) == 1
+    assert qr_metal.use_tsqr(10, 5, "reduced", A.dtype)
+    Q, R = mpslinalg.qr(A)
+    Q_ref, R_ref = torch.linalg.qr(wide(A))
+    torch.testing.assert_close(wide(R), R_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(wide(Q), Q_ref, rtol=1e-4, atol=1e-5)
+    tri = torch.cat([torch.triu(torch.rand(5, 5, generator=torch.Generator().manual_seed(37))
+                                + 1), torch.zeros(55, 5)])
+    for A in (tri, torch.zeros(60, 5)):
+        Q, R = mpslinalg.qr(metal_backend.tensor(A))
+        Q_ref, R_ref = torch.linalg.qr(A)
+        assert torch.equal(Q.cpu(), Q_ref) and torch.equal(R.cpu(), R_ref)
+
+
+def test_tsqr_lane_order_independent(metal_backend, small_tree, monkeypatch):
+    if metal_backend.name != "emulator":
+        pytest.skip("lane orders are an emulator option")
+    A = random_matrix(6, torch.complex64, (2,), seed=32, m=100)
+    results = []
+    for order in (None, "reverse", "random"):
+        monkeypatch.setattr(_metal, "LANE_ORDER", order)
+        results.append(mpslinalg.qr(metal_backend.tensor(A)))
+    for Q, R in results[1:]:
+        assert torch.equal(Q, results[0][0]) and torch.equal(R, results[0][1])
+
+
+def test_tsqr_memory_proportional_to_the_input():
+    """The tree's stacks (the R factors of each level) hold at most 2 m rows in all (leaves of
+    2 n rows or more, nodes of 2 R factors or more, each level rounded up); with A's copy and Q
+    nothing else is allocated, where upstream MPS asks for a 16 GiB buffer at (65536, 8)."""
+    for m, n in [(65536, 8), (1_000_000, 16), (100_000, 32), (4000, 36), (20_000, 256),
+                 (1 << 22, 1)]:
+        for dtype in DTYPES:
+            levels = qr_metal.tsqr_levels(m, n, dtype)
+            assert levels[0].rows == m and levels[-1].nodes == 1
+            assert sum(lev.rows for lev in levels[1:]) <= 2 * m, (m, n, dtype)
+            assert all(lev.tallest() * n * (8 if dtype.is_complex else 4)
+                       <= qr_metal.TSQR_STAGE_BYTES for lev in levels[1:] if n <= 32)
+
+
+@pytest.mark.slow
+def test_tsqr_65536x8(metal_backend):
+    """The case upstream MPS fails (pytorch#187567) with the default tree."""
+    A = metal_backend.tensor(torch.randn(65536, 8, generator=torch.Generator().manual_seed(33)))
+    assert qr_metal.use_tsqr(*A.shape, "reduced", A.dtype)
+    Q, R = mpslinalg.qr(A)
+    check_qr(A, Q, R)
+
+
+def test_tsqr_then_small_svd_as_lowrank(metal_backend, small_tree):
+    """svd_lowrank / pca_lowrank: a tall-skinny QR of A times a random matrix, then the SVD of
+    the small projection (Halko et al. 2011, algorithms 4.4 and 5.1), both through the tree."""
+    g = torch.Generator().manual_seed(34)
+    U0 = torch.linalg.qr(torch.randn(400, 5, generator=g, dtype=torch.float64)).Q
+    V0 = torch.linalg.qr(torch.randn(30, 5, generator=g, dtype=torch.float64)).Q
+    S0 = torch.tensor([9.0, 5.0, 3.0, 2.0, 1.0], dtype=torch.float64)
+    A = metal_backend.tensor(((U0 * S0) @ V0.mT).float())
+    assert qr_metal.use_tsqr(400, 8, "reduced", torch.float32)
+    torch.manual_seed(35)
+    U, S, V = mpslinalg.svd_lowrank(A, q=8)
+    torch.testing.assert_close(wide(S)[:5], S0, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(wide((U * S) @ V.mT), wide(A), rtol=1e-4, atol=1e-4)
+    U, S, V = mpslinalg.pca_lowrank(A, q=6, center=True)
+    centred = wide(A) - wide(A).mean(dim=-2, keepdim=True)
+    torch.testing.assert_close(wide(S)[:5], torch.linalg.svdvals(centred)[:5], rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_small_batches_one_launch(metal_backend):
@@ -229,8 +370,8 @@ def test_launch_counts_grow_with_panels_not_batch(metal_backend):
         panels = math.ceil(min(m, n) / panel)
         k = min(m, n)
         trailing = sum(1 for k0 in range(0, k, panel) if k0 + min(panel, k - k0) < n)
-        expected_geqrf = panels + 2 * trailing
-        assert counts[0] == counts[1] == (expected_geqrf, expected_geqrf + 2 * panels), counts
+        expected_geqrf = panels + 3 * trailing  # qr_panel; qr_apply_w, _t, _update
+        assert counts[0] == counts[1] == (expected_geqrf, expected_geqrf + 1 + 3 * panels), counts
 
 
 def test_lane_order_independent(metal_backend, monkeypatch):
@@ -327,6 +468,8 @@ def test_no_host_syncs(metal_backend):
         mpslinalg.lstsq(A, B, driver="gelsy")
         mpslinalg.lstsq(A.mH, B[..., :20, :], driver="gelsd")  # m < n: no residuals to decide
         mpslinalg.qr(A[:, :3, :3])
+        qr_metal.qr_metal(metal_backend.tensor(random_matrix(3, torch.complex64, (2,), seed=17,
+                                                              m=4 * qr_metal.TSQR_LEAF_ROWS)))
     assert syncs.calls == []
 
 
@@ -688,8 +831,11 @@ def test_host_constants_mirror_header():
     assert int(const("kQrMaxSimdgroups")) == qr_metal.PANEL_MAX_SIMDGROUPS
     assert int(const("kQrStageElems")) == qr_metal.STAGE_ELEMS
     assert int(const("kQrApplyCols")) == qr_metal.APPLY_COLS
-    assert int(const("kQrTile")) == qr_metal.UPDATE_TILE
-    assert int(const("kQrTileLanes")) ** 2 == qr_metal.UPDATE_THREADS
+    assert int(const("kQrApplyChunk")) == qr_metal.APPLY_CHUNK
+    assert int(const("kQrExplicitThreads")) == qr_metal.EXPLICIT_THREADS
+    assert int(const("kTsqrMaxCols")) == qr_metal.TSQR_MAX_COLS
+    assert int(const("kTsqrThreads")) == qr_metal.TSQR_THREADS
+    assert int(const("kTsqrStageBytes")) == qr_metal.TSQR_STAGE_BYTES
     assert int(const("kQrSmallMax")) == qr_metal.SMALL_MAX
     assert {int(const("kQrModeReduced")), int(const("kQrModeComplete")),
             int(const("kQrModeR"))} == set(qr_metal.SMALL_MODES.values())
