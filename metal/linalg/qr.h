@@ -458,7 +458,7 @@ template <typename T>
   gemm_tile(v + batch * p.m * p.ldv + r0 * p.ldv + p.v_col0, p.ldv, kGemmConjTrans,
             c + batch * p.m * p.ldc + r0 * p.ldc + p.c_col0, p.ldc, kGemmNoTrans,
             part + (batch * p.chunks + chunk) * kQrPanelWidth * p.c_cols, p.c_cols, p.w,
-            p.c_cols, rows, 0, long(group.x) * kGemmTileN, 1.0f, 0.0f, scratch, tid, sg);
+            p.c_cols, rows, 0, long(group.x) * kGemmTileN, 1.0f, 0.0f, kGemmFull, scratch, tid, sg);
 }
 
 // W = op(T) (P[0] + P[1] + ...) for the panel's T (op = ^H applies Q^H, identity applies Q):
@@ -532,8 +532,8 @@ template <typename T>
   gemm_tile(v + batch * p.m * p.ldv + p.k0 * p.ldv + p.v_col0, p.ldv, kGemmNoTrans,
             work + batch * kQrPanelWidth * p.c_cols, p.c_cols, kGemmNoTrans,
             c + batch * p.m * p.ldc + p.k0 * p.ldc + p.c_col0, p.ldc, p.m - p.k0, p.c_cols, p.w,
-            long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f, scratch, tid,
-            sg);
+            long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, -1.0f, 1.0f, kGemmFull, scratch,
+            tid, sg);
 }
 
 // ---- TSQR: the tall-skinny QR tree (m >> n, n <= kTsqrMaxCols) ----
@@ -789,7 +789,7 @@ template <typename T>
   const long off = batch * p.rows * n + first * n;
   gemm_tile(q + off, n, kGemmNoTrans, x + (batch * p.nodes + g) * n * n, n, kGemmNoTrans,
             out + off, n, last - first, n, n, tile * kGemmTileM, long(group.x) * kGemmTileN, 1.0f,
-            0.0f, scratch, tid, sg);
+            0.0f, kGemmFull, scratch, tid, sg);
 }
 
 namespace mpsl {
