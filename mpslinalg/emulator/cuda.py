@@ -345,6 +345,15 @@ _IN_BLOB_OFFSET = _Args.in_blob.offset
 _BLOB_OFFSET = _Args.blob.offset
 assert (_ARGS_SIZE, _IN_BLOB_OFFSET, _BLOB_OFFSET) == (2336, 248, 288)
 _pack_into = struct.pack_into
+_INT64S: dict = {}
+
+
+def _int64s(count: int) -> struct.Struct:
+    """The packer of ``count`` little-endian int64s (a list of ints bound by value)."""
+    packer = _INT64S.get(count)
+    if packer is None:
+        packer = _INT64S[count] = struct.Struct(f"<{count}q")
+    return packer
 _GEOMETRY = struct.Struct("<I9I")  # in_blob, then grid, group, ngroups
 _CU_ERROR_INVALID_CONTEXT = 201
 _CU_ERROR_INVALID_HANDLE = 400
@@ -551,7 +560,16 @@ class Kernel(library.Kernel):
             elif kind is float and off + 4 <= _BLOB_BYTES:
                 _pack_into("<f", buf, _BLOB_OFFSET + off, a)  # torch: float -> float32
                 used = off + 4
-            else:  # tensors elsewhere, lists, bools, ...: the shared path checks them
+            elif (kind is list and a and off + 8 * len(a) <= _BLOB_BYTES
+                  and all(type(v) is int for v in a)):
+                # a packed parameter struct (metal_params): ints -> an int64 array, as the
+                # shared marshalling binds it; one out of int64's range takes the shared path
+                try:
+                    _int64s(len(a)).pack_into(buf, _BLOB_OFFSET + off, *a)
+                except struct.error:
+                    return super().__call__(*args, threads=threads, group_size=group_size)
+                used = off + 8 * len(a)
+            else:  # tensors elsewhere, other lists, bools, ...: the shared path checks them
                 return super().__call__(*args, threads=threads, group_size=group_size)
             _pack_into("<Q", buf, 8 * i, off)
             in_blob |= 1 << i

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import struct
 
 import pytest
 import torch
@@ -279,6 +280,11 @@ kernel void axpb(device float* y [[buffer(0)]], device const float* x [[buffer(1
   const uint k = i.y * n.x + i.x;
   y[k] = float(a) * x[k] + b;
 }
+struct Affine { long scale, shift, unused; };
+kernel void affine(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                   constant Affine& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  y[i] = float(p.scale) * x[i] + float(p.shift);
+}
 """
 
 
@@ -308,6 +314,22 @@ def test_repeated_launches_take_the_fast_path_with_the_same_results():
     k(y, x, 2, 1.0, threads=[0, 6], group_size=[4, 2])  # an empty grid runs nothing
     k(y, x, 2, 1.0, threads=[0, 6], group_size=[4, 2])
     assert cuda.marshal.launch_counts()["axpb"] == before + 2
+
+
+@pytest.mark.cuda
+def test_parameter_structs_as_int_lists_take_the_fast_path():
+    # A packed parameter struct (a list of ints, as metal_params packs one) binds as an int64
+    # array on both paths; a list the fast path cannot take falls back to the checked one.
+    k = cuda.compile_shader(_SCALARS).affine
+    x = torch.randn(40, device="cuda")
+    for scale, shift in [(3, -1), (-2, 5), (7, 0)] * 2:
+        y = torch.full_like(x, float("nan"))
+        k(y, x, [scale, shift, 2**62], threads=[40], group_size=[8])
+        torch.testing.assert_close(y, scale * x + shift, rtol=1e-6, atol=0)
+    with pytest.raises(TypeError, match="must contain only ints"):
+        k(y, x, [3, 1.5, 0], threads=[40], group_size=[8])
+    with pytest.raises((OverflowError, struct.error, RuntimeError, ValueError)):
+        k(y, x, [3, 2**63, 0], threads=[40], group_size=[8])
 
 
 @pytest.mark.cuda
