@@ -86,6 +86,10 @@ _OPS = ("inv", "solve", "det", "slogdet")
 
 # ------------------------------------------------------------------------------ code generation
 
+#: Binary operators whose result is a boolean vector in Triton.
+_COMPARISONS = frozenset(("<", "<=", ">", ">=", "==", "!="))
+
+
 class _Writer:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -248,8 +252,11 @@ class _Triton(_codegen.Dialect):
         self.w(f"{acc} = {acc} + tl.log({self.render(x)})")
 
     def select(self, e: _codegen.Select) -> str:
-        # Flags live as int32 vectors (see `full`); Triton wants a boolean condition.
-        return f"tl.where(({self.render(e.cond)}) != 0, {self.branch(e.a)}, {self.branch(e.b)})"
+        cond = self.render(e.cond)
+        if not (isinstance(e.cond, _codegen.Binary) and e.cond.op in _COMPARISONS):
+            # flags live as int32 vectors (see `full`); Triton wants a boolean condition
+            cond = f"({cond}) != 0"
+        return f"tl.where({cond}, {self.branch(e.a)}, {self.branch(e.b)})"
 
     def special(self, e: _codegen.Expr) -> tuple[str, int] | None:
         if isinstance(e, _codegen.Select):
