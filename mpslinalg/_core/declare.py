@@ -231,6 +231,7 @@ class Declaration:
                  backward: Callable[..., Sequence[Tensor | None]] | None = None,
                  saves: Sequence[str] | Callable[..., None] = (),
                  check_inputs: Callable[..., None] | None = None,
+                 check_inputs_on: Sequence[str] = (),
                  info_routine: str | Callable[..., str | None] | None = None,
                  dtypes: Callable[[str, torch.dtype, str], torch.dtype] = LINALG,
                  torch_direct: bool = False, composite: bool = False,
@@ -242,6 +243,10 @@ class Declaration:
         self.through_op = through_op
         self.prepare = prepare
         self.check_inputs = check_inputs
+        #: Device types where the torch backend runs ``check_inputs`` too: torch's kernel there
+        #: takes bad values unchecked (cuSOLVER's sytrs reads out of bounds on bad pivots and
+        #: leaves the process's CUDA context unusable).
+        self.check_inputs_on = tuple(check_inputs_on)
         self.dtypes = dtypes
         #: The torch backend runs the "torch" forward without the registered op when nothing is
         #: traced or differentiated: the op's dispatch would only add its cost.
@@ -433,12 +438,16 @@ class Declaration:
             args = tuple(values[n] for n in self._names)
         if self._flags:  # bool parameters as the schema takes them (torch accepts any truth)
             args = tuple(bool(a) if i in self._flags else a for i, a in enumerate(args))
+        validates = False
         if self.check_inputs is not None and self.info_index is None:
-            # validation that reads values: on the metal backend, where no torch kernel does it
-            check = f"mpslinalg.{fn}" if call.backend == "metal" else ""
+            # validation that reads values: on the metal backend, where no torch kernel does it,
+            # and on the devices of `check_inputs_on`
+            validates = (call.backend == "metal"
+                         or args[self._first].device.type in self.check_inputs_on)
+            check = f"mpslinalg.{fn}" if validates else ""
             call = Call(fn, call.backend, call.dtype, check)
         small = bool(self.small_when is not None and self.small_when(call.backend, *args))
-        if self.torch_direct and call.backend == "torch" and not (
+        if self.torch_direct and call.backend == "torch" and not validates and not (
                 torch.compiler.is_compiling() or (self.op._backward is not None
                                                   and _differentiated(args))):
             outs = self.op.forward["torch"](*args)

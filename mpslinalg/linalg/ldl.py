@@ -76,6 +76,12 @@ def _check_pivots(LD: Tensor, pivots: Tensor, B: Tensor, hermitian: bool, *, api
                            "LD.size(-2). Did you properly pass the result of ldl_factor?")
 
 
+def _through_ldl_solve_op(LD: Tensor, *_: object) -> bool:
+    """torch-backend calls through the op (past the fast path): on CUDA, where the pivots are
+    validated first."""
+    return LD.device.type in ldl_solve_decl.check_inputs_on
+
+
 def _prepare_ldl_solve(call: Call, LD: Tensor, pivots: Tensor, B: Tensor,
                        hermitian: bool) -> tuple:
     fn = call.fn
@@ -98,7 +104,8 @@ def _prepare_ldl_solve(call: Call, LD: Tensor, pivots: Tensor, B: Tensor,
 
 
 #: X with A X = B for A = L D L^T given by ldl_factor's (LD, pivots); LD and pivots broadcast to
-#: B's batch inside. On the metal backend the pivots are validated first (its one device read).
+#: B's batch inside. On the metal backend, and on CUDA where torch's own kernel does not check
+#: them, the pivots are validated first (one device read).
 ldl_solve_decl = Declaration(
     "ldl_solve", [Matrix("LD"), Operand("pivots", 1, same_dtype=False), Operand("B", 2),
                   Param("hermitian", "bool")],
@@ -106,7 +113,8 @@ ldl_solve_decl = Declaration(
     forward={"metal": lambda LD, pivots, B, hermitian: ldl_metal.ldl_solve_metal(
                  LD, pivots, B, hermitian=hermitian),
              "torch": _ldl_solve_torch},
-    prepare=_prepare_ldl_solve, check_inputs=_check_pivots,
+    prepare=_prepare_ldl_solve, check_inputs=_check_pivots, check_inputs_on=("cuda",),
+    through_op=_through_ldl_solve_op,
     backward=_no_derivative("ldl_solve"), saves=[])
 ldl_solve_op = ldl_solve_decl.op
 

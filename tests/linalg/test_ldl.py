@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import mpslinalg
 from mpslinalg._core import metal as _metal
-from mpslinalg.linalg import ldl_metal
+from mpslinalg.linalg import ldl, ldl_metal
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -291,6 +291,27 @@ def test_solve_validates_pivots(backend):
         mpslinalg.ldl_solve(LD, pivots.float(), B)
     X = mpslinalg.ldl_solve(LD, pivots.long(), B)  # any integer dtype, as torch
     torch.testing.assert_close(X, mpslinalg.ldl_solve(LD, pivots, B))
+
+
+def test_solve_validates_pivots_where_torch_does_not(monkeypatch):
+    """On CUDA torch's ldl_solve takes bad pivots unchecked (cuSOLVER reads out of bounds and
+    the process's CUDA context is lost): there the torch backend validates them first, with one
+    device read. Shown here by naming the CPU among those devices."""
+    monkeypatch.setattr(ldl.ldl_solve_decl, "check_inputs_on", ("cuda", "cpu"))
+    A = symmetric(4, torch.float32, (2,), seed=13)
+    with mpslinalg.use_backend("torch"):
+        LD, pivots = mpslinalg.ldl_factor(A)
+        B = torch.ones(2, 4, 1)
+        with count_host_syncs() as syncs:
+            X = mpslinalg.ldl_solve(LD, pivots, B)
+        assert len(syncs.calls) == 1
+        torch.testing.assert_close(X, torch.linalg.ldl_solve(LD, pivots, B))
+        with pytest.raises(RuntimeError, match=r"^mpslinalg.ldl_solve: Pivots .*\|pivot\| >= 1"):
+            mpslinalg.ldl_solve(LD, pivots * 0, B)
+    monkeypatch.setattr(ldl.ldl_solve_decl, "check_inputs_on", ("cuda",))
+    with mpslinalg.use_backend("torch"), count_host_syncs() as syncs:
+        mpslinalg.ldl_solve(LD, pivots, B)
+    assert syncs.calls == []
 
 
 # ---------------------------------------------------------------- the metal path
