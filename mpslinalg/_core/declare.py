@@ -470,6 +470,17 @@ class Declaration:
 
     # ------------------------------------------------------------ public functions
 
+    def _validating_guard(self, guard: Callable[..., bool] | None) -> Callable[..., bool]:
+        """``guard`` that also sends a torch-backend call past the fast path on the devices of
+        `check_inputs_on` (the fast path calls torch's function, which does not validate)."""
+        single = guard is not None and len(inspect.signature(guard).parameters) == 1
+
+        def validating(first: Any, *rest: Any) -> bool:
+            if first.device.type in self.check_inputs_on:
+                return True
+            return guard is not None and (guard(first) if single else guard(first, *rest))
+        return validating
+
     def public(self, torch_fn: Callable[..., Any] | None, *, torch_name: str | None = None,
                through_op: Callable[..., bool] | None | str = "declared",
                prepare: Callable[..., tuple] | None = None,
@@ -500,6 +511,8 @@ class Declaration:
                 and getattr(torch.linalg, torch_name) is torch_fn:
             torch_name = f"linalg.{torch_name}"
         guard = self.through_op if through_op == "declared" else through_op
+        if self.check_inputs_on:
+            guard = self._validating_guard(guard)
 
         def wrap(signature: Callable[..., Any]) -> Callable[..., Any]:
             sig = inspect.signature(signature)

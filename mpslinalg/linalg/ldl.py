@@ -76,12 +76,6 @@ def _check_pivots(LD: Tensor, pivots: Tensor, B: Tensor, hermitian: bool, *, api
                            "LD.size(-2). Did you properly pass the result of ldl_factor?")
 
 
-def _through_ldl_solve_op(LD: Tensor, *_: object) -> bool:
-    """torch-backend calls through the op (past the fast path): on CUDA, where the pivots are
-    validated first."""
-    return LD.device.type in ldl_solve_decl.check_inputs_on
-
-
 def _prepare_ldl_solve(call: Call, LD: Tensor, pivots: Tensor, B: Tensor,
                        hermitian: bool) -> tuple:
     fn = call.fn
@@ -114,7 +108,6 @@ ldl_solve_decl = Declaration(
                  LD, pivots, B, hermitian=hermitian),
              "torch": _ldl_solve_torch},
     prepare=_prepare_ldl_solve, check_inputs=_check_pivots, check_inputs_on=("cuda",),
-    through_op=_through_ldl_solve_op,
     backward=_no_derivative("ldl_solve"), saves=[])
 ldl_solve_op = ldl_solve_decl.op
 
