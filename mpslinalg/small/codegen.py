@@ -1341,10 +1341,14 @@ def emit_hermitian_lower(dl: Dialect, n: int, upper: bool, out: str,
     return Vars(out)
 
 
-def emit_cholesky(dl: Dialect, n: int, complex_: bool = False) -> None:
+def emit_cholesky(dl: Dialect, n: int, complex_: bool = False, nan_fails: bool = True) -> None:
     """potf2 (see the section above) of the Hermitian matrix whose lower triangle is l{i}{j}
     (i >= j), in place: the factor L, or potf2's partial result where a leading minor is not
-    positive; info (an INT) = the order of the first such minor, 0 if none."""
+    positive; info (an INT) = the order of the first such minor, 0 if none.
+
+    ``nan_fails``: a NaN pivot is a failing minor, as LAPACK's potf2 tests it (DISNAN: torch
+    on the CPU). False gives cuSOLVER's potrf, torch's on CUDA: only a pivot <= 0 fails, so a
+    NaN runs on through the factor (NaN from its column on) with info 0."""
     lo = Vars("l")
     info = dl.declare(INT, "info", Full(0, INT))
     for j in range(n):
@@ -1353,7 +1357,7 @@ def emit_cholesky(dl: Dialect, n: int, complex_: bool = False) -> None:
             d = dl.declare(REAL, "d", re(lo[j, j]))
             for k in range(j):
                 dl.assign(d, d - _abs2(lo[j, k], complex_))
-            pos = dl.declare(BOOL, "pos", d > 0.0)
+            pos = dl.declare(BOOL, "pos", d > 0.0 if nan_fails else ~(d <= 0.0))
             take = dl.declare(BOOL, "take", ok & pos)
             s = dl.declare(REAL, "s", sqrt(d))
             # The pivot's reciprocal as torch's CPU factor has it where the pivot is infinite:

@@ -657,7 +657,8 @@ def small_matrix_exp(A: torch.Tensor) -> torch.Tensor:
 #
 # cholesky_ex, solve_triangular and cholesky_solve (`mpslinalg.small.codegen.emit_cholesky`,
 # `emit_triangular_solve`, `emit_cholesky_solve`): one kernel per variant (upper, left,
-# unitriangular), as the Metal and CPU kernels, bit-identical to them.
+# unitriangular), as the Metal and CPU kernels, bit-identical to them except where a pivot is
+# NaN: cholesky_ex follows torch's CUDA function there (cuSOLVER's potrf, info 0).
 
 
 def _cholesky_source(n: int, dtype: str, upper: bool, load: str) -> tuple[str, str]:
@@ -666,7 +667,8 @@ def _cholesky_source(n: int, dtype: str, upper: bool, load: str) -> tuple[str, s
     name = f"small_cholesky_n{n}_{dtype}_upper{int(upper)}_{_mode(n, load)}"
     w, dl = _begin(dtype, n, n, load)
     _codegen.emit_hermitian_lower(dl, n, upper, "l")
-    _codegen.emit_cholesky(dl, n)
+    # torch's CUDA cholesky_ex (cuSOLVER) flags no NaN pivot: neither does its drop-in
+    _codegen.emit_cholesky(dl, n, nan_fails=False)
     entry = _codegen.cholesky_factor_entry(n, upper)
     w("zero = tl.zeros([BLOCK], A.dtype.element_ty)")
     values = {i * n + j: "zero" if entry(i, j) is None else dl.render(entry(i, j))
