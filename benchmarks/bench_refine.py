@@ -9,9 +9,10 @@ here to show the accuracy and the step counts), against NumPy's and torch's floa
 On CUDA (``MPSLINALG_METAL_ON_CUDA=1`` is set here) the same Metal kernels run through the CUDA
 executor on the GPU: the refined float64 solve against the float32 Metal solve on the same GPU
 and against torch's float64 solve on the host CPU (all its threads). The refined solve runs
-twice, with each kind of correction kernels (``refine_metal.CORRECTION``: the blocked
-trsm_diag + trsm_update, the default, and trsv). Those are NVIDIA figures,
-through the CUDA executor, never Apple-GPU ones.
+once per kind of correction named by ``--corrections`` (``refine_metal.CORRECTION``: "inverse",
+the factors' inverses applied by the GEMM, the default for few right-hand sides; "blocked",
+trsm_diag + trsm_update; "trsv"). Those are NVIDIA figures, through the CUDA executor, never
+Apple-GPU ones.
 
 Contenders are timed interleaved (one call of each per round, the device synchronised around
 each call) after a warm-up call; the table gives min / median / max over the rounds, and the
@@ -46,7 +47,10 @@ from mpslinalg.linalg import refine_metal  # noqa: E402
 from mpslinalg.testing import matrix_with_spread  # noqa: E402
 
 EXACT_MAX_N = 512  # the long-double reference costs O(n^3) long-double work
-TRSV = "refined float64 (metal, trsv correction)"
+
+
+def _refined_name(kind: str) -> str:
+    return f"refined float64 (metal, {kind} correction)"
 
 
 def _sync(device: torch.device) -> None:
@@ -82,7 +86,7 @@ def _kernel_times(fn, calls: int = 2) -> dict[str, tuple[float, float]]:
     return {name: (count / calls, us / calls) for name, (count, us) in prof.kernels().items()}
 
 
-def run(n: int, cond: float, device: torch.device, reps: int,
+def run(n: int, cond: float, device: torch.device, reps: int, kinds: list[str],
         profile: list[str] | None = None) -> list[str]:
     A = matrix_with_spread(n, cond, torch.float64, seed=1)
     b = torch.randn(n, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
@@ -91,47 +95,51 @@ def run(n: int, cond: float, device: torch.device, reps: int,
     def metal():
         return mpslinalg.use_backend("metal")
 
-    with metal():
-        res = refine_metal.solve_refined(Ad, bd)
     An, bn = A.numpy(), b.numpy()
     reference = exact_solution(An, bn) if n <= EXACT_MAX_N else scipy.linalg.solve(An, bn)
+
+    def refined(kind: str):
+        def call():
+            saved, refine_metal.CORRECTION = refine_metal.CORRECTION, kind
+            try:
+                with metal():
+                    return mpslinalg.solve_ex(Ad, bd)
+            finally:
+                refine_metal.CORRECTION = saved
+        return call
+
     lines = []
-    for name, X in (("refined float64 (metal)", res.X.cpu().numpy()),
-                    ("LAPACK dgesv (scipy)", scipy.linalg.solve(An, bn))):
-        fwd, berr = solve_errors(An, bn, X, reference)
-        lines.append(f"| {n} | {cond:.0e} | {name} | {fwd:.2e} | {berr:.2e} |")
-    lines.append(f"| {n} | {cond:.0e} | steps (first: the float32 solve) | "
-                 f"{int(res.steps)} | info {int(res.info)} |")
-
-    def refined():
-        with metal():
-            mpslinalg.solve_ex(Ad, bd)
-
-    def refined_trsv():  # the other correction kernels (refine_metal.CORRECTION)
-        kind, refine_metal.CORRECTION = refine_metal.CORRECTION, "trsv"
+    for kind in kinds:
+        saved, refine_metal.CORRECTION = refine_metal.CORRECTION, kind
         try:
-            refined()
+            with metal():
+                res = refine_metal.solve_refined(Ad, bd)
         finally:
-            refine_metal.CORRECTION = kind
+            refine_metal.CORRECTION = saved
+        fwd, berr = solve_errors(An, bn, res.X.cpu().numpy(), reference)
+        lines.append(f"| {n} | {cond:.0e} | {_refined_name(kind)} | {fwd:.2e} | {berr:.2e} |")
+        lines.append(f"| {n} | {cond:.0e} | {kind}: steps (first: the float32 solve) | "
+                     f"{int(res.steps)} | info {int(res.info)} |")
+    fwd, berr = solve_errors(An, bn, scipy.linalg.solve(An, bn), reference)
+    lines.append(f"| {n} | {cond:.0e} | LAPACK dgesv (scipy) | {fwd:.2e} | {berr:.2e} |")
 
     def float32():
         with metal():
             mpslinalg.solve_ex(A32, b32)
 
-    contenders = {"refined float64 (metal)": (refined, device),
-                  TRSV: (refined_trsv, device),
-                  "float32 solve (metal)": (float32, device),
+    contenders = {_refined_name(kind): (refined(kind), device) for kind in kinds}
+    contenders |= {"float32 solve (metal)": (float32, device),
                   "torch float64 solve, CPU": (lambda: torch.linalg.solve(A, b),
                                                torch.device("cpu"))}
     if device.type == "cpu":
         contenders["numpy float64 solve"] = (lambda: np.linalg.solve(An, bn), device)
     times = _timed(contenders, reps)
-    base = statistics.median(times["refined float64 (metal)"])
+    base = statistics.median(times[_refined_name(kinds[0])])
     for name, t in times.items():
         med = statistics.median(t)
         lines.append(f"| {n} | time | {name} | {min(t) * 1e3:.4g} / {med * 1e3:.4g} / "
-                     f"{max(t) * 1e3:.4g} ms | x{med / base:.3g} of refined |")
-    for name in ("refined float64 (metal)", TRSV):
+                     f"{max(t) * 1e3:.4g} ms | x{med / base:.3g} of {kinds[0]} |")
+    for name in map(_refined_name, kinds):
         mine = statistics.median(times[name])
         to_f32 = mine / statistics.median(times["float32 solve (metal)"])
         to_cpu = mine / statistics.median(times["torch float64 solve, CPU"])
@@ -139,7 +147,7 @@ def run(n: int, cond: float, device: torch.device, reps: int,
                      f"< 1 | {to_f32:.2f} ({'met' if to_f32 <= 2 else 'not met'}), "
                      f"{to_cpu:.2f} ({'met' if to_cpu < 1 else 'not met'}) | |")
     if profile is not None and device.type == "cuda":
-        for name in ("refined float64 (metal)", TRSV, "float32 solve (metal)"):
+        for name in (*map(_refined_name, kinds), "float32 solve (metal)"):
             per = _kernel_times(contenders[name][0])
             wall = statistics.median(times[name]) * 1e6
             total = sum(us for _, us in per.values())
@@ -158,6 +166,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="*", default=None)
     parser.add_argument("--cond", type=float, nargs="*", default=[1e2, 1e6])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--corrections", default="inverse,blocked",
+                        help="the correction kinds timed (refine_metal.CORRECTION), "
+                        "comma-separated: inverse, blocked, trsv")
     parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -171,7 +182,7 @@ def main() -> None:
     profile = [] if device.type == "cuda" else None
     for n in sizes:
         for cond in args.cond:
-            lines += run(n, cond, device, args.reps, profile)
+            lines += run(n, cond, device, args.reps, args.corrections.split(","), profile)
     if profile:
         lines += ["", "Device time per call of each Metal kernel (the CUDA executor's profiling "
                   "mode; wall: the median of the timed rounds), microseconds:", "",

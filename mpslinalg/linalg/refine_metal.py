@@ -6,16 +6,28 @@ Metal has no float64. A float64 / complex128 ``A`` and ``B`` reach the kernels a
 float32 pieces whose sum is that float64 exactly, scaled by a power of two per matrix (so
 1e-30 or 1e+30 matrices neither under- nor overflow in float32), the existing LU kernels
 factor the leading piece (`lu_metal.lu_factor_metal`: a faster LU speeds this up too), and a
-fixed number of steps follows, each three launches of ours and the blocked triangular solves:
-``refine_residual`` (R = B - A X, exact products summed in a three-float accumulator; a
-simdgroup per row of R, its lanes along A's row and the right-hand sides), the correction
-D = LU^-1 R by `triangular_metal`'s blocked solve (trsm_diag + trsm_update per 32-row block,
-whatever n; or trsv, see `CORRECTION`) and ``refine_update`` (backward error, decision,
-X += D with X a three-float value). The steps are a fixed count, `MAX_STEPS`, so that
-nothing waits for the device; each matrix stops on the device by itself (the rule of LAPACK's
-dgerfs: while the backward error halves), after which every later launch of its steps returns
-at once: the residual and the update read its status, and the status word is the triangular
-solves' gate. A stopped matrix costs launches, not work.
+fixed number of steps follows: ``refine_residual`` (R = B - A X, exact products summed in a
+three-float accumulator; a simdgroup per row of R, its lanes along A's row and the right-hand
+sides), the correction D = A^-1 R in float32 (see `CORRECTION`) and ``refine_update``
+(backward error, decision, X += D with X a three-float value). The steps are a fixed count,
+`MAX_STEPS`, so that nothing waits for the device; each matrix stops on the device by itself
+(the rule of LAPACK's dgerfs: while the backward error halves), after which every later launch
+of its steps returns at once: the residual and the update read its status (and the blocked
+solves' gate, when the correction is solved). A stopped matrix costs launches, not work.
+
+The correction, `correction_kind`: for few right-hand sides, the inverses of the float32
+factors, L^-1 and U^-1 (LAPACK trtri by `triangular_metal.inverse_lower`, n^3 / 3
+multiply-adds once), applied at each step as two products on the shared GEMM (and the row
+interchanges as a gather): two launches a step. Substituting with the factors instead (the
+blocked solve, 4 ceil(n / 32) - 2 launches a step) did the same work in 512 launches a step at
+n = 4096, which made the launches, not the arithmetic, the cost of the refined solve (168 ms
+against the float32 solve's 72 ms on the H200). The explicit inverses change the correction's
+error only by a modest factor (its error is still of order cond(A) u32 relative, Higham,
+"Accuracy and Stability of Numerical Algorithms", 2nd ed., sec. 14.3-14.4, against sec. 9.1
+for substitution), and refinement only needs that error below one to converge: the accuracy
+targets and step counts of docs/float64.rst hold with it. With many right-hand sides (``inv``)
+the products, which do not skip the factors' zero triangles, would do twice the solves'
+arithmetic: the blocked solves serve there.
 
 The float64 result is assembled where the input lives: the three float32 pieces of X are moved
 there and summed in float64 (two additions and a power-of-two scaling per entry: the one place
@@ -43,7 +55,7 @@ from .._core.copy import contiguous
 from .._core.errors import UNREFINED_INFO
 from .._core.metal import launch
 from .._core.platform import mps_unavailable_reasons
-from . import lu_metal, triangular_metal
+from . import gemm_metal, lu_metal, triangular_metal
 
 _SOURCE = "linalg/refine.metal"
 _HEADER = "linalg/refine.h"
@@ -51,11 +63,17 @@ _HEADER = "linalg/refine.h"
 #: Refinement steps launched per call (each matrix stops earlier on the device: typically 3
 #: steps at cond 1e2 and 6 at 1e6, see docs/float64.rst).
 MAX_STEPS = 12
-#: The kernels of the correction solve D = LU^-1 R, both gated by each matrix's status:
-#: "blocked" (trsm_diag + trsm_update per 32-row block, many threadgroups: 2 ceil(n / 32) - 1
-#: launches per triangular solve) or "trsv" (a threadgroup per right-hand side, one launch per
-#: triangular solve: less parallel, far fewer launches; benchmarks/bench_refine.py times both).
-CORRECTION = "blocked"
+#: How the correction D = A^-1 R is computed (see the module docstring), or None for
+#: `correction_kind`'s rule: "inverse" (L^-1 and U^-1 formed once, two GEMM launches a step),
+#: "blocked" (the gated solves with the factors, trsm_diag + trsm_update per 32-row block, many
+#: threadgroups: 2 ceil(n / 32) - 1 launches per triangular solve) or "trsv" (a threadgroup per
+#: right-hand side, one launch per triangular solve: less parallel, far fewer launches).
+#: benchmarks/bench_refine.py times each.
+CORRECTION = None
+#: The inverse correction serves at most n / INVERSE_RHS_RATIO right-hand sides: beyond, its
+#: products' extra arithmetic (they do not skip the inverses' zero triangles: n^2 k more
+#: multiply-adds a step than the solves' n^2 k) outweighs the launches it saves.
+INVERSE_RHS_RATIO = 4
 #: The dtypes the metal backend refines, with the float32 dtype they compute in.
 REFINED_DTYPES = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 #: Float64's unit roundoff; the accepted backward error is sqrt(n) times it (dsgesv's test).
@@ -93,6 +111,44 @@ def residual_tile_cols(k: int) -> int:
     while tile < min(k, _metal.SIMD_WIDTH):
         tile *= 2
     return tile
+
+
+def correction_kind(n: int, k: int) -> str:
+    """The correction's kernels for order n and k right-hand sides (`CORRECTION` when set)."""
+    if CORRECTION is not None:
+        return CORRECTION
+    return "inverse" if INVERSE_RHS_RATIO * k <= n else "blocked"
+
+
+class _InverseCorrection:
+    """D = A^-1 R from A = P L U by the factors' inverses: L^-1 (unit lower) and U^-H (lower,
+    U^-1's adjoint: `triangular_metal.inverse_lower` inverts lower triangles), formed once per
+    matrix of A's batch and broadcast to the calls' batch, and the permutation of P."""
+
+    def __init__(self, LU: torch.Tensor, pivots: torch.Tensor, batch, fn: str):
+        n = LU.shape[-1]
+
+        def spread(x: torch.Tensor) -> torch.Tensor:
+            return contiguous(x.expand(*batch, *x.shape[LU.dim() - 2:]), fn)
+
+        self.fn = fn
+        self.l_inv = spread(triangular_metal.inverse_lower(LU, trans=0, unit=1, fn=fn))
+        self.u_inv_h = spread(triangular_metal.inverse_lower(LU, trans=1, fn=fn))
+        # A[perm] = L U: P^T R = R[perm] (left); R P^T puts R's column i at perm[i] (right)
+        # (an index, int64: torch's gather takes it broadcast, with no copy)
+        perm = lu_metal.pivots_to_permutation_metal(pivots, n, fn=fn)
+        self.perm = perm.expand(*batch, n)
+
+    def __call__(self, R: torch.Tensor, left: bool) -> torch.Tensor:
+        fn = self.fn
+        if left:  # D = U^-1 L^-1 (P^T R)
+            rows = torch.gather(R, -2, self.perm[..., :, None].expand(R.shape))
+            T = gemm_metal.gemm_metal(self.l_inv, rows, fn=fn)
+            return gemm_metal.gemm_metal(self.u_inv_h, T, op_a="C", fn=fn)
+        # D = R U^-1 L^-1 P^T
+        T = gemm_metal.gemm_metal(R, self.u_inv_h, op_b="C", fn=fn)
+        T = gemm_metal.gemm_metal(T, self.l_inv, fn=fn)
+        return torch.empty_like(T).scatter_(-1, self.perm[..., None, :].expand(T.shape), T)
 
 
 def refined(dtype: torch.dtype) -> bool:
@@ -238,16 +294,24 @@ def solve_refined(A: torch.Tensor, B: torch.Tensor, *, left: bool = True,
         update = _metal.kernel(_SOURCE, "refine_update", compute, work, fn=fn)
         update_threads = min(UPDATE_THREADS,
                              _metal.ceil_div(rows * cols, _metal.SIMD_WIDTH) * _metal.SIMD_WIDTH)
-        # the LU's factors and pivots per broadcast batch element, once for every step
-        LUe = contiguous(LU.expand(*batch, n, n), fn)
-        pive = contiguous(pivots.expand(*batch, n), fn)
-        gate = (state, STATE_INTS)  # status word per matrix: non-zero once it stopped
+        kind = correction_kind(n, cols if left else rows)
+        if kind == "inverse":
+            correct = _InverseCorrection(LU, pivots, batch, fn)
+        else:
+            # the LU's factors and pivots per broadcast batch element, once for every step
+            LUe = contiguous(LU.expand(*batch, n, n), fn)
+            pive = contiguous(pivots.expand(*batch, n), fn)
+            gate = (state, STATE_INTS)  # status word per matrix: non-zero once it stopped
+
+            def correct(R: torch.Tensor, left: bool) -> torch.Tensor:
+                return triangular_metal.solve_packed(
+                    LUe, pive, R, left=left, adjoint=False, steps=triangular_metal.LU_STEPS,
+                    fn=fn, gate=gate, kind=kind)
+
         R = torch.zeros((*batch, rows, cols), dtype=compute, device=work)
         for step in range(MAX_STEPS):
             residual(Ae, Bp, X, state, R, left=left, step=step, fn=fn)
-            D = triangular_metal.solve_packed(LUe, pive, R, left=left, adjoint=False,
-                                              steps=triangular_metal.LU_STEPS, fn=fn, gate=gate,
-                                              kind=CORRECTION)
+            D = correct(R, left)
             launch(update, R, D, X, state, berr, anorm, bnorm,
                    _params(n, rows, cols, left, nb, step),
                    threads=[update_threads, nb], group_size=[update_threads, 1])

@@ -138,11 +138,12 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
     return X
 
 
-def inverse_lower(M: torch.Tensor, *, trans: int, fn: str) -> torch.Tensor:
+def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0) -> torch.Tensor:
     """X = T^-1 (LAPACK trtri) for the lower triangular T of each matrix of the contiguous
     (*, n, n) tensor M: its lower triangle (``trans=0``), or the conjugate transpose of its upper
-    one (``trans=1``); the other triangle is not read. A new contiguous X, exactly zero above
-    its diagonal for finite T.
+    one (``trans=1``); the other triangle is not read, nor the diagonal with ``unit=1`` (T's
+    diagonal taken as 1: the L of a packed LU). A new contiguous X, exactly zero above its
+    diagonal for finite T.
 
     The solve T X = I by the triangular solves; from BLOCKED_MIN_N on, the blocked one skips the
     columns of X still known to be zero: at the diagonal block of rows [i0, i0 + BLOCK) only
@@ -152,12 +153,12 @@ def inverse_lower(M: torch.Tensor, *, trans: int, fn: str) -> torch.Tensor:
     batch = math.prod(M.shape[:-2])
     no_swaps = torch.zeros(1, dtype=torch.int32, device=M.device)
     if n < BLOCKED_MIN_N or batch == 0:
-        return _solve_left(M, no_swaps, X, ((1, 0, trans, 0),), fn)
+        return _solve_left(M, no_swaps, X, ((1, unit, trans, 0),), fn)
     diag = _metal.kernel(_SOURCE, "trsm_diag", M.dtype, M.device, fn=fn)
     update = _metal.kernel(_SOURCE, "trsm_update", M.dtype, M.device, fn=fn)
     for i0 in range(0, n, BLOCK):
         cols = min(n, i0 + BLOCK)
-        params = block_params(n, cols, lower=1, unit=0, trans=trans, swaps=0, i0=i0, ldx=n,
+        params = block_params(n, cols, lower=1, unit=unit, trans=trans, swaps=0, i0=i0, ldx=n,
                               x_batch=n * n)
         launch(diag, M, no_swaps, X, params, no_swaps, **diag_grid(cols, batch))
         if cols < n:

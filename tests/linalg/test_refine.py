@@ -149,21 +149,46 @@ def test_gated_correction_solve(left, kind):
     assert ((X[1].double() - ref).abs().max() / ref.abs().max()) < 1e-5
 
 
-def test_trsv_correction_within_10x_of_lapack(monkeypatch):
-    """The same accuracy with the other correction kernels (refine_metal.CORRECTION)."""
-    monkeypatch.setattr(refine_metal, "CORRECTION", "trsv")
-    A = matrix_with_spread(N, 1e6, torch.complex128, batch=(2,), seed=6)
-    B = _rhs((2, N, 2), torch.complex128, seed=1)
+CORRECTION_LAUNCHES = {"inverse": ("gemm_complex64", 2), "blocked": ("trsm_diag_complex64", 2),
+                       "trsv": ("trsv_complex64", 2)}
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("kind", sorted(CORRECTION_LAUNCHES))
+def test_each_correction_within_10x_of_lapack(monkeypatch, kind, left):
+    """The same accuracy with each kind of correction (refine_metal.CORRECTION), on both sides,
+    A's batch broadcast against B's."""
+    monkeypatch.setattr(refine_metal, "CORRECTION", kind)
+    A = matrix_with_spread(N, 1e6, torch.complex128, batch=(2, 1), seed=6)
+    B = _rhs((3, N, 2), torch.complex128, seed=1)
+    if not left:
+        B = B.mT.contiguous()
     with count_launches() as launches:
-        res = refine_metal.solve_refined(A, B)
-    assert launches.names.count("trsv_complex64") == 2 * refine_metal.MAX_STEPS
-    An, Bn = A.numpy(), B.numpy()
-    exact = _exact(An, Bn)
-    fwd, berr = _errors(An, Bn, res.X.numpy(), exact)
-    fwd_lapack, berr_lapack = _errors(An, Bn, scipy.linalg.solve(An, Bn), exact)
-    assert res.info.tolist() == [0, 0]
-    assert fwd <= 10 * fwd_lapack and berr <= 10 * berr_lapack, (fwd, fwd_lapack, berr,
-                                                                 berr_lapack)
+        res = refine_metal.solve_refined(A, B, left=left)
+    name, per_step = CORRECTION_LAUNCHES[kind]
+    assert launches.names.count(name) == per_step * refine_metal.MAX_STEPS
+    An = np.broadcast_to(A.numpy(), (2, 3, N, N))
+    Bn = np.broadcast_to(B.numpy(), (2, 3, *B.shape[-2:]))
+    if not left:  # X A = B is A^T X^T = B^T
+        An, Bn = An.swapaxes(-1, -2), Bn.swapaxes(-1, -2)
+    X = res.X.numpy() if left else res.X.numpy().swapaxes(-1, -2)
+    for i in np.ndindex(*X.shape[:-2]):
+        exact = _exact(An[i], Bn[i])
+        fwd, berr = _errors(An[i], Bn[i], X[i], exact)
+        fwd_lapack, berr_lapack = _errors(An[i], Bn[i], scipy.linalg.solve(An[i], Bn[i]), exact)
+        assert fwd <= 10 * fwd_lapack and berr <= 10 * berr_lapack, (i, fwd, fwd_lapack, berr,
+                                                                     berr_lapack)
+    assert res.info.tolist() == [[0], [0]]
+
+
+def test_correction_kind_rule(monkeypatch):
+    """The inverse correction for few right-hand sides, the solves for many (inv)."""
+    monkeypatch.setattr(refine_metal, "CORRECTION", None)
+    n = 64
+    assert refine_metal.correction_kind(n, n // refine_metal.INVERSE_RHS_RATIO) == "inverse"
+    assert refine_metal.correction_kind(n, n // refine_metal.INVERSE_RHS_RATIO + 1) == "blocked"
+    monkeypatch.setattr(refine_metal, "CORRECTION", "trsv")
+    assert refine_metal.correction_kind(n, 1) == "trsv"
 
 
 # ---------------------------------------------------------------- accuracy against LAPACK
@@ -298,9 +323,12 @@ def test_no_host_sync_and_fixed_launches(metal_backend):
     assert names.count("refine_split_float32") == 2
     assert names.count("refine_residual_float32") == refine_metal.MAX_STEPS
     assert names.count("refine_update_float32") == refine_metal.MAX_STEPS
-    # the correction solves: the blocked, gated kernels (one block at n = 8)
-    assert names.count("trsm_diag_float32") == 2 * refine_metal.MAX_STEPS
-    assert not {"trsm_float32", "trsv_float32"} & set(names)
+    # the correction for 2 right-hand sides of order 8: L^-1 and U^-H once (trsm at n = 8),
+    # then two products a step
+    assert refine_metal.correction_kind(8, 2) == "inverse"
+    assert names.count("trsm_float32") == 2 and names.count("lu_pivots_to_perm_int32") == 1
+    assert names.count("gemm_float32") == 2 * refine_metal.MAX_STEPS
+    assert not {"trsm_diag_float32", "trsv_float32"} & set(names)
 
 
 def test_other_functions_name_the_refined_ones(metal_backend):
