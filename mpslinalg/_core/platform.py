@@ -19,6 +19,11 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.group(0).split(".")) if match else ()
 
 
+def torch_at_least(*version: int) -> bool:
+    """Whether the torch imported is at least ``version`` (e.g. 2, 13), pre-releases included."""
+    return _version_tuple(torch.__version__)[:len(version)] >= version
+
+
 def mps_unavailable_reasons() -> list[str]:
     """Every reason, in plain words, why the Apple GPU cannot run mpslinalg's kernels here
     (empty when it can)."""

@@ -16,6 +16,7 @@ from torch import Tensor
 from .._core import checks
 from .._core.declare import Call, Declaration, Matrix, Operand, Param, Result, info
 from .._core.errors import check_errors, read_device
+from .._core.platform import torch_at_least
 from . import ldl_metal
 
 __all__ = ["ldl_factor", "ldl_factor_ex", "ldl_solve"]
@@ -97,9 +98,16 @@ def _prepare_ldl_solve(call: Call, LD: Tensor, pivots: Tensor, B: Tensor,
     return LD, pivots, B.expand(*batch, *B.shape[-2:]), bool(hermitian)
 
 
+#: Where torch's own ldl_solve takes pivots outside 1..n unchecked, and mpslinalg checks them
+#: first (one device read): CUDA (cuSOLVER's sytrs reads out of bounds and the process's CUDA
+#: context is lost), and the CPU before torch 2.13 (LAPACK's sytrs writes out of bounds: a heap
+#: corruption that aborts the process, pytorch#136714, fixed by pytorch#181032; torch 2.11
+#: aborts, 2.13 raises).
+UNCHECKED_PIVOTS_ON = ("cuda",) if torch_at_least(2, 13) else ("cuda", "cpu")
+
 #: X with A X = B for A = L D L^T given by ldl_factor's (LD, pivots); LD and pivots broadcast to
-#: B's batch inside. On the metal backend, and on CUDA where torch's own kernel does not check
-#: them, the pivots are validated first (one device read).
+#: B's batch inside. On the metal backend, and where torch's own kernel does not check them
+#: (`UNCHECKED_PIVOTS_ON`), the pivots are validated first (one device read).
 ldl_solve_decl = Declaration(
     "ldl_solve", [Matrix("LD"), Operand("pivots", 1, same_dtype=False), Operand("B", 2),
                   Param("hermitian", "bool")],
@@ -107,7 +115,7 @@ ldl_solve_decl = Declaration(
     forward={"metal": lambda LD, pivots, B, hermitian: ldl_metal.ldl_solve_metal(
                  LD, pivots, B, hermitian=hermitian),
              "torch": _ldl_solve_torch},
-    prepare=_prepare_ldl_solve, check_inputs=_check_pivots, check_inputs_on=("cuda",),
+    prepare=_prepare_ldl_solve, check_inputs=_check_pivots, check_inputs_on=UNCHECKED_PIVOTS_ON,
     backward=_no_derivative("ldl_solve"), saves=[])
 ldl_solve_op = ldl_solve_decl.op
 

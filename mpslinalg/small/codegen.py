@@ -1341,14 +1341,15 @@ def emit_hermitian_lower(dl: Dialect, n: int, upper: bool, out: str,
     return Vars(out)
 
 
-def emit_cholesky(dl: Dialect, n: int, complex_: bool = False, nan_fails: bool = True) -> None:
+def emit_cholesky(dl: Dialect, n: int, complex_: bool = False, cusolver: bool = False) -> None:
     """potf2 (see the section above) of the Hermitian matrix whose lower triangle is l{i}{j}
     (i >= j), in place: the factor L, or potf2's partial result where a leading minor is not
     positive; info (an INT) = the order of the first such minor, 0 if none.
 
-    ``nan_fails``: a NaN pivot is a failing minor, as LAPACK's potf2 tests it (DISNAN: torch
-    on the CPU). False gives cuSOLVER's potrf, torch's on CUDA: only a pivot <= 0 fails, so a
-    NaN runs on through the factor (NaN from its column on) with info 0."""
+    Non-finite pivots as torch's CPU factor has them (LAPACK's potf2: a NaN pivot is a failing
+    minor, DISNAN), or with ``cusolver`` as torch's CUDA factor has them (cuSOLVER's potrf):
+    only a pivot <= 0 fails, so a NaN runs on through the factor with info 0, and an infinite
+    pivot's column below it is t / inf = 0."""
     lo = Vars("l")
     info = dl.declare(INT, "info", Full(0, INT))
     for j in range(n):
@@ -1357,13 +1358,15 @@ def emit_cholesky(dl: Dialect, n: int, complex_: bool = False, nan_fails: bool =
             d = dl.declare(REAL, "d", re(lo[j, j]))
             for k in range(j):
                 dl.assign(d, d - _abs2(lo[j, k], complex_))
-            pos = dl.declare(BOOL, "pos", d > 0.0 if nan_fails else ~(d <= 0.0))
+            pos = dl.declare(BOOL, "pos", ~(d <= 0.0) if cusolver else d > 0.0)
             take = dl.declare(BOOL, "take", ok & pos)
             s = dl.declare(REAL, "s", sqrt(d))
             # The pivot's reciprocal as torch's CPU factor has it where the pivot is infinite:
             # sqrt(d) / d (NaN) for real, 1 / sqrt(d) (0) applied by a complex product for
             # complex (Inf * 1 = Inf + NaN i)
             r = dl.declare(REAL, "r", constant(1.0, REAL) / s if complex_ else s / d)
+            if cusolver and not complex_:
+                dl.assign(r, select(isinf(s), constant(0.0, REAL), r))
             scale = _as_matrix_dtype(r, complex_)
             for i in range(j + 1, n):
                 with dl.scope():

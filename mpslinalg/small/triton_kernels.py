@@ -294,6 +294,10 @@ class _Triton(_codegen.Dialect):
         if call.fn == "signbit":
             bits = "tl.int32" if self.dtype == "float32" else "tl.int64"
             return f"(({args[0]}).to({bits}, bitcast=True) < 0)"
+        if call.fn == "isinf":
+            # past the type's largest finite value: no infinity literal needed
+            big = "3.4028234663852886e+38" if self.dtype == "float32" else "1.7976931348623157e+308"
+            return f"(tl.abs({args[0]}) > {big})"
         if call.fn == "mul_unit":
             # A select of s or -s: the bits of the product, s being +-1 or +-0.
             return _codegen.select(call.args[1] > 0.0, x, -x)
@@ -658,7 +662,8 @@ def small_matrix_exp(A: torch.Tensor) -> torch.Tensor:
 # cholesky_ex, solve_triangular and cholesky_solve (`mpslinalg.small.codegen.emit_cholesky`,
 # `emit_triangular_solve`, `emit_cholesky_solve`): one kernel per variant (upper, left,
 # unitriangular), as the Metal and CPU kernels, bit-identical to them except where a pivot is
-# NaN: cholesky_ex follows torch's CUDA function there (cuSOLVER's potrf, info 0).
+# not finite: cholesky_ex follows torch's CUDA function there (cuSOLVER's potrf: a NaN pivot is
+# no failure, an infinite one leaves zeros below it).
 
 
 def _cholesky_source(n: int, dtype: str, upper: bool, load: str) -> tuple[str, str]:
@@ -667,8 +672,8 @@ def _cholesky_source(n: int, dtype: str, upper: bool, load: str) -> tuple[str, s
     name = f"small_cholesky_n{n}_{dtype}_upper{int(upper)}_{_mode(n, load)}"
     w, dl = _begin(dtype, n, n, load)
     _codegen.emit_hermitian_lower(dl, n, upper, "l")
-    # torch's CUDA cholesky_ex (cuSOLVER) flags no NaN pivot: neither does its drop-in
-    _codegen.emit_cholesky(dl, n, nan_fails=False)
+    # non-finite pivots as torch's CUDA cholesky_ex (cuSOLVER) has them
+    _codegen.emit_cholesky(dl, n, cusolver=True)
     entry = _codegen.cholesky_factor_entry(n, upper)
     w("zero = tl.zeros([BLOCK], A.dtype.element_ty)")
     values = {i * n + j: "zero" if entry(i, j) is None else dl.render(entry(i, j))
