@@ -30,6 +30,7 @@
 
 #include "defines.h"
 #include "scalar.h"
+#include "simd.h"
 
 namespace mpsl {
 
@@ -246,7 +247,12 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
 }
 
-// Arguments of the standalone gemm kernel.
+// gemm_narrow: columns of op(B) per pass (accumulators per lane), and rows of C (simdgroups) per
+// threadgroup.
+constant constexpr int kGemmNarrowCols = 4;
+constant constexpr int kGemmNarrowRows = 8;
+
+// Arguments of the standalone gemm and gemm_narrow kernels.
 struct GemmParams {
   long m, n, k;          // C is m x n, op(A) m x k, op(B) k x n
   long lda, ldb, ldc;    // row strides of the stored matrices
@@ -276,4 +282,51 @@ template <typename T>
             int(p.op_b), c + batch * p.stride_c, p.ldc, p.m, p.n, p.k,
             long(group.y) * kGemmTileM, long(group.x) * kGemmTileN, p.alpha, p.beta, int(p.uplo),
             scratch, tid, sg);
+}
+
+// The same product for C of few columns (the float64-class solve's corrections: one right-hand
+// side), uplo = kGemmFull. The tile kernel would compute kGemmTileN columns for one, over
+// k / kGemmTileK dependent staging steps in m / kGemmTileM threadgroups; here a simdgroup owns one
+// row of C and its lanes walk that row of op(A) (A's own row for op = N: coalesced reads, the
+// matrix streamed once per kGemmNarrowCols columns), each lane summing every 32nd term, added
+// across the lanes by simd_sum: one fixed order, whatever the scheduling.
+// Grid: (kGemmNarrowRows * kSimdWidth, ceil(m / kGemmNarrowRows), batch).
+template <typename T>
+[[kernel]] void gemm_narrow(
+    device const T* a [[buffer(0)]],
+    device const T* b [[buffer(1)]],
+    device T* c [[buffer(2)]],
+    constant mpsl::GemmParams& p [[buffer(3)]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  const long row = long(group.y) * kGemmNarrowRows + long(sg);
+  if (row >= p.m) {
+    return;  // the whole simdgroup: no barrier below
+  }
+  const long batch = long(group.z);
+  device const T* A = a + batch * p.stride_a;
+  device const T* B = b + batch * p.stride_b;
+  device T* C = c + batch * p.stride_c;
+  const int op_a = int(p.op_a), op_b = int(p.op_b);
+  for (long c0 = 0; c0 < p.n; c0 += kGemmNarrowCols) {
+    T acc[kGemmNarrowCols];
+    for (int j = 0; j < kGemmNarrowCols; ++j) {
+      acc[j] = zero<T>();
+    }
+    for (long kk = long(lane); kk < p.k; kk += kSimdWidth) {
+      const T av = gemm_op_elem(A, p.lda, op_a, row, kk, p.m, p.k);
+      for (int j = 0; j < kGemmNarrowCols; ++j) {
+        acc[j] += mul(av, gemm_op_elem(B, p.ldb, op_b, kk, c0 + j, p.k, p.n));
+      }
+    }
+    for (int j = 0; j < kGemmNarrowCols; ++j) {
+      const T sum = simd_sum(acc[j]);
+      if (lane == 0 && c0 + j < p.n) {
+        device T* cij = C + row * p.ldc + c0 + j;
+        *cij = p.beta == 0.0f ? p.alpha * sum : p.beta * *cij + p.alpha * sum;
+      }
+    }
+  }
 }

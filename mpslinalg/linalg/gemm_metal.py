@@ -3,8 +3,9 @@ families, C = beta C + alpha op(A) op(B), as a standalone kernel.
 
 The kernels of other families (LU's trailing update, the blocked triangular solves) call the
 device function ``gemm_tile`` of metal/common/gemm.h directly; this module launches the
-standalone ``gemm`` kernel, used by the tests of that device function and by benchmarks. One
-launch per call, whatever the batch; no host reads.
+standalone ``gemm`` kernel (the tests of that device function, benchmarks, the float64-class
+solve's corrections), or ``gemm_narrow`` for C of at most `NARROW_MAX_N` columns (a simdgroup
+per row of C). One launch per call, whatever the batch; no host reads.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ _HEADER = "common/gemm.h"
 TILE_M = 32  # kGemmTileM: output rows of a threadgroup
 TILE_N = 32  # kGemmTileN: output columns of a threadgroup
 THREADS = 128  # kGemmThreads: threads of a threadgroup (4 simdgroups)
+NARROW_COLS = 4  # kGemmNarrowCols: columns of C per pass of gemm_narrow over op(A)
+NARROW_ROWS = 8  # kGemmNarrowRows: rows of C (simdgroups) per gemm_narrow threadgroup
+#: gemm_narrow serves C of at most this many columns (two passes over op(A)); wider, the tile
+#: kernel's reuse of each staged tile of op(A) for 32 columns wins.
+NARROW_MAX_N = 2 * NARROW_COLS
 
 #: op() codes of the kernel: kGemmNoTrans, kGemmTrans, kGemmConjTrans.
 OPS = {"N": 0, "T": 1, "C": 2}
@@ -46,13 +52,21 @@ def gemm_grid(m: int, n: int, batch: int) -> dict:
             "group_size": [THREADS, 1, 1]}
 
 
+def narrow_grid(m: int, batch: int) -> dict:
+    """threads / group_size of a gemm_narrow launch for an m-row C, each of ``batch``."""
+    group = NARROW_ROWS * _metal.SIMD_WIDTH
+    return {"threads": [group, _metal.ceil_div(m, NARROW_ROWS), batch],
+            "group_size": [group, 1, 1]}
+
+
 def gemm_metal(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, *,
                op_a: str = "N", op_b: str = "N", alpha: float = 1.0, beta: float = 0.0,
-               uplo: str = "F", fn: str = "gemm") -> torch.Tensor:
+               uplo: str = "F", fn: str = "gemm", kernel: str | None = None) -> torch.Tensor:
     """``beta C + alpha op(A) op(B)`` for contiguous (*, r, c) float32 / complex64 tensors of one
     batch shape; op is "N" (as is), "T" (transpose) or "C" (conjugate transpose); ``uplo="L"``
-    computes the lower triangle only (C's, or zeros, elsewhere). Returns a new tensor; C, when
-    given, is not modified."""
+    computes the lower triangle only (C's, or zeros, elsewhere). ``kernel``: "tile" (gemm),
+    "narrow" (gemm_narrow, uplo "F" only) or None: narrow for C of at most `NARROW_MAX_N`
+    columns. Returns a new tensor; C, when given, is not modified."""
     for name, t in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
         if t.dtype not in LINALG_DTYPES or not t.is_contiguous():
             raise ValueError(f"mpslinalg.{fn}: internal error: {name} must be a contiguous "
@@ -74,9 +88,14 @@ def gemm_metal(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, 
         return out
     if k == 0 and uplo == "F":  # (the kernel scales a triangle alone)
         return out.mul_(beta) if beta != 0.0 else out.zero_()
-    kernel = _metal.kernel(_SOURCE, "gemm", A.dtype, A.device, fn=fn)
+    if kernel is None:
+        kernel = "narrow" if n <= NARROW_MAX_N and uplo == "F" else "tile"
+    if kernel == "narrow" and uplo != "F":
+        raise ValueError(f"mpslinalg.{fn}: internal error: gemm_narrow writes all of C")
     params = gemm_params(m, n, k, lda=ca, ldb=cb, ldc=n, op_a=op_a, op_b=op_b, uplo=uplo,
                          stride_a=ra * ca, stride_b=rb * cb, stride_c=m * n, alpha=alpha,
                          beta=beta)
-    launch(kernel, A, B, out, params, **gemm_grid(m, n, batch))
+    name, grid = (("gemm_narrow", narrow_grid(m, batch)) if kernel == "narrow" else
+                  ("gemm", gemm_grid(m, n, batch)))
+    launch(_metal.kernel(_SOURCE, name, A.dtype, A.device, fn=fn), A, B, out, params, **grid)
     return out

@@ -121,9 +121,11 @@ def correction_kind(n: int, k: int) -> str:
 
 
 class _InverseCorrection:
-    """D = A^-1 R from A = P L U by the factors' inverses: L^-1 (unit lower) and U^-H (lower,
-    U^-1's adjoint: `triangular_metal.inverse_lower` inverts lower triangles), formed once per
-    matrix of A's batch and broadcast to the calls' batch, and the permutation of P."""
+    """D = A^-1 R from A = P L U by the factors' inverses: L^-1 (unit lower) and U^-1 (the
+    adjoint of U^-H: `triangular_metal.inverse_lower` inverts lower triangles; stored as is so
+    that both products read their rows contiguously, in gemm_narrow for few right-hand sides),
+    formed once per matrix of A's batch and broadcast to the calls' batch, and the permutation
+    of P."""
 
     def __init__(self, LU: torch.Tensor, pivots: torch.Tensor, batch, fn: str):
         n = LU.shape[-1]
@@ -133,7 +135,8 @@ class _InverseCorrection:
 
         self.fn = fn
         self.l_inv = spread(triangular_metal.inverse_lower(LU, trans=0, unit=1, fn=fn))
-        self.u_inv_h = spread(triangular_metal.inverse_lower(LU, trans=1, fn=fn))
+        self.u_inv = spread(triangular_metal.adjoint_copy(
+            triangular_metal.inverse_lower(LU, trans=1, fn=fn)))
         # A[perm] = L U: P^T R = R[perm] (left); R P^T puts R's column i at perm[i] (right)
         # (an index, int64: torch's gather takes it broadcast, with no copy)
         perm = lu_metal.pivots_to_permutation_metal(pivots, n, fn=fn)
@@ -144,9 +147,9 @@ class _InverseCorrection:
         if left:  # D = U^-1 L^-1 (P^T R)
             rows = torch.gather(R, -2, self.perm[..., :, None].expand(R.shape))
             T = gemm_metal.gemm_metal(self.l_inv, rows, fn=fn)
-            return gemm_metal.gemm_metal(self.u_inv_h, T, op_a="C", fn=fn)
+            return gemm_metal.gemm_metal(self.u_inv, T, fn=fn)
         # D = R U^-1 L^-1 P^T
-        T = gemm_metal.gemm_metal(R, self.u_inv_h, op_b="C", fn=fn)
+        T = gemm_metal.gemm_metal(R, self.u_inv, fn=fn)
         T = gemm_metal.gemm_metal(T, self.l_inv, fn=fn)
         return torch.empty_like(T).scatter_(-1, self.perm[..., None, :].expand(T.shape), T)
 

@@ -9,7 +9,7 @@ import torch
 
 from mpslinalg import emulator
 from mpslinalg.linalg import gemm_metal as _gemm
-from mpslinalg.testing import wide
+from mpslinalg.testing import count_launches, wide
 
 from opdb import metal_constant
 
@@ -29,11 +29,12 @@ def _operands(m, n, k, op_a, op_b, dtype, batch, seed):
     return A, B, C
 
 
-def _check(m, n, k, op_a, op_b, dtype, device, *, alpha=-1.0, beta=1.0, batch=(2,), seed=0):
+def _check(m, n, k, op_a, op_b, dtype, device, *, alpha=-1.0, beta=1.0, batch=(2,), seed=0,
+           kernel=None):
     A, B, C = _operands(m, n, k, op_a, op_b, dtype, batch, seed)
     before = C.clone()
     out = _gemm.gemm_metal(A.to(device), B.to(device), C.to(device), op_a=op_a, op_b=op_b,
-                           alpha=alpha, beta=beta).cpu()
+                           alpha=alpha, beta=beta, kernel=kernel).cpu()
     assert torch.equal(C, before)
     ref = beta * wide(C) + alpha * (_op(wide(A), op_a) @ _op(wide(B), op_b))
     # Componentwise bound of a float32 dot product of length k (with the beta C term).
@@ -44,27 +45,48 @@ def _check(m, n, k, op_a, op_b, dtype, device, *, alpha=-1.0, beta=1.0, batch=(2
     assert bool((err <= 4 * (k + 2) * 2**-24 * bound + 1e-30).all()), float(err.max())
 
 
+KERNELS = pytest.mark.parametrize("kernel", ["tile", "narrow"])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,n,k", [(8, 8, 8), (32, 32, 16), (1, 1, 1), (37, 29, 21),
-                                   (65, 3, 40), (3, 70, 5)])
-def test_gemm_sizes(m, n, k, dtype, device):
-    """Whole tiles, and edges that are not multiples of the 32 x 32 x 16 tile."""
-    _check(m, n, k, "N", "N", dtype, device)
+                                   (65, 3, 40), (3, 70, 5), (70, 1, 100)])
+@KERNELS
+def test_gemm_sizes(m, n, k, dtype, device, kernel):
+    """Whole tiles, and edges that are not multiples of the 32 x 32 x 16 tile (the narrow
+    kernel: of its 8 rows, 4 columns and 32 lanes)."""
+    _check(m, n, k, "N", "N", dtype, device, kernel=kernel)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op_a,op_b", [("T", "N"), ("N", "T"), ("C", "N"), ("N", "C"),
                                        ("C", "T")])
-def test_gemm_transposes(op_a, op_b, dtype, device):
-    _check(33, 17, 19, op_a, op_b, dtype, device, seed=1)
+@KERNELS
+def test_gemm_transposes(op_a, op_b, dtype, device, kernel):
+    _check(33, 17 if kernel == "tile" else 5, 19, op_a, op_b, dtype, device, seed=1,
+           kernel=kernel)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.5, -2.0)])
-def test_gemm_scalars(alpha, beta, device):
-    _check(20, 9, 11, "N", "N", torch.complex64, device, alpha=alpha, beta=beta)
+@KERNELS
+def test_gemm_scalars(alpha, beta, device, kernel):
+    _check(20, 9, 11, "N", "N", torch.complex64, device, alpha=alpha, beta=beta, kernel=kernel)
+
+
+def test_narrow_kernel_for_few_columns():
+    """C of at most NARROW_MAX_N columns takes gemm_narrow, wider ones the tile kernel; one
+    launch whatever the batch."""
+    for n, name in ((1, "gemm_narrow_float32"), (_gemm.NARROW_MAX_N, "gemm_narrow_float32"),
+                    (_gemm.NARROW_MAX_N + 1, "gemm_float32")):
+        for batch in ((1,), (3,)):
+            A, B, _ = _operands(12, n, 7, "N", "N", torch.float32, batch, 5)
+            emulator.reset_launch_counts()
+            with count_launches() as launches:
+                _gemm.gemm_metal(A, B)
+            assert launches.names == [name]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -122,6 +144,8 @@ def test_host_constants_mirror_header():
     assert const("kGemmTileM") == _gemm.TILE_M and const("kGemmTileN") == _gemm.TILE_N
     sm, sn = const("kGemmSimdgroupsM"), const("kGemmSimdgroupsN")
     assert sm * sn * 32 == _gemm.THREADS
+    assert const("kGemmNarrowCols") == _gemm.NARROW_COLS
+    assert const("kGemmNarrowRows") == _gemm.NARROW_ROWS
     assert [const(n) for n in ("kGemmNoTrans", "kGemmTrans", "kGemmConjTrans")] == [0, 1, 2]
     assert _gemm.OPS == {"N": 0, "T": 1, "C": 2}
     assert [const(n) for n in ("kGemmFull", "kGemmLower")] == [_gemm.UPLO[u] for u in "FL"]

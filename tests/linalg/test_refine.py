@@ -149,8 +149,11 @@ def test_gated_correction_solve(left, kind):
     assert ((X[1].double() - ref).abs().max() / ref.abs().max()) < 1e-5
 
 
-CORRECTION_LAUNCHES = {"inverse": ("gemm_complex64", 2), "blocked": ("trsm_diag_complex64", 2),
-                       "trsv": ("trsv_complex64", 2)}
+#: (left side, right side) kernel counted, per step: the inverse correction's products of one
+#: column per right-hand side take gemm_narrow (left), the right side's rows the tile kernel.
+CORRECTION_LAUNCHES = {"inverse": (("gemm_narrow_complex64", "gemm_complex64"), 2),
+                       "blocked": (("trsm_diag_complex64",) * 2, 2),
+                       "trsv": (("trsv_complex64",) * 2, 2)}
 
 
 @pytest.mark.parametrize("left", [True, False])
@@ -165,8 +168,8 @@ def test_each_correction_within_10x_of_lapack(monkeypatch, kind, left):
         B = B.mT.contiguous()
     with count_launches() as launches:
         res = refine_metal.solve_refined(A, B, left=left)
-    name, per_step = CORRECTION_LAUNCHES[kind]
-    assert launches.names.count(name) == per_step * refine_metal.MAX_STEPS
+    names, per_step = CORRECTION_LAUNCHES[kind]
+    assert launches.names.count(names[0 if left else 1]) == per_step * refine_metal.MAX_STEPS
     An = np.broadcast_to(A.numpy(), (2, 3, N, N))
     Bn = np.broadcast_to(B.numpy(), (2, 3, *B.shape[-2:]))
     if not left:  # X A = B is A^T X^T = B^T
@@ -327,7 +330,7 @@ def test_no_host_sync_and_fixed_launches(metal_backend):
     # then two products a step
     assert refine_metal.correction_kind(8, 2) == "inverse"
     assert names.count("trsm_float32") == 2 and names.count("lu_pivots_to_perm_int32") == 1
-    assert names.count("gemm_float32") == 2 * refine_metal.MAX_STEPS
+    assert names.count("gemm_narrow_float32") == 2 * refine_metal.MAX_STEPS
     assert not {"trsm_diag_float32", "trsv_float32"} & set(names)
 
 
