@@ -99,8 +99,8 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
             # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
             # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
             params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
-                                                   i0=k0, right=1, ldx=n, x_offset=s * n,
-                                                   x_batch=n * n)
+                                                   i0=k0, bs=BLOCK, right=1, ldx=n,
+                                                   x_offset=s * n, x_batch=n * n)
             launch(panel, L, no_pivots, L, params, no_pivots,
                    **triangular_metal.diag_grid(n - s, batch))
             launch(update, L, _params(n, k0, w), **gemm_metal.gemm_grid(n - s, n - s, batch))
