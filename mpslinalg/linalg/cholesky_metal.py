@@ -13,8 +13,9 @@ Launches per call:
                           3 * ceil(n / 32) - 2; upper=True adds the conjugate transposes in and
                           out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
-                          solve's 2 * ceil(n / 32) - 1 from there; plus gathers of
-                          non-contiguous or broadcast inputs.
+                          solve's 2 * ceil(n / bs) - 1 from there (bs =
+                          triangular_metal.block_rows(n)); plus gathers of non-contiguous or
+                          broadcast inputs.
   cholesky_solve_metal    twice that (the two triangular solves of potrs).
   cholesky_inverse_metal  potri: the triangular inverse (one solve against the identity), then
                           chol_lauum, then torch's ops mirroring the triangle.

@@ -9,13 +9,14 @@ factor the leading piece (`lu_metal.lu_factor_metal`: a faster LU speeds this up
 fixed number of steps follows, each three launches of ours and the blocked triangular solves:
 ``refine_residual`` (R = B - A X, exact products summed in a three-float accumulator; a
 simdgroup per row of R, its lanes along A's row and the right-hand sides), the correction
-D = LU^-1 R by `triangular_metal`'s blocked solve (trsm_diag + trsm_update per 32-row block,
-whatever n; or trsv, see `CORRECTION`) and ``refine_update`` (backward error, decision,
-X += D with X a three-float value). The steps are a fixed count, `MAX_STEPS`, so that
-nothing waits for the device; each matrix stops on the device by itself (the rule of LAPACK's
-dgerfs: while the backward error halves), after which every later launch of its steps returns
-at once: the residual and the update read its status, and the status word is the triangular
-solves' gate. A stopped matrix costs launches, not work.
+D = LU^-1 R by `triangular_metal`'s blocked solve (trsm_diag + trsm_update per diagonal block
+of triangular_metal.block_rows(n) rows, whatever n; or trsv, see `CORRECTION`) and
+``refine_update`` (backward error, decision, X += D with X a three-float value). The steps are
+a fixed count, `MAX_STEPS`, so that nothing waits for the device; each matrix stops on the
+device by itself (the rule of LAPACK's dgerfs: while the backward error halves), after which
+every later launch of its steps returns at once: the residual and the update read its
+status, and the status word is the triangular solves' gate. A stopped matrix costs launches,
+not work.
 
 The float64 result is assembled where the input lives: the three float32 pieces of X are moved
 there and summed in float64 (two additions and a power-of-two scaling per entry: the one place
@@ -52,9 +53,10 @@ _HEADER = "linalg/refine.h"
 #: steps at cond 1e2 and 6 at 1e6, see docs/float64.rst).
 MAX_STEPS = 12
 #: The kernels of the correction solve D = LU^-1 R, both gated by each matrix's status:
-#: "blocked" (trsm_diag + trsm_update per 32-row block, many threadgroups: 2 ceil(n / 32) - 1
-#: launches per triangular solve) or "trsv" (a threadgroup per right-hand side, one launch per
-#: triangular solve: less parallel, far fewer launches; benchmarks/bench_refine.py times both).
+#: "blocked" (trsm_diag + trsm_update per diagonal block of bs = triangular_metal.block_rows(n)
+#: rows, many threadgroups: 2 ceil(n / bs) - 1 launches per triangular solve) or "trsv" (a
+#: threadgroup per right-hand side, one launch per triangular solve: less parallel, far fewer
+#: launches; benchmarks/bench_refine.py times both).
 CORRECTION = "blocked"
 #: The dtypes the metal backend refines, with the float32 dtype they compute in.
 REFINED_DTYPES = {torch.float64: torch.float32, torch.complex128: torch.complex64}

@@ -36,17 +36,20 @@ BLOCK = 32  # kTriBlock: rows per block of trsm / trsv, per sub-block of a diago
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
 
-#: The blocked solve's diagonal blocks: as few as BLOCK_STEPS per solve, of at most MAX_BLOCK
-#: rows (`block_rows`). A solve is 2 ceil(n / bs) - 1 launches; at n = 4096 and bs = 32 those
-#: 255 launches of ~10-20 us each, not the work (a GEMM of n^2 k / 2 multiply-adds), set the
-#: time on the H200 (4.9 ms against cuBLAS's 1.2 ms at 64 right-hand sides). A larger bs moves a
-#: share bs / n of the work from trsm_update's product into trsm_diag, which runs one simdgroup
-#: per right-hand side (a single one for k = 1) and whose serial part per lane is bs
-#: broadcast steps plus (bs / 32)^2 / 2 staged 32 x 32 tiles of 32 products each (bs^2 / 64):
-#: 16 steps (31 launches) keep trsm_diag's share at most 1/16 of the work, and MAX_BLOCK = 256
-#: keeps one trsm_diag launch at 1024 serial products per lane (28 tiles) beyond which a launch
-#: saved no longer pays for the work made serial. bs = 32 up to n = 512 (the solve at the
-#: smallest blocked orders is unchanged), 64 to 1024, 128 to 2048, 256 from there on.
+#: The blocked solve's diagonal blocks (`block_rows`): the fewest rows, a multiple of BLOCK,
+#: giving at most BLOCK_STEPS blocks, and at most MAX_BLOCK rows; 32 up to n = 512 (the blocked
+#: solve at its smallest orders is unchanged), 64 to 1024, 128 to 2048, 256 from there on. A
+#: solve is 2 ceil(n / bs) - 1 launches: at n = 4096 with bs = 32 its 255 launches of ~10-20 us
+#: each, not its work (a GEMM of n^2 k / 2 multiply-adds), set its time on the H200 through the
+#: CUDA executor (4.9 ms against cuBLAS's 1.2 ms with 64 right-hand sides). A larger bs moves a
+#: share bs / n of the work from trsm_update's product (many threadgroups) into trsm_diag (a
+#: simdgroup per right-hand side, a single one for k = 1), whose serial part per lane is bs
+#: dependent broadcast steps plus bs^2 / 64 products against staged tiles. BLOCK_STEPS = 16: 31
+#: launches per solve, trsm_diag's share about 1/16 of the work (at most 1/8, bs being rounded
+#: up to a multiple of 32). MAX_BLOCK = 256 bounds one trsm_diag launch at 256 steps and about
+#: 1024 products per lane; larger orders take more blocks instead (63 launches at n = 8192).
+#: Both are estimates from those counts, to be checked on the H200 (benchmarks/
+#: bench_cuda_executor.py --sections trsm --trsm-blocks rule,128,512 times other block rows).
 BLOCK_STEPS = 16
 MAX_BLOCK = 256
 
@@ -55,6 +58,7 @@ def block_rows(n: int) -> int:
     """Rows per diagonal block of the blocked solve of order ``n``: the smallest multiple of
     BLOCK giving at most BLOCK_STEPS blocks, at most MAX_BLOCK (the reasons beside them)."""
     return min(MAX_BLOCK, BLOCK * max(1, _metal.ceil_div(n, BLOCK * BLOCK_STEPS)))
+
 
 #: (lower, unit, trans, swaps) of the two solves of LAPACK getrs with packed LU factors, A = P L U:
 #: A X = B is X = U^-1 L^-1 P^T B; A^H X = B is X = P L^-H U^-H B.
