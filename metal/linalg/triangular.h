@@ -62,28 +62,44 @@ struct TriBlockParams {
 constant constexpr int kTriBlock = 32;
 static_assert(kTriBlock % kGemmTileK == 0, "the update's depth (a multiple) is whole gemm stages");
 static_assert(kTriBlock == kSimdWidth, "trsm_diag gives each row of a sub-block one lane");
-// trsm_diag: padded row stride of its staged tiles, and right-hand sides (simdgroups) per group.
+// trsm_diag: padded row stride of its staged tile, right-hand sides (simdgroups) per group, its
+// threads, and the entries of a staged tile each thread loads.
 constant constexpr int kTriPadded = kTriBlock + 1;
 constant constexpr int kTriDiagSimdgroups = 4;
-static_assert(2 * kTriBlock * kTriPadded * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
-              "trsm_diag's two staged tiles must fit in threadgroup memory");
+constant constexpr int kTriDiagThreads = kTriDiagSimdgroups * kSimdWidth;
+constant constexpr int kTriDiagLoads = kTriBlock * kTriBlock / kTriDiagThreads;
+static_assert(kTriDiagLoads * kTriDiagThreads == kTriBlock * kTriBlock,
+              "trsm_diag's threads load a tile in equal shares");
+// trsm_diag: the largest diagonal block (TriBlockParams.bs); each simdgroup keeps the values
+// solved in the block in threadgroup memory, for the later sub-blocks of the block.
+constant constexpr int kTriMaxBlock = 512;
+static_assert(kTriMaxBlock % kTriBlock == 0, "a diagonal block is whole sub-blocks");
+static_assert((kTriBlock * kTriPadded + kTriDiagSimdgroups * kTriMaxBlock) * sizeof(float2) <=
+                  kMaxThreadgroupMemoryBytes,
+              "trsm_diag's tile and solved values must fit in threadgroup memory");
 
-// Stage the tile S[r0 : r0 + kTriBlock, c0 : c0 + kTriBlock] into ms (row stride ld) of the
-// triangle solved with: S[i][j] = M[i][j], or M[j][i] when swap_ij, with M the stored triangle,
-// conjugated when conj_t (trans). Entries past n are padding: the identity on a diagonal tile
-// (r0 == c0), zero elsewhere, so padded rows solve to zero and reduce nothing.
+// Entry S[r0 + ii][c0 + jj] of the tile of the triangle solved with: S[i][j] = M[i][j], or
+// M[j][i] when swap_ij, with M the stored triangle, conjugated when conj_t (trans). Entries past
+// n are padding: the identity on a diagonal tile (r0 == c0), zero elsewhere, so padded rows
+// solve to zero and reduce nothing.
+template <typename T>
+inline T tri_entry(device const T* lu, long n, long r0, long c0, int ii, int jj, bool swap_ij,
+                   bool conj_t) {
+  const long i = r0 + ii, j = c0 + jj;
+  if (i >= n || j >= n) {
+    return (r0 == c0 && ii == jj) ? one<T>() : zero<T>();
+  }
+  const T v = swap_ij ? lu[j * n + i] : lu[i * n + j];
+  return conj_t ? conj(v) : v;
+}
+
+// Stage the tile S[r0 : r0 + kTriBlock, c0 : c0 + kTriBlock] (tri_entry) into ms, row stride ld.
 template <typename T>
 inline void tri_stage(threadgroup T* ms, int ld, device const T* lu, long n, long r0, long c0,
                       bool swap_ij, bool conj_t, uint tid, uint nthreads) {
   for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(nthreads)) {
-    const int ii = e / kTriBlock, jj = e % kTriBlock;
-    const long i = r0 + ii, j = c0 + jj;
-    T v = (r0 == c0 && ii == jj) ? one<T>() : zero<T>();
-    if (i < n && j < n) {
-      v = swap_ij ? lu[j * n + i] : lu[i * n + j];
-      v = conj_t ? conj(v) : v;
-    }
-    ms[ii * ld + jj] = v;
+    ms[(e / kTriBlock) * ld + e % kTriBlock] =
+        tri_entry(lu, n, r0, c0, e / kTriBlock, e % kTriBlock, swap_ij, conj_t);
   }
 }
 
@@ -313,17 +329,44 @@ template <typename T>
 // backward bottom up. A larger bs means fewer launches (2 ceil(n / bs) - 1 per solve) and moves
 // a share bs / n of the work from the product into trsm_diag.
 
+namespace mpsl {
+
+// trsm_diag's tile loads, split so that a tile's device reads are in flight while the previous
+// tile is used: tri_fetch loads this thread's kTriDiagLoads entries of the tile S[r0 :, c0 :]
+// (tri_entry) into registers, tri_commit stores them into the staged tile ms (row stride
+// kTriPadded). Threadgroups of kTriDiagThreads threads.
+template <typename T>
+inline void tri_fetch(thread T* pre, device const T* lu, long n, long r0, long c0, bool swap_ij,
+                      bool conj_t, uint tid) {
+  for (int q = 0; q < kTriDiagLoads; ++q) {
+    const int e = int(tid) + q * kTriDiagThreads;
+    pre[q] = tri_entry(lu, n, r0, c0, e / kTriBlock, e % kTriBlock, swap_ij, conj_t);
+  }
+}
+
+template <typename T>
+inline void tri_commit(threadgroup T* ms, thread const T* pre, uint tid) {
+  for (int q = 0; q < kTriDiagLoads; ++q) {
+    const int e = int(tid) + q * kTriDiagThreads;
+    ms[(e / kTriBlock) * kTriPadded + e % kTriBlock] = pre[q];
+  }
+}
+
+}  // namespace mpsl
+
 // One simdgroup per right-hand side. The diagonal block is solved as bs / kTriBlock sub-blocks
-// of kTriBlock rows in solve order, lane ii holding row ii of the sub-block: each step divides
-// one row by its diagonal and broadcasts it (simd_broadcast), the lanes below it subtract, so
-// the sub-block's 32 dependent steps cost a shuffle and an update each instead of one thread's
-// 528 serial updates. The 32 values solved (every lane keeps them from the broadcasts) then
-// reduce the rows of each later sub-block of the same diagonal block, a lane per row, 32
-// products against the staged off-diagonal tile: forward / backward substitution in its own
-// order of operations (no inverse of the block is formed, so the accuracy is substitution's).
-// The staged tiles are shared by the group's simdgroups (right-hand sides). Grid: (column
-// groups * kTriDiagSimdgroups * kSimdWidth, batch), threadgroups of kTriDiagSimdgroups *
-// kSimdWidth.
+// of kTriBlock rows in solve order, lane ii holding row ii of the sub-block, left-looking: the
+// sub-block's rows are first reduced by the values solved in each earlier sub-block of the
+// block (a lane per row, 32 products against the staged off-diagonal tile; the values solved
+// are kept per simdgroup in threadgroup memory), then solved against the staged diagonal tile:
+// each step divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below
+// it subtract, so the sub-block's 32 dependent steps cost a shuffle and an update each instead
+// of one thread's 528 serial updates. That is forward / backward substitution in its own order
+// of operations (no inverse of the block is formed, so the accuracy is substitution's). The
+// (bs / 32) (bs / 32 + 1) / 2 tiles are staged one after the other, each shared by the group's
+// simdgroups (right-hand sides); the next tile's device reads, and the next sub-block's rows of
+// X, are issued before the current tile is used, so their latency overlaps its work. Grid:
+// (column groups * kTriDiagThreads, batch), threadgroups of exactly kTriDiagThreads.
 template <typename T>
 [[kernel]] void trsm_diag(
     device const T* lu [[buffer(0)]],
@@ -332,7 +375,6 @@ template <typename T>
     constant mpsl::TriBlockParams& params [[buffer(3)]],
     device const int* gate [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
-    uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
     ushort sg [[simdgroup_index_in_threadgroup]],
@@ -343,10 +385,10 @@ template <typename T>
   // The tile solved is S = M (left) or M^T (right), lower when forward.
   const bool forward = (params.lower != 0) != right;
   // Rows padded by one element: lane ii reads ms[ii][jj], so a stride of kTriBlock + 1 puts
-  // the 32 lanes' reads in 32 different banks. ms: the sub-block's diagonal tile; mo: an
-  // off-diagonal tile (the rows of a later sub-block, the columns of the one just solved).
+  // the 32 lanes' reads in 32 different banks.
   threadgroup T ms[kTriBlock * kTriPadded];
-  threadgroup T mo[kTriBlock * kTriPadded];
+  // solved[sg][q * kTriBlock + jj]: row jj of the q-th sub-block solved, right-hand side sg.
+  threadgroup T solved[kTriDiagSimdgroups * kTriMaxBlock];
 
   const long batch = long(group.y);
   if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
@@ -361,59 +403,71 @@ template <typename T>
   const long stride = right ? 1 : params.ldx;
   const long next = right ? params.ldx : 1;
   device T* x = b + batch * params.x_batch + params.x_offset + (active ? col : 0) * next;
+  threadgroup T* mine = solved + long(sg) * kTriMaxBlock;
   const bool first = forward ? i0 == 0 : i0 + bs >= n;
   const bool last = forward ? i0 + bs >= n : i0 == 0;
-  // Sub-blocks holding rows of the matrix (the last diagonal block may be short).
+  // Sub-blocks holding rows of the matrix (the last diagonal block may be short); the q-th in
+  // solve order starts at row i0 + kTriBlock * (forward ? q : nsub - 1 - q).
   const long rows = n - i0 < bs ? n - i0 : bs;
   const int nsub = int((rows + kTriBlock - 1) / kTriBlock);
+  const int top = forward ? 0 : nsub - 1, dir = forward ? 1 : -1;
 
   if (params.swaps == 1 && first && active && lane == 0) {
     apply_row_swaps(x, stride, piv, n, true);
   }
   // S[i][j] = M[i][j] (left) or M[j][i] (right), M[i][j] = L[i][j] or conj(L[j][i]) (trans).
   const bool swap_ij = tr != right;
-  for (int s = 0; s < nsub; ++s) {
-    const long u0 = i0 + long(forward ? s : nsub - 1 - s) * kTriBlock;
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last step
-    tri_stage(ms, kTriPadded, L, n, u0, u0, swap_ij, tr, tid, tpg.x);
-    // Also orders lane 0's interchanges before the other lanes read the block.
+  // Phase (s, t), t <= s: sub-block s's rows against sub-block t's columns, the reduction by
+  // the values solved in t (t < s) or the substitution (t == s).
+  const long top0 = i0 + long(top) * kTriBlock;
+  T pre[kTriDiagLoads];
+  tri_fetch(pre, L, n, top0, top0, swap_ij, tr, tid);
+  T v = zero<T>(), v_next = zero<T>();
+  int s = 0, t = 0;
+  for (int phase = 0; phase < nsub * (nsub + 1) / 2; ++phase) {
+    const long w0 = i0 + long(top + dir * s) * kTriBlock;
+    const long u0 = i0 + long(top + dir * t) * kTriBlock;
+    const int s_next = t == s ? s + 1 : s, t_next = t == s ? 0 : t + 1;
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last phase
+    tri_commit(ms, pre, tid);
+    if (s_next < nsub) {
+      tri_fetch(pre, L, n, i0 + long(top + dir * s_next) * kTriBlock,
+                i0 + long(top + dir * t_next) * kTriBlock, swap_ij, tr, tid);
+    }
+    // Also orders lane 0's interchanges before the other lanes read X (the first phase).
     threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    // xu[step]: the value solved at that step, in every lane.
-    T xu[kTriBlock];
-    if (active) {
-      const long i = u0 + long(lane);
-      T v = i < n ? x[i * stride] : zero<T>();
+    const long i = w0 + long(lane);
+    if (active && t == 0) {
+      v = s == 0 ? (i < n ? x[i * stride] : zero<T>()) : v_next;
+    }
+    if (active && t < s) {
+      for (int step = 0; step < kTriBlock; ++step) {
+        const int jj = forward ? step : kTriBlock - 1 - step;
+        v = sub_mul(v, ms[int(lane) * kTriPadded + jj], mine[t * kTriBlock + jj]);
+      }
+    } else if (active) {
+      // The next sub-block's rows of X, in flight during the substitution.
+      if (s + 1 < nsub) {
+        const long i_next = i0 + long(top + dir * (s + 1)) * kTriBlock + long(lane);
+        v_next = i_next < n ? x[i_next * stride] : zero<T>();
+      }
       for (int step = 0; step < kTriBlock; ++step) {
         const int jj = forward ? step : kTriBlock - 1 - step;
         if (int(lane) == jj && params.unit == 0) {
           v = div(v, ms[jj * kTriPadded + jj]);
         }
         const T xj = simd_broadcast(v, ushort(jj));
-        xu[step] = xj;
         if (forward ? int(lane) > jj : int(lane) < jj) {
           v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
         }
       }
+      mine[s * kTriBlock + int(lane)] = v;  // read after the next phase's barriers
       if (i < n) {
         x[i * stride] = v;
       }
     }
-    // The later sub-blocks of this diagonal block: X[w rows] -= S[w rows, u cols] X[u rows].
-    for (int t = s + 1; t < nsub; ++t) {
-      const long w0 = i0 + long(forward ? t : nsub - 1 - t) * kTriBlock;
-      threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // mo still read by the last one
-      tri_stage(mo, kTriPadded, L, n, w0, u0, swap_ij, tr, tid, tpg.x);
-      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-      const long i = w0 + long(lane);
-      if (active && i < n) {
-        T acc = x[i * stride];
-        for (int step = 0; step < kTriBlock; ++step) {
-          const int jj = forward ? step : kTriBlock - 1 - step;
-          acc = sub_mul(acc, mo[int(lane) * kTriPadded + jj], xu[step]);
-        }
-        x[i * stride] = acc;
-      }
-    }
+    s = s_next;
+    t = t_next;
   }
   if (params.swaps == 2 && last && active) {
     simdgroup_barrier(metal::mem_flags::mem_device);

@@ -34,6 +34,7 @@ TRSV_MIN_N = 32  # ... on matrices at least this large; trsm otherwise
 TRSV_GROUP = 256  # trsv threads per group (at most kTriBlock simdgroups)
 BLOCK = 32  # kTriBlock: rows per block of trsm / trsv, per sub-block of a diagonal block
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
+DIAG_MAX_BLOCK = 512  # kTriMaxBlock: the largest diagonal block trsm_diag solves
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
 
 #: The blocked solve's diagonal blocks (`block_rows`): the fewest rows, a multiple of BLOCK,
@@ -43,13 +44,16 @@ BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay of
 #: each, not its work (a GEMM of n^2 k / 2 multiply-adds), set its time on the H200 through the
 #: CUDA executor (4.9 ms against cuBLAS's 1.2 ms with 64 right-hand sides). A larger bs moves a
 #: share bs / n of the work from trsm_update's product (many threadgroups) into trsm_diag (a
-#: simdgroup per right-hand side, a single one for k = 1), whose serial part per lane is bs
-#: dependent broadcast steps plus bs^2 / 64 products against staged tiles. BLOCK_STEPS = 16: 31
-#: launches per solve, trsm_diag's share about 1/16 of the work (at most 1/8, bs being rounded
-#: up to a multiple of 32). MAX_BLOCK = 256 bounds one trsm_diag launch at 256 steps and about
-#: 1024 products per lane; larger orders take more blocks instead (63 launches at n = 8192).
-#: Both are estimates from those counts, to be checked on the H200 (benchmarks/
-#: bench_cuda_executor.py --sections trsm --trsm-blocks rule,128,512 times other block rows).
+#: simdgroup per right-hand side, a single one for k = 1), whose serial path is bs dependent
+#: broadcast steps (n per solve, whatever bs) plus (bs / 32) (bs / 32 + 1) / 2 staged tiles,
+#: each two barriers and a chain of 32 products (its device reads overlap the previous tile's
+#: work): per solve 2 n / bs launches against about n bs / 2048 tiles, least at
+#: bs = 64 sqrt(launch / tile), 200-400 for a launch of 10-40 tiles. BLOCK_STEPS = 16: 31
+#: launches per solve, trsm_diag's share of the work about 1/16 (at most 1/8, bs being rounded
+#: up to a multiple of 32). MAX_BLOCK = 256: 36 tiles a trsm_diag launch; larger orders take
+#: more blocks instead (63 launches at n = 8192). Both are estimates from those counts, to be
+#: checked on the H200 (benchmarks/bench_cuda_executor.py --sections trsm --trsm-blocks
+#: rule,128,512 times other block rows).
 BLOCK_STEPS = 16
 MAX_BLOCK = 256
 
@@ -115,11 +119,11 @@ def block_params(n: int, k: int, *, lower: int, unit: int, trans: int, swaps: in
                  bs: int, right: int = 0, ldx: int, x_offset: int = 0, x_batch: int,
                  gate_stride: int = 0) -> list[int]:
     """The packed TriBlockParams of trsm_diag / trsm_update (metal/linalg/triangular.h): one
-    step, at the diagonal block of rows [i0, i0 + bs) (``bs`` a positive multiple of BLOCK, the
-    same at every step of a solve, ``i0`` a multiple of it), of M X = B (``right``: X M = B)
-    with X[i][j] at ``x_offset + i * ldx + j`` of each batch element's ``x_batch`` entries;
-    ``gate_stride``: see `_solve_left_blocked`."""
-    if bs <= 0 or bs % BLOCK or i0 % bs:
+    step, at the diagonal block of rows [i0, i0 + bs) (``bs`` a multiple of BLOCK up to
+    DIAG_MAX_BLOCK, the same at every step of a solve, ``i0`` a multiple of it), of M X = B
+    (``right``: X M = B) with X[i][j] at ``x_offset + i * ldx + j`` of each batch element's
+    ``x_batch`` entries; ``gate_stride``: see `_solve_left_blocked`."""
+    if not 0 < bs <= DIAG_MAX_BLOCK or bs % BLOCK or i0 % bs:
         raise ValueError(f"mpslinalg: internal error: diagonal blocks of {bs} rows at row {i0}")
     return list(_block_params(n, k, lower, unit, trans, swaps, i0, bs, right, ldx, x_offset,
                               x_batch, gate_stride))

@@ -330,7 +330,9 @@ def test_triangular_constants_mirror_header():
 
     assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == tm.BLOCK
     assert int(metal_constant("linalg/triangular.h", "kTriDiagSimdgroups")) == tm.DIAG_COLUMNS
-    assert tm.MAX_BLOCK % tm.BLOCK == 0 and tm.BLOCK_STEPS >= 1
+    assert int(metal_constant("linalg/triangular.h", "kTriMaxBlock")) == tm.DIAG_MAX_BLOCK
+    assert tm.MAX_BLOCK % tm.BLOCK == 0 and tm.MAX_BLOCK <= tm.DIAG_MAX_BLOCK
+    assert tm.BLOCK_STEPS >= 1
 
 
 @pytest.mark.parametrize("n", [1, 31, 256, 512, 513, 1000, 1024, 1025, 2048, 4096, 8192, 10000])
@@ -483,6 +485,26 @@ def test_blocked_solve_hard_triangles(upper, left, adjoint, kind, monkeypatch):
             res, scale = X @ op - wide(B), X.abs() @ op.abs() + wide(B).abs()
         ratio = float((res.abs() / scale).max()) / (n * 2.0 ** -24)
         assert ratio < 1, (bs, ratio)
+
+
+@pytest.mark.parametrize("upper,adjoint", [(False, False), (True, True)])
+def test_blocked_solve_largest_block(upper, adjoint, monkeypatch):
+    """trsm_diag at its largest diagonal block (kTriMaxBlock rows, every simdgroup's slots of
+    solved values used) and a short last block, complex."""
+    from mpslinalg.linalg import triangular_metal
+
+    n, k, bs = triangular_metal.DIAG_MAX_BLOCK + 8, 6, triangular_metal.DIAG_MAX_BLOCK
+    _force_block_rows(monkeypatch, bs)
+    M = random_matrix(n, torch.complex64, batch=(2,), seed=21) + 8 * torch.eye(
+        n, dtype=torch.complex64)
+    B = random_matrix(k, torch.complex64, batch=(2,), seed=22, m=n)
+    emulator.reset_launch_counts()
+    X = triangular_metal.triangular_solve_metal(M, B, upper=upper, adjoint=adjoint)
+    assert emulator.total_launches() == 3
+    T = wide(M).triu() if upper else wide(M).tril()
+    ref = torch.linalg.solve_triangular(T.mH if adjoint else T, wide(B), upper=upper != adjoint)
+    err = (wide(X) - ref).abs().max() / ref.abs().max()
+    assert err < 1e-5, float(err)
 
 
 @pytest.mark.parametrize("bs", [32, 64])
