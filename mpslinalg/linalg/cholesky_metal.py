@@ -40,7 +40,7 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
-BLOCK = 32  # kCholBlock: columns per block of the blocked factorization (triangular_metal.BLOCK)
+BLOCK = 32  # kCholBlock: columns per block (a multiple of triangular_metal.BLOCK)
 
 #: The blocked factorization from this order on (the tests lower it to reach the blocked path
 #: on small matrices); at most UNBLOCKED_MAX + 1.
