@@ -7,20 +7,24 @@ here, and nothing about Apple GPUs.
     python benchmarks/bench_cuda_executor.py [--reps 21] [--sections launch,matrix,cases,lu,qr]
         [--gemm-sizes 256,1024,2048] [--cholesky-sizes 1024,4096] [--out results.md]
     python benchmarks/bench_cuda_executor.py --sections cholesky --dry-run   # no GPU needed
+    python benchmarks/bench_cuda_executor.py --sections trsm [--trsm-sizes 4096]
+        [--trsm-blocks rule,128,256,512]
 
 Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
 of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
 ``cases``, the library's kernels against torch's op; ``lu``, ``qr`` and ``cholesky``, those
 families at research scale (qr: the TSQR tree at 4000x36, 65536x8 and 100000x32, the blocked
 path at 4096^2 and 64 x 64^2 complex; cholesky: one matrix of each ``--cholesky-sizes`` order,
-64 x (64 x 64), the inverse). ``--dry-run`` builds the chosen sections' cases on the CPU (the
-emulator runs the Metal kernels) at small sizes, calls every contender once and prints the
-agreement notes: a check of the benchmark's code paths, no timing. Each case times the
-contenders interleaved
-(one call of each per round, CUDA events around each call, the stream synchronized between
-calls) after warm-up calls, and reports the median with the min and max over the rounds, and
-next to it the device time of the executor's kernels (`mpslinalg.emulator.cuda.profile`) with a
-per-kernel breakdown, so that a slow kernel shows as one. The roofline time is max(bytes /
+64 x (64 x 64), the inverse); ``trsm``, the blocked triangular solve alone (4096^2 upper with
+64 and 1 right-hand sides against torch.linalg.solve_triangular, at the host's diagonal block
+rows and any forced by ``--trsm-blocks``). ``--dry-run`` builds the chosen sections' cases on
+the CPU (the emulator runs the Metal kernels) at small sizes, calls every contender once and
+prints the agreement notes: a check of the benchmark's code paths, no timing. Each case times
+the contenders interleaved (one call of each per round, CUDA events around each call, the
+stream synchronized between calls) after warm-up calls, and reports the median with the min and
+max over the rounds, and next to it the device time of the executor's kernels
+(`mpslinalg.emulator.cuda.profile`) with a per-kernel breakdown, so that a slow kernel shows as
+one. The roofline time is max(bytes /
 bandwidth, flops / fp32 peak) with the bytes that must move at least once (the input read, the
 result written) and LAPACK's flop counts; it ignores launch latency, which dominates the small
 cases.
@@ -269,6 +273,55 @@ def cholesky_cases(sizes=(1024, 4096), batched=(64, 64), device="cuda"):
         _roofline_us(2 * n * n * 4, n**3 * 2 / 3),
         f"max |X - X_torch| / max |X_torch| = "
         f"{((inv - ref).abs().max() / ref.abs().max()).item():.1e}"))
+    return out
+
+
+def _with_block_rows(fn, bs):
+    """fn run with the blocked triangular solve's diagonal blocks forced to ``bs`` rows (None:
+    the host's rule, triangular_metal.block_rows)."""
+    if bs is None:
+        return fn
+
+    def call():
+        rule = _tri_metal.block_rows
+        _tri_metal.block_rows = lambda n: bs
+        try:
+            return fn()
+        finally:
+            _tri_metal.block_rows = rule
+
+    return call
+
+
+def trsm_cases(sizes=(4096,), rhs=(64, 1), blocks=(None,), device="cuda"):
+    """The blocked triangular solve alone (metal/linalg/triangular.h: trsm_diag + trsm_update,
+    2 ceil(n / bs) - 1 launches) against cuBLAS's trsm through torch.linalg.solve_triangular:
+    an upper triangle (backward substitution, as R of QR or U of LU) of each order in
+    ``sizes`` with each count of right-hand sides in ``rhs``, float32, the diagonal blocks of
+    triangular_metal.block_rows (None in ``blocks``) or forced to each other entry's rows."""
+    out = []
+    for n in sizes:
+        gen = torch.Generator(device=device).manual_seed(n)
+        R = torch.randn((n, n), generator=gen, device=device).triu() + n**0.5 * torch.eye(
+            n, device=device)
+        for k in rhs:
+            B = torch.randn((n, k), generator=gen, device=device)
+            theirs = lambda R=R, B=B: torch.linalg.solve_triangular(R, B, upper=True)  # noqa: E731
+            ref = theirs()
+            for bs in blocks:
+                ours = _with_block_rows(
+                    lambda R=R, B=B: _tri_metal.triangular_solve_metal(R, B, upper=True), bs)
+                X = ours()
+                used = bs or _tri_metal.block_rows(n)
+                res = ((R @ X - B).abs().amax() / B.abs().amax()).item()
+                out.append((f"trsm {n}x{n} upper, {k} rhs, float32, bs={used}"
+                            f"{'' if bs else ' (rule)'}", {
+                                "CUDA executor (triangular.metal)": ours,
+                                "torch.linalg.solve_triangular": theirs},
+                            _roofline_us((n * n // 2 + 2 * n * k) * 4, n * n * k),
+                            f"{2 * -(-n // used) - 1} launches, max |R X - B| / max |B| = "
+                            f"{res:.1e}, max |X - X_torch| / max |X_torch| = "
+                            f"{((X - ref).abs().amax() / ref.abs().amax()).item():.1e}"))
     return out
 
 
@@ -567,7 +620,9 @@ def _cases_section(reps, make=None, title="## Library kernels"):
 
 def _dry_run(sections):
     """The cases of ``sections`` on the CPU at small sizes: every contender called once."""
-    makers = {"cholesky": lambda: cholesky_cases((96,), (3, 40), device="cpu")}
+    makers = {"cholesky": lambda: cholesky_cases((96,), (3, 40), device="cpu"),
+              # 600: the rule's 64-row blocks (10 steps), and the same solve at 128 rows
+              "trsm": lambda: trsm_cases((600,), (64, 1), (None, 128), device="cpu")}
     for section in sections:
         if section not in makers:
             raise SystemExit(f"bench_cuda_executor: no dry run for the {section!r} section")
@@ -581,11 +636,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--sections", default="launch,matrix,cases,lu,qr",
-                    help="comma-separated subset of launch, matrix, cases, lu, qr, cholesky")
+                    help="comma-separated subset of launch, matrix, cases, lu, qr, cholesky, "
+                         "trsm")
     ap.add_argument("--lu-sizes", default="1024,2048,4096,8192",
                     help="the n of the square float32 cases of the lu section")
     ap.add_argument("--cholesky-sizes", default="1024,4096",
                     help="the n of the single-matrix float32 cases of the cholesky section")
+    ap.add_argument("--trsm-sizes", default="4096",
+                    help="the n of the float32 triangular solves of the trsm section")
+    ap.add_argument("--trsm-blocks", default="rule",
+                    help="the trsm section's diagonal block rows: 'rule' (triangular_metal."
+                         "block_rows) and / or multiples of 32, comma-separated")
     ap.add_argument("--gemm-sizes", default="256,1024,2048",
                     help="the n of the simdgroup_matrix GEMM")
     ap.add_argument("--dry-run", action="store_true",
@@ -616,6 +677,11 @@ def main():
         sizes = [int(n) for n in args.cholesky_sizes.split(",")]
         lines += _cases_section(args.reps, lambda: cholesky_cases(sizes),
                                 "## Cholesky at research scale")
+    if "trsm" in sections:
+        sizes = [int(n) for n in args.trsm_sizes.split(",")]
+        blocks = [None if b == "rule" else int(b) for b in args.trsm_blocks.split(",")]
+        lines += _cases_section(args.reps, lambda: trsm_cases(sizes, (64, 1), blocks),
+                                "## Blocked triangular solve (trsm)")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -10,7 +10,8 @@
 //   chol_potf2   the diagonal block L11 (the same kernel on rows/columns [k0, k0 + w));
 //   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
 //                metal/linalg/triangular.h, right side, one simdgroup per row of the panel (the
-//                block is one diagonal block of that solve, so its trsm_update has nothing to do);
+//                block is one diagonal block of that solve, bs = kCholBlock, so its trsm_update
+//                has nothing to do);
 //   chol_update  the trailing update A22 -= L21 L21^H (HERK) on the shared simdgroup_matrix
 //                product (metal/common/gemm.h), lower triangle only.
 // cholesky_inverse's potri: chol_lauum forms the lower triangle of X^H X for X = L^-1 (trtri, the
@@ -33,8 +34,9 @@ namespace mpsl {
 // Largest order factored by a single chol_potf2 launch (a thread per row, one threadgroup).
 constant constexpr int kCholUnblockedMax = 64;
 // Columns per block of the blocked factorization (the order of a diagonal block, the K of the
-// trailing update): kTriBlock of metal/linalg/triangular.h, one diagonal block of the triangular
-// solve, so the panel's solve is one trsm_diag launch (tests/linalg/test_cholesky.py checks it).
+// trailing update): a multiple of kTriBlock of metal/linalg/triangular.h, passed to the panel's
+// solve as the order of its diagonal block (TriBlockParams.bs), so that solve is one trsm_diag
+// launch (tests/linalg/test_cholesky.py checks it).
 constant constexpr int kCholBlock = 32;
 static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by chol_potf2");
 static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagonal squarely");

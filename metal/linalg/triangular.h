@@ -36,9 +36,10 @@ struct TriSolveParams {
 };
 
 // Arguments of the blocked solve (trsm_diag / trsm_update): the flags of TriSolveParams (lower
-// and trans describe M, the matrix solved with, in both sides), the first row i0 of the diagonal
-// block of this step, the side, and where X lies in b (X may be a block of a larger matrix, e.g.
-// the panel of Cholesky's factor, solved in place):
+// and trans describe M, the matrix solved with, in both sides), the first row i0 and the order
+// bs of the diagonal blocks (a multiple of kTriBlock chosen by the host; every block but the
+// last starts at a multiple of bs), the side, and where X lies in b (X may be a block of a
+// larger matrix, e.g. the panel of Cholesky's factor, solved in place):
 //   right = 0: M X = B, X n x k, right-hand side c the column X[:, c];
 //   right = 1: X M = B, X k x n, right-hand side c the row X[c, :] (x M = b is M^T x^T = b^T:
 //              forward substitution when M is upper); swaps must be 0.
@@ -49,38 +50,56 @@ struct TriSolveParams {
 // not read.
 struct TriBlockParams {
   long n, k, lower, unit, trans, swaps;
-  long i0;
+  long i0, bs;
   long right;
   long ldx, x_offset, x_batch;
   long gate_stride;
 };
 
-// Rows per diagonal block of the solve; a block of the triangle is staged as a square tile. The
-// blocked solve's update is a product of depth kTriBlock: a whole number of gemm stages.
+// Rows per block of trsm / trsv, and per sub-block of the blocked solve's diagonal blocks (whose
+// order bs, a multiple of it, the host chooses); a block of the triangle is staged as a square
+// tile. The blocked solve's update is a product of depth bs: a whole number of gemm stages.
 constant constexpr int kTriBlock = 32;
-static_assert(kTriBlock % kGemmTileK == 0, "the update's depth is whole gemm stages");
-static_assert(kTriBlock == kSimdWidth, "trsm_diag gives each row of a block one lane");
-// trsm_diag: padded row stride of its staged tile, and right-hand sides (simdgroups) per group.
+static_assert(kTriBlock % kGemmTileK == 0, "the update's depth (a multiple) is whole gemm stages");
+static_assert(kTriBlock == kSimdWidth, "trsm_diag gives each row of a sub-block one lane");
+// trsm_diag: padded row stride of its staged tile, right-hand sides (simdgroups) per group, its
+// threads, and the entries of a staged tile each thread loads.
 constant constexpr int kTriPadded = kTriBlock + 1;
 constant constexpr int kTriDiagSimdgroups = 4;
-static_assert(kTriBlock * kTriBlock * sizeof(float2) <= kMaxThreadgroupMemoryBytes,
-              "a staged tile must fit in threadgroup memory");
+constant constexpr int kTriDiagThreads = kTriDiagSimdgroups * kSimdWidth;
+constant constexpr int kTriDiagLoads = kTriBlock * kTriBlock / kTriDiagThreads;
+static_assert(kTriDiagLoads * kTriDiagThreads == kTriBlock * kTriBlock,
+              "trsm_diag's threads load a tile in equal shares");
+// trsm_diag: the largest diagonal block (TriBlockParams.bs); each simdgroup keeps the values
+// solved in the block in threadgroup memory, for the later sub-blocks of the block.
+constant constexpr int kTriMaxBlock = 512;
+static_assert(kTriMaxBlock % kTriBlock == 0, "a diagonal block is whole sub-blocks");
+static_assert((kTriBlock * kTriPadded + kTriDiagSimdgroups * kTriMaxBlock) * sizeof(float2) <=
+                  kMaxThreadgroupMemoryBytes,
+              "trsm_diag's tile and solved values must fit in threadgroup memory");
 
-// Stage the tile M[i0 : i0 + kTriBlock, j0 : j0 + kTriBlock] into ms (row-major). Entries past n
-// are padding: the identity on a diagonal tile, zero elsewhere, so padded rows solve to zero.
+// Entry S[r0 + ii][c0 + jj] of the tile of the triangle solved with: S[i][j] = M[i][j], or
+// M[j][i] when swap_ij, with M the stored triangle, conjugated when conj_t (trans). Entries past
+// n are padding: the identity on a diagonal tile (r0 == c0), zero elsewhere, so padded rows
+// solve to zero and reduce nothing.
 template <typename T>
-inline void tri_stage(threadgroup T* ms, device const T* lu, long n, long i0, long j0, bool trans,
-                      bool diagonal, uint tid, uint nthreads) {
+inline T tri_entry(device const T* lu, long n, long r0, long c0, int ii, int jj, bool swap_ij,
+                   bool conj_t) {
+  const long i = r0 + ii, j = c0 + jj;
+  if (i >= n || j >= n) {
+    return (r0 == c0 && ii == jj) ? one<T>() : zero<T>();
+  }
+  const T v = swap_ij ? lu[j * n + i] : lu[i * n + j];
+  return conj_t ? conj(v) : v;
+}
+
+// Stage the tile S[r0 : r0 + kTriBlock, c0 : c0 + kTriBlock] (tri_entry) into ms, row stride ld.
+template <typename T>
+inline void tri_stage(threadgroup T* ms, int ld, device const T* lu, long n, long r0, long c0,
+                      bool swap_ij, bool conj_t, uint tid, uint nthreads) {
   for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(nthreads)) {
-    const int ii = e / kTriBlock, jj = e % kTriBlock;
-    const long i = i0 + ii, j = j0 + jj;
-    T v;
-    if (i < n && j < n) {
-      v = trans ? conj(lu[j * n + i]) : lu[i * n + j];
-    } else {
-      v = (diagonal && ii == jj) ? one<T>() : zero<T>();
-    }
-    ms[e] = v;
+    ms[(e / kTriBlock) * ld + e % kTriBlock] =
+        tri_entry(lu, n, r0, c0, e / kTriBlock, e % kTriBlock, swap_ij, conj_t);
   }
 }
 
@@ -147,7 +166,7 @@ template <typename T>
     for (long t = 0; t < s; ++t) {
       const long j0 = (lower != 0 ? t : nblk - 1 - t) * kTriBlock;
       threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last step
-      tri_stage(ms, L, n, i0, j0, trans != 0, false, tid, tpg.x);
+      tri_stage(ms, kTriBlock, L, n, i0, j0, trans != 0, trans != 0, tid, tpg.x);
       threadgroup_barrier(metal::mem_flags::mem_threadgroup);
       T y[kTriBlock];
       for (int jj = 0; jj < kTriBlock; ++jj) {
@@ -162,7 +181,7 @@ template <typename T>
       }
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last step
-    tri_stage(ms, L, n, i0, i0, trans != 0, true, tid, tpg.x);
+    tri_stage(ms, kTriBlock, L, n, i0, i0, trans != 0, trans != 0, tid, tpg.x);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     tri_solve_tile(ms, xb, lower != 0, unit != 0);
     if (active) {
@@ -298,22 +317,56 @@ template <typename T>
   }
 }
 
-// ---- the blocked solve for large matrices: one step per diagonal block of kTriBlock rows, two
-// launches a step, each spread over many threadgroups:
-//   trsm_diag    solves the block's rows against the staged diagonal tile, one simdgroup per
-//                right-hand side (and applies the interchanges before the first step / after
-//                the last one, swaps = 1 / 2);
+// ---- the blocked solve for large matrices: one step per diagonal block of bs rows (bs a
+// multiple of kTriBlock, TriBlockParams.bs), two launches a step, each spread over many
+// threadgroups:
+//   trsm_diag    solves the block's rows, one simdgroup per right-hand side (and applies the
+//                interchanges before the first step / after the last one, swaps = 1 / 2);
 //   trsm_update  subtracts the block's contribution from every row still to be solved,
 //                X[rest] -= M[rest, block] X[block] (right = 1: X[:, rest] -= X[:, block]
-//                M[block, rest]), on the shared simdgroup_matrix product.
+//                M[block, rest]), on the shared simdgroup_matrix product, of depth bs.
 // Forward substitution (M lower on the left, upper on the right) runs the blocks top down,
-// backward bottom up.
+// backward bottom up. A larger bs means fewer launches (2 ceil(n / bs) - 1 per solve) and moves
+// a share bs / n of the work from the product into trsm_diag.
 
-// One simdgroup per right-hand side, lane ii holding row i0 + ii of the block: each step
-// divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below it
-// subtract, so the block's 32 dependent steps cost a shuffle and an update each instead of
-// one thread's 528 serial updates. Grid: (column groups * kTriDiagSimdgroups * kSimdWidth,
-// batch), threadgroups of kTriDiagSimdgroups * kSimdWidth.
+namespace mpsl {
+
+// trsm_diag's tile loads, split so that a tile's device reads are in flight while the previous
+// tile is used: tri_fetch loads this thread's kTriDiagLoads entries of the tile S[r0 :, c0 :]
+// (tri_entry) into registers, tri_commit stores them into the staged tile ms (row stride
+// kTriPadded). Threadgroups of kTriDiagThreads threads.
+template <typename T>
+inline void tri_fetch(thread T* pre, device const T* lu, long n, long r0, long c0, bool swap_ij,
+                      bool conj_t, uint tid) {
+  for (int q = 0; q < kTriDiagLoads; ++q) {
+    const int e = int(tid) + q * kTriDiagThreads;
+    pre[q] = tri_entry(lu, n, r0, c0, e / kTriBlock, e % kTriBlock, swap_ij, conj_t);
+  }
+}
+
+template <typename T>
+inline void tri_commit(threadgroup T* ms, thread const T* pre, uint tid) {
+  for (int q = 0; q < kTriDiagLoads; ++q) {
+    const int e = int(tid) + q * kTriDiagThreads;
+    ms[(e / kTriBlock) * kTriPadded + e % kTriBlock] = pre[q];
+  }
+}
+
+}  // namespace mpsl
+
+// One simdgroup per right-hand side. The diagonal block is solved as bs / kTriBlock sub-blocks
+// of kTriBlock rows in solve order, lane ii holding row ii of the sub-block, left-looking: the
+// sub-block's rows are first reduced by the values solved in each earlier sub-block of the
+// block (a lane per row, 32 products against the staged off-diagonal tile; the values solved
+// are kept per simdgroup in threadgroup memory), then solved against the staged diagonal tile:
+// each step divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below
+// it subtract, so the sub-block's 32 dependent steps cost a shuffle and an update each instead
+// of one thread's 528 serial updates. That is forward / backward substitution in its own order
+// of operations (no inverse of the block is formed, so the accuracy is substitution's). The
+// (bs / 32) (bs / 32 + 1) / 2 tiles are staged one after the other, each shared by the group's
+// simdgroups (right-hand sides); the next tile's device reads, and the next sub-block's rows of
+// X, are issued before the current tile is used, so their latency overlaps its work. Grid:
+// (column groups * kTriDiagThreads, batch), threadgroups of exactly kTriDiagThreads.
 template <typename T>
 [[kernel]] void trsm_diag(
     device const T* lu [[buffer(0)]],
@@ -322,19 +375,20 @@ template <typename T>
     constant mpsl::TriBlockParams& params [[buffer(3)]],
     device const int* gate [[buffer(4)]],
     uint tid [[thread_index_in_threadgroup]],
-    uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
     ushort sg [[simdgroup_index_in_threadgroup]],
     ushort nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
-  const long n = params.n, k = params.k, i0 = params.i0;
+  const long n = params.n, k = params.k, i0 = params.i0, bs = params.bs;
   const bool tr = params.trans != 0, right = params.right != 0;
   // The tile solved is S = M (left) or M^T (right), lower when forward.
   const bool forward = (params.lower != 0) != right;
   // Rows padded by one element: lane ii reads ms[ii][jj], so a stride of kTriBlock + 1 puts
   // the 32 lanes' reads in 32 different banks.
   threadgroup T ms[kTriBlock * kTriPadded];
+  // solved[sg][q * kTriBlock + jj]: row jj of the q-th sub-block solved, right-hand side sg.
+  threadgroup T solved[kTriDiagSimdgroups * kTriMaxBlock];
 
   const long batch = long(group.y);
   if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
@@ -343,50 +397,79 @@ template <typename T>
   device const T* L = lu + batch * n * n;
   device const int* piv = pivots + batch * n;
   const long col = long(group.x) * long(nsg) + long(sg);
+  // Simdgroups past the last right-hand side only help staging (every barrier is the group's).
   const bool active = col < k;
   // Entries of one right-hand side lie `stride` apart, right-hand sides `next` apart.
   const long stride = right ? 1 : params.ldx;
   const long next = right ? params.ldx : 1;
   device T* x = b + batch * params.x_batch + params.x_offset + (active ? col : 0) * next;
-  const bool first = forward ? i0 == 0 : i0 + kTriBlock >= n;
-  const bool last = forward ? i0 + kTriBlock >= n : i0 == 0;
+  threadgroup T* mine = solved + long(sg) * kTriMaxBlock;
+  const bool first = forward ? i0 == 0 : i0 + bs >= n;
+  const bool last = forward ? i0 + bs >= n : i0 == 0;
+  // Sub-blocks holding rows of the matrix (the last diagonal block may be short); the q-th in
+  // solve order starts at row i0 + kTriBlock * (forward ? q : nsub - 1 - q).
+  const long rows = n - i0 < bs ? n - i0 : bs;
+  const int nsub = int((rows + kTriBlock - 1) / kTriBlock);
+  const int top = forward ? 0 : nsub - 1, dir = forward ? 1 : -1;
 
   if (params.swaps == 1 && first && active && lane == 0) {
     apply_row_swaps(x, stride, piv, n, true);
   }
   // S[i][j] = M[i][j] (left) or M[j][i] (right), M[i][j] = L[i][j] or conj(L[j][i]) (trans).
   const bool swap_ij = tr != right;
-  for (int e = int(tid); e < kTriBlock * kTriBlock; e += int(tpg.x)) {
-    const int ii = e / kTriBlock, jj = e % kTriBlock;
-    const long i = i0 + ii, j = i0 + jj;
-    T v = ii == jj ? one<T>() : zero<T>();
-    if (i < n && j < n) {
-      v = swap_ij ? L[j * n + i] : L[i * n + j];
-      v = tr ? conj(v) : v;
+  // Phase (s, t), t <= s: sub-block s's rows against sub-block t's columns, the reduction by
+  // the values solved in t (t < s) or the substitution (t == s).
+  const long top0 = i0 + long(top) * kTriBlock;
+  T pre[kTriDiagLoads];
+  tri_fetch(pre, L, n, top0, top0, swap_ij, tr, tid);
+  T v = zero<T>(), v_next = zero<T>();
+  int s = 0, t = 0;
+  for (int phase = 0; phase < nsub * (nsub + 1) / 2; ++phase) {
+    const long w0 = i0 + long(top + dir * s) * kTriBlock;
+    const long u0 = i0 + long(top + dir * t) * kTriBlock;
+    const int s_next = t == s ? s + 1 : s, t_next = t == s ? 0 : t + 1;
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last phase
+    tri_commit(ms, pre, tid);
+    if (s_next < nsub) {
+      tri_fetch(pre, L, n, i0 + long(top + dir * s_next) * kTriBlock,
+                i0 + long(top + dir * t_next) * kTriBlock, swap_ij, tr, tid);
     }
-    ms[ii * kTriPadded + jj] = v;
-  }
-  // Also orders lane 0's interchanges before the other lanes read the block.
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-  if (!active) {
-    return;
-  }
-  const long i = i0 + long(lane);
-  T v = i < n ? x[i * stride] : zero<T>();
-  for (int step = 0; step < kTriBlock; ++step) {
-    const int jj = forward ? step : kTriBlock - 1 - step;
-    if (int(lane) == jj && params.unit == 0) {
-      v = div(v, ms[jj * kTriPadded + jj]);
+    // Also orders lane 0's interchanges before the other lanes read X (the first phase).
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    const long i = w0 + long(lane);
+    if (active && t == 0) {
+      v = s == 0 ? (i < n ? x[i * stride] : zero<T>()) : v_next;
     }
-    const T xj = simd_broadcast(v, ushort(jj));
-    if (forward ? int(lane) > jj : int(lane) < jj) {
-      v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
+    if (active && t < s) {
+      for (int step = 0; step < kTriBlock; ++step) {
+        const int jj = forward ? step : kTriBlock - 1 - step;
+        v = sub_mul(v, ms[int(lane) * kTriPadded + jj], mine[t * kTriBlock + jj]);
+      }
+    } else if (active) {
+      // The next sub-block's rows of X, in flight during the substitution.
+      if (s + 1 < nsub) {
+        const long i_next = i0 + long(top + dir * (s + 1)) * kTriBlock + long(lane);
+        v_next = i_next < n ? x[i_next * stride] : zero<T>();
+      }
+      for (int step = 0; step < kTriBlock; ++step) {
+        const int jj = forward ? step : kTriBlock - 1 - step;
+        if (int(lane) == jj && params.unit == 0) {
+          v = div(v, ms[jj * kTriPadded + jj]);
+        }
+        const T xj = simd_broadcast(v, ushort(jj));
+        if (forward ? int(lane) > jj : int(lane) < jj) {
+          v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
+        }
+      }
+      mine[s * kTriBlock + int(lane)] = v;  // read after the next phase's barriers
+      if (i < n) {
+        x[i * stride] = v;
+      }
     }
+    s = s_next;
+    t = t_next;
   }
-  if (i < n) {
-    x[i * stride] = v;
-  }
-  if (params.swaps == 2 && last) {
+  if (params.swaps == 2 && last && active) {
     simdgroup_barrier(metal::mem_flags::mem_device);
     if (lane == 0) {
       apply_row_swaps(x, stride, piv, n, false);
@@ -412,7 +495,8 @@ template <typename T>
   }
   threadgroup float scratch[kGemmScratchFloats];
   const bool right = params.right != 0;
-  const long bs = n - i0 < kTriBlock ? n - i0 : long(kTriBlock);
+  // The order of this diagonal block (the last one may be short): the product's depth.
+  const long bs = n - i0 < params.bs ? n - i0 : params.bs;
   // The entries still to solve: after the block (forward) or before it (backward).
   const bool forward = (params.lower != 0) != right;
   const long r0 = forward ? i0 + bs : 0;

@@ -13,8 +13,9 @@ Launches per call:
                           3 * ceil(n / 32) - 2; upper=True adds the conjugate transposes in and
                           out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
-                          solve's 2 * ceil(n / 32) - 1 from there; plus gathers of
-                          non-contiguous or broadcast inputs.
+                          solve's 2 * ceil(n / bs) - 1 from there (bs =
+                          triangular_metal.block_rows(n)); plus gathers of non-contiguous or
+                          broadcast inputs.
   cholesky_solve_metal    twice that (the two triangular solves of potrs).
   cholesky_inverse_metal  potri: the triangular inverse (one solve against the identity), then
                           chol_lauum, then torch's ops mirroring the triangle.
@@ -39,7 +40,7 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
-BLOCK = 32  # kCholBlock: columns per block of the blocked factorization (triangular_metal.BLOCK)
+BLOCK = 32  # kCholBlock: columns per block (a multiple of triangular_metal.BLOCK)
 
 #: The blocked factorization from this order on (the tests lower it to reach the blocked path
 #: on small matrices); at most UNBLOCKED_MAX + 1.
@@ -99,8 +100,8 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
             # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
             # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
             params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
-                                                   i0=k0, right=1, ldx=n, x_offset=s * n,
-                                                   x_batch=n * n)
+                                                   i0=k0, bs=BLOCK, right=1, ldx=n,
+                                                   x_offset=s * n, x_batch=n * n)
             launch(panel, L, no_pivots, L, params, no_pivots,
                    **triangular_metal.diag_grid(n - s, batch))
             launch(update, L, _params(n, k0, w), **gemm_metal.gemm_grid(n - s, n - s, batch))

@@ -19,9 +19,10 @@ The correction, `correction_kind`: for few right-hand sides, the inverses of the
 factors, L^-1 and U^-1 (LAPACK trtri by `triangular_metal.inverse_lower`, n^3 / 3
 multiply-adds once), applied at each step as two products on the shared GEMM (and the row
 interchanges as a gather): two launches a step. Substituting with the factors instead (the
-blocked solve, 4 ceil(n / 32) - 2 launches a step) did the same work in 512 launches a step at
-n = 4096, which made the launches, not the arithmetic, the cost of the refined solve (168 ms
-against the float32 solve's 72 ms on the H200). The explicit inverses change the correction's
+blocked solve, 4 ceil(n / bs) - 2 launches a step) did the same work in 512 launches a step at
+n = 4096 with 32-row blocks, which made the launches, not the arithmetic, the cost of the
+refined solve (168 ms against the float32 solve's 72 ms on the H200), and 60 with the
+256-row blocks of `triangular_metal.block_rows`. The explicit inverses change the correction's
 error only by a modest factor (its error is still of order cond(A) u32 relative, Higham,
 "Accuracy and Stability of Numerical Algorithms", 2nd ed., sec. 14.3-14.4, against sec. 9.1
 for substitution), and refinement only needs that error below one to converge: the accuracy
@@ -65,8 +66,9 @@ _HEADER = "linalg/refine.h"
 MAX_STEPS = 12
 #: How the correction D = A^-1 R is computed (see the module docstring), or None for
 #: `correction_kind`'s rule: "inverse" (L^-1 and U^-1 formed once, two GEMM launches a step),
-#: "blocked" (the gated solves with the factors, trsm_diag + trsm_update per 32-row block, many
-#: threadgroups: 2 ceil(n / 32) - 1 launches per triangular solve) or "trsv" (a threadgroup per
+#: "blocked" (the gated solves with the factors, trsm_diag + trsm_update per diagonal block of
+#: bs = triangular_metal.block_rows(n) rows, many threadgroups: 2 ceil(n / bs) - 1 launches per
+#: triangular solve) or "trsv" (a threadgroup per
 #: right-hand side, one launch per triangular solve: less parallel, far fewer launches).
 #: benchmarks/bench_refine.py times each.
 CORRECTION = None

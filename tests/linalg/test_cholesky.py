@@ -28,6 +28,7 @@ from mpslinalg.testing import (
     count_host_syncs,
     count_launches,
     eps,
+    inv_ratio,
     matrix_with_spread,
     norm1,
     random_matrix,
@@ -97,11 +98,12 @@ def test_host_mirrors_header_constants(name, value):
 
 
 def test_block_is_one_triangular_solve_block():
-    """The panel's solve is one trsm_diag step: the factorization's block is the solve's."""
+    """The panel's solve is one trsm_diag step: the factorization's block is the solve's
+    diagonal block (bs), a multiple of its 32-row sub-block."""
     from opdb import metal_constant
 
-    assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == cholesky_metal.BLOCK
-    assert triangular_metal.BLOCK == cholesky_metal.BLOCK
+    assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == triangular_metal.BLOCK
+    assert cholesky_metal.BLOCK % triangular_metal.BLOCK == 0
     assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
 
 
@@ -406,25 +408,31 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("bs", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("upper", [False, True])
-def test_blocked_inverse_and_solves(upper, dtype, monkeypatch):
+def test_blocked_inverse_and_solves(upper, dtype, bs, monkeypatch):
     """cholesky_inverse's blocked triangular inverse (columns known zero skipped) and product,
-    cholesky_solve and solve_triangular on the blocked solves, forced at n = 70: ratios, an
-    exactly Hermitian inverse with a real diagonal, the other triangle never read, launches."""
+    cholesky_solve and solve_triangular on the blocked solves, forced at n = 70 with diagonal
+    blocks of bs rows: ratios, an exactly Hermitian inverse with a real diagonal, the other
+    triangle never read, launches."""
     monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+    monkeypatch.setattr(triangular_metal, "block_rows", lambda n: bs)
     n = 70
     A = hpd(n, dtype, (2,), seed=21, cond=1e3)
     L, _ = cholesky_metal.cholesky_metal(A, upper)
     poisoned = L.clone()
     other = torch.ones(n, n, dtype=torch.bool).tril(-1)
     poisoned[:, other if upper else other.mT] = math.nan
-    blocks = math.ceil(n / triangular_metal.BLOCK)
+    blocks = math.ceil(n / bs)
     with count_launches() as counter:
         inverse = cholesky_metal.cholesky_inverse_metal(poisoned, upper)
     assert [k.rsplit("_", 1)[0] for k in counter.names] == [
         "trsm_diag", "trsm_update"] * (blocks - 1) + ["trsm_diag", "chol_lauum"], counter.names
     assert torch.equal(inverse, inverse.mH)
+    Linv = triangular_metal.inverse_lower(poisoned, trans=int(upper), fn="t")
+    assert (Linv.triu(1) == 0).all()  # the columns skipped as known zero, and the others'
+    assert inv_ratio(L.mH if upper else L, Linv) < THRESH
     eye = torch.eye(n, dtype=wide(inverse).dtype)
     assert batch_ratio(norm1(wide(A) @ wide(inverse) - eye),
                        n * norm1(A) * norm1(inverse) * eps(dtype)) < THRESH

@@ -325,24 +325,56 @@ def test_host_constants_mirror_header():
 
 # ---------------------------------------------------------------- blocked paths at small sizes
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("lower,unit,trans", [(1, 1, 0), (0, 0, 0), (1, 0, 1), (0, 1, 1)])
-@pytest.mark.parametrize("n,k", [(70, 1), (65, 40)])
-def test_blocked_triangular_solve(n, k, lower, unit, trans, dtype, monkeypatch):
-    """trsm_diag + trsm_update (forced at small n): every triangle / diagonal / adjoint flag
-    against the float64 solve, with the interchanges of an LU applied before (lower) or after
-    (upper) as getrs does."""
+def test_triangular_constants_mirror_header():
+    from mpslinalg.linalg import triangular_metal as tm
+
+    assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == tm.BLOCK
+    assert int(metal_constant("linalg/triangular.h", "kTriDiagSimdgroups")) == tm.DIAG_COLUMNS
+    assert int(metal_constant("linalg/triangular.h", "kTriMaxBlock")) == tm.DIAG_MAX_BLOCK
+    assert tm.MAX_BLOCK % tm.BLOCK == 0 and tm.MAX_BLOCK <= tm.DIAG_MAX_BLOCK
+    assert tm.BLOCK_STEPS >= 1
+
+
+@pytest.mark.parametrize("n", [1, 31, 256, 512, 513, 1000, 1024, 1025, 2048, 4096, 8192, 10000])
+def test_block_rows_rule(n):
+    """The blocked solve's diagonal blocks: the smallest multiple of BLOCK giving at most
+    BLOCK_STEPS blocks, capped at MAX_BLOCK (32 rows up to 512, 256 from 2049 on)."""
+    from mpslinalg.linalg import triangular_metal as tm
+
+    bs = tm.block_rows(n)
+    assert bs % tm.BLOCK == 0 and tm.BLOCK <= bs <= tm.MAX_BLOCK
+    assert bs == tm.MAX_BLOCK or math.ceil(n / bs) <= tm.BLOCK_STEPS
+    assert bs == tm.BLOCK or math.ceil(n / (bs - tm.BLOCK)) > tm.BLOCK_STEPS
+    assert bs == {256: 32, 512: 32, 1024: 64, 2048: 128, 4096: 256}.get(n, bs)
+
+
+def _force_block_rows(monkeypatch, bs: int) -> None:
+    """The blocked solve at every order, with diagonal blocks of ``bs`` rows."""
     from mpslinalg.linalg import triangular_metal
 
     monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+    monkeypatch.setattr(triangular_metal, "block_rows", lambda n: bs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lower,unit,trans", [(1, 1, 0), (0, 0, 0), (1, 0, 1), (0, 1, 1)])
+@pytest.mark.parametrize("n,k,bs", [(70, 1, 32), (65, 40, 32), (70, 1, 64), (150, 5, 64),
+                                    (129, 3, 128)])
+def test_blocked_triangular_solve(n, k, bs, lower, unit, trans, dtype, monkeypatch):
+    """trsm_diag + trsm_update (forced at small n), diagonal blocks of bs rows (bs / 32
+    sub-blocks each, a short last block): every triangle / diagonal / adjoint flag against the
+    float64 solve, with the interchanges of an LU applied before (lower) or after (upper) as
+    getrs does; 2 ceil(n / bs) - 1 launches."""
+    from mpslinalg.linalg import triangular_metal
+
+    _force_block_rows(monkeypatch, bs)
     A = random_matrix(n, dtype, batch=(2,), seed=13)
     LU, piv, _ = _lu_metal.lu_factor_metal(A)
     B = random_matrix(k, dtype, batch=(2,), seed=14, m=n)
     swaps = (1 if lower else 2) if not trans else 0
     emulator.reset_launch_counts()
     X = triangular_metal._solve_left(LU, piv, B.clone(), ((lower, unit, trans, swaps),), "t")
-    blocks = math.ceil(n / triangular_metal.BLOCK)
-    assert emulator.total_launches() == 2 * blocks - 1
+    assert emulator.total_launches() == 2 * math.ceil(n / bs) - 1
     # The stored triangle: L for a lower solve, U for an upper one, the other way round when
     # the solve is with its conjugate transpose (U^H is lower, L^H upper).
     M = wide(LU).tril(-1) if bool(lower) != bool(trans) else wide(LU).triu(1)
@@ -359,12 +391,14 @@ def test_blocked_triangular_solve(n, k, lower, unit, trans, dtype, monkeypatch):
     assert err < 1e-4, float(err)
 
 
+@pytest.mark.parametrize("bs", [32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lower,trans", [(1, 0), (0, 0), (1, 1), (0, 1)])
-def test_blocked_right_side_solve_in_place(lower, trans, dtype):
+def test_blocked_right_side_solve_in_place(lower, trans, dtype, bs):
     """trsm_diag + trsm_update with right = 1 (X M = B, a row of X per right-hand side, as
-    Cholesky's panel is solved) on an X lying inside a larger buffer (x_offset, ldx > n):
-    the solve against the float64 one, the buffer around X untouched."""
+    Cholesky's panel is solved) on an X lying inside a larger buffer (x_offset, ldx > n),
+    diagonal blocks of bs rows: the solve against the float64 one, the buffer around X
+    untouched."""
     from mpslinalg._core import metal as _metal
     from mpslinalg.linalg import gemm_metal, triangular_metal
 
@@ -375,17 +409,17 @@ def test_blocked_right_side_solve_in_place(lower, trans, dtype):
     ldx, x_offset = n + pad_cols, pad_rows * (n + pad_cols) + 1
     diag = _metal.kernel("linalg/triangular.metal", "trsm_diag", dtype, LU.device)
     update = _metal.kernel("linalg/triangular.metal", "trsm_update", dtype, LU.device)
-    nblk = math.ceil(n / triangular_metal.BLOCK)
+    nblk = math.ceil(n / bs)
     forward = lower != 1  # x M = b is M^T x^T = b^T
     no_pivots = torch.zeros(1, dtype=torch.int32)
     for s in range(nblk):
-        i0 = (s if forward else nblk - 1 - s) * triangular_metal.BLOCK
+        i0 = (s if forward else nblk - 1 - s) * bs
         params = triangular_metal.block_params(n, k, lower=lower, unit=0, trans=trans, swaps=0,
-                                               i0=i0, right=1, ldx=ldx, x_offset=x_offset,
-                                               x_batch=buf[0].numel())
+                                               i0=i0, bs=bs, right=1, ldx=ldx,
+                                               x_offset=x_offset, x_batch=buf[0].numel())
         _metal.launch(diag, LU, no_pivots, buf, params, no_pivots,
                       **triangular_metal.diag_grid(k, 2))
-        rest = n - min(n, i0 + triangular_metal.BLOCK) if forward else i0
+        rest = n - min(n, i0 + bs) if forward else i0
         if rest > 0:
             _metal.launch(update, LU, buf, params, no_pivots, **gemm_metal.gemm_grid(k, rest, 2))
     M = wide(LU).tril() if bool(lower) != bool(trans) else wide(LU).triu()
@@ -399,16 +433,93 @@ def test_blocked_right_side_solve_in_place(lower, trans, dtype):
     assert torch.equal(buf[~inside], before[~inside])
 
 
+@pytest.mark.parametrize("bs", [32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
-def test_blocked_solve_ratio(left, adjoint, dtype, monkeypatch):
-    from mpslinalg.linalg import triangular_metal
-
-    monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
+def test_blocked_solve_ratio(left, adjoint, dtype, bs, monkeypatch):
+    _force_block_rows(monkeypatch, bs)
     A, B, LU, piv = _solve_case(97, 3, dtype, left, adjoint, "cpu")
     X = _lu_metal.lu_solve_metal(LU, piv, B, left=left, adjoint=adjoint)
     assert _solve_residual_ratio(A, X, B, left, adjoint) < THRESH
+
+
+def _hard_triangle(n: int, kind: str, dtype) -> torch.Tensor:
+    """A lower triangle: "graded" (rows and columns scaled by 10^(-8 i / n): condition number
+    ~1e16), or "ill" (unit diagonal over +-1 entries: condition number growing exponentially
+    with n, ~5e15 at n = 130)."""
+    gen = torch.Generator().manual_seed(n)
+    T = torch.randn(n, n, generator=gen, dtype=torch.float64).tril()
+    if kind == "graded":
+        d = 10.0 ** (-8.0 * torch.arange(n, dtype=torch.float64) / n)
+        T = d[:, None] * (T + 4 * torch.eye(n, dtype=torch.float64)) * d[None, :]
+    else:
+        T = torch.sign(T).tril(-1) + torch.eye(n, dtype=torch.float64)
+    return T.to(dtype)
+
+
+@pytest.mark.parametrize("kind", ["graded", "ill"])
+@pytest.mark.parametrize("upper,left,adjoint", [(False, True, False), (True, True, True),
+                                                (True, False, False), (False, False, True)])
+def test_blocked_solve_hard_triangles(upper, left, adjoint, kind, monkeypatch):
+    """Diagonal blocks of 64 and 128 rows keep substitution's componentwise backward error
+    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 8.5: the computed x
+    solves (T + dT) x = b with |dT| <= gamma_n |T|), measured as Oettli and Prager's
+    max_i |T x - b|_i / (|T| |x| + |b|)_i in units of n u, on graded and ill-conditioned
+    triangles."""
+    from mpslinalg.linalg import triangular_metal
+
+    n, k = 130, 4
+    T = _hard_triangle(n, kind, torch.float32)
+    T = T.mT.contiguous() if upper else T
+    B = random_matrix(k, torch.float32, seed=3, m=n)
+    B = B if left else B.mT.contiguous()
+    op = wide(T).mH if adjoint else wide(T)
+    for bs in (32, 64, 128):
+        _force_block_rows(monkeypatch, bs)
+        X = wide(triangular_metal.triangular_solve_metal(T, B, upper=upper, left=left,
+                                                         adjoint=adjoint))
+        if left:
+            res, scale = op @ X - wide(B), op.abs() @ X.abs() + wide(B).abs()
+        else:
+            res, scale = X @ op - wide(B), X.abs() @ op.abs() + wide(B).abs()
+        ratio = float((res.abs() / scale).max()) / (n * 2.0 ** -24)
+        assert ratio < 1, (bs, ratio)
+
+
+@pytest.mark.parametrize("upper,adjoint", [(False, False), (True, True)])
+def test_blocked_solve_largest_block(upper, adjoint, monkeypatch):
+    """trsm_diag at its largest diagonal block (kTriMaxBlock rows, every simdgroup's slots of
+    solved values used) and a short last block, complex."""
+    from mpslinalg.linalg import triangular_metal
+
+    n, k, bs = triangular_metal.DIAG_MAX_BLOCK + 8, 6, triangular_metal.DIAG_MAX_BLOCK
+    _force_block_rows(monkeypatch, bs)
+    M = random_matrix(n, torch.complex64, batch=(2,), seed=21) + 8 * torch.eye(
+        n, dtype=torch.complex64)
+    B = random_matrix(k, torch.complex64, batch=(2,), seed=22, m=n)
+    emulator.reset_launch_counts()
+    X = triangular_metal.triangular_solve_metal(M, B, upper=upper, adjoint=adjoint)
+    assert emulator.total_launches() == 3
+    T = wide(M).triu() if upper else wide(M).tril()
+    ref = torch.linalg.solve_triangular(T.mH if adjoint else T, wide(B), upper=upper != adjoint)
+    err = (wide(X) - ref).abs().max() / ref.abs().max()
+    assert err < 1e-5, float(err)
+
+
+@pytest.mark.parametrize("bs", [32, 64])
+def test_blocked_solve_lane_order(bs, monkeypatch):
+    """trsm_diag's staged tiles are shared by the group's simdgroups: the same bits whatever
+    order the emulator runs the lanes in."""
+    _force_block_rows(monkeypatch, bs)
+    A = random_matrix(100, torch.complex64, batch=(2,), seed=19)
+    LU, piv, _ = _lu_metal.lu_factor_metal(A)
+    B = random_matrix(6, torch.complex64, batch=(2,), seed=20, m=100)
+    results = []
+    for order in (None, "reverse", "random"):
+        monkeypatch.setattr(_metal, "LANE_ORDER", order)
+        results.append(_lu_metal.lu_solve_metal(LU, piv, B, adjoint=True))
+    assert torch.equal(results[1], results[0]) and torch.equal(results[2], results[0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

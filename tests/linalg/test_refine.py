@@ -17,7 +17,7 @@ from mpslinalg.cases.refine import exact_solution as _exact
 from mpslinalg.cases.refine import solve_errors as _errors
 from mpslinalg.emulator import build as emulator_build
 from mpslinalg.emulator import compile_shader as emulator_compile_shader
-from mpslinalg.linalg import refine_metal
+from mpslinalg.linalg import refine_metal, triangular_metal
 from mpslinalg.testing import count_host_syncs, count_launches, matrix_with_spread
 
 N = 24
@@ -120,14 +120,16 @@ def test_residual_kernel(dtype, left, k):
     assert torch.equal(R[0], B[0].to(R.dtype))
 
 
-@pytest.mark.parametrize("kind", ["blocked", "trsv"])
+@pytest.mark.parametrize("kind,bs", [("blocked", 32), ("blocked", 64), ("trsv", None)])
 @pytest.mark.parametrize("left", [True, False])
-def test_gated_correction_solve(left, kind):
-    """The correction solve's kernels (the blocked trsm_diag + trsm_update whatever n, or
-    trsv): a closed gate (a status word not ITERATING) leaves that batch element untouched on
-    the device while the others are solved."""
-    from mpslinalg.linalg import lu_metal, triangular_metal
+def test_gated_correction_solve(left, kind, bs, monkeypatch):
+    """The correction solve's kernels (the blocked trsm_diag + trsm_update whatever n, with
+    diagonal blocks of bs rows, or trsv): a closed gate (a status word not ITERATING) leaves
+    that batch element untouched on the device while the others are solved."""
+    from mpslinalg.linalg import lu_metal
 
+    if bs is not None:
+        monkeypatch.setattr(triangular_metal, "block_rows", lambda n: bs)
     n, k = 70, 3
     A = matrix_with_spread(n, 10.0, torch.float32, batch=(2,), seed=3)
     LU, piv, _ = lu_metal.lu_factor_metal(A)
@@ -138,7 +140,7 @@ def test_gated_correction_solve(left, kind):
         X = triangular_metal.solve_packed(LU, piv, B, left=left, adjoint=False,
                                           steps=triangular_metal.LU_STEPS, fn="t",
                                           gate=(state, refine_metal.STATE_INTS), kind=kind)
-    blocks = -(-n // triangular_metal.BLOCK)
+    blocks = -(-n // triangular_metal.block_rows(n))
     if kind == "blocked":
         assert launches.names.count("trsm_diag_float32") == 2 * blocks
         assert launches.names.count("trsm_update_float32") == 2 * (blocks - 1)
