@@ -57,12 +57,6 @@ template <typename T> inline T chol_from_real(float x);
 template <> inline float chol_from_real<float>(float x) { return x; }
 template <> inline float2 chol_from_real<float2>(float x) { return float2(x, 0.0f); }
 
-}  // namespace mpsl
-
-// Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
-
-namespace mpsl {
-
 // Columns of a register row handled under one test of whether any of them is still to update
 // (chol_potf2_rows): the rows shorten and the columns finish as the factorization advances, so
 // whole groups are skipped, while every index into the row stays a compile-time constant.
@@ -74,15 +68,15 @@ static_assert(kCholUnblockedMax % kCholRowChunk == 0 && kSimdWidth % kCholRowChu
 // threads of the group). Thread t owns row t of the block and keeps it in `row` (registers):
 // every loop over it runs over all N entries with a compile-time bound and is unrolled, so each
 // index is a constant (a runtime index would put the array in local memory, whose loads are the
-// latency the registers remove). Step j (right-looking, LAPACK potrf2's order): after the
-// barrier, col holds column j of the partly updated block (a_kj for k >= j, the pivot a_jj at
-// slot j, each published by its row's owner); every thread forms l_jj = sqrt(a_jj) itself; row
-// j stores it, the rows below store l_ij = a_ij / l_jj and subtract l_ij conj(l_kj) =
-// (l_ij / l_jj) conj(a_kj) from their entries j < k <= i (one division a step, none per entry),
-// then publish their updated a_i,j+1 in the other buffer of col for step j + 1. Two buffers
-// alternate, so one barrier a step orders both the reads of step j and the writes for step j + 1
-// (a thread writes buffer (j + 1) & 1 only after every thread passed the barrier of step j,
-// i.e. finished reading it at step j - 1).
+// latency the registers remove). Step j is right-looking (the outer-product form of Golub & Van
+// Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of the partly
+// updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by its row's owner);
+// every thread forms l_jj = sqrt(a_jj) itself; row j stores it, the rows i below store l_ij =
+// a_ij / l_jj and subtract l_ij conj(l_kj) = (l_ij / l_jj) conj(a_kj) from their entries
+// j < k <= i (one division a step, none per entry), then publish their updated a_i,j+1 in the
+// other buffer of col for step j + 1. Two buffers alternate, so one barrier a step orders both
+// the reads of step j and the writes for step j + 1 (a thread writes buffer (j + 1) & 1 only
+// after every thread passed the barrier of step j, i.e. finished reading it at step j - 1).
 template <typename T, int N>
 inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long w, long batch,
                             int t, threadgroup T* col) {
@@ -126,7 +120,8 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
         }
       }
       if (t > j) {
-        col[((j + 1) & 1) * kCholUnblockedMax + t] = next;  // a_i,j+1 (the next pivot at t = j + 1)
+        // a_i,j+1 (the next pivot when t = j + 1)
+        col[((j + 1) & 1) * kCholUnblockedMax + t] = next;
       }
     }
   }
@@ -145,10 +140,12 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
 
 }  // namespace mpsl
 
+// Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
+
 // Right-looking potf2 on the diagonal block [k0, k0 + w) of one matrix, whose columns left of k0
 // are already factored and subtracted (chol_update), each thread's row of the block in registers
 // (chol_potf2_rows): w steps of one barrier each, the only memory traffic in the loop the
-// threadgroup column, read as broadcasts (every row reads the same l_kj). The old left-looking
+// threadgroup column, read as broadcasts (every row reads the same a_kj). The old left-looking
 // form read its row and row j from device memory for every multiply-add, a chain of ~w^2 / 2
 // dependent loads per thread. Blocks of w <= kSimdWidth (the blocked factorization's
 // kCholBlock) run the body with rows of kSimdWidth, half the unrolled work of kCholUnblockedMax.
