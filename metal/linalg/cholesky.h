@@ -63,6 +63,7 @@ template <> inline float2 chol_from_real<float2>(float x) { return float2(x, 0.0
 constant constexpr int kCholRowChunk = 8;
 static_assert(kCholUnblockedMax % kCholRowChunk == 0 && kSimdWidth % kCholRowChunk == 0,
               "the register rows (kSimdWidth or kCholUnblockedMax long) split into chunks");
+static_assert((kCholRowChunk & (kCholRowChunk - 1)) == 0, "a chunk's entry is picked by bits");
 
 // The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax, the
 // threads of the group). Thread t owns row t of the block and keeps it in `row` (registers):
@@ -108,14 +109,36 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
 #pragma unroll
       for (int c0 = 0; c0 < N; c0 += kCholRowChunk) {
         if (c0 + kCholRowChunk > j && c0 <= t) {  // a chunk holding j, or k in (j, t]
+          // The chunk's loads first and the masks as selects, no branch between its entries:
+          // the loads overlap (a branch per entry serialises each load's latency).
+          T ck[kCholRowChunk];
 #pragma unroll
-          for (int k = c0; k < c0 + kCholRowChunk; ++k) {
-            if (k == j) {
-              row[k] = l;
-            } else if (k > j && k <= t) {
-              row[k] = sub_mul(row[k], u, conj(c[k]));
+          for (int q = 0; q < kCholRowChunk; ++q) {
+            ck[q] = c[c0 + q];
+          }
+#pragma unroll
+          for (int q = 0; q < kCholRowChunk; ++q) {
+            const int k = c0 + q;
+            const T updated = sub_mul(row[k], u, conj(ck[q]));
+            row[k] = k == j ? l : (k > j && k <= t ? updated : row[k]);
+          }
+          // next = row[j + 1] when it lies in this chunk: a tree of selects on the bits of its
+          // place s (depth log2 of the chunk, where a chain over the row would be N deep).
+          const int s = j + 1 - c0;
+          if (s >= 0 && s < kCholRowChunk) {
+            T pick[kCholRowChunk];
+#pragma unroll
+            for (int q = 0; q < kCholRowChunk; ++q) {
+              pick[q] = row[c0 + q];
             }
-            next = k == j + 1 ? row[k] : next;
+#pragma unroll
+            for (int bit = 1, half = kCholRowChunk / 2; half >= 1; bit *= 2, half /= 2) {
+#pragma unroll
+              for (int q = 0; q < half; ++q) {
+                pick[q] = (s & bit) != 0 ? pick[2 * q + 1] : pick[2 * q];
+              }
+            }
+            next = pick[0];
           }
         }
       }
