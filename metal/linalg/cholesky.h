@@ -73,8 +73,8 @@ static_assert((kCholRowChunk & (kCholRowChunk - 1)) == 0, "a chunk's entry is pi
 // Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of the partly
 // updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by its row's owner);
 // every thread forms l_jj = sqrt(a_jj) itself; row j stores it, the rows i below store l_ij =
-// a_ij / l_jj and subtract l_ij conj(l_kj) = (l_ij / l_jj) conj(a_kj) from their entries
-// j < k <= i (one division a step, none per entry), then publish their updated a_i,j+1 in the
+// a_ij / l_jj and subtract l_ij conj(l_kj) = (a_ij / a_jj) conj(a_kj) from their entries
+// j < k <= i (two divisions a step, none per entry), then publish their updated a_i,j+1 in the
 // other buffer of col for step j + 1. Two buffers alternate, so one barrier a step orders both
 // the reads of step j and the writes for step j + 1 (a thread writes buffer (j + 1) & 1 only
 // after every thread passed the barrier of step j, i.e. finished reading it at step j - 1).
@@ -103,8 +103,10 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
     const float ljj = fails ? NAN : metal::sqrt(d);
     first = first == 0 && fails ? j + 1 : first;
     if (owns && t >= j) {
+      // l_ij and the multiplier of the unscaled column, l_ij / l_jj = a_ij / a_jj: two
+      // independent divisions (one rounding each), NaN both after a failed pivot.
       const T l = t == j ? chol_from_real<T>(ljj) : c[t] / ljj;
-      const T u = l / ljj;  // l_ij / l_jj, the multiplier of the unscaled column a_kj
+      const T u = c[t] / (fails ? NAN : d);
       T next = zero<T>();
 #pragma unroll
       for (int c0 = 0; c0 < N; c0 += kCholRowChunk) {
