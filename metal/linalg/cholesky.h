@@ -5,7 +5,7 @@
 // the kernels factor in place); the batch index is the last grid dimension of every kernel, so
 // one launch sequence covers the whole batch. The host (mpslinalg/linalg/cholesky_metal.py) runs:
 //   chol_potf2   n <= kCholUnblockedMax: the whole matrix in one launch, one threadgroup per
-//                matrix (left-looking potf2, a thread per row);
+//                matrix (right-looking potf2, a thread per row held in registers);
 //   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf):
 //   chol_potf2   the diagonal block L11 (the same kernel on rows/columns [k0, k0 + w));
 //   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
@@ -59,19 +59,128 @@ template <typename T> inline T chol_from_real(float x);
 template <> inline float chol_from_real<float>(float x) { return x; }
 template <> inline float2 chol_from_real<float2>(float x) { return float2(x, 0.0f); }
 
+// Columns of a register row handled under one test of whether any of them is still to update
+// (chol_potf2_rows): the rows shorten and the columns finish as the factorization advances, so
+// whole groups are skipped, while every index into the row stays a compile-time constant.
+constant constexpr int kCholRowChunk = 8;
+static_assert(kCholUnblockedMax % kCholRowChunk == 0 && kSimdWidth % kCholRowChunk == 0,
+              "the register rows (kSimdWidth or kCholUnblockedMax long) split into chunks");
+static_assert((kCholRowChunk & (kCholRowChunk - 1)) == 0, "a chunk's entry is picked by bits");
+
+// The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax, the
+// threads of the group). Thread t owns row t of the block and keeps it in `row` (registers):
+// every loop over it runs over all N entries with a compile-time bound and is unrolled, so each
+// index is a constant (a runtime index would put the array in local memory, whose loads are the
+// latency the registers remove). Step j is right-looking (the outer-product form of Golub & Van
+// Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of the partly
+// updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by its row's owner);
+// every thread forms l_jj = sqrt(a_jj) itself; row j stores it, the rows i below store l_ij =
+// a_ij / l_jj and subtract l_ij conj(l_kj) = (a_ij / a_jj) conj(a_kj) from their entries
+// j < k <= i (two divisions a step, none per entry), then publish their updated a_i,j+1 in the
+// other buffer of col for step j + 1. Two buffers alternate, so one barrier a step orders both
+// the reads of step j and the writes for step j + 1 (a thread writes buffer (j + 1) & 1 only
+// after every thread passed the barrier of step j, i.e. finished reading it at step j - 1).
+template <typename T, int N>
+inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long w, long batch,
+                            int t, threadgroup T* col) {
+  const bool owns = t < int(w);
+  device T* Ai = A + (owns ? k0 + t : k0) * n + k0;  // row t of the block
+  T row[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    row[k] = owns && k <= t ? Ai[k] : zero<T>();  // the lower triangle only
+  }
+  if (owns) {
+    col[t] = row[0];
+  }
+  // The block's first failed pivot (1-based), the same in every thread: recorded by one thread
+  // after the loop, so info is never read and written by different threads of the launch.
+  int first = 0;
+  for (int j = 0; j < int(w); ++j) {
+    threadgroup const T* c = col + (j & 1) * kCholUnblockedMax;
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    // !(d > 0) is LAPACK's test (ajj <= 0 or NaN); a failed pivot gives NaN from here on.
+    const float d = chol_real(c[j]);
+    const bool fails = !(d > 0.0f);
+    const float ljj = fails ? NAN : metal::sqrt(d);
+    first = first == 0 && fails ? j + 1 : first;
+    if (owns && t >= j) {
+      // l_ij and the multiplier of the unscaled column, l_ij / l_jj = a_ij / a_jj: two
+      // independent divisions (one rounding each), NaN both after a failed pivot.
+      const T l = t == j ? chol_from_real<T>(ljj) : c[t] / ljj;
+      const T u = c[t] / (fails ? NAN : d);
+      T next = zero<T>();
+#pragma unroll
+      for (int c0 = 0; c0 < N; c0 += kCholRowChunk) {
+        if (c0 + kCholRowChunk > j && c0 <= t) {  // a chunk holding j, or k in (j, t]
+          // The chunk's loads first and the masks as selects, no branch between its entries:
+          // the loads overlap (a branch per entry serialises each load's latency).
+          T ck[kCholRowChunk];
+#pragma unroll
+          for (int q = 0; q < kCholRowChunk; ++q) {
+            ck[q] = c[c0 + q];
+          }
+#pragma unroll
+          for (int q = 0; q < kCholRowChunk; ++q) {
+            const int k = c0 + q;
+            const T updated = sub_mul(row[k], u, conj(ck[q]));
+            row[k] = k == j ? l : (k > j && k <= t ? updated : row[k]);
+          }
+          // next = row[j + 1] when it lies in this chunk: a tree of selects on the bits of its
+          // place s (depth log2 of the chunk, where a chain over the row would be N deep).
+          const int s = j + 1 - c0;
+          if (s >= 0 && s < kCholRowChunk) {
+            T pick[kCholRowChunk];
+#pragma unroll
+            for (int q = 0; q < kCholRowChunk; ++q) {
+              pick[q] = row[c0 + q];
+            }
+#pragma unroll
+            for (int bit = 1, half = kCholRowChunk / 2; half >= 1; bit *= 2, half /= 2) {
+#pragma unroll
+              for (int q = 0; q < half; ++q) {
+                pick[q] = (s & bit) != 0 ? pick[2 * q + 1] : pick[2 * q];
+              }
+            }
+            next = pick[0];
+          }
+        }
+      }
+      if (t > j) {
+        // a_i,j+1 (the next pivot when t = j + 1)
+        col[((j + 1) & 1) * kCholUnblockedMax + t] = next;
+      }
+    }
+  }
+  if (t == 0 && first != 0 && info[batch] == 0) {  // an earlier block's failure stays
+    info[batch] = int(k0 + first);
+  }
+  if (owns) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (k <= t) {
+        Ai[k] = row[k];
+      }
+    }
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
-// Left-looking potf2 on the diagonal block [k0, k0 + w) of one matrix, whose columns left of k0
-// are already factored and subtracted (chol_update). Thread t owns row k0 + t of the block (w <=
-// threads): it keeps sum_k |l_rk|^2 of its row in a register, so step j needs one barrier: the
-// owner of row k0 + j turns its pivot into l_jj (published in threadgroup memory, one slot per
-// column, so no slot is overwritten while read), then every row below takes its entry of
-// column j, l_ij = (a_ij - sum_k l_ik conj(l_jk)) / l_jj, reading row j from device memory.
-// Grid: (threads, batch), one threadgroup per matrix; threads a multiple of kSimdWidth, >= w.
+// Right-looking potf2 on the diagonal block [k0, k0 + w) of one matrix, whose columns left of k0
+// are already factored and subtracted (chol_update), each thread's row of the block in registers
+// (chol_potf2_rows): w steps of one barrier each, the only memory traffic in the loop the
+// threadgroup column, read as broadcasts (every row reads the same a_kj). The old left-looking
+// form read its row and row j from device memory for every multiply-add, a chain of ~w^2 / 2
+// dependent loads per thread. Blocks of w <= kSimdWidth (the blocked factorization's
+// kCholBlock) run the body with rows of kSimdWidth, half the unrolled work of kCholUnblockedMax.
+// Grid: (threads, batch), one threadgroup per matrix; threads = w rounded up to kSimdWidth (the
+// attribute lets a compiler give each thread the registers of its row: 64 floats, 128 for
+// complex).
 template <typename T>
-[[kernel]] void chol_potf2(
+[[kernel, max_total_threads_per_threadgroup(mpsl::kCholUnblockedMax)]] void chol_potf2(
     device T* a [[buffer(0)]],
     device int* info [[buffer(1)]],
     constant mpsl::CholParams& p_ [[buffer(2)]],
@@ -79,39 +188,13 @@ template <typename T>
     uint2 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = p_.n, k0 = p_.k0, w = p_.w;
-  threadgroup float diag[kCholUnblockedMax];
-
+  threadgroup T col[2 * kCholUnblockedMax];  // column j of the block, two steps alternating
   const long batch = long(group.y);
   device T* A = a + batch * n * n;
-  const long t = long(tid);
-  const long i = k0 + t;  // this thread's row
-  const bool owns = t < w;
-  float norm2 = 0.0f;  // sum of |l_ik|^2 over the block's columns solved so far
-
-  for (long j = 0; j < w; ++j) {
-    const long r = k0 + j;
-    if (t == j) {
-      const float d = chol_real(A[r * n + r]) - norm2;
-      // !(d > 0) is LAPACK's test (ajj <= 0 or NaN); a failed pivot gives NaN from here on.
-      const bool fails = !(d > 0.0f);
-      const float ljj = fails ? NAN : metal::sqrt(d);
-      if (fails && info[batch] == 0) {
-        info[batch] = int(r + 1);
-      }
-      A[r * n + r] = chol_from_real<T>(ljj);
-      diag[j] = ljj;
-    }
-    // Publishes l_jj and orders row j's entries (written by its owner in earlier steps).
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    if (owns && t > j) {
-      T v = A[i * n + r];
-      for (long k = k0; k < r; ++k) {
-        v = sub_mul(v, A[i * n + k], conj(A[r * n + k]));
-      }
-      v = v / diag[j];
-      A[i * n + r] = v;
-      norm2 += chol_abs2(v);
-    }
+  if (w <= kSimdWidth) {  // uniform over the group: one body runs, barriers stay matched
+    chol_potf2_rows<T, kSimdWidth>(A, info, n, k0, w, batch, int(tid), col);
+  } else {
+    chol_potf2_rows<T, kCholUnblockedMax>(A, info, n, k0, w, batch, int(tid), col);
   }
 }
 

@@ -107,6 +107,28 @@ def test_block_is_one_triangular_solve_block():
     assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
 
 
+def test_potf2_rows_stay_in_registers():
+    """chol_potf2 keeps each thread's row in a register array indexed by constants only: NVRTC's
+    PTX of both instantiations has no local memory (a runtime index into the row, or a loop left
+    rolled, would put it there: the latency the kernel exists to remove). Needs NVRTC, not a
+    GPU (the test-cuda extra)."""
+    import re
+
+    from mpslinalg._core import metal as _metal
+    from mpslinalg.emulator import cuda
+
+    try:
+        cuda._load_nvrtc()
+    except cuda.NvrtcNotFoundError as exc:
+        pytest.skip(f"NVRTC is not available (the test-cuda extra installs it): {exc}")
+    ptx = cuda.compile_ptx(_metal.load_source("linalg/cholesky.metal"))
+    entries = dict(re.findall(r"\.entry \w+?_(chol_potf2_\w+)\((.*?)(?=\.entry |\Z)", ptx,
+                              re.S))
+    assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32"]
+    for name, body in entries.items():
+        assert ".local" not in body, name
+
+
 # ---------------------------------------------------------------- factorisation accuracy
 
 
