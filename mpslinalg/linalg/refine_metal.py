@@ -21,7 +21,7 @@ multiply-adds once), applied at each step as two products on the shared GEMM (an
 interchanges as a gather): two launches a step. Substituting with the factors instead (the
 blocked solve, 4 ceil(n / bs) - 2 launches a step) did the same work in 512 launches a step at
 n = 4096 with 32-row blocks, which made the launches, not the arithmetic, the cost of the
-refined solve (168 ms against the float32 solve's 72 ms on the H200), and 60 with the
+refined solve (168 ms against the float32 solve's 72 ms on the H200), and 62 with the
 256-row blocks of `triangular_metal.block_rows`. The explicit inverses change the correction's
 error only by a modest factor (its error is still of order cond(A) u32 relative, Higham,
 "Accuracy and Stability of Numerical Algorithms", 2nd ed., sec. 14.3-14.4, against sec. 9.1
