@@ -614,17 +614,20 @@ def check_orthonormal_factors(info: OpInfo, backend) -> int:
     return checked
 
 
-def _small_path_batches(info: OpInfo, n: int, backend) -> list[int]:
+def _small_path_batches(info: OpInfo, n: int, backend, dtype: torch.dtype) -> list[int]:
     """Batch sizes at which the small path of order ``n`` may change hands on ``backend``: on
     the torch backend the crossovers of the op's table in ``mpslinalg.small.paths`` for the
     backend's device (the table that names the op's public function, or every table where none
     does; only the op's own table: torch's CUDA SVD of 131072 3 x 3 matrices, another table's
     crossover, takes minutes); the metal backend's kernels serve n <= 4 at any batch size, so
-    one past the threadgroup of its one-thread-per-matrix kernels."""
+    one past the threadgroup of its one-thread-per-matrix kernels, except for the dtypes it
+    refines (float64: solve and inv), which never take the small path: there any batch of two
+    shows the property, without a refined solve of 257 matrices in the emulator (a minute)."""
+    from mpslinalg.linalg import refine_metal
     from mpslinalg.small import dispatch, paths
 
     if backend.is_metal:
-        return [dispatch._GROUP + 1]
+        return [2] if refine_metal.refined(dtype) else [dispatch._GROUP + 1]
     own = [table for table in paths.TABLES.values() if info.fn_name in table.functions]
     return sorted({batch for table in own or paths.TABLES.values()
                    for batch in table.crossovers(backend.device.type, n)})
@@ -698,7 +701,7 @@ def check_batch_size_independent(info: OpInfo, backend) -> int:
                     for i in info.nonfinite_args:
                         alone[i].view(-1)[0] = value
                 expected = _outcome(info, alone, sample, backend.device)
-                for batch in _small_path_batches(info, n, backend):
+                for batch in _small_path_batches(info, n, backend, dtype):
                     args = []
                     for a, one in zip(first, alone, strict=True):
                         if isinstance(a, torch.Tensor) and a.dim() >= 2:
