@@ -22,10 +22,10 @@ blocks D_s of op(M) do not depend on B, so they are gathered into one contiguous
 transposed operand), then each block is X_s = D_s^-1 R_s, a GEMM, followed by the update of
 the rows still to solve (trsm_update's product, R_rest -= op(M)[rest, s] X_s), both on the
 shared kernel through `gemm_metal.launch_gemm`: the solution goes to a second tensor (a
-product's output must not overlap its input), so no staging copy. Launches per step: those of
-`inverse_lower` at order bs (1 below BLOCKED_MIN_N, 2 ceil(bs / block_rows(bs)) - 1 from it:
-15 at bs = 256) plus 2 ceil(n / bs) - 1, whatever the batch (46 at n = 4096 against the
-blocked solve's 31); no host reads. What it trades: substitution is backward stable
+product's output must not overlap its input), so no staging copy. Launches per step: one for
+the inverses (INVERSE_TRTRI_BLOCK) plus 2 ceil(n / bs) - 1, whatever the batch (32 at n = 4096
+against the blocked solve's 31), and two torch copies (the blocks gathered, inverse_lower's
+identity); no host reads. What it trades: substitution is backward stable
 componentwise (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., Thm 8.5),
 a product with a computed inverse is not: its residual is bounded by about cond(D_s) u |D_s|
 |x_s| (Du Croz and Higham, "Stability of methods for matrix inversion", IMA J. Numer. Anal. 12,
@@ -65,15 +65,23 @@ BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay of
 #: checked on the H200 (bench_cuda_executor.py --sections trsm): diagonal blocks of at least
 #: this many rows, i.e. n > 3584. It replaces trsm_diag's serial chain of (bs / 32)(bs / 32 + 1)
 #: / 2 staged tiles (36 at bs = 256: ~72 us a launch measured there) by a product of depth bs
-#: (bs / 16 staging steps a threadgroup: trsm_update's, ~57 us a launch at depth 256); tiles
-#: grow as bs^2, steps as bs, so at 128 rows (10 tiles against 8 steps) nothing is to be won
-#: that pays for inverting the blocks.
+#: (bs / 16 staging steps a threadgroup: trsm_update's, ~57 us a launch on average at depth
+#: 256); tiles grow as bs^2, steps as bs, so at 128 rows (10 tiles against 8 steps) nothing is
+#: to be won that pays for inverting the blocks.
 INVERSE_MIN_BLOCK = 256
 #: ... with at least this many right-hand sides: inverting the blocks costs n bs^2 / 6
 #: multiply-adds whatever k, and the diagonal products n bs k / 2 more than substitution's, a
-#: share bs^2 / (3 n k) + bs / n of the solve's n^2 k / 2: about a third at n = 4096, bs = 256,
-#: k = 16 (8% at k = 64; for one right-hand side the inversion alone is 5 solves' work).
+#: share bs^2 / (3 n k) + bs / n of the solve's n^2 k / 2: 0.40 at n = 4096, bs = 256, k = 16,
+#: 0.15 at k = 64 (for one right-hand side the inversion alone is 5 solves' work).
 INVERSE_MIN_RHS = 16
+#: `diagonal_block_inverses` inverts the blocks of bs rows (inverse_lower) by diagonal blocks of
+#: at most this many rows: the whole block up to 256 (MAX_BLOCK), one trsm_diag launch for all
+#: the blocks and their bs right-hand sides together (its 36 staged tiles at bs = 256 once per
+#: solve, over ceil(n / bs) * batch * bs / 4 threadgroups), where inverse_lower's own
+#: block_rows(256) = 32 takes 15 launches (8 trsm_diag of one tile, 7 updates of depth 32).
+#: A static choice (fewer launches, as BLOCK_STEPS's), for the H200 to check
+#: (bench_cuda_executor.py --sections trsm times both).
+INVERSE_TRTRI_BLOCK = 256
 
 #: The blocked solve's diagonal blocks (`block_rows`): the fewest rows, a multiple of BLOCK,
 #: giving at most BLOCK_STEPS blocks, and at most MAX_BLOCK rows; 32 up to n = 512 (the blocked
@@ -244,7 +252,8 @@ def diagonal_block_inverses(M: torch.Tensor, bs: int, *, lower: int, unit: int, 
     D_s^-H for an upper one (`inverse_lower` inverts lower triangles: D_s^-1 is then
     W[s]^H, applied as a conjugate-transposed operand, never formed). A short last block is
     padded by the identity (its inverse is W[s]'s leading block). One `inverse_lower` over all
-    the blocks of the batch: its launches depend on bs only."""
+    the blocks of the batch, by diagonal blocks of min(bs, INVERSE_TRTRI_BLOCK) rows: one
+    trsm_diag launch for bs up to 256."""
     n = M.shape[-1]
     batch = math.prod(M.shape[:-2])
     nblk, full = _metal.ceil_div(n, bs), n // bs
@@ -261,7 +270,8 @@ def diagonal_block_inverses(M: torch.Tensor, bs: int, *, lower: int, unit: int, 
         blocks[full, :, :r, :r].copy_(Mb[:, full * bs:, full * bs:])
     # op(M) lower: D_s is the stored lower triangle (trans = 0) or the adjoint of the upper one
     # (trans = 1), inverse_lower's two triangles as they are; op(M) upper: D_s^H is the other.
-    return inverse_lower(blocks, trans=int(bool(lower) == bool(trans)), unit=unit, fn=fn)
+    return inverse_lower(blocks, trans=int(bool(lower) == bool(trans)), unit=unit, fn=fn,
+                         block=min(bs, INVERSE_TRTRI_BLOCK))
 
 
 def _solve_left_inverse(M, X, step, fn: str, out=None) -> torch.Tensor:
@@ -297,7 +307,8 @@ def _solve_left_inverse(M, X, step, fn: str, out=None) -> torch.Tensor:
     return Y
 
 
-def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0) -> torch.Tensor:
+def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0,
+                  block: int | None = None) -> torch.Tensor:
     """X = T^-1 (LAPACK trtri) for the lower triangular T of each matrix of the contiguous
     (*, n, n) tensor M: its lower triangle (``trans=0``), or the conjugate transpose of its upper
     one (``trans=1``); the other triangle is not read, nor the diagonal with ``unit=1`` (T's
@@ -306,17 +317,19 @@ def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0) -> tor
 
     The solve T X = I by the triangular solves; from BLOCKED_MIN_N on, the blocked one skips the
     columns of X still known to be zero: at the diagonal block of rows [i0, i0 + bs) only
-    columns [0, i0 + bs) are nonzero, so the solve costs n^3 / 6 multiply-adds, not n^3 / 2."""
+    columns [0, i0 + bs) are nonzero, so the solve costs n^3 / 6 multiply-adds, not n^3 / 2.
+    ``block``: that solve's diagonal block rows (a multiple of BLOCK up to DIAG_MAX_BLOCK),
+    then taken at every order; None: `block_rows` (n), from BLOCKED_MIN_N on."""
     n = M.shape[-1]
     X = torch.eye(n, dtype=M.dtype, device=M.device).expand(M.shape).contiguous()
     batch = math.prod(M.shape[:-2])
     no_swaps = torch.zeros(1, dtype=torch.int32, device=M.device)
-    if n < BLOCKED_MIN_N or batch == 0:
+    if (block is None and n < BLOCKED_MIN_N) or batch == 0:
         return _solve_left(M, no_swaps, X, ((1, unit, trans, 0),), fn,
                            kind=substitution_kind(n, n))
     diag = _metal.kernel(_SOURCE, "trsm_diag", M.dtype, M.device, fn=fn)
     update = _metal.kernel(_SOURCE, "trsm_update", M.dtype, M.device, fn=fn)
-    bs = block_rows(n)
+    bs = block_rows(n) if block is None else block
     for i0 in range(0, n, bs):
         cols = min(n, i0 + bs)
         params = block_params(n, cols, lower=1, unit=unit, trans=trans, swaps=0, i0=i0, bs=bs,

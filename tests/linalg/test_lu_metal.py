@@ -367,12 +367,12 @@ def _force_inverse(monkeypatch, bs: int) -> None:
 
 
 def _inverse_launches(n: int, bs: int) -> int:
-    """Launches of one step by inverted diagonal blocks (module docstring): inverse_lower at
-    order bs, then a product per block and an update per block but the last."""
+    """Launches of one step by inverted diagonal blocks (module docstring): inverse_lower of
+    the blocks by diagonal blocks of min(bs, INVERSE_TRTRI_BLOCK) rows, then a product per
+    block and an update per block but the last."""
     from mpslinalg.linalg import triangular_metal as tm
 
-    inverse = (1 if bs < tm.BLOCKED_MIN_N else
-               2 * math.ceil(bs / tm.block_rows(bs)) - 1)
+    inverse = 2 * math.ceil(bs / min(bs, tm.INVERSE_TRTRI_BLOCK)) - 1
     return inverse + 2 * math.ceil(n / bs) - 1
 
 
