@@ -69,10 +69,12 @@ BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay of
 #: 256); tiles grow as bs^2, steps as bs, so at 128 rows (10 tiles against 8 steps) nothing is
 #: to be won that pays for inverting the blocks.
 INVERSE_MIN_BLOCK = 256
-#: ... with at least this many right-hand sides: inverting the blocks costs n bs^2 / 6
-#: multiply-adds whatever k, and the diagonal products n bs k / 2 more than substitution's, a
-#: share bs^2 / (3 n k) + bs / n of the solve's n^2 k / 2: 0.40 at n = 4096, bs = 256, k = 16,
-#: 0.15 at k = 64 (for one right-hand side the inversion alone is 5 solves' work).
+#: ... with at least this many right-hand sides: inverting the blocks costs n bs^2 / 2
+#: multiply-adds whatever k (in one trsm_diag launch, INVERSE_TRTRI_BLOCK: the identity's
+#: known zeros are not skipped; n bs^2 / 6 by 32-row blocks), and the diagonal products
+#: n bs k / 2 more than substitution's, a share bs^2 / (n k) + bs / n of the solve's
+#: n^2 k / 2: about 1 at n = 4096, bs = 256, k = 16, 0.31 at k = 64; below 16 right-hand sides
+#: the arithmetic added outgrows the solve's own (16 solves' worth for one).
 INVERSE_MIN_RHS = 16
 #: `diagonal_block_inverses` inverts the blocks of bs rows (inverse_lower) by diagonal blocks of
 #: at most this many rows: the whole block up to 256 (MAX_BLOCK), one trsm_diag launch for all

@@ -333,6 +333,9 @@ def test_triangular_constants_mirror_header():
     assert int(metal_constant("linalg/triangular.h", "kTriMaxBlock")) == tm.DIAG_MAX_BLOCK
     assert tm.MAX_BLOCK % tm.BLOCK == 0 and tm.MAX_BLOCK <= tm.DIAG_MAX_BLOCK
     assert tm.BLOCK_STEPS >= 1
+    # the inverse kind inverts its blocks by trsm_diag blocks (block_params' bounds)
+    assert tm.INVERSE_TRTRI_BLOCK % tm.BLOCK == 0 and tm.INVERSE_TRTRI_BLOCK <= tm.DIAG_MAX_BLOCK
+    assert tm.INVERSE_MIN_BLOCK <= tm.MAX_BLOCK  # else the rule never takes it
 
 
 @pytest.mark.parametrize("n", [1, 31, 256, 512, 513, 1000, 1024, 1025, 2048, 4096, 8192, 10000])
@@ -377,9 +380,9 @@ def _inverse_launches(n: int, bs: int) -> int:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("lower,unit,trans", [(1, 0, 0), (1, 1, 0), (1, 0, 1), (1, 1, 1),
-                                              (0, 0, 0), (0, 1, 0), (0, 0, 1), (0, 1, 1)])
-@pytest.mark.parametrize("n,k,bs", [(70, 5, 32), (80, 12, 64)])
+@pytest.mark.parametrize("n,k,bs,lower,unit,trans", [
+    *((70, 5, 32, lower, unit, trans) for lower in (1, 0) for unit in (0, 1) for trans in (0, 1)),
+    (80, 12, 64, 1, 1, 0), (80, 12, 64, 0, 0, 0), (80, 12, 64, 1, 0, 1), (80, 12, 64, 0, 1, 1)])
 def test_inverse_triangular_solve(n, k, bs, lower, unit, trans, dtype, monkeypatch):
     """The solve by inverted diagonal blocks (kind "inverse": gemm_narrow for 5 right-hand
     sides, the tile kernel for 12; short last blocks) on every triangle / diagonal / adjoint
@@ -411,6 +414,25 @@ def test_inverse_triangular_solve(n, k, bs, lower, unit, trans, dtype, monkeypat
     scale = ref.abs().max()
     assert (wide(X) - ref).abs().max() / scale < 1e-5
     assert (wide(X) - wide(old)).abs().max() / scale < 1e-5
+
+
+def test_inverse_trtri_by_smaller_blocks(monkeypatch):
+    """The inverse kind with its diagonal blocks inverted by smaller ones (INVERSE_TRTRI_BLOCK
+    under bs: inverse_lower's blocked solve of several steps, skipping the known zero
+    columns), complex, upper and conjugate-transposed: the float64 solve, the launches."""
+    from mpslinalg.linalg import triangular_metal
+
+    n, k, bs = 80, 12, 64
+    _force_inverse(monkeypatch, bs)
+    monkeypatch.setattr(triangular_metal, "INVERSE_TRTRI_BLOCK", 32)
+    M = random_matrix(n, torch.complex64, batch=(2,), seed=40) + 4 * torch.eye(
+        n, dtype=torch.complex64)
+    B = random_matrix(k, torch.complex64, batch=(2,), seed=41, m=n)
+    emulator.reset_launch_counts()
+    X = triangular_metal.triangular_solve_metal(M, B, upper=True, adjoint=True)
+    assert emulator.total_launches() == _inverse_launches(n, bs) == 3 + 3
+    ref = torch.linalg.solve_triangular(wide(M).triu().mH, wide(B), upper=False)
+    assert (wide(X) - ref).abs().max() / ref.abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("adjoint", [False, True])
