@@ -1,5 +1,6 @@
-"""Host side of metal/linalg/triangular.metal: in-place triangular solves (LAPACK trsm / trsv)
-with the triangles of a packed square matrix, optionally applying LAPACK row interchanges.
+"""Host side of metal/linalg/triangular.metal: triangular solves (LAPACK trsm / trsv) with the
+triangles of a packed square matrix, in place (but by inverted diagonal blocks), optionally
+applying LAPACK row interchanges.
 
 ``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
 of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (packed by
