@@ -17,7 +17,8 @@ families at research scale (qr: the TSQR tree at 4000x36, 65536x8 and 100000x32,
 path at 4096^2 and 64 x 64^2 complex; cholesky: one matrix of each ``--cholesky-sizes`` order,
 64 x (64 x 64), the inverse); ``trsm``, the blocked triangular solve alone (4096^2 upper with
 64 and 1 right-hand sides against torch.linalg.solve_triangular, at the host's diagonal block
-rows and any forced by ``--trsm-blocks``). ``--dry-run`` builds the chosen sections' cases on
+rows and any forced by ``--trsm-blocks``; by substitution, trsm_diag + trsm_update, and by
+inverted diagonal blocks, each profiled). ``--dry-run`` builds the chosen sections' cases on
 the CPU (the emulator runs the Metal kernels) at small sizes, calls every contender once and
 prints the agreement notes: a check of the benchmark's code paths, no timing. Each case times
 the contenders interleaved (one call of each per round, CUDA events around each call, the
@@ -42,6 +43,7 @@ import torch
 
 os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")  # the metal backend on CUDA tensors
 
+from mpslinalg import emulator as _emulator  # noqa: E402
 from mpslinalg.emulator import cuda  # noqa: E402
 from mpslinalg.linalg import cholesky_metal as _chol_metal  # noqa: E402
 from mpslinalg.linalg import eigh as _eigh  # noqa: E402
@@ -293,12 +295,32 @@ def _with_block_rows(fn, bs):
     return call
 
 
+def _trsm_kind(R, B, kind, trtri=None):
+    """R X = B (R upper) by `triangular_metal._solve_left` of the given kind ("blocked":
+    trsm_diag + trsm_update; "inverse": inverted diagonal blocks), whatever the rule says;
+    ``trtri``: the inverse's INVERSE_TRTRI_BLOCK forced to this many rows."""
+    no_swaps = torch.zeros(1, dtype=torch.int32, device=R.device)
+    X = B.clone(memory_format=torch.contiguous_format)
+    rule = _tri_metal.INVERSE_TRTRI_BLOCK
+    _tri_metal.INVERSE_TRTRI_BLOCK = trtri or rule
+    try:
+        return _tri_metal._solve_left(R, no_swaps, X, ((0, 0, 0, 0),), "solve_triangular",
+                                      kind=kind)
+    finally:
+        _tri_metal.INVERSE_TRTRI_BLOCK = rule
+
+
 def trsm_cases(sizes=(4096,), rhs=(64, 1), blocks=(None,), device="cuda"):
-    """The blocked triangular solve alone (metal/linalg/triangular.h: trsm_diag + trsm_update,
-    2 ceil(n / bs) - 1 launches) against cuBLAS's trsm through torch.linalg.solve_triangular:
-    an upper triangle (backward substitution, as R of QR or U of LU) of each order in
-    ``sizes`` with each count of right-hand sides in ``rhs``, float32, the diagonal blocks of
-    triangular_metal.block_rows (None in ``blocks``) or forced to each other entry's rows."""
+    """The blocked triangular solve alone (metal/linalg/triangular.h) against cuBLAS's trsm
+    through torch.linalg.solve_triangular: an upper triangle (backward substitution, as R of
+    QR or U of LU) of each order in ``sizes`` with each count of right-hand sides in ``rhs``,
+    float32, the diagonal blocks of triangular_metal.block_rows (None in ``blocks``) or forced
+    to each other entry's rows; three contenders of ours, whichever the rule picks (the note
+    says which): the substitution by blocks (trsm_diag + trsm_update, 2 ceil(n / bs) - 1
+    launches) and the inverted diagonal blocks (`_solve_left` kind "inverse": the blocks
+    inverted by one trsm_diag launch, INVERSE_TRTRI_BLOCK, then 2 ceil(n / bs) - 1 gemm
+    launches), and the same with the blocks inverted by 32-row blocks (2 bs / 32 - 1 launches
+    instead of one), each profiled, the launches of each counted in the notes."""
     out = []
     for n in sizes:
         gen = torch.Generator(device=device).manual_seed(n)
@@ -309,19 +331,28 @@ def trsm_cases(sizes=(4096,), rhs=(64, 1), blocks=(None,), device="cuda"):
             theirs = lambda R=R, B=B: torch.linalg.solve_triangular(R, B, upper=True)  # noqa: E731
             ref = theirs()
             for bs in blocks:
-                ours = _with_block_rows(
-                    lambda R=R, B=B: _tri_metal.triangular_solve_metal(R, B, upper=True), bs)
-                X = ours()
                 used = bs or _tri_metal.block_rows(n)
-                res = ((R @ X - B).abs().amax() / B.abs().amax()).item()
+                picked = _with_block_rows(lambda n=n, k=k: _tri_metal.use_inverse(n, k), bs)()
+                contenders = {
+                    f"CUDA executor ({kind}{f', trtri by {trtri} rows' if trtri else ''})":
+                        _with_block_rows(lambda R=R, B=B, kind=kind, trtri=trtri: _trsm_kind(
+                            R, B, kind, trtri), bs)
+                    for kind, trtri in (("blocked", None), ("inverse", None),
+                                        ("inverse", _tri_metal.BLOCK))}
+                notes = [f"the rule takes {'inverse' if picked else 'blocked'}"]
+                for who, fn in contenders.items():
+                    _emulator.reset_launch_counts()  # counts either executor's launches
+                    X = fn()
+                    launches = _emulator.total_launches()
+                    res = ((R @ X - B).abs().amax() / B.abs().amax()).item()
+                    err = ((X - ref).abs().amax() / ref.abs().amax()).item()
+                    notes.append(f"{who}: {launches} launches, max |R X - B| / max |B| = "
+                                 f"{res:.1e}, max |X - X_torch| / max |X_torch| = {err:.1e}")
+                contenders["torch.linalg.solve_triangular"] = theirs
                 out.append((f"trsm {n}x{n} upper, {k} rhs, float32, bs={used}"
-                            f"{'' if bs else ' (rule)'}", {
-                                "CUDA executor (triangular.metal)": ours,
-                                "torch.linalg.solve_triangular": theirs},
+                            f"{'' if bs else ' (rule)'}", contenders,
                             _roofline_us((n * n // 2 + 2 * n * k) * 4, n * n * k),
-                            f"{2 * -(-n // used) - 1} launches, max |R X - B| / max |B| = "
-                            f"{res:.1e}, max |X - X_torch| / max |X_torch| = "
-                            f"{((X - ref).abs().amax() / ref.abs().amax()).item():.1e}"))
+                            "; ".join(notes)))
     return out
 
 
@@ -597,17 +628,23 @@ def _cases_section(reps, make=None, title="## Library kernels"):
     notes, breakdown = [], []
     for name, contenders, roof, agree in (make or cases)():
         times = _bench(contenders, reps)
-        ours = next(iter(contenders.values()))
-        try:
-            per = _profile_breakdown(ours)
-        except Exception as exc:  # noqa: BLE001 - the profiler is optional here
-            per = {f"(profiler failed: {exc})": (0.0, 0)}
-        for kname, (t, c) in sorted(per.items(), key=lambda kv: -kv[1][0]):
-            breakdown.append(f"| {name} | {kname} | {c:.0f} | {t:.1f} |")
-        device = sum(t for t, _ in per.values())
-        for i, (who, ts) in enumerate(times.items()):
+        # the first contender is profiled, and every other one of the executor's (the trsm
+        # section's two kinds), each labelled in the breakdown
+        ours = [who for i, who in enumerate(contenders)
+                if i == 0 or who.startswith("CUDA executor")]
+        device = {}
+        for who in ours:
+            try:
+                per = _profile_breakdown(contenders[who])
+            except Exception as exc:  # noqa: BLE001 - the profiler is optional here
+                per = {f"(profiler failed: {exc})": (0.0, 0)}
+            label = f"{who}: " if len(ours) > 1 else ""
+            for kname, (t, c) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+                breakdown.append(f"| {name} | {label}{kname} | {c:.0f} | {t:.1f} |")
+            device[who] = sum(t for t, _ in per.values())
+        for who, ts in times.items():
             med = statistics.median(ts)
-            dev = f"{device:.1f}" if i == 0 else ""
+            dev = f"{device[who]:.1f}" if who in device else ""
             lines.append(f"| {name} | {who} | {med:.1f} | [{min(ts):.1f}, {max(ts):.1f}] | "
                          f"{dev} | {med / roof:.1f} |")
         lines.append(f"| {name} | roofline | {roof:.1f} | | | 1.0 |")
@@ -621,8 +658,9 @@ def _cases_section(reps, make=None, title="## Library kernels"):
 def _dry_run(sections):
     """The cases of ``sections`` on the CPU at small sizes: every contender called once."""
     makers = {"cholesky": lambda: cholesky_cases((96,), (3, 40), device="cpu"),
-              # 600: the rule's 64-row blocks (10 steps), and the same solve at 128 rows
-              "trsm": lambda: trsm_cases((600,), (64, 1), (None, 128), device="cpu")}
+              # 600: the rule's 64-row blocks (10 steps), and the same solve at 256 rows (the
+              # inverse kind at its production block: inverse_lower blocked)
+              "trsm": lambda: trsm_cases((600,), (64, 1), (None, 256), device="cpu")}
     for section in sections:
         if section not in makers:
             raise SystemExit(f"bench_cuda_executor: no dry run for the {section!r} section")

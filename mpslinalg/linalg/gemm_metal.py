@@ -4,7 +4,8 @@ families, C = beta C + alpha op(A) op(B), as a standalone kernel.
 The kernels of other families (LU's trailing update, the blocked triangular solves) call the
 device function ``gemm_tile`` of metal/common/gemm.h directly; this module launches the
 standalone ``gemm`` kernel (the tests of that device function, benchmarks, the float64-class
-solve's corrections), or ``gemm_narrow`` for C of at most `NARROW_MAX_N` columns (a simdgroup
+solve's corrections, the triangular solve by inverted diagonal blocks: `launch_gemm` on blocks
+of larger matrices), or ``gemm_narrow`` for C of at most `NARROW_MAX_N` columns (a simdgroup
 per row of C). One launch per call, whatever the batch; no host reads.
 """
 
@@ -88,14 +89,30 @@ def gemm_metal(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, 
         return out
     if k == 0 and uplo == "F":  # (the kernel scales a triangle alone)
         return out.mul_(beta) if beta != 0.0 else out.zero_()
+    launch_gemm(A, B, out, m, n, k, batch, lda=ca, ldb=cb, ldc=n, op_a=op_a, op_b=op_b,
+                uplo=uplo, stride_a=ra * ca, stride_b=rb * cb, stride_c=m * n, alpha=alpha,
+                beta=beta, fn=fn, kernel=kernel)
+    return out
+
+
+def launch_gemm(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, m: int, n: int, k: int,
+                batch: int, *, lda: int, ldb: int, ldc: int, stride_a: int, stride_b: int,
+                stride_c: int, op_a: str = "N", op_b: str = "N", uplo: str = "F",
+                alpha: float = 1.0, beta: float = 0.0, fn: str = "gemm",
+                kernel: str | None = None) -> None:
+    """One launch of ``C = beta C + alpha op(A) op(B)`` in place, for ``batch`` products of an
+    m x n C: each buffer bound from its storage offset on (a view whose first element is the
+    matrix's; e.g. ``X.view(-1)[offset:]`` for a block of a larger matrix), with the row
+    strides ``ld*`` and the batch strides ``stride_*`` given (no check: the caller's
+    layout). C must not overlap the parts of A and B read (the kernels stage them as they
+    go); beta = 0 never reads C. ``kernel``: see `gemm_metal`. m, n, k, batch > 0."""
     if kernel is None:
         kernel = "narrow" if n <= NARROW_MAX_N and uplo == "F" else "tile"
     if kernel == "narrow" and uplo != "F":
         raise ValueError(f"mpslinalg.{fn}: internal error: gemm_narrow writes all of C")
-    params = gemm_params(m, n, k, lda=ca, ldb=cb, ldc=n, op_a=op_a, op_b=op_b, uplo=uplo,
-                         stride_a=ra * ca, stride_b=rb * cb, stride_c=m * n, alpha=alpha,
-                         beta=beta)
+    params = gemm_params(m, n, k, lda=lda, ldb=ldb, ldc=ldc, op_a=op_a, op_b=op_b, uplo=uplo,
+                         stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
+                         alpha=alpha, beta=beta)
     name, grid = (("gemm_narrow", narrow_grid(m, batch)) if kernel == "narrow" else
                   ("gemm", gemm_grid(m, n, batch)))
-    launch(_metal.kernel(_SOURCE, name, A.dtype, A.device, fn=fn), A, B, out, params, **grid)
-    return out
+    launch(_metal.kernel(_SOURCE, name, A.dtype, A.device, fn=fn), A, B, C, params, **grid)

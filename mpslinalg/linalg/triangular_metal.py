@@ -1,5 +1,6 @@
-"""Host side of metal/linalg/triangular.metal: in-place triangular solves (LAPACK trsm / trsv)
-with the triangles of a packed square matrix, optionally applying LAPACK row interchanges.
+"""Host side of metal/linalg/triangular.metal: triangular solves (LAPACK trsm / trsv) with the
+triangles of a packed square matrix, in place (but by inverted diagonal blocks), optionally
+applying LAPACK row interchanges.
 
 ``trsm`` runs a thread per right-hand side; ``trsv`` a threadgroup per right-hand side, for few
 of them on large matrices. Both take their flags as one ``TriSolveParams`` struct (packed by
@@ -12,6 +13,31 @@ triangular solve, whatever the batch. A *gate* (the iterative refinement's
 per-matrix status, `refine_metal`) makes the blocked kernels skip the batch elements whose word
 is non-zero, decided on the device; a gated solve is the blocked one unless trsv is asked for
 (trsv also honours the gate; trsm does not).
+
+The solve by inverted diagonal blocks (``kind="inverse"``, `use_inverse`: diagonal blocks of
+at least INVERSE_MIN_BLOCK rows and at least INVERSE_MIN_RHS right-hand sides, no gate; a step
+with row interchanges keeps the blocked solve), as MAGMA's and cuBLAS-style trsm: the diagonal
+blocks D_s of op(M) do not depend on B, so they are gathered into one contiguous (ceil(n / bs)
+* batch, bs, bs) tensor and inverted at once (`diagonal_block_inverses`, LAPACK trtri by
+`inverse_lower`; an upper D_s through its adjoint, U^-1 = ((U^H)^-1)^H, read as a conjugate-
+transposed operand), then each block is X_s = D_s^-1 R_s, a GEMM, followed by the update of
+the rows still to solve (trsm_update's product, R_rest -= op(M)[rest, s] X_s), both on the
+shared kernel through `gemm_metal.launch_gemm`: the solution goes to a second tensor (a
+product's output must not overlap its input), so no staging copy. Launches per step: one for
+the inverses (INVERSE_TRTRI_BLOCK) plus 2 ceil(n / bs) - 1, whatever the batch (32 at n = 4096
+against the blocked solve's 31), and two torch copies (the blocks gathered, inverse_lower's
+identity); no host reads. What it trades: substitution is backward stable
+componentwise (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., Thm 8.5),
+a product with a computed inverse is not: its residual is bounded by about cond(D_s) u |D_s|
+|x_s| (Du Croz and Higham, "Stability of methods for matrix inversion", IMA J. Numer. Anal. 12,
+1992; Demmel, Higham and Schreiber, "Stability of block LU factorization", Numer. Linear
+Algebra Appl. 2, 1995, for the inverted diagonal blocks of block algorithms). Measured in the
+emulator with 32- to 256-row blocks (tests/linalg/test_lu_metal.py, docs/lu.rst): the
+normwise xGET02 ratios of LU solves and of hard triangles stay far below 30, the componentwise
+(Oettli-Prager) backward error of graded and +-1 triangles within n u, Kahan's matrix (n =
+130, cond 1e21) moving from 0.01 n u to 0.45 n u: triangular inverses computed by substitution
+are far more accurate than that bound on such matrices, and the rule is set by speed, not
+accuracy.
 """
 
 from __future__ import annotations
@@ -36,6 +62,29 @@ BLOCK = 32  # kTriBlock: rows per block of trsm / trsv, per sub-block of a diago
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
 DIAG_MAX_BLOCK = 512  # kTriMaxBlock: the largest diagonal block trsm_diag solves
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
+#: The rule of the solve by inverted diagonal blocks (`use_inverse`), static estimates to be
+#: checked on the H200 (bench_cuda_executor.py --sections trsm): diagonal blocks of at least
+#: this many rows, i.e. n > 3584. It replaces trsm_diag's serial chain of (bs / 32)(bs / 32 + 1)
+#: / 2 staged tiles (36 at bs = 256: ~72 us a launch measured there) by a product of depth bs
+#: (bs / 16 staging steps a threadgroup: trsm_update's, ~57 us a launch on average at depth
+#: 256); tiles grow as bs^2, steps as bs, so at 128 rows (10 tiles against 8 steps) nothing is
+#: to be won that pays for inverting the blocks.
+INVERSE_MIN_BLOCK = 256
+#: ... with at least this many right-hand sides: inverting the blocks costs n bs^2 / 2
+#: multiply-adds whatever k (in one trsm_diag launch, INVERSE_TRTRI_BLOCK: the identity's
+#: known zeros are not skipped; n bs^2 / 6 by 32-row blocks), and the diagonal products
+#: n bs k / 2 more than substitution's, a share bs^2 / (n k) + bs / n of the solve's
+#: n^2 k / 2: about 1 at n = 4096, bs = 256, k = 16, 0.31 at k = 64; below 16 right-hand sides
+#: the arithmetic added outgrows the solve's own (16 solves' worth for one).
+INVERSE_MIN_RHS = 16
+#: `diagonal_block_inverses` inverts the blocks of bs rows (inverse_lower) by diagonal blocks of
+#: at most this many rows: the whole block up to 256 (MAX_BLOCK), one trsm_diag launch for all
+#: the blocks and their bs right-hand sides together (its 36 staged tiles at bs = 256 once per
+#: solve, over ceil(n / bs) * batch * bs / 4 threadgroups), where inverse_lower's own
+#: block_rows(256) = 32 takes 15 launches (8 trsm_diag of one tile, 7 updates of depth 32).
+#: A static choice (fewer launches, as BLOCK_STEPS's), for the H200 to check
+#: (bench_cuda_executor.py --sections trsm times both).
+INVERSE_TRTRI_BLOCK = 256
 
 #: The blocked solve's diagonal blocks (`block_rows`): the fewest rows, a multiple of BLOCK,
 #: giving at most BLOCK_STEPS blocks, and at most MAX_BLOCK rows; 32 up to n = 512 (the blocked
@@ -81,17 +130,44 @@ def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def use_inverse(n: int, k: int) -> bool:
+    """Whether `_solve_left`'s rule takes the inverted diagonal blocks (``kind="inverse"``) for
+    order n and k right-hand sides (the reasons beside INVERSE_MIN_BLOCK and INVERSE_MIN_RHS)."""
+    return block_rows(n) >= INVERSE_MIN_BLOCK and k >= INVERSE_MIN_RHS
+
+
+def substitution_kind(n: int, k: int, gated: bool = False) -> str:
+    """The kind of `_solve_left` that substitutes with the triangle itself (never "inverse"):
+    blocked from BLOCKED_MIN_N on or with a gate, else trsv for few right-hand sides, else trsm."""
+    if n >= BLOCKED_MIN_N or gated:
+        return "blocked"
+    return "trsv" if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N else "trsm"
+
+
 def _solve_left(M, pivots, X, steps, fn: str, gate=None, kind=None) -> torch.Tensor:
-    """Overwrite X (contiguous (*, n, k)) by the solves ``steps`` with M. ``gate``: see
-    `_solve_left_blocked` (the blocked solve and trsv honour it). ``kind``: "blocked",
-    "trsv" or "trsm", or None for the rule of the module docstring (blocked with a gate)."""
+    """The solution of the solves ``steps`` with M, X (contiguous (*, n, k)) the right-hand
+    sides: X itself, overwritten, or (a step of kind "inverse") a new tensor, X then being
+    spoilt. ``gate``: see `_solve_left_blocked` (the blocked solve and trsv honour it).
+    ``kind``: "inverse", "blocked", "trsv" or "trsm", or None for the rule of the module
+    docstring (`use_inverse`, else `substitution_kind`); "inverse" takes the blocked solve for
+    the steps with row interchanges."""
     n, k = X.shape[-2], X.shape[-1]
     batch = math.prod(X.shape[:-2])
     if n == 0 or k == 0 or batch == 0:
         return X
     if kind is None:
-        kind = "blocked" if n >= BLOCKED_MIN_N or gate is not None else (
-            "trsv" if k <= TRSV_MAX_RHS and n >= TRSV_MIN_N else "trsm")
+        kind = ("inverse" if gate is None and use_inverse(n, k) else
+                substitution_kind(n, k, gate is not None))
+    if kind == "inverse":
+        if gate is not None:
+            raise ValueError(f"mpslinalg.{fn}: internal error: the inverse kind takes no gate")
+        spare = None
+        for step in steps:
+            if step[3]:  # interchanges: applied by trsm_diag
+                X = _solve_left_blocked(M, pivots, X, (step,), fn)
+            else:
+                X, spare = _solve_left_inverse(M, X, step, fn, spare), X
+        return X
     if kind == "blocked":
         return _solve_left_blocked(M, pivots, X, steps, fn, gate)
     words, stride = gate if gate is not None else (pivots, 0)
@@ -171,7 +247,71 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
     return X
 
 
-def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0) -> torch.Tensor:
+def diagonal_block_inverses(M: torch.Tensor, bs: int, *, lower: int, unit: int, trans: int,
+                            fn: str) -> torch.Tensor:
+    """The inverses of the diagonal blocks D_0, D_1, ... of bs rows of the triangle op(M) that
+    the flags name (those of `block_params`; M contiguous (*, n, n), its batch flattened to b
+    matrices): a new contiguous (ceil(n / bs), b, bs, bs) W, W[s] = D_s^-1 for a lower op(M),
+    D_s^-H for an upper one (`inverse_lower` inverts lower triangles: D_s^-1 is then
+    W[s]^H, applied as a conjugate-transposed operand, never formed). A short last block is
+    padded by the identity (its inverse is W[s]'s leading block). One `inverse_lower` over all
+    the blocks of the batch, by diagonal blocks of min(bs, INVERSE_TRTRI_BLOCK) rows: one
+    trsm_diag launch for bs up to 256."""
+    n = M.shape[-1]
+    batch = math.prod(M.shape[:-2])
+    nblk, full = _metal.ceil_div(n, bs), n // bs
+    Mb = M.reshape(batch, n, n)
+    blocks = torch.empty((nblk, batch, bs, bs), dtype=M.dtype, device=M.device)
+    if full:
+        # block s of a full matrix is its rows / columns [s bs, s bs + bs): the diagonal of the
+        # (batch, full, bs, full, bs) view of the leading full * bs rows and columns
+        lead = Mb[:, :full * bs, :full * bs].unflatten(1, (full, bs)).unflatten(3, (full, bs))
+        blocks[:full].copy_(lead.diagonal(dim1=1, dim2=3).permute(3, 0, 1, 2))
+    if full < nblk:
+        r = n - full * bs
+        blocks[full].zero_().diagonal(dim1=-2, dim2=-1).fill_(1)
+        blocks[full, :, :r, :r].copy_(Mb[:, full * bs:, full * bs:])
+    # op(M) lower: D_s is the stored lower triangle (trans = 0) or the adjoint of the upper one
+    # (trans = 1), inverse_lower's two triangles as they are; op(M) upper: D_s^H is the other.
+    return inverse_lower(blocks, trans=int(bool(lower) == bool(trans)), unit=unit, fn=fn,
+                         block=min(bs, INVERSE_TRTRI_BLOCK))
+
+
+def _solve_left_inverse(M, X, step, fn: str, out=None) -> torch.Tensor:
+    """One step (lower, unit, trans, swaps = 0) of `_solve_left` by inverted diagonal blocks of
+    `block_rows` (n) rows (see the module docstring): W = `diagonal_block_inverses`, then per
+    block in solve order X_s = D_s^-1 R_s (gemm, read from X into the block's rows of a new
+    tensor Y, or of ``out``) and R_rest -= op(M)[rest, s] X_s (gemm, in X: trsm_update's
+    product). Returns Y; X is spoilt."""
+    lower, unit, trans, _ = step
+    n, k = X.shape[-2], X.shape[-1]
+    batch = math.prod(X.shape[:-2])
+    bs = block_rows(n)
+    nblk = _metal.ceil_div(n, bs)
+    inverses = diagonal_block_inverses(M, bs, lower=lower, unit=unit, trans=trans, fn=fn)
+    Y = torch.empty_like(X) if out is None else out
+    # flat views: a block of rows of X, Y or M is bound from its first element (launch_gemm)
+    rhs, sol, mat = X.view(-1), Y.view(-1), M.view(-1)
+    op_d, op_m = ("N" if lower else "C"), ("C" if trans else "N")
+    strides = {"ldb": k, "ldc": k, "stride_b": n * k, "stride_c": n * k, "fn": fn}
+    for s in range(nblk):
+        blk = s if lower else nblk - 1 - s
+        i0 = blk * bs
+        rows = min(bs, n - i0)
+        gemm_metal.launch_gemm(inverses[blk], rhs[i0 * k:], sol[i0 * k:], rows, k, rows, batch,
+                               lda=bs, stride_a=bs * bs, op_a=op_d, **strides)
+        r0, rest = (i0 + rows, n - i0 - rows) if lower else (0, i0)
+        if rest:
+            # op(M)[rest, s]: M's block at (r0, i0), or the adjoint of the one at (i0, r0)
+            at = i0 * n + r0 if trans else r0 * n + i0
+            gemm_metal.launch_gemm(mat[at:], sol[i0 * k:], rhs[r0 * k:], rest, k, rows, batch,
+                                   lda=n, stride_a=n * n, op_a=op_m, alpha=-1.0, beta=1.0,
+                                   **strides)
+    return Y
+
+
+def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0,
+                  block: int | None = None) -> torch.Tensor:
     """X = T^-1 (LAPACK trtri) for the lower triangular T of each matrix of the contiguous
     (*, n, n) tensor M: its lower triangle (``trans=0``), or the conjugate transpose of its upper
     one (``trans=1``); the other triangle is not read, nor the diagonal with ``unit=1`` (T's
@@ -180,16 +320,19 @@ def inverse_lower(M: torch.Tensor, *, trans: int, fn: str, unit: int = 0) -> tor
 
     The solve T X = I by the triangular solves; from BLOCKED_MIN_N on, the blocked one skips the
     columns of X still known to be zero: at the diagonal block of rows [i0, i0 + bs) only
-    columns [0, i0 + bs) are nonzero, so the solve costs n^3 / 6 multiply-adds, not n^3 / 2."""
+    columns [0, i0 + bs) are nonzero, so the solve costs n^3 / 6 multiply-adds, not n^3 / 2.
+    ``block``: that solve's diagonal block rows (a multiple of BLOCK up to DIAG_MAX_BLOCK),
+    then taken at every order; None: `block_rows` (n), from BLOCKED_MIN_N on."""
     n = M.shape[-1]
     X = torch.eye(n, dtype=M.dtype, device=M.device).expand(M.shape).contiguous()
     batch = math.prod(M.shape[:-2])
     no_swaps = torch.zeros(1, dtype=torch.int32, device=M.device)
-    if n < BLOCKED_MIN_N or batch == 0:
-        return _solve_left(M, no_swaps, X, ((1, unit, trans, 0),), fn)
+    if (block is None and n < BLOCKED_MIN_N) or batch == 0:
+        return _solve_left(M, no_swaps, X, ((1, unit, trans, 0),), fn,
+                           kind=substitution_kind(n, n))
     diag = _metal.kernel(_SOURCE, "trsm_diag", M.dtype, M.device, fn=fn)
     update = _metal.kernel(_SOURCE, "trsm_update", M.dtype, M.device, fn=fn)
-    bs = block_rows(n)
+    bs = block_rows(n) if block is None else block
     for i0 in range(0, n, bs):
         cols = min(n, i0 + bs)
         params = block_params(n, cols, lower=1, unit=unit, trans=trans, swaps=0, i0=i0, bs=bs,
