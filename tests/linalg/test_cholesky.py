@@ -90,7 +90,9 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
-                                         ("kCholBlock", cholesky_metal.BLOCK)])
+                                         ("kCholBlock", cholesky_metal.BLOCK),
+                                         ("kCholRowThreads", cholesky_metal.ROW_THREADS),
+                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
@@ -107,11 +109,11 @@ def test_block_is_one_triangular_solve_block():
     assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
 
 
-def test_potf2_rows_stay_in_registers():
-    """chol_potf2 keeps each thread's row in a register array indexed by constants only: NVRTC's
-    PTX of both instantiations has no local memory (a runtime index into the row, or a loop left
-    rolled, would put it there: the latency the kernel exists to remove). Needs NVRTC, not a
-    GPU (the test-cuda extra)."""
+def test_potf2_entries_stay_in_registers():
+    """chol_potf2 keeps each thread's entries of the block in a register array indexed by
+    constants only: NVRTC's PTX of both instantiations has no local memory (a runtime index into
+    the entries, or a loop left rolled, would put them there: the latency the kernel exists to
+    remove). Needs NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
