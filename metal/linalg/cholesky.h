@@ -5,7 +5,8 @@
 // the kernels factor in place); the batch index is the last grid dimension of every kernel, so
 // one launch sequence covers the whole batch. The host (mpslinalg/linalg/cholesky_metal.py) runs:
 //   chol_potf2   n <= kCholUnblockedMax: the whole matrix in one launch, one threadgroup per
-//                matrix (right-looking potf2, a thread per row held in registers);
+//                matrix (right-looking potf2, the lower triangle held in registers, a few
+//                entries of one row per thread, kCholRowThreads threads a row);
 //   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf):
 //   chol_potf2   the diagonal block L11 (the same kernel on rows/columns [k0, k0 + w));
 //   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
@@ -31,7 +32,8 @@
 
 namespace mpsl {
 
-// Largest order factored by a single chol_potf2 launch (a thread per row, one threadgroup).
+// Largest order factored by a single chol_potf2 launch (one threadgroup of kCholRowThreads
+// threads per row).
 constant constexpr int kCholUnblockedMax = 64;
 // Columns per block of the blocked factorization (the order of a diagonal block, the K of the
 // trailing update): a multiple of kTriBlock of metal/linalg/triangular.h, passed to the panel's
@@ -59,39 +61,57 @@ template <typename T> inline T chol_from_real(float x);
 template <> inline float chol_from_real<float>(float x) { return x; }
 template <> inline float2 chol_from_real<float2>(float x) { return float2(x, 0.0f); }
 
-// Columns of a register row handled under one test of whether any of them is still to update
-// (chol_potf2_rows): the rows shorten and the columns finish as the factorization advances, so
-// whole groups are skipped, while every index into the row stays a compile-time constant.
-constant constexpr int kCholRowChunk = 8;
-static_assert(kCholUnblockedMax % kCholRowChunk == 0 && kSimdWidth % kCholRowChunk == 0,
-              "the register rows (kSimdWidth or kCholUnblockedMax long) split into chunks");
-static_assert((kCholRowChunk & (kCholRowChunk - 1)) == 0, "a chunk's entry is picked by bits");
+// Threads of chol_potf2 per row of the block (G): thread t owns row t / G of the block and, of
+// that row, the columns k = g + G q (g = t % G, q < N / G), held in registers. A step's work on
+// a row (the entries j < k <= i) is spread over G threads, strided so that every thread of the
+// row keeps a share of it as the row's active part shrinks towards the diagonal; each thread
+// pays the step's fixed cost (the barrier, the loads of a_jj and a_ij, sqrt and two divisions)
+// once for N / G entries. With 8: 4 entries a thread for blocks of kSimdWidth columns (the
+// blocked factorization's diagonal blocks, 256 threads), 8 for kCholUnblockedMax (512). Why 8:
+// in NVRTC's PTX for sm_90 (float32, N = kSimdWidth) a thread's step is ~43 instructions fixed
+// and ~11 per entry, so one entry a thread (G = 32, 1024 threads for w = 32) would issue the
+// fixed part for every entry, ~2.5x the warp instructions of G = 8 a step for the same chain of
+// dependent latencies; G = 4 (16 entries for N = 64) gave ptxas a stack frame (local memory).
+constant constexpr int kCholRowThreads = 8;
+// Threads of a chol_potf2 threadgroup at most (its max_total_threads_per_threadgroup): G threads
+// for each of kCholUnblockedMax rows.
+constant constexpr int kCholPotf2Threads = 512;
+static_assert(kCholPotf2Threads == kCholRowThreads * kCholUnblockedMax, "G threads a row");
+static_assert(kSimdWidth % kCholRowThreads == 0, "a row's threads lie in one simdgroup");
+static_assert((kCholRowThreads & (kCholRowThreads - 1)) == 0, "a column's owner: low bits");
+static_assert(kCholPotf2Threads <= 1024, "Metal's threadgroup limit");
 
-// The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax, the
-// threads of the group). Thread t owns row t of the block and keeps it in `row` (registers):
-// every loop over it runs over all N entries with a compile-time bound and is unrolled, so each
-// index is a constant (a runtime index would put the array in local memory, whose loads are the
-// latency the registers remove). Step j is right-looking (the outer-product form of Golub & Van
-// Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of the partly
-// updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by its row's owner);
-// every thread forms l_jj = sqrt(a_jj) itself; row j stores it, the rows i below store l_ij =
-// a_ij / l_jj and subtract l_ij conj(l_kj) = (a_ij / a_jj) conj(a_kj) from their entries
-// j < k <= i (two divisions a step, none per entry), then publish their updated a_i,j+1 in the
-// other buffer of col for step j + 1. Two buffers alternate, so one barrier a step orders both
-// the reads of step j and the writes for step j + 1 (a thread writes buffer (j + 1) & 1 only
-// after every thread passed the barrier of step j, i.e. finished reading it at step j - 1).
+// The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax). Thread
+// t owns the entries (i, g + G q) of the block, i = t / G, g = t % G, q < E = N / G, in `a`
+// (registers): every loop over them runs over all E with a compile-time bound and is unrolled,
+// so each index is a constant (a runtime index would put the array in local memory, whose loads
+// are the latency the registers remove). Step j is right-looking (the outer-product form of
+// Golub & Van Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of
+// the partly updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by the
+// owner of the entry); every thread of a row i >= j forms l_jj = sqrt(a_jj) itself; the owner
+// of (i, j) stores l_ij = a_ij / l_jj (l_jj on the diagonal), and every thread of the row
+// subtracts l_ij conj(l_kj) = (a_ij / a_jj) conj(a_kj) from its entries j < k <= i (two
+// divisions a step, none per entry); the owner of (i, j + 1), i > j, publishes the updated
+// a_i,j+1 in the other buffer of col for step j + 1. Two buffers alternate, so one barrier a
+// step orders both the reads of step j and the writes for step j + 1 (a thread writes buffer
+// (j + 1) & 1 only after every thread passed the barrier of step j, i.e. finished reading it at
+// step j - 1). The arithmetic of every entry is that of the thread-per-row form it replaces.
 template <typename T, int N>
-inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long w, long batch,
-                            int t, threadgroup T* col) {
-  const bool owns = t < int(w);
-  device T* Ai = A + (owns ? k0 + t : k0) * n + k0;  // row t of the block
-  T row[N];
+inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, long w, long batch,
+                               int t, threadgroup T* col) {
+  constexpr int G = kCholRowThreads, E = N / G;
+  static_assert(N % G == 0 && (E & (E - 1)) == 0, "a row splits into E = N / G, a power of 2");
+  const int i = t / G, g = t % G;
+  const bool owns = i < int(w);
+  device T* Ai = A + (owns ? k0 + i : k0) * n + k0;  // row i of the block
+  T a[E];
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
-    row[k] = owns && k <= t ? Ai[k] : zero<T>();  // the lower triangle only
+  for (int q = 0; q < E; ++q) {
+    const int k = g + G * q;
+    a[q] = owns && k <= i ? Ai[k] : zero<T>();  // the lower triangle only
   }
-  if (owns) {
-    col[t] = row[0];
+  if (owns && g == 0) {
+    col[i] = a[0];  // a_i0
   }
   // The block's first failed pivot (1-based), the same in every thread: recorded by one thread
   // after the loop, so info is never read and written by different threads of the launch.
@@ -102,53 +122,44 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
     // !(d > 0) is LAPACK's test (ajj <= 0 or NaN); a failed pivot gives NaN from here on.
     const float d = chol_real(c[j]);
     const bool fails = !(d > 0.0f);
-    const float ljj = fails ? NAN : metal::sqrt(d);
     first = first == 0 && fails ? j + 1 : first;
-    if (owns && t >= j) {
+    if (owns && i >= j) {  // rows above j are final: their threads only keep the barriers
+      const float ljj = fails ? NAN : metal::sqrt(d);
       // l_ij and the multiplier of the unscaled column, l_ij / l_jj = a_ij / a_jj: two
       // independent divisions (one rounding each), NaN both after a failed pivot.
-      const T l = t == j ? chol_from_real<T>(ljj) : c[t] / ljj;
-      const T u = c[t] / (fails ? NAN : d);
-      T next = zero<T>();
+      const T ci = c[i];
+      const T l = i == j ? chol_from_real<T>(ljj) : ci / ljj;
+      const T u = ci / (fails ? NAN : d);
+      // The loads first and the masks as selects, no branch between the entries: the loads
+      // overlap (a branch per entry serialises each load's latency).
+      T ck[E];
 #pragma unroll
-      for (int c0 = 0; c0 < N; c0 += kCholRowChunk) {
-        if (c0 + kCholRowChunk > j && c0 <= t) {  // a chunk holding j, or k in (j, t]
-          // The chunk's loads first and the masks as selects, no branch between its entries:
-          // the loads overlap (a branch per entry serialises each load's latency).
-          T ck[kCholRowChunk];
+      for (int q = 0; q < E; ++q) {
+        ck[q] = c[g + G * q];
+      }
 #pragma unroll
-          for (int q = 0; q < kCholRowChunk; ++q) {
-            ck[q] = c[c0 + q];
-          }
+      for (int q = 0; q < E; ++q) {
+        const int k = g + G * q;
+        const T updated = sub_mul(a[q], u, conj(ck[q]));
+        a[q] = k == j ? l : (k > j && k <= i ? updated : a[q]);
+      }
+      if (i > j && g == ((j + 1) & (G - 1))) {
+        // a_i,j+1 (the next pivot when i = j + 1) is a[s]: a tree of selects on the bits of s
+        // (depth log2 E, where a chain over the entries would be E - 1 deep).
+        const int s = (j + 1) / G;
+        T pick[E];
 #pragma unroll
-          for (int q = 0; q < kCholRowChunk; ++q) {
-            const int k = c0 + q;
-            const T updated = sub_mul(row[k], u, conj(ck[q]));
-            row[k] = k == j ? l : (k > j && k <= t ? updated : row[k]);
-          }
-          // next = row[j + 1] when it lies in this chunk: a tree of selects on the bits of its
-          // place s (depth log2 of the chunk, where a chain over the row would be N deep).
-          const int s = j + 1 - c0;
-          if (s >= 0 && s < kCholRowChunk) {
-            T pick[kCholRowChunk];
+        for (int q = 0; q < E; ++q) {
+          pick[q] = a[q];
+        }
 #pragma unroll
-            for (int q = 0; q < kCholRowChunk; ++q) {
-              pick[q] = row[c0 + q];
-            }
+        for (int bit = 1, half = E / 2; half >= 1; bit *= 2, half /= 2) {
 #pragma unroll
-            for (int bit = 1, half = kCholRowChunk / 2; half >= 1; bit *= 2, half /= 2) {
-#pragma unroll
-              for (int q = 0; q < half; ++q) {
-                pick[q] = (s & bit) != 0 ? pick[2 * q + 1] : pick[2 * q];
-              }
-            }
-            next = pick[0];
+          for (int q = 0; q < half; ++q) {
+            pick[q] = (s & bit) != 0 ? pick[2 * q + 1] : pick[2 * q];
           }
         }
-      }
-      if (t > j) {
-        // a_i,j+1 (the next pivot when t = j + 1)
-        col[((j + 1) & 1) * kCholUnblockedMax + t] = next;
+        col[((j + 1) & 1) * kCholUnblockedMax + i] = pick[0];
       }
     }
   }
@@ -157,9 +168,10 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
   }
   if (owns) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      if (k <= t) {
-        Ai[k] = row[k];
+    for (int q = 0; q < E; ++q) {
+      const int k = g + G * q;
+      if (k <= i) {
+        Ai[k] = a[q];
       }
     }
   }
@@ -170,17 +182,19 @@ inline void chol_potf2_rows(device T* A, device int* info, long n, long k0, long
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
 // Right-looking potf2 on the diagonal block [k0, k0 + w) of one matrix, whose columns left of k0
-// are already factored and subtracted (chol_update), each thread's row of the block in registers
-// (chol_potf2_rows): w steps of one barrier each, the only memory traffic in the loop the
-// threadgroup column, read as broadcasts (every row reads the same a_kj). The old left-looking
-// form read its row and row j from device memory for every multiply-add, a chain of ~w^2 / 2
-// dependent loads per thread. Blocks of w <= kSimdWidth (the blocked factorization's
-// kCholBlock) run the body with rows of kSimdWidth, half the unrolled work of kCholUnblockedMax.
-// Grid: (threads, batch), one threadgroup per matrix; threads = w rounded up to kSimdWidth (the
-// attribute lets a compiler give each thread the registers of its row: 64 floats, 128 for
-// complex).
+// are already factored and subtracted (chol_update), the block's lower triangle spread over the
+// threadgroup's registers, kCholRowThreads threads a row (chol_potf2_entries): w steps of one
+// barrier each, the only memory traffic in the loop the threadgroup column, read as broadcasts
+// (the threads of a row read the same a_ij, all the same a_jj). The earlier form gave each thread
+// a whole row (w threads, one or two simdgroups), so each step walked up to 64 entries serially in
+// few warps: a latency chain of ~w instructions a step that no other warp hid. Here a thread
+// works on 4 entries (blocks of w <= kSimdWidth: the blocked factorization's kCholBlock) or 8
+// (up to kCholUnblockedMax), and the step's work is spread over the warps of the rows still
+// active. Grid: (threads, batch), one threadgroup per matrix; threads = kCholRowThreads w
+// rounded up to kSimdWidth, at most kCholPotf2Threads (the attribute, Metal's bound on the
+// launch).
 template <typename T>
-[[kernel, max_total_threads_per_threadgroup(mpsl::kCholUnblockedMax)]] void chol_potf2(
+[[kernel, max_total_threads_per_threadgroup(mpsl::kCholPotf2Threads)]] void chol_potf2(
     device T* a [[buffer(0)]],
     device int* info [[buffer(1)]],
     constant mpsl::CholParams& p_ [[buffer(2)]],
@@ -192,9 +206,9 @@ template <typename T>
   const long batch = long(group.y);
   device T* A = a + batch * n * n;
   if (w <= kSimdWidth) {  // uniform over the group: one body runs, barriers stay matched
-    chol_potf2_rows<T, kSimdWidth>(A, info, n, k0, w, batch, int(tid), col);
+    chol_potf2_entries<T, kSimdWidth>(A, info, n, k0, w, batch, int(tid), col);
   } else {
-    chol_potf2_rows<T, kCholUnblockedMax>(A, info, n, k0, w, batch, int(tid), col);
+    chol_potf2_entries<T, kCholUnblockedMax>(A, info, n, k0, w, batch, int(tid), col);
   }
 }
 

@@ -41,6 +41,8 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
 BLOCK = 32  # kCholBlock: columns per block (a multiple of triangular_metal.BLOCK)
+ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of the block
+POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
 
 #: The blocked factorization from this order on (the tests lower it to reach the blocked path
 #: on small matrices); at most UNBLOCKED_MAX + 1.
@@ -60,7 +62,9 @@ def _params(n: int, k0: int, w: int) -> list[int]:
 
 
 def _potf2(kernel, L, info, n: int, k0: int, w: int, batch: int) -> None:
-    threads = _metal.ceil_div(w, SIMD_WIDTH) * SIMD_WIDTH
+    # ROW_THREADS threads per row of the block (each holding some of its entries), whole
+    # simdgroups: at most POTF2_THREADS, the kernel's max_total_threads_per_threadgroup.
+    threads = _metal.ceil_div(ROW_THREADS * w, SIMD_WIDTH) * SIMD_WIDTH
     launch(kernel, L, info, _params(n, k0, w), threads=[threads, batch],
            group_size=[threads, 1])
 

@@ -90,7 +90,9 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
-                                         ("kCholBlock", cholesky_metal.BLOCK)])
+                                         ("kCholBlock", cholesky_metal.BLOCK),
+                                         ("kCholRowThreads", cholesky_metal.ROW_THREADS),
+                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
@@ -107,11 +109,11 @@ def test_block_is_one_triangular_solve_block():
     assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
 
 
-def test_potf2_rows_stay_in_registers():
-    """chol_potf2 keeps each thread's row in a register array indexed by constants only: NVRTC's
-    PTX of both instantiations has no local memory (a runtime index into the row, or a loop left
-    rolled, would put it there: the latency the kernel exists to remove). Needs NVRTC, not a
-    GPU (the test-cuda extra)."""
+def test_potf2_entries_stay_in_registers():
+    """chol_potf2 keeps each thread's entries of the block in a register array indexed by
+    constants only: NVRTC's PTX of both instantiations has no local memory (a runtime index into
+    the entries, or a loop left rolled, would put them there: the latency the kernel exists to
+    remove). Needs NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
@@ -391,13 +393,14 @@ def test_no_host_syncs_and_launches(metal_backend):
         mpslinalg.cholesky_inverse(L)
         mpslinalg.solve_triangular(L, A, upper=False)
     assert syncs.calls == []
-    for n, launches in ((64, 1), (70, 3 * 3 - 2), (129, 3 * 5 - 2)):
+    for n in (64, 70, 129):
         A = metal_backend.tensor(hpd(n, torch.float32, (2,), seed=n))
         with count_launches() as counter:
             mpslinalg.cholesky_ex(A)
-        # chol_potf2, trsm_diag (the panel) and chol_update per block
+        # chol_potf2, trsm_diag (the panel) and chol_update per block, the last one chol_potf2
         kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
-        assert len(kernels) == launches, counter.names
+        blocks = 1 if n < cholesky_metal.BLOCKED_MIN_N else math.ceil(n / cholesky_metal.BLOCK)
+        assert len(kernels) == 3 * blocks - 2, counter.names
 
 
 # ---------------------------------------------------------------- blocked paths at small orders
