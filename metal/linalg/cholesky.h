@@ -7,14 +7,18 @@
 //   chol_potf2   n <= kCholUnblockedMax: the whole matrix in one launch, one threadgroup per
 //                matrix (right-looking potf2, the lower triangle held in registers, a few
 //                entries of one row per thread, kCholRowThreads threads a row);
-//   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf):
-//   chol_potf2   the diagonal block L11 (the same kernel on rows/columns [k0, k0 + w));
+//   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf),
+//   the first block's L11 by chol_potf2 (the same kernel on rows/columns [0, kCholBlock)), then:
 //   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
 //                metal/linalg/triangular.h, right side, one simdgroup per row of the panel (the
 //                block is one diagonal block of that solve, bs = kCholBlock, so its trsm_update
 //                has nothing to do);
 //   chol_update  the trailing update A22 -= L21 L21^H (HERK) on the shared simdgroup_matrix
-//                product (metal/common/gemm.h), lower triangle only.
+//                product (metal/common/gemm.h), lower triangle only; the threadgroup of A22's
+//                first diagonal tile, which is the next block's diagonal block, then factors
+//                it (potf2, kCholUpdateRowThreads threads a row), so no chol_potf2 launch is left
+//                between two blocks: 2 ceil(n / kCholBlock) - 1 launches in all (the first
+//                chol_potf2, then trsm_diag + chol_update per block but the last).
 // cholesky_inverse's potri: chol_lauum forms the lower triangle of X^H X for X = L^-1 (trtri, the
 // blocked triangular solve against the identity), on the same product.
 //
@@ -42,6 +46,7 @@ constant constexpr int kCholUnblockedMax = 64;
 constant constexpr int kCholBlock = 32;
 static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by chol_potf2");
 static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagonal squarely");
+static_assert(kCholBlock == kGemmTileM, "the next diagonal block is one tile of the update");
 
 // Scalars of chol_potf2 and chol_update (chol_lauum reads n only).
 struct CholParams {
@@ -80,8 +85,19 @@ static_assert(kCholPotf2Threads == kCholRowThreads * kCholUnblockedMax, "G threa
 static_assert(kSimdWidth % kCholRowThreads == 0, "a row's threads lie in one simdgroup");
 static_assert((kCholRowThreads & (kCholRowThreads - 1)) == 0, "a column's owner: low bits");
 static_assert(kCholPotf2Threads <= 1024, "Metal's threadgroup limit");
+// Threads a row of chol_update's potf2 of the next diagonal block (chol_potf2_entries' G): the
+// update's threadgroup (kGemmThreads, fixed by the product) over the block's kCholBlock rows, 4
+// (8 entries a thread). The same arithmetic per entry as kCholRowThreads: only the split of a
+// row's entries between threads differs, so the factor is bitwise chol_potf2's.
+constant constexpr int kCholUpdateRowThreads = 4;
+static_assert(kCholUpdateRowThreads * kCholBlock == kGemmThreads, "whole rows per thread group");
+static_assert(kSimdWidth % kCholUpdateRowThreads == 0, "a row's threads lie in one simdgroup");
+static_assert((kGemmScratchFloats + 2 * 2 * kCholBlock) * sizeof(float) <=
+                  kMaxThreadgroupMemoryBytes,
+              "chol_update's threadgroup memory: the product's scratch and two complex columns");
 
-// The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax). Thread
+// The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax) with G
+// threads a row (kCholRowThreads; chol_update's kCholUpdateRowThreads), N G threads. Thread
 // t owns the entries (i, g + G q) of the block, i = t / G, g = t % G, q < E = N / G, in `a`
 // (registers): every loop over them runs over all E with a compile-time bound and is unrolled,
 // so each index is a constant (a runtime index would put the array in local memory, whose loads
@@ -96,11 +112,13 @@ static_assert(kCholPotf2Threads <= 1024, "Metal's threadgroup limit");
 // step orders both the reads of step j and the writes for step j + 1 (a thread writes buffer
 // (j + 1) & 1 only after every thread passed the barrier of step j, i.e. finished reading it at
 // step j - 1). The arithmetic of every entry is that of the thread-per-row form it replaces.
-template <typename T, int N>
+// col: 2 N entries of threadgroup memory.
+template <typename T, int N, int G>
 inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, long w, long batch,
                                int t, threadgroup T* col) {
-  constexpr int G = kCholRowThreads, E = N / G;
+  constexpr int E = N / G;
   static_assert(N % G == 0 && (E & (E - 1)) == 0, "a row splits into E = N / G, a power of 2");
+  static_assert((G & (G - 1)) == 0, "a column's owner: low bits");
   const int i = t / G, g = t % G;
   const bool owns = i < int(w);
   device T* Ai = A + (owns ? k0 + i : k0) * n + k0;  // row i of the block
@@ -117,7 +135,7 @@ inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, l
   // after the loop, so info is never read and written by different threads of the launch.
   int first = 0;
   for (int j = 0; j < int(w); ++j) {
-    threadgroup const T* c = col + (j & 1) * kCholUnblockedMax;
+    threadgroup const T* c = col + (j & 1) * N;
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     // !(d > 0) is LAPACK's test (ajj <= 0 or NaN); a failed pivot gives NaN from here on.
     const float d = chol_real(c[j]);
@@ -159,7 +177,7 @@ inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, l
             pick[q] = (s & bit) != 0 ? pick[2 * q + 1] : pick[2 * q];
           }
         }
-        col[((j + 1) & 1) * kCholUnblockedMax + i] = pick[0];
+        col[((j + 1) & 1) * N + i] = pick[0];
       }
     }
   }
@@ -206,9 +224,10 @@ template <typename T>
   const long batch = long(group.y);
   device T* A = a + batch * n * n;
   if (w <= kSimdWidth) {  // uniform over the group: one body runs, barriers stay matched
-    chol_potf2_entries<T, kSimdWidth>(A, info, n, k0, w, batch, int(tid), col);
+    chol_potf2_entries<T, kSimdWidth, kCholRowThreads>(A, info, n, k0, w, batch, int(tid), col);
   } else {
-    chol_potf2_entries<T, kCholUnblockedMax>(A, info, n, k0, w, batch, int(tid), col);
+    chol_potf2_entries<T, kCholUnblockedMax, kCholRowThreads>(A, info, n, k0, w, batch, int(tid),
+                                                              col);
   }
 }
 
@@ -216,17 +235,30 @@ template <typename T>
 // [s, n) x columns [k0, s): one kGemmTileM x kGemmTileN block of A22 per threadgroup of
 // kGemmThreads. Only the lower triangle is read later, so blocks wholly above the diagonal
 // return at once and the blocks on it write their lower triangle only (the zeros above it stay).
-// Grid: (column blocks * kGemmThreads, row blocks, batch).
+// Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
+// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2 would (potf2 with
+// kCholUpdateRowThreads threads a row, the same arithmetic per entry, info the same): no other
+// threadgroup of the launch reads or writes that block (the others write the rest of A22 and
+// read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This removes
+// the chol_potf2 launch of every block but the first: the blocks form a serial chain of
+// launches, each costing the host its submission (9.5 us each through the CUDA executor on an
+// H200), which, with chol_potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
+// The launch now lasts as long as this threadgroup: one tile's update, then the w' steps the
+// removed chol_potf2 launch ran. Grid: (column blocks * kGemmThreads, row blocks, batch);
+// max_total_threads_per_threadgroup is the launch's kGemmThreads (on the CUDA executor, a bound
+// that leaves the product's accumulators and the potf2's entries their registers).
 template <typename T>
-[[kernel]] void chol_update(
+[[kernel, max_total_threads_per_threadgroup(mpsl::kGemmThreads)]] void chol_update(
     device T* a [[buffer(0)]],
-    constant mpsl::CholParams& p_ [[buffer(1)]],
+    device int* info [[buffer(1)]],
+    constant mpsl::CholParams& p_ [[buffer(2)]],
     uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]],
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup float scratch[kGemmScratchFloats];
+  threadgroup T col[2 * kCholBlock];  // the potf2's column j, two steps alternating
   const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
   if (col0 >= row0 + kGemmTileM) {
     return;  // the whole threadgroup: no barrier is left waiting
@@ -236,6 +268,24 @@ template <typename T>
   device const T* l21 = A + s * n + k0;
   gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n, n - s, n - s, w, row0,
             col0, -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
+  if (row0 != 0 || col0 != 0) {
+    return;  // uniform over the threadgroup: the diagonal block is tile (0, 0) of A22 only
+  }
+  // gemm_tile's threads stored the tile's entries to device memory, each thread its own, and
+  // the potf2 below reads them spread differently over the threads (a thread reads entries
+  // others stored). threadgroup_barrier with mem_flags::mem_device (the Metal Shading Language
+  // specification, synchronization functions) is an execution barrier for the threadgroup
+  // that also orders its threads' device-memory operations: a store before it by one thread
+  // is seen by a load after it by any thread of the same threadgroup. It promises nothing
+  // about other threadgroups of the launch (that would take device-scope coherence, e.g.
+  // Metal 3.2's coherent(device) buffers with device-scope fences, and an order between
+  // threadgroups that Metal does not give), which is why the threadgroup that wrote the block
+  // is the one that factors it, and no other touches it before the launch ends. gemm_tile's
+  // own last barrier orders threadgroup memory only, hence this one.
+  threadgroup_barrier(metal::mem_flags::mem_device);
+  const long w2 = metal::min(long(kCholBlock), n - s);
+  chol_potf2_entries<T, kCholBlock, kCholUpdateRowThreads>(A, info, n, s, w2, long(group.z),
+                                                           int(tid), col);
 }
 
 // potri's product (LAPACK lauum): the lower triangle of C = X^H X for lower triangular X (n x n,

@@ -8,10 +8,11 @@ every kernel (no loop over batch elements).
 
 Launches per call:
   cholesky_metal          a tril copy (torch's), then n < BLOCKED_MIN_N: 1 (chol_potf2);
-                          otherwise per block of BLOCK columns chol_potf2 + trsm_diag (the panel,
-                          triangular.metal) + chol_update (the last block has neither):
-                          3 * ceil(n / 32) - 2; upper=True adds the conjugate transposes in and
-                          out.
+                          otherwise chol_potf2 (the first block of BLOCK columns), then per
+                          block but the last trsm_diag (the panel, triangular.metal) +
+                          chol_update (the trailing update, which also factors the next
+                          diagonal block): 2 * ceil(n / 32) - 1 (63 at n = 1024, 255 at 4096);
+                          upper=True adds the conjugate transposes in and out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
@@ -45,6 +46,9 @@ UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
 BLOCK = 32  # kCholBlock: columns per block (a multiple of triangular_metal.BLOCK)
 ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of the block
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
+#: kCholUpdateRowThreads: threads a row of chol_update's potf2 of the next diagonal block (its
+#: threadgroup, gemm_metal's THREADS, over BLOCK rows)
+UPDATE_ROW_THREADS = 4
 
 #: The blocked factorization from this order on (the tests lower it to reach the blocked path
 #: on small matrices); at most UNBLOCKED_MAX + 1.
@@ -97,12 +101,12 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
         update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
         no_pivots = _no_pivots(A.device)
-        for k0 in range(0, n, BLOCK):
-            w = min(BLOCK, n - k0)
-            _potf2(potf2, L, info_flat, n, k0, w, batch)
+        # The first diagonal block; chol_update factors each later one (the first tile of its
+        # trailing matrix) right after updating it.
+        _potf2(potf2, L, info_flat, n, 0, min(BLOCK, n), batch)
+        for k0 in range(0, n - BLOCK, BLOCK):
+            w = BLOCK  # every block but the last is whole, and the last has no panel
             s = k0 + w
-            if s == n:
-                break
             # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
             # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
             params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
@@ -110,7 +114,8 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
                                                    x_offset=s * n, x_batch=n * n)
             launch(panel, L, no_pivots, L, params, no_pivots,
                    **triangular_metal.diag_grid(n - s, batch))
-            launch(update, L, _params(n, k0, w), **gemm_metal.gemm_grid(n - s, n - s, batch))
+            launch(update, L, info_flat, _params(n, k0, w),
+                   **gemm_metal.gemm_grid(n - s, n - s, batch))
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 
 

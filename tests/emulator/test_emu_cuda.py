@@ -672,7 +672,8 @@ def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
 @pytest.mark.parametrize("n", [40, 100, 300])
 def test_cholesky_matches_emulator(cuda_metal, n, dtype):
     """The Cholesky kernels on the executor (n > 64: chol_potf2, the right-side trsm_diag of
-    the panel, chol_update; cholesky_inverse: the triangular inverse, chol_lauum) give the
+    the panel, chol_update, which also factors the next diagonal block; cholesky_inverse: the
+    triangular inverse, chol_lauum) give the
     emulator's results, info and NaN of a failing minor included."""
     from mpslinalg.linalg import cholesky_metal
 

@@ -92,7 +92,9 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
                                          ("kCholBlock", cholesky_metal.BLOCK),
                                          ("kCholRowThreads", cholesky_metal.ROW_THREADS),
-                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
+                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS),
+                                         ("kCholUpdateRowThreads",
+                                          cholesky_metal.UPDATE_ROW_THREADS)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
@@ -113,7 +115,9 @@ def test_potf2_entries_stay_in_registers():
     """chol_potf2 keeps each thread's entries of the block in a register array indexed by
     constants only: NVRTC's PTX of both instantiations has no local memory (a runtime index into
     the entries, or a loop left rolled, would put them there: the latency the kernel exists to
-    remove). Needs NVRTC, not a GPU (the test-cuda extra)."""
+    remove), nor has float32 chol_update's, whose threadgroup factors the next diagonal block
+    with 4 threads a row (complex64's has the product's own local array, fused or not). Needs
+    NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
@@ -124,9 +128,10 @@ def test_potf2_entries_stay_in_registers():
     except cuda.NvrtcNotFoundError as exc:
         pytest.skip(f"NVRTC is not available (the test-cuda extra installs it): {exc}")
     ptx = cuda.compile_ptx(_metal.load_source("linalg/cholesky.metal"))
-    entries = dict(re.findall(r"\.entry \w+?_(chol_potf2_\w+)\((.*?)(?=\.entry |\Z)", ptx,
-                              re.S))
-    assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32"]
+    entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|update_float32))\((.*?)"
+                              r"(?=\.entry |\Z)", ptx, re.S))
+    assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32",
+                               "chol_update_float32"]
     for name, body in entries.items():
         assert ".local" not in body, name
 
@@ -397,10 +402,13 @@ def test_no_host_syncs_and_launches(metal_backend):
         A = metal_backend.tensor(hpd(n, torch.float32, (2,), seed=n))
         with count_launches() as counter:
             mpslinalg.cholesky_ex(A)
-        # chol_potf2, trsm_diag (the panel) and chol_update per block, the last one chol_potf2
+        # chol_potf2 (the first block), then trsm_diag (the panel) and chol_update (which
+        # factors the next diagonal block) per block but the last
         kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
         blocks = 1 if n < cholesky_metal.BLOCKED_MIN_N else math.ceil(n / cholesky_metal.BLOCK)
-        assert len(kernels) == 3 * blocks - 2, counter.names
+        assert len(kernels) == 2 * blocks - 1, counter.names
+        assert [k.rsplit("_", 1)[0] for k in kernels] == ["chol_potf2"] + [
+            "trsm_diag", "chol_update"] * (blocks - 1), counter.names
 
 
 # ---------------------------------------------------------------- blocked paths at small orders
@@ -409,7 +417,8 @@ def test_no_host_syncs_and_launches(metal_backend):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [33, 40, 64])
 def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
-    """The blocked potrf (chol_potf2 + trsm_diag + chol_update), forced from order 33 on: the
+    """The blocked potrf (chol_potf2, then trsm_diag + chol_update, which factors the next
+    diagonal block), forced from order 33 on: the
     one-threadgroup kernel's factor to rounding, the ratio, the other triangle zero, and its
     launches; both triangles read, a failing minor in the second block."""
     A = hpd(n, dtype, (2,), seed=n, cond=1e3)
@@ -419,7 +428,7 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
         with count_launches() as counter:
             L, info = cholesky_metal.cholesky_metal(A, upper)
         kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
-        assert len(kernels) == 3 * math.ceil(n / cholesky_metal.BLOCK) - 2, counter.names
+        assert len(kernels) == 2 * math.ceil(n / cholesky_metal.BLOCK) - 1, counter.names
         assert (info == 0).all() and potrf_ratio(A, L, upper) < THRESH
         torch.testing.assert_close(L.mH if upper else L, whole, rtol=1e-5, atol=1e-5)
         assert ((L.tril(-1) if upper else L.triu(1)) == 0).all()
@@ -431,6 +440,37 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
     torch.testing.assert_close(wide(L)[1, :, :32],
                                torch.linalg.cholesky_ex(wide(bad[1])).L[:, :32], rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("n, minor", [(65, 65), (96, 70), (129, 100), (200, 170)])
+def test_fused_next_block_failures_and_nan(n, minor):
+    """chol_update factors the next diagonal block in the threadgroup that updated it: a batch
+    of a good matrix, one whose failing minor lies in a later block (the last, partial one at
+    n = 65) and one with NaN read below the diagonal, per dtype: info exactly torch's (float64),
+    the factor torch's before the failing column and NaN (lower triangle) from it on, the other
+    batch elements untouched."""
+    lower = torch.ones(n, n, dtype=torch.bool).tril()
+    for dtype in (torch.float32, torch.complex64):
+        A = hpd(n, dtype, (3,), seed=n, cond=1e3)
+        A[1, minor - 1, minor - 1] = -2.0
+        A[2, n // 2, 3] = math.nan
+        L, info = cholesky_metal.cholesky_metal(A, False)
+        assert torch.equal(info, torch.linalg.cholesky_ex(wide(A)).info)
+        assert info[0] == 0 and info[1] == minor and info[2] > 0
+        assert potrf_ratio(A[:1], L[:1]) < THRESH
+        for b in (1, 2):
+            # Columns [0, k) of the factor, all rows, from A's first k columns in float64:
+            # L11 = chol(A11), L21 = A21 L11^-H (LAPACK's factor leaves the failing block's
+            # panel unsolved, so it is no reference there). The NaN read in batch element 2
+            # lies in row n // 2 (its failing pivot), which NaN fills in both.
+            k = int(info[b]) - 1
+            Ab = wide(A[b])
+            L11 = torch.linalg.cholesky(Ab[:k, :k])
+            L21 = torch.linalg.solve_triangular(L11.mH, Ab[k:, :k], upper=True, left=False)
+            torch.testing.assert_close(wide(L)[b, :, :k], torch.cat([L11, L21]), rtol=1e-4,
+                                       atol=1e-4, equal_nan=True)
+            assert wide(L)[b, :, k:][lower[:, k:]].isnan().all()
+        assert (L.triu(1) == 0).all()
 
 
 @pytest.mark.parametrize("bs", [32, 64])
