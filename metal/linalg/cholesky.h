@@ -50,9 +50,11 @@ static_assert(kCholBlock == kGemmTileM, "the next diagonal block is one tile of 
 
 // Scalars of chol_potf2 and chol_update (chol_lauum reads n only).
 struct CholParams {
-  long n;   // order of each matrix (its row stride)
-  long k0;  // first row and column of the diagonal block
-  long w;   // order of the diagonal block
+  long n;     // order of each matrix (its row stride)
+  long k0;    // first row and column of the diagonal block
+  long w;     // order of the diagonal block
+  long next;  // chol_update: 1 to factor the next diagonal block (blocks of kCholBlock columns),
+              // 0 to leave it to a chol_potf2 launch (the host's wider blocks, to be measured)
 };
 
 inline float chol_real(float a) { return a; }
@@ -268,7 +270,7 @@ template <typename T>
   device const T* l21 = A + s * n + k0;
   gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n, n - s, n - s, w, row0,
             col0, -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
-  if (row0 != 0 || col0 != 0) {
+  if (p_.next == 0 || row0 != 0 || col0 != 0) {
     return;  // uniform over the threadgroup: the diagonal block is tile (0, 0) of A22 only
   }
   // gemm_tile's threads stored the tile's entries to device memory, each thread its own, and

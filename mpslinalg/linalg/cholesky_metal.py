@@ -43,7 +43,11 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
-BLOCK = 32  # kCholBlock: columns per block (a multiple of triangular_metal.BLOCK)
+NEXT_BLOCK = 32  # kCholBlock: the next diagonal block chol_update factors (one GEMM tile)
+#: Columns per block (a multiple of triangular_metal.BLOCK): NEXT_BLOCK, whose blocks but the
+#: first chol_update factors; a wider one (at most UNBLOCKED_MAX, e.g. for
+#: benchmarks/sweep_cuda_cholesky.py) takes a chol_potf2 launch a block.
+BLOCK = NEXT_BLOCK
 ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of the block
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
 #: kCholUpdateRowThreads: threads a row of chol_update's potf2 of the next diagonal block (its
@@ -63,8 +67,8 @@ POTRS_STEPS = {
 }
 
 
-def _params(n: int, k0: int, w: int) -> list[int]:
-    return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w)
+def _params(n: int, k0: int, w: int, next_block: int = 0) -> list[int]:
+    return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w, next=next_block)
 
 
 def _potf2(kernel, L, info, n: int, k0: int, w: int, batch: int) -> None:
@@ -101,12 +105,18 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
         update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
         no_pivots = _no_pivots(A.device)
-        # The first diagonal block; chol_update factors each later one (the first tile of its
-        # trailing matrix) right after updating it.
-        _potf2(potf2, L, info_flat, n, 0, min(BLOCK, n), batch)
-        for k0 in range(0, n - BLOCK, BLOCK):
-            w = BLOCK  # every block but the last is whole, and the last has no panel
+        # With blocks of NEXT_BLOCK columns (the default), chol_update factors each diagonal
+        # block but the first (the first tile of its trailing matrix) right after updating it;
+        # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
+        # each.
+        fused = BLOCK == NEXT_BLOCK
+        for k0 in range(0, n, BLOCK):
+            w = min(BLOCK, n - k0)
+            if k0 == 0 or not fused:
+                _potf2(potf2, L, info_flat, n, k0, w, batch)
             s = k0 + w
+            if s == n:
+                break
             # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
             # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
             params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
@@ -114,7 +124,7 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
                                                    x_offset=s * n, x_batch=n * n)
             launch(panel, L, no_pivots, L, params, no_pivots,
                    **triangular_metal.diag_grid(n - s, batch))
-            launch(update, L, info_flat, _params(n, k0, w),
+            launch(update, L, info_flat, _params(n, k0, w, int(fused)),
                    **gemm_metal.gemm_grid(n - s, n - s, batch))
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 

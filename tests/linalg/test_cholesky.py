@@ -90,7 +90,7 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
-                                         ("kCholBlock", cholesky_metal.BLOCK),
+                                         ("kCholBlock", cholesky_metal.NEXT_BLOCK),
                                          ("kCholRowThreads", cholesky_metal.ROW_THREADS),
                                          ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS),
                                          ("kCholUpdateRowThreads",
@@ -412,6 +412,25 @@ def test_no_host_syncs_and_launches(metal_backend):
 
 
 # ---------------------------------------------------------------- blocked paths at small orders
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
+    """BLOCK = 64 (what benchmarks/sweep_cuda_cholesky.py measures against the default): every
+    diagonal block by its own chol_potf2 launch, chol_update told not to factor the next one:
+    3 ceil(n / 64) - 2 launches, the default's factor to rounding, a failing minor's info."""
+    n = 150
+    A = hpd(n, dtype, (2,), seed=7, cond=1e3)
+    default, _ = cholesky_metal.cholesky_metal(A, False)
+    monkeypatch.setattr(cholesky_metal, "BLOCK", 64)
+    with count_launches() as counter:
+        L, info = cholesky_metal.cholesky_metal(A, False)
+    kernels = [k.rsplit("_", 1)[0] for k in counter.names if k.startswith(("chol_", "trsm_"))]
+    assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2"], kernels
+    assert (info == 0).all() and potrf_ratio(A, L, False) < THRESH
+    torch.testing.assert_close(L, default, rtol=1e-5, atol=1e-5)
+    bad = torch.stack([A[0], _indefinite(n, dtype, 100, seed=3)])
+    assert cholesky_metal.cholesky_metal(bad, False)[1].tolist() == [0, 100]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
