@@ -67,4 +67,26 @@ inline void rotate_pair(thread T& x, thread T& y, JacobiRotation<T> rot) {
   y = yp;
 }
 
+// The pair (p, q), p < q, of step r (0 <= r < m - 1) and slot k (0 <= k < m / 2) of the
+// round-robin ("circle") order on m (even) indices (Brent and Luk 1985): index m - 1 stays, the
+// others turn; every pair meets once in the m - 1 steps of a sweep, no index twice in a step.
+// For odd n (m = n + 1) index n is a dummy (q == n: the pair is skipped). The sums r + k and
+// r - k + m - 1 lie in [0, 2 (m - 1)), so the reduction modulo m - 1 is one conditional
+// subtraction (the same indices as %, without an integer division on the step's path).
+inline void jacobi_round_robin(int m, int r, int k, thread int& p, thread int& q) {
+  const int turn = m - 1;
+  int x, y;
+  if (k == 0) {
+    x = turn;
+    y = r;
+  } else {
+    x = r + k;
+    x = x >= turn ? x - turn : x;
+    y = r - k + turn;
+    y = y >= turn ? y - turn : y;
+  }
+  p = metal::min(x, y);
+  q = metal::max(x, y);
+}
+
 }  // namespace mpsl

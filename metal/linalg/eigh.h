@@ -121,19 +121,22 @@ inline bool eigh_needs_rotation(float off, float a_pp, float a_qq) {
          off > kEighTol * metal::sqrt(metal::fabs(a_pp)) * metal::sqrt(metal::fabs(a_qq));
 }
 
-// The pair (p, q), p < q, of step r of the round-robin order on m (even) indices: index m - 1
-// stays, the others turn (the circle method); index n (when n is odd, m = n + 1) is a dummy.
-inline void eigh_round_robin(int m, int r, int k, thread int& p, thread int& q) {
-  int x, y;
-  if (k == 0) {
-    x = m - 1;
-    y = r;
-  } else {
-    x = (r + k) % (m - 1);
-    y = (r - k + (m - 1)) % (m - 1);
-  }
-  p = metal::min(x, y);
-  q = metal::max(x, y);
+// Entries (i, p), (i, q) of the row-major n x n matrix at x <- [x_ip, x_iq] J (A J, V J).
+template <typename T, typename P>
+inline void eigh_rotate_row(P x, int n, int i, int p, int q, JacobiRotation<T> jr) {
+  T y0 = x[i * n + p], y1 = x[i * n + q];
+  rotate_pair(y0, y1, jr);
+  x[i * n + p] = y0;
+  x[i * n + q] = y1;
+}
+
+// Entries (p, j), (q, j) <- those of J^H [x_pj; x_qj], through the conjugates (J^H A).
+template <typename T, typename P>
+inline void eigh_rotate_column(P x, int n, int j, int p, int q, JacobiRotation<T> jr) {
+  T r0 = conj(x[p * n + j]), r1 = conj(x[q * n + j]);
+  rotate_pair(r0, r1, jr);
+  x[p * n + j] = conj(r0);
+  x[q * n + j] = conj(r1);
 }
 
 // Position of eigenvalue i in ascending order (ties by index; NaN last, as in a total order).
@@ -211,7 +214,7 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
       // The rotations of the m / 2 disjoint pairs, from the same A.
       for (int k = int(tid); k < pairs; k += int(nthreads)) {
         int pp, qq;
-        eigh_round_robin(m, r, k, pp, qq);
+        jacobi_round_robin(m, r, k, pp, qq);
         float rk[kEighRotFloats] = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         if (qq < n) {
           const float a_pp = eigh_real(x[pp * n + pp]), a_qq = eigh_real(x[qq * n + qq]);
@@ -232,58 +235,60 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
         }
       }
       threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-      // A <- A J and V <- V J: pair k, row i; neighbouring threads take the pairs of one row
-      // (the two columns of a pair are n apart in memory, the pairs of a row are not).
-      for (long item = long(tid); item < long(pairs) * n; item += long(nthreads)) {
-        const int k = int(item % pairs), i = int(item / pairs);
-        if (rot[k * kEighRotFloats + 5] == 0.0f) {
+      // A <- J^H A J and V <- V J in one pass: item (k1, k2) owns the 2 x 2 block of A on
+      // rows p1, q1 (pair k1) and columns p2, q2 (pair k2) and V's rows p1, q1 of columns p2,
+      // q2. Each entry gets A J (pair k2's rotation, along its row) and then J^H (pair k1's,
+      // along its column, through the conjugates) in that order, the operations of two passes
+      // over the whole matrix with a barrier between them, so the same values with one barrier
+      // less; a diagonal block (k1 == k2) gets its exact values. Index n (odd n) is the dummy:
+      // its pair never rotates, its row and column do not exist. (int indices, as the entries':
+      // a 64-bit division would be a long emulation.)
+      for (int item = int(tid); item < pairs * pairs; item += int(nthreads)) {
+        const int k1 = item / pairs, k2 = item % pairs;
+        const bool act1 = rot[k1 * kEighRotFloats + 5] != 0.0f;
+        const bool act2 = rot[k2 * kEighRotFloats + 5] != 0.0f;
+        if (!act1 && !act2) {
           continue;
         }
-        int pp, qq;
-        eigh_round_robin(m, r, k, pp, qq);
-        JacobiRotation<T> jr;
-        jr.c = rot[k * kEighRotFloats];
-        jr.s = eigh_load_sine<T>(rot[k * kEighRotFloats + 1], rot[k * kEighRotFloats + 2]);
-        jr.t = 0.0f;
-        T y0 = x[i * n + pp], y1 = x[i * n + qq];
-        rotate_pair(y0, y1, jr);
-        x[i * n + pp] = y0;
-        x[i * n + qq] = y1;
-        if (vectors) {
-          T z0 = vm[i * n + pp], z1 = vm[i * n + qq];
-          rotate_pair(z0, z1, jr);
-          vm[i * n + pp] = z0;
-          vm[i * n + qq] = z1;
+        int p1, q1, p2, q2;
+        jacobi_round_robin(m, r, k1, p1, q1);
+        jacobi_round_robin(m, r, k2, p2, q2);
+        const bool row_q = q1 < n, col_q = q2 < n;
+        if (act2) {
+          JacobiRotation<T> j2;
+          j2.c = rot[k2 * kEighRotFloats];
+          j2.s = eigh_load_sine<T>(rot[k2 * kEighRotFloats + 1], rot[k2 * kEighRotFloats + 2]);
+          j2.t = 0.0f;
+          if (k1 != k2) {
+            eigh_rotate_row(x, n, p1, p2, q2, j2);
+            if (row_q) {
+              eigh_rotate_row(x, n, q1, p2, q2, j2);
+            }
+          }
+          if (vectors) {
+            eigh_rotate_row(vm, n, p1, p2, q2, j2);
+            if (row_q) {
+              eigh_rotate_row(vm, n, q1, p2, q2, j2);
+            }
+          }
         }
-      }
-      threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-      // A <- J^H A (rows p and q through their conjugates): pair k, column j; the 2 x 2 block
-      // gets its exact values.
-      for (long item = long(tid); item < long(pairs) * n; item += long(nthreads)) {
-        const int k = int(item / n), j = int(item % n);
-        if (rot[k * kEighRotFloats + 5] == 0.0f) {
-          continue;
+        if (k1 == k2) {
+          if (act1) {
+            x[p1 * n + p1] = eigh_from_real<T>(rot[k1 * kEighRotFloats + 3]);
+            x[q1 * n + p1] = zero<T>();
+            x[p1 * n + q1] = zero<T>();
+            x[q1 * n + q1] = eigh_from_real<T>(rot[k1 * kEighRotFloats + 4]);
+          }
+        } else if (act1) {
+          JacobiRotation<T> j1;
+          j1.c = rot[k1 * kEighRotFloats];
+          j1.s = eigh_load_sine<T>(rot[k1 * kEighRotFloats + 1], rot[k1 * kEighRotFloats + 2]);
+          j1.t = 0.0f;
+          eigh_rotate_column(x, n, p2, p1, q1, j1);
+          if (col_q) {
+            eigh_rotate_column(x, n, q2, p1, q1, j1);
+          }
         }
-        int pp, qq;
-        eigh_round_robin(m, r, k, pp, qq);
-        if (j == pp) {
-          x[pp * n + pp] = eigh_from_real<T>(rot[k * kEighRotFloats + 3]);
-          x[qq * n + pp] = zero<T>();
-          continue;
-        }
-        if (j == qq) {
-          x[pp * n + qq] = zero<T>();
-          x[qq * n + qq] = eigh_from_real<T>(rot[k * kEighRotFloats + 4]);
-          continue;
-        }
-        JacobiRotation<T> jr;
-        jr.c = rot[k * kEighRotFloats];
-        jr.s = eigh_load_sine<T>(rot[k * kEighRotFloats + 1], rot[k * kEighRotFloats + 2]);
-        jr.t = 0.0f;
-        T r0 = conj(x[pp * n + j]), r1 = conj(x[qq * n + j]);
-        rotate_pair(r0, r1, jr);
-        x[pp * n + j] = conj(r0);
-        x[qq * n + j] = conj(r1);
       }
       threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
     }

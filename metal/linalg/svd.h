@@ -130,21 +130,6 @@ inline JacobiRotation<T> svd_pair_rotation(float nx, float ny, T c) {
 
 // ---- svd_jacobi: one threadgroup per square matrix ----
 
-// The pair (p, q), p < q, met by `slot` in `step` of the circle ordering of n2 (even) players;
-// q == n2 - 1 >= n marks the bye of an odd n.
-inline void svd_round_robin(long n2, long step, long slot, thread long& p, thread long& q) {
-  long a, b;
-  if (slot == 0) {
-    a = n2 - 1;
-    b = step;
-  } else {
-    a = (step + slot) % (n2 - 1);
-    b = (step - slot + n2 - 1) % (n2 - 1);
-  }
-  p = metal::min(a, b);
-  q = metal::max(a, b);
-}
-
 // Norm of the column x[0 .. n) from its entries divided by its largest one (rows strided over
 // the simdgroup's lanes; every lane gets the result).
 template <typename T, typename P>
@@ -320,10 +305,10 @@ inline void svd_jacobi_body(P w, P v, device const T* ab, device T* scratch, dev
   int sweeps = kSvdNotConverged;
   for (int sweep = 1; sweep <= kSvdMaxSweeps; ++sweep) {
     float rotated = 0.0f;
-    for (long step = 0; step < n2 - 1; ++step) {
-      for (long slot = sg; slot < pairs; slot += nsg) {
-        long p, q;
-        svd_round_robin(n2, step, slot, p, q);
+    for (int step = 0; step < int(n2) - 1; ++step) {
+      for (int slot = int(sg); slot < int(pairs); slot += int(nsg)) {
+        int p, q;
+        jacobi_round_robin(int(n2), step, slot, p, q);
         if (q < n && svd_rotate_columns<T>(w, v, n, p, q, vectors, tol, lane)) {
           rotated = 1.0f;
         }

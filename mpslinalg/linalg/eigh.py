@@ -59,9 +59,10 @@ def group_max_n(dtype: torch.dtype) -> int:
 
 
 def _group_threads(n: int) -> int:
-    """Threads of an eigh_group / eigh_device threadgroup: one per (pair, row) item of a
-    rotation step, rounded up to whole simdgroups, at most MAX_THREADS."""
-    items = (n + 1) // 2 * n
+    """Threads of an eigh_group / eigh_device threadgroup: one per (pair, pair) block of a
+    rotation step's update, rounded up to whole simdgroups, at most MAX_THREADS."""
+    pairs = (n + 1) // 2
+    items = pairs * pairs
     return min(MAX_THREADS, _metal.ceil_div(items, SIMD_WIDTH) * SIMD_WIDTH)
 
 

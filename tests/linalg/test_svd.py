@@ -516,8 +516,21 @@ def test_host_constants_mirror_header():
     assert svd_metal.STAGE_BYTES == 32768 - svd_metal.MAX_SIMDGROUPS * 4
 
 
+def _round_robin(m, r, k):
+    """Mirror of metal/common/jacobi.h's jacobi_round_robin (the modulo as one conditional
+    subtraction)."""
+    turn = m - 1
+    if k == 0:
+        x, y = turn, r
+    else:
+        x, y = r + k, r - k + turn
+        x, y = (x - turn if x >= turn else x), (y - turn if y >= turn else y)
+        assert (x, y) == ((r + k) % turn, (r - k + turn) % turn)
+    return min(x, y), max(x, y)
+
+
 def test_round_robin_meets_every_pair_once():
-    """The circle ordering of svd_jacobi (mirrored here): every pair once per sweep, no column
+    """The circle ordering of svd_jacobi and eigh_group: every pair once per sweep, no column
     twice in a step."""
     for n in range(1, 12):
         n2 = n + n % 2
@@ -525,11 +538,10 @@ def test_round_robin_meets_every_pair_once():
         for step in range(n2 - 1):
             cols = []
             for slot in range(n2 // 2):
-                a, b = ((n2 - 1, step) if slot == 0 else
-                        ((step + slot) % (n2 - 1), (step - slot + n2 - 1) % (n2 - 1)))
-                cols += [a, b]
-                if max(a, b) < n:
-                    seen.append((min(a, b), max(a, b)))
+                p, q = _round_robin(n2, step, slot)
+                cols += [p, q]
+                if q < n:
+                    seen.append((p, q))
             assert len(set(cols)) == len(cols)
         assert sorted(seen) == [(p, q) for p in range(n) for q in range(p + 1, n)]
 
