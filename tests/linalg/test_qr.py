@@ -400,24 +400,18 @@ def test_rank_revealing_extreme_scales(backend, scale):
                                    rtol=1e-4, atol=1e-4 * float(plain.solution.abs().max()))
 
 
-def test_gelsy_larger_than_its_threadgroup(backend):
-    """m rows and n + k columns past lstsq_gelsy's threads (each thread serves several)."""
+def test_gelsy_larger_than_its_threadgroup(metal_backend):
+    """m rows and n + k columns past lstsq_gelsy's threads (each thread serves several): the
+    Metal kernel's rank and minimum-norm solution against LAPACK's. Not run on the torch
+    backend, whose gelsy is torch's own call (MKL's xGELSY on x86): on loaded 2-core CI machines
+    it gave rank 199 for this matrix (gap 0.096 against 1e-8, threshold 3e-5) and, in another
+    run, two calls on the same input differing by 1.4% in the solution; torch's gelsy is
+    covered by the generic parity tests on small matrices."""
+    backend = metal_backend
     m, n = qr_metal.GELSY_MAX_THREADS + 14, qr_metal.GELSY_MAX_THREADS - 1
     A = matrix_with_spread(m, 10.0, torch.float32, (), seed=31, rank=200)[:, :n]
     B = random_matrix(3, torch.float32, (), seed=32, m=m)
-    if "gelsy" not in drivers(backend):  # torch on CUDA refuses it, and so do we there
-        with pytest.raises(RuntimeError, match="mpslinalg.lstsq: `driver` other than `gels`"):
-            mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gelsy")
-        return
     res = mpslinalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gelsy")
-    if not backend.is_metal:
-        # torch's own xGELSY (MKL's on x86): its rank decision at this gap (0.096 against 1e-8,
-        # threshold 3e-5) is MKL's, and one CI machine's MKL gave 199, so the contract checked
-        # is torch's answer, not LAPACK's
-        expected = torch.linalg.lstsq(backend.tensor(A), backend.tensor(B), driver="gelsy")
-        assert int(res.rank) == int(expected.rank)
-        torch.testing.assert_close(res.solution, expected.solution)
-        return
     assert int(res.rank) == 200
     ref, _ = scipy_min_norm(A, B, torch.finfo(torch.float32).eps * m)
     err = float((wide(res.solution) - ref).abs().max() / ref.abs().max())
