@@ -22,14 +22,10 @@ import torch
 
 os.environ.setdefault("MPSLINALG_METAL_ON_CUDA", "1")
 
+from bench_cuda_executor import _hpd  # noqa: E402 - the cholesky section's matrices
+
 from mpslinalg.emulator import cuda  # noqa: E402
 from mpslinalg.linalg import cholesky_metal as _chol  # noqa: E402
-
-
-def _hpd(batch: int, n: int, device: str) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randn(batch, n, n, generator=gen)
-    return (x @ x.mT / n + torch.eye(n)).to(device)
 
 
 def _factor(A: torch.Tensor, block: int):
@@ -87,7 +83,7 @@ def main() -> None:
     print("| --- | --- | ---: | ---: | --- | ---: |")
     for case in args.cases.split(","):
         batch, n = (int(v) for v in case.split("x"))
-        A = _hpd(batch, n, "cuda")
+        A = _hpd(batch, n, torch.float32, 3, "cuda").reshape(batch, n, n)
         ref = torch.linalg.cholesky(A)
         contenders = {f"executor, block {b}": (lambda A=A, b=b: _factor(A, b)) for b in blocks}
         contenders["torch.linalg.cholesky"] = lambda A=A: torch.linalg.cholesky(A)
