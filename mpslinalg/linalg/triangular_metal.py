@@ -15,7 +15,7 @@ is non-zero, decided on the device; a gated solve is the blocked one unless trsv
 (trsv also honours the gate; trsm does not).
 
 The solve by inverted diagonal blocks (``kind="inverse"``, `use_inverse`: diagonal blocks of
-at least INVERSE_MIN_BLOCK rows and at least INVERSE_MIN_RHS right-hand sides, no gate; a step
+at least INVERSE_MIN_BLOCK rows and at most INVERSE_MAX_RHS right-hand sides, no gate; a step
 with row interchanges keeps the blocked solve), as MAGMA's and cuBLAS-style trsm: the diagonal
 blocks D_s of op(M) do not depend on B, so they are gathered into one contiguous (ceil(n / bs)
 * batch, bs, bs) tensor and inverted at once (`diagonal_block_inverses`, LAPACK trtri by
@@ -62,28 +62,29 @@ BLOCK = 32  # kTriBlock: rows per block of trsm / trsv, per sub-block of a diago
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
 DIAG_MAX_BLOCK = 512  # kTriMaxBlock: the largest diagonal block trsm_diag solves
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
-#: The rule of the solve by inverted diagonal blocks (`use_inverse`), static estimates to be
-#: checked on the H200 (bench_cuda_executor.py --sections trsm): diagonal blocks of at least
-#: this many rows, i.e. n > 3584. It replaces trsm_diag's serial chain of (bs / 32)(bs / 32 + 1)
-#: / 2 staged tiles (36 at bs = 256: ~72 us a launch measured there) by a product of depth bs
-#: (bs / 16 staging steps a threadgroup: trsm_update's, ~57 us a launch on average at depth
-#: 256); tiles grow as bs^2, steps as bs, so at 128 rows (10 tiles against 8 steps) nothing is
-#: to be won that pays for inverting the blocks.
+#: The rule of the solve by inverted diagonal blocks (`use_inverse`), measured on an NVIDIA H200
+#: through the CUDA executor (benchmarks/results/h200_round7.md; not an Apple GPU): diagonal
+#: blocks of at least this many rows, i.e. n > 3584. There a right-hand side's trsm_diag is a
+#: serial chain of (bs / 32)(bs / 32 + 1) / 2 staged tiles and bs dependent steps (36 tiles and
+#: 256 steps at bs = 256, ~70 us a launch), which the inverse replaces by products.
 INVERSE_MIN_BLOCK = 256
-#: ... with at least this many right-hand sides: inverting the blocks costs n bs^2 / 2
-#: multiply-adds whatever k (in one trsm_diag launch, INVERSE_TRTRI_BLOCK: the identity's
-#: known zeros are not skipped; n bs^2 / 6 by 32-row blocks), and the diagonal products
-#: n bs k / 2 more than substitution's, a share bs^2 / (n k) + bs / n of the solve's
-#: n^2 k / 2: about 1 at n = 4096, bs = 256, k = 16, 0.31 at k = 64; below 16 right-hand sides
-#: the arithmetic added outgrows the solve's own (16 solves' worth for one).
-INVERSE_MIN_RHS = 16
+#: ... with at most this many right-hand sides: the products X_s = D_s^-1 R_s are then
+#: gemm_narrow's (a simdgroup per row of X_s), spread over the block's rows. With more, they are
+#: the tile product's, whose bs x k output is only (bs / 32)(k / 32) threadgroups (16 at
+#: bs = 256, k = 64), each a chain of bs / 16 staging steps, so each diagonal product costs
+#: about as long as the trsm_diag launch it replaces and the inversion is paid on top. Measured
+#: at 4096^2 (upper, bs = 256, medians of 21 interleaved rounds): one right-hand side 1064 us
+#: inverse against 1892 us blocked; 64 right-hand sides 2561 us against 2284 us. Counts between
+#: 2 and NARROW_MAX_N take gemm_narrow too (two passes over the block's rows from 5 on) and
+#: were not timed.
+INVERSE_MAX_RHS = gemm_metal.NARROW_MAX_N
 #: `diagonal_block_inverses` inverts the blocks of bs rows (inverse_lower) by diagonal blocks of
 #: at most this many rows: the whole block up to 256 (MAX_BLOCK), one trsm_diag launch for all
 #: the blocks and their bs right-hand sides together (its 36 staged tiles at bs = 256 once per
 #: solve, over ceil(n / bs) * batch * bs / 4 threadgroups), where inverse_lower's own
 #: block_rows(256) = 32 takes 15 launches (8 trsm_diag of one tile, 7 updates of depth 32).
-#: A static choice (fewer launches, as BLOCK_STEPS's), for the H200 to check
-#: (bench_cuda_executor.py --sections trsm times both).
+#: Chosen for fewer launches; on the H200 (4096^2, one right-hand side) the whole solve took
+#: 1064 us this way against 1219 us inverting by 32-row blocks (h200_round7.md).
 INVERSE_TRTRI_BLOCK = 256
 
 #: The blocked solve's diagonal blocks (`block_rows`): the fewest rows, a multiple of BLOCK,
@@ -100,9 +101,12 @@ INVERSE_TRTRI_BLOCK = 256
 #: bs = 64 sqrt(launch / tile), 200-400 for a launch of 10-40 tiles. BLOCK_STEPS = 16: 31
 #: launches per solve, trsm_diag's share of the work about 1/16 (at most 1/8, bs being rounded
 #: up to a multiple of 32). MAX_BLOCK = 256: 36 tiles a trsm_diag launch; larger orders take
-#: more blocks instead (63 launches at n = 8192). Both are estimates from those counts, to be
-#: checked on the H200 (benchmarks/bench_cuda_executor.py --sections trsm --trsm-blocks
-#: rule,128,512 times other block rows).
+#: more blocks instead (63 launches at n = 8192). Both are estimates from those counts. On the
+#: H200 at 4096^2 (bench_cuda_executor.py --sections trsm --trsm-blocks rule,128,512;
+#: h200_round7.md) the blocked solve took 2146 / 2284 / 2573 us with 128 / 256 / 512-row
+#: blocks for 64 right-hand sides and 1807 / 1892 / 2218 us for one: 128 rows was 5-6% faster
+#: there, but the inverse kind (few right-hand sides) needs 256, and no other order was
+#: timed, so the rule stays.
 BLOCK_STEPS = 16
 MAX_BLOCK = 256
 
@@ -132,8 +136,8 @@ def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
 
 def use_inverse(n: int, k: int) -> bool:
     """Whether `_solve_left`'s rule takes the inverted diagonal blocks (``kind="inverse"``) for
-    order n and k right-hand sides (the reasons beside INVERSE_MIN_BLOCK and INVERSE_MIN_RHS)."""
-    return block_rows(n) >= INVERSE_MIN_BLOCK and k >= INVERSE_MIN_RHS
+    order n and k right-hand sides (the reasons beside INVERSE_MIN_BLOCK and INVERSE_MAX_RHS)."""
+    return block_rows(n) >= INVERSE_MIN_BLOCK and k <= INVERSE_MAX_RHS
 
 
 def substitution_kind(n: int, k: int, gated: bool = False) -> str:
