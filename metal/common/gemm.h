@@ -96,26 +96,48 @@ inline T gemm_op_elem(device const T* x, long ld, int op, long i, long j, long r
   return op == kGemmConjTrans ? conj(v) : v;
 }
 
-// Stage op(X)[r0 : r0 + rows_t, c0 : c0 + cols_t] (rows x cols the size of op(X)) into the
-// planes re / im, row-major with cols_t per row. Threads walk X's own rows, so neighbouring
-// threads read neighbouring addresses whether op transposes or not.
-template <typename T>
-inline void gemm_stage(threadgroup float* re, threadgroup float* im, device const T* x, long ld,
-                       int op, long r0, long c0, long rows, long cols, int rows_t, int cols_t,
-                       uint tid, uint nthreads) {
-  for (int e = int(tid); e < rows_t * cols_t; e += int(nthreads)) {
-    int i, j;
-    if (op == kGemmNoTrans) {
-      i = e / cols_t;
-      j = e % cols_t;
-    } else {
-      j = e / rows_t;
-      i = e % rows_t;
-    }
-    const T v = gemm_op_elem(x, ld, op, r0 + i, c0 + j, rows, cols);
-    re[i * cols_t + j] = gemm_re(v);
-    if (gemm_is_complex(v)) {
-      im[i * cols_t + j] = gemm_im(v);
+// Entries of a staged block of op(A) (kGemmTileM x kGemmTileK) and of op(B) (kGemmTileK x
+// kGemmTileN) each thread loads per step, and of the output block it writes.
+constant constexpr int kGemmLoadsA = kGemmTileM * kGemmTileK / kGemmThreads;
+constant constexpr int kGemmLoadsB = kGemmTileK * kGemmTileN / kGemmThreads;
+constant constexpr int kGemmOutPerThread = kGemmTileM * kGemmTileN / kGemmThreads;
+static_assert(kGemmLoadsA * kGemmThreads == kGemmTileM * kGemmTileK, "whole loads a thread");
+static_assert(kGemmLoadsB * kGemmThreads == kGemmTileK * kGemmTileN, "whole loads a thread");
+static_assert(kGemmOutPerThread * kGemmThreads == kGemmTileM * kGemmTileN, "whole outputs");
+
+// Position (i, j) in a rows_t x cols_t block of op(X) of the e-th entry staged: threads walk X's
+// own rows, so neighbouring threads read neighbouring addresses whether op transposes or not.
+inline int2 gemm_stage_pos(int e, int op, int rows_t, int cols_t) {
+  return op == kGemmNoTrans ? int2(e / cols_t, e % cols_t) : int2(e % rows_t, e / rows_t);
+}
+
+// A step's staging is split in two: gemm_fetch reads this thread's L entries of
+// op(X)[r0 : r0 + rows_t, c0 : c0 + cols_t] (rows x cols the size of op(X)) into registers,
+// gemm_commit stores them into the planes re / im (row-major, cols_t per row). gemm_tile
+// fetches a step's entries before the products of the step before it, across the barrier
+// between them (where no compiler moves a read by itself), so their latency passes during those
+// products; and a step's reads are in flight together whatever a compiler can prove about the
+// stores between them (through the CUDA executor, whose pointers carry no address space, a
+// loop of a read then a threadgroup store waited for each read in turn).
+template <typename T, int L>
+inline void gemm_fetch(thread T* v, device const T* x, long ld, int op, long r0, long c0,
+                       long rows, long cols, int rows_t, int cols_t, uint tid) {
+#pragma unroll
+  for (int q = 0; q < L; ++q) {
+    const int2 ij = gemm_stage_pos(int(tid) + q * kGemmThreads, op, rows_t, cols_t);
+    v[q] = gemm_op_elem(x, ld, op, r0 + ij.x, c0 + ij.y, rows, cols);
+  }
+}
+
+template <typename T, int L>
+inline void gemm_commit(threadgroup float* re, threadgroup float* im, thread const T* v, int op,
+                        int rows_t, int cols_t, uint tid) {
+#pragma unroll
+  for (int q = 0; q < L; ++q) {
+    const int2 ij = gemm_stage_pos(int(tid) + q * kGemmThreads, op, rows_t, cols_t);
+    re[ij.x * cols_t + ij.y] = gemm_re(v[q]);
+    if (gemm_is_complex(v[q])) {
+      im[ij.x * cols_t + ij.y] = gemm_im(v[q]);
     }
   }
 }
@@ -153,12 +175,23 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     }
   }
 
+  // Double buffering through registers: the next step's entries are fetched before this step's
+  // products, so one device latency per step overlaps them.
+  T next_a[kGemmLoadsA], next_b[kGemmLoadsB];
+  if (k > 0) {
+    gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, row0, 0, m, k, kGemmTileM, kGemmTileK, tid);
+    gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, 0, col0, k, n, kGemmTileK, kGemmTileN, tid);
+  }
   for (long kb = 0; kb < k; kb += kGemmTileK) {
-    gemm_stage(a_re, a_im, a, lda, op_a, row0, kb, m, k, kGemmTileM, kGemmTileK, tid,
-               uint(kGemmThreads));
-    gemm_stage(b_re, b_im, b, ldb, op_b, kb, col0, k, n, kGemmTileK, kGemmTileN, tid,
-               uint(kGemmThreads));
+    gemm_commit<T, kGemmLoadsA>(a_re, a_im, next_a, op_a, kGemmTileM, kGemmTileK, tid);
+    gemm_commit<T, kGemmLoadsB>(b_re, b_im, next_b, op_b, kGemmTileK, kGemmTileN, tid);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (kb + kGemmTileK < k) {
+      gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, row0, kb + kGemmTileK, m, k, kGemmTileM,
+                                 kGemmTileK, tid);
+      gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, kb + kGemmTileK, col0, k, n, kGemmTileK,
+                                 kGemmTileN, tid);
+    }
     for (int kk = 0; kk < kGemmTileK; kk += kGemmFrag) {
       metal::simdgroup_float8x8 ar[kGemmFragsM], br[kGemmFragsN];
       for (int i = 0; i < kGemmFragsM; ++i) {
@@ -194,6 +227,17 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
   }
 
+  // This thread's entries of C (beta != 0), all read before any is written, so the reads are
+  // in flight together (a loop of read-modify-writes waits for each read in turn where the
+  // compiler cannot tell the entries apart). Every entry of C a threadgroup reads it owns.
+  T c_old[kGemmOutPerThread];
+#pragma unroll
+  for (int q = 0; q < kGemmOutPerThread; ++q) {
+    const int e = int(tid) + q * kGemmThreads;
+    const long i = row0 + e / kGemmTileN, j = col0 + e % kGemmTileN;
+    const bool mine = i < m && j < n && (uplo == kGemmFull || j <= i);
+    c_old[q] = beta != 0.0f && mine ? c[i * ldc + j] : zero<T>();
+  }
   // The output block through threadgroup memory (the stages are free now): c_re[i][j] = Re,
   // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN.
   threadgroup float* c_re = scratch;
@@ -209,13 +253,12 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     }
   }
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  const int tile = kGemmTileM * kGemmTileN;
-  float re_v[tile / kGemmThreads];
-  for (int q = 0; q < tile / kGemmThreads; ++q) {
+  float re_v[kGemmOutPerThread];
+  for (int q = 0; q < kGemmOutPerThread; ++q) {
     const int e = int(tid) + q * kGemmThreads;
     re_v[q] = cplx ? c_re[e] - c_ii[e] : c_re[e];
   }
-  float im_v[tile / kGemmThreads];
+  float im_v[kGemmOutPerThread];
   if (cplx) {
     // c_ii is free once re_v holds the differences: it takes the imaginary part.
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
@@ -226,21 +269,20 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
       }
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int q = 0; q < tile / kGemmThreads; ++q) {
+    for (int q = 0; q < kGemmOutPerThread; ++q) {
       im_v[q] = c_ii[int(tid) + q * kGemmThreads];
     }
   } else {
-    for (int q = 0; q < tile / kGemmThreads; ++q) {
+    for (int q = 0; q < kGemmOutPerThread; ++q) {
       im_v[q] = 0.0f;
     }
   }
-  for (int q = 0; q < tile / kGemmThreads; ++q) {
+  for (int q = 0; q < kGemmOutPerThread; ++q) {
     const int e = int(tid) + q * kGemmThreads;
     const long i = row0 + e / kGemmTileN, j = col0 + e % kGemmTileN;
     if (i < m && j < n && (uplo == kGemmFull || j <= i)) {
       const T prod = gemm_make(re_v[q], im_v[q], zero<T>());
-      device T* cij = c + i * ldc + j;
-      *cij = beta == 0.0f ? alpha * prod : beta * *cij + alpha * prod;
+      c[i * ldc + j] = beta == 0.0f ? alpha * prod : beta * c_old[q] + alpha * prod;
     }
   }
   // The caller may reuse scratch at once.
