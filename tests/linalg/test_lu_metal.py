@@ -352,11 +352,13 @@ def test_block_rows_rule(n):
 
 
 def _force_block_rows(monkeypatch, bs: int) -> None:
-    """The blocked solve at every order, with diagonal blocks of ``bs`` rows."""
+    """The blocked solve at every order, with diagonal blocks of ``bs`` rows (never the
+    inverted blocks, which the rule would take for few right-hand sides at 256 rows and more)."""
     from mpslinalg.linalg import triangular_metal
 
     monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
     monkeypatch.setattr(triangular_metal, "block_rows", lambda n: bs)
+    monkeypatch.setattr(triangular_metal, "INVERSE_MAX_RHS", 0)
 
 
 def _force_inverse(monkeypatch, bs: int) -> None:
