@@ -129,6 +129,42 @@ def test_metal_rules_are_the_emulators():
         cuda.translate_to_cuda(src)
 
 
+
+_REDUCTIONS = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void scalar(device const float* x [[buffer(0)]], device const int* active [[buffer(1)]],
+                   device float* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  if (active[i] == 0) return;  // a partial simdgroup
+  out[i] = simd_sum(x[i]);
+}
+kernel void mixed(device const float* x [[buffer(0)]], device const int* active [[buffer(1)]],
+                  device float* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  const float v = x[i];
+  float4 r = float4(simd_max(v), simd_min(v), simd_product(v), float(simd_and(int(v))));
+  if (active[i] != 0) {
+    r += simd_sum(float4(v, v, 1.0f, 2.0f));
+    r.x += simd_prefix_inclusive_sum(v) + simd_prefix_exclusive_product(v);
+    r.y += float(simd_all(v > 0.0f)) + simd_shuffle_xor(v, ushort(1));
+  }
+  out[i] = r.x + r.y + r.z + r.w;
+}
+"""
+
+
+def test_simd_reductions_need_no_local_memory():
+    # On an Apple GPU a SIMD-group reduction is a few shuffles in registers; the executor's, for
+    # partial simdgroups too, must not keep per-lane slots in local memory (a stack frame in
+    # every kernel that reduces): one shuffle per butterfly offset, on each of its two paths
+    # (full and partial warp).
+    ptx = cuda.compile_ptx(_REDUCTIONS)
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n}\n", ptx, re.S))
+    assert set(entries) == {"emu_k0_scalar", "emu_k1_mixed"}
+    for name, body in entries.items():
+        assert ".local" not in body, name
+    assert len(re.findall(r"\bshfl\.sync\b", entries["emu_k0_scalar"])) == 2 * 5
+
+
 # ---------------------------------------------------------------- on the GPU, against the emulator
 
 def _both(source, name, make_args, **launch):
@@ -243,6 +279,54 @@ def test_simd_functions_match_emulator_bits(n, group):
         c, g = cpu[1].view(-1, 8)[:, col].contiguous(), gpu[1].view(-1, 8)[:, col].contiguous()
         assert torch.equal(c.view(torch.int32), g.view(torch.int32)), \
             f"{what}: emulator {c.tolist()} CUDA {g.tolist()}"
+
+
+
+_PARTIAL = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void partial(device const float* x [[buffer(0)]], device const float* y [[buffer(1)]],
+                    device const int* active [[buffer(2)]], device float* out [[buffer(3)]],
+                    uint i [[thread_position_in_grid]]) {
+  if (active[i] == 0) return;
+  const float v = x[i], w = y[i];
+  device float* o = out + i * 6;
+  o[0] = simd_sum(v); o[1] = simd_product(1.0f + v / 64.0f);
+  o[2] = simd_max(w); o[3] = simd_min(w);
+  o[4] = simd_prefix_inclusive_sum(v); o[5] = simd_prefix_exclusive_sum(v);
+}
+"""
+
+
+@pytest.mark.cuda
+def test_reductions_of_partial_warps_match_emulator_bits():
+    # One activity mask per simdgroup (edge cases, then random ones of every density); sums whose
+    # bits depend on the order; max / min ignoring NaNs (never a simdgroup of NaNs only, whose
+    # NaN bits are the platform's).
+    gen = torch.Generator().manual_seed(3)
+    full = 2**32 - 1
+    masks = [full, 1, 1 << 31, full ^ 1, full ^ (1 << 31), 0xFFFF, 0xFFFF0000, 0x55555555,
+             0x80000001, 0x00010001, 0x11111111]
+    rand = torch.randint(1, 2**32, (2, 37), generator=gen, dtype=torch.int64).tolist()
+    masks += rand[0] + [a & b or 1 for a, b in zip(*rand, strict=True)]
+    n = 32 * len(masks)
+    active = torch.tensor([m >> lane & 1 for m in masks for lane in range(32)], dtype=torch.int32)
+    x = torch.randn(n, generator=gen) * 2.0 ** torch.randint(-12, 12, (n,), generator=gen)
+    y = torch.randn(n, generator=gen)
+    y[torch.rand(n, generator=gen) < 0.2] = float("nan")
+    for s, m in enumerate(masks):
+        y[32 * s + (m & -m).bit_length() - 1] = 1.0  # the first active lane's
+
+    def args(dev):
+        return [x.to(dev), y.to(dev), active.to(dev), torch.zeros(n * 6, device=dev)]
+
+    cpu, gpu = _both(_PARTIAL, "partial", args, threads=n, group_size=1024)
+    on = active.bool()
+    for col, what in enumerate(["sum", "product", "max", "min", "inclusive prefix",
+                                "exclusive prefix"]):
+        c, g = cpu[3].view(-1, 6)[on, col], gpu[3].view(-1, 6)[on, col]
+        bad = (c.view(torch.int32) != g.view(torch.int32)).nonzero().flatten()[:4].tolist()
+        assert not bad, f"{what}: lanes {bad}: emulator {c[bad].tolist()} CUDA {g[bad].tolist()}"
 
 
 _MARSHAL = r"""

@@ -649,3 +649,108 @@ def test_collective_in_helper_defined_after_the_kernel():
     lanes = torch.arange(32.0)
     assert torch.equal(got[:, 0], torch.where(lanes < 16, lanes[:16].sum(), 31.0))
     assert torch.equal(got[:, 1], torch.full((32,), 32.0))
+
+
+# ------------------------------------------------------------------ the order of a reduction
+#
+# A float reduction's bits depend on the order of its operations. The emulator's is a butterfly
+# over 32 slots (op_reduce in emu_simd.h); the CUDA executor computes the same one in every lane
+# with one shuffle per offset, partial simdgroups included (detail::reduce in cuda_prelude.cuh),
+# which `per_lane_butterfly` models lane by lane: it must give the emulator's bits.
+
+
+def slot_butterfly(v, mask, f, width=32):
+    """op_reduce over `width` slots (lane i active iff bit i of `mask`): for offsets width/2 ..
+    1, slot i (bit `off` clear) takes f(v[i], v[i | off]), an empty slot its partner's value;
+    slot 0 is the result."""
+    has = [bool(mask >> i & 1) for i in range(width)]
+    v = [v[i] if has[i] else None for i in range(width)]
+    off = width // 2
+    while off:
+        for i in range(width):
+            if i & off:
+                continue
+            j = i | off
+            if has[i] and has[j]:
+                v[i] = f(v[i], v[j])
+            elif has[j]:
+                v[i], has[i] = v[j], True
+        off //= 2
+    return v[0]
+
+
+def per_lane_butterfly(v, mask, f, width=32):
+    """detail::reduce of the CUDA prelude, lane by lane: {lane: its result} for the active
+    lanes. Before offset `off` lane l holds slot l mod 2 off; it takes its partner slot's value
+    from the lowest active lane congruent to it, if any (a shuffle from an inactive lane would
+    read nothing: asserted never to happen)."""
+    x = [v[i] if mask >> i & 1 else None for i in range(width)]
+    active = [me for me in range(width) if mask >> me & 1]
+    congruent = 1  # one bit per lane congruent to 0 modulo 2 off
+    off = width // 2
+    while off:
+        new = list(x)
+        for me in active:
+            p = (me & (2 * off - 1)) ^ off
+            holders = mask & (congruent << p)
+            src = (holders & -holders).bit_length() - 1 if holders else me
+            assert mask >> src & 1, (hex(mask), off, me, src)
+            if holders:
+                new[me] = f(x[src], x[me]) if me & off else f(x[me], x[src])
+        x = new
+        congruent |= congruent << off
+        off //= 2
+    return {me: x[me] for me in active}
+
+
+def _masks(rng, count):
+    """Activity masks of a simdgroup: the edge cases, then random ones of every density."""
+    full = 2**32 - 1
+    edge = [full, 1, 1 << 31, full ^ 1, full ^ (1 << 31), 0x0000FFFF, 0xFFFF0000, 0x55555555,
+            0xAAAAAAAA, 0x80000001, 0x00010001, 0x11111111]
+    edge += [1 << int(i) for i in rng.integers(1, 31, 4)]
+    rand = [int(m) for m in rng.integers(1, 2**32, (2, count), dtype=np.uint64).flat]
+    return edge + rand[:count] + [a & b or 1 for a, b in zip(rand[:count], rand[count:],
+                                                             strict=True)]
+
+
+def test_per_lane_butterfly_is_the_emulators_order():
+    # Operands as expression trees: equal trees give equal bits for any F, commutative or not.
+    tree = lambda a, b: (a, b)  # noqa: E731
+    for width in (2, 4, 8):
+        for mask in range(1, 2**width):
+            ref = slot_butterfly(list(range(width)), mask, tree, width)
+            assert set(per_lane_butterfly(list(range(width)), mask, tree, width).values()) \
+                == {ref}, (width, bin(mask))
+    for mask in _masks(np.random.default_rng(11), 300):
+        ref = slot_butterfly(list(range(32)), mask, tree)
+        assert set(per_lane_butterfly(list(range(32)), mask, tree).values()) == {ref}, hex(mask)
+
+
+def test_float_reductions_of_partial_simdgroups_are_the_per_lane_butterflys_bits(lib):
+    # One activity mask per simdgroup; values whose sums and products round differently in
+    # another order, NaNs (which max and min ignore) and a simdgroup of NaNs only.
+    rng = np.random.default_rng(7)
+    masks = _masks(rng, 40)
+    n = 32 * len(masks)
+    active = np.array([m >> lane & 1 for m in masks for lane in range(32)], np.int32)
+    f32 = np.float32
+    data = {
+        "f_sum": (rng.standard_normal(n) * 2.0 ** rng.integers(-12, 12, n), lambda a, b: a + b),
+        "f_product": (1 + rng.standard_normal(n) / 64, lambda a, b: a * b),
+        "f_max": (np.where(rng.random(n) < 0.2, np.nan, rng.standard_normal(n)), np.fmax),
+        "f_min": (np.where(rng.random(n) < 0.2, np.nan, rng.standard_normal(n)), np.fmin),
+    }
+    for name, (x, f) in data.items():
+        x = x.astype(f32)
+        if name in ("f_max", "f_min"):
+            x[32:64] = np.nan
+        out = torch.full((n,), -777.0)
+        getattr(lib, name)(torch.from_numpy(x), torch.from_numpy(active), out, threads=n,
+                           group_size=1024)
+        got = out.numpy()
+        for s, mask in enumerate(masks):
+            for lane, exp in per_lane_butterfly(list(x[32 * s : 32 * s + 32]), mask, f).items():
+                g = f32(got[32 * s + lane])
+                same = np.isnan(g) if np.isnan(exp) else g.view(np.int32) == f32(exp).view(np.int32)
+                assert same, (name, hex(mask), lane, g, exp)

@@ -348,34 +348,50 @@ template <class T> inline T xor_(T a, T b) { return a ^ b; }
 inline bool and_(bool a, bool b) { return a && b; }
 inline bool or_(bool a, bool b) { return a || b; }
 inline bool xor_(bool a, bool b) { return a != b; }
-// The emulator's reduction: a butterfly over offsets 16..1 where slot i takes F(v[i], v[i|off]),
-// an empty slot takes its partner's value, and lane 0's slot is the result. A full warp runs it
-// as a shuffle butterfly, operands in lane order, so every lane computes lane 0's bits. A partial
-// warp cannot: its inactive lanes, which carry values in the emulator's slots, hold nothing; so
-// each lane gathers the active values and runs the emulator's loop itself.
+// The emulator's reduction: a butterfly over offsets 16..1 where slot i (bit `off` clear) takes
+// F(v[i], v[i|off]), an empty slot takes its partner's value, and lane 0's slot is the result.
+// Every lane computes it with one shuffle per offset and nothing indexed at run time (an array of
+// slots would live in local memory: a stack frame in every kernel that reduces), about what
+// Apple's hardware reduction costs. Lane me holds slot me mod 2 off before offset `off` and slot
+// me mod off after it, so slot 0 at the end. A full warp is the plain butterfly; the operands
+// stay in lane order, as F may be neither commutative in its bits (NaNs, signed zeros) nor
+// associative.
+//
+// A partial warp follows from the emulator's loop: by induction over the offsets, before offset
+// `off`
+//   - slot s holds a value iff an active lane is congruent to s modulo 2 off (a slot is filled
+//     once it or its partner was), and
+//   - every such lane holds that value, bit for bit (each computed it from the same operands in
+//     the same order).
+// Lane me's own slot m = me mod 2 off is filled. If its partner p = m ^ off is filled too, the
+// lowest active lane congruent to p holds p's value (lane me ^ off may be inactive, and a
+// shuffle from an inactive lane reads nothing) and the lower slot becomes F(lower, upper); if p
+// is empty, the lower slot ends with m's value either way (kept, or taken from its partner).
+// The mask is the same in every lane, and every lane runs every shuffle (__shfl_sync needs all
+// of the mask). tests/emulator/test_emu_simd.py checks a model of this, lane by lane, against
+// the emulator's loop and its bits.
 template <class T, T (*F)(T, T)> inline T reduce(T x) {
   const unsigned mask = __activemask(), me = lane_id();
   if (mask == 0xffffffffu) {
+#pragma unroll
     for (unsigned off = 16u; off; off >>= 1) {
       const T y = shfl(mask, x, int(me ^ off));
       x = (me & off) ? F(y, x) : F(x, y);
     }
     return x;
   }
-  T v[32];
-  bool has[32];
-  for (int l = 0; l < 32; ++l) {
-    has[l] = (mask >> l) & 1u;
-    if (has[l]) v[l] = shfl(mask, x, l);
+  // one bit for each lane congruent to 0 modulo 2 off: 0x00000001 for off = 16, then
+  // 0x00010001, ... 0x55555555 for off = 1
+  unsigned congruent = 1u;
+#pragma unroll
+  for (unsigned off = 16u; off; off >>= 1) {
+    const unsigned p = (me & (2u * off - 1u)) ^ off;
+    const unsigned holders = mask & (congruent << p);
+    const T y = shfl(mask, x, holders ? __ffs(int(holders)) - 1 : int(me));
+    if (holders) x = (me & off) ? F(y, x) : F(x, y);
+    congruent |= congruent << off;
   }
-  for (int off = 16; off; off >>= 1)
-    for (int i = 0; i < 32; ++i) {
-      if (i & off) continue;
-      const int j = i | off;
-      if (has[i] && has[j]) v[i] = F(v[i], v[j]);
-      else if (has[j]) { v[i] = v[j]; has[i] = true; }
-    }
-  return v[0];
+  return x;
 }
 // Prefix operations in lane order over the active lanes (the emulator's order). Every lane runs
 // every shuffle: a lane leaving the loop early would desert the others' __shfl_sync.
