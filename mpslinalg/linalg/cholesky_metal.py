@@ -16,7 +16,7 @@ Launches per call:
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
-                          diagonal blocks (256-row blocks and at most 8 right-hand sides:
+                          diagonal blocks (256-row blocks, n > 3584:
                           triangular_metal.use_inverse); plus gathers of non-contiguous or
                           broadcast inputs.
   cholesky_solve_metal    twice that (the two triangular solves of potrs).

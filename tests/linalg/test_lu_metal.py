@@ -358,7 +358,7 @@ def _force_block_rows(monkeypatch, bs: int) -> None:
 
     monkeypatch.setattr(triangular_metal, "BLOCKED_MIN_N", 32)
     monkeypatch.setattr(triangular_metal, "block_rows", lambda n: bs)
-    monkeypatch.setattr(triangular_metal, "INVERSE_MAX_RHS", 0)
+    monkeypatch.setattr(triangular_metal, "INVERSE_MIN_BLOCK", 1 << 30)
 
 
 def _force_inverse(monkeypatch, bs: int) -> None:
@@ -368,7 +368,6 @@ def _force_inverse(monkeypatch, bs: int) -> None:
 
     _force_block_rows(monkeypatch, bs)
     monkeypatch.setattr(triangular_metal, "INVERSE_MIN_BLOCK", 1)
-    monkeypatch.setattr(triangular_metal, "INVERSE_MAX_RHS", 1 << 30)
 
 
 def _inverse_launches(n: int, bs: int) -> int:
@@ -456,16 +455,12 @@ def test_inverse_lu_solve_keeps_interchanges_blocked(adjoint, dtype, monkeypatch
 
 
 def test_inverse_rule(monkeypatch):
-    """`use_inverse`: diagonal blocks of INVERSE_MIN_BLOCK rows and at most INVERSE_MAX_RHS
-    right-hand sides, gemm_narrow's (4096^2 with 1: yes; with 64, or at 2048^2: no); a gated
-    solve never takes it."""
-    from mpslinalg.linalg import gemm_metal
+    """`use_inverse`: diagonal blocks of INVERSE_MIN_BLOCK rows, whatever the right-hand sides
+    (4096^2 with 1 or 64: yes; 2048^2: no); a gated solve never takes it."""
     from mpslinalg.linalg import triangular_metal as tm
 
-    assert tm.INVERSE_MAX_RHS == gemm_metal.NARROW_MAX_N
-    assert tm.use_inverse(4096, 1) and tm.use_inverse(8192, tm.INVERSE_MAX_RHS)
-    assert not tm.use_inverse(4096, 64) and not tm.use_inverse(2048, 1)
-    assert not tm.use_inverse(4096, tm.INVERSE_MAX_RHS + 1)
+    assert tm.use_inverse(4096, 1) and tm.use_inverse(4096, 64) and tm.use_inverse(8192, 1000)
+    assert not tm.use_inverse(2048, 1) and not tm.use_inverse(2048, 64)
     assert tm.substitution_kind(4096, 64) == "blocked" and tm.substitution_kind(100, 2) == "trsv"
     assert tm.substitution_kind(100, 2, gated=True) == "blocked"
     # the rule as _solve_left applies it (forced at small n): by launches
