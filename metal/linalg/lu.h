@@ -344,8 +344,8 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
       // update of the leaf's later columns: rows r0 .. r keep theirs (U), every row below takes
       // it (dead rows too: nothing reads them). A pivot of subnormal modulus (or NaN) divides,
       // in a branch of its own, the same in every thread, so the rows' loop below has none: a
-      // correctly rounded division is a long sequence with a slow path, and lu_scale row by
-      // row became a branch per row (NVRTC's PTX: 8 a step, each around a division).
+      // correctly rounded division is a long sequence with a slow path, and lu_scale on each
+      // row compiled to a branch per row around its division (NVRTC's PTX for sm_90).
       const T pivot = prow[q];
       const bool nonzero = best != 0.0f;
       const bool use_recip = nonzero && modulus(pivot) >= kSafeMin;
