@@ -61,6 +61,20 @@ constant constexpr int kLuUpdateBatch = 4;
 constant constexpr int kLuNoRow = 0x7fffffff;
 // Pivot search key of a thread that owns no candidate row (below NaN's key -1 and every |x|).
 constant constexpr float kLuNoKey = -2.0f;
+// lu_panel: buffers of its per-step threadgroup words (the simdgroups' pivot candidates and row
+// r's leaf entries), alternating by step parity so that one barrier a step orders both the
+// reads of a step and the writes for the next (see lu_panel).
+constant constexpr int kLuStepBuffers = 2;
+// lu_panel: register slots that can hold a row of a panel's first kLuPanelMaxCols rows (the rows
+// of its leaves): row k0 + j, j < w <= kLuPanelMaxCols, is slot j / nthreads of its thread, and
+// nthreads >= kSimdWidth. Slots from kLuLeafSlots on hold rows below every leaf.
+constant constexpr int kLuLeafSlots = 2;
+static_assert(kLuPanelMaxCols <= kLuLeafSlots * kSimdWidth, "a leaf's rows lie in the first slots");
+static_assert(kLuStepBuffers * kLuMaxSimdgroups * (sizeof(KeyIndex) + kLuLeaf * sizeof(float2)) +
+                      kLuStepBuffers * kLuLeaf * sizeof(float2) + kLuLeaf * sizeof(int) +
+                      kLuLeaf * kLuPanelMaxCols * sizeof(float2) <=
+                  kMaxThreadgroupMemoryBytes,
+              "lu_panel's threadgroup memory (complex): the steps' words, leaf_piv and ublk");
 
 // Scalars of lu_panel, lu_swap_trsm and lu_update (the last two do not read ncols).
 struct LuParams {
@@ -101,6 +115,35 @@ template <typename T>
 inline float lu_pivot_key(T x) {
   float v = abs1(x);
   return metal::isnan(v) ? -1.0f : v;
+}
+
+// A pivot candidate of lu_panel: its search key, its row, and `from`, the threadgroup slot
+// holding its leaf entries (carried along by the cross-simdgroup search only).
+struct LuPivotAt {
+  float key;
+  int row;
+  int from;
+};
+
+// The best candidate of a simdgroup's lanes, in every lane: the largest key, the lowest row of a
+// tie, as a butterfly of shuffles (log2 kSimdWidth rounds, each a pair of independent shuffles
+// and one comparison; `from` rides along when kCarry, as a third independent shuffle). The order
+// is total over distinct rows, so every lane ends with the same candidate whatever the order in
+// which pairs meet. simd_max then simd_min over the ties (group_argmax) would be two such chains
+// one after the other, the second waiting on the first's result.
+template <bool kCarry>
+inline LuPivotAt lu_simd_argmax(LuPivotAt a) {
+#pragma unroll
+  for (ushort d = 1; d < ushort(kSimdWidth); d <<= 1) {
+    const float key = metal::simd_shuffle_xor(a.key, d);
+    const int row = metal::simd_shuffle_xor(a.row, d);
+    const int from = kCarry ? metal::simd_shuffle_xor(a.from, d) : a.from;
+    const bool better = key > a.key || (key == a.key && row < a.row);
+    a.key = better ? key : a.key;
+    a.row = better ? row : a.row;
+    a.from = better ? from : a.from;
+  }
+  return a;
 }
 
 // x / pivot as getf2 computes it: multiply by the reciprocal unless |pivot| is subnormal.
@@ -156,6 +199,189 @@ inline void lu_small_put(thread T* x, int slot, T v) {
   }
 }
 
+// lu_panel's work on one leaf, the columns [r0, r0 + lw) (lw <= kLuLeaf) of the panel that starts
+// at row and column k0, with S rows per thread (S <= kLuRowsPerThread: thread t's rows k0 + t +
+// s * nthreads, s < S, are all it holds of rows [k0, m)): load the leaf's entries of the rows at
+// or below r0 into registers, run its lw column steps, store it back. Returns first_zero, info as
+// thread 0 knows it.
+//
+// A column step r costs one barrier. Before it, each thread finds its best candidate row
+// (r <= i < m) and keeps that row's leaf entries, and the thread holding row r keeps row r's;
+// each simdgroup reduces its lanes' candidates (lu_simd_argmax), the lane holding the winner
+// publishes its key, row and leaf entries, and row r's holder publishes row r's. After the
+// barrier every thread reduces the simdgroups' candidates (lane g reads simdgroup g's) to the
+// pivot row p and reads p's leaf entries and row r's from threadgroup memory: the interchange,
+// the scaling and the rank-1 update are then in registers, with no second barrier. The step's
+// words alternate between kLuStepBuffers buffers by step parity: a thread writes the next
+// step's buffer only after passing this step's barrier, which every thread reached only after
+// its reads of that buffer in the step before (a leaf's first step follows the barriers of the
+// previous leaf's passes).
+//
+// The steps and every loop over a thread's rows or the leaf's columns have compile-time bounds
+// and are unrolled, so the leaf x[s][c] is indexed by constants and stays in registers. With the
+// step's column a runtime loop variable (the form this replaced) the compiler kept the whole
+// leaf in local memory, every use of it in a step a load or a store: ptxas gave
+// lu_panel_float32 a 304-byte stack frame through the CUDA executor, the leaf's 128 bytes, 160
+// of the executor's simd_max / simd_min (group_argmax), whose path for a partial simdgroup holds
+// 32-entry arrays (lu_simd_argmax's shuffles have none), and spills. The row masks are selects,
+// not branches, so a step's work over the rows is one block the compiler can schedule, and S,
+// chosen by the caller from the panel's height, keeps that block to the rows a thread holds
+// (with 256 threads, a 1024-row panel fills 4 of the 8 slots, the later panels of a square
+// matrix fewer). Rows in slots kLuLeafSlots and up lie below every row of the leaf, so they
+// need no test against r. Rows outside [r0, m) ("dead") hold zeros that the search skips and
+// nothing stores: the update may leave garbage in those below m instead of testing them. The
+// arithmetic of every entry and the choice of every pivot are getf2's, as before.
+template <typename T, int S>
+inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m, long n, long k0,
+                         long r0, long lw, long batch, long nthreads, uint tid, uint lane,
+                         uint sg, uint nsg, int first_zero, threadgroup KeyIndex* cand_at,
+                         threadgroup T* cand_row, threadgroup T* rrow,
+                         threadgroup int* leaf_piv) {
+  static_assert(S >= 1 && S <= kLuRowsPerThread, "the rows a thread holds");
+  // This thread's rows (int like the pivot rows: a row index fits one), which of them are rows
+  // of the matrix at or below r0, and the leaf's columns of those rows.
+  int rows[S];
+  bool live[S];
+  T x[S][kLuLeaf];
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    const long i = k0 + long(tid) + s * nthreads;
+    rows[s] = int(i);
+    live[s] = i >= r0 && i < m;
+#pragma unroll
+    for (int q = 0; q < kLuLeaf; ++q) {
+      x[s][q] = (live[s] && q < lw) ? A[i * n + r0 + q] : zero<T>();
+    }
+  }
+
+#pragma unroll
+  for (int q = 0; q < kLuLeaf; ++q) {
+    if (q < lw) {  // uniform over the threadgroup: every thread keeps the step's barrier
+      const int r = int(r0) + q;  // the pivot row and column of this step
+      const int buf = q % kLuStepBuffers;
+      // Pivot search over this thread's rows >= r (ascending, strict > keeps the lowest row of
+      // a tie), the candidate's leaf entries kept alongside; row r's entries if held here.
+      float key = kLuNoKey;
+      int row = kLuNoRow;
+      bool holds_r = false;
+      T cand[kLuLeaf], rv[kLuLeaf];
+#pragma unroll
+      for (int c = 0; c < kLuLeaf; ++c) {
+        cand[c] = zero<T>();
+        rv[c] = zero<T>();
+      }
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const float v = lu_pivot_key(x[s][q]);
+        const bool take = live[s] && (s >= kLuLeafSlots || rows[s] >= r) && v > key;
+        key = take ? v : key;
+        row = take ? rows[s] : row;
+#pragma unroll
+        for (int c = 0; c < kLuLeaf; ++c) {
+          cand[c] = take ? x[s][c] : cand[c];
+        }
+        if (s < kLuLeafSlots) {
+          const bool is_r = rows[s] == r;  // r0 <= r < m: a live row
+          holds_r = holds_r || is_r;
+#pragma unroll
+          for (int c = 0; c < kLuLeaf; ++c) {
+            rv[c] = is_r ? x[s][c] : rv[c];
+          }
+        }
+      }
+      const int mine = row;
+      const LuPivotAt at_sg = lu_simd_argmax<false>(LuPivotAt{key, row, 0});
+      // The lane holding the simdgroup's winner publishes it (lane 0 for a simdgroup without
+      // candidates, whose lanes all hold kLuNoRow).
+      if (mine == at_sg.row && (at_sg.row != kLuNoRow || lane == 0)) {
+        const int slot = buf * kLuMaxSimdgroups + int(sg);
+        cand_at[slot] = KeyIndex{at_sg.key, at_sg.row};
+#pragma unroll
+        for (int c = 0; c < kLuLeaf; ++c) {
+          cand_row[slot * kLuLeaf + c] = cand[c];
+        }
+      }
+      if (holds_r) {
+#pragma unroll
+        for (int c = 0; c < kLuLeaf; ++c) {
+          rrow[buf * kLuLeaf + c] = rv[c];
+        }
+      }
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+      // The pivot: the best of the simdgroups' candidates (nsg <= kSimdWidth), the same in
+      // every thread; `from` is the simdgroup whose slot holds its leaf entries.
+      const KeyIndex own = lane < nsg ? cand_at[buf * kLuMaxSimdgroups + lane]
+                                      : KeyIndex{kLuNoKey, kLuNoRow};
+      const LuPivotAt pivot_at = lu_simd_argmax<true>(LuPivotAt{own.key, own.index, int(lane)});
+      const float best = pivot_at.key;
+      const int p = pivot_at.row;
+      const int from = buf * kLuMaxSimdgroups + pivot_at.from;
+      T prow[kLuLeaf], rrow_r[kLuLeaf];  // the leaf entries of rows p and r
+#pragma unroll
+      for (int c = 0; c < kLuLeaf; ++c) {
+        prow[c] = cand_row[from * kLuLeaf + c];
+        rrow_r[c] = rrow[buf * kLuLeaf + c];
+      }
+      if (tid == 0) {
+        piv[r] = p + 1;
+        leaf_piv[q] = p;
+        if (best == 0.0f && first_zero == 0) {
+          first_zero = r + 1;
+          info[batch] = first_zero;
+        }
+      }
+      // Interchange rows r and p (row r in a slot below kLuLeafSlots).
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const bool is_r = s < kLuLeafSlots && rows[s] == r;
+        const bool is_p = rows[s] == p;
+#pragma unroll
+        for (int c = 0; c < kLuLeaf; ++c) {
+          x[s][c] = is_r ? prow[c] : (is_p ? rrow_r[c] : x[s][c]);
+        }
+      }
+      // The multipliers below the pivot (getf2's scaling, none for a zero pivot) and the rank-1
+      // update of the leaf's later columns: rows r0 .. r keep theirs (U), every row below takes
+      // it (dead rows too: nothing reads them). A pivot of subnormal modulus (or NaN) divides,
+      // in a branch of its own, the same in every thread, so the rows' loop below has none: a
+      // correctly rounded division is a long sequence with a slow path, and lu_scale on each
+      // row compiled to a branch per row around its division (NVRTC's PTX for sm_90).
+      const T pivot = prow[q];
+      const bool nonzero = best != 0.0f;
+      const bool use_recip = nonzero && modulus(pivot) >= kSafeMin;
+      const T inv_pivot = recip(pivot);
+      if (nonzero && !use_recip) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const bool below = s >= kLuLeafSlots || rows[s] > r;
+          x[s][q] = below ? div(x[s][q], pivot) : x[s][q];
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < S; ++s) {
+        const bool below = s >= kLuLeafSlots || rows[s] > r;
+        const T l = use_recip ? mul(x[s][q], inv_pivot) : x[s][q];
+        x[s][q] = below ? l : x[s][q];
+#pragma unroll
+        for (int c = q + 1; c < kLuLeaf; ++c) {
+          x[s][c] = below ? sub_mul(x[s][c], l, prow[c]) : x[s][c];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    if (live[s]) {
+#pragma unroll
+      for (int q = 0; q < kLuLeaf; ++q) {
+        if (q < lw) {
+          A[long(rows[s]) * n + r0 + q] = x[s][q];
+        }
+      }
+    }
+  }
+  return first_zero;
+}
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
@@ -300,10 +526,11 @@ template <typename T>
 }
 
 // getf2 on the panel rows [k0, m) x columns [k0, k0 + w) of one matrix, the rows held in
-// registers kLuLeaf columns at a time (see the top of this file); interchanges, U rows and
-// updates extend over the columns [k0, k0 + ncols) (ncols >= w). Row k0 + t + s * nthreads
-// belongs to thread t (s < kLuRowsPerThread: at most kLuRowsPerThread * nthreads rows).
-// Grid: (nthreads, batch), one threadgroup per matrix; nthreads a multiple of kSimdWidth.
+// registers kLuLeaf columns at a time (see the top of this file; a leaf's column steps:
+// lu_panel_leaf); interchanges, U rows and updates extend over the columns [k0, k0 + ncols)
+// (ncols >= w). Row k0 + t + s * nthreads belongs to thread t (s < kLuRowsPerThread: at most
+// kLuRowsPerThread * nthreads rows). Grid: (nthreads, batch), one threadgroup per matrix;
+// nthreads a multiple of kSimdWidth.
 template <typename T>
 [[kernel]] void lu_panel(
     device T* a [[buffer(0)]],
@@ -318,9 +545,11 @@ template <typename T>
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w, ncols = p_.ncols;
-  threadgroup KeyIndex part[kLuMaxSimdgroups];
-  threadgroup T prow[kLuLeaf];  // the pivot row's leaf entries, moving to row r
-  threadgroup T rrow[kLuLeaf];  // row r's leaf entries, moving to the pivot row
+  // A column step's words, by step parity: each simdgroup's candidate (key and row) and its
+  // leaf entries; row r's leaf entries.
+  threadgroup KeyIndex cand_at[kLuStepBuffers * kLuMaxSimdgroups];
+  threadgroup T cand_row[kLuStepBuffers * kLuMaxSimdgroups * kLuLeaf];
+  threadgroup T rrow[kLuStepBuffers * kLuLeaf];
   threadgroup int leaf_piv[kLuLeaf];  // the leaf's pivot rows (0-based)
   threadgroup T ublk[kLuLeaf * kLuPanelMaxCols];  // the leaf's U rows right of the leaf
 
@@ -332,104 +561,30 @@ template <typename T>
   const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
   // info as thread 0 knows it: read once, so no pivot step waits on a device load.
   int first_zero = tid == 0 ? info[batch] : 0;
+  // Rows a thread holds (its register slots in use), the same in every thread.
+  const long held = (m - k0 + nthreads - 1) / nthreads;
 
   for (long leaf0 = 0; leaf0 < w; leaf0 += kLuLeaf) {
     const long lw = (w - leaf0 < kLuLeaf) ? w - leaf0 : long(kLuLeaf);
     const long r0 = k0 + leaf0;  // first row and column of the leaf
-    // The leaf's columns of this thread's rows at or below r0 (rows above hold finished U).
-    T x[kLuRowsPerThread][kLuLeaf];
-    for (int s = 0; s < kLuRowsPerThread; ++s) {
-      const long i = k0 + long(tid) + s * nthreads;
-      for (int q = 0; q < kLuLeaf; ++q) {
-        x[s][q] = (i >= r0 && i < m && q < lw) ? A[i * n + r0 + q] : zero<T>();
-      }
-    }
-
-    for (int q = 0; q < kLuLeaf; ++q) {
-      if (q < lw) {
-        const long r = r0 + q;  // the pivot row and column of this step
-        // Pivot search over the rows >= r (ascending, strict > keeps the lowest row of a tie).
-        float key = kLuNoKey;
-        int row = kLuNoRow;
-        for (int s = 0; s < kLuRowsPerThread; ++s) {
-          const long i = k0 + long(tid) + s * nthreads;
-          if (i >= r && i < m) {
-            const float v = lu_pivot_key(x[s][q]);
-            if (v > key) {
-              key = v;
-              row = int(i);
-            }
-          }
-        }
-        // Its first barrier also orders the last step's reads of prow / rrow before the writes
-        // below.
-        const KeyIndex pivot_at = group_argmax(KeyIndex{key, row}, KeyIndex{kLuNoKey, kLuNoRow},
-                                               part, lane, sg, nsg);
-        const float best = pivot_at.key;
-        const long p = long(pivot_at.index);
-        if (tid == 0) {
-          piv[r] = int(p + 1);
-          leaf_piv[q] = int(p);
-          if (best == 0.0f && first_zero == 0) {
-            first_zero = int(r + 1);
-            info[batch] = first_zero;
-          }
-        }
-        // Interchange the leaf entries of rows r and p through threadgroup memory.
-        for (int s = 0; s < kLuRowsPerThread; ++s) {
-          const long i = k0 + long(tid) + s * nthreads;
-          for (int c = 0; c < kLuLeaf; ++c) {
-            if (i == p) {
-              prow[c] = x[s][c];
-            }
-            if (i == r) {
-              rrow[c] = x[s][c];
-            }
-          }
-        }
-        threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-        for (int s = 0; s < kLuRowsPerThread; ++s) {
-          const long i = k0 + long(tid) + s * nthreads;
-          for (int c = 0; c < kLuLeaf; ++c) {
-            if (i == p) {
-              x[s][c] = rrow[c];
-            }
-            if (i == r) {
-              x[s][c] = prow[c];
-            }
-          }
-        }
-        // Scale the column below the pivot and update the leaf's later columns.
-        const T pivot = prow[q];
-        const bool nonzero = best != 0.0f;
-        const bool use_recip = modulus(pivot) >= kSafeMin;
-        const T inv_pivot = recip(pivot);
-        for (int s = 0; s < kLuRowsPerThread; ++s) {
-          const long i = k0 + long(tid) + s * nthreads;
-          if (i > r && i < m) {
-            T l = x[s][q];
-            if (nonzero) {
-              l = lu_scale(l, pivot, inv_pivot, use_recip);
-              x[s][q] = l;
-            }
-            for (int c = 0; c < kLuLeaf; ++c) {
-              if (c > q) {
-                x[s][c] = sub_mul(x[s][c], l, prow[c]);
-              }
-            }
-          }
-        }
-      }
-    }
-    for (int s = 0; s < kLuRowsPerThread; ++s) {
-      const long i = k0 + long(tid) + s * nthreads;
-      if (i >= r0 && i < m) {
-        for (int q = 0; q < kLuLeaf; ++q) {
-          if (q < lw) {
-            A[i * n + r0 + q] = x[s][q];
-          }
-        }
-      }
+    // The leaf's steps for the fewest slots that hold this thread's rows (a uniform branch: the
+    // barriers inside stay matched).
+    if (held <= 1) {
+      first_zero = lu_panel_leaf<T, 1>(
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
+    } else if (held <= 2) {
+      first_zero = lu_panel_leaf<T, 2>(
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
+    } else if (held <= kLuRowsPerThread / 2) {
+      first_zero = lu_panel_leaf<T, kLuRowsPerThread / 2>(
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
+    } else {
+      first_zero = lu_panel_leaf<T, kLuRowsPerThread>(
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
     }
     threadgroup_barrier(both);
 
