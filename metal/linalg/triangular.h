@@ -353,6 +353,16 @@ inline void tri_fetch(thread T* pre, device const T* lu, long n, long r0, long c
   const int rows_in = left <= 0 ? 0 : (left < kTriBlock ? int(left) : kTriBlock);
   const long step = long(kTriDiagSimdgroups) * n;
   long at = mr * n + mc;
+  if (rows_in == kTriBlock) {
+    // The thread's entries all lie in the matrix (every tile but those crossing row n): the
+    // loads alone, no padding to select.
+#pragma unroll
+    for (int q = 0; q < kTriDiagLoads; ++q, at += step) {
+      const T v = lu[at];
+      pre[q] = conj_t ? conj(v) : v;
+    }
+    return;
+  }
 #pragma unroll
   for (int q = 0; q < kTriDiagLoads; ++q, at += step) {
     const int dq = q * kTriDiagSimdgroups;
