@@ -503,22 +503,22 @@ template <typename T>
   // the values solved in t (t < s) or the substitution (t == s). (sf, tf): the phase whose
   // tile is fetched next, two ahead of (s, t) once the first two are in flight.
   T pre_even[kTriDiagLoads], pre_odd[kTriDiagLoads];
-  int s = 0, t = 0, sf = 0, tf = 0;
   const long top0 = i0 + long(top) * kTriBlock;
-  tri_fetch(pre_even, L, n, top0, top0, swap_ij, tr, sg, lane);
-  sf = 1;  // phase (1, 0)
+  tri_fetch(pre_even, L, n, top0, top0, swap_ij, tr, sg, lane);  // phase 0: (0, 0)
   if (nphase > 1) {
-    const long f0 = i0 + long(top + dir) * kTriBlock;
-    tri_fetch(pre_odd, L, n, f0, top0, swap_ij, tr, sg, lane);
-    tf = 1;  // phase (1, 1)
+    tri_fetch(pre_odd, L, n, top0 + long(dir) * kTriBlock, top0, swap_ij, tr, sg, lane);  // (1, 0)
   }
+  int s = 0, t = 0;
+  int sf = 1, tf = nphase > 1 ? 1 : 0;  // phase 2, (1, 1); past the last (nsub = 1): (1, 0)
   T v = zero<T>(), v_next = zero<T>();
   if (active) {
     const long i = top0 + row;
     v = i < n ? x[i * stride] : zero<T>();
   }
   for (int phase = 0; phase < nphase; ++phase) {
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last phase
+    if (phase > 0) {  // ms still read by the last phase (the same for the whole group)
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    }
     const bool more = sf < nsub;
     const long fr0 = i0 + long(top + dir * sf) * kTriBlock;
     const long fc0 = i0 + long(top + dir * tf) * kTriBlock;
