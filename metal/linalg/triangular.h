@@ -446,7 +446,6 @@ template <typename T>
     device T* b [[buffer(2)]],
     constant mpsl::TriBlockParams& params [[buffer(3)]],
     device const int* gate [[buffer(4)]],
-    uint tid [[thread_index_in_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
     ushort sg [[simdgroup_index_in_threadgroup]],
