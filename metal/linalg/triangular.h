@@ -460,8 +460,8 @@ template <typename T>
   // Rows padded by one element: lane l reads ms[l][step], so a stride of kTriBlock + 1 puts
   // the 32 lanes' reads in 32 different banks.
   threadgroup T ms[kTriBlock * kTriPadded];
-  // solved[sg][q * kTriBlock + l]: row l ^ flip of the q-th sub-block solved, right-hand side
-  // sg.
+  // solved[sg][q * kTriBlock + l]: the q-th sub-block solved, its row l ^ flip, for the
+  // right-hand side of simdgroup sg.
   threadgroup T solved[kTriDiagSimdgroups * kTriMaxBlock];
 
   const long batch = long(group.y);
