@@ -331,42 +331,114 @@ template <typename T>
 
 namespace mpsl {
 
-// trsm_diag's tile loads, split so that a tile's device reads are in flight while the previous
-// tile is used: tri_fetch loads this thread's kTriDiagLoads entries of the tile S[r0 :, c0 :]
-// (tri_entry) into registers, tri_commit stores them into the staged tile ms (row stride
-// kTriPadded). Threadgroups of kTriDiagThreads threads.
+// trsm_diag's tile loads, split so that a tile's device reads are in flight while earlier tiles
+// are used: tri_fetch loads this thread's kTriDiagLoads entries of the tile S[r0 :, c0 :]
+// (tri_entry's values) into registers, tri_commit stores them into the staged tile ms (row
+// stride kTriPadded) in solve order: ms[a][b] = S[r0 + (a ^ flip)][c0 + (b ^ flip)], flip = 0
+// for a forward solve, kTriBlock - 1 for a backward one (x ^ 31 = 31 - x on [0, 32)), so that
+// step `step` of every loop over a tile reads column `step` for either direction: addresses a
+// fixed offset from the lane's row, where a direction-dependent column would cost a select and
+// an address computation per step. Threadgroups of kTriDiagThreads threads.
+// Each thread loads, of the tile as it lies in memory (M's rows, or its columns when swap_ij),
+// the entries of lane `lane` in rows sg, sg + kTriDiagSimdgroups, ...: a simdgroup's load is
+// kSimdWidth neighbouring addresses for either layout (a column of the tile read lane by lane
+// would touch a row of memory, a cache line, per lane), and its addresses step by a constant.
 template <typename T>
 inline void tri_fetch(thread T* pre, device const T* lu, long n, long r0, long c0, bool swap_ij,
-                      bool conj_t, uint tid) {
-  for (int q = 0; q < kTriDiagLoads; ++q) {
-    const int e = int(tid) + q * kTriDiagThreads;
-    pre[q] = tri_entry(lu, n, r0, c0, e / kTriBlock, e % kTriBlock, swap_ij, conj_t);
+                      bool conj_t, uint sg, uint lane) {
+  // Entry (row mr + q kTriDiagSimdgroups, column mc) of the stored matrix, at index `at`: one
+  // 64-bit address step per entry, the bounds as 32-bit compares against the rows left.
+  const long mr = (swap_ij ? c0 : r0) + long(sg), mc = (swap_ij ? r0 : c0) + long(lane);
+  const long left = mc < n ? n - mr : 0;
+  const int rows_in = left <= 0 ? 0 : (left < kTriBlock ? int(left) : kTriBlock);
+  const long step = long(kTriDiagSimdgroups) * n;
+  long at = mr * n + mc;
+  if (rows_in == kTriBlock) {
+    // The thread's entries all lie in the matrix (every tile but those crossing row n): the
+    // loads alone, no padding to select.
+#pragma unroll
+    for (int q = 0; q < kTriDiagLoads; ++q, at += step) {
+      const T v = lu[at];
+      pre[q] = conj_t ? conj(v) : v;
+    }
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < kTriDiagLoads; ++q, at += step) {
+    const int dq = q * kTriDiagSimdgroups;
+    // Past n: the padding of tri_entry, the identity on a diagonal tile (row == column there
+    // for either layout), not conjugated (conj of 0 would be -0 in the imaginary part).
+    if (dq < rows_in) {
+      const T v = lu[at];
+      pre[q] = conj_t ? conj(v) : v;
+    } else {
+      pre[q] = r0 == c0 && int(sg) + dq == int(lane) ? one<T>() : zero<T>();
+    }
   }
 }
 
 template <typename T>
-inline void tri_commit(threadgroup T* ms, thread const T* pre, uint tid) {
+inline void tri_commit(threadgroup T* ms, thread const T* pre, bool swap_ij, int flip, uint sg,
+                       uint lane) {
+#pragma unroll
   for (int q = 0; q < kTriDiagLoads; ++q) {
-    const int e = int(tid) + q * kTriDiagThreads;
-    ms[(e / kTriBlock) * kTriPadded + e % kTriBlock] = pre[q];
+    // S's row and column of the entry, in solve order; either way a simdgroup's stores are 32
+    // different banks (a row of ms, or a column at the padded stride).
+    const int outer = (int(sg) + q * kTriDiagSimdgroups) ^ flip, inner = int(lane) ^ flip;
+    ms[swap_ij ? inner * kTriPadded + outer : outer * kTriPadded + inner] = pre[q];
   }
+}
+
+// The substitution of a staged diagonal tile (solve order) by one simdgroup, lane l holding row
+// l of the sub-block in v: step `step` broadcasts row step's value before its division, and
+// every lane divides that same value by the same diagonal entry (the same bits as the row's own
+// lane dividing, as LAPACK's trsm divides), so no lane waits on a branch of its own: the step's
+// dependent chain is the broadcast, the division, the product and the subtraction of the next
+// row. Unit diagonals (a template argument: a select between the quotient and the value would
+// still wait on the division) take the value as it is.
+template <bool Unit, typename T>
+inline T tri_substitute(threadgroup const T* ms, T v, ushort lane) {
+  // The entries a step uses (the lane's and the diagonal one) are loaded one step ahead: a load
+  // inside its own step would be issued after the previous step's division, in the chain
+  // (NVIDIA's division ends in a branch to its slow path, past which ptxas moves no load),
+  // where one step ahead it is in flight during that step; the whole row in registers would
+  // hold 32 entries a lane for the same effect.
+  threadgroup const T* mrow = ms + int(lane) * kTriPadded;
+  T m_next = mrow[0], d_next = Unit ? zero<T>() : ms[0];
+#pragma unroll
+  for (int step = 0; step < kTriBlock; ++step) {
+    const T m = m_next, d = d_next;
+    if (step + 1 < kTriBlock) {
+      m_next = mrow[step + 1];
+      if (!Unit) {
+        d_next = ms[(step + 1) * kTriPadded + step + 1];
+      }
+    }
+    const T xs = simd_broadcast(v, ushort(step));
+    const T xj = Unit ? xs : div(xs, d);
+    const T updated = sub_mul(v, m, xj);
+    v = int(lane) > step ? updated : (int(lane) == step ? xj : v);
+  }
+  return v;
 }
 
 }  // namespace mpsl
 
 // One simdgroup per right-hand side. The diagonal block is solved as bs / kTriBlock sub-blocks
-// of kTriBlock rows in solve order, lane ii holding row ii of the sub-block, left-looking: the
-// sub-block's rows are first reduced by the values solved in each earlier sub-block of the
-// block (a lane per row, 32 products against the staged off-diagonal tile; the values solved
-// are kept per simdgroup in threadgroup memory), then solved against the staged diagonal tile:
-// each step divides one row by its diagonal and broadcasts it (simd_broadcast), the lanes below
-// it subtract, so the sub-block's 32 dependent steps cost a shuffle and an update each instead
-// of one thread's 528 serial updates. That is forward / backward substitution in its own order
-// of operations (no inverse of the block is formed, so the accuracy is substitution's). The
-// (bs / 32) (bs / 32 + 1) / 2 tiles are staged one after the other, each shared by the group's
-// simdgroups (right-hand sides); the next tile's device reads, and the next sub-block's rows of
-// X, are issued before the current tile is used, so their latency overlaps its work. Grid:
-// (column groups * kTriDiagThreads, batch), threadgroups of exactly kTriDiagThreads.
+// of kTriBlock rows in solve order, lane l holding row l ^ flip of the sub-block (tri_commit),
+// left-looking: the sub-block's rows are first reduced by the values solved in each earlier
+// sub-block of the block (a lane per row, 32 products against the staged off-diagonal tile; the
+// values solved are kept per simdgroup in threadgroup memory, in solve order), then solved
+// against the staged diagonal tile (tri_substitute), so the sub-block's 32 dependent steps cost
+// a shuffle and an update each instead of one thread's 528 serial updates. That is forward /
+// backward substitution in its own order of operations (no inverse of the block is formed, so
+// the accuracy is substitution's). The (bs / 32) (bs / 32 + 1) / 2 tiles are staged one after
+// the other, each shared by the group's simdgroups (right-hand sides). A tile's device reads
+// are issued two tiles ahead, into one of two register sets by the parity of the phase (a
+// uniform branch, so each set keeps fixed registers), so their latency overlaps the work of two
+// tiles, not one; the next sub-block's rows of X are read during the substitution, the first
+// sub-block's before the first tile is staged. Grid: (column groups * kTriDiagThreads, batch),
+// threadgroups of exactly kTriDiagThreads.
 template <typename T>
 [[kernel]] void trsm_diag(
     device const T* lu [[buffer(0)]],
@@ -374,20 +446,22 @@ template <typename T>
     device T* b [[buffer(2)]],
     constant mpsl::TriBlockParams& params [[buffer(3)]],
     device const int* gate [[buffer(4)]],
-    uint tid [[thread_index_in_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
     ushort lane [[thread_index_in_simdgroup]],
     ushort sg [[simdgroup_index_in_threadgroup]],
     ushort nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
+  // Every parameter read once: the steps below must not reload one from the constant buffer.
   const long n = params.n, k = params.k, i0 = params.i0, bs = params.bs;
-  const bool tr = params.trans != 0, right = params.right != 0;
+  const bool tr = params.trans != 0, right = params.right != 0, unit = params.unit != 0;
+  const long swaps = params.swaps;
   // The tile solved is S = M (left) or M^T (right), lower when forward.
   const bool forward = (params.lower != 0) != right;
-  // Rows padded by one element: lane ii reads ms[ii][jj], so a stride of kTriBlock + 1 puts
+  // Rows padded by one element: lane l reads ms[l][step], so a stride of kTriBlock + 1 puts
   // the 32 lanes' reads in 32 different banks.
   threadgroup T ms[kTriBlock * kTriPadded];
-  // solved[sg][q * kTriBlock + jj]: row jj of the q-th sub-block solved, right-hand side sg.
+  // solved[sg][q * kTriBlock + l]: the q-th sub-block solved, its row l ^ flip, for the
+  // right-hand side of simdgroup sg.
   threadgroup T solved[kTriDiagSimdgroups * kTriMaxBlock];
 
   const long batch = long(group.y);
@@ -411,65 +485,91 @@ template <typename T>
   const long rows = n - i0 < bs ? n - i0 : bs;
   const int nsub = int((rows + kTriBlock - 1) / kTriBlock);
   const int top = forward ? 0 : nsub - 1, dir = forward ? 1 : -1;
+  const int flip = forward ? 0 : kTriBlock - 1;
+  // The lane's row of a sub-block starting at row w0 is w0 + row.
+  const long row = long(int(lane) ^ flip);
 
-  if (params.swaps == 1 && first && active && lane == 0) {
-    apply_row_swaps(x, stride, piv, n, true);
+  if (swaps == 1 && first && active) {
+    if (lane == 0) {
+      apply_row_swaps(x, stride, piv, n, true);
+    }
+    simdgroup_barrier(metal::mem_flags::mem_device);  // the other lanes read X below
   }
   // S[i][j] = M[i][j] (left) or M[j][i] (right), M[i][j] = L[i][j] or conj(L[j][i]) (trans).
   const bool swap_ij = tr != right;
+  const int nphase = nsub * (nsub + 1) / 2;
   // Phase (s, t), t <= s: sub-block s's rows against sub-block t's columns, the reduction by
-  // the values solved in t (t < s) or the substitution (t == s).
+  // the values solved in t (t < s) or the substitution (t == s). (sf, tf): the phase whose
+  // tile is fetched next, two ahead of (s, t) once the first two are in flight.
+  T pre_even[kTriDiagLoads], pre_odd[kTriDiagLoads];
   const long top0 = i0 + long(top) * kTriBlock;
-  T pre[kTriDiagLoads];
-  tri_fetch(pre, L, n, top0, top0, swap_ij, tr, tid);
-  T v = zero<T>(), v_next = zero<T>();
+  tri_fetch(pre_even, L, n, top0, top0, swap_ij, tr, sg, lane);  // phase 0: (0, 0)
+  if (nphase > 1) {
+    tri_fetch(pre_odd, L, n, top0 + long(dir) * kTriBlock, top0, swap_ij, tr, sg, lane);  // (1, 0)
+  }
   int s = 0, t = 0;
-  for (int phase = 0; phase < nsub * (nsub + 1) / 2; ++phase) {
-    const long w0 = i0 + long(top + dir * s) * kTriBlock;
-    const long u0 = i0 + long(top + dir * t) * kTriBlock;
-    const int s_next = t == s ? s + 1 : s, t_next = t == s ? 0 : t + 1;
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // ms still read by the last phase
-    tri_commit(ms, pre, tid);
-    if (s_next < nsub) {
-      tri_fetch(pre, L, n, i0 + long(top + dir * s_next) * kTriBlock,
-                i0 + long(top + dir * t_next) * kTriBlock, swap_ij, tr, tid);
+  int sf = 1, tf = nphase > 1 ? 1 : 0;  // phase 2, (1, 1); past the last (nsub = 1): (1, 0)
+  T v = zero<T>(), v_next = zero<T>();
+  if (active) {
+    const long i = top0 + row;
+    v = i < n ? x[i * stride] : zero<T>();
+  }
+  for (int phase = 0; phase < nphase; ++phase) {
+    if (phase > 0) {  // ms still read by the last phase (the same for the whole group)
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     }
-    // Also orders lane 0's interchanges before the other lanes read X (the first phase).
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    const long i = w0 + long(lane);
-    if (active && t == 0) {
-      v = s == 0 ? (i < n ? x[i * stride] : zero<T>()) : v_next;
+    const bool more = sf < nsub;
+    const long fr0 = i0 + long(top + dir * sf) * kTriBlock;
+    const long fc0 = i0 + long(top + dir * tf) * kTriBlock;
+    if ((phase & 1) == 0) {
+      tri_commit(ms, pre_even, swap_ij, flip, sg, lane);
+      if (more) {
+        tri_fetch(pre_even, L, n, fr0, fc0, swap_ij, tr, sg, lane);
+      }
+    } else {
+      tri_commit(ms, pre_odd, swap_ij, flip, sg, lane);
+      if (more) {
+        tri_fetch(pre_odd, L, n, fr0, fc0, swap_ij, tr, sg, lane);
+      }
+    }
+    if (tf == sf) {  // the phase after (sf, tf): (sf, tf + 1), or (sf + 1, 0) after sf's last
+      ++sf;
+      tf = 0;
+    } else {
+      ++tf;
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (active && t == 0 && s > 0) {
+      v = v_next;
     }
     if (active && t < s) {
+      threadgroup const T* mrow = ms + int(lane) * kTriPadded;
+      threadgroup const T* yt = mine + t * kTriBlock;
+#pragma unroll
       for (int step = 0; step < kTriBlock; ++step) {
-        const int jj = forward ? step : kTriBlock - 1 - step;
-        v = sub_mul(v, ms[int(lane) * kTriPadded + jj], mine[t * kTriBlock + jj]);
+        v = sub_mul(v, mrow[step], yt[step]);
       }
     } else if (active) {
       // The next sub-block's rows of X, in flight during the substitution.
       if (s + 1 < nsub) {
-        const long i_next = i0 + long(top + dir * (s + 1)) * kTriBlock + long(lane);
+        const long i_next = i0 + long(top + dir * (s + 1)) * kTriBlock + row;
         v_next = i_next < n ? x[i_next * stride] : zero<T>();
       }
-      for (int step = 0; step < kTriBlock; ++step) {
-        const int jj = forward ? step : kTriBlock - 1 - step;
-        if (int(lane) == jj && params.unit == 0) {
-          v = div(v, ms[jj * kTriPadded + jj]);
-        }
-        const T xj = simd_broadcast(v, ushort(jj));
-        if (forward ? int(lane) > jj : int(lane) < jj) {
-          v = sub_mul(v, ms[int(lane) * kTriPadded + jj], xj);
-        }
-      }
+      v = unit ? tri_substitute<true>(ms, v, lane) : tri_substitute<false>(ms, v, lane);
       mine[s * kTriBlock + int(lane)] = v;  // read after the next phase's barriers
+      const long i = i0 + long(top + dir * s) * kTriBlock + row;
       if (i < n) {
         x[i * stride] = v;
       }
     }
-    s = s_next;
-    t = t_next;
+    if (t == s) {
+      ++s;
+      t = 0;
+    } else {
+      ++t;
+    }
   }
-  if (params.swaps == 2 && last && active) {
+  if (swaps == 2 && last && active) {
     simdgroup_barrier(metal::mem_flags::mem_device);
     if (lane == 0) {
       apply_row_swaps(x, stride, piv, n, false);

@@ -95,8 +95,8 @@ INVERSE_TRTRI_BLOCK = 256
 #: share bs / n of the work from trsm_update's product (many threadgroups) into trsm_diag (a
 #: simdgroup per right-hand side, a single one for k = 1), whose serial path is bs dependent
 #: broadcast steps (n per solve, whatever bs) plus (bs / 32) (bs / 32 + 1) / 2 staged tiles,
-#: each two barriers and a chain of 32 products (its device reads overlap the previous tile's
-#: work): per solve 2 n / bs launches against about n bs / 2048 tiles, least at
+#: each two barriers and a chain of 32 products (its device reads overlap the two previous
+#: tiles' work): per solve 2 n / bs launches against about n bs / 2048 tiles, least at
 #: bs = 64 sqrt(launch / tile), 200-400 for a launch of 10-40 tiles. BLOCK_STEPS = 16: 31
 #: launches per solve, trsm_diag's share of the work about 1/16 (at most 1/8, bs being rounded
 #: up to a multiple of 32). MAX_BLOCK = 256: 36 tiles a trsm_diag launch; larger orders take
