@@ -16,9 +16,8 @@ Launches per call:
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
-                          diagonal blocks (256-row blocks, n > 3584:
-                          triangular_metal.use_inverse); plus gathers of non-contiguous or
-                          broadcast inputs.
+                          diagonal blocks where triangular_metal.use_inverse says (nowhere
+                          now); plus gathers of non-contiguous or broadcast inputs.
   cholesky_solve_metal    twice that (the two triangular solves of potrs).
   cholesky_inverse_metal  potri: the triangular inverse (one solve against the identity), then
                           chol_lauum, then torch's ops mirroring the triangle.

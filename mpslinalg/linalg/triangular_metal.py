@@ -14,8 +14,8 @@ per-matrix status, `refine_metal`) makes the blocked kernels skip the batch elem
 is non-zero, decided on the device; a gated solve is the blocked one unless trsv is asked for
 (trsv also honours the gate; trsm does not).
 
-The solve by inverted diagonal blocks (``kind="inverse"``, `use_inverse`: diagonal blocks of
-at least INVERSE_MIN_BLOCK rows, any number of right-hand sides, no gate; a step
+The solve by inverted diagonal blocks (``kind="inverse"``, asked for by name: `use_inverse`'s
+rule takes it nowhere now, INVERSE_MIN_BLOCK; never with a gate; a step
 with row interchanges keeps the blocked solve), as MAGMA's and cuBLAS-style trsm: the diagonal
 blocks D_s of op(M) do not depend on B, so they are gathered into one contiguous (ceil(n / bs)
 * batch, bs, bs) tensor and inverted at once (`diagonal_block_inverses`, LAPACK trtri by
@@ -62,25 +62,25 @@ BLOCK = 32  # kTriBlock: rows per block of trsm / trsv, per sub-block of a diago
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
 DIAG_MAX_BLOCK = 512  # kTriMaxBlock: the largest diagonal block trsm_diag solves
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
-#: The rule of the solve by inverted diagonal blocks (`use_inverse`), measured on an NVIDIA H200
-#: through the CUDA executor (benchmarks/results/h200_round7.md; not an Apple GPU): diagonal
-#: blocks of at least this many rows, i.e. n > 3584, whatever the number of right-hand sides.
-#: There a right-hand side's trsm_diag is a serial chain of (bs / 32)(bs / 32 + 1) / 2 staged
-#: tiles and bs dependent steps (36 tiles and 256 steps at bs = 256, ~70 us a launch), which
-#: the inverse replaces by products: gemm_narrow's (a simdgroup per row) for at most
-#: gemm_metal.NARROW_MAX_N right-hand sides, the tile product's beyond. At 4096^2 (upper,
-#: bs = 256, medians of 11 interleaved rounds, the tile product staging a step's reads together):
-#: one right-hand side 1072 us inverse against 1505 us blocked, 64 right-hand sides 1414 us
-#: against 1622 us (cuBLAS 299 and 1195 us). Before the tile product fetched a step's entries
-#: together, 64 right-hand sides took 2561 us inverse against 2284 us blocked, and the rule
-#: then asked for at least 16 right-hand sides on an estimate of the arithmetic.
-INVERSE_MIN_BLOCK = 256
+#: The rule of the solve by inverted diagonal blocks (`use_inverse`): diagonal blocks of at
+#: least this many rows, or None: never. Measured on an NVIDIA H200 through the CUDA executor
+#: (benchmarks/results/h200_round7.md; not an Apple GPU) at 4096^2, upper, 256-row blocks, the
+#: answer changed with the kernels. Call 1 (the old tile product and trsm_diag): with 64
+#: right-hand sides 2561 us inverse against 2284 us blocked, with one 1064 against 1892. Call
+#: 2 (the tile product fetching a step's entries together): 1414 against 1622, and 1072
+#: against 1505. Call 3 (trsm_diag's shorter chain as well): 2122 against 1123 us (cuBLAS 1241)
+#: and 1190 against 927 us, the blocked solve faster by wall time at both counts (the inverse's
+#: device time, 599 against 962 us, wins with one right-hand side, but its two torch copies and
+#: its extra launch cost the host more). So the rule takes the blocked solve everywhere, which
+#: also keeps substitution's componentwise stability; the inverse kind stays for callers that
+#: ask for it (and for the benchmark to time).
+INVERSE_MIN_BLOCK: int | None = None
 #: `diagonal_block_inverses` inverts the blocks of bs rows (inverse_lower) by diagonal blocks of
 #: at most this many rows: the whole block up to 256 (MAX_BLOCK), one trsm_diag launch for all
 #: the blocks and their bs right-hand sides together (its 36 staged tiles at bs = 256 once per
 #: solve, over ceil(n / bs) * batch * bs / 4 threadgroups), where inverse_lower's own
 #: block_rows(256) = 32 takes 15 launches (8 trsm_diag of one tile, 7 updates of depth 32).
-#: Chosen for fewer launches. On the H200 at 4096^2 (h200_round7.md, call 3) the whole solve
+#: Chosen for fewer launches. On the H200 at 4096^2 (h200_round7.md, call 2) the whole solve
 #: took 1072 us this way against 1229 us inverting by 32-row blocks with one right-hand side
 #: (where the 14 launches more cost the host more than they save the device: 788 against 701
 #: us of device time), and 1414 against 1264 us with 64.
@@ -104,8 +104,8 @@ INVERSE_TRTRI_BLOCK = 256
 #: H200 at 4096^2 (bench_cuda_executor.py --sections trsm --trsm-blocks rule,128,512;
 #: h200_round7.md, call 1, before the tile product fetched a step's entries together) the
 #: blocked solve took 2146 / 2284 / 2573 us with 128 / 256 / 512-row blocks for 64 right-hand
-#: sides and 1807 / 1892 / 2218 us for one: 128 rows was 5-6% faster there, but that order now
-#: takes the inverse kind, which needs 256, and no other order was timed, so the rule stays.
+#: sides and 1807 / 1892 / 2218 us for one: 128 rows was 5-6% faster there; trsm_diag has
+#: changed since (call 3) and other orders were not timed again, so the rule stays.
 BLOCK_STEPS = 16
 MAX_BLOCK = 256
 
@@ -136,7 +136,7 @@ def adjoint_copy(x: torch.Tensor) -> torch.Tensor:
 def use_inverse(n: int, k: int) -> bool:
     """Whether `_solve_left`'s rule takes the inverted diagonal blocks (``kind="inverse"``) for
     order n and k right-hand sides (the reasons beside INVERSE_MIN_BLOCK; k does not decide)."""
-    return block_rows(n) >= INVERSE_MIN_BLOCK
+    return INVERSE_MIN_BLOCK is not None and block_rows(n) >= INVERSE_MIN_BLOCK
 
 
 def substitution_kind(n: int, k: int, gated: bool = False) -> str:

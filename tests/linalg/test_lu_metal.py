@@ -335,7 +335,8 @@ def test_triangular_constants_mirror_header():
     assert tm.BLOCK_STEPS >= 1
     # the inverse kind inverts its blocks by trsm_diag blocks (block_params' bounds)
     assert tm.INVERSE_TRTRI_BLOCK % tm.BLOCK == 0 and tm.INVERSE_TRTRI_BLOCK <= tm.DIAG_MAX_BLOCK
-    assert tm.INVERSE_MIN_BLOCK <= tm.MAX_BLOCK  # else the rule never takes it
+    # the rule takes the inverse kind nowhere (None), or where blocks of MAX_BLOCK rows can reach
+    assert tm.INVERSE_MIN_BLOCK is None or tm.INVERSE_MIN_BLOCK <= tm.MAX_BLOCK
 
 
 @pytest.mark.parametrize("n", [1, 31, 256, 512, 513, 1000, 1024, 1025, 2048, 4096, 8192, 10000])
@@ -455,10 +456,14 @@ def test_inverse_lu_solve_keeps_interchanges_blocked(adjoint, dtype, monkeypatch
 
 
 def test_inverse_rule(monkeypatch):
-    """`use_inverse`: diagonal blocks of INVERSE_MIN_BLOCK rows, whatever the right-hand sides
-    (4096^2 with 1 or 64: yes; 2048^2: no); a gated solve never takes it."""
+    """`use_inverse`: nowhere as measured (INVERSE_MIN_BLOCK None); with INVERSE_MIN_BLOCK set,
+    diagonal blocks of that many rows whatever the right-hand sides (256: 4096^2 yes, 2048^2
+    no); a gated solve never takes it."""
     from mpslinalg.linalg import triangular_metal as tm
 
+    assert tm.INVERSE_MIN_BLOCK is None
+    assert not any(tm.use_inverse(n, k) for n in (256, 4096, 16384) for k in (1, 64))
+    monkeypatch.setattr(tm, "INVERSE_MIN_BLOCK", 256)
     assert tm.use_inverse(4096, 1) and tm.use_inverse(4096, 64) and tm.use_inverse(8192, 1000)
     assert not tm.use_inverse(2048, 1) and not tm.use_inverse(2048, 64)
     assert tm.substitution_kind(4096, 64) == "blocked" and tm.substitution_kind(100, 2) == "trsv"
