@@ -105,6 +105,12 @@ static_assert(kGemmLoadsA * kGemmThreads == kGemmTileM * kGemmTileK, "whole load
 static_assert(kGemmLoadsB * kGemmThreads == kGemmTileK * kGemmTileN, "whole loads a thread");
 static_assert(kGemmOutPerThread * kGemmThreads == kGemmTileM * kGemmTileN, "whole outputs");
 
+// Whether gemm_tile reads and writes entry (i, j) of C: inside its m x n bounds and in the part
+// uplo names.
+inline bool gemm_writes(long i, long j, long m, long n, int uplo) {
+  return i < m && j < n && (uplo == kGemmFull || j <= i);
+}
+
 // Position (i, j) in a rows_t x cols_t block of op(X) of the e-th entry staged: threads walk X's
 // own rows, so neighbouring threads read neighbouring addresses whether op transposes or not.
 inline int2 gemm_stage_pos(int e, int op, int rows_t, int cols_t) {
@@ -235,8 +241,7 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   for (int q = 0; q < kGemmOutPerThread; ++q) {
     const int e = int(tid) + q * kGemmThreads;
     const long i = row0 + e / kGemmTileN, j = col0 + e % kGemmTileN;
-    const bool mine = i < m && j < n && (uplo == kGemmFull || j <= i);
-    c_old[q] = beta != 0.0f && mine ? c[i * ldc + j] : zero<T>();
+    c_old[q] = beta != 0.0f && gemm_writes(i, j, m, n, uplo) ? c[i * ldc + j] : zero<T>();
   }
   // The output block through threadgroup memory (the stages are free now): c_re[i][j] = Re,
   // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN.
@@ -280,7 +285,7 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   for (int q = 0; q < kGemmOutPerThread; ++q) {
     const int e = int(tid) + q * kGemmThreads;
     const long i = row0 + e / kGemmTileN, j = col0 + e % kGemmTileN;
-    if (i < m && j < n && (uplo == kGemmFull || j <= i)) {
+    if (gemm_writes(i, j, m, n, uplo)) {
       const T prod = gemm_make(re_v[q], im_v[q], zero<T>());
       c[i * ldc + j] = beta == 0.0f ? alpha * prod : beta * c_old[q] + alpha * prod;
     }

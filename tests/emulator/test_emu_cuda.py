@@ -129,7 +129,6 @@ def test_metal_rules_are_the_emulators():
         cuda.translate_to_cuda(src)
 
 
-
 _REDUCTIONS = r"""
 #include <metal_stdlib>
 using namespace metal;
@@ -279,7 +278,6 @@ def test_simd_functions_match_emulator_bits(n, group):
         c, g = cpu[1].view(-1, 8)[:, col].contiguous(), gpu[1].view(-1, 8)[:, col].contiguous()
         assert torch.equal(c.view(torch.int32), g.view(torch.int32)), \
             f"{what}: emulator {c.tolist()} CUDA {g.tolist()}"
-
 
 
 _PARTIAL = r"""
