@@ -12,7 +12,8 @@ here, and nothing about Apple GPUs.
 
 Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
 of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
-``cases``, the library's kernels against torch's op; ``lu``, ``qr`` and ``cholesky``, those
+``cases``, the library's kernels against torch's op; ``spectral``, svd and eigh at 16 x 128^2,
+256^2 and 1024^2 (float32 and complex64); ``lu``, ``qr`` and ``cholesky``, those
 families at research scale (qr: the TSQR tree at 4000x36, 65536x8 and 100000x32, the blocked
 path at 4096^2 and 64 x 64^2 complex; cholesky: one matrix of each ``--cholesky-sizes`` order,
 64 x (64 x 64), the inverse); ``trsm``, the blocked triangular solve alone (4096^2 upper with
@@ -356,19 +357,27 @@ def trsm_cases(sizes=(4096,), rhs=(64, 1), blocks=(None,), device="cuda"):
     return out
 
 
-def _jacobi_cases():
+_JACOBI_SMALL = [(10**5, 3, torch.float32), (10**6, 3, torch.float32),
+                 (64, 32, torch.float32), (64, 32, torch.complex64)]
+#: issue 26's sizes past one threadgroup's memory, and the batch of 128^2 between
+_JACOBI_SCALE = [(16, 128, torch.float32), (16, 128, torch.complex64),
+                 (1, 256, torch.float32), (1, 256, torch.complex64),
+                 (1, 1024, torch.float32), (1, 1024, torch.complex64)]
+
+
+def _jacobi_cases(shapes=_JACOBI_SMALL):
     """SVD and Hermitian eigensolver: Jacobi sweeps, so no flop count defines a roofline; the
     bytes bound is given (input read, factors written) with the sweeps' flops left out."""
     out = []
-    for batch, n, dtype in [(10**5, 3, torch.float32), (10**6, 3, torch.float32),
-                            (64, 32, torch.float32), (64, 32, torch.complex64)]:
+    for batch, n, dtype in shapes:
+        size = f"{batch:.0e}" if batch >= 10**4 else str(batch)
         A = _matrices((batch, n, n), dtype, 5)
         es = A.element_size()
         ours = lambda A=A: _svd_metal.svd_metal(A)  # noqa: E731
         theirs = lambda A=A: torch.linalg.svd(A, full_matrices=False)  # noqa: E731
         U, S, Vh, info = ours()
         res = ((U * S.unsqueeze(-2).to(dtype)) @ Vh - A).abs().amax() / A.abs().amax()
-        out.append((f"svd {batch:.0e}x({n}x{n}) {str(dtype)[6:]}", {
+        out.append((f"svd {size}x({n}x{n}) {str(dtype)[6:]}", {
             "CUDA executor (svd.metal)": ours, "torch.linalg.svd": theirs},
             _roofline_us(batch * n * n * 3 * es, 0),
             f"max |U S Vh - A| / max |A| = {res.item():.1e}, sweeps <= {int(info.max())}"))
@@ -387,7 +396,7 @@ def _jacobi_cases():
         contenders = {"CUDA executor (eigh.metal)": ours}
         if theirs is not None:
             contenders["torch.linalg.eigh"] = theirs
-        out.append((f"eigh {batch:.0e}x({n}x{n}) {str(dtype)[6:]}", contenders,
+        out.append((f"eigh {size}x({n}x{n}) {str(dtype)[6:]}", contenders,
                     _roofline_us(batch * n * n * 2 * es, 0),
                     f"max |H V - V diag(w)| / max |H| = {res.item():.1e}{failure}"))
     return out
@@ -675,7 +684,7 @@ def main():
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--sections", default="launch,matrix,cases,lu,qr",
                     help="comma-separated subset of launch, matrix, cases, lu, qr, cholesky, "
-                         "trsm")
+                         "trsm, spectral")
     ap.add_argument("--lu-sizes", default="1024,2048,4096,8192",
                     help="the n of the square float32 cases of the lu section")
     ap.add_argument("--cholesky-sizes", default="1024,4096",
@@ -715,6 +724,9 @@ def main():
         sizes = [int(n) for n in args.cholesky_sizes.split(",")]
         lines += _cases_section(args.reps, lambda: cholesky_cases(sizes),
                                 "## Cholesky at research scale")
+    if "spectral" in sections:
+        lines += _cases_section(args.reps, lambda: _jacobi_cases(_JACOBI_SCALE),
+                                "## SVD and eigh past one threadgroup")
     if "trsm" in sections:
         sizes = [int(n) for n in args.trsm_sizes.split(",")]
         blocks = [None if b == "rule" else int(b) for b in args.trsm_blocks.split(",")]

@@ -517,6 +517,10 @@ class Kernel(library.Kernel):
         # launch bound -> the kernel compiled for it (None: the library's own compilation)
         self._bounded = {None: func}
         self._nbufs = max((p.buffer + 1 for p in info.params if p.attr == "buffer"), default=0)
+        # the buffers the kernel reads as global memory (`device` parameters): bytes bound to
+        # one take the generic compilation (`_function`)
+        self._device_buffers = sum(1 << p.buffer for p in info.params
+                                   if p.attr == "buffer" and p.device)
         self._tensor = torch.Tensor
         self._cu_launch = drv.launch
         _current_stream(device_index)  # resolves _raw_stream
@@ -573,6 +577,8 @@ class Kernel(library.Kernel):
                 return super().__call__(*args, threads=threads, group_size=group_size)
             _pack_into("<Q", buf, 8 * i, off)
             in_blob |= 1 << i
+        if in_blob & self._device_buffers:  # bytes where a tensor is expected: generic pointers
+            return super().__call__(*args, threads=threads, group_size=group_size)
         marshal.count_launch(self.name)
         if geometry is None:  # an empty grid runs nothing
             return None
@@ -611,16 +617,19 @@ class Kernel(library.Kernel):
         if rc:
             _get_driver().check(rc, f"launch of kernel '{self.name}'")
 
-    def _function(self, nthreads):
+    def _function(self, nthreads, generic=False):
         """(function, dynamic shared memory bytes) for groups of ``nthreads`` threads: the
         kernel compiled for the smallest bound of `_GROUP_BOUNDS` that holds them where its own
-        compilation was short of registers, and the simdgroup_matrix scratch of its warps."""
+        compilation was short of registers (``generic``: compiled with EMU_GENERIC_DEVICE, for
+        a launch binding bytes to a ``device`` parameter), and the simdgroup_matrix scratch of
+        its warps."""
         bound = None
         if self._short_of_registers:
             bound = next((b for b in _GROUP_BOUNDS if nthreads <= b < self._max), None)
-        func = self._bounded.get(bound)
+        key = (bound, True) if generic else bound
+        func = self._bounded.get(key)
         if func is None:
-            func = self._bounded[bound] = self._lib._bounded_function(self, bound)
+            func = self._bounded[key] = self._lib._bounded_function(self, bound, generic)
             if self._matrix:
                 _allow_matrix_scratch(func)
         smem = -(-nthreads // 32) * _MATRIX_SCRATCH_PER_WARP if self._matrix else 0
@@ -684,7 +693,7 @@ class Kernel(library.Kernel):
             )
         dims = (*grid, *group, *ngroups)
         nthreads = group[0] * group[1] * group[2]
-        func, smem = self._function(nthreads)
+        func, smem = self._function(nthreads, bool(in_blob & self._device_buffers))
         _GEOMETRY.pack_into(_block.buf, _IN_BLOB_OFFSET, in_blob, *dims)
         self._go(func, nblocks, nthreads, smem)
 
@@ -754,9 +763,12 @@ class Library(library.Library):
                   "cuModuleGetFunction")
         return func
 
-    def _bounded_function(self, kernel: Kernel, bound: int):
-        """Kernel ``kernel`` compiled alone with launch bound ``bound``."""
-        defines = (f"EMU_ONLY_KERNEL={kernel._index}", f"EMU_GROUP_BOUND={bound}")
+    def _bounded_function(self, kernel: Kernel, bound: int | None, generic: bool = False):
+        """Kernel ``kernel`` compiled alone with launch bound ``bound`` (None: its own) and,
+        where ``generic``, no address space assumed for its ``device`` parameters."""
+        defines = (f"EMU_ONLY_KERNEL={kernel._index}",)
+        defines += (f"EMU_GROUP_BOUND={bound}",) if bound is not None else ()
+        defines += ("EMU_GENERIC_DEVICE",) if generic else ()
         return self._function_of(self._module(kernel._device, defines), kernel._index)
 
     def _kernel_key(self, name):

@@ -398,6 +398,37 @@ def test_repeated_launches_take_the_fast_path_with_the_same_results():
     assert cuda.marshal.launch_counts()["axpb"] == before + 2
 
 
+def test_device_parameters_are_global_unless_compiled_generic():
+    # A tensor is bound to a `device` parameter, and the compiler is told so (global loads and
+    # stores, which may pass threadgroup stores as on Metal); `constant` parameters stay generic
+    # (bytes live in the parameter block). EMU_GENERIC_DEVICE, taken where bytes are bound to a
+    # `device` parameter, assumes nothing.
+    tr = cuda.translate_to_cuda(_SCALARS)
+    axpb = next(k for k in tr.kernels if k.host_name == "axpb")
+    assert [p.device for p in axpb.params] == [True, True, False, False, False, False]
+    for defines, space in [((), "global"), (("EMU_GENERIC_DEVICE",), "")]:
+        ptx = cuda._compiled(tr, cuda.DEFAULT_PTX_ARCH, defines).rstrip(b"\0").decode()
+        body = re.search(r"\.entry emu_k\d+_axpb\((.*?)\n}\n", ptx, re.S).group(1)
+        loads = re.findall(r"\bld((?:\.\w+)*)\.f32", body)
+        stores = re.findall(r"\bst((?:\.\w+)*)\.f32", body)
+        assert len(stores) == 1 and (".global" in stores[0]) == (space == "global"), stores
+        assert sum(".global" in q for q in loads) == (1 if space else 0), loads
+
+
+@pytest.mark.cuda
+def test_bytes_bound_to_a_device_parameter_take_the_generic_compilation():
+    k = cuda.compile_shader(_SCALARS).axpb
+    xs = [0.5 * i - 3.0 for i in range(12)]
+    for _ in range(2):  # the checked path, then the same geometry again
+        y = torch.full((2, 6), float("nan"), device="cuda")
+        k(y, xs, 3, 0.25, threads=[6, 2], group_size=[3, 2])
+        torch.testing.assert_close(y.cpu(), 3 * torch.tensor(xs).view(2, 6) + 0.25)
+    assert (None, True) in k._bounded
+    x = torch.tensor(xs, device="cuda").view(2, 6)
+    k(y, x, 2, 1.0, threads=[6, 2], group_size=[3, 2])  # a tensor: the global compilation
+    torch.testing.assert_close(y, 2 * x + 1.0)
+
+
 @pytest.mark.cuda
 def test_parameter_structs_as_int_lists_take_the_fast_path():
     # A packed parameter struct (a list of ints, as metal_params packs one) binds as an int64

@@ -82,11 +82,11 @@ def test_structure_finds_functions_kernels_and_host_names():
     scale, plain = u.kernels
     assert (scale.name, scale.ns, scale.template) == ("scale", ("ns",), "typename T")
     assert scale.params == [
-        structure.ParamInfo("out", "buffer", 1),
+        structure.ParamInfo("out", "buffer", 1, device=True),
         structure.ParamInfo("s", "buffer", 0),
         structure.ParamInfo("i", "thread_position_in_grid", -1),
     ]
-    assert (plain.max_threads, plain.params) == ("64", [structure.ParamInfo("a", "buffer", 0)])
+    assert (plain.max_threads, plain.params) == ("64", [structure.ParamInfo("a", "buffer", 0, True)])
     assert [(e.host, e.name, e.template_args) for e in u.entries] == [
         ("scale_float", "scale", "float"), ("plain", "plain", None)]
     assert [(i.host, i.args) for i in u.instantiations] == [("scale_float", "float")]
@@ -234,7 +234,7 @@ def test_emission_cuda_wrappers():
             ' emu_k0_k(') in out
     # the executor compiles one wrapper alone, for a smaller launch bound, with -D
     assert "#if !defined(EMU_ONLY_KERNEL) || EMU_ONLY_KERNEL == 0\n" in out
-    assert "k(::emu::bind<::emu::arg_t<F0, 0>>(A, 0), " \
+    assert "k(::emu::bind_device<::emu::arg_t<F0, 0>>(A, 0), " \
            "::emu::builtin<::emu::arg_t<F0, 1>>(::emu::U(C.lidx & 31u)));" in out
     assert emission.entry_name(3, "a.b-c") == "emu_k3_a_b_c"
 

@@ -719,6 +719,30 @@ template <class P> struct binder { static P get(const Args& A, int b) { return *
 template <class T> struct binder<T*> { static T* get(const Args& A, int b) { return (T*)addr(A, b); } };
 template <class T> struct binder<T&> { static T& get(const Args& A, int b) { return *(T*)addr(A, b); } };
 template <class P> inline P bind(const Args& A, int b) { return binder<P>::get(A, b); }
+// A `device` pointer or reference parameter: the host binds a tensor there, a global address,
+// and says so to the compiler. A generic pointer could address threadgroup (shared) memory, so
+// a load through it may not pass an earlier threadgroup store: a loop `stage[e] = a[e]` would
+// wait for each load in turn, where Metal's compiler, which sees the address spaces, issues them
+// together. Bytes bound to a `device` parameter (a Python scalar or list, in the parameter
+// block) take the kernel compiled with EMU_GENERIC_DEVICE, where every parameter is generic.
+template <class P> struct device_binder { static P get(const Args& A, int b) { return bind<P>(A, b); } };
+template <class T> struct device_binder<T*> {
+  static T* get(const Args& A, int b) {
+    T* p = (T*)A.addr[b];
+    __builtin_assume(__isGlobal(p));
+    return p;
+  }
+};
+template <class T> struct device_binder<T&> {
+  static T& get(const Args& A, int b) { return *device_binder<T*>::get(A, b); }
+};
+template <class P> inline P bind_device(const Args& A, int b) {
+#ifdef EMU_GENERIC_DEVICE
+  return bind<P>(A, b);
+#else
+  return device_binder<P>::get(A, b);
+#endif
+}
 // Builtin attributes: uint/ushort scalars and 2-/3-component vectors.
 template <class P> struct bconv { static P get(const u3& u) { return P(u.v[0]); } };
 template <class T> struct bconv<metal::vec<T, 2>> { static metal::vec<T, 2> get(const u3& u) { return metal::vec<T, 2>(T(u.v[0]), T(u.v[1])); } };

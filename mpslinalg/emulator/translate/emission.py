@@ -202,7 +202,8 @@ def cuda_source(unit, body: str) -> str:
         call = []
         for k, p in enumerate(kd.params):
             if p.attr == "buffer":
-                call.append(f"::emu::bind<::emu::arg_t<F{h}, {k}>>(A, {p.buffer})")
+                bind = "bind_device" if p.device else "bind"
+                call.append(f"::emu::{bind}<::emu::arg_t<F{h}, {k}>>(A, {p.buffer})")
             else:
                 call.append(f"::emu::builtin<::emu::arg_t<F{h}, {k}>>({CUDA_BUILTINS[p.attr]})")
         wrapper = cuda_tokens(

@@ -96,11 +96,13 @@ def _unescape(lit):
 @dataclasses.dataclass
 class ParamInfo:
     """A kernel parameter: its name, ``attr`` ("buffer" or the builtin attribute's name) and,
-    for a buffer, its index."""
+    for a buffer, its index and whether it is a pointer or reference to ``device`` memory
+    (``device``: where a tensor is bound, which the CUDA executor tells its compiler)."""
 
     name: str
     attr: str  # "buffer" or the builtin attribute name
     buffer: int = -1
+    device: bool = False
 
 
 @dataclasses.dataclass
@@ -638,7 +640,10 @@ class Unit:
                 if buf is None:
                     buf = nbuf
                 nbuf = max(nbuf, buf + 1)
-            out.append(ParamInfo(name or f"arg{len(out)}", attr, buf if attr == "buffer" else -1))
+            words = [self.t(j) for j in p if not self.in_attr[j]]
+            device = attr == "buffer" and "device" in words and ("*" in words or "&" in words)
+            out.append(ParamInfo(name or f"arg{len(out)}", attr, buf if attr == "buffer" else -1,
+                                 device))
             tokens.append(p[0])
         return out, tokens, unbindable
 
