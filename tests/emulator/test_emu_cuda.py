@@ -417,7 +417,8 @@ def test_device_parameters_are_global_unless_compiled_generic():
 
 @pytest.mark.cuda
 def test_bytes_bound_to_a_device_parameter_take_the_generic_compilation():
-    k = cuda.compile_shader(_SCALARS).axpb
+    # a source of its own: libraries are cached by source, and other tests check _bounded
+    k = cuda.compile_shader(_SCALARS + "\n// bytes bound to a device parameter\n").axpb
     xs = [0.5 * i - 3.0 for i in range(12)]
     for _ in range(2):  # the checked path, then the same geometry again
         y = torch.full((2, 6), float("nan"), device="cuda")
