@@ -360,9 +360,13 @@ def trsm_cases(sizes=(4096,), rhs=(64, 1), blocks=(None,), device="cuda"):
 _JACOBI_SMALL = [(10**5, 3, torch.float32), (10**6, 3, torch.float32),
                  (64, 32, torch.float32), (64, 32, torch.complex64)]
 #: issue 26's sizes past one threadgroup's memory, and the batch of 128^2 between
-_JACOBI_SCALE = [(16, 128, torch.float32), (16, 128, torch.complex64),
-                 (1, 256, torch.float32), (1, 256, torch.complex64),
-                 (1, 1024, torch.float32), (1, 1024, torch.complex64)]
+_JACOBI_SCALE = "16x128,1x256,1x1024"
+
+
+def _jacobi_scale(shapes: str):
+    """(batch, n, dtype) of "BxN,..." in float32 and complex64."""
+    return [(int(b), int(n), dtype) for b, n in (s.split("x") for s in shapes.split(","))
+            for dtype in (torch.float32, torch.complex64)]
 
 
 def _jacobi_cases(shapes=_JACOBI_SMALL):
@@ -694,6 +698,8 @@ def main():
     ap.add_argument("--trsm-blocks", default="rule",
                     help="the trsm section's diagonal block rows: 'rule' (triangular_metal."
                          "block_rows) and / or multiples of 32, comma-separated")
+    ap.add_argument("--spectral-shapes", default=_JACOBI_SCALE,
+                    help="the spectral section's batch x order, comma-separated")
     ap.add_argument("--gemm-sizes", default="256,1024,2048",
                     help="the n of the simdgroup_matrix GEMM")
     ap.add_argument("--dry-run", action="store_true",
@@ -725,7 +731,8 @@ def main():
         lines += _cases_section(args.reps, lambda: cholesky_cases(sizes),
                                 "## Cholesky at research scale")
     if "spectral" in sections:
-        lines += _cases_section(args.reps, lambda: _jacobi_cases(_JACOBI_SCALE),
+        shapes = _jacobi_scale(args.spectral_shapes)
+        lines += _cases_section(args.reps, lambda: _jacobi_cases(shapes),
                                 "## SVD and eigh past one threadgroup")
     if "trsm" in sections:
         sizes = [int(n) for n in args.trsm_sizes.split(",")]
