@@ -197,6 +197,78 @@ inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, l
   }
 }
 
+// The potf2 of a diagonal block of order w <= kSimdWidth by ONE simdgroup, the block in its
+// registers: lane i holds row i, a[k] = a_ik for k <= i (the entries above the diagonal are
+// scratch, never read by an entry below it), and step j is the right-looking update of
+// chol_potf2_entries (Golub & Van Loan, Matrix Computations, section 4.2) with the threadgroup
+// column replaced by simd broadcasts: the pivot a_jj comes from lane j, and the a_kj (k > j)
+// that lane i subtracts (a_ij / a_jj) conj(a_kj) with come from lane k's register j, one
+// broadcast each. On Apple GPUs a simd broadcast is a register-file operation of the simdgroup,
+// with no threadgroup-memory round trip, and one simdgroup needs no barrier: a step is the
+// broadcasts, sqrt, two divisions and one multiply-add per entry, where chol_potf2_entries pays a
+// threadgroup barrier, threadgroup stores and loads and the same sqrt and divisions in every
+// thread of 256. Both loops are unrolled (w and k bounded by the compile-time kSimdWidth, w
+// checked per step, uniformly), so every register index and every source lane is a constant:
+// no dynamic indexing (local memory), no lane arithmetic, and step j works on its 31 - j entries
+// only. kSimdWidth entries a lane, 32 floats (complex: 64), fit Apple's register file for one
+// simdgroup. The arithmetic of every entry is chol_potf2_entries' (l_jj = sqrt(d), l_ij = a_ij /
+// l_jj, u = a_ij / d, sub_mul(a_ik, u, conj(a_kj)), the failed-pivot rule and info), so the
+// factor and info are bitwise its. Every lane of the simdgroup calls it (lanes i >= w hold
+// zeros and store nothing): the broadcasts need all 32.
+template <typename T>
+inline void chol_potf2_simd(device T* A, device int* info, long n, long k0, long w, long batch,
+                            int i) {
+  constexpr int N = kSimdWidth;
+  const bool owns = i < int(w);
+  device T* Ai = A + (owns ? k0 + i : k0) * n + k0;  // row i of the block
+  T a[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    a[k] = owns && k <= i ? Ai[k] : zero<T>();  // the lower triangle only
+  }
+  int first = 0;  // the block's first failed pivot (1-based), the same in every lane
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    if (j >= int(w)) {
+      break;  // uniform over the simdgroup
+    }
+    const T ci = a[j];  // a_ij, partly updated (scratch for i < j)
+    // !(d > 0) is LAPACK's test (ajj <= 0 or NaN); a failed pivot gives NaN from here on.
+    const float d = simd_broadcast(chol_real(ci), ushort(j));
+    // The column first, the updates after: the broadcasts are independent of each other and of
+    // the pivot's sqrt and divisions, so they issue back to back and their latencies overlap
+    // (an update right after its broadcast would wait on each in turn).
+    T ck[N];
+#pragma unroll
+    for (int k = j + 1; k < N; ++k) {
+      ck[k] = simd_broadcast(ci, ushort(k));  // a_kj from lane k
+    }
+    const bool fails = !(d > 0.0f);
+    first = first == 0 && fails ? j + 1 : first;
+    const float ljj = fails ? NAN : metal::sqrt(d);
+    // l_ij and the multiplier of the unscaled column, l_ij / l_jj = a_ij / a_jj: two
+    // independent divisions (one rounding each), NaN both after a failed pivot.
+    const T l = i == j ? chol_from_real<T>(ljj) : ci / ljj;
+    const T u = ci / (fails ? NAN : d);
+#pragma unroll
+    for (int k = j + 1; k < N; ++k) {
+      a[k] = sub_mul(a[k], u, conj(ck[k]));
+    }
+    a[j] = l;
+  }
+  if (i == 0 && first != 0 && info[batch] == 0) {  // an earlier block's failure stays
+    info[batch] = int(k0 + first);
+  }
+  if (owns) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (k <= i) {
+        Ai[k] = a[k];
+      }
+    }
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
@@ -226,7 +298,9 @@ template <typename T>
   const long batch = long(group.y);
   device T* A = a + batch * n * n;
   if (w <= kSimdWidth) {  // uniform over the group: one body runs, barriers stay matched
-    chol_potf2_entries<T, kSimdWidth, kCholRowThreads>(A, info, n, k0, w, batch, int(tid), col);
+    if (tid < uint(kSimdWidth)) {  // simdgroup 0 (the host launches no other for w <= 32)
+      chol_potf2_simd<T>(A, info, n, k0, w, batch, int(tid));
+    }
   } else {
     chol_potf2_entries<T, kCholUnblockedMax, kCholRowThreads>(A, info, n, k0, w, batch, int(tid),
                                                               col);
@@ -260,7 +334,6 @@ template <typename T>
   using namespace mpsl;
   const long n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup float scratch[kGemmScratchFloats];
-  threadgroup T col[2 * kCholBlock];  // the potf2's column j, two steps alternating
   const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
   if (col0 >= row0 + kGemmTileM) {
     return;  // the whole threadgroup: no barrier is left waiting
@@ -285,9 +358,11 @@ template <typename T>
   // is the one that factors it, and no other touches it before the launch ends. gemm_tile's
   // own last barrier orders threadgroup memory only, hence this one.
   threadgroup_barrier(metal::mem_flags::mem_device);
+  if (sg != 0) {
+    return;  // simdgroup 0 factors the block alone, with no barrier left to meet
+  }
   const long w2 = metal::min(long(kCholBlock), n - s);
-  chol_potf2_entries<T, kCholBlock, kCholUpdateRowThreads>(A, info, n, s, w2, long(group.z),
-                                                           int(tid), col);
+  chol_potf2_simd<T>(A, info, n, s, w2, long(group.z), int(tid));
 }
 
 // potri's product (LAPACK lauum): the lower triangle of C = X^H X for lower triangular X (n x n,
