@@ -47,11 +47,8 @@ NEXT_BLOCK = 32  # kCholBlock: the next diagonal block chol_update factors (one 
 #: first chol_update factors; a wider one (at most UNBLOCKED_MAX, e.g. for
 #: benchmarks/sweep_cuda_cholesky.py) takes a chol_potf2 launch a block.
 BLOCK = NEXT_BLOCK
-ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of the block
+ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of a block wider than SIMD_WIDTH
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
-#: kCholUpdateRowThreads: threads a row of chol_update's potf2 of the next diagonal block (its
-#: threadgroup, gemm_metal's THREADS, over BLOCK rows)
-UPDATE_ROW_THREADS = 4
 
 #: The blocked factorization from this order on (the tests lower it to reach the blocked path
 #: on small matrices); at most UNBLOCKED_MAX + 1.
@@ -71,9 +68,11 @@ def _params(n: int, k0: int, w: int, next_block: int = 0) -> list[int]:
 
 
 def _potf2(kernel, L, info, n: int, k0: int, w: int, batch: int) -> None:
-    # ROW_THREADS threads per row of the block (each holding some of its entries), whole
-    # simdgroups: at most POTF2_THREADS, the kernel's max_total_threads_per_threadgroup.
-    threads = _metal.ceil_div(ROW_THREADS * w, SIMD_WIDTH) * SIMD_WIDTH
+    # One simdgroup (a row a lane) for blocks of at most SIMD_WIDTH rows; above, ROW_THREADS
+    # threads per row of the block (each holding some of its entries), whole simdgroups: at
+    # most POTF2_THREADS, the kernel's max_total_threads_per_threadgroup.
+    threads = (SIMD_WIDTH if w <= SIMD_WIDTH
+               else _metal.ceil_div(ROW_THREADS * w, SIMD_WIDTH) * SIMD_WIDTH)
     launch(kernel, L, info, _params(n, k0, w), threads=[threads, batch],
            group_size=[threads, 1])
 
