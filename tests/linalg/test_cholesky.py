@@ -92,9 +92,7 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
                                          ("kCholBlock", cholesky_metal.NEXT_BLOCK),
                                          ("kCholRowThreads", cholesky_metal.ROW_THREADS),
-                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS),
-                                         ("kCholUpdateRowThreads",
-                                          cholesky_metal.UPDATE_ROW_THREADS)])
+                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
@@ -114,10 +112,10 @@ def test_block_is_one_triangular_solve_block():
 def test_potf2_entries_stay_in_registers():
     """chol_potf2 keeps each thread's entries of the block in a register array indexed by
     constants only: NVRTC's PTX of both instantiations has no local memory (a runtime index into
-    the entries, or a loop left rolled, would put them there: the latency the kernel exists to
-    remove), nor has float32 chol_update's, whose threadgroup factors the next diagonal block
-    with 4 threads a row (complex64's has the product's own local array, fused or not). Needs
-    NVRTC, not a GPU (the test-cuda extra)."""
+    the entries, or a loop over them left rolled, would put them there: the latency the kernel
+    exists to remove), nor has float32 chol_update's, whose first simdgroup factors the next
+    diagonal block a row a lane (complex64's has the product's own local array, fused or not).
+    Needs NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
@@ -250,6 +248,34 @@ def test_info_is_the_failing_minor(backend, n, minor):
         with pytest.raises(torch.linalg.LinAlgError):
             mpslinalg.cholesky_ex(A, upper=True, check_errors=True)
 
+
+
+def test_simdgroup_potf2_every_order(metal_backend):
+    """Orders 1 to 32, chol_potf2 as one simdgroup (a row a lane, the column by broadcasts,
+    the groups of kCholColumnGroup entries past the block skipped): a good matrix, failing
+    minors first, mid-way and last, and NaN read below the diagonal, per dtype: info exactly
+    torch's (float64), the factor torch's before the failing column and NaN from it on."""
+    for dtype in (torch.float32, torch.complex64):
+        for n in range(1, cholesky_metal.NEXT_BLOCK + 1):
+            minors = sorted({1, (n + 1) // 2, n})
+            A = torch.stack([hpd(n, dtype, (), n)] +
+                            [_indefinite(n, dtype, m, seed=n + m) for m in minors])
+            nan = hpd(n, dtype, (), 2 * n).unsqueeze(0)
+            nan[0, n - 1, n // 2] = math.nan
+            A = torch.cat([A, nan])
+            # the kernels directly: orders up to 4 take the n <= 4 path through cholesky_ex
+            L, info = cholesky_metal.cholesky_metal(metal_backend.tensor(A), False)
+            L, info = L.cpu(), info.cpu()
+            ref_L, ref_info = torch.linalg.cholesky_ex(wide(A))
+            assert torch.equal(info, ref_info), (dtype, n)
+            assert info[0] == 0 and potrf_ratio(A[:1], L[:1]) < THRESH
+            lower = torch.ones(n, n, dtype=torch.bool).tril()
+            for b in range(1, A.shape[0]):
+                k = int(info[b]) - 1
+                torch.testing.assert_close(wide(L)[b, :, :k], ref_L[b, :, :k], rtol=1e-4,
+                                           atol=1e-4, equal_nan=True)
+                assert wide(L)[b, :, k:][lower[:, k:]].isnan().all(), (dtype, n, b)
+            assert (L.triu(1) == 0).all()
 
 def test_nan_stays_in_its_batch_element(backend):
     for n in (4, 70):
