@@ -11,12 +11,13 @@ adds to the chain. A trivial kernel gives that floor. Median [min, max] of ``--r
 
 Kernels (float32):
   floor            bench_cuda_executor's trivial kernel (one 32-thread group)
-  chol_potf2 32    the diagonal block of 32 columns of one matrix (32 steps, 256 threads)
+  chol_potf2 32    the diagonal block of 32 columns of one matrix (32 steps, one simdgroup)
   chol_potf2 64    an order-64 matrix (64 steps, 512 threads), batch 1 and 64
   trsm_diag panel  the first panel's solve of an n x n factorization (n - 32 rows, right side)
   chol_update      the first trailing update (rows and columns [32, n), depth 32), next = 0
                    (the product alone) and next = 1 (then the next diagonal block factored by
-                   the threadgroup of its tile): their difference is the fused potf2's share
+                   the first simdgroup of its tile's threadgroup): their difference is the
+                   fused potf2's share
 """
 
 from __future__ import annotations
