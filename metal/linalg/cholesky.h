@@ -4,12 +4,12 @@
 // above it (the host copies tril(A), or tril(A^H) for upper=True, into the working tensor, which
 // the kernels factor in place); the batch index is the last grid dimension of every kernel, so
 // one launch sequence covers the whole batch. The host (mpslinalg/linalg/cholesky_metal.py) runs:
-//   chol_potf2   n <= kCholUnblockedMax: the whole matrix in one launch, one threadgroup per
-//                matrix (right-looking potf2, the lower triangle held in registers: one
-//                simdgroup, a row a lane, for n <= kSimdWidth; otherwise a few entries of one
-//                row per thread, kCholRowThreads threads a row);
+//   chol_potf2_simd  n <= kSimdWidth: the whole matrix in one launch, one simdgroup per matrix
+//                (right-looking potf2, the lower triangle held in registers, a row a lane);
+//   chol_potf2   kSimdWidth < n <= kCholUnblockedMax: the same in one threadgroup per matrix,
+//                a few entries of one row per thread, kCholRowThreads threads a row;
 //   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf),
-//   the first block's L11 by chol_potf2 (the same kernel on rows/columns [0, kCholBlock)), then:
+//   the first block's L11 by chol_potf2_simd (on rows/columns [0, kCholBlock)), then:
 //   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
 //                metal/linalg/triangular.h, right side, one simdgroup per row of the panel (the
 //                block is one diagonal block of that solve, bs = kCholBlock, so its trsm_update
@@ -17,9 +17,9 @@
 //   chol_update  the trailing update A22 -= L21 L21^H (HERK) on the shared simdgroup_matrix
 //                product (metal/common/gemm.h), lower triangle only; the threadgroup of A22's
 //                first diagonal tile, which is the next block's diagonal block, then factors
-//                it (potf2 by its first simdgroup, a row a lane), so no chol_potf2 launch is left
+//                it (potf2 by its first simdgroup, a row a lane), so no potf2 launch is left
 //                between two blocks: 2 ceil(n / kCholBlock) - 1 launches in all (the first
-//                chol_potf2, then trsm_diag + chol_update per block but the last).
+//                chol_potf2_simd, then trsm_diag + chol_update per block but the last).
 // cholesky_inverse's potri: chol_lauum forms the lower triangle of X^H X for X = L^-1 (trtri, the
 // blocked triangular solve against the identity), on the same product.
 //
@@ -50,7 +50,7 @@ static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagona
 static_assert(kCholBlock == kGemmTileM, "the next diagonal block is one tile of the update");
 static_assert(kCholBlock <= kSimdWidth, "one simdgroup factors a block, a row a lane");
 
-// Scalars of chol_potf2 and chol_update (chol_lauum reads n only).
+// Scalars of chol_potf2_simd, chol_potf2 and chol_update (chol_lauum reads n only).
 struct CholParams {
   long n;     // order of each matrix (its row stride)
   long k0;    // first row and column of the diagonal block
@@ -90,12 +90,12 @@ static_assert(kSimdWidth % kCholRowThreads == 0, "a row's threads lie in one sim
 static_assert((kCholRowThreads & (kCholRowThreads - 1)) == 0, "a column's owner: low bits");
 static_assert(kCholPotf2Threads <= 1024, "Metal's threadgroup limit");
 
-// The body of chol_potf2 for blocks of order kSimdWidth < w <= N (N = kCholUnblockedMax) with G
-// threads a row (kCholRowThreads), N G threads. Thread
-// t owns the entries (i, g + G q) of the block, i = t / G, g = t % G, q < E = N / G, in `a`
-// (registers): every loop over them runs over all E with a compile-time bound and is unrolled,
-// so each index is a constant (a runtime index would put the array in local memory, whose loads
-// are the latency the registers remove). Step j is right-looking (the outer-product form of
+// The body of chol_potf2 for blocks of order w <= N (N = kCholUnblockedMax; the host takes it for
+// w > kSimdWidth) with G threads a row (kCholRowThreads), N G threads. Thread t owns the
+// entries (i, g + G q) of the block, i = t / G, g = t % G, q < E = N / G, in `a` (registers):
+// every loop over them runs over all E with a compile-time bound and is unrolled, so each index
+// is a constant (a runtime index would put the array in local memory, whose loads are the
+// latency the registers remove). Step j is right-looking (the outer-product form of
 // Golub & Van Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of
 // the partly updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by the
 // owner of the entry); every thread of a row i >= j forms l_jj = sqrt(a_jj) itself; the owner
@@ -189,14 +189,14 @@ inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, l
   }
 }
 
-// Entries of a row per group of broadcasts in chol_potf2_simd's step (the last group has the
+// Entries of a row per group of broadcasts in chol_potf2_simdgroup's step (the last group has the
 // rest): a group's broadcasts are issued together, ahead of the updates that use them, so they
 // overlap one another's latency, and the lane holds 8 (complex: 16) broadcast floats beside its
 // row at a time instead of the whole column's 31 (62), which would double a complex lane's
 // registers.
 constant constexpr int kCholColumnGroup = 8;
 
-// kCholColumnGroup entries of the column of chol_potf2_simd's step, those of lanes q0 + e of
+// kCholColumnGroup entries of the column of chol_potf2_simdgroup's step, those of lanes q0 + e of
 // `rotated` (e < kCholColumnGroup, q0 + e < kSimdWidth); q0 is a constant where it is inlined.
 template <typename T>
 inline void chol_column_group(thread T* ck, T rotated, int q0) {
@@ -223,17 +223,17 @@ inline void chol_column_group(thread T* ck, T rotated, int q0) {
 // thread of a row. The loops over the entries are unrolled, so every register index is a
 // constant (no dynamic indexing, i.e. no local memory); the step loop is not: a body of a few
 // hundred instructions, where unrolling the steps too (their lanes constants as well) gave
-// NVRTC's chol_potf2 ~6000 instructions of straight-line code (complex64 ~12000; ~800 and
-// ~1300 with the loop), each fetched once a call. The source lanes are constants after one
-// rotation of the column by j (lane q of `rotated` is lane j + q's a_j+q,j). kSimdWidth entries
-// a lane, 32 floats (complex: 64) and a group of broadcasts, fit the registers of one Apple GPU
-// thread. The arithmetic of every entry is chol_potf2_entries' (l_jj = sqrt(d), l_ij = a_ij /
-// l_jj, u = a_ij / d, sub_mul(a_ik, u, conj(a_kj)), the failed-pivot rule and info), so the
-// factor and info are its. Every lane of the simdgroup calls it (lanes i >= w hold zeros and
-// store nothing): the broadcasts need all.
+// NVRTC ~5500 instructions of straight-line code (complex64 ~11500), each fetched once a call,
+// against a loop body of ~300 (~600). The source lanes are constants after one rotation of
+// the column by j (lane q of `rotated` is lane j + q's a_j+q,j). kSimdWidth entries a lane, 32
+// floats (complex: 64) and a group of broadcasts, fit the registers of one Apple GPU thread
+// (chol_potf2_simd declares one simdgroup as its bound for that). The arithmetic of every entry
+// is chol_potf2_entries' (l_jj = sqrt(d), l_ij = a_ij / l_jj, u = a_ij / d, sub_mul(a_ik, u,
+// conj(a_kj)), the failed-pivot rule and info), so the factor and info are its. Every lane of
+// the simdgroup calls it (lanes i >= w hold zeros and store nothing): the broadcasts need all.
 template <typename T>
-inline void chol_potf2_simd(device T* A, device int* info, long n, long k0, long w, long batch,
-                            int i) {
+inline void chol_potf2_simdgroup(device T* A, device int* info, long n, long k0, long w,
+                                 long batch, int i) {
   constexpr int N = kSimdWidth;
   const bool owns = i < int(w);
   device T* Ai = A + (owns ? k0 + i : k0) * n + k0;  // row i of the block
@@ -249,15 +249,15 @@ inline void chol_potf2_simd(device T* A, device int* info, long n, long k0, long
     const float d = simd_broadcast(chol_real(ci), ushort(j));
     // Lane q holds lane (j + q) mod kSimdWidth's a_.j (a wrapped-around lane's is scratch).
     const T rotated = metal::simd_shuffle_rotate_down(ci, ushort(j));
-    // The first group of the column before the pivot's sqrt and divisions, which it does not
-    // depend on: its broadcasts' latency overlaps theirs.
+    const bool fails = !(d > 0.0f);
+    first = first == 0 && fails ? j + 1 : first;
+    const float ljj = fails ? NAN : metal::sqrt(d);
+    // The first group of the column between the pivot's sqrt and its divisions, which it does
+    // not depend on: the sqrt waits out the rotation's latency, the divisions the broadcasts'.
     T ck[kCholColumnGroup];
     if (j + 1 < int(w)) {
       chol_column_group(ck, rotated, 1);
     }
-    const bool fails = !(d > 0.0f);
-    first = first == 0 && fails ? j + 1 : first;
-    const float ljj = fails ? NAN : metal::sqrt(d);
     // l_ij and the multiplier of the unscaled column, l_ij / l_jj = a_ij / a_jj: two
     // independent divisions (one rounding each), NaN both after a failed pivot.
     const T l = i == j ? chol_from_real<T>(ljj) : ci / ljj;
@@ -296,19 +296,40 @@ inline void chol_potf2_simd(device T* A, device int* info, long n, long k0, long
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
 // Right-looking potf2 on the diagonal block [k0, k0 + w) of one matrix, whose columns left of k0
-// are already factored and subtracted (chol_update), the block's lower triangle held in
-// registers. For w <= kSimdWidth (the blocked factorization's first block, kCholBlock, and
-// matrices up to that order) one simdgroup, a row a lane (chol_potf2_simd): w steps of
-// broadcasts, with no barrier and no threadgroup memory. Above (up to kCholUnblockedMax),
-// kCholRowThreads threads a row (chol_potf2_entries): w steps of one barrier each, the only
-// memory traffic in the loop the threadgroup column, read as broadcasts (the threads of a row
-// read the same a_ij, all the same a_jj). The earlier form gave each thread a whole row (w
-// threads, one or two simdgroups), so each step walked up to 64 entries serially in few warps:
-// a latency chain of ~w instructions a step that no other warp hid; a lane of chol_potf2_simd
-// also holds a whole row, but its step has no serial walk (each entry's broadcast and update
-// are independent of the others'). Grid: (threads, batch), one threadgroup per matrix; threads =
-// kSimdWidth for w <= kSimdWidth, otherwise kCholRowThreads w rounded up to kSimdWidth, at most
-// kCholPotf2Threads (the attribute, Metal's bound on the launch).
+// are already factored and subtracted (chol_update), w <= kSimdWidth (the blocked
+// factorization's first block, kCholBlock, and matrices up to that order): one simdgroup a
+// matrix, a row a lane, the block in registers (chol_potf2_simdgroup): w steps of broadcasts,
+// with no barrier and no threadgroup memory. A kernel of its own, not a branch of chol_potf2:
+// its max_total_threads_per_threadgroup is one simdgroup, so the compiler may give each thread
+// the registers of a row and a group of broadcasts (32 + 8 floats, complex 64 + 16) where
+// chol_potf2's 512 threads must fit together, and chol_potf2 keeps registers sized for its
+// 8 entries a thread (NVRTC for sm_90: one kernel with both bodies took 120 registers for
+// complex64 at 512 threads, against 64). Grid: (kSimdWidth, batch), one simdgroup per matrix.
+template <typename T>
+[[kernel, max_total_threads_per_threadgroup(mpsl::kSimdWidth)]] void chol_potf2_simd(
+    device T* a [[buffer(0)]],
+    device int* info [[buffer(1)]],
+    constant mpsl::CholParams& p_ [[buffer(2)]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  const long n = p_.n, batch = long(group.y);
+  chol_potf2_simdgroup<T>(a + batch * n * n, info, n, p_.k0, p_.w, batch, int(lane));
+}
+
+// The same potf2 for kSimdWidth < w <= kCholUnblockedMax (matrices of 33 to 64 rows, and the
+// wider blocks benchmarks/sweep_cuda_cholesky.py measures), the block's lower triangle spread
+// over the threadgroup's registers, kCholRowThreads threads a row (chol_potf2_entries; correct
+// for any w <= kCholUnblockedMax): w steps of one barrier each, the only memory traffic in the
+// loop the threadgroup column, read as broadcasts (the threads of a row read the same a_ij, all
+// the same a_jj). The earlier form gave each thread a whole row (w threads, one or two
+// simdgroups), so each step walked up to 64 entries serially in few warps: a latency chain of
+// ~w instructions a step that no other warp hid; here a thread works on 8 entries, and the
+// step's work is spread over the warps of the rows still active. (A lane of chol_potf2_simd
+// also holds a whole row, but its step has no serial walk: each entry's broadcast and update
+// are independent of the others'.) Grid: (threads, batch), one threadgroup per matrix; threads
+// = kCholRowThreads w rounded up to kSimdWidth, at most kCholPotf2Threads (the attribute,
+// Metal's bound on the launch).
 template <typename T>
 [[kernel, max_total_threads_per_threadgroup(mpsl::kCholPotf2Threads)]] void chol_potf2(
     device T* a [[buffer(0)]],
@@ -320,15 +341,8 @@ template <typename T>
   const long n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup T col[2 * kCholUnblockedMax];  // column j of the block, two steps alternating
   const long batch = long(group.y);
-  device T* A = a + batch * n * n;
-  if (w <= kSimdWidth) {  // uniform over the group: one body runs, barriers stay matched
-    if (tid < uint(kSimdWidth)) {  // simdgroup 0 (the host launches no other for w <= 32)
-      chol_potf2_simd<T>(A, info, n, k0, w, batch, int(tid));
-    }
-  } else {
-    chol_potf2_entries<T, kCholUnblockedMax, kCholRowThreads>(A, info, n, k0, w, batch, int(tid),
-                                                              col);
-  }
+  chol_potf2_entries<T, kCholUnblockedMax, kCholRowThreads>(a + batch * n * n, info, n, k0, w,
+                                                            batch, int(tid), col);
 }
 
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
@@ -336,18 +350,19 @@ template <typename T>
 // kGemmThreads. Only the lower triangle is read later, so blocks wholly above the diagonal
 // return at once and the blocks on it write their lower triangle only (the zeros above it stay).
 // Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
-// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2 does (its first
-// simdgroup, chol_potf2_simd: the same factor, info the same; the others return): no other
-// threadgroup of the launch reads or writes that block (the others write the rest of A22 and
-// read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This removes
-// the chol_potf2 launch of every block but the first: the blocks form a serial chain of
+// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2_simd does (its
+// first simdgroup, chol_potf2_simdgroup: the same factor, info the same; the others return): no
+// other threadgroup of the launch reads or writes that block (the others write the rest of A22
+// and read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This
+// removes the potf2 launch of every block but the first: the blocks form a serial chain of
 // launches, each costing the host its submission (9.5 us each through the CUDA executor on an
-// H200), which, with chol_potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
+// H200), which, with the potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
 // The launch now lasts as long as this threadgroup: one tile's update, then the w' steps the
-// removed chol_potf2 launch ran, by one simdgroup (whose steps wait on no barrier: the other
-// simdgroups, idle then, would only add barriers to a chain of broadcasts). Grid: (column blocks * kGemmThreads, row blocks, batch);
-// max_total_threads_per_threadgroup is the launch's kGemmThreads (on the CUDA executor, a bound
-// that leaves the product's accumulators and the potf2's entries their registers).
+// removed potf2 launch ran, by one simdgroup (whose steps wait on no barrier: the other
+// simdgroups, idle then, would only add barriers to a chain of broadcasts). Grid: (column
+// blocks * kGemmThreads, row blocks, batch); max_total_threads_per_threadgroup is the launch's
+// kGemmThreads (on the CUDA executor, a bound that leaves the product's accumulators and the
+// potf2's row their registers).
 template <typename T>
 [[kernel, max_total_threads_per_threadgroup(mpsl::kGemmThreads)]] void chol_update(
     device T* a [[buffer(0)]],
@@ -387,7 +402,7 @@ template <typename T>
     return;  // simdgroup 0 factors the block alone, with no barrier left to meet
   }
   const long w2 = metal::min(long(kCholBlock), n - s);
-  chol_potf2_simd<T>(A, info, n, s, w2, long(group.z), int(tid));
+  chol_potf2_simdgroup<T>(A, info, n, s, w2, long(group.z), int(tid));
 }
 
 // potri's product (LAPACK lauum): the lower triangle of C = X^H X for lower triangular X (n x n,
