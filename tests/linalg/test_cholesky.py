@@ -110,12 +110,12 @@ def test_block_is_one_triangular_solve_block():
 
 
 def test_potf2_entries_stay_in_registers():
-    """chol_potf2 keeps each thread's entries of the block in a register array indexed by
-    constants only: NVRTC's PTX of both instantiations has no local memory (a runtime index into
-    the entries, or a loop over them left rolled, would put them there: the latency the kernel
-    exists to remove), nor has float32 chol_update's, whose first simdgroup factors the next
-    diagonal block a row a lane (complex64's has the product's own local array, fused or not).
-    Needs NVRTC, not a GPU (the test-cuda extra)."""
+    """chol_potf2 and chol_potf2_simd keep each thread's entries of the block in a register
+    array indexed by constants only: NVRTC's PTX of their instantiations has no local memory (a
+    runtime index into the entries, or a loop over them left rolled, would put them there: the
+    latency the kernels exist to remove), nor has float32 chol_update's, whose first simdgroup
+    factors the next diagonal block a row a lane (complex64's has the product's own local array,
+    fused or not). Needs NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
@@ -129,6 +129,7 @@ def test_potf2_entries_stay_in_registers():
     entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|update_float32))\((.*?)"
                               r"(?=\.entry |\Z)", ptx, re.S))
     assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32",
+                               "chol_potf2_simd_complex64", "chol_potf2_simd_float32",
                                "chol_update_float32"]
     for name, body in entries.items():
         assert ".local" not in body, name
@@ -251,7 +252,7 @@ def test_info_is_the_failing_minor(backend, n, minor):
 
 
 def test_simdgroup_potf2_every_order(metal_backend):
-    """Orders 1 to 32, chol_potf2 as one simdgroup (a row a lane, the column by broadcasts,
+    """Orders 1 to 32, chol_potf2_simd (one simdgroup, a row a lane, the column by broadcasts,
     the groups of kCholColumnGroup entries past the block skipped): a good matrix, failing
     minors first, mid-way and last, and NaN read below the diagonal, per dtype: info exactly
     torch's (float64), the factor torch's before the failing column and NaN from it on."""
@@ -428,12 +429,13 @@ def test_no_host_syncs_and_launches(metal_backend):
         A = metal_backend.tensor(hpd(n, torch.float32, (2,), seed=n))
         with count_launches() as counter:
             mpslinalg.cholesky_ex(A)
-        # chol_potf2 (the first block), then trsm_diag (the panel) and chol_update (which
-        # factors the next diagonal block) per block but the last
+        # chol_potf2 (n <= 64), or chol_potf2_simd (the first block), then trsm_diag (the
+        # panel) and chol_update (which factors the next diagonal block) per block but the last
         kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
         blocks = 1 if n < cholesky_metal.BLOCKED_MIN_N else math.ceil(n / cholesky_metal.BLOCK)
         assert len(kernels) == 2 * blocks - 1, counter.names
-        assert [k.rsplit("_", 1)[0] for k in kernels] == ["chol_potf2"] + [
+        first = "chol_potf2" if blocks == 1 else "chol_potf2_simd"
+        assert [k.rsplit("_", 1)[0] for k in kernels] == [first] + [
             "trsm_diag", "chol_update"] * (blocks - 1), counter.names
 
 
@@ -443,8 +445,9 @@ def test_no_host_syncs_and_launches(metal_backend):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
     """BLOCK = 64 (what benchmarks/sweep_cuda_cholesky.py measures against the default): every
-    diagonal block by its own chol_potf2 launch, chol_update told not to factor the next one:
-    3 ceil(n / 64) - 2 launches, the default's factor to rounding, a failing minor's info."""
+    diagonal block by its own chol_potf2 launch (chol_potf2_simd for the last, 22 columns),
+    chol_update told not to factor the next one: 3 ceil(n / 64) - 2 launches, the default's
+    factor to rounding, a failing minor's info."""
     n = 150
     A = hpd(n, dtype, (2,), seed=7, cond=1e3)
     default, _ = cholesky_metal.cholesky_metal(A, False)
@@ -452,7 +455,8 @@ def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
     with count_launches() as counter:
         L, info = cholesky_metal.cholesky_metal(A, False)
     kernels = [k.rsplit("_", 1)[0] for k in counter.names if k.startswith(("chol_", "trsm_"))]
-    assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2"], kernels
+    assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2_simd"], \
+        kernels
     assert (info == 0).all() and potrf_ratio(A, L, False) < THRESH
     torch.testing.assert_close(L, default, rtol=1e-5, atol=1e-5)
     bad = torch.stack([A[0], _indefinite(n, dtype, 100, seed=3)])
