@@ -11,12 +11,14 @@ adds to the chain. A trivial kernel gives that floor. Median [min, max] of ``--r
 
 Kernels (float32):
   floor            bench_cuda_executor's trivial kernel (one 32-thread group)
-  chol_potf2 32    the diagonal block of 32 columns of one matrix (32 steps, 256 threads)
+  chol_potf2 32    chol_potf2_simd: the diagonal block of 32 columns of one matrix (32 steps,
+                   one simdgroup)
   chol_potf2 64    an order-64 matrix (64 steps, 512 threads), batch 1 and 64
   trsm_diag panel  the first panel's solve of an n x n factorization (n - 32 rows, right side)
   chol_update      the first trailing update (rows and columns [32, n), depth 32), next = 0
                    (the product alone) and next = 1 (then the next diagonal block factored by
-                   the threadgroup of its tile): their difference is the fused potf2's share
+                   the first simdgroup of its tile's threadgroup): their difference is the
+                   fused potf2's share
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     n, dev, dt = args.n, "cuda", torch.float32
-    potf2 = _metal.kernel(_chol._SOURCE, "chol_potf2", dt, torch.device(dev))
     update = _metal.kernel(_chol._SOURCE, "chol_update", dt, torch.device(dev))
     panel = _metal.kernel(_chol._TRIANGULAR_SOURCE, "trsm_diag", dt, torch.device(dev))
     bump = cuda.compile_shader(_NOP).bump
@@ -95,8 +96,7 @@ def main() -> None:
         A = torch.tril(_hpd(batch, order, dt, 3, dev).reshape(batch, order, order)).contiguous()
         work, info = A.clone(), torch.zeros(batch, dtype=torch.int32, device=dev)
         rows.append((f"chol_potf2 {batch}x({order}x{order})", _graph_us(
-            lambda work=work, info=info, b=batch, o=order: _chol._potf2(potf2, work, info, o, 0,
-                                                                         o, b),
+            lambda work=work, info=info, b=batch, o=order: _chol._potf2(work, info, o, 0, o, b),
             A, work, args.reps, args.rounds)))
 
     # The first block of an n x n factorization: L11 factored (chol_potf2), then the panel.
@@ -104,7 +104,7 @@ def main() -> None:
     info = torch.zeros(1, dtype=torch.int32, device=dev)
     w, s = _chol.NEXT_BLOCK, _chol.NEXT_BLOCK
     factored = A.clone()
-    _chol._potf2(potf2, factored, info, n, 0, w, 1)
+    _chol._potf2(factored, info, n, 0, w, 1)
     panel_params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
                                                  i0=0, bs=w, right=1, ldx=n, x_offset=s * n,
                                                  x_batch=n * n)

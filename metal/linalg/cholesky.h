@@ -4,11 +4,12 @@
 // above it (the host copies tril(A), or tril(A^H) for upper=True, into the working tensor, which
 // the kernels factor in place); the batch index is the last grid dimension of every kernel, so
 // one launch sequence covers the whole batch. The host (mpslinalg/linalg/cholesky_metal.py) runs:
-//   chol_potf2   n <= kCholUnblockedMax: the whole matrix in one launch, one threadgroup per
-//                matrix (right-looking potf2, the lower triangle held in registers, a few
-//                entries of one row per thread, kCholRowThreads threads a row);
+//   chol_potf2_simd  n <= kSimdWidth: the whole matrix in one launch, one simdgroup per matrix
+//                (right-looking potf2, the lower triangle held in registers, a row a lane);
+//   chol_potf2   kSimdWidth < n <= kCholUnblockedMax: the same in one threadgroup per matrix,
+//                a few entries of one row per thread, kCholRowThreads threads a row;
 //   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf),
-//   the first block's L11 by chol_potf2 (the same kernel on rows/columns [0, kCholBlock)), then:
+//   the first block's L11 by chol_potf2_simd (on rows/columns [0, kCholBlock)), then:
 //   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
 //                metal/linalg/triangular.h, right side, one simdgroup per row of the panel (the
 //                block is one diagonal block of that solve, bs = kCholBlock, so its trsm_update
@@ -16,9 +17,9 @@
 //   chol_update  the trailing update A22 -= L21 L21^H (HERK) on the shared simdgroup_matrix
 //                product (metal/common/gemm.h), lower triangle only; the threadgroup of A22's
 //                first diagonal tile, which is the next block's diagonal block, then factors
-//                it (potf2, kCholUpdateRowThreads threads a row), so no chol_potf2 launch is left
+//                it (potf2 by its first simdgroup, a row a lane), so no potf2 launch is left
 //                between two blocks: 2 ceil(n / kCholBlock) - 1 launches in all (the first
-//                chol_potf2, then trsm_diag + chol_update per block but the last).
+//                chol_potf2_simd, then trsm_diag + chol_update per block but the last).
 // cholesky_inverse's potri: chol_lauum forms the lower triangle of X^H X for X = L^-1 (trtri, the
 // blocked triangular solve against the identity), on the same product.
 //
@@ -47,8 +48,9 @@ constant constexpr int kCholBlock = 32;
 static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by chol_potf2");
 static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagonal squarely");
 static_assert(kCholBlock == kGemmTileM, "the next diagonal block is one tile of the update");
+static_assert(kCholBlock <= kSimdWidth, "one simdgroup factors a block, a row a lane");
 
-// Scalars of chol_potf2 and chol_update (chol_lauum reads n only).
+// Scalars of chol_potf2_simd, chol_potf2 and chol_update (chol_lauum reads n only).
 struct CholParams {
   long n;     // order of each matrix (its row stride)
   long k0;    // first row and column of the diagonal block
@@ -73,12 +75,12 @@ template <> inline float2 chol_from_real<float2>(float x) { return float2(x, 0.0
 // a row (the entries j < k <= i) is spread over G threads, strided so that every thread of the
 // row keeps a share of it as the row's active part shrinks towards the diagonal; each thread
 // pays the step's fixed cost (the barrier, the loads of a_jj and a_ij, sqrt and two divisions)
-// once for N / G entries. With 8: 4 entries a thread for blocks of kSimdWidth columns (the
-// blocked factorization's diagonal blocks, 256 threads), 8 for kCholUnblockedMax (512). Why 8:
-// in NVRTC's PTX for sm_90 (float32, N = kSimdWidth) a thread's step is ~43 instructions fixed
-// and ~11 per entry, so one entry a thread (G = 32, 1024 threads for w = 32) would issue the
-// fixed part for every entry, ~2.5x the warp instructions of G = 8 a step for the same chain of
-// dependent latencies; G = 4 (16 entries for N = 64) gave ptxas a stack frame (local memory).
+// once for N / G entries. With 8: 8 entries a thread for blocks of kCholUnblockedMax columns
+// (512 threads; blocks of at most kSimdWidth take chol_potf2_simd). Why 8: in NVRTC's PTX for
+// sm_90 (float32, N = kSimdWidth, when these blocks took this body) a thread's step was ~43
+// instructions fixed and ~11 per entry, so one entry a thread (G = 32) would issue the fixed part
+// for every entry, ~2.5x the warp instructions of G = 8 a step for the same chain of dependent
+// latencies; G = 4 (16 entries for N = 64) gave ptxas a stack frame (local memory).
 constant constexpr int kCholRowThreads = 8;
 // Threads of a chol_potf2 threadgroup at most (its max_total_threads_per_threadgroup): G threads
 // for each of kCholUnblockedMax rows.
@@ -87,23 +89,13 @@ static_assert(kCholPotf2Threads == kCholRowThreads * kCholUnblockedMax, "G threa
 static_assert(kSimdWidth % kCholRowThreads == 0, "a row's threads lie in one simdgroup");
 static_assert((kCholRowThreads & (kCholRowThreads - 1)) == 0, "a column's owner: low bits");
 static_assert(kCholPotf2Threads <= 1024, "Metal's threadgroup limit");
-// Threads a row of chol_update's potf2 of the next diagonal block (chol_potf2_entries' G): the
-// update's threadgroup (kGemmThreads, fixed by the product) over the block's kCholBlock rows, 4
-// (8 entries a thread). The same arithmetic per entry as kCholRowThreads: only the split of a
-// row's entries between threads differs, so the factor is bitwise chol_potf2's.
-constant constexpr int kCholUpdateRowThreads = 4;
-static_assert(kCholUpdateRowThreads * kCholBlock == kGemmThreads, "whole rows per thread group");
-static_assert(kSimdWidth % kCholUpdateRowThreads == 0, "a row's threads lie in one simdgroup");
-static_assert((kGemmScratchFloats + 2 * 2 * kCholBlock) * sizeof(float) <=
-                  kMaxThreadgroupMemoryBytes,
-              "chol_update's threadgroup memory: the product's scratch and two complex columns");
 
-// The body of chol_potf2 for blocks of order w <= N (N = kSimdWidth or kCholUnblockedMax) with G
-// threads a row (kCholRowThreads; chol_update's kCholUpdateRowThreads), N G threads. Thread
-// t owns the entries (i, g + G q) of the block, i = t / G, g = t % G, q < E = N / G, in `a`
-// (registers): every loop over them runs over all E with a compile-time bound and is unrolled,
-// so each index is a constant (a runtime index would put the array in local memory, whose loads
-// are the latency the registers remove). Step j is right-looking (the outer-product form of
+// The body of chol_potf2 for blocks of order w <= N (N = kCholUnblockedMax; the host takes it for
+// w > kSimdWidth) with G threads a row (kCholRowThreads), N G threads. Thread t owns the
+// entries (i, g + G q) of the block, i = t / G, g = t % G, q < E = N / G, in `a` (registers):
+// every loop over them runs over all E with a compile-time bound and is unrolled, so each index
+// is a constant (a runtime index would put the array in local memory, whose loads are the
+// latency the registers remove). Step j is right-looking (the outer-product form of
 // Golub & Van Loan, Matrix Computations, section 4.2): after the barrier, col holds column j of
 // the partly updated block (a_kj for k >= j, the pivot a_jj at slot j, each published by the
 // owner of the entry); every thread of a row i >= j forms l_jj = sqrt(a_jj) itself; the owner
@@ -197,22 +189,147 @@ inline void chol_potf2_entries(device T* A, device int* info, long n, long k0, l
   }
 }
 
+// Entries of a row per group of broadcasts in chol_potf2_simdgroup's step (the last group has the
+// rest): a group's broadcasts are issued together, ahead of the updates that use them, so they
+// overlap one another's latency, and the lane holds 8 (complex: 16) broadcast floats beside its
+// row at a time instead of the whole column's 31 (62), which would double a complex lane's
+// registers.
+constant constexpr int kCholColumnGroup = 8;
+
+// kCholColumnGroup entries of the column of chol_potf2_simdgroup's step, those of lanes q0 + e of
+// `rotated` (e < kCholColumnGroup, q0 + e < kSimdWidth); q0 is a constant where it is inlined.
+template <typename T>
+inline void chol_column_group(thread T* ck, T rotated, int q0) {
+#pragma unroll
+  for (int e = 0; e < kCholColumnGroup; ++e) {
+    if (q0 + e < kSimdWidth) {
+      ck[e] = simd_broadcast(rotated, ushort(q0 + e));
+    }
+  }
+}
+
+// The potf2 of a diagonal block of order w <= kSimdWidth by ONE simdgroup, the block in its
+// registers: lane i holds the active part of row i, and step j is the right-looking update of
+// chol_potf2_entries (Golub & Van Loan, Matrix Computations, section 4.2) with the threadgroup
+// column replaced by simd broadcasts. At step j, a[q] = a_i,j+q (q < kSimdWidth - j; the rest,
+// and every entry above the diagonal, is scratch that no entry below it reads): the pivot a_jj
+// comes from lane j, and each a_kj (k > j) that lane i subtracts (a_ij / a_jj) conj(a_kj) with
+// from lane k's a[0], one broadcast each; the step stores l_ij (column j is final) and shifts
+// the row down one register, a[q - 1] = the updated a[q], so that column j + 1 is a[0] again.
+// On Apple GPUs a simd broadcast is a register-file operation of the simdgroup, with no
+// threadgroup-memory round trip, and one simdgroup needs no barrier: a step is the broadcasts,
+// sqrt, two divisions and one multiply-add per entry, where chol_potf2_entries pays a
+// threadgroup barrier and threadgroup stores and loads, and the sqrt and divisions in every
+// thread of a row. The loops over the entries are unrolled, so every register index is a
+// constant (no dynamic indexing, i.e. no local memory); the step loop is not: a body of a few
+// hundred instructions, where unrolling the steps too (their lanes constants as well) gave
+// NVRTC ~5500 instructions of straight-line code (complex64 ~11500), each fetched once a call,
+// against a loop body of ~300 (~600). The source lanes are constants after one rotation of
+// the column by j (lane q of `rotated` is lane j + q's a_j+q,j). kSimdWidth entries a lane, 32
+// floats (complex: 64) and a group of broadcasts, fit the registers of one Apple GPU thread
+// (chol_potf2_simd declares one simdgroup as its bound for that). The arithmetic of every entry
+// is chol_potf2_entries' (l_jj = sqrt(d), l_ij = a_ij / l_jj, u = a_ij / d, sub_mul(a_ik, u,
+// conj(a_kj)), the failed-pivot rule and info), so the factor and info are its. Every lane of
+// the simdgroup calls it (lanes i >= w hold zeros and store nothing): the broadcasts need all.
+template <typename T>
+inline void chol_potf2_simdgroup(device T* A, device int* info, long n, long k0, long w,
+                                 long batch, int i) {
+  constexpr int N = kSimdWidth;
+  const bool owns = i < int(w);
+  device T* Ai = A + (owns ? k0 + i : k0) * n + k0;  // row i of the block
+  T a[N];
+#pragma unroll
+  for (int q = 0; q < N; ++q) {
+    a[q] = owns && q <= i ? Ai[q] : zero<T>();  // the lower triangle only
+  }
+  int first = 0;  // the block's first failed pivot (1-based), the same in every lane
+  for (int j = 0; j < int(w); ++j) {
+    const T ci = a[0];  // a_ij, partly updated (scratch for i < j)
+    // !(d > 0) is LAPACK's test (ajj <= 0 or NaN); a failed pivot gives NaN from here on.
+    const float d = simd_broadcast(chol_real(ci), ushort(j));
+    // Lane q holds lane (j + q) mod kSimdWidth's a_.j (a wrapped-around lane's is scratch).
+    const T rotated = metal::simd_shuffle_rotate_down(ci, ushort(j));
+    const bool fails = !(d > 0.0f);
+    first = first == 0 && fails ? j + 1 : first;
+    const float ljj = fails ? NAN : metal::sqrt(d);
+    // The first group of the column between the pivot's sqrt and its divisions, which it does
+    // not depend on: the sqrt waits out the rotation's latency, the divisions the broadcasts'.
+    T ck[kCholColumnGroup];
+    if (j + 1 < int(w)) {
+      chol_column_group(ck, rotated, 1);
+    }
+    // l_ij and the multiplier of the unscaled column, l_ij / l_jj = a_ij / a_jj: two
+    // independent divisions (one rounding each), NaN both after a failed pivot.
+    const T l = i == j ? chol_from_real<T>(ljj) : ci / ljj;
+    const T u = ci / (fails ? NAN : d);
+    if (owns && i >= j) {
+      Ai[j] = l;
+    }
+    // A group from a[q0] on holds columns j + q0 and after: all scratch from column w on, where
+    // no lane has a row, so the groups there are skipped (uniformly: j and w are the same in
+    // every lane), and a step does ceil((w - 1 - j) / kCholColumnGroup) groups, not all. The
+    // registers a skipped group leaves unshifted then hold columns w and after: scratch still.
+#pragma unroll
+    for (int q0 = 1; q0 < N; q0 += kCholColumnGroup) {
+      if (j + q0 >= int(w)) {
+        break;
+      }
+      if (q0 > 1) {
+        chol_column_group(ck, rotated, q0);
+      }
+#pragma unroll
+      for (int e = 0; e < kCholColumnGroup; ++e) {
+        const int q = q0 + e;
+        if (q < N) {
+          a[q - 1] = sub_mul(a[q], u, conj(ck[e]));
+        }
+      }
+    }
+  }
+  if (i == 0 && first != 0 && info[batch] == 0) {  // an earlier block's failure stays
+    info[batch] = int(k0 + first);
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
 // Right-looking potf2 on the diagonal block [k0, k0 + w) of one matrix, whose columns left of k0
-// are already factored and subtracted (chol_update), the block's lower triangle spread over the
-// threadgroup's registers, kCholRowThreads threads a row (chol_potf2_entries): w steps of one
-// barrier each, the only memory traffic in the loop the threadgroup column, read as broadcasts
-// (the threads of a row read the same a_ij, all the same a_jj). The earlier form gave each thread
-// a whole row (w threads, one or two simdgroups), so each step walked up to 64 entries serially in
-// few warps: a latency chain of ~w instructions a step that no other warp hid. Here a thread
-// works on 4 entries (blocks of w <= kSimdWidth: the blocked factorization's kCholBlock) or 8
-// (up to kCholUnblockedMax), and the step's work is spread over the warps of the rows still
-// active. Grid: (threads, batch), one threadgroup per matrix; threads = kCholRowThreads w
-// rounded up to kSimdWidth, at most kCholPotf2Threads (the attribute, Metal's bound on the
-// launch).
+// are already factored and subtracted (chol_update), w <= kSimdWidth (the blocked
+// factorization's first block, kCholBlock, and matrices up to that order): one simdgroup a
+// matrix, a row a lane, the block in registers (chol_potf2_simdgroup): w steps of broadcasts,
+// with no barrier and no threadgroup memory. A kernel of its own, not a branch of chol_potf2:
+// its max_total_threads_per_threadgroup is one simdgroup, so the compiler may give each thread
+// the registers of a row and a group of broadcasts (32 + 8 floats, complex 64 + 16) where
+// chol_potf2's 512 threads must fit together, and chol_potf2 keeps registers sized for its
+// 8 entries a thread (NVRTC for sm_90: one kernel with both bodies took 120 registers for
+// complex64 at 512 threads, against 64). Grid: (kSimdWidth, batch), one simdgroup per matrix.
+template <typename T>
+[[kernel, max_total_threads_per_threadgroup(mpsl::kSimdWidth)]] void chol_potf2_simd(
+    device T* a [[buffer(0)]],
+    device int* info [[buffer(1)]],
+    constant mpsl::CholParams& p_ [[buffer(2)]],
+    uint lane [[thread_index_in_simdgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  const long n = p_.n, batch = long(group.y);
+  chol_potf2_simdgroup<T>(a + batch * n * n, info, n, p_.k0, p_.w, batch, int(lane));
+}
+
+// The same potf2 for kSimdWidth < w <= kCholUnblockedMax (matrices of 33 to 64 rows, and the
+// wider blocks benchmarks/sweep_cuda_cholesky.py measures), the block's lower triangle spread
+// over the threadgroup's registers, kCholRowThreads threads a row (chol_potf2_entries; correct
+// for any w <= kCholUnblockedMax): w steps of one barrier each, the only memory traffic in the
+// loop the threadgroup column, read as broadcasts (the threads of a row read the same a_ij, all
+// the same a_jj). The earlier form gave each thread a whole row (w threads, one or two
+// simdgroups), so each step walked up to 64 entries serially in few warps: a latency chain of
+// ~w instructions a step that no other warp hid; here a thread works on 8 entries, and the
+// step's work is spread over the warps of the rows still active. (A lane of chol_potf2_simd
+// also holds a whole row, but its step has no serial walk: each entry's broadcast and update
+// are independent of the others'.) Grid: (threads, batch), one threadgroup per matrix; threads
+// = kCholRowThreads w rounded up to kSimdWidth, at most kCholPotf2Threads (the attribute,
+// Metal's bound on the launch).
 template <typename T>
 [[kernel, max_total_threads_per_threadgroup(mpsl::kCholPotf2Threads)]] void chol_potf2(
     device T* a [[buffer(0)]],
@@ -224,13 +341,8 @@ template <typename T>
   const long n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup T col[2 * kCholUnblockedMax];  // column j of the block, two steps alternating
   const long batch = long(group.y);
-  device T* A = a + batch * n * n;
-  if (w <= kSimdWidth) {  // uniform over the group: one body runs, barriers stay matched
-    chol_potf2_entries<T, kSimdWidth, kCholRowThreads>(A, info, n, k0, w, batch, int(tid), col);
-  } else {
-    chol_potf2_entries<T, kCholUnblockedMax, kCholRowThreads>(A, info, n, k0, w, batch, int(tid),
-                                                              col);
-  }
+  chol_potf2_entries<T, kCholUnblockedMax, kCholRowThreads>(a + batch * n * n, info, n, k0, w,
+                                                            batch, int(tid), col);
 }
 
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
@@ -238,17 +350,19 @@ template <typename T>
 // kGemmThreads. Only the lower triangle is read later, so blocks wholly above the diagonal
 // return at once and the blocks on it write their lower triangle only (the zeros above it stay).
 // Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
-// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2 would (potf2 with
-// kCholUpdateRowThreads threads a row, the same arithmetic per entry, info the same): no other
-// threadgroup of the launch reads or writes that block (the others write the rest of A22 and
-// read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This removes
-// the chol_potf2 launch of every block but the first: the blocks form a serial chain of
+// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2_simd does (its
+// first simdgroup, chol_potf2_simdgroup: the same factor, info the same; the others return): no
+// other threadgroup of the launch reads or writes that block (the others write the rest of A22
+// and read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This
+// removes the potf2 launch of every block but the first: the blocks form a serial chain of
 // launches, each costing the host its submission (9.5 us each through the CUDA executor on an
-// H200), which, with chol_potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
+// H200), which, with the potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
 // The launch now lasts as long as this threadgroup: one tile's update, then the w' steps the
-// removed chol_potf2 launch ran. Grid: (column blocks * kGemmThreads, row blocks, batch);
-// max_total_threads_per_threadgroup is the launch's kGemmThreads (on the CUDA executor, a bound
-// that leaves the product's accumulators and the potf2's entries their registers).
+// removed potf2 launch ran, by one simdgroup (whose steps wait on no barrier: the other
+// simdgroups, idle then, would only add barriers to a chain of broadcasts). Grid: (column
+// blocks * kGemmThreads, row blocks, batch); max_total_threads_per_threadgroup is the launch's
+// kGemmThreads (on the CUDA executor, a bound that leaves the product's accumulators and the
+// potf2's row their registers).
 template <typename T>
 [[kernel, max_total_threads_per_threadgroup(mpsl::kGemmThreads)]] void chol_update(
     device T* a [[buffer(0)]],
@@ -260,7 +374,6 @@ template <typename T>
   using namespace mpsl;
   const long n = p_.n, k0 = p_.k0, w = p_.w;
   threadgroup float scratch[kGemmScratchFloats];
-  threadgroup T col[2 * kCholBlock];  // the potf2's column j, two steps alternating
   const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
   if (col0 >= row0 + kGemmTileM) {
     return;  // the whole threadgroup: no barrier is left waiting
@@ -285,9 +398,11 @@ template <typename T>
   // is the one that factors it, and no other touches it before the launch ends. gemm_tile's
   // own last barrier orders threadgroup memory only, hence this one.
   threadgroup_barrier(metal::mem_flags::mem_device);
+  if (sg != 0) {
+    return;  // simdgroup 0 factors the block alone, with no barrier left to meet
+  }
   const long w2 = metal::min(long(kCholBlock), n - s);
-  chol_potf2_entries<T, kCholBlock, kCholUpdateRowThreads>(A, info, n, s, w2, long(group.z),
-                                                           int(tid), col);
+  chol_potf2_simdgroup<T>(A, info, n, s, w2, long(group.z), int(tid));
 }
 
 // potri's product (LAPACK lauum): the lower triangle of C = X^H X for lower triangular X (n x n,

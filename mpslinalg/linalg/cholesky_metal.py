@@ -7,12 +7,13 @@ on the host: the launch sequence depends on shapes only, and the batch is a grid
 every kernel (no loop over batch elements).
 
 Launches per call:
-  cholesky_metal          a tril copy (torch's), then n < BLOCKED_MIN_N: 1 (chol_potf2);
-                          otherwise chol_potf2 (the first block of BLOCK columns), then per
-                          block but the last trsm_diag (the panel, triangular.metal) +
-                          chol_update (the trailing update, which also factors the next
-                          diagonal block): 2 * ceil(n / 32) - 1 (63 at n = 1024, 255 at 4096);
-                          upper=True adds the conjugate transposes in and out.
+  cholesky_metal          a tril copy (torch's), then n < BLOCKED_MIN_N: 1 (chol_potf2_simd
+                          up to 32 rows, chol_potf2 above); otherwise chol_potf2_simd (the
+                          first block of BLOCK columns), then per block but the last trsm_diag
+                          (the panel, triangular.metal) + chol_update (the trailing update,
+                          which also factors the next diagonal block): 2 * ceil(n / 32) - 1
+                          (63 at n = 1024, 255 at 4096); upper=True adds the conjugate
+                          transposes in and out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
@@ -47,11 +48,8 @@ NEXT_BLOCK = 32  # kCholBlock: the next diagonal block chol_update factors (one 
 #: first chol_update factors; a wider one (at most UNBLOCKED_MAX, e.g. for
 #: benchmarks/sweep_cuda_cholesky.py) takes a chol_potf2 launch a block.
 BLOCK = NEXT_BLOCK
-ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of the block
+ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of a block wider than SIMD_WIDTH
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
-#: kCholUpdateRowThreads: threads a row of chol_update's potf2 of the next diagonal block (its
-#: threadgroup, gemm_metal's THREADS, over BLOCK rows)
-UPDATE_ROW_THREADS = 4
 
 #: The blocked factorization from this order on (the tests lower it to reach the blocked path
 #: on small matrices); at most UNBLOCKED_MAX + 1.
@@ -70,10 +68,19 @@ def _params(n: int, k0: int, w: int, next_block: int = 0) -> list[int]:
     return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w, next=next_block)
 
 
-def _potf2(kernel, L, info, n: int, k0: int, w: int, batch: int) -> None:
-    # ROW_THREADS threads per row of the block (each holding some of its entries), whole
-    # simdgroups: at most POTF2_THREADS, the kernel's max_total_threads_per_threadgroup.
-    threads = _metal.ceil_div(ROW_THREADS * w, SIMD_WIDTH) * SIMD_WIDTH
+def _potf2(L, info, n: int, k0: int, w: int, batch: int, fn: str = "cholesky") -> None:
+    """potf2 of the diagonal block [k0, k0 + w) of each of ``batch`` matrices of order ``n``
+    in ``L``, in place (w <= UNBLOCKED_MAX)."""
+    if w <= SIMD_WIDTH:
+        # chol_potf2_simd: one simdgroup per matrix, a row a lane.
+        kernel = _metal.kernel(_SOURCE, "chol_potf2_simd", L.dtype, L.device, fn=fn)
+        threads = SIMD_WIDTH
+    else:
+        # chol_potf2: ROW_THREADS threads per row of the block (each holding some of its
+        # entries), whole simdgroups: at most POTF2_THREADS, the kernel's
+        # max_total_threads_per_threadgroup.
+        kernel = _metal.kernel(_SOURCE, "chol_potf2", L.dtype, L.device, fn=fn)
+        threads = _metal.ceil_div(ROW_THREADS * w, SIMD_WIDTH) * SIMD_WIDTH
     launch(kernel, L, info, _params(n, k0, w), threads=[threads, batch],
            group_size=[threads, 1])
 
@@ -96,10 +103,9 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
     batch = math.prod(batch_shape)
     if batch == 0 or n == 0:
         return L, info
-    potf2 = _metal.kernel(_SOURCE, "chol_potf2", A.dtype, A.device, fn=fn)
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
     if n < BLOCKED_MIN_N:
-        _potf2(potf2, L, info_flat, n, 0, n, batch)
+        _potf2(L, info_flat, n, 0, n, batch, fn)
     else:
         panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
         update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
@@ -112,7 +118,7 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         for k0 in range(0, n, BLOCK):
             w = min(BLOCK, n - k0)
             if k0 == 0 or not fused:
-                _potf2(potf2, L, info_flat, n, k0, w, batch)
+                _potf2(L, info_flat, n, k0, w, batch, fn)
             s = k0 + w
             if s == n:
                 break

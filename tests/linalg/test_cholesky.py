@@ -92,9 +92,7 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
                                          ("kCholBlock", cholesky_metal.NEXT_BLOCK),
                                          ("kCholRowThreads", cholesky_metal.ROW_THREADS),
-                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS),
-                                         ("kCholUpdateRowThreads",
-                                          cholesky_metal.UPDATE_ROW_THREADS)])
+                                         ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
 def test_host_mirrors_header_constants(name, value):
     from opdb import metal_constant
 
@@ -112,12 +110,12 @@ def test_block_is_one_triangular_solve_block():
 
 
 def test_potf2_entries_stay_in_registers():
-    """chol_potf2 keeps each thread's entries of the block in a register array indexed by
-    constants only: NVRTC's PTX of both instantiations has no local memory (a runtime index into
-    the entries, or a loop left rolled, would put them there: the latency the kernel exists to
-    remove), nor has float32 chol_update's, whose threadgroup factors the next diagonal block
-    with 4 threads a row (complex64's has the product's own local array, fused or not). Needs
-    NVRTC, not a GPU (the test-cuda extra)."""
+    """chol_potf2 and chol_potf2_simd keep each thread's entries of the block in a register
+    array indexed by constants only: NVRTC's PTX of their instantiations has no local memory (a
+    runtime index into the entries, or a loop over them left rolled, would put them there: the
+    latency the kernels exist to remove), nor has float32 chol_update's, whose first simdgroup
+    factors the next diagonal block a row a lane (complex64's has the product's own local array,
+    fused or not). Needs NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
@@ -131,6 +129,7 @@ def test_potf2_entries_stay_in_registers():
     entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|update_float32))\((.*?)"
                               r"(?=\.entry |\Z)", ptx, re.S))
     assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32",
+                               "chol_potf2_simd_complex64", "chol_potf2_simd_float32",
                                "chol_update_float32"]
     for name, body in entries.items():
         assert ".local" not in body, name
@@ -250,6 +249,34 @@ def test_info_is_the_failing_minor(backend, n, minor):
         with pytest.raises(torch.linalg.LinAlgError):
             mpslinalg.cholesky_ex(A, upper=True, check_errors=True)
 
+
+
+def test_simdgroup_potf2_every_order(metal_backend):
+    """Orders 1 to 32, chol_potf2_simd (one simdgroup, a row a lane, the column by broadcasts,
+    the groups of kCholColumnGroup entries past the block skipped): a good matrix, failing
+    minors first, mid-way and last, and NaN read below the diagonal, per dtype: info exactly
+    torch's (float64), the factor torch's before the failing column and NaN from it on."""
+    for dtype in (torch.float32, torch.complex64):
+        for n in range(1, cholesky_metal.NEXT_BLOCK + 1):
+            minors = sorted({1, (n + 1) // 2, n})
+            A = torch.stack([hpd(n, dtype, (), n)] +
+                            [_indefinite(n, dtype, m, seed=n + m) for m in minors])
+            nan = hpd(n, dtype, (), 2 * n).unsqueeze(0)
+            nan[0, n - 1, n // 2] = math.nan
+            A = torch.cat([A, nan])
+            # the kernels directly: orders up to 4 take the n <= 4 path through cholesky_ex
+            L, info = cholesky_metal.cholesky_metal(metal_backend.tensor(A), False)
+            L, info = L.cpu(), info.cpu()
+            ref_L, ref_info = torch.linalg.cholesky_ex(wide(A))
+            assert torch.equal(info, ref_info), (dtype, n)
+            assert info[0] == 0 and potrf_ratio(A[:1], L[:1]) < THRESH
+            lower = torch.ones(n, n, dtype=torch.bool).tril()
+            for b in range(1, A.shape[0]):
+                k = int(info[b]) - 1
+                torch.testing.assert_close(wide(L)[b, :, :k], ref_L[b, :, :k], rtol=1e-4,
+                                           atol=1e-4, equal_nan=True)
+                assert wide(L)[b, :, k:][lower[:, k:]].isnan().all(), (dtype, n, b)
+            assert (L.triu(1) == 0).all()
 
 def test_nan_stays_in_its_batch_element(backend):
     for n in (4, 70):
@@ -402,12 +429,13 @@ def test_no_host_syncs_and_launches(metal_backend):
         A = metal_backend.tensor(hpd(n, torch.float32, (2,), seed=n))
         with count_launches() as counter:
             mpslinalg.cholesky_ex(A)
-        # chol_potf2 (the first block), then trsm_diag (the panel) and chol_update (which
-        # factors the next diagonal block) per block but the last
+        # chol_potf2 (n <= 64), or chol_potf2_simd (the first block), then trsm_diag (the
+        # panel) and chol_update (which factors the next diagonal block) per block but the last
         kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
         blocks = 1 if n < cholesky_metal.BLOCKED_MIN_N else math.ceil(n / cholesky_metal.BLOCK)
         assert len(kernels) == 2 * blocks - 1, counter.names
-        assert [k.rsplit("_", 1)[0] for k in kernels] == ["chol_potf2"] + [
+        first = "chol_potf2" if blocks == 1 else "chol_potf2_simd"
+        assert [k.rsplit("_", 1)[0] for k in kernels] == [first] + [
             "trsm_diag", "chol_update"] * (blocks - 1), counter.names
 
 
@@ -417,8 +445,9 @@ def test_no_host_syncs_and_launches(metal_backend):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
     """BLOCK = 64 (what benchmarks/sweep_cuda_cholesky.py measures against the default): every
-    diagonal block by its own chol_potf2 launch, chol_update told not to factor the next one:
-    3 ceil(n / 64) - 2 launches, the default's factor to rounding, a failing minor's info."""
+    diagonal block by its own chol_potf2 launch (chol_potf2_simd for the last, 22 columns),
+    chol_update told not to factor the next one: 3 ceil(n / 64) - 2 launches, the default's
+    factor to rounding, a failing minor's info."""
     n = 150
     A = hpd(n, dtype, (2,), seed=7, cond=1e3)
     default, _ = cholesky_metal.cholesky_metal(A, False)
@@ -426,7 +455,8 @@ def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
     with count_launches() as counter:
         L, info = cholesky_metal.cholesky_metal(A, False)
     kernels = [k.rsplit("_", 1)[0] for k in counter.names if k.startswith(("chol_", "trsm_"))]
-    assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2"], kernels
+    assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2_simd"], \
+        kernels
     assert (info == 0).all() and potrf_ratio(A, L, False) < THRESH
     torch.testing.assert_close(L, default, rtol=1e-5, atol=1e-5)
     bad = torch.stack([A[0], _indefinite(n, dtype, 100, seed=3)])
