@@ -86,7 +86,8 @@ def test_structure_finds_functions_kernels_and_host_names():
         structure.ParamInfo("s", "buffer", 0),
         structure.ParamInfo("i", "thread_position_in_grid", -1),
     ]
-    assert (plain.max_threads, plain.params) == ("64", [structure.ParamInfo("a", "buffer", 0, True)])
+    assert (plain.max_threads, plain.params) == (
+        "64", [structure.ParamInfo("a", "buffer", 0, device=True)])
     assert [(e.host, e.name, e.template_args) for e in u.entries] == [
         ("scale_float", "scale", "float"), ("plain", "plain", None)]
     assert [(i.host, i.args) for i in u.instantiations] == [("scale_float", "float")]
