@@ -838,6 +838,7 @@ def test_host_constants_mirror_header():
     assert int(const("kTsqrMaxCols")) == qr_metal.TSQR_MAX_COLS
     assert int(const("kTsqrThreads")) == qr_metal.TSQR_THREADS
     assert int(const("kTsqrStageBytes")) == qr_metal.TSQR_STAGE_BYTES
+    assert int(const("kTsqrMaxNodeElems")) == qr_metal.TSQR_MAX_NODE_ELEMS
     assert int(const("kQrSmallMax")) == qr_metal.SMALL_MAX
     assert {int(const("kQrModeReduced")), int(const("kQrModeComplete")),
             int(const("kQrModeR"))} == set(qr_metal.SMALL_MODES.values())
