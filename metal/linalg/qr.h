@@ -599,6 +599,11 @@ constant constexpr int kTsqrMaxNodeElems = 1073741824;  // 2^30
 static_assert(long(kTsqrMaxNodeElems) + 2L * kTsqrThreads * kTsqrMaxCols < (1L << 31),
               "a node's offsets and a walk's step past them must fit an int");
 static_assert(kTsqrStageBytes / sizeof(float) <= kTsqrMaxNodeElems, "a staged node fits an int");
+// Columns a simdgroup updates per pass of tsqr_apply (one walk of the rows, one load of v per
+// row for all of them; independent dot products in flight). 4: the n - 1 - j <= n - 1 columns
+// of a step over kTsqrSimdgroups simdgroups are one pass for n <= 33, the usual TSQR width,
+// and 4 accumulators (8 floats complex) keep a lane's registers well within Apple's budget.
+constant constexpr int kTsqrApplyCols = 4;
 
 // The rows of node g: [first, last) of the level's matrix.
 inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, thread long& last) {
@@ -606,12 +611,15 @@ inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, t
   last = p.unit * (((g + 1) * p.parts) / p.nodes);
 }
 
-// The active rows of reflector j (see "stacked" above) as one thread walks them, every
-// stride-th from the first-th: the e-th active row is r = (e / span) pitch + e % span, with
-// span = j + 1 and pitch = n stacked, span = pitch = rows otherwise (r = e). The walk keeps r's
-// element offset r n and e % span and moves by a fixed step and at most one carry: integer
-// division is a long software sequence on the GPU (Apple GPUs have no divider), so it is done
-// twice when a walk starts instead of once per row. Offsets are ints (kTsqrMaxNodeElems).
+// The active rows of reflector j (see "stacked" above) as one thread walks them: the e-th
+// active row is r = (e / span) pitch + e % span, with span = j + 1 and pitch = n stacked, span
+// = pitch = rows otherwise (r = e), and the thread takes e = first, first + stride, ... from
+// the first of them >= lo. Rows r < j are e < j alike (child 0's rows are e itself), so lo = j
+// (or j + 1) skips the rows above reflector j's without a test per row; a thread's remaining e
+// are those it had, in the same order. The walk keeps r's element offset r n and e % span and
+// moves by a fixed step and at most one carry: integer division is a long software sequence on
+// the GPU (Apple GPUs have no divider), so it is done twice when a walk starts instead of once
+// per row. Offsets are ints (kTsqrMaxNodeElems).
 struct TsqrWalk {
   int at;     // r n: the current row's offset (rows n and beyond once past the last active row)
   int i;      // e % span: its row within its child
@@ -621,9 +629,12 @@ struct TsqrWalk {
   int carry;  // (pitch - span) n: the inactive rows skipped when i wraps past span
 };
 
-inline TsqrWalk tsqr_walk(int first, int stride, int rows, int n, int j, bool stacked) {
+inline TsqrWalk tsqr_walk(int first, int stride, int lo, int rows, int n, int j, bool stacked) {
   const int span = stacked ? j + 1 : rows;
   const int pitch = stacked ? n : rows;
+  if (first < lo) {
+    first += (lo - first + stride - 1) / stride * stride;  // stride: a power of two at every call
+  }
   const int k = first / span, q = stride / span;
   TsqrWalk w;
   w.i = first - k * span;
@@ -646,27 +657,45 @@ inline void tsqr_next(thread TsqrWalk& w) {
 
 // (I - t v v^H) applied to the columns j + 1 .. n - 1 of the node (row stride n), v = (1,
 // a[j + 1 :, j]) over the active rows; t = conj(tau) applies H^H (geqr2), tau applies H (org2r).
-// Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside).
+// Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside), its
+// columns c = j + 1 + sg + q kTsqrSimdgroups kTsqrApplyCols at a time: one walk of the rows and
+// one load of each v entry serve them all, and their dot products are independent chains that
+// overlap. Each column's sum is its own, lane by lane in the order of e, then simd_sum: the
+// same bits as one column at a time.
 template <typename T, typename P>
 inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane, uint sg) {
   if (is_zero(t)) {
     return;  // H = I (LAPACK skips it too: no 0 * Inf)
   }
-  const TsqrWalk start = tsqr_walk(int(lane), kSimdWidth, rows, n, j, stacked);
+  const TsqrWalk start = tsqr_walk(int(lane), kSimdWidth, j, rows, n, j, stacked);
   const int end = rows * n, jn = j * n;
-  for (int c = j + 1 + int(sg); c < n; c += kTsqrSimdgroups) {
-    T dot = zero<T>();
+  const P v = a + j;
+  for (int c = j + 1 + int(sg); c < n; c += kTsqrSimdgroups * kTsqrApplyCols) {
+    const int cols = metal::min(kTsqrApplyCols, (n - c + kTsqrSimdgroups - 1) / kTsqrSimdgroups);
+    P x[kTsqrApplyCols];
+    T dot[kTsqrApplyCols];
+    for (int q = 0; q < kTsqrApplyCols; ++q) {
+      x[q] = a + (c + q * kTsqrSimdgroups);  // past the node's columns for q >= cols: unused
+      dot[q] = zero<T>();
+    }
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
-      if (w.at >= jn) {
-        const T v = w.at == jn ? one<T>() : T(a[w.at + j]);
-        dot += mul(conj(v), T(a[w.at + c]));
+      const T vr = conj(w.at == jn ? one<T>() : T(v[w.at]));
+      for (int q = 0; q < kTsqrApplyCols; ++q) {
+        if (q < cols) {
+          dot[q] += mul(vr, T(x[q][w.at]));
+        }
       }
     }
-    const T td = mul(t, simd_sum(dot));
+    T td[kTsqrApplyCols];
+    for (int q = 0; q < kTsqrApplyCols; ++q) {
+      td[q] = q < cols ? mul(t, simd_sum(dot[q])) : zero<T>();  // cols: the same on every lane
+    }
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
-      if (w.at >= jn) {
-        const T v = w.at == jn ? one<T>() : T(a[w.at + j]);
-        a[w.at + c] = sub_mul(T(a[w.at + c]), v, td);
+      const T vr = w.at == jn ? one<T>() : T(v[w.at]);
+      for (int q = 0; q < kTsqrApplyCols; ++q) {
+        if (q < cols) {
+          x[q][w.at] = sub_mul(T(x[q][w.at]), vr, td[q]);
+        }
       }
     }
   }
@@ -681,12 +710,12 @@ inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
   const int end = rows * n;
   for (int j = 0; j < n; ++j) {
     const int jn = j * n;
-    const TsqrWalk start = tsqr_walk(int(tid), kTsqrThreads, rows, n, j, stacked);
+    // The rows below row j: reflector j's tail.
+    const TsqrWalk start = tsqr_walk(int(tid), kTsqrThreads, j + 1, rows, n, j, stacked);
+    const P x = a + j;
     float scale = 0.0f, ssq = 1.0f;
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
-      if (w.at > jn) {
-        qr_ssq_add(scale, ssq, T(a[w.at + j]));
-      }
+      qr_ssq_add(scale, ssq, T(x[w.at]));
     }
     const float smax = group_max(scale, npart, lane, sg, kTsqrSimdgroups, both);
     const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, kTsqrSimdgroups);
@@ -699,9 +728,7 @@ inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
     const bool use_recip = modulus(denom) >= kSafeMin;
     if (!h.identity) {
       for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
-        if (w.at > jn) {
-          a[w.at + j] = qr_scale(T(a[w.at + j]), denom, inv_denom, use_recip);
-        }
+        x[w.at] = qr_scale(T(x[w.at]), denom, inv_denom, use_recip);
       }
     }
     // Every thread has read alpha before the diagonal is overwritten, and the scaled tail is
@@ -728,10 +755,10 @@ inline void tsqr_org2r(P a, int rows, int n, bool stacked, threadgroup const T* 
     tsqr_apply(a, rows, n, j, stacked, tau, lane, sg);
     // Column j (the reflector) has been read by every simdgroup.
     threadgroup_barrier(both);
-    for (TsqrWalk w = tsqr_walk(int(tid), kTsqrThreads, rows, n, j, stacked); w.at < end;
+    const P x = a + j;
+    for (TsqrWalk w = tsqr_walk(int(tid), kTsqrThreads, 0, rows, n, j, stacked); w.at < end;
          tsqr_next(w)) {
-      const int at = w.at + j;
-      a[at] = w.at < jn ? zero<T>() : (w.at == jn ? one<T>() - tau : -mul(tau, T(a[at])));
+      x[w.at] = w.at < jn ? zero<T>() : (w.at == jn ? one<T>() - tau : -mul(tau, T(x[w.at])));
     }
     threadgroup_barrier(both);
   }
