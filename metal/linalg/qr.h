@@ -585,7 +585,8 @@ constant constexpr int kTsqrSimdgroups = kTsqrThreads / kSimdWidth;
 // A node of at most this many bytes is factored in threadgroup memory.
 constant constexpr int kTsqrStageBytes = 24576;
 
-static_assert(kTsqrStageBytes + kTsqrMaxCols * sizeof(float2) + kTsqrSimdgroups * sizeof(float) <=
+static_assert(kTsqrStageBytes + kTsqrMaxCols * sizeof(float2) +
+                      2 * kTsqrSimdgroups * sizeof(float) <=
                   kMaxThreadgroupMemoryBytes,
               "qr_tsqr_factor's threadgroup memory must fit");
 static_assert(kTsqrThreads <= kMaxThreadsPerGroup, "qr_tsqr_factor's threadgroup is too large");
@@ -702,7 +703,10 @@ inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane
 }
 
 // geqr2 of a node (rows x n at a, row stride n, rows >= n) by the whole threadgroup: R on and
-// above the diagonal of its first n rows, the reflectors below, tau in taus.
+// above the diagonal of its first n rows, the reflectors below, tau in taus. npart holds
+// 2 kTsqrSimdgroups floats: the norm's max and sum reduce through halves of their own, so that
+// neither needs its releasing barrier (the next write to a half comes a step later, past this
+// step's barriers): four barriers a column, not six.
 template <typename T, typename P>
 inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
                        threadgroup float* npart, uint tid, uint lane, uint sg) {
@@ -717,8 +721,9 @@ inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
       qr_ssq_add(scale, ssq, T(x[w.at]));
     }
-    const float smax = group_max(scale, npart, lane, sg, kTsqrSimdgroups, both);
-    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, kTsqrSimdgroups);
+    const float smax = group_max(scale, npart, lane, sg, kTsqrSimdgroups, both, false);
+    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart + kTsqrSimdgroups, lane, sg,
+                              kTsqrSimdgroups, metal::mem_flags::mem_threadgroup, false);
     const float xnorm = smax == 0.0f ? (metal::isnan(s) ? s : 0.0f) : smax * metal::sqrt(s);
 
     const T alpha = a[jn + j];
@@ -805,7 +810,7 @@ template <typename T>
   using namespace mpsl;
   threadgroup float2 stage_raw[kTsqrStageBytes / sizeof(float2)];
   threadgroup T taus[kTsqrMaxCols];
-  threadgroup float npart[kTsqrSimdgroups];
+  threadgroup float npart[2 * kTsqrSimdgroups];
 
   const long batch = long(group.z), g = long(group.y);
   long first, last;
