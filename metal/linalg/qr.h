@@ -636,7 +636,8 @@ inline TsqrWalk tsqr_walk(int first, int stride, int lo, int rows, int n, int j,
   if (first < lo) {
     first += (lo - first + stride - 1) / stride * stride;  // stride: a power of two at every call
   }
-  const int k = first / span, q = stride / span;
+  // Unsigned: every operand is >= 0, and an unsigned division needs no sign fix-ups.
+  const int k = int(uint(first) / uint(span)), q = int(uint(stride) / uint(span));
   TsqrWalk w;
   w.i = first - k * span;
   w.at = (k * pitch + w.i) * n;
