@@ -593,11 +593,13 @@ static_assert(kTsqrThreads <= kMaxThreadsPerGroup, "qr_tsqr_factor's threadgroup
 
 // Most elements (rows n) of a node: qr_tsqr_factor indexes within a node in 32-bit ints, the
 // arithmetic Apple GPUs do natively (a 64-bit product or compare is several instructions). Half
-// of int's range, so that an offset plus a walk's step (at most kTsqrThreads rows) still fits.
-// The host's nodes are far below it (leaves of at most max(2 n, 256) rows, nodes of at most 16
-// stacked R factors) and tsqr_levels checks it. A staged node is smaller still.
+// of int's range, so that an offset plus a walk's step and carry (TsqrWalk: at most
+// kTsqrThreads + 1 children of n rows) still fits. The host's nodes are far below it (leaves of
+// at most max(2 n, 256) rows, nodes of at most 16 stacked R factors: 2^20 elements) and
+// tsqr_levels checks it. A staged node is smaller still.
 constant constexpr int kTsqrMaxNodeElems = 1073741824;  // 2^30
-static_assert(long(kTsqrMaxNodeElems) + 2L * kTsqrThreads * kTsqrMaxCols < (1L << 31),
+static_assert(long(kTsqrMaxNodeElems) + (kTsqrThreads + 1L) * kTsqrMaxCols * kTsqrMaxCols <
+                  (1L << 31),
               "a node's offsets and a walk's step past them must fit an int");
 static_assert(kTsqrStageBytes / sizeof(float) <= kTsqrMaxNodeElems, "a staged node fits an int");
 // Columns a simdgroup updates per pass of tsqr_apply (one walk of the rows, one load of v per
@@ -615,12 +617,12 @@ inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, t
 // The active rows of reflector j (see "stacked" above) as one thread walks them: the e-th
 // active row is r = (e / span) pitch + e % span, with span = j + 1 and pitch = n stacked, span
 // = pitch = rows otherwise (r = e), and the thread takes e = first, first + stride, ... from
-// the first of them >= lo. Rows r < j are e < j alike (child 0's rows are e itself), so lo = j
-// (or j + 1) skips the rows above reflector j's without a test per row; a thread's remaining e
-// are those it had, in the same order. The walk keeps r's element offset r n and e % span and
-// moves by a fixed step and at most one carry: integer division is a long software sequence on
-// the GPU (Apple GPUs have no divider), so it is done twice when a walk starts instead of once
-// per row. Offsets are ints (kTsqrMaxNodeElems).
+// the first of them >= lo. The rows above row j are the e < j (child 0's e-th row is row e), so
+// lo = j (or j + 1) skips them without a test per row; a thread's remaining e are those it had,
+// in the same order. The walk keeps r's element offset r n and e % span and moves by a fixed
+// step and at most one carry: integer division is a long software sequence on GPUs (Apple's
+// have no integer divider), so it is done twice when a walk starts instead of once per row.
+// Offsets are ints (kTsqrMaxNodeElems).
 struct TsqrWalk {
   int at;     // r n: the current row's offset (rows n and beyond once past the last active row)
   int i;      // e % span: its row within its child
