@@ -676,17 +676,16 @@ inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane
   const P v = a + j;
   for (int c = j + 1 + int(sg); c < n; c += kTsqrSimdgroups * kTsqrApplyCols) {
     const int cols = metal::min(kTsqrApplyCols, (n - c + kTsqrSimdgroups - 1) / kTsqrSimdgroups);
-    P x[kTsqrApplyCols];
     T dot[kTsqrApplyCols];
     for (int q = 0; q < kTsqrApplyCols; ++q) {
-      x[q] = a + (c + q * kTsqrSimdgroups);  // past the node's columns for q >= cols: unused
       dot[q] = zero<T>();
     }
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
       const T vr = conj(w.at == jn ? one<T>() : T(v[w.at]));
+      const P x = a + (w.at + c);  // the pass's columns of this row: x[q kTsqrSimdgroups]
       for (int q = 0; q < kTsqrApplyCols; ++q) {
         if (q < cols) {
-          dot[q] += mul(vr, T(x[q][w.at]));
+          dot[q] += mul(vr, T(x[q * kTsqrSimdgroups]));
         }
       }
     }
@@ -696,9 +695,10 @@ inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane
     }
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
       const T vr = w.at == jn ? one<T>() : T(v[w.at]);
+      const P x = a + (w.at + c);
       for (int q = 0; q < kTsqrApplyCols; ++q) {
         if (q < cols) {
-          x[q][w.at] = sub_mul(T(x[q][w.at]), vr, td[q]);
+          x[q * kTsqrSimdgroups] = sub_mul(T(x[q * kTsqrSimdgroups]), vr, td[q]);
         }
       }
     }
