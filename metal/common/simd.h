@@ -26,12 +26,14 @@ inline float2 simd_shuffle(float2 v, ushort lane) {
 // least nsg entries), then every thread folds part[0 .. nsg) in index order, so all threads
 // get the same bits whatever order the lanes run in. The first barrier also orders the memory
 // in `flags` (a caller may need device writes ordered there too); the last one lets the caller
-// reuse part at once.
+// reuse part at once. A caller whose next write to part comes after a barrier of its own anyway
+// passes release = false and saves that last barrier (group_sum, group_max).
 
 // Sum of v (float or float2).
 template <typename T>
 inline T group_sum(T v, threadgroup T* part, uint lane, uint sg, uint nsg,
-                   metal::mem_flags flags = metal::mem_flags::mem_threadgroup) {
+                   metal::mem_flags flags = metal::mem_flags::mem_threadgroup,
+                   bool release = true) {
   v = simd_sum(v);
   if (lane == 0) {
     part[sg] = v;
@@ -41,7 +43,9 @@ inline T group_sum(T v, threadgroup T* part, uint lane, uint sg, uint nsg,
   for (uint i = 1; i < nsg; ++i) {
     total += part[i];
   }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  if (release) {
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  }
   return total;
 }
 
@@ -69,7 +73,8 @@ inline void group_sum_each(thread T* v, threadgroup T* part, uint lane, uint sg,
 
 // Largest v (NaN loses to any number, as with metal::max).
 inline float group_max(float v, threadgroup float* part, uint lane, uint sg, uint nsg,
-                       metal::mem_flags flags = metal::mem_flags::mem_threadgroup) {
+                       metal::mem_flags flags = metal::mem_flags::mem_threadgroup,
+                       bool release = true) {
   v = metal::simd_max(v);
   if (lane == 0) {
     part[sg] = v;
@@ -79,7 +84,9 @@ inline float group_max(float v, threadgroup float* part, uint lane, uint sg, uin
   for (uint i = 1; i < nsg; ++i) {
     r = metal::max(r, part[i]);
   }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  if (release) {
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  }
   return r;
 }
 

@@ -585,10 +585,28 @@ constant constexpr int kTsqrSimdgroups = kTsqrThreads / kSimdWidth;
 // A node of at most this many bytes is factored in threadgroup memory.
 constant constexpr int kTsqrStageBytes = 24576;
 
-static_assert(kTsqrStageBytes + kTsqrMaxCols * sizeof(float2) + kTsqrSimdgroups * sizeof(float) <=
+static_assert(kTsqrStageBytes + kTsqrMaxCols * sizeof(float2) +
+                      2 * kTsqrSimdgroups * sizeof(float) <=
                   kMaxThreadgroupMemoryBytes,
               "qr_tsqr_factor's threadgroup memory must fit");
 static_assert(kTsqrThreads <= kMaxThreadsPerGroup, "qr_tsqr_factor's threadgroup is too large");
+
+// Most elements (rows n) of a node: qr_tsqr_factor indexes within a node in 32-bit ints, the
+// arithmetic Apple GPUs do natively (a 64-bit product or compare is several instructions). Half
+// of int's range, so that an offset plus a walk's step and carry (TsqrWalk: at most
+// kTsqrThreads + 1 children of n rows) still fits. The host's nodes are far below it (leaves of
+// at most max(2 n, 256) rows, nodes of at most 16 stacked R factors: 2^20 elements) and
+// tsqr_levels checks it. A staged node is smaller still.
+constant constexpr int kTsqrMaxNodeElems = 1073741824;  // 2^30
+static_assert(long(kTsqrMaxNodeElems) + (kTsqrThreads + 1L) * kTsqrMaxCols * kTsqrMaxCols <
+                  (1L << 31),
+              "a node's offsets and a walk's step past them must fit an int");
+static_assert(kTsqrStageBytes / sizeof(float) <= kTsqrMaxNodeElems, "a staged node fits an int");
+// Columns a simdgroup updates per pass of tsqr_apply (one walk of the rows, one load of v per
+// row for all of them; independent dot products in flight). 4: the n - 1 - j <= n - 1 columns
+// of a step over kTsqrSimdgroups simdgroups are one pass for n <= 33, the usual TSQR width,
+// and 4 accumulators (8 floats complex) keep a lane's registers well within Apple's budget.
+constant constexpr int kTsqrApplyCols = 4;
 
 // The rows of node g: [first, last) of the level's matrix.
 inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, thread long& last) {
@@ -596,80 +614,136 @@ inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, t
   last = p.unit * (((g + 1) * p.parts) / p.nodes);
 }
 
-// Rows that reflector j can touch, and the e-th of them (see "stacked" above).
-inline long tsqr_active(long rows, long n, long j, bool stacked) {
-  return stacked ? (rows / n) * (j + 1) : rows;
+// The active rows of reflector j (see "stacked" above) as one thread walks them: the e-th
+// active row is r = (e / span) pitch + e % span, with span = j + 1 and pitch = n stacked, span
+// = pitch = rows otherwise (r = e), and the thread takes e = first, first + stride, ... from
+// the first of them >= lo. The rows above row j are the e < j (child 0's e-th row is row e), so
+// lo = j (or j + 1) skips them without a test per row; a thread's remaining e are those it had,
+// in the same order. The walk keeps r's element offset r n and e % span and moves by a fixed
+// step and at most one carry: integer division is a long software sequence on GPUs (Apple's
+// have no integer divider), so it is done twice when a walk starts instead of once per row.
+// Offsets are ints (kTsqrMaxNodeElems).
+struct TsqrWalk {
+  int at;     // r n: the current row's offset (rows n and beyond once past the last active row)
+  int i;      // e % span: its row within its child
+  int span;   // active rows per child
+  int di;     // stride % span: what i advances by
+  int step;   // what at advances by before the carry
+  int carry;  // (pitch - span) n: the inactive rows skipped when i wraps past span
+};
+
+inline TsqrWalk tsqr_walk(int first, int stride, int lo, int rows, int n, int j, bool stacked) {
+  const int span = stacked ? j + 1 : rows;
+  const int pitch = stacked ? n : rows;
+  if (first < lo) {
+    first += (lo - first + stride - 1) / stride * stride;  // stride: a power of two at every call
+  }
+  // Unsigned: every operand is >= 0, and an unsigned division needs no sign fix-ups.
+  const int k = int(uint(first) / uint(span)), q = int(uint(stride) / uint(span));
+  TsqrWalk w;
+  w.i = first - k * span;
+  w.at = (k * pitch + w.i) * n;
+  w.span = span;
+  w.di = stride - q * span;
+  w.step = (q * pitch + w.di) * n;
+  w.carry = (pitch - span) * n;
+  return w;
 }
-inline long tsqr_row(long e, long n, long j, bool stacked) {
-  return stacked ? (e / (j + 1)) * n + e % (j + 1) : e;
+
+inline void tsqr_next(thread TsqrWalk& w) {
+  w.at += w.step;
+  w.i += w.di;
+  if (w.i >= w.span) {  // i + di < 2 span: one wrap at most
+    w.i -= w.span;
+    w.at += w.carry;
+  }
 }
 
 // (I - t v v^H) applied to the columns j + 1 .. n - 1 of the node (row stride n), v = (1,
 // a[j + 1 :, j]) over the active rows; t = conj(tau) applies H^H (geqr2), tau applies H (org2r).
-// Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside).
+// Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside), its
+// columns c = j + 1 + sg + q kTsqrSimdgroups kTsqrApplyCols at a time: one walk of the rows and
+// one load of each v entry serve them all, and their dot products are independent chains that
+// overlap. Each column's sum is its own, lane by lane in the order of e, then simd_sum: the
+// same bits as one column at a time.
 template <typename T, typename P>
-inline void tsqr_apply(P a, long rows, long n, long j, bool stacked, T t, uint lane, uint sg) {
+inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane, uint sg) {
   if (is_zero(t)) {
     return;  // H = I (LAPACK skips it too: no 0 * Inf)
   }
-  const long len = tsqr_active(rows, n, j, stacked);
-  for (long c = j + 1 + long(sg); c < n; c += kTsqrSimdgroups) {
-    T dot = zero<T>();
-    for (long e = long(lane); e < len; e += kSimdWidth) {
-      const long r = tsqr_row(e, n, j, stacked);
-      if (r >= j) {
-        const T v = r == j ? one<T>() : T(a[r * n + j]);
-        dot += mul(conj(v), T(a[r * n + c]));
+  const TsqrWalk start = tsqr_walk(int(lane), kSimdWidth, j, rows, n, j, stacked);
+  const int end = rows * n, jn = j * n;
+  const P v = a + j;
+  for (int c = j + 1 + int(sg); c < n; c += kTsqrSimdgroups * kTsqrApplyCols) {
+    const int cols = metal::min(kTsqrApplyCols, (n - c + kTsqrSimdgroups - 1) / kTsqrSimdgroups);
+    T dot[kTsqrApplyCols];
+    for (int q = 0; q < kTsqrApplyCols; ++q) {
+      dot[q] = zero<T>();
+    }
+    for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
+      const T vr = conj(w.at == jn ? one<T>() : T(v[w.at]));
+      const P x = a + (w.at + c);  // the pass's columns of this row: x[q kTsqrSimdgroups]
+      for (int q = 0; q < kTsqrApplyCols; ++q) {
+        if (q < cols) {
+          dot[q] += mul(vr, T(x[q * kTsqrSimdgroups]));
+        }
       }
     }
-    const T td = mul(t, simd_sum(dot));
-    for (long e = long(lane); e < len; e += kSimdWidth) {
-      const long r = tsqr_row(e, n, j, stacked);
-      if (r >= j) {
-        const T v = r == j ? one<T>() : T(a[r * n + j]);
-        a[r * n + c] = sub_mul(T(a[r * n + c]), v, td);
+    T td[kTsqrApplyCols];
+    for (int q = 0; q < kTsqrApplyCols; ++q) {
+      td[q] = q < cols ? mul(t, simd_sum(dot[q])) : zero<T>();  // cols: the same on every lane
+    }
+    for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
+      const T vr = w.at == jn ? one<T>() : T(v[w.at]);
+      const P x = a + (w.at + c);
+      for (int q = 0; q < kTsqrApplyCols; ++q) {
+        if (q < cols) {
+          x[q * kTsqrSimdgroups] = sub_mul(T(x[q * kTsqrSimdgroups]), vr, td[q]);
+        }
       }
     }
   }
 }
 
 // geqr2 of a node (rows x n at a, row stride n, rows >= n) by the whole threadgroup: R on and
-// above the diagonal of its first n rows, the reflectors below, tau in taus.
+// above the diagonal of its first n rows, the reflectors below, tau in taus. npart holds
+// 2 kTsqrSimdgroups floats: the norm's max and sum reduce through halves of their own, so that
+// neither needs its releasing barrier (the next write to a half comes a step later, past this
+// step's barriers): four barriers a column, not six.
 template <typename T, typename P>
-inline void tsqr_geqr2(P a, long rows, long n, bool stacked, threadgroup T* taus,
+inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
                        threadgroup float* npart, uint tid, uint lane, uint sg) {
   const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
-  for (long j = 0; j < n; ++j) {
-    const long len = tsqr_active(rows, n, j, stacked);
+  const int end = rows * n;
+  for (int j = 0; j < n; ++j) {
+    const int jn = j * n;
+    // The rows below row j: reflector j's tail.
+    const TsqrWalk start = tsqr_walk(int(tid), kTsqrThreads, j + 1, rows, n, j, stacked);
+    const P x = a + j;
     float scale = 0.0f, ssq = 1.0f;
-    for (long e = long(tid); e < len; e += kTsqrThreads) {
-      const long r = tsqr_row(e, n, j, stacked);
-      if (r > j) {
-        qr_ssq_add(scale, ssq, T(a[r * n + j]));
-      }
+    for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
+      qr_ssq_add(scale, ssq, T(x[w.at]));
     }
-    const float smax = group_max(scale, npart, lane, sg, kTsqrSimdgroups, both);
-    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, kTsqrSimdgroups);
+    const float smax = group_max(scale, npart, lane, sg, kTsqrSimdgroups, both, false);
+    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart + kTsqrSimdgroups, lane, sg,
+                              kTsqrSimdgroups, metal::mem_flags::mem_threadgroup, false);
     const float xnorm = smax == 0.0f ? (metal::isnan(s) ? s : 0.0f) : smax * metal::sqrt(s);
 
-    const T alpha = a[j * n + j];
+    const T alpha = a[jn + j];
     T tau, denom;
     const QrReflector h = qr_larfg(alpha, xnorm, tau, denom);
     const T inv_denom = recip(denom);
     const bool use_recip = modulus(denom) >= kSafeMin;
     if (!h.identity) {
-      for (long e = long(tid); e < len; e += kTsqrThreads) {
-        const long r = tsqr_row(e, n, j, stacked);
-        if (r > j) {
-          a[r * n + j] = qr_scale(T(a[r * n + j]), denom, inv_denom, use_recip);
-        }
+      for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
+        x[w.at] = qr_scale(T(x[w.at]), denom, inv_denom, use_recip);
       }
     }
     // Every thread has read alpha before the diagonal is overwritten, and the scaled tail is
     // visible to the simdgroups that apply it.
     threadgroup_barrier(both);
     if (tid == 0) {
-      a[j * n + j] = qr_real(h.beta, alpha);
+      a[jn + j] = qr_real(h.beta, alpha);
       taus[j] = tau;
     }
     tsqr_apply(a, rows, n, j, stacked, conj(tau), lane, sg);
@@ -679,19 +753,20 @@ inline void tsqr_geqr2(P a, long rows, long n, bool stacked, threadgroup T* taus
 
 // org2r of a factored node in place: its first n columns of Q = H(0) ... H(n - 1).
 template <typename T, typename P>
-inline void tsqr_org2r(P a, long rows, long n, bool stacked, threadgroup const T* taus, uint tid,
+inline void tsqr_org2r(P a, int rows, int n, bool stacked, threadgroup const T* taus, uint tid,
                        uint lane, uint sg) {
   const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
-  for (long step = 0; step < n; ++step) {
-    const long j = n - 1 - step;
+  const int end = rows * n;
+  for (int step = 0; step < n; ++step) {
+    const int j = n - 1 - step, jn = j * n;
     const T tau = taus[j];
     tsqr_apply(a, rows, n, j, stacked, tau, lane, sg);
     // Column j (the reflector) has been read by every simdgroup.
     threadgroup_barrier(both);
-    const long len = tsqr_active(rows, n, j, stacked);
-    for (long e = long(tid); e < len; e += kTsqrThreads) {
-      const long r = tsqr_row(e, n, j, stacked);
-      a[r * n + j] = r < j ? zero<T>() : (r == j ? one<T>() - tau : -mul(tau, T(a[r * n + j])));
+    const P x = a + j;
+    for (TsqrWalk w = tsqr_walk(int(tid), kTsqrThreads, 0, rows, n, j, stacked); w.at < end;
+         tsqr_next(w)) {
+      x[w.at] = w.at < jn ? zero<T>() : (w.at == jn ? one<T>() - tau : -mul(tau, T(x[w.at])));
     }
     threadgroup_barrier(both);
   }
@@ -699,16 +774,16 @@ inline void tsqr_org2r(P a, long rows, long n, bool stacked, threadgroup const T
 
 // R of a factored node (its first n rows' upper triangle) into the n x n slot r, zero below.
 template <typename T, typename P>
-inline void tsqr_write_r(P a, long n, device T* r, uint tid) {
-  for (long e = long(tid); e < n * n; e += kTsqrThreads) {
-    const long i = e / n, c = e - i * n;
+inline void tsqr_write_r(P a, int n, device T* r, uint tid) {
+  for (int e = int(tid); e < n * n; e += kTsqrThreads) {
+    const int i = e / n, c = e - i * n;
     r[e] = c >= i ? T(a[e]) : zero<T>();
   }
 }
 
 // The whole of one node: factor, R out, explicit Q in place when asked.
 template <typename T, typename P>
-inline void tsqr_node(P a, long rows, long n, bool stacked, bool want_q, device T* r,
+inline void tsqr_node(P a, int rows, int n, bool stacked, bool want_q, device T* r,
                       threadgroup T* taus, threadgroup float* npart, uint tid, uint lane,
                       uint sg) {
   tsqr_geqr2(a, rows, n, stacked, taus, npart, tid, lane, sg);
@@ -724,7 +799,8 @@ inline void tsqr_node(P a, long rows, long n, bool stacked, bool want_q, device 
 
 // One level of the TSQR tree: node g = group.y of batch element group.z factors its rows of
 // `a` (batch, rows, n), writes its R to rout (batch, nodes, n, n) and, with want_q, leaves its
-// explicit Q in its rows. Grid: (kTsqrThreads, nodes, batch).
+// explicit Q in its rows. Grid: (kTsqrThreads, nodes, batch). Within a node (at A, after the
+// batch's and the node's 64-bit offsets) every index is an int: rows n <= kTsqrMaxNodeElems.
 template <typename T>
 [[kernel]] void qr_tsqr_factor(
     device T* a [[buffer(0)]],
@@ -737,25 +813,26 @@ template <typename T>
   using namespace mpsl;
   threadgroup float2 stage_raw[kTsqrStageBytes / sizeof(float2)];
   threadgroup T taus[kTsqrMaxCols];
-  threadgroup float npart[kTsqrSimdgroups];
+  threadgroup float npart[2 * kTsqrSimdgroups];
 
-  const long batch = long(group.z), g = long(group.y), n = p.n;
+  const long batch = long(group.z), g = long(group.y);
   long first, last;
   tsqr_node_rows(p, g, first, last);
-  const long rows = last - first;
+  const int rows = int(last - first), n = int(p.n);
   const bool stacked = p.unit > 1;
   const bool want_q = p.want_q != 0;
-  device T* A = a + batch * p.rows * n + first * n;
-  device T* R = rout + (batch * p.nodes + g) * n * n;
-  if (p.stage != 0 && rows * n * long(sizeof(T)) <= kTsqrStageBytes) {
+  device T* A = a + batch * p.rows * p.n + first * p.n;
+  device T* R = rout + (batch * p.nodes + g) * p.n * p.n;
+  const int elems = rows * n;
+  if (p.stage != 0 && elems <= kTsqrStageBytes / int(sizeof(T))) {
     threadgroup T* stage = reinterpret_cast<threadgroup T*>(stage_raw);
-    for (long e = long(tid); e < rows * n; e += kTsqrThreads) {
+    for (int e = int(tid); e < elems; e += kTsqrThreads) {
       stage[e] = A[e];
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     tsqr_node(stage, rows, n, stacked, want_q, R, taus, npart, tid, lane, sg);
     if (want_q) {
-      for (long e = long(tid); e < rows * n; e += kTsqrThreads) {
+      for (int e = int(tid); e < elems; e += kTsqrThreads) {
         A[e] = stage[e];
       }
     }

@@ -54,6 +54,7 @@ GELSY_MAX_THREADS = 256  # kLstsqMaxThreads: lstsq_gelsy's threadgroup holds at 
 TSQR_MAX_COLS = 256  # kTsqrMaxCols: TSQR serves matrices of at most this many columns
 TSQR_THREADS = 256  # kTsqrThreads: threads of a qr_tsqr_factor threadgroup
 TSQR_STAGE_BYTES = 24576  # kTsqrStageBytes: nodes this small are factored in threadgroup memory
+TSQR_MAX_NODE_ELEMS = 1 << 30  # kTsqrMaxNodeElems: qr_tsqr_factor indexes a node in 32 bits
 
 # Host-side launch geometry and path choice.
 SMALL_GROUP = 256  # qr_small: one thread per matrix
@@ -290,6 +291,9 @@ def tsqr_levels(m: int, n: int, dtype: torch.dtype) -> list[TsqrLevel]:
     while nodes > 1:
         children, nodes = nodes, _metal.ceil_div(nodes, fan_in)
         levels.append(TsqrLevel(children * n, nodes, children, n))
+    if max(lev.tallest() for lev in levels) * n > TSQR_MAX_NODE_ELEMS:
+        # qr_tsqr_factor indexes a node in 32 bits; the defaults' nodes are far smaller
+        raise ValueError(f"a node of the TSQR tree of {m} x {n} exceeds TSQR_MAX_NODE_ELEMS")
     return levels
 
 

@@ -1,7 +1,8 @@
 """The threadgroup reductions of metal/common/simd.h (group_sum, group_sum_each, group_max,
 group_argmax), run
 by the emulator on groups of one, partial and many simdgroups, in both lane orders: every
-thread gets the result, and a buffer is reused at once by the next reduction."""
+thread gets the result, and a buffer is reused at once by the next reduction (or, without the
+releasing barrier, only after a barrier of the caller's)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ _PROBE = """
                              device float* keys [[buffer(4)]],
                              device int* indices [[buffer(5)]],
                              device float2* each_sums [[buffer(6)]],
+                             device float* unreleased [[buffer(7)]],
                              uint tid [[thread_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]],
@@ -28,6 +30,7 @@ _PROBE = """
   threadgroup float2 complex_part[kMaxThreadsPerGroup / kSimdWidth];
   threadgroup KeyIndex key_part[kMaxThreadsPerGroup / kSimdWidth];
   threadgroup float2 each_part[3 * kMaxThreadsPerGroup / kSimdWidth];
+  threadgroup float halves[2 * kMaxThreadsPerGroup / kSimdWidth];
   const float v = x[tid];
   // the same buffer twice in a row: the second must not see the first's partials
   const float first = group_sum(v, part, lane, sg, nsg);
@@ -45,6 +48,17 @@ _PROBE = """
   for (int c = 0; c < 3; ++c) {
     each_sums[3 * tid + c] = each[c];
   }
+  // release = false (qr_tsqr_factor's norm): a max and a sum through halves of their own, twice,
+  // the caller's barrier between the rounds
+  float rounds = 0.0f;
+  for (int round = 0; round < 2; ++round) {
+    rounds += group_max(metal::fabs(v) + float(round), halves, lane, sg, nsg,
+                        metal::mem_flags::mem_threadgroup, false);
+    rounds += group_sum(float(round + 1) * v, halves + kMaxThreadsPerGroup / kSimdWidth, lane, sg,
+                        nsg, metal::mem_flags::mem_threadgroup, false);
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  }
+  unreleased[tid] = rounds;
 }
 """
 
@@ -61,16 +75,17 @@ def test_every_thread_gets_the_groups_reduction(library, threads, order):
     x = torch.randint(-50, 51, (threads,), generator=gen).float()  # integers: exact sums
     out = [torch.empty(threads), torch.empty(threads, 2), torch.empty(threads),
            torch.empty(threads), torch.empty(threads, dtype=torch.int32),
-           torch.empty(threads, 3, 2)]
+           torch.empty(threads, 3, 2), torch.empty(threads)]
     extra = {} if order is None else {"order": order}
     library.reduce_probe(x, *out, threads=threads, group_size=threads, **extra)
-    sums, complex_sums, maxima, keys, indices, each_sums = out
+    sums, complex_sums, maxima, keys, indices, each_sums, unreleased = out
     total = x.sum().item()
     assert (sums == 3 * total).all()
     assert (complex_sums == torch.tensor([total, -3 * total])).all()
     assert (each_sums == torch.tensor([[total, 0], [2 * total, total], [-total, 5 * threads]])
             ).all()
     assert (maxima == x.abs().max()).all()
+    assert (unreleased == 2 * x.abs().max() + 1 + 3 * total).all()
     candidates = torch.arange(threads) % 3 != 2
     tens = torch.floor(x / 10)
     best = tens[candidates].max()

@@ -284,6 +284,18 @@ def test_tsqr_memory_proportional_to_the_input():
                        <= qr_metal.TSQR_STAGE_BYTES for lev in levels[1:] if n <= 32)
 
 
+def test_tsqr_nodes_index_in_32_bits(monkeypatch):
+    """qr_tsqr_factor indexes a node in ints (kTsqrMaxNodeElems): the default trees' nodes are
+    far below it (2^20 elements at most), and tsqr_levels refuses a tree that is not."""
+    for n in (1, 32, 256):
+        for dtype in DTYPES:
+            levels = qr_metal.tsqr_levels(1 << 22, n, dtype)
+            assert max(lev.tallest() for lev in levels) * n <= 1 << 20
+    monkeypatch.setattr(qr_metal, "TSQR_MAX_NODE_ELEMS", 1000)
+    with pytest.raises(ValueError, match="TSQR_MAX_NODE_ELEMS"):
+        qr_metal.tsqr_levels(4000, 36, torch.float32)
+
+
 @pytest.mark.slow
 def test_tsqr_65536x8(metal_backend):
     """The case upstream MPS fails (pytorch#187567) with the default tree."""
@@ -838,6 +850,7 @@ def test_host_constants_mirror_header():
     assert int(const("kTsqrMaxCols")) == qr_metal.TSQR_MAX_COLS
     assert int(const("kTsqrThreads")) == qr_metal.TSQR_THREADS
     assert int(const("kTsqrStageBytes")) == qr_metal.TSQR_STAGE_BYTES
+    assert int(const("kTsqrMaxNodeElems")) == qr_metal.TSQR_MAX_NODE_ELEMS
     assert int(const("kQrSmallMax")) == qr_metal.SMALL_MAX
     assert {int(const("kQrModeReduced")), int(const("kQrModeComplete")),
             int(const("kQrModeR"))} == set(qr_metal.SMALL_MODES.values())
