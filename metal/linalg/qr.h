@@ -562,7 +562,10 @@ template <typename T>
 // Q = diag(Q_leaves) diag(Q_level1) ... Q_root top down, one GEMM launch per level below the
 // root: the rows of node g at level l times the n x n block g of the level above's result.
 // A node's rows are staged in threadgroup memory when they fit (kTsqrStageBytes), else factored
-// in device memory in place.
+// in device memory in place. A staged node's rows are tsqr_stage_pitch(n) elements apart, n
+// rounded up to an odd count: the column steps have the lanes of a simdgroup read one column of
+// consecutive rows, and with an even pitch those words share banks (n = 32: all 32 lanes in one
+// bank, so every access is replayed 32 times; n = 8: 8 times).
 
 namespace mpsl {
 
@@ -590,6 +593,7 @@ static_assert(kTsqrStageBytes + kTsqrMaxCols * sizeof(float2) +
                   kMaxThreadgroupMemoryBytes,
               "qr_tsqr_factor's threadgroup memory must fit");
 static_assert(kTsqrThreads <= kMaxThreadsPerGroup, "qr_tsqr_factor's threadgroup is too large");
+static_assert(kTsqrMaxCols <= kTsqrThreads, "tsqr_stage_copy steps a thread by whole rows");
 
 // Most elements (rows n) of a node: qr_tsqr_factor indexes within a node in 32-bit ints, the
 // arithmetic Apple GPUs do natively (a 64-bit product or compare is several instructions). Half
@@ -602,6 +606,14 @@ static_assert(long(kTsqrMaxNodeElems) + (kTsqrThreads + 1L) * kTsqrMaxCols * kTs
                   (1L << 31),
               "a node's offsets and a walk's step past them must fit an int");
 static_assert(kTsqrStageBytes / sizeof(float) <= kTsqrMaxNodeElems, "a staged node fits an int");
+// The row pitch of a staged node: n, or n + 1 when n is even. Threadgroup memory is banked by
+// 32-bit words (32 banks on NVIDIA GPUs, as on Apple's); consecutive rows of one column then fall
+// in distinct banks for a float node, and in distinct pairs of banks for a complex one, whose
+// 64-bit accesses are served half a simdgroup at a time. The host's tsqr_shape counts it.
+inline int tsqr_stage_pitch(int n) {
+  return n | 1;
+}
+
 // Columns a simdgroup updates per pass of tsqr_apply (one walk of the rows, one load of v per
 // row for all of them; independent dot products in flight). 4: the n - 1 - j <= n - 1 columns
 // of a step over kTsqrSimdgroups simdgroups are one pass for n <= 33, the usual TSQR width,
@@ -617,22 +629,24 @@ inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, t
 // The active rows of reflector j (see "stacked" above) as one thread walks them: the e-th
 // active row is r = (e / span) pitch + e % span, with span = j + 1 and pitch = n stacked, span
 // = pitch = rows otherwise (r = e), and the thread takes e = first, first + stride, ... from
-// the first of them >= lo. The rows above row j are the e < j (child 0's e-th row is row e), so
+// the first of them >= lo. Rows are ld elements apart (n in device memory, tsqr_stage_pitch(n)
+// staged). The rows above row j are the e < j (child 0's e-th row is row e), so
 // lo = j (or j + 1) skips them without a test per row; a thread's remaining e are those it had,
 // in the same order. The walk keeps r's element offset r n and e % span and moves by a fixed
 // step and at most one carry: integer division is a long software sequence on GPUs (Apple's
 // have no integer divider), so it is done twice when a walk starts instead of once per row.
 // Offsets are ints (kTsqrMaxNodeElems).
 struct TsqrWalk {
-  int at;     // r n: the current row's offset (rows n and beyond once past the last active row)
+  int at;     // r ld: the current row's offset (rows ld and beyond once past the last active row)
   int i;      // e % span: its row within its child
   int span;   // active rows per child
   int di;     // stride % span: what i advances by
   int step;   // what at advances by before the carry
-  int carry;  // (pitch - span) n: the inactive rows skipped when i wraps past span
+  int carry;  // (pitch - span) ld: the inactive rows skipped when i wraps past span
 };
 
-inline TsqrWalk tsqr_walk(int first, int stride, int lo, int rows, int n, int j, bool stacked) {
+inline TsqrWalk tsqr_walk(int first, int stride, int lo, int rows, int n, int ld, int j,
+                          bool stacked) {
   const int span = stacked ? j + 1 : rows;
   const int pitch = stacked ? n : rows;
   if (first < lo) {
@@ -642,11 +656,11 @@ inline TsqrWalk tsqr_walk(int first, int stride, int lo, int rows, int n, int j,
   const int k = int(uint(first) / uint(span)), q = int(uint(stride) / uint(span));
   TsqrWalk w;
   w.i = first - k * span;
-  w.at = (k * pitch + w.i) * n;
+  w.at = (k * pitch + w.i) * ld;
   w.span = span;
   w.di = stride - q * span;
-  w.step = (q * pitch + w.di) * n;
-  w.carry = (pitch - span) * n;
+  w.step = (q * pitch + w.di) * ld;
+  w.carry = (pitch - span) * ld;
   return w;
 }
 
@@ -659,7 +673,7 @@ inline void tsqr_next(thread TsqrWalk& w) {
   }
 }
 
-// (I - t v v^H) applied to the columns j + 1 .. n - 1 of the node (row stride n), v = (1,
+// (I - t v v^H) applied to the columns j + 1 .. n - 1 of the node (row stride ld), v = (1,
 // a[j + 1 :, j]) over the active rows; t = conj(tau) applies H^H (geqr2), tau applies H (org2r).
 // Each simdgroup takes whole columns (the dot product by simd_sum: no barrier inside), its
 // columns c = j + 1 + sg + q kTsqrSimdgroups kTsqrApplyCols at a time: one walk of the rows and
@@ -667,12 +681,13 @@ inline void tsqr_next(thread TsqrWalk& w) {
 // overlap. Each column's sum is its own, lane by lane in the order of e, then simd_sum: the
 // same bits as one column at a time.
 template <typename T, typename P>
-inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane, uint sg) {
+inline void tsqr_apply(P a, int rows, int n, int ld, int j, bool stacked, T t, uint lane,
+                       uint sg) {
   if (is_zero(t)) {
     return;  // H = I (LAPACK skips it too: no 0 * Inf)
   }
-  const TsqrWalk start = tsqr_walk(int(lane), kSimdWidth, j, rows, n, j, stacked);
-  const int end = rows * n, jn = j * n;
+  const TsqrWalk start = tsqr_walk(int(lane), kSimdWidth, j, rows, n, ld, j, stacked);
+  const int end = rows * ld, jn = j * ld;
   const P v = a + j;
   for (int c = j + 1 + int(sg); c < n; c += kTsqrSimdgroups * kTsqrApplyCols) {
     const int cols = metal::min(kTsqrApplyCols, (n - c + kTsqrSimdgroups - 1) / kTsqrSimdgroups);
@@ -705,20 +720,20 @@ inline void tsqr_apply(P a, int rows, int n, int j, bool stacked, T t, uint lane
   }
 }
 
-// geqr2 of a node (rows x n at a, row stride n, rows >= n) by the whole threadgroup: R on and
+// geqr2 of a node (rows x n at a, row stride ld, rows >= n) by the whole threadgroup: R on and
 // above the diagonal of its first n rows, the reflectors below, tau in taus. npart holds
 // 2 kTsqrSimdgroups floats: the norm's max and sum reduce through halves of their own, so that
 // neither needs its releasing barrier (the next write to a half comes a step later, past this
 // step's barriers): four barriers a column, not six.
 template <typename T, typename P>
-inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
+inline void tsqr_geqr2(P a, int rows, int n, int ld, bool stacked, threadgroup T* taus,
                        threadgroup float* npart, uint tid, uint lane, uint sg) {
   const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
-  const int end = rows * n;
+  const int end = rows * ld;
   for (int j = 0; j < n; ++j) {
-    const int jn = j * n;
+    const int jn = j * ld;
     // The rows below row j: reflector j's tail.
-    const TsqrWalk start = tsqr_walk(int(tid), kTsqrThreads, j + 1, rows, n, j, stacked);
+    const TsqrWalk start = tsqr_walk(int(tid), kTsqrThreads, j + 1, rows, n, ld, j, stacked);
     const P x = a + j;
     float scale = 0.0f, ssq = 1.0f;
     for (TsqrWalk w = start; w.at < end; tsqr_next(w)) {
@@ -746,25 +761,25 @@ inline void tsqr_geqr2(P a, int rows, int n, bool stacked, threadgroup T* taus,
       a[jn + j] = qr_real(h.beta, alpha);
       taus[j] = tau;
     }
-    tsqr_apply(a, rows, n, j, stacked, conj(tau), lane, sg);
+    tsqr_apply(a, rows, n, ld, j, stacked, conj(tau), lane, sg);
     threadgroup_barrier(both);
   }
 }
 
 // org2r of a factored node in place: its first n columns of Q = H(0) ... H(n - 1).
 template <typename T, typename P>
-inline void tsqr_org2r(P a, int rows, int n, bool stacked, threadgroup const T* taus, uint tid,
-                       uint lane, uint sg) {
+inline void tsqr_org2r(P a, int rows, int n, int ld, bool stacked, threadgroup const T* taus,
+                       uint tid, uint lane, uint sg) {
   const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
-  const int end = rows * n;
+  const int end = rows * ld;
   for (int step = 0; step < n; ++step) {
-    const int j = n - 1 - step, jn = j * n;
+    const int j = n - 1 - step, jn = j * ld;
     const T tau = taus[j];
-    tsqr_apply(a, rows, n, j, stacked, tau, lane, sg);
+    tsqr_apply(a, rows, n, ld, j, stacked, tau, lane, sg);
     // Column j (the reflector) has been read by every simdgroup.
     threadgroup_barrier(both);
     const P x = a + j;
-    for (TsqrWalk w = tsqr_walk(int(tid), kTsqrThreads, 0, rows, n, j, stacked); w.at < end;
+    for (TsqrWalk w = tsqr_walk(int(tid), kTsqrThreads, 0, rows, n, ld, j, stacked); w.at < end;
          tsqr_next(w)) {
       x[w.at] = w.at < jn ? zero<T>() : (w.at == jn ? one<T>() - tau : -mul(tau, T(x[w.at])));
     }
@@ -774,24 +789,47 @@ inline void tsqr_org2r(P a, int rows, int n, bool stacked, threadgroup const T* 
 
 // R of a factored node (its first n rows' upper triangle) into the n x n slot r, zero below.
 template <typename T, typename P>
-inline void tsqr_write_r(P a, int n, device T* r, uint tid) {
+inline void tsqr_write_r(P a, int n, int ld, device T* r, uint tid) {
   for (int e = int(tid); e < n * n; e += kTsqrThreads) {
     const int i = e / n, c = e - i * n;
-    r[e] = c >= i ? T(a[e]) : zero<T>();
+    r[e] = c >= i ? T(a[i * ld + c]) : zero<T>();
   }
 }
 
 // The whole of one node: factor, R out, explicit Q in place when asked.
 template <typename T, typename P>
-inline void tsqr_node(P a, int rows, int n, bool stacked, bool want_q, device T* r,
+inline void tsqr_node(P a, int rows, int n, int ld, bool stacked, bool want_q, device T* r,
                       threadgroup T* taus, threadgroup float* npart, uint tid, uint lane,
                       uint sg) {
-  tsqr_geqr2(a, rows, n, stacked, taus, npart, tid, lane, sg);
-  tsqr_write_r(a, n, r, tid);
+  tsqr_geqr2(a, rows, n, ld, stacked, taus, npart, tid, lane, sg);
+  tsqr_write_r(a, n, ld, r, tid);
   if (want_q) {
     // R is read (by the threads that wrote it out) before org2r overwrites it.
     threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    tsqr_org2r(a, rows, n, stacked, taus, tid, lane, sg);
+    tsqr_org2r(a, rows, n, ld, stacked, taus, tid, lane, sg);
+  }
+}
+
+// A node's rows between device memory (row pitch n) and the stage (pitch ld), into the stage or
+// out of it: thread tid takes elements tid, tid + kTsqrThreads, ... in device order (coalesced),
+// its row and column kept by a fixed step and a carry rather than a division per element.
+template <typename T>
+inline void tsqr_stage_copy(device T* a, threadgroup T* stage, int rows, int n, int ld, bool in,
+                            uint tid) {
+  const int dr = kTsqrThreads / n, dc = kTsqrThreads - dr * n;  // n <= kTsqrMaxCols: dr >= 1
+  int r = int(tid) / n, c = int(tid) - r * n;
+  while (r < rows) {
+    if (in) {
+      stage[r * ld + c] = a[r * n + c];
+    } else {
+      a[r * n + c] = stage[r * ld + c];
+    }
+    r += dr;
+    c += dc;
+    if (c >= n) {
+      c -= n;
+      ++r;
+    }
   }
 }
 
@@ -823,21 +861,17 @@ template <typename T>
   const bool want_q = p.want_q != 0;
   device T* A = a + batch * p.rows * p.n + first * p.n;
   device T* R = rout + (batch * p.nodes + g) * p.n * p.n;
-  const int elems = rows * n;
-  if (p.stage != 0 && elems <= kTsqrStageBytes / int(sizeof(T))) {
+  const int ld = tsqr_stage_pitch(n);
+  if (p.stage != 0 && rows * ld <= kTsqrStageBytes / int(sizeof(T))) {
     threadgroup T* stage = reinterpret_cast<threadgroup T*>(stage_raw);
-    for (int e = int(tid); e < elems; e += kTsqrThreads) {
-      stage[e] = A[e];
-    }
+    tsqr_stage_copy(A, stage, rows, n, ld, true, tid);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    tsqr_node(stage, rows, n, stacked, want_q, R, taus, npart, tid, lane, sg);
+    tsqr_node(stage, rows, n, ld, stacked, want_q, R, taus, npart, tid, lane, sg);
     if (want_q) {
-      for (int e = int(tid); e < elems; e += kTsqrThreads) {
-        A[e] = stage[e];
-      }
+      tsqr_stage_copy(A, stage, rows, n, ld, false, tid);
     }
   } else {
-    tsqr_node(A, rows, n, stacked, want_q, R, taus, npart, tid, lane, sg);
+    tsqr_node(A, rows, n, n, stacked, want_q, R, taus, npart, tid, lane, sg);
   }
 }
 

@@ -273,13 +273,20 @@ class TsqrLevel:
         return _metal.ceil_div(self.parts, self.nodes) * self.unit
 
 
+def tsqr_stage_pitch(n: int) -> int:
+    """The row pitch of a node staged in threadgroup memory (tsqr_stage_pitch of
+    metal/linalg/qr.h): n rounded up to an odd count, so that the lanes reading one column of
+    consecutive rows hit distinct banks."""
+    return n | 1
+
+
 def tsqr_shape(n: int, dtype: torch.dtype) -> tuple[int, int]:
     """(leaf rows, fan-in) of the TSQR tree for n columns: as many rows as fit in threadgroup
-    memory up to TSQR_LEAF_ROWS but at least 2 n (so that the evenly dealt leaves of any matrix
-    with m >= n have n rows or more), and as many R factors per node as fit, from 2 to
-    TSQR_FAN_IN."""
+    memory (at the staged pitch) up to TSQR_LEAF_ROWS but at least 2 n (so that the evenly dealt
+    leaves of any matrix with m >= n have n rows or more), and as many R factors per node as
+    fit, from 2 to TSQR_FAN_IN."""
     elem = 8 if dtype.is_complex else 4
-    fit = TSQR_STAGE_BYTES // (elem * n)
+    fit = TSQR_STAGE_BYTES // (elem * tsqr_stage_pitch(n))
     return max(2 * n, min(fit, TSQR_LEAF_ROWS)), max(2, min(TSQR_FAN_IN, fit // n))
 
 

@@ -222,6 +222,24 @@ def test_tsqr_accuracy(metal_backend, small_tree, monkeypatch, stage):
             torch.testing.assert_close(wide(Q), Q_ref, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=["float32", "complex64"])
+def test_tsqr_staged_pitch_is_layout_only(metal_backend, small_tree, monkeypatch, dtype):
+    """A staged node's rows are tsqr_stage_pitch(n) apart (n + 1 for an even n, against bank
+    conflicts): the same arithmetic as the node factored in device memory (pitch n), so the same
+    bits, through a tree of four levels with an even and an odd width."""
+    for m, n in ((96, 8), (84, 7)):
+        assert qr_metal.tsqr_stage_pitch(n) == (n + 1 if n % 2 == 0 else n)
+        assert len(qr_metal.tsqr_levels(m, n, dtype)) == 4
+        A = metal_backend.tensor(random_matrix(n, dtype, (2,), seed=38, m=m))
+        results = []
+        for stage in (True, False):
+            monkeypatch.setattr(qr_metal, "TSQR_STAGE", stage)
+            results.append(mpslinalg.qr(A))
+        (Q, R), (Q_dev, R_dev) = results
+        assert torch.equal(Q, Q_dev) and torch.equal(R, R_dev), (m, n)
+        check_qr(A, Q, R)
+
+
 def test_tsqr_launches_per_level_not_batch(metal_backend, small_tree):
     if metal_backend.name != "emulator":
         pytest.skip("launches are counted by the emulator")
@@ -280,8 +298,9 @@ def test_tsqr_memory_proportional_to_the_input():
             levels = qr_metal.tsqr_levels(m, n, dtype)
             assert levels[0].rows == m and levels[-1].nodes == 1
             assert sum(lev.rows for lev in levels[1:]) <= 2 * m, (m, n, dtype)
-            assert all(lev.tallest() * n * (8 if dtype.is_complex else 4)
-                       <= qr_metal.TSQR_STAGE_BYTES for lev in levels[1:] if n <= 32)
+            assert all(lev.tallest() * qr_metal.tsqr_stage_pitch(n) * (8 if dtype.is_complex
+                                                                        else 4)
+                       <= qr_metal.TSQR_STAGE_BYTES for lev in levels if n <= 32)
 
 
 def test_tsqr_nodes_index_in_32_bits(monkeypatch):
