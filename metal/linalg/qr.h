@@ -60,8 +60,9 @@ struct QrParams {
 constant constexpr int kQrPanelWidth = 16;
 // Most simdgroups of a qr_panel threadgroup (its host caps the group at this many simdgroups).
 constant constexpr int kQrMaxSimdgroups = 8;
-// A panel of at most this many elements is factored in threadgroup memory.
-constant constexpr int kQrStageElems = 2048;
+// A panel of at most this many elements (rows times the pitch qr_stage_pitch) is factored in
+// threadgroup memory: 128 rows of a full panel (pitch 17).
+constant constexpr int kQrStageElems = 2176;
 // qr_apply_w: rows of C per threadgroup (the depth of one split-K partial product): a tall C
 // gives (m - k0) / kQrApplyChunk threadgroups per column tile instead of one.
 constant constexpr int kQrApplyChunk = 256;
@@ -83,6 +84,17 @@ static_assert(kQrStageElems * sizeof(float2) + kQrMaxSimdgroups * kQrPanelWidth 
                   kMaxThreadgroupMemoryBytes,
               "qr_panel's threadgroup memory must fit");
 static_assert(kQrPanelWidth <= kGemmTileM, "a panel's reflectors fit one gemm_tile row block");
+
+// The row pitch of a panel or a TSQR node staged in threadgroup memory: its width n, or n + 1
+// when n is even. Their column steps have the lanes of a simdgroup read one column of
+// consecutive rows; threadgroup memory is banked by 32-bit words (32 banks on NVIDIA GPUs, as on
+// Apple's), and an even pitch puts those rows in few banks (n = 16 or 32: one bank for all 32
+// lanes, each access replayed 32 times). An odd pitch spreads them over distinct banks (distinct
+// pairs for complex entries, whose 64-bit accesses are served half a simdgroup at a time).
+inline int qr_stage_pitch(int n) {
+  return n | 1;
+}
+static_assert(kQrStageElems == 128 * (kQrPanelWidth | 1), "128 rows of a full staged panel");
 
 // ---- nrm2: a scaled sum of squares ----
 
@@ -341,18 +353,20 @@ template <typename T>
   device T* A = a + batch * m * n + k0 * n + k0;
   device T* V = vout + batch * m * p.ldv + k0 * p.ldv + p.v_col0;
 
-  if (rows * w <= kQrStageElems) {
+  const long ld = qr_stage_pitch(int(w));
+  if (rows * ld <= kQrStageElems) {
     for (long e = long(tid); e < rows * w; e += long(nthreads)) {
       const long i = e / w, c = e - i * w;
-      stage[e] = A[i * n + c];
+      stage[i * ld + c] = A[i * n + c];
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    qr_geqr2(&stage[0], w, rows, int(w), tau_panel, t, part, npart, tid, nthreads, lane, sg, nsg);
+    qr_geqr2(&stage[0], ld, rows, int(w), tau_panel, t, part, npart, tid, nthreads, lane, sg,
+             nsg);
     for (long e = long(tid); e < rows * w; e += long(nthreads)) {
       const long i = e / w, c = e - i * w;
-      A[i * n + c] = stage[e];
+      A[i * n + c] = stage[i * ld + c];
     }
-    qr_write_v(&stage[0], w, rows, w, V, p.ldv, tid, nthreads);
+    qr_write_v(&stage[0], ld, rows, w, V, p.ldv, tid, nthreads);
   } else {
     qr_geqr2(A, n, rows, int(w), tau_panel, t, part, npart, tid, nthreads, lane, sg, nsg);
     qr_write_v(A, n, rows, w, V, p.ldv, tid, nthreads);
@@ -562,7 +576,7 @@ template <typename T>
 // Q = diag(Q_leaves) diag(Q_level1) ... Q_root top down, one GEMM launch per level below the
 // root: the rows of node g at level l times the n x n block g of the level above's result.
 // A node's rows are staged in threadgroup memory when they fit (kTsqrStageBytes), else factored
-// in device memory in place. A staged node's rows are tsqr_stage_pitch(n) elements apart, n
+// in device memory in place. A staged node's rows are qr_stage_pitch(n) elements apart, n
 // rounded up to an odd count: the column steps have the lanes of a simdgroup read one column of
 // consecutive rows, and with an even pitch those words share banks (n = 32: all 32 lanes in one
 // bank, so every access is replayed 32 times; n = 8: 8 times).
@@ -606,14 +620,6 @@ static_assert(long(kTsqrMaxNodeElems) + (kTsqrThreads + 1L) * kTsqrMaxCols * kTs
                   (1L << 31),
               "a node's offsets and a walk's step past them must fit an int");
 static_assert(kTsqrStageBytes / sizeof(float) <= kTsqrMaxNodeElems, "a staged node fits an int");
-// The row pitch of a staged node: n, or n + 1 when n is even. Threadgroup memory is banked by
-// 32-bit words (32 banks on NVIDIA GPUs, as on Apple's); consecutive rows of one column then fall
-// in distinct banks for a float node, and in distinct pairs of banks for a complex one, whose
-// 64-bit accesses are served half a simdgroup at a time. The host's tsqr_shape counts it.
-inline int tsqr_stage_pitch(int n) {
-  return n | 1;
-}
-
 // Columns a simdgroup updates per pass of tsqr_apply (one walk of the rows, one load of v per
 // row for all of them; independent dot products in flight). 4: the n - 1 - j <= n - 1 columns
 // of a step over kTsqrSimdgroups simdgroups are one pass for n <= 33, the usual TSQR width,
@@ -629,7 +635,7 @@ inline void tsqr_node_rows(constant TsqrParams& p, long g, thread long& first, t
 // The active rows of reflector j (see "stacked" above) as one thread walks them: the e-th
 // active row is r = (e / span) pitch + e % span, with span = j + 1 and pitch = n stacked, span
 // = pitch = rows otherwise (r = e), and the thread takes e = first, first + stride, ... from
-// the first of them >= lo. Rows are ld elements apart (n in device memory, tsqr_stage_pitch(n)
+// the first of them >= lo. Rows are ld elements apart (n in device memory, qr_stage_pitch(n)
 // staged). The rows above row j are the e < j (child 0's e-th row is row e), so
 // lo = j (or j + 1) skips them without a test per row; a thread's remaining e are those it had,
 // in the same order. The walk keeps r's element offset r n and e % span and moves by a fixed
@@ -861,7 +867,7 @@ template <typename T>
   const bool want_q = p.want_q != 0;
   device T* A = a + batch * p.rows * p.n + first * p.n;
   device T* R = rout + (batch * p.nodes + g) * p.n * p.n;
-  const int ld = tsqr_stage_pitch(n);
+  const int ld = qr_stage_pitch(n);
   if (p.stage != 0 && rows * ld <= kTsqrStageBytes / int(sizeof(T))) {
     threadgroup T* stage = reinterpret_cast<threadgroup T*>(stage_raw);
     tsqr_stage_copy(A, stage, rows, n, ld, true, tid);

@@ -43,7 +43,7 @@ _HEADER = "linalg/qr.h"
 # Mirrors of the named constants of metal/linalg/qr.h (tests/linalg/test_qr.py checks them).
 PANEL_WIDTH = 16  # kQrPanelWidth: columns per panel, order of each T
 PANEL_MAX_SIMDGROUPS = 8  # kQrMaxSimdgroups: qr_panel threadgroups hold at most this many
-STAGE_ELEMS = 2048  # kQrStageElems: panels this small are factored in threadgroup memory
+STAGE_ELEMS = 2176  # kQrStageElems: panels this small (rows x stage_pitch(w)) are staged
 APPLY_CHUNK = 256  # kQrApplyChunk: rows of C per qr_apply_w threadgroup (split-K depth)
 APPLY_COLS = 64  # kQrApplyCols: qr_apply_t columns (threads) per threadgroup
 EXPLICIT_THREADS = 256  # kQrExplicitThreads: qr_explicit_v threads per threadgroup
@@ -273,8 +273,8 @@ class TsqrLevel:
         return _metal.ceil_div(self.parts, self.nodes) * self.unit
 
 
-def tsqr_stage_pitch(n: int) -> int:
-    """The row pitch of a node staged in threadgroup memory (tsqr_stage_pitch of
+def stage_pitch(n: int) -> int:
+    """The row pitch of a panel or TSQR node staged in threadgroup memory (qr_stage_pitch of
     metal/linalg/qr.h): n rounded up to an odd count, so that the lanes reading one column of
     consecutive rows hit distinct banks."""
     return n | 1
@@ -286,7 +286,7 @@ def tsqr_shape(n: int, dtype: torch.dtype) -> tuple[int, int]:
     leaves of any matrix with m >= n have n rows or more), and as many R factors per node as
     fit, from 2 to TSQR_FAN_IN."""
     elem = 8 if dtype.is_complex else 4
-    fit = TSQR_STAGE_BYTES // (elem * tsqr_stage_pitch(n))
+    fit = TSQR_STAGE_BYTES // (elem * stage_pitch(n))
     return max(2 * n, min(fit, TSQR_LEAF_ROWS)), max(2, min(TSQR_FAN_IN, fit // n))
 
 

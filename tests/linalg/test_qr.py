@@ -224,11 +224,11 @@ def test_tsqr_accuracy(metal_backend, small_tree, monkeypatch, stage):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64], ids=["float32", "complex64"])
 def test_tsqr_staged_pitch_is_layout_only(metal_backend, small_tree, monkeypatch, dtype):
-    """A staged node's rows are tsqr_stage_pitch(n) apart (n + 1 for an even n, against bank
+    """A staged node's rows are stage_pitch(n) apart (n + 1 for an even n, against bank
     conflicts): the same arithmetic as the node factored in device memory (pitch n), so the same
     bits, through a tree of four levels with an even and an odd width."""
     for m, n in ((96, 8), (84, 7)):
-        assert qr_metal.tsqr_stage_pitch(n) == (n + 1 if n % 2 == 0 else n)
+        assert qr_metal.stage_pitch(n) == (n + 1 if n % 2 == 0 else n)
         assert len(qr_metal.tsqr_levels(m, n, dtype)) == 4
         A = metal_backend.tensor(random_matrix(n, dtype, (2,), seed=38, m=m))
         results = []
@@ -298,7 +298,7 @@ def test_tsqr_memory_proportional_to_the_input():
             levels = qr_metal.tsqr_levels(m, n, dtype)
             assert levels[0].rows == m and levels[-1].nodes == 1
             assert sum(lev.rows for lev in levels[1:]) <= 2 * m, (m, n, dtype)
-            assert all(lev.tallest() * qr_metal.tsqr_stage_pitch(n) * (8 if dtype.is_complex
+            assert all(lev.tallest() * qr_metal.stage_pitch(n) * (8 if dtype.is_complex
                                                                         else 4)
                        <= qr_metal.TSQR_STAGE_BYTES for lev in levels if n <= 32)
 
@@ -484,7 +484,7 @@ def test_gelsy_lane_order_independent(metal_backend, monkeypatch):
 
 def test_panel_in_device_memory(metal_backend):
     """Panels taller than the threadgroup stage are factored in device memory."""
-    m = qr_metal.STAGE_ELEMS // qr_metal.PANEL_WIDTH + 40
+    m = qr_metal.STAGE_ELEMS // qr_metal.stage_pitch(qr_metal.PANEL_WIDTH) + 40
     A = metal_backend.tensor(random_matrix(18, torch.complex64, (), seed=14, m=m))
     check_qr(A, *mpslinalg.qr(A))
 
