@@ -8,18 +8,24 @@
 //                (right-looking potf2, the lower triangle held in registers, a row a lane);
 //   chol_potf2   kSimdWidth < n <= kCholUnblockedMax: the same in one threadgroup per matrix,
 //                a few entries of one row per thread, kCholRowThreads threads a row;
-//   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf),
-//   the first block's L11 by chol_potf2_simd (on rows/columns [0, kCholBlock)), then:
-//   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
-//                metal/linalg/triangular.h, right side, one simdgroup per row of the panel (the
-//                block is one diagonal block of that solve, bs = kCholBlock, so its trsm_update
-//                has nothing to do);
-//   chol_update  the trailing update A22 -= L21 L21^H (HERK) on the shared simdgroup_matrix
-//                product (metal/common/gemm.h), lower triangle only; the threadgroup of A22's
-//                first diagonal tile, which is the next block's diagonal block, then factors
-//                it (potf2 by its first simdgroup, a row a lane), so no potf2 launch is left
-//                between two blocks: 2 ceil(n / kCholBlock) - 1 launches in all (the first
-//                chol_potf2_simd, then trsm_diag + chol_update per block but the last).
+//   otherwise, per block of kCholBlock columns (right-looking potrf), one launch a block:
+//   chol_step    the trailing update by the block before's panel, A22 -= L21 L21^H (HERK, on
+//                the shared simdgroup_matrix product of metal/common/gemm.h, lower triangle
+//                only), and the next block: the threadgroups of A22's first tile column each
+//                form its diagonal block's update too and factor it (potf2 by their first
+//                simdgroup, a row a lane, as chol_potf2_simd), and those below the diagonal
+//                solve their tile of the next panel in place, L21' = A21' L11'^-H (trsm_diag's
+//                staging and substitution, metal/linalg/triangular.h); the diagonal block's
+//                own threadgroup factors it into a workspace slot (the others read it as it
+//                was), which the next launch copies into place. The first launch (w = 0) has
+//                no update: it factors the first block and solves the first panel. So
+//                ceil(n / kCholBlock) launches in all (2 ceil(n / kCholBlock) - 1 when
+//                trsm_diag and chol_update, which factored the next block, were a launch
+//                each: a dependent launch is a command-encoder boundary on an Apple GPU and
+//                ~10 us of host time through the CUDA executor), with that sequence's bits;
+//   the host's wider blocks (to measure them, benchmarks/sweep_cuda_cholesky.py): chol_potf2
+//                per diagonal block, trsm_diag (the panel, one simdgroup per row of it) and
+//                chol_update (the trailing update alone) a block.
 // cholesky_inverse's potri: chol_lauum forms the lower triangle of X^H X for X = L^-1 (trtri, the
 // blocked triangular solve against the identity), on the same product.
 //
@@ -42,9 +48,10 @@ namespace mpsl {
 // threads per row).
 constant constexpr int kCholUnblockedMax = 64;
 // Columns per block of the blocked factorization (the order of a diagonal block, the K of the
-// trailing update): a multiple of kTriBlock of metal/linalg/triangular.h, passed to the panel's
-// solve as the order of its diagonal block (TriBlockParams.bs), so that solve is one trsm_diag
-// launch (tests/linalg/test_cholesky.py checks it).
+// trailing update): one GEMM tile, and kTriBlock of metal/linalg/triangular.h, so that chol_step
+// solves a panel tile as one trsm_diag sub-block (the host's wider blocks, a multiple of it,
+// pass it to trsm_diag as its diagonal block's order, TriBlockParams.bs: one launch;
+// tests/linalg/test_cholesky.py checks it).
 constant constexpr int kCholBlock = 32;
 static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by chol_potf2");
 static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagonal squarely");
@@ -507,18 +514,6 @@ template <typename T>
   if (row0 == 0 && sg != 0) {
     return;  // tile (0, 0)'s simdgroup 0 factors the block alone, with no barrier left to meet
   }
-  // Tile (r, 0), r > 0: rows [s + row0, s + row0 + rows) x columns [s, s + kCholBlock) of the
-  // panel, kCholSolveRows rows a simdgroup (row sg kCholSolveRows + q in v[q], a column a
-  // lane), loaded before the potf2 (simdgroups 1 and up wait for it); rows past n are zeros,
-  // solved and not stored.
-  const long rows = metal::min(long(kGemmTileM), rest - row0);
-  device T* x = A + (s + row0) * n + s + long(lane);
-  T v[kCholSolveRows];
-#pragma unroll
-  for (int q = 0; q < kCholSolveRows; ++q) {
-    const int t = int(sg) * kCholSolveRows + q;
-    v[q] = row0 > 0 && t < rows ? x[t * n] : zero<T>();
-  }
   // One call for both roles (one copy of its code): the tiles below compute the factor that
   // tile (0, 0)'s threadgroup records, the same code on the same values, and record nothing.
   if (sg == 0) {
@@ -529,6 +524,20 @@ template <typename T>
     return;
   }
   threadgroup_barrier(metal::mem_flags::mem_device);  // the factor, stored by simdgroup 0
+  // Tile (r, 0), r > 0: rows [s + row0, s + row0 + rows) x columns [s, s + kCholBlock) of the
+  // panel, kCholSolveRows rows a simdgroup (row sg kCholSolveRows + q in v[q], a column a
+  // lane); rows past n are zeros, solved and not stored. Loaded here, beside tri_fetch's loads
+  // of the factor (one round of device latency for both), not before the potf2 while simdgroups
+  // 1 and up wait: rows live across the potf2 cost its simdgroup registers (NVRTC for sm_90,
+  // float32: 16 bytes of spills that way, none this way).
+  const long rows = metal::min(long(kGemmTileM), rest - row0);
+  device T* x = A + (s + row0) * n + s + long(lane);
+  T v[kCholSolveRows];
+#pragma unroll
+  for (int q = 0; q < kCholSolveRows; ++q) {
+    const int t = int(sg) * kCholSolveRows + q;
+    v[q] = t < rows ? x[t * n] : zero<T>();
+  }
   // trsm_diag's right-side solve with M = L11^H (lower = 0, trans = 1: forward, S = conj(L11)
   // staged unswapped), its staging and substitution on this block.
   threadgroup T* ms = reinterpret_cast<threadgroup T*>(&stage[0]);
