@@ -14,17 +14,11 @@ Kernels (float32):
   chol_potf2 32    chol_potf2_simd: the diagonal block of 32 columns of one matrix (32 steps,
                    one simdgroup)
   chol_potf2 64    an order-64 matrix (64 steps, 512 threads), batch 1 and 64
-  trsm_diag panel  the first panel's solve of an n x n factorization (n - 32 rows, right side):
-                   the wider blocks' launch (cholesky_metal.BLOCK = 64), timed at 32 columns
-  chol_update      the first trailing update (rows and columns [32, n), depth 32): the product
-                   alone (the wider blocks' launch)
-  chol_step w = 0  the default path's first launch: the first diagonal block factored and the
-                   first panel solved (n / 32 threadgroups, one tile column)
-  chol_step k0 = 0 the default path's second launch, every later one's shape: chol_update's
-                   product, plus the next diagonal block's product and potf2 and the next
-                   panel's solve in the first tile column; against chol_update, the price of
-                   the fusion, which replaces trsm_diag + chol_update (the two launches before
-                   chol_step) by one
+  trsm_diag panel  the first panel's solve of an n x n factorization (n - 32 rows, right side)
+  chol_update      the first trailing update (rows and columns [32, n), depth 32), next = 0
+                   (the product alone) and next = 1 (then the next diagonal block factored by
+                   the first simdgroup of its tile's threadgroup): their difference is the
+                   fused potf2's share
 """
 
 from __future__ import annotations
@@ -88,7 +82,6 @@ def main() -> None:
     args = ap.parse_args()
     n, dev, dt = args.n, "cuda", torch.float32
     update = _metal.kernel(_chol._SOURCE, "chol_update", dt, torch.device(dev))
-    step = _metal.kernel(_chol._SOURCE, "chol_step", dt, torch.device(dev))
     panel = _metal.kernel(_chol._TRIANGULAR_SOURCE, "trsm_diag", dt, torch.device(dev))
     bump = cuda.compile_shader(_NOP).bump
     no_pivots = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -123,24 +116,11 @@ def main() -> None:
     solved = factored.clone()
     launch(panel, solved, no_pivots, solved, panel_params, no_pivots,
            **triangular_metal.diag_grid(n - s, 1))
-    rows.append((f"chol_update ({n - s}^2 lower, depth {w})", _graph_us(
-        lambda: launch(update, work, info, _chol._params(n, 0, w),
-                       **gemm_metal.gemm_grid(n - s, n - s, 1)),
-        solved, work, args.reps, args.rounds)))
-
-    # chol_step: the first launch on A, the second on its result (slot 0 of the workspace then
-    # holds the first block's factor, which the second copies into place).
-    slots = _chol.step_workspace(n, 1, dt, dev)
-    rows.append((f"chol_step w = 0 (block 0 factored, its {n - s}-row panel solved)", _graph_us(
-        lambda: launch(step, work, info, _chol._params(n, 0, 0), slots,
-                       **gemm_metal.gemm_grid(n, w, 1)),
-        A, work, args.reps, args.rounds)))
-    first = A.clone()
-    launch(step, first, info, _chol._params(n, 0, 0), slots, **gemm_metal.gemm_grid(n, w, 1))
-    rows.append((f"chol_step k0 = 0 ({n - s}^2 update, block 1 factored, its panel solved)",
-                 _graph_us(lambda: launch(step, work, info, _chol._params(n, 0, w), slots,
-                                          **gemm_metal.gemm_grid(n - s, n - s, 1)),
-                           first, work, args.reps, args.rounds)))
+    for fused in (0, 1):
+        rows.append((f"chol_update ({n - s}^2 lower, depth {w}), next = {fused}", _graph_us(
+            lambda fused=fused: launch(update, work, info, _chol._params(n, 0, w, fused),
+                                       **gemm_metal.gemm_grid(n - s, n - s, 1)),
+            solved, work, args.reps, args.rounds)))
 
     torch.cuda.synchronize()
     print(f"| kernel (float32, n = {n}) | device us per launch, median [min, max] |")

@@ -8,24 +8,18 @@
 //                (right-looking potf2, the lower triangle held in registers, a row a lane);
 //   chol_potf2   kSimdWidth < n <= kCholUnblockedMax: the same in one threadgroup per matrix,
 //                a few entries of one row per thread, kCholRowThreads threads a row;
-//   otherwise, per block of kCholBlock columns (right-looking potrf), one launch a block:
-//   chol_step    the trailing update by the block before's panel, A22 -= L21 L21^H (HERK, on
-//                the shared simdgroup_matrix product of metal/common/gemm.h, lower triangle
-//                only), and the next block: the threadgroups of A22's first tile column each
-//                form its diagonal block's update too and factor it (potf2 by their first
-//                simdgroup, a row a lane, as chol_potf2_simd), and those below the diagonal
-//                solve their tile of the next panel in place, L21' = A21' L11'^-H (trsm_diag's
-//                staging and substitution, metal/linalg/triangular.h); the diagonal block's
-//                own threadgroup factors it into a workspace slot (the others read it as it
-//                was), which the next launch copies into place. The first launch (w = 0) has
-//                no update: it factors the first block and solves the first panel. So
-//                ceil(n / kCholBlock) launches in all (2 ceil(n / kCholBlock) - 1 when
-//                trsm_diag and chol_update, which factored the next block, were a launch
-//                each: a dependent launch is a command-encoder boundary on an Apple GPU and
-//                ~10 us of host time through the CUDA executor), with that sequence's bits;
-//   the host's wider blocks (to measure them, benchmarks/sweep_cuda_cholesky.py): chol_potf2
-//                per diagonal block, trsm_diag (the panel, one simdgroup per row of it) and
-//                chol_update (the trailing update alone) a block.
+//   otherwise, per block of kCholBlock columns starting at column k0 (right-looking potrf),
+//   the first block's L11 by chol_potf2_simd (on rows/columns [0, kCholBlock)), then:
+//   trsm_diag    the panel below it, L21 = A21 L11^-H: the blocked triangular solve of
+//                metal/linalg/triangular.h, right side, one simdgroup per row of the panel (the
+//                block is one diagonal block of that solve, bs = kCholBlock, so its trsm_update
+//                has nothing to do);
+//   chol_update  the trailing update A22 -= L21 L21^H (HERK) on the shared simdgroup_matrix
+//                product (metal/common/gemm.h), lower triangle only; the threadgroup of A22's
+//                first diagonal tile, which is the next block's diagonal block, then factors
+//                it (potf2 by its first simdgroup, a row a lane), so no potf2 launch is left
+//                between two blocks: 2 ceil(n / kCholBlock) - 1 launches in all (the first
+//                chol_potf2_simd, then trsm_diag + chol_update per block but the last).
 // cholesky_inverse's potri: chol_lauum forms the lower triangle of X^H X for X = L^-1 (trtri, the
 // blocked triangular solve against the identity), on the same product.
 //
@@ -40,7 +34,6 @@
 #include "../common/defines.h"
 #include "../common/gemm.h"
 #include "../common/scalar.h"
-#include "triangular.h"
 
 namespace mpsl {
 
@@ -48,39 +41,22 @@ namespace mpsl {
 // threads per row).
 constant constexpr int kCholUnblockedMax = 64;
 // Columns per block of the blocked factorization (the order of a diagonal block, the K of the
-// trailing update): one GEMM tile, and kTriBlock of metal/linalg/triangular.h, so that chol_step
-// solves a panel tile as one trsm_diag sub-block (the host's wider blocks, a multiple of it,
-// pass it to trsm_diag as its diagonal block's order, TriBlockParams.bs: one launch;
-// tests/linalg/test_cholesky.py checks it).
+// trailing update): a multiple of kTriBlock of metal/linalg/triangular.h, passed to the panel's
+// solve as the order of its diagonal block (TriBlockParams.bs), so that solve is one trsm_diag
+// launch (tests/linalg/test_cholesky.py checks it).
 constant constexpr int kCholBlock = 32;
 static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by chol_potf2");
 static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagonal squarely");
 static_assert(kCholBlock == kGemmTileM, "the next diagonal block is one tile of the update");
 static_assert(kCholBlock <= kSimdWidth, "one simdgroup factors a block, a row a lane");
-// chol_step: entries of a workspace slot (one diagonal block); rows of a tile each simdgroup
-// solves (kGemmTileM rows over the product's simdgroups); threadgroup memory in floats, the
-// product's scratch or the staged diagonal tile of the solve (trsm_diag's, padded), one after
-// the other in the same array.
-constant constexpr int kCholSlot = kCholBlock * kCholBlock;
-constant constexpr int kCholStepSimdgroups = kGemmThreads / kSimdWidth;
-constant constexpr int kCholSolveRows = kGemmTileM / kCholStepSimdgroups;
-static_assert(kCholSolveRows * kCholStepSimdgroups == kGemmTileM, "a tile's rows in equal shares");
-static_assert(kCholBlock == kTriBlock, "chol_step solves a panel tile as one trsm_diag sub-block");
-static_assert(kGemmThreads == kTriDiagThreads, "chol_step stages the factor as trsm_diag does");
-static_assert(kCholSlot == kGemmOutPerThread * kGemmThreads, "a slot is gemm_tile's C tile");
-constant constexpr int kCholStepFloats =
-    kGemmScratchFloats > 2 * kTriBlock * kTriPadded ? kGemmScratchFloats
-                                                    : 2 * kTriBlock * kTriPadded;
-static_assert(kCholStepFloats % 2 == 0, "held as float2");
-static_assert(kCholStepFloats * sizeof(float) <= kMaxThreadgroupMemoryBytes,
-              "chol_step's threadgroup memory: Apple's 32 KiB a threadgroup");
 
-// Scalars of chol_potf2_simd, chol_potf2, chol_update and chol_step (chol_lauum reads n only).
+// Scalars of chol_potf2_simd, chol_potf2 and chol_update (chol_lauum reads n only).
 struct CholParams {
-  long n;   // order of each matrix (its row stride)
-  long k0;  // first row and column of the diagonal block (chol_update, chol_step: of L21's)
-  long w;   // order of the diagonal block (chol_update, chol_step: L21's columns, the update's
-            // depth; chol_step's w = 0: no update, the first block)
+  long n;     // order of each matrix (its row stride)
+  long k0;    // first row and column of the diagonal block
+  long w;     // order of the diagonal block
+  long next;  // chol_update: 1 to factor the next diagonal block (blocks of kCholBlock columns),
+              // 0 to leave it to a chol_potf2 launch (the host's wider blocks, to be measured)
 };
 
 inline float chol_real(float a) { return a; }
@@ -255,16 +231,12 @@ inline void chol_column_group(thread T* ck, T rotated, int q0) {
 // is chol_potf2_entries' (l_jj = sqrt(d), l_ij = a_ij / l_jj, u = a_ij / d, sub_mul(a_ik, u,
 // conj(a_kj)), the failed-pivot rule and info), so the factor and info are its. Every lane of
 // the simdgroup calls it (lanes i >= w hold zeros and store nothing): the broadcasts need all.
-// The block's rows lie ld apart from `block` on (a matrix's diagonal block, or a workspace slot
-// of chol_step); k0 is its first column in the matrix, which a failed pivot's info counts from,
-// recorded in *info when `record` (chol_step's redundant factors of one block record nothing:
-// one threadgroup alone writes a matrix's info in a launch).
 template <typename T>
-inline void chol_potf2_simdgroup(device T* block, long ld, long w, device int* info, long k0,
-                                 bool record, int i) {
+inline void chol_potf2_simdgroup(device T* A, device int* info, long n, long k0, long w,
+                                 long batch, int i) {
   constexpr int N = kSimdWidth;
   const bool owns = i < int(w);
-  device T* Ai = block + (owns ? i : 0) * ld;  // row i of the block
+  device T* Ai = A + (owns ? k0 + i : k0) * n + k0;  // row i of the block
   T a[N];
 #pragma unroll
   for (int q = 0; q < N; ++q) {
@@ -314,8 +286,8 @@ inline void chol_potf2_simdgroup(device T* block, long ld, long w, device int* i
       }
     }
   }
-  if (record && i == 0 && first != 0 && *info == 0) {  // an earlier block's failure stays
-    *info = int(k0 + first);
+  if (i == 0 && first != 0 && info[batch] == 0) {  // an earlier block's failure stays
+    info[batch] = int(k0 + first);
   }
 }
 
@@ -341,9 +313,8 @@ template <typename T>
     uint lane [[thread_index_in_simdgroup]],
     uint2 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
-  const long n = p_.n, k0 = p_.k0, batch = long(group.y);
-  chol_potf2_simdgroup<T>(a + batch * n * n + k0 * n + k0, n, p_.w, info + batch, k0, true,
-                          int(lane));
+  const long n = p_.n, batch = long(group.y);
+  chol_potf2_simdgroup<T>(a + batch * n * n, info, n, p_.k0, p_.w, batch, int(lane));
 }
 
 // The same potf2 for kSimdWidth < w <= kCholUnblockedMax (matrices of 33 to 64 rows, and the
@@ -378,9 +349,20 @@ template <typename T>
 // [s, n) x columns [k0, s): one kGemmTileM x kGemmTileN block of A22 per threadgroup of
 // kGemmThreads. Only the lower triangle is read later, so blocks wholly above the diagonal
 // return at once and the blocks on it write their lower triangle only (the zeros above it stay).
-// The host's blocks wider than kCholBlock take it (a chol_potf2 launch factors each diagonal
-// block, trsm_diag solves each panel); blocks of kCholBlock take chol_step, which fuses all
-// three. Grid: (column blocks * kGemmThreads, row blocks, batch).
+// Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
+// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2_simd does (its
+// first simdgroup, chol_potf2_simdgroup: the same factor, info the same; the others return): no
+// other threadgroup of the launch reads or writes that block (the others write the rest of A22
+// and read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This
+// removes the potf2 launch of every block but the first: the blocks form a serial chain of
+// launches, each costing the host its submission (9.5 us each through the CUDA executor on an
+// H200), which, with the potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
+// The launch now lasts as long as this threadgroup: one tile's update, then the w' steps the
+// removed potf2 launch ran, by one simdgroup (whose steps wait on no barrier: the other
+// simdgroups, idle then, would only add barriers to a chain of broadcasts). Grid: (column
+// blocks * kGemmThreads, row blocks, batch); max_total_threads_per_threadgroup is the launch's
+// kGemmThreads (on the CUDA executor, a bound that leaves the product's accumulators and the
+// potf2's row their registers).
 template <typename T>
 [[kernel, max_total_threads_per_threadgroup(mpsl::kGemmThreads)]] void chol_update(
     device T* a [[buffer(0)]],
@@ -401,158 +383,26 @@ template <typename T>
   device const T* l21 = A + s * n + k0;
   gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n, n - s, n - s, w, row0,
             col0, -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
-}
-
-// One step of the blocked potrf with blocks of kCholBlock columns, all of it in one launch: with
-// L21 = rows [s, n) x columns [k0, s), s = k0 + w, the panel of the block before (already
-// solved), and A22 = rows/columns [s, n):
-//   every threadgroup of A22's lower tiles  subtracts its tile's share of L21 L21^H (as
-//     chol_update, the same product on the same data: the same bits);
-//   the threadgroups of A22's first tile column  also form the next diagonal block's update,
-//     A22's tile (0, 0), the same product again, and factor it (chol_potf2_simdgroup by their
-//     first simdgroup, as chol_potf2_simd); tile (0, 0)'s threadgroup records info, and each
-//     threadgroup below it solves its own tile of the next panel in place with that factor,
-//     L = A L11^-H (trsm_diag's staging and substitution, tri_fetch / tri_commit /
-//     tri_substitute_rows, on the same values in the same order: its bits).
-// So a block costs one dependent launch where it cost two (trsm_diag, then chol_update): on an
-// Apple GPU a dependent dispatch is a command-encoder boundary (it starts once the one before
-// has drained), and through the CUDA executor on an H200 a launch cost the host ~10 us and the
-// device a 1.4 us floor (the fused kernel itself is unmeasured). The price is redundant work in the first tile column, which runs beside
-// the rest of the update: each threadgroup there forms one more tile product (of depth w) and a
-// 32-step potf2, and solves its 32 rows (kCholSolveRows a simdgroup, side by side).
-// The race it avoids: the threadgroups of the tile column read the diagonal block as it was
-// before this step's update (their private copy is their product's C), so tile (0, 0)'s
-// threadgroup may not write its factor in place while they may still read it: it factors a copy
-// in slot 0 of the matrix's workspace (`work`: batch x ceil(n / kCholBlock) slots of kCholBlock^2
-// entries, from the host), and the next launch's tile (0, 0) threadgroup copies slot 0 into
-// place (the block of columns [k0, s), which no threadgroup of that launch reads: its update
-// reads rows [s, n) only) before it writes slot 0 again (the same thread reads and writes each
-// entry, so program order separates the two). Tile (r, 0) below the diagonal factors in slot r,
-// its own. The last block (n - s <= kCholBlock: no tile below it, so nobody reads it) is
-// factored in place by tile (0, 0)'s threadgroup, as chol_update's fused potf2 did. w = 0 is
-// the first launch: no update (A22 is the whole matrix; the host launches its first tile column
-// only), the first block factored and the first panel solved.
-// Threadgroup memory: gemm_tile's scratch, reused (after its last barrier) for trsm_diag's padded
-// staged tile (kCholStepFloats, static_assert'ed under Apple's 32 KiB: 8.25 KiB, where the
-// update alone takes 8 KiB, so the update tiles keep their occupancy); the potf2 holds its block
-// in registers and the solve's values are in registers too. Grid: (column blocks *
-// kGemmThreads, row blocks, batch) of A22 (one column block for w = 0), threadgroups of
-// kGemmThreads (= kTriDiagThreads, the staging's thread count).
-template <typename T>
-[[kernel, max_total_threads_per_threadgroup(mpsl::kGemmThreads)]] void chol_step(
-    device T* a [[buffer(0)]],
-    device int* info [[buffer(1)]],
-    constant mpsl::CholParams& p_ [[buffer(2)]],
-    device T* work [[buffer(3)]],
-    uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]],
-    ushort lane [[thread_index_in_simdgroup]],
-    uint3 group [[threadgroup_position_in_grid]]) {
-  using namespace mpsl;
-  const long n = p_.n, k0 = p_.k0, w = p_.w;
-  threadgroup float2 stage[kCholStepFloats / 2];  // float2: aligned for complex ms
-  threadgroup float* scratch = reinterpret_cast<threadgroup float*>(&stage[0]);
-  const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
-  if (col0 >= row0 + kGemmTileM) {
-    return;  // the whole threadgroup: no barrier is left waiting
+  if (p_.next == 0 || row0 != 0 || col0 != 0) {
+    return;  // uniform over the threadgroup: the diagonal block is tile (0, 0) of A22 only
   }
-  const long batch = long(group.z);
-  device T* A = a + batch * n * n;
-  const long s = k0 + w, rest = n - s;  // A22 = rows/columns [s, n)
-  device const T* l21 = A + s * n + k0;
-  // A22's first tile column (the next diagonal block, then the next panel): the next diagonal
-  // block is updated and factored in `target`, a slot when tiles below read it (it is then a
-  // whole block), else in place (the last block, maybe short).
-  const bool first_column = col0 == 0, below = rest > kCholBlock;
-  device T* diag = A + s * n + s;
-  device T* slots = work + batch * ((n + kCholBlock - 1) / kCholBlock) * kCholSlot;
-  device T* target = below ? slots + (row0 / kGemmTileM) * kCholSlot : diag;
-  const long ld = below ? long(kCholBlock) : n;
-  if (first_column && row0 == 0 && w > 0) {
-    // The block before's factor, from slot 0 into place (entry e of the block by the thread
-    // that writes slot 0's entry e below: gemm_tile's own mapping of C's entries).
-    device T* prev = A + k0 * n + k0;
-#pragma unroll
-    for (int q = 0; q < kGemmOutPerThread; ++q) {
-      const int e = int(tid) + q * kGemmThreads;
-      prev[(e / kCholBlock) * n + e % kCholBlock] = slots[e];
-    }
-  }
-  if (first_column && below) {
-    // Entry e by the thread whose entries e of C gemm_tile reads and writes (its mapping): the
-    // product below reads what this thread stored, in program order.
-#pragma unroll
-    for (int q = 0; q < kGemmOutPerThread; ++q) {
-      const int e = int(tid) + q * kGemmThreads;
-      target[e] = diag[(e / kCholBlock) * n + e % kCholBlock];
-    }
-  }
-  // The products, through one call of gemm_tile (one copy of its code): this threadgroup's own
-  // tile of A22 (tile (0, 0)'s own tile is the diagonal block, in `target`), then for the tiles
-  // below the diagonal in the first column the diagonal block's, in their `target`.
-  const int products = w == 0 ? 0 : (first_column && row0 > 0 ? 2 : 1);
-  for (int pass = 0; pass < products; ++pass) {
-    const bool to_target = first_column && (pass == 1 || row0 == 0);
-    gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, to_target ? target : diag,
-              to_target ? ld : n, rest, rest, w, to_target ? 0 : row0, to_target ? 0 : col0,
-              -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
-  }
-  if (!first_column) {
-    return;  // uniform over the threadgroup
-  }
-  // The potf2 below (and the solve's loads of this threadgroup's tile) read entries other
-  // threads stored. threadgroup_barrier with mem_flags::mem_device (the Metal Shading Language
-  // specification, synchronization functions) is an execution barrier for the threadgroup that
-  // also orders its threads' device-memory operations: a store before it by one thread is seen
-  // by a load after it by any thread of the same threadgroup. It promises nothing about other
-  // threadgroups of the launch (that would take device-scope coherence, e.g. Metal 3.2's
-  // coherent(device) buffers with device-scope fences, and an order between threadgroups that
-  // Metal does not give), which is why each threadgroup factors its own copy of the block and
-  // the copy into place waits for the next launch. gemm_tile's own last barrier orders
-  // threadgroup memory only, hence this one.
+  // gemm_tile's threads stored the tile's entries to device memory, each thread its own, and
+  // the potf2 below reads them spread differently over the threads (a thread reads entries
+  // others stored). threadgroup_barrier with mem_flags::mem_device (the Metal Shading Language
+  // specification, synchronization functions) is an execution barrier for the threadgroup
+  // that also orders its threads' device-memory operations: a store before it by one thread
+  // is seen by a load after it by any thread of the same threadgroup. It promises nothing
+  // about other threadgroups of the launch (that would take device-scope coherence, e.g.
+  // Metal 3.2's coherent(device) buffers with device-scope fences, and an order between
+  // threadgroups that Metal does not give), which is why the threadgroup that wrote the block
+  // is the one that factors it, and no other touches it before the launch ends. gemm_tile's
+  // own last barrier orders threadgroup memory only, hence this one.
   threadgroup_barrier(metal::mem_flags::mem_device);
-  if (row0 == 0 && sg != 0) {
-    return;  // tile (0, 0)'s simdgroup 0 factors the block alone, with no barrier left to meet
+  if (sg != 0) {
+    return;  // simdgroup 0 factors the block alone, with no barrier left to meet
   }
-  // One call for both roles (one copy of its code): the tiles below compute the factor that
-  // tile (0, 0)'s threadgroup records, the same code on the same values, and record nothing.
-  if (sg == 0) {
-    chol_potf2_simdgroup<T>(target, ld, metal::min(long(kCholBlock), rest), info + batch, s,
-                            row0 == 0, int(lane));
-  }
-  if (row0 == 0) {
-    return;
-  }
-  threadgroup_barrier(metal::mem_flags::mem_device);  // the factor, stored by simdgroup 0
-  // Tile (r, 0), r > 0: rows [s + row0, s + row0 + rows) x columns [s, s + kCholBlock) of the
-  // panel, kCholSolveRows rows a simdgroup (row sg kCholSolveRows + q in v[q], a column a
-  // lane); rows past n are zeros, solved and not stored. Loaded here, beside tri_fetch's loads
-  // of the factor (one round of device latency for both), not before the potf2 while simdgroups
-  // 1 and up wait: rows live across the potf2 cost its simdgroup registers (NVRTC for sm_90,
-  // float32: 16 bytes of spills that way, none this way).
-  const long rows = metal::min(long(kGemmTileM), rest - row0);
-  device T* x = A + (s + row0) * n + s + long(lane);
-  T v[kCholSolveRows];
-#pragma unroll
-  for (int q = 0; q < kCholSolveRows; ++q) {
-    const int t = int(sg) * kCholSolveRows + q;
-    v[q] = t < rows ? x[t * n] : zero<T>();
-  }
-  // trsm_diag's right-side solve with M = L11^H (lower = 0, trans = 1: forward, S = conj(L11)
-  // staged unswapped), its staging and substitution on this block.
-  threadgroup T* ms = reinterpret_cast<threadgroup T*>(&stage[0]);
-  T pre[kTriDiagLoads];
-  tri_fetch(pre, target, long(kCholBlock), 0, 0, false, true, sg, lane);
-  tri_commit(ms, pre, false, 0, sg, lane);
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  tri_substitute_rows<false, kCholSolveRows>(ms, v, lane);
-#pragma unroll
-  for (int q = 0; q < kCholSolveRows; ++q) {
-    const int t = int(sg) * kCholSolveRows + q;
-    if (t < rows) {
-      x[t * n] = v[q];
-    }
-  }
+  const long w2 = metal::min(long(kCholBlock), n - s);
+  chol_potf2_simdgroup<T>(A, info, n, s, w2, long(group.z), int(tid));
 }
 
 // potri's product (LAPACK lauum): the lower triangle of C = X^H X for lower triangular X (n x n,

@@ -7,8 +7,6 @@ MPSL_KERNEL(chol_potf2, float32, float)
 MPSL_KERNEL(chol_potf2, complex64, float2)
 MPSL_KERNEL(chol_update, float32, float)
 MPSL_KERNEL(chol_update, complex64, float2)
-MPSL_KERNEL(chol_step, float32, float)
-MPSL_KERNEL(chol_step, complex64, float2)
 MPSL_KERNEL(chol_lauum, float32, float)
 MPSL_KERNEL(chol_lauum, complex64, float2)
 // clang-format on

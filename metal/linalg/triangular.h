@@ -422,40 +422,6 @@ inline T tri_substitute(threadgroup const T* ms, T v, ushort lane) {
   return v;
 }
 
-// tri_substitute for R right-hand sides a lane, v[r] holding lane l's row of the r-th: each
-// one's operations are tri_substitute's, in the same order (so its bits), and the R chains,
-// independent, are issued side by side within each step, sharing the step's loads of the tile:
-// R right-hand sides cost about one chain's latency plus R times its issue, where R calls of
-// tri_substitute would cost R latencies (Cholesky's chol_step solves the kGemmTileM rows of a
-// tile this way, kCholSolveRows a simdgroup). A function of its own, not tri_substitute with
-// R = 1: NVRTC left the complex step loop of trsm_diag rolled through that form (its PTX went
-// from ~4700 instructions to ~2000, the steps' shuffles no longer constant), a change of
-// trsm_diag's schedule nobody measured.
-template <bool Unit, int R, typename T>
-inline void tri_substitute_rows(threadgroup const T* ms, thread T* v, ushort lane) {
-  threadgroup const T* mrow = ms + int(lane) * kTriPadded;
-  T m_next = mrow[0], d_next = Unit ? zero<T>() : ms[0];  // one step ahead, as tri_substitute
-  // The step loop is not unrolled (no pragma): a step is already R independent chains, and 32
-  // unrolled steps of R divisions would be long straight-line code (complex64: Smith's division,
-  // branches included, 256 times: ~24000 PTX instructions in chol_step), each fetched once.
-  for (int step = 0; step < kTriBlock; ++step) {
-    const T m = m_next, d = d_next;
-    if (step + 1 < kTriBlock) {
-      m_next = mrow[step + 1];
-      if (!Unit) {
-        d_next = ms[(step + 1) * kTriPadded + step + 1];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const T xs = simd_broadcast(v[r], ushort(step));
-      const T xj = Unit ? xs : div(xs, d);
-      const T updated = sub_mul(v[r], m, xj);
-      v[r] = int(lane) > step ? updated : (int(lane) == step ? xj : v[r]);
-    }
-  }
-}
-
 }  // namespace mpsl
 
 // One simdgroup per right-hand side. The diagonal block is solved as bs / kTriBlock sub-blocks

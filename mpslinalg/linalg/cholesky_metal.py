@@ -8,16 +8,12 @@ every kernel (no loop over batch elements).
 
 Launches per call:
   cholesky_metal          a tril copy (torch's), then n < BLOCKED_MIN_N: 1 (chol_potf2_simd
-                          up to 32 rows, chol_potf2 above); otherwise one chol_step a block
-                          of BLOCK columns: the first factors the first diagonal block and
-                          solves the first panel, each later one the trailing update of the
-                          block before, the next diagonal block's factor and its panel's
-                          solve: ceil(n / 32) (32 at n = 1024, 128 at 4096; 2 ceil(n / 32) - 1
-                          before chol_step, with trsm_diag and chol_update a block), plus the
-                          workspace of chol_step (torch.empty, no launch); upper=True adds the
-                          conjugate transposes in and out. Wider blocks (BLOCK > NEXT_BLOCK,
-                          measured by benchmarks/sweep_cuda_cholesky.py): chol_potf2 +
-                          trsm_diag + chol_update a block, 3 ceil(n / BLOCK) - 2.
+                          up to 32 rows, chol_potf2 above); otherwise chol_potf2_simd (the
+                          first block of BLOCK columns), then per block but the last trsm_diag
+                          (the panel, triangular.metal) + chol_update (the trailing update,
+                          which also factors the next diagonal block): 2 * ceil(n / 32) - 1
+                          (63 at n = 1024, 255 at 4096); upper=True adds the conjugate
+                          transposes in and out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
@@ -47,10 +43,10 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
-NEXT_BLOCK = 32  # kCholBlock: the blocks of chol_step (one GEMM tile, one trsm_diag sub-block)
-#: Columns per block (a multiple of triangular_metal.BLOCK): NEXT_BLOCK, one chol_step a block; a
-#: wider one (at most UNBLOCKED_MAX, e.g. for benchmarks/sweep_cuda_cholesky.py) takes a
-#: chol_potf2, a trsm_diag and a chol_update launch a block.
+NEXT_BLOCK = 32  # kCholBlock: the next diagonal block chol_update factors (one GEMM tile)
+#: Columns per block (a multiple of triangular_metal.BLOCK): NEXT_BLOCK, whose blocks but the
+#: first chol_update factors; a wider one (at most UNBLOCKED_MAX, e.g. for
+#: benchmarks/sweep_cuda_cholesky.py) takes a chol_potf2 launch a block.
 BLOCK = NEXT_BLOCK
 ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of a block wider than SIMD_WIDTH
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
@@ -68,31 +64,8 @@ POTRS_STEPS = {
 }
 
 
-def _params(n: int, k0: int, w: int) -> list[int]:
-    return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w)
-
-
-def step_workspace(n: int, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """chol_step's workspace: a slot of NEXT_BLOCK^2 entries for each tile row of each matrix
-    (kCholSlot, ceil(n / NEXT_BLOCK) slots a matrix), written before it is read."""
-    return torch.empty(batch * _metal.ceil_div(n, NEXT_BLOCK) * NEXT_BLOCK * NEXT_BLOCK,
-                       dtype=dtype, device=device)
-
-
-def _steps(L, info, n: int, batch: int, fn: str) -> None:
-    """The blocked potrf with blocks of NEXT_BLOCK columns: one chol_step a block
-    (metal/linalg/cholesky.h), ceil(n / NEXT_BLOCK) launches."""
-    step = _metal.kernel(_SOURCE, "chol_step", L.dtype, L.device, fn=fn)
-    work = step_workspace(n, batch, L.dtype, L.device)
-    # The first block (w = 0: no update): the first tile column only, whose threadgroups factor
-    # the block (in place when it is the only one) and solve the panel.
-    launch(step, L, info, _params(n, 0, 0), work,
-           **gemm_metal.gemm_grid(n, min(NEXT_BLOCK, n), batch))
-    for k0 in range(0, n - NEXT_BLOCK, NEXT_BLOCK):
-        # The update by block k0's panel, the next block factored, its panel solved.
-        s = k0 + NEXT_BLOCK
-        launch(step, L, info, _params(n, k0, NEXT_BLOCK), work,
-               **gemm_metal.gemm_grid(n - s, n - s, batch))
+def _params(n: int, k0: int, w: int, next_block: int = 0) -> list[int]:
+    return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w, next=next_block)
 
 
 def _potf2(L, info, n: int, k0: int, w: int, batch: int, fn: str = "cholesky") -> None:
@@ -133,17 +106,19 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
     info_flat = info.view(batch)  # the same storage; a buffer even when info is 0-dim
     if n < BLOCKED_MIN_N:
         _potf2(L, info_flat, n, 0, n, batch, fn)
-    elif BLOCK == NEXT_BLOCK:
-        _steps(L, info_flat, n, batch, fn)
     else:
-        # Wider blocks (to measure them): a chol_potf2 launch a diagonal block, trsm_diag the
-        # panel, chol_update the trailing update.
         panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
         update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
         no_pivots = _no_pivots(A.device)
+        # With blocks of NEXT_BLOCK columns (the default), chol_update factors each diagonal
+        # block but the first (the first tile of its trailing matrix) right after updating it;
+        # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
+        # each.
+        fused = BLOCK == NEXT_BLOCK
         for k0 in range(0, n, BLOCK):
             w = min(BLOCK, n - k0)
-            _potf2(L, info_flat, n, k0, w, batch, fn)
+            if k0 == 0 or not fused:
+                _potf2(L, info_flat, n, k0, w, batch, fn)
             s = k0 + w
             if s == n:
                 break
@@ -154,7 +129,7 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
                                                    x_offset=s * n, x_batch=n * n)
             launch(panel, L, no_pivots, L, params, no_pivots,
                    **triangular_metal.diag_grid(n - s, batch))
-            launch(update, L, info_flat, _params(n, k0, w),
+            launch(update, L, info_flat, _params(n, k0, w, int(fused)),
                    **gemm_metal.gemm_grid(n - s, n - s, batch))
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 

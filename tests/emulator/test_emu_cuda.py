@@ -785,9 +785,9 @@ def test_lu_solve_matches_emulator(cuda_metal, n, k, dtype, adjoint):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [40, 100, 300])
 def test_cholesky_matches_emulator(cuda_metal, n, dtype):
-    """The Cholesky kernels on the executor (n > 64: one chol_step a block of 32 columns, the
-    trailing update, the next diagonal block's factor and its panel's solve; cholesky_inverse:
-    the triangular inverse, chol_lauum) give the
+    """The Cholesky kernels on the executor (n > 64: chol_potf2, the right-side trsm_diag of
+    the panel, chol_update, which also factors the next diagonal block; cholesky_inverse: the
+    triangular inverse, chol_lauum) give the
     emulator's results, info and NaN of a failing minor included."""
     from mpslinalg.linalg import cholesky_metal
 

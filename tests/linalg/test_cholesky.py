@@ -101,8 +101,7 @@ def test_host_mirrors_header_constants(name, value):
 
 def test_block_is_one_triangular_solve_block():
     """The panel's solve is one trsm_diag step: the factorization's block is the solve's
-    diagonal block (bs), a multiple of its 32-row sub-block (chol_step's tile solve is one
-    sub-block: the header static_asserts kCholBlock == kTriBlock)."""
+    diagonal block (bs), a multiple of its 32-row sub-block."""
     from opdb import metal_constant
 
     assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == triangular_metal.BLOCK
@@ -114,10 +113,9 @@ def test_potf2_entries_stay_in_registers():
     """chol_potf2 and chol_potf2_simd keep each thread's entries of the block in a register
     array indexed by constants only: NVRTC's PTX of their instantiations has no local memory (a
     runtime index into the entries, or a loop over them left rolled, would put them there: the
-    latency the kernels exist to remove), nor has float32 chol_step's, whose first simdgroups
-    factor the next diagonal block a row a lane and solve a panel tile eight rows a simdgroup
-    (complex64's has the product's own local array), nor float32 chol_update's. Needs NVRTC,
-    not a GPU (the test-cuda extra)."""
+    latency the kernels exist to remove), nor has float32 chol_update's, whose first simdgroup
+    factors the next diagonal block a row a lane (complex64's has the product's own local array,
+    fused or not). Needs NVRTC, not a GPU (the test-cuda extra)."""
     import re
 
     from mpslinalg._core import metal as _metal
@@ -128,11 +126,11 @@ def test_potf2_entries_stay_in_registers():
     except cuda.NvrtcNotFoundError as exc:
         pytest.skip(f"NVRTC is not available (the test-cuda extra installs it): {exc}")
     ptx = cuda.compile_ptx(_metal.load_source("linalg/cholesky.metal"))
-    entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|(?:step|update)_float32))\((.*?)"
+    entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|update_float32))\((.*?)"
                               r"(?=\.entry |\Z)", ptx, re.S))
     assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32",
                                "chol_potf2_simd_complex64", "chol_potf2_simd_float32",
-                               "chol_step_float32", "chol_update_float32"]
+                               "chol_update_float32"]
     for name, body in entries.items():
         assert ".local" not in body, name
 
@@ -431,14 +429,14 @@ def test_no_host_syncs_and_launches(metal_backend):
         A = metal_backend.tensor(hpd(n, torch.float32, (2,), seed=n))
         with count_launches() as counter:
             mpslinalg.cholesky_ex(A)
-        # chol_potf2 (n <= 64), or one chol_step a block (the first factors the first block
-        # and solves its panel; each later one updates, factors the next block, solves its
-        # panel)
-        kernels = [k.rsplit("_", 1)[0] for k in counter.names if k.startswith(("chol_", "trsm_"))]
-        if n < cholesky_metal.BLOCKED_MIN_N:
-            assert kernels == ["chol_potf2"], counter.names
-        else:
-            assert kernels == ["chol_step"] * math.ceil(n / cholesky_metal.BLOCK), counter.names
+        # chol_potf2 (n <= 64), or chol_potf2_simd (the first block), then trsm_diag (the
+        # panel) and chol_update (which factors the next diagonal block) per block but the last
+        kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
+        blocks = 1 if n < cholesky_metal.BLOCKED_MIN_N else math.ceil(n / cholesky_metal.BLOCK)
+        assert len(kernels) == 2 * blocks - 1, counter.names
+        first = "chol_potf2" if blocks == 1 else "chol_potf2_simd"
+        assert [k.rsplit("_", 1)[0] for k in kernels] == [first] + [
+            "trsm_diag", "chol_update"] * (blocks - 1), counter.names
 
 
 # ---------------------------------------------------------------- blocked paths at small orders
@@ -448,7 +446,7 @@ def test_no_host_syncs_and_launches(metal_backend):
 def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
     """BLOCK = 64 (what benchmarks/sweep_cuda_cholesky.py measures against the default): every
     diagonal block by its own chol_potf2 launch (chol_potf2_simd for the last, 22 columns),
-    trsm_diag the panel, chol_update the trailing update: 3 ceil(n / 64) - 2 launches, the default's
+    chol_update told not to factor the next one: 3 ceil(n / 64) - 2 launches, the default's
     factor to rounding, a failing minor's info."""
     n = 150
     A = hpd(n, dtype, (2,), seed=7, cond=1e3)
@@ -468,7 +466,8 @@ def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [33, 40, 64])
 def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
-    """The blocked potrf (one chol_step a block), forced from order 33 on: the
+    """The blocked potrf (chol_potf2, then trsm_diag + chol_update, which factors the next
+    diagonal block), forced from order 33 on: the
     one-threadgroup kernel's factor to rounding, the ratio, the other triangle zero, and its
     launches; both triangles read, a failing minor in the second block."""
     A = hpd(n, dtype, (2,), seed=n, cond=1e3)
@@ -477,8 +476,8 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
     for upper in (False, True):
         with count_launches() as counter:
             L, info = cholesky_metal.cholesky_metal(A, upper)
-        kernels = [k.rsplit("_", 1)[0] for k in counter.names if k.startswith(("chol_", "trsm_"))]
-        assert kernels == ["chol_step"] * math.ceil(n / cholesky_metal.BLOCK), counter.names
+        kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
+        assert len(kernels) == 2 * math.ceil(n / cholesky_metal.BLOCK) - 1, counter.names
         assert (info == 0).all() and potrf_ratio(A, L, upper) < THRESH
         torch.testing.assert_close(L.mH if upper else L, whole, rtol=1e-5, atol=1e-5)
         assert ((L.tril(-1) if upper else L.triu(1)) == 0).all()
@@ -494,8 +493,7 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
 
 @pytest.mark.parametrize("n, minor", [(65, 65), (96, 70), (129, 100), (200, 170)])
 def test_fused_next_block_failures_and_nan(n, minor):
-    """chol_step factors the next diagonal block (in a workspace slot, copied into place by the
-    next launch) and solves its panel in the threadgroups of the panel's tiles: a batch
+    """chol_update factors the next diagonal block in the threadgroup that updated it: a batch
     of a good matrix, one whose failing minor lies in a later block (the last, partial one at
     n = 65) and one with NaN read below the diagonal, per dtype: info exactly torch's (float64),
     the factor torch's before the failing column and NaN (lower triangle) from it on, the other
@@ -522,51 +520,6 @@ def test_fused_next_block_failures_and_nan(n, minor):
                                        atol=1e-4, equal_nan=True)
             assert wide(L)[b, :, k:][lower[:, k:]].isnan().all()
         assert (L.triu(1) == 0).all()
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_steps_give_the_unfused_sequences_bits(dtype, monkeypatch):
-    """chol_step's launches give the bits of the sequence they replace (a block of 32 columns
-    at a time: chol_potf2_simd on the diagonal block, trsm_diag on the panel below it,
-    chol_update on the trailing matrix), info included, on a batch of a good matrix, one whose
-    failing minor lies in the third block and one with a NaN read; and chol_step's workspace is
-    written before it is read: filled with NaN, it changes nothing. (The emulator's race
-    detector, on in every test, checks the slots' protocol: tile (0, 0) factors its block in a
-    slot while the tiles below read the block as it was.)"""
-    from mpslinalg._core import metal as _metal
-    from mpslinalg._core.metal import launch
-    from mpslinalg.linalg import gemm_metal
-
-    n, batch, w = 130, 3, cholesky_metal.NEXT_BLOCK
-    A = hpd(n, dtype, (batch,), seed=5, cond=1e3)
-    A[1, 69, 69] = -2.0
-    A[2, 90, 7] = math.nan
-    real = cholesky_metal.step_workspace
-    monkeypatch.setattr(cholesky_metal, "step_workspace",
-                        lambda *args: real(*args).fill_(math.nan))
-    L, info = cholesky_metal.cholesky_metal(A, False)
-    R, rinfo = torch.tril(A).contiguous(), torch.zeros(batch, dtype=torch.int32)
-    panel = _metal.kernel(cholesky_metal._TRIANGULAR_SOURCE, "trsm_diag", dtype, R.device)
-    update = _metal.kernel(cholesky_metal._SOURCE, "chol_update", dtype, R.device)
-    no_pivots = torch.zeros(1, dtype=torch.int32)
-    for k0 in range(0, n, w):
-        cholesky_metal._potf2(R, rinfo, n, k0, min(w, n - k0), batch)
-        s = k0 + w
-        if s >= n:
-            break
-        params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
-                                               i0=k0, bs=w, right=1, ldx=n, x_offset=s * n,
-                                               x_batch=n * n)
-        launch(panel, R, no_pivots, R, params, no_pivots,
-               **triangular_metal.diag_grid(n - s, batch))
-        launch(update, R, rinfo, cholesky_metal._params(n, k0, w),
-               **gemm_metal.gemm_grid(n - s, n - s, batch))
-    assert info.tolist() == rinfo.tolist() == [0, 70, 91]
-    bits = torch.view_as_real(L) if L.is_complex() else L
-    ref = torch.view_as_real(R) if R.is_complex() else R
-    assert torch.equal(bits.isnan(), ref.isnan())
-    assert torch.equal(bits.nan_to_num(0.0), ref.nan_to_num(0.0))  # -0.0 == 0.0 aside
-    assert torch.equal(bits.nan_to_num(0.0).signbit(), ref.nan_to_num(0.0).signbit())
 
 
 @pytest.mark.parametrize("bs", [32, 64])
