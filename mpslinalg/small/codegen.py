@@ -1516,12 +1516,16 @@ def _emit_deflate(dl: Dialect, n: int) -> None:
             dl.assign(h[k, k - 1], select(small, 0.0, h[k, k - 1]))
 
 
-def _emit_window(dl: Dialect, n: int) -> None:
-    """act (a window of three or more unreduced rows remains), its bottom i and top l."""
+def _emit_window(dl: Dialect, n: int, declared: bool = False) -> None:
+    """act (a window of three or more unreduced rows remains), its bottom i and top l (declared
+    here, or already, by an earlier call, with ``declared``)."""
     h = Vars("h")
-    act = dl.declare(BOOL, "act", Full(0, INT))
-    iw = dl.declare(INT, "iw", Full(n - 1, INT))
-    lw = dl.declare(INT, "lw", Full(0, INT))
+    act, iw, lw = Var("act", BOOL), Var("iw", INT), Var("lw", INT)
+    for var, value in ((act, 0), (iw, n - 1), (lw, 0)):
+        if declared:
+            dl.assign(var, Full(value, INT))
+        else:
+            dl.declare(var.kind, var.name, Full(value, INT))
     for i in range(2, n):  # ascending: the largest qualifying i wins
         with dl.scope():
             q = dl.declare(BOOL, "q", nonzero(h[i, i - 1]) & nonzero(h[i - 1, i - 2]))
@@ -1538,12 +1542,20 @@ def _emit_householder3(dl: Dialect, x: tuple[Expr, Expr, Expr]) -> tuple[Var, Va
     to (beta, 0, 0); the identity (tau = 0, beta = x0) when x1 = x2 = 0."""
     x0 = dl.declare(REAL, "hx0", _filled(x[0]))
     x1 = dl.declare(REAL, "hx1", _filled(x[1]))
-    x2 = dl.declare(REAL, "hx2", _filled(x[2]))
-    # the norms scaled by the larger part, as dnrm2 / dlapy2: tiny bulges late in the
-    # iteration must not underflow to an identity reflector
-    m = dl.declare(REAL, "hm", select(abs_(x1) > abs_(x2), abs_(x1), abs_(x2)))
-    ms = dl.declare(REAL, "hms", select(m.eq(0.0), 1.0, m))
-    xn = dl.declare(REAL, "hxn", m * sqrt((x1 / ms) * (x1 / ms) + (x2 / ms) * (x2 / ms)))
+    two = isinstance(x[2], Const) and x[2].value == 0.0
+    if two:
+        # a reflector of two rows (the last step of a sweep or of the reduction): the norm of
+        # (x1, 0) below is |x1| exactly (x1 / |x1| = +-1, sqrt(1) = 1; x1 = 0 gives 0), the
+        # entries being finite (scaled to at most 1, non-finite input replaced by zeros), so
+        # it is taken as such: one division and one square root fewer in every sweep
+        xn = dl.declare(REAL, "hxn", abs_(x1))
+    else:
+        x2 = dl.declare(REAL, "hx2", _filled(x[2]))
+        # the norms scaled by the larger part, as dnrm2 / dlapy2: tiny bulges late in the
+        # iteration must not underflow to an identity reflector
+        m = dl.declare(REAL, "hm", select(abs_(x1) > abs_(x2), abs_(x1), abs_(x2)))
+        ms = dl.declare(REAL, "hms", select(m.eq(0.0), 1.0, m))
+        xn = dl.declare(REAL, "hxn", m * sqrt((x1 / ms) * (x1 / ms) + (x2 / ms) * (x2 / ms)))
     ident = dl.declare(BOOL, "hid", xn.eq(0.0))
     norm = dl.declare(REAL, "hno", _lapy2(dl, x0, xn, "h"))
     beta = dl.declare(REAL, "hbeta", select(ident, x0, select(x0 < 0.0, norm, -norm)))
@@ -1551,7 +1563,7 @@ def _emit_householder3(dl: Dialect, x: tuple[Expr, Expr, Expr]) -> tuple[Var, Va
     tau = dl.declare(REAL, "htau", select(ident, 0.0, (beta - x0) / bs))
     den = dl.declare(REAL, "hden", select(ident, 1.0, x0 - beta))
     v1 = dl.declare(REAL, "hv1", select(ident, 0.0, x1 / den))
-    v2 = dl.declare(REAL, "hv2", select(ident, 0.0, x2 / den))
+    v2 = dl.declare(REAL, "hv2", Full(0.0, REAL) if two else select(ident, 0.0, x2 / den))
     return beta, tau, v1, v2
 
 
@@ -1802,14 +1814,14 @@ def _cmul(a: tuple[Expr, Expr], b: tuple[Expr, Expr]) -> tuple[Expr, Expr]:
 
 def _emit_cdiv(dl: Dialect, a: tuple[Expr, Expr], b: tuple[Var, Var], name: str
                ) -> tuple[Var, Var]:
-    """a / b by Smith's algorithm, declared as ``name``r / ``name``i."""
+    """a / b by Smith's algorithm, declared as ``name``r / ``name``i. Each quotient divides the
+    selected operands (the same value as selecting between the two quotients): a straight-line
+    target computes both branches of a select, so three divisions, not six."""
     wide = dl.declare(BOOL, f"{name}w", abs_(b[0]) >= abs_(b[1]))
-    r = dl.declare(REAL, f"{name}q", select(wide, b[1] / b[0], b[0] / b[1]))
+    r = dl.declare(REAL, f"{name}q", select(wide, b[1], b[0]) / select(wide, b[0], b[1]))
     den = dl.declare(REAL, f"{name}d", select(wide, b[0] + b[1] * r, b[1] + b[0] * r))
-    re_ = dl.declare(REAL, f"{name}r", select(wide, (a[0] + a[1] * r) / den,
-                                             (a[0] * r + a[1]) / den))
-    im_ = dl.declare(REAL, f"{name}i", select(wide, (a[1] - a[0] * r) / den,
-                                             (a[1] * r - a[0]) / den))
+    re_ = dl.declare(REAL, f"{name}r", select(wide, a[0] + a[1] * r, a[0] * r + a[1]) / den)
+    im_ = dl.declare(REAL, f"{name}i", select(wide, a[1] - a[0] * r, a[1] * r - a[0]) / den)
     return re_, im_
 
 
@@ -1913,19 +1925,25 @@ def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
         _emit_hessenberg(dl, n, want_v)
         its = dl.declare(INT, "its", Full(0, INT))
         iprev = dl.declare(INT, "iprev", Full(-1, INT))
-        more = Var("more", BOOL)
+        more, act, iw = Var("more", BOOL), Var("act", BOOL), Var("iw", INT)
+
+        def deflate_and_find_window(declared: bool) -> None:
+            _emit_deflate(dl, n)
+            _emit_window(dl, n, declared)
+            dl.assign(its, select(iw.eq(iprev), its + 1, 0))
+            dl.assign(iprev, iw)
+
+        # Deflation and the window of the next sweep end each sweep (the first ones precede the
+        # loop), so that the loop leaves right after the last sweep that had work: the test at
+        # the top of a sweep would cost a whole sweep of no-ops (tau = 0) after it, on every
+        # target (a lane that deflated keeps its bits: the steps are idempotent there)
+        deflate_and_find_window(False)
         with dl.sweeps(EIG_MAX_SWEEPS, "more"):
             with dl.scope():
-                _emit_deflate(dl, n)
-                _emit_window(dl, n)
-                iw = Var("iw", INT)
-                dl.assign(its, select(iw.eq(iprev), its + 1, 0))
-                dl.assign(iprev, iw)
                 _emit_francis(dl, n, want_v)
-                dl.assign(more, more | Var("act", BOOL))
-        _emit_deflate(dl, n)
-        _emit_window(dl, n)
-        fail = dl.declare(BOOL, "fail", bad | Var("act", BOOL))
+                deflate_and_find_window(True)
+                dl.assign(more, more | act)
+        fail = dl.declare(BOOL, "fail", bad | act)
     else:
         for i in range(n):
             for j in range(n):
