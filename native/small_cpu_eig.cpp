@@ -1492,6 +1492,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -1531,6 +1532,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -1540,8 +1542,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -1739,6 +1741,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -2111,6 +2114,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -2150,6 +2154,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -2159,8 +2164,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -2358,6 +2363,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -2754,6 +2760,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -2793,6 +2800,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -2802,8 +2810,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -3034,6 +3042,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -3863,6 +3872,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -3902,6 +3912,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -3911,8 +3922,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -4143,6 +4154,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -5111,6 +5123,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -5170,6 +5183,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -5179,8 +5193,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -5489,6 +5503,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -6118,6 +6133,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -6177,6 +6193,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -6186,8 +6203,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -6496,6 +6513,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -7178,6 +7196,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -7237,6 +7256,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -7246,8 +7266,8 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -7624,6 +7644,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }
@@ -9162,6 +9183,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
   {
     vf sub = vabs(h10);
@@ -9221,6 +9243,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     act = act | q;
   }
   its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
@@ -9230,8 +9253,8 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -9608,6 +9631,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         act = act | q;
       }
       its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
     }

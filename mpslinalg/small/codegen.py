@@ -1463,6 +1463,10 @@ EIG_MAX_SWEEPS = 30 * MAX_N
 #: dlahqr's exceptional-shift constants (dat1 = 3/4, dat2 = -0.4375).
 _EIG_DAT1, _EIG_DAT2 = 0.75, -0.4375
 
+#: dlahqr's kexsh: an exceptional shift every 10 sweeps without deflation, from l's corner and
+#: i's in turn (its % 20 == 10 and == 0, counted in ``itp`` = its % 20).
+_EIG_KEXSH = 10
+
 #: dlanv2's threshold factor on eps for real eigenvalues of a 2 x 2 block.
 _DLANV2_MULTPL = 4.0
 
@@ -1610,7 +1614,7 @@ def _emit_shifts(dl: Dialect, n: int) -> None:
     """dlahqr's shifts (s1r, s1i, s2r, s2i) of the window's trailing 2 x 2 (exceptional at
     its % 20 == 10 / 0)."""
     h = Vars("h")
-    iw, lw, its = Var("iw", INT), Var("lw", INT), Var("its", INT)
+    iw, lw, its, itp = Var("iw", INT), Var("lw", INT), Var("its", INT), Var("itp", INT)
     ii = range(2, n)
     h11 = dl.declare(REAL, "g11", _pick(iw, {i: h[i - 1, i - 1] for i in ii}))
     h12 = dl.declare(REAL, "g12", _pick(iw, {i: h[i - 1, i] for i in ii}))
@@ -1618,8 +1622,9 @@ def _emit_shifts(dl: Dialect, n: int) -> None:
     h22 = dl.declare(REAL, "g22", _pick(iw, {i: h[i, i] for i in ii}))
     # exceptional shifts: from l's corner at its = 10, 30, ..., from i's at 20, 40, ...
     with dl.scope():
-        exl = dl.declare(BOOL, "exl", _any_of(its, range(10, EIG_MAX_SWEEPS, 20)))
-        exi = dl.declare(BOOL, "exi", _any_of(its, range(20, EIG_MAX_SWEEPS, 20)))
+        # two comparisons of the counter modulo 20, not one per multiple of 10 below the bound
+        exl = dl.declare(BOOL, "exl", itp.eq(_EIG_KEXSH))
+        exi = dl.declare(BOOL, "exi", itp.eq(0) & (its > 0))
         sl = dl.declare(REAL, "sl", _pick(lw, {l: abs_(h[l + 1, l]) + abs_(h[l + 2, l + 1])
                                                for l in range(n - 2)}))
         hl = _pick(lw, {l: h[l, l] for l in range(n - 2)})
@@ -1924,6 +1929,7 @@ def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
     if n >= 3:
         _emit_hessenberg(dl, n, want_v)
         its = dl.declare(INT, "its", Full(0, INT))
+        itp = dl.declare(INT, "itp", Full(0, INT))
         iprev = dl.declare(INT, "iprev", Full(-1, INT))
         more, act, iw = Var("more", BOOL), Var("act", BOOL), Var("iw", INT)
 
@@ -1931,6 +1937,8 @@ def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
             _emit_deflate(dl, n)
             _emit_window(dl, n, declared)
             dl.assign(its, select(iw.eq(iprev), its + 1, 0))
+            dl.assign(itp, select(iw.eq(iprev), select(itp.eq(2 * _EIG_KEXSH - 1), 0, itp + 1),
+                                  0))
             dl.assign(iprev, iw)
 
         # Deflation and the window of the next sweep end each sweep (the first ones precede the
