@@ -882,10 +882,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m100i = (vabs(m100r) + vabs(m100i) < smin1) ? splat_f(0.0f) : m100i;
     m100r = (vabs(m100r) + vabs(m100i) < smin1) ? smin1 : m100r;
     vi qw = vabs(m100r) >= vabs(m100i);
-    vf qq = qw ? m100i / m100r : m100r / m100i;
+    vf qq = (qw ? m100i : m100r) / (qw ? m100r : m100i);
     vf qd = qw ? m100r + m100i * qq : m100i + m100r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y10r = qr;
     y10i = qi;
   }
@@ -1219,10 +1219,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m100i = (vabs(m100r) + vabs(m100i) < smin1) ? splat_f(0.0f) : m100i;
     m100r = (vabs(m100r) + vabs(m100i) < smin1) ? smin1 : m100r;
     vi qw = vabs(m100r) >= vabs(m100i);
-    vf qq = qw ? m100i / m100r : m100r / m100i;
+    vf qq = (qw ? m100i : m100r) / (qw ? m100r : m100i);
     vf qd = qw ? m100r + m100i * qq : m100i + m100r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y10r = qr;
     y10i = qi;
   }
@@ -1446,10 +1446,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   {
     vf hx0 = h10;
     vf hx1 = h20;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -1463,7 +1460,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h10 = hbeta;
     h20 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -1495,56 +1492,58 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(2);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(2);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = h11;
       vf g12 = h12;
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -1658,10 +1657,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vi first = lw == 1;
         vf hx0 = first ? w1 : h10;
         vf hx1 = first ? w2 : h20;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -1675,7 +1671,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h10 = (on & ~first) ? hbeta : h10;
         h20 = (on & ~first) ? splat_f(0.0f) : h20;
@@ -1707,46 +1703,49 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
           h22 = h22 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      act = splat_i(0);
+      iw = splat_i(2);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(2);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -2069,10 +2068,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   {
     vf hx0 = h10;
     vf hx1 = h20;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -2086,7 +2082,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h10 = hbeta;
     h20 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -2118,56 +2114,58 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(2);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(2);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = h11;
       vf g12 = h12;
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -2281,10 +2279,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vi first = lw == 1;
         vf hx0 = first ? w1 : h10;
         vf hx1 = first ? w2 : h20;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -2298,7 +2293,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h10 = (on & ~first) ? hbeta : h10;
         h20 = (on & ~first) ? splat_f(0.0f) : h20;
@@ -2330,46 +2325,49 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
           h22 = h22 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      act = splat_i(0);
+      iw = splat_i(2);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(2);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -2701,10 +2699,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   {
     vf hx0 = h10;
     vf hx1 = h20;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -2718,7 +2713,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h10 = hbeta;
     h20 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -2765,56 +2760,58 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(2);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(2);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = h11;
       vf g12 = h12;
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -2946,10 +2943,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vi first = lw == 1;
         vf hx0 = first ? w1 : h10;
         vf hx1 = first ? w2 : h20;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -2963,7 +2957,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h10 = (on & ~first) ? hbeta : h10;
         h20 = (on & ~first) ? splat_f(0.0f) : h20;
@@ -3010,46 +3004,49 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
           z22 = z22 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      act = splat_i(0);
+      iw = splat_i(2);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(2);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -3369,10 +3366,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m100i = (vabs(m100r) + vabs(m100i) < smin1) ? splat_f(0.0f) : m100i;
     m100r = (vabs(m100r) + vabs(m100i) < smin1) ? smin1 : m100r;
     vi qw = vabs(m100r) >= vabs(m100i);
-    vf qq = qw ? m100i / m100r : m100r / m100i;
+    vf qq = (qw ? m100i : m100r) / (qw ? m100r : m100i);
     vf qd = qw ? m100r + m100i * qq : m100i + m100r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y10r = qr;
     y10i = qi;
   }
@@ -3505,10 +3502,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi muw = vabs(m200r) >= vabs(m200i);
-    vf muq = muw ? m200i / m200r : m200r / m200i;
+    vf muq = (muw ? m200i : m200r) / (muw ? m200r : m200i);
     vf mud = muw ? m200r + m200i * muq : m200i + m200r * muq;
-    vf mur = muw ? (m210r + m210i * muq) / mud : (m210r * muq + m210i) / mud;
-    vf mui = muw ? (m210i - m210r * muq) / mud : (m210i * muq - m210r) / mud;
+    vf mur = (muw ? m210r + m210i * muq : m210r * muq + m210i) / mud;
+    vf mui = (muw ? m210i - m210r * muq : m210i * muq - m210r) / mud;
     m211r = m211r - (mur * m201r - mui * m201i);
     m211i = m211i - (mur * m201i + mui * m201r);
     b21r = b21r - (mur * b20r - mui * b20i);
@@ -3522,10 +3519,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m211i = (vabs(m211r) + vabs(m211i) < smin2) ? splat_f(0.0f) : m211i;
     m211r = (vabs(m211r) + vabs(m211i) < smin2) ? smin2 : m211r;
     vi qw = vabs(m211r) >= vabs(m211i);
-    vf qq = qw ? m211i / m211r : m211r / m211i;
+    vf qq = (qw ? m211i : m211r) / (qw ? m211r : m211i);
     vf qd = qw ? m211r + m211i * qq : m211i + m211r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y21r = qr;
     y21i = qi;
   }
@@ -3537,10 +3534,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi qw = vabs(m200r) >= vabs(m200i);
-    vf qq = qw ? m200i / m200r : m200r / m200i;
+    vf qq = (qw ? m200i : m200r) / (qw ? m200r : m200i);
     vf qd = qw ? m200r + m200i * qq : m200i + m200r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y20r = qr;
     y20i = qi;
   }
@@ -3814,10 +3811,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   {
     vf hx0 = h10;
     vf hx1 = h20;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -3831,7 +3825,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h10 = hbeta;
     h20 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -3878,56 +3872,58 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(2);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(2);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = h11;
       vf g12 = h12;
       vf g21 = h21;
       vf g22 = h22;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = vabs(h10) + vabs(h21);
         vf si = vabs(h21) + vabs(h10);
         vi ex = exl | exi;
@@ -4059,10 +4055,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vi first = lw == 1;
         vf hx0 = first ? w1 : h10;
         vf hx1 = first ? w2 : h20;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -4076,7 +4069,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h10 = (on & ~first) ? hbeta : h10;
         h20 = (on & ~first) ? splat_f(0.0f) : h20;
@@ -4123,46 +4116,49 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
           z22 = z22 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      act = splat_i(0);
+      iw = splat_i(2);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 2.9582283945787943e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 2.9582283945787943e-31f) ? rhs : splat_f(2.9582283945787943e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(2);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -4482,10 +4478,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m100i = (vabs(m100r) + vabs(m100i) < smin1) ? splat_f(0.0f) : m100i;
     m100r = (vabs(m100r) + vabs(m100i) < smin1) ? smin1 : m100r;
     vi qw = vabs(m100r) >= vabs(m100i);
-    vf qq = qw ? m100i / m100r : m100r / m100i;
+    vf qq = (qw ? m100i : m100r) / (qw ? m100r : m100i);
     vf qd = qw ? m100r + m100i * qq : m100i + m100r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y10r = qr;
     y10i = qi;
   }
@@ -4618,10 +4614,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi muw = vabs(m200r) >= vabs(m200i);
-    vf muq = muw ? m200i / m200r : m200r / m200i;
+    vf muq = (muw ? m200i : m200r) / (muw ? m200r : m200i);
     vf mud = muw ? m200r + m200i * muq : m200i + m200r * muq;
-    vf mur = muw ? (m210r + m210i * muq) / mud : (m210r * muq + m210i) / mud;
-    vf mui = muw ? (m210i - m210r * muq) / mud : (m210i * muq - m210r) / mud;
+    vf mur = (muw ? m210r + m210i * muq : m210r * muq + m210i) / mud;
+    vf mui = (muw ? m210i - m210r * muq : m210i * muq - m210r) / mud;
     m211r = m211r - (mur * m201r - mui * m201i);
     m211i = m211i - (mur * m201i + mui * m201r);
     b21r = b21r - (mur * b20r - mui * b20i);
@@ -4635,10 +4631,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m211i = (vabs(m211r) + vabs(m211i) < smin2) ? splat_f(0.0f) : m211i;
     m211r = (vabs(m211r) + vabs(m211i) < smin2) ? smin2 : m211r;
     vi qw = vabs(m211r) >= vabs(m211i);
-    vf qq = qw ? m211i / m211r : m211r / m211i;
+    vf qq = (qw ? m211i : m211r) / (qw ? m211r : m211i);
     vf qd = qw ? m211r + m211i * qq : m211i + m211r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y21r = qr;
     y21i = qi;
   }
@@ -4650,10 +4646,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi qw = vabs(m200r) >= vabs(m200i);
-    vf qq = qw ? m200i / m200r : m200r / m200i;
+    vf qq = (qw ? m200i : m200r) / (qw ? m200r : m200i);
     vf qd = qw ? m200r + m200i * qq : m200i + m200r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y20r = qr;
     y20i = qi;
   }
@@ -5076,10 +5072,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   {
     vf hx0 = h21;
     vf hx1 = h31;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -5093,7 +5086,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h21 = hbeta;
     h31 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -5130,76 +5123,78 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  {
+    vf sub = vabs(h32);
+    vf tst = vabs(h22) + vabs(h33);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+    vf dd = vabs(h22 - h33);
+    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(3);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  {
+    vi q = (h32 != 0.0f) & (h21 != 0.0f);
+    iw = q ? splat_i(3) : iw;
+    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      {
-        vf sub = vabs(h32);
-        vf tst = vabs(h22) + vabs(h33);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-        vf dd = vabs(h22 - h33);
-        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(3);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      {
-        vi q = (h32 != 0.0f) & (h21 != 0.0f);
-        iw = q ? splat_i(3) : iw;
-        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = (iw == 2) ? h11 : h22;
       vf g12 = (iw == 2) ? h12 : h23;
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -5399,10 +5394,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vi first = lw == 2;
         vf hx0 = first ? w1 : h21;
         vf hx1 = first ? w2 : h31;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -5416,7 +5408,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h21 = (on & ~first) ? hbeta : h21;
         h31 = (on & ~first) ? splat_f(0.0f) : h31;
@@ -5453,66 +5445,69 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
           h33 = h33 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      {
+        vf sub = vabs(h32);
+        vf tst = vabs(h22) + vabs(h33);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+        vf dd = vabs(h22 - h33);
+        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+      }
+      act = splat_i(0);
+      iw = splat_i(3);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      {
+        vi q = (h32 != 0.0f) & (h21 != 0.0f);
+        iw = q ? splat_i(3) : iw;
+        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  {
-    vf sub = vabs(h32);
-    vf tst = vabs(h22) + vabs(h33);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-    vf dd = vabs(h22 - h33);
-    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(3);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
-  }
-  {
-    vi q = (h32 != 0.0f) & (h21 != 0.0f);
-    iw = q ? splat_i(3) : iw;
-    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -6087,10 +6082,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   {
     vf hx0 = h21;
     vf hx1 = h31;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -6104,7 +6096,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h21 = hbeta;
     h31 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -6141,76 +6133,78 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  {
+    vf sub = vabs(h32);
+    vf tst = vabs(h22) + vabs(h33);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+    vf dd = vabs(h22 - h33);
+    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(3);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  {
+    vi q = (h32 != 0.0f) & (h21 != 0.0f);
+    iw = q ? splat_i(3) : iw;
+    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      {
-        vf sub = vabs(h32);
-        vf tst = vabs(h22) + vabs(h33);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-        vf dd = vabs(h22 - h33);
-        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(3);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      {
-        vi q = (h32 != 0.0f) & (h21 != 0.0f);
-        iw = q ? splat_i(3) : iw;
-        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = (iw == 2) ? h11 : h22;
       vf g12 = (iw == 2) ? h12 : h23;
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -6410,10 +6404,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vi first = lw == 2;
         vf hx0 = first ? w1 : h21;
         vf hx1 = first ? w2 : h31;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -6427,7 +6418,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h21 = (on & ~first) ? hbeta : h21;
         h31 = (on & ~first) ? splat_f(0.0f) : h31;
@@ -6464,66 +6455,69 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
           h33 = h33 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      {
+        vf sub = vabs(h32);
+        vf tst = vabs(h22) + vabs(h33);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+        vf dd = vabs(h22 - h33);
+        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+      }
+      act = splat_i(0);
+      iw = splat_i(3);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      {
+        vi q = (h32 != 0.0f) & (h21 != 0.0f);
+        iw = q ? splat_i(3) : iw;
+        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  {
-    vf sub = vabs(h32);
-    vf tst = vabs(h22) + vabs(h33);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-    vf dd = vabs(h22 - h33);
-    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(3);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
-  }
-  {
-    vi q = (h32 != 0.0f) & (h21 != 0.0f);
-    iw = q ? splat_i(3) : iw;
-    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -7131,10 +7125,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   {
     vf hx0 = h21;
     vf hx1 = h31;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -7148,7 +7139,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h21 = hbeta;
     h31 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -7205,76 +7196,78 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  {
+    vf sub = vabs(h32);
+    vf tst = vabs(h22) + vabs(h33);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+    vf dd = vabs(h22 - h33);
+    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(3);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  {
+    vi q = (h32 != 0.0f) & (h21 != 0.0f);
+    iw = q ? splat_i(3) : iw;
+    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      {
-        vf sub = vabs(h32);
-        vf tst = vabs(h22) + vabs(h33);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-        vf dd = vabs(h22 - h33);
-        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(3);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      {
-        vi q = (h32 != 0.0f) & (h21 != 0.0f);
-        iw = q ? splat_i(3) : iw;
-        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = (iw == 2) ? h11 : h22;
       vf g12 = (iw == 2) ? h12 : h23;
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -7522,10 +7515,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vi first = lw == 2;
         vf hx0 = first ? w1 : h21;
         vf hx1 = first ? w2 : h31;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -7539,7 +7529,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h21 = (on & ~first) ? hbeta : h21;
         h31 = (on & ~first) ? splat_f(0.0f) : h31;
@@ -7596,66 +7586,69 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
           z33 = z33 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      {
+        vf sub = vabs(h32);
+        vf tst = vabs(h22) + vabs(h33);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+        vf dd = vabs(h22 - h33);
+        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+      }
+      act = splat_i(0);
+      iw = splat_i(3);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      {
+        vi q = (h32 != 0.0f) & (h21 != 0.0f);
+        iw = q ? splat_i(3) : iw;
+        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  {
-    vf sub = vabs(h32);
-    vf tst = vabs(h22) + vabs(h33);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-    vf dd = vabs(h22 - h33);
-    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(3);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
-  }
-  {
-    vi q = (h32 != 0.0f) & (h21 != 0.0f);
-    iw = q ? splat_i(3) : iw;
-    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -8138,10 +8131,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m100i = (vabs(m100r) + vabs(m100i) < smin1) ? splat_f(0.0f) : m100i;
     m100r = (vabs(m100r) + vabs(m100i) < smin1) ? smin1 : m100r;
     vi qw = vabs(m100r) >= vabs(m100i);
-    vf qq = qw ? m100i / m100r : m100r / m100i;
+    vf qq = (qw ? m100i : m100r) / (qw ? m100r : m100i);
     vf qd = qw ? m100r + m100i * qq : m100i + m100r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y10r = qr;
     y10i = qi;
   }
@@ -8301,10 +8294,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi muw = vabs(m200r) >= vabs(m200i);
-    vf muq = muw ? m200i / m200r : m200r / m200i;
+    vf muq = (muw ? m200i : m200r) / (muw ? m200r : m200i);
     vf mud = muw ? m200r + m200i * muq : m200i + m200r * muq;
-    vf mur = muw ? (m210r + m210i * muq) / mud : (m210r * muq + m210i) / mud;
-    vf mui = muw ? (m210i - m210r * muq) / mud : (m210i * muq - m210r) / mud;
+    vf mur = (muw ? m210r + m210i * muq : m210r * muq + m210i) / mud;
+    vf mui = (muw ? m210i - m210r * muq : m210i * muq - m210r) / mud;
     m211r = m211r - (mur * m201r - mui * m201i);
     m211i = m211i - (mur * m201i + mui * m201r);
     b21r = b21r - (mur * b20r - mui * b20i);
@@ -8318,10 +8311,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m211i = (vabs(m211r) + vabs(m211i) < smin2) ? splat_f(0.0f) : m211i;
     m211r = (vabs(m211r) + vabs(m211i) < smin2) ? smin2 : m211r;
     vi qw = vabs(m211r) >= vabs(m211i);
-    vf qq = qw ? m211i / m211r : m211r / m211i;
+    vf qq = (qw ? m211i : m211r) / (qw ? m211r : m211i);
     vf qd = qw ? m211r + m211i * qq : m211i + m211r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y21r = qr;
     y21i = qi;
   }
@@ -8333,10 +8326,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi qw = vabs(m200r) >= vabs(m200i);
-    vf qq = qw ? m200i / m200r : m200r / m200i;
+    vf qq = (qw ? m200i : m200r) / (qw ? m200r : m200i);
     vf qd = qw ? m200r + m200i * qq : m200i + m200r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y20r = qr;
     y20i = qi;
   }
@@ -8514,10 +8507,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m300i = (vabs(m300r) + vabs(m300i) < smin3) ? splat_f(0.0f) : m300i;
     m300r = (vabs(m300r) + vabs(m300i) < smin3) ? smin3 : m300r;
     vi muw = vabs(m300r) >= vabs(m300i);
-    vf muq = muw ? m300i / m300r : m300r / m300i;
+    vf muq = (muw ? m300i : m300r) / (muw ? m300r : m300i);
     vf mud = muw ? m300r + m300i * muq : m300i + m300r * muq;
-    vf mur = muw ? (m310r + m310i * muq) / mud : (m310r * muq + m310i) / mud;
-    vf mui = muw ? (m310i - m310r * muq) / mud : (m310i * muq - m310r) / mud;
+    vf mur = (muw ? m310r + m310i * muq : m310r * muq + m310i) / mud;
+    vf mui = (muw ? m310i - m310r * muq : m310i * muq - m310r) / mud;
     m311r = m311r - (mur * m301r - mui * m301i);
     m311i = m311i - (mur * m301i + mui * m301r);
     m312r = m312r - (mur * m302r - mui * m302i);
@@ -8560,10 +8553,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m311i = (vabs(m311r) + vabs(m311i) < smin3) ? splat_f(0.0f) : m311i;
     m311r = (vabs(m311r) + vabs(m311i) < smin3) ? smin3 : m311r;
     vi muw = vabs(m311r) >= vabs(m311i);
-    vf muq = muw ? m311i / m311r : m311r / m311i;
+    vf muq = (muw ? m311i : m311r) / (muw ? m311r : m311i);
     vf mud = muw ? m311r + m311i * muq : m311i + m311r * muq;
-    vf mur = muw ? (m321r + m321i * muq) / mud : (m321r * muq + m321i) / mud;
-    vf mui = muw ? (m321i - m321r * muq) / mud : (m321i * muq - m321r) / mud;
+    vf mur = (muw ? m321r + m321i * muq : m321r * muq + m321i) / mud;
+    vf mui = (muw ? m321i - m321r * muq : m321i * muq - m321r) / mud;
     m322r = m322r - (mur * m312r - mui * m312i);
     m322i = m322i - (mur * m312i + mui * m312r);
     b32r = b32r - (mur * b31r - mui * b31i);
@@ -8577,10 +8570,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m322i = (vabs(m322r) + vabs(m322i) < smin3) ? splat_f(0.0f) : m322i;
     m322r = (vabs(m322r) + vabs(m322i) < smin3) ? smin3 : m322r;
     vi qw = vabs(m322r) >= vabs(m322i);
-    vf qq = qw ? m322i / m322r : m322r / m322i;
+    vf qq = (qw ? m322i : m322r) / (qw ? m322r : m322i);
     vf qd = qw ? m322r + m322i * qq : m322i + m322r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y32r = qr;
     y32i = qi;
   }
@@ -8592,10 +8585,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m311i = (vabs(m311r) + vabs(m311i) < smin3) ? splat_f(0.0f) : m311i;
     m311r = (vabs(m311r) + vabs(m311i) < smin3) ? smin3 : m311r;
     vi qw = vabs(m311r) >= vabs(m311i);
-    vf qq = qw ? m311i / m311r : m311r / m311i;
+    vf qq = (qw ? m311i : m311r) / (qw ? m311r : m311i);
     vf qd = qw ? m311r + m311i * qq : m311i + m311r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y31r = qr;
     y31i = qi;
   }
@@ -8607,10 +8600,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     m300i = (vabs(m300r) + vabs(m300i) < smin3) ? splat_f(0.0f) : m300i;
     m300r = (vabs(m300r) + vabs(m300i) < smin3) ? smin3 : m300r;
     vi qw = vabs(m300r) >= vabs(m300i);
-    vf qq = qw ? m300i / m300r : m300r / m300i;
+    vf qq = (qw ? m300i : m300r) / (qw ? m300r : m300i);
     vf qd = qw ? m300r + m300i * qq : m300i + m300r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y30r = qr;
     y30i = qi;
   }
@@ -9119,10 +9112,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   {
     vf hx0 = h21;
     vf hx1 = h31;
-    vf hx2 = splat_f(0.0f);
-    vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-    vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-    vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+    vf hxn = vabs(hx1);
     vi hid = hxn == 0.0f;
     vf hpx = vabs(hx0);
     vf hpy = vabs(hxn);
@@ -9136,7 +9126,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
     vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
     vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-    vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+    vf hv2 = splat_f(0.0f);
     h21 = hbeta;
     h31 = splat_f(0.0f);
     vf rt0 = htau * 1.0f;
@@ -9193,76 +9183,78 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     }
   }
   vi its = splat_i(0);
+  vi itp = splat_i(0);
   vi iprev = splat_i(-1);
+  {
+    vf sub = vabs(h10);
+    vf tst = vabs(h00) + vabs(h11);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+    vf dd = vabs(h00 - h11);
+    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+  }
+  {
+    vf sub = vabs(h21);
+    vf tst = vabs(h11) + vabs(h22);
+    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+    vf dd = vabs(h11 - h22);
+    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+  }
+  {
+    vf sub = vabs(h32);
+    vf tst = vabs(h22) + vabs(h33);
+    tst = (tst == 0.0f) ? vabs(h21) : tst;
+    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+    vf dd = vabs(h22 - h33);
+    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+    vf s = aa + ab;
+    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+  }
+  vi act = splat_i(0);
+  vi iw = splat_i(3);
+  vi lw = splat_i(0);
+  {
+    vi q = (h21 != 0.0f) & (h10 != 0.0f);
+    iw = q ? splat_i(2) : iw;
+    lw = q ? splat_i(0) : lw;
+    act = act | q;
+  }
+  {
+    vi q = (h32 != 0.0f) & (h21 != 0.0f);
+    iw = q ? splat_i(3) : iw;
+    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+    act = act | q;
+  }
+  its = (iw == iprev) ? its + 1 : splat_i(0);
+  itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+  iprev = iw;
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
-      {
-        vf sub = vabs(h10);
-        vf tst = vabs(h00) + vabs(h11);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-        vf dd = vabs(h00 - h11);
-        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-      }
-      {
-        vf sub = vabs(h21);
-        vf tst = vabs(h11) + vabs(h22);
-        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-        vf dd = vabs(h11 - h22);
-        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-      }
-      {
-        vf sub = vabs(h32);
-        vf tst = vabs(h22) + vabs(h33);
-        tst = (tst == 0.0f) ? vabs(h21) : tst;
-        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-        vf dd = vabs(h22 - h33);
-        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-        vf s = aa + ab;
-        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-      }
-      vi act = splat_i(0);
-      vi iw = splat_i(3);
-      vi lw = splat_i(0);
-      {
-        vi q = (h21 != 0.0f) & (h10 != 0.0f);
-        iw = q ? splat_i(2) : iw;
-        lw = q ? splat_i(0) : lw;
-        act = act | q;
-      }
-      {
-        vi q = (h32 != 0.0f) & (h21 != 0.0f);
-        iw = q ? splat_i(3) : iw;
-        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-        act = act | q;
-      }
-      its = (iw == iprev) ? its + 1 : splat_i(0);
-      iprev = iw;
       vf g11 = (iw == 2) ? h11 : h22;
       vf g12 = (iw == 2) ? h12 : h23;
       vf g21 = (iw == 2) ? h21 : h32;
       vf g22 = (iw == 2) ? h22 : h33;
       {
-        vi exl = (((((its == 10) | (its == 30)) | (its == 50)) | (its == 70)) | (its == 90)) | (its == 110);
-        vi exi = ((((its == 20) | (its == 40)) | (its == 60)) | (its == 80)) | (its == 100);
+        vi exl = itp == 10;
+        vi exi = (itp == 0) & (its > 0);
         vf sl = (lw == 0) ? vabs(h10) + vabs(h21) : vabs(h21) + vabs(h32);
         vf si = (iw == 2) ? vabs(h21) + vabs(h10) : vabs(h32) + vabs(h21);
         vi ex = exl | exi;
@@ -9510,10 +9502,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vi first = lw == 2;
         vf hx0 = first ? w1 : h21;
         vf hx1 = first ? w2 : h31;
-        vf hx2 = splat_f(0.0f);
-        vf hm = (vabs(hx1) > vabs(hx2)) ? vabs(hx1) : vabs(hx2);
-        vf hms = (hm == 0.0f) ? splat_f(1.0f) : hm;
-        vf hxn = hm * vsqrt(hx1 / hms * (hx1 / hms) + hx2 / hms * (hx2 / hms));
+        vf hxn = vabs(hx1);
         vi hid = hxn == 0.0f;
         vf hpx = vabs(hx0);
         vf hpy = vabs(hxn);
@@ -9527,7 +9516,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
         vf htau = hid ? splat_f(0.0f) : (hbeta - hx0) / hbs;
         vf hden = hid ? splat_f(1.0f) : hx0 - hbeta;
         vf hv1 = hid ? splat_f(0.0f) : hx1 / hden;
-        vf hv2 = hid ? splat_f(0.0f) : hx2 / hden;
+        vf hv2 = splat_f(0.0f);
         htau = on ? htau : splat_f(0.0f);
         h21 = (on & ~first) ? hbeta : h21;
         h31 = (on & ~first) ? splat_f(0.0f) : h31;
@@ -9584,66 +9573,69 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
           z33 = z33 - rs * rt1;
         }
       }
+      {
+        vf sub = vabs(h10);
+        vf tst = vabs(h00) + vabs(h11);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
+        vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
+        vf dd = vabs(h00 - h11);
+        vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
+        vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
+      }
+      {
+        vf sub = vabs(h21);
+        vf tst = vabs(h11) + vabs(h22);
+        tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
+        vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
+        vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
+        vf dd = vabs(h11 - h22);
+        vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
+        vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
+      }
+      {
+        vf sub = vabs(h32);
+        vf tst = vabs(h22) + vabs(h33);
+        tst = (tst == 0.0f) ? vabs(h21) : tst;
+        vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
+        vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
+        vf dd = vabs(h22 - h33);
+        vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
+        vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
+        vf s = aa + ab;
+        vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
+        vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
+        h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
+      }
+      act = splat_i(0);
+      iw = splat_i(3);
+      lw = splat_i(0);
+      {
+        vi q = (h21 != 0.0f) & (h10 != 0.0f);
+        iw = q ? splat_i(2) : iw;
+        lw = q ? splat_i(0) : lw;
+        act = act | q;
+      }
+      {
+        vi q = (h32 != 0.0f) & (h21 != 0.0f);
+        iw = q ? splat_i(3) : iw;
+        lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
+        act = act | q;
+      }
+      its = (iw == iprev) ? its + 1 : splat_i(0);
+      itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
+      iprev = iw;
       more = more | act;
     }
     if (!vany(more)) break;
-  }
-  {
-    vf sub = vabs(h10);
-    vf tst = vabs(h00) + vabs(h11);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h01)) ? sub : vabs(h01);
-    vf ba = (sub > vabs(h01)) ? vabs(h01) : sub;
-    vf dd = vabs(h00 - h11);
-    vf aa = (vabs(h11) > dd) ? vabs(h11) : dd;
-    vf bb = (vabs(h11) > dd) ? dd : vabs(h11);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h10 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h10;
-  }
-  {
-    vf sub = vabs(h21);
-    vf tst = vabs(h11) + vabs(h22);
-    tst = (tst == 0.0f) ? vabs(h10) + vabs(h32) : tst;
-    vf ab = (sub > vabs(h12)) ? sub : vabs(h12);
-    vf ba = (sub > vabs(h12)) ? vabs(h12) : sub;
-    vf dd = vabs(h11 - h22);
-    vf aa = (vabs(h22) > dd) ? vabs(h22) : dd;
-    vf bb = (vabs(h22) > dd) ? dd : vabs(h22);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h21 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h21;
-  }
-  {
-    vf sub = vabs(h32);
-    vf tst = vabs(h22) + vabs(h33);
-    tst = (tst == 0.0f) ? vabs(h21) : tst;
-    vf ab = (sub > vabs(h23)) ? sub : vabs(h23);
-    vf ba = (sub > vabs(h23)) ? vabs(h23) : sub;
-    vf dd = vabs(h22 - h33);
-    vf aa = (vabs(h33) > dd) ? vabs(h33) : dd;
-    vf bb = (vabs(h33) > dd) ? dd : vabs(h33);
-    vf s = aa + ab;
-    vf ss = (s == 0.0f) ? splat_f(1.0f) : s;
-    vf rhs = 1.1920928955078125e-07f * (bb * (aa / ss));
-    h32 = ((sub <= 3.944304526105059e-31f) | ((sub <= 1.1920928955078125e-07f * tst) & (ba * (ab / ss) <= ((rhs > 3.944304526105059e-31f) ? rhs : splat_f(3.944304526105059e-31f))))) ? splat_f(0.0f) : h32;
-  }
-  vi act = splat_i(0);
-  vi iw = splat_i(3);
-  vi lw = splat_i(0);
-  {
-    vi q = (h21 != 0.0f) & (h10 != 0.0f);
-    iw = q ? splat_i(2) : iw;
-    lw = q ? splat_i(0) : lw;
-    act = act | q;
-  }
-  {
-    vi q = (h32 != 0.0f) & (h21 != 0.0f);
-    iw = q ? splat_i(3) : iw;
-    lw = q ? (h10 == 0.0f) ? splat_i(1) : splat_i(0) : lw;
-    act = act | q;
   }
   vi fail = bad | act;
   {
@@ -10126,10 +10118,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m100i = (vabs(m100r) + vabs(m100i) < smin1) ? splat_f(0.0f) : m100i;
     m100r = (vabs(m100r) + vabs(m100i) < smin1) ? smin1 : m100r;
     vi qw = vabs(m100r) >= vabs(m100i);
-    vf qq = qw ? m100i / m100r : m100r / m100i;
+    vf qq = (qw ? m100i : m100r) / (qw ? m100r : m100i);
     vf qd = qw ? m100r + m100i * qq : m100i + m100r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y10r = qr;
     y10i = qi;
   }
@@ -10289,10 +10281,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi muw = vabs(m200r) >= vabs(m200i);
-    vf muq = muw ? m200i / m200r : m200r / m200i;
+    vf muq = (muw ? m200i : m200r) / (muw ? m200r : m200i);
     vf mud = muw ? m200r + m200i * muq : m200i + m200r * muq;
-    vf mur = muw ? (m210r + m210i * muq) / mud : (m210r * muq + m210i) / mud;
-    vf mui = muw ? (m210i - m210r * muq) / mud : (m210i * muq - m210r) / mud;
+    vf mur = (muw ? m210r + m210i * muq : m210r * muq + m210i) / mud;
+    vf mui = (muw ? m210i - m210r * muq : m210i * muq - m210r) / mud;
     m211r = m211r - (mur * m201r - mui * m201i);
     m211i = m211i - (mur * m201i + mui * m201r);
     b21r = b21r - (mur * b20r - mui * b20i);
@@ -10306,10 +10298,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m211i = (vabs(m211r) + vabs(m211i) < smin2) ? splat_f(0.0f) : m211i;
     m211r = (vabs(m211r) + vabs(m211i) < smin2) ? smin2 : m211r;
     vi qw = vabs(m211r) >= vabs(m211i);
-    vf qq = qw ? m211i / m211r : m211r / m211i;
+    vf qq = (qw ? m211i : m211r) / (qw ? m211r : m211i);
     vf qd = qw ? m211r + m211i * qq : m211i + m211r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y21r = qr;
     y21i = qi;
   }
@@ -10321,10 +10313,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m200i = (vabs(m200r) + vabs(m200i) < smin2) ? splat_f(0.0f) : m200i;
     m200r = (vabs(m200r) + vabs(m200i) < smin2) ? smin2 : m200r;
     vi qw = vabs(m200r) >= vabs(m200i);
-    vf qq = qw ? m200i / m200r : m200r / m200i;
+    vf qq = (qw ? m200i : m200r) / (qw ? m200r : m200i);
     vf qd = qw ? m200r + m200i * qq : m200i + m200r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y20r = qr;
     y20i = qi;
   }
@@ -10502,10 +10494,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m300i = (vabs(m300r) + vabs(m300i) < smin3) ? splat_f(0.0f) : m300i;
     m300r = (vabs(m300r) + vabs(m300i) < smin3) ? smin3 : m300r;
     vi muw = vabs(m300r) >= vabs(m300i);
-    vf muq = muw ? m300i / m300r : m300r / m300i;
+    vf muq = (muw ? m300i : m300r) / (muw ? m300r : m300i);
     vf mud = muw ? m300r + m300i * muq : m300i + m300r * muq;
-    vf mur = muw ? (m310r + m310i * muq) / mud : (m310r * muq + m310i) / mud;
-    vf mui = muw ? (m310i - m310r * muq) / mud : (m310i * muq - m310r) / mud;
+    vf mur = (muw ? m310r + m310i * muq : m310r * muq + m310i) / mud;
+    vf mui = (muw ? m310i - m310r * muq : m310i * muq - m310r) / mud;
     m311r = m311r - (mur * m301r - mui * m301i);
     m311i = m311i - (mur * m301i + mui * m301r);
     m312r = m312r - (mur * m302r - mui * m302i);
@@ -10548,10 +10540,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m311i = (vabs(m311r) + vabs(m311i) < smin3) ? splat_f(0.0f) : m311i;
     m311r = (vabs(m311r) + vabs(m311i) < smin3) ? smin3 : m311r;
     vi muw = vabs(m311r) >= vabs(m311i);
-    vf muq = muw ? m311i / m311r : m311r / m311i;
+    vf muq = (muw ? m311i : m311r) / (muw ? m311r : m311i);
     vf mud = muw ? m311r + m311i * muq : m311i + m311r * muq;
-    vf mur = muw ? (m321r + m321i * muq) / mud : (m321r * muq + m321i) / mud;
-    vf mui = muw ? (m321i - m321r * muq) / mud : (m321i * muq - m321r) / mud;
+    vf mur = (muw ? m321r + m321i * muq : m321r * muq + m321i) / mud;
+    vf mui = (muw ? m321i - m321r * muq : m321i * muq - m321r) / mud;
     m322r = m322r - (mur * m312r - mui * m312i);
     m322i = m322i - (mur * m312i + mui * m312r);
     b32r = b32r - (mur * b31r - mui * b31i);
@@ -10565,10 +10557,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m322i = (vabs(m322r) + vabs(m322i) < smin3) ? splat_f(0.0f) : m322i;
     m322r = (vabs(m322r) + vabs(m322i) < smin3) ? smin3 : m322r;
     vi qw = vabs(m322r) >= vabs(m322i);
-    vf qq = qw ? m322i / m322r : m322r / m322i;
+    vf qq = (qw ? m322i : m322r) / (qw ? m322r : m322i);
     vf qd = qw ? m322r + m322i * qq : m322i + m322r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y32r = qr;
     y32i = qi;
   }
@@ -10580,10 +10572,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m311i = (vabs(m311r) + vabs(m311i) < smin3) ? splat_f(0.0f) : m311i;
     m311r = (vabs(m311r) + vabs(m311i) < smin3) ? smin3 : m311r;
     vi qw = vabs(m311r) >= vabs(m311i);
-    vf qq = qw ? m311i / m311r : m311r / m311i;
+    vf qq = (qw ? m311i : m311r) / (qw ? m311r : m311i);
     vf qd = qw ? m311r + m311i * qq : m311i + m311r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y31r = qr;
     y31i = qi;
   }
@@ -10595,10 +10587,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     m300i = (vabs(m300r) + vabs(m300i) < smin3) ? splat_f(0.0f) : m300i;
     m300r = (vabs(m300r) + vabs(m300i) < smin3) ? smin3 : m300r;
     vi qw = vabs(m300r) >= vabs(m300i);
-    vf qq = qw ? m300i / m300r : m300r / m300i;
+    vf qq = (qw ? m300i : m300r) / (qw ? m300r : m300i);
     vf qd = qw ? m300r + m300i * qq : m300i + m300r * qq;
-    vf qr = qw ? (nr + ni * qq) / qd : (nr * qq + ni) / qd;
-    vf qi = qw ? (ni - nr * qq) / qd : (ni * qq - nr) / qd;
+    vf qr = (qw ? nr + ni * qq : nr * qq + ni) / qd;
+    vf qi = (qw ? ni - nr * qq : ni * qq - nr) / qd;
     y30r = qr;
     y30i = qi;
   }

@@ -1463,6 +1463,10 @@ EIG_MAX_SWEEPS = 30 * MAX_N
 #: dlahqr's exceptional-shift constants (dat1 = 3/4, dat2 = -0.4375).
 _EIG_DAT1, _EIG_DAT2 = 0.75, -0.4375
 
+#: dlahqr's kexsh: an exceptional shift every 10 sweeps without deflation, from l's corner and
+#: i's in turn (its % 20 == 10 and == 0, counted in ``itp`` = its % 20).
+_EIG_KEXSH = 10
+
 #: dlanv2's threshold factor on eps for real eigenvalues of a 2 x 2 block.
 _DLANV2_MULTPL = 4.0
 
@@ -1516,12 +1520,16 @@ def _emit_deflate(dl: Dialect, n: int) -> None:
             dl.assign(h[k, k - 1], select(small, 0.0, h[k, k - 1]))
 
 
-def _emit_window(dl: Dialect, n: int) -> None:
-    """act (a window of three or more unreduced rows remains), its bottom i and top l."""
+def _emit_window(dl: Dialect, n: int, declared: bool = False) -> None:
+    """act (a window of three or more unreduced rows remains), its bottom i and top l (declared
+    here, or already, by an earlier call, with ``declared``)."""
     h = Vars("h")
-    act = dl.declare(BOOL, "act", Full(0, INT))
-    iw = dl.declare(INT, "iw", Full(n - 1, INT))
-    lw = dl.declare(INT, "lw", Full(0, INT))
+    act, iw, lw = Var("act", BOOL), Var("iw", INT), Var("lw", INT)
+    for var, value in ((act, 0), (iw, n - 1), (lw, 0)):
+        if declared:
+            dl.assign(var, Full(value, INT))
+        else:
+            dl.declare(var.kind, var.name, Full(value, INT))
     for i in range(2, n):  # ascending: the largest qualifying i wins
         with dl.scope():
             q = dl.declare(BOOL, "q", nonzero(h[i, i - 1]) & nonzero(h[i - 1, i - 2]))
@@ -1538,12 +1546,20 @@ def _emit_householder3(dl: Dialect, x: tuple[Expr, Expr, Expr]) -> tuple[Var, Va
     to (beta, 0, 0); the identity (tau = 0, beta = x0) when x1 = x2 = 0."""
     x0 = dl.declare(REAL, "hx0", _filled(x[0]))
     x1 = dl.declare(REAL, "hx1", _filled(x[1]))
-    x2 = dl.declare(REAL, "hx2", _filled(x[2]))
-    # the norms scaled by the larger part, as dnrm2 / dlapy2: tiny bulges late in the
-    # iteration must not underflow to an identity reflector
-    m = dl.declare(REAL, "hm", select(abs_(x1) > abs_(x2), abs_(x1), abs_(x2)))
-    ms = dl.declare(REAL, "hms", select(m.eq(0.0), 1.0, m))
-    xn = dl.declare(REAL, "hxn", m * sqrt((x1 / ms) * (x1 / ms) + (x2 / ms) * (x2 / ms)))
+    two = isinstance(x[2], Const) and x[2].value == 0.0
+    if two:
+        # a reflector of two rows (the last step of a sweep or of the reduction): the norm of
+        # (x1, 0) below is |x1| exactly (x1 / |x1| = +-1, sqrt(1) = 1; x1 = 0 gives 0), the
+        # entries being finite (scaled to at most 1, non-finite input replaced by zeros), so
+        # it is taken as such: one division and one square root fewer in every sweep
+        xn = dl.declare(REAL, "hxn", abs_(x1))
+    else:
+        x2 = dl.declare(REAL, "hx2", _filled(x[2]))
+        # the norms scaled by the larger part, as dnrm2 / dlapy2: tiny bulges late in the
+        # iteration must not underflow to an identity reflector
+        m = dl.declare(REAL, "hm", select(abs_(x1) > abs_(x2), abs_(x1), abs_(x2)))
+        ms = dl.declare(REAL, "hms", select(m.eq(0.0), 1.0, m))
+        xn = dl.declare(REAL, "hxn", m * sqrt((x1 / ms) * (x1 / ms) + (x2 / ms) * (x2 / ms)))
     ident = dl.declare(BOOL, "hid", xn.eq(0.0))
     norm = dl.declare(REAL, "hno", _lapy2(dl, x0, xn, "h"))
     beta = dl.declare(REAL, "hbeta", select(ident, x0, select(x0 < 0.0, norm, -norm)))
@@ -1551,7 +1567,7 @@ def _emit_householder3(dl: Dialect, x: tuple[Expr, Expr, Expr]) -> tuple[Var, Va
     tau = dl.declare(REAL, "htau", select(ident, 0.0, (beta - x0) / bs))
     den = dl.declare(REAL, "hden", select(ident, 1.0, x0 - beta))
     v1 = dl.declare(REAL, "hv1", select(ident, 0.0, x1 / den))
-    v2 = dl.declare(REAL, "hv2", select(ident, 0.0, x2 / den))
+    v2 = dl.declare(REAL, "hv2", Full(0.0, REAL) if two else select(ident, 0.0, x2 / den))
     return beta, tau, v1, v2
 
 
@@ -1598,7 +1614,7 @@ def _emit_shifts(dl: Dialect, n: int) -> None:
     """dlahqr's shifts (s1r, s1i, s2r, s2i) of the window's trailing 2 x 2 (exceptional at
     its % 20 == 10 / 0)."""
     h = Vars("h")
-    iw, lw, its = Var("iw", INT), Var("lw", INT), Var("its", INT)
+    iw, lw, its, itp = Var("iw", INT), Var("lw", INT), Var("its", INT), Var("itp", INT)
     ii = range(2, n)
     h11 = dl.declare(REAL, "g11", _pick(iw, {i: h[i - 1, i - 1] for i in ii}))
     h12 = dl.declare(REAL, "g12", _pick(iw, {i: h[i - 1, i] for i in ii}))
@@ -1606,8 +1622,9 @@ def _emit_shifts(dl: Dialect, n: int) -> None:
     h22 = dl.declare(REAL, "g22", _pick(iw, {i: h[i, i] for i in ii}))
     # exceptional shifts: from l's corner at its = 10, 30, ..., from i's at 20, 40, ...
     with dl.scope():
-        exl = dl.declare(BOOL, "exl", _any_of(its, range(10, EIG_MAX_SWEEPS, 20)))
-        exi = dl.declare(BOOL, "exi", _any_of(its, range(20, EIG_MAX_SWEEPS, 20)))
+        # two comparisons of the counter modulo 20, not one per multiple of 10 below the bound
+        exl = dl.declare(BOOL, "exl", itp.eq(_EIG_KEXSH))
+        exi = dl.declare(BOOL, "exi", itp.eq(0) & (its > 0))
         sl = dl.declare(REAL, "sl", _pick(lw, {l: abs_(h[l + 1, l]) + abs_(h[l + 2, l + 1])
                                                for l in range(n - 2)}))
         hl = _pick(lw, {l: h[l, l] for l in range(n - 2)})
@@ -1802,14 +1819,14 @@ def _cmul(a: tuple[Expr, Expr], b: tuple[Expr, Expr]) -> tuple[Expr, Expr]:
 
 def _emit_cdiv(dl: Dialect, a: tuple[Expr, Expr], b: tuple[Var, Var], name: str
                ) -> tuple[Var, Var]:
-    """a / b by Smith's algorithm, declared as ``name``r / ``name``i."""
+    """a / b by Smith's algorithm, declared as ``name``r / ``name``i. Each quotient divides the
+    selected operands (the same value as selecting between the two quotients): a straight-line
+    target computes both branches of a select, so three divisions, not six."""
     wide = dl.declare(BOOL, f"{name}w", abs_(b[0]) >= abs_(b[1]))
-    r = dl.declare(REAL, f"{name}q", select(wide, b[1] / b[0], b[0] / b[1]))
+    r = dl.declare(REAL, f"{name}q", select(wide, b[1], b[0]) / select(wide, b[0], b[1]))
     den = dl.declare(REAL, f"{name}d", select(wide, b[0] + b[1] * r, b[1] + b[0] * r))
-    re_ = dl.declare(REAL, f"{name}r", select(wide, (a[0] + a[1] * r) / den,
-                                             (a[0] * r + a[1]) / den))
-    im_ = dl.declare(REAL, f"{name}i", select(wide, (a[1] - a[0] * r) / den,
-                                             (a[1] * r - a[0]) / den))
+    re_ = dl.declare(REAL, f"{name}r", select(wide, a[0] + a[1] * r, a[0] * r + a[1]) / den)
+    im_ = dl.declare(REAL, f"{name}i", select(wide, a[1] - a[0] * r, a[1] * r - a[0]) / den)
     return re_, im_
 
 
@@ -1912,20 +1929,29 @@ def emit_eig(dl: Dialect, n: int, want_v: bool) -> None:
     if n >= 3:
         _emit_hessenberg(dl, n, want_v)
         its = dl.declare(INT, "its", Full(0, INT))
+        itp = dl.declare(INT, "itp", Full(0, INT))
         iprev = dl.declare(INT, "iprev", Full(-1, INT))
-        more = Var("more", BOOL)
+        more, act, iw = Var("more", BOOL), Var("act", BOOL), Var("iw", INT)
+
+        def deflate_and_find_window(declared: bool) -> None:
+            _emit_deflate(dl, n)
+            _emit_window(dl, n, declared)
+            dl.assign(its, select(iw.eq(iprev), its + 1, 0))
+            dl.assign(itp, select(iw.eq(iprev), select(itp.eq(2 * _EIG_KEXSH - 1), 0, itp + 1),
+                                  0))
+            dl.assign(iprev, iw)
+
+        # Deflation and the window of the next sweep end each sweep (the first ones precede the
+        # loop), so that the loop leaves right after the last sweep that had work: the test at
+        # the top of a sweep would cost a whole sweep of no-ops (tau = 0) after it, on every
+        # target (a lane that deflated keeps its bits: the steps are idempotent there)
+        deflate_and_find_window(False)
         with dl.sweeps(EIG_MAX_SWEEPS, "more"):
             with dl.scope():
-                _emit_deflate(dl, n)
-                _emit_window(dl, n)
-                iw = Var("iw", INT)
-                dl.assign(its, select(iw.eq(iprev), its + 1, 0))
-                dl.assign(iprev, iw)
                 _emit_francis(dl, n, want_v)
-                dl.assign(more, more | Var("act", BOOL))
-        _emit_deflate(dl, n)
-        _emit_window(dl, n)
-        fail = dl.declare(BOOL, "fail", bad | Var("act", BOOL))
+                deflate_and_find_window(True)
+                dl.assign(more, more | act)
+        fail = dl.declare(BOOL, "fail", bad | act)
     else:
         for i in range(n):
             for j in range(n):

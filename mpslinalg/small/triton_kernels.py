@@ -787,8 +787,8 @@ def small_cholesky_solve(B: torch.Tensor, L: torch.Tensor, upper: bool = False) 
 # ------------------------------------------------------------------------------ eig
 #
 # eig / eigvals of real float32 matrices (`mpslinalg.small.codegen.emit_eig`), complex64
-# results written as interleaved real and imaginary parts, bit-identical to the CPU and Metal
-# kernels.
+# results written as 64-bit words of interleaved real and imaginary parts, bit-identical to the
+# CPU and Metal kernels.
 
 
 class _TritonBounded(_Triton):
@@ -810,20 +810,28 @@ class _TritonBounded(_Triton):
         self.indent = self.indent[:-4]
 
 
+def _emit_store_complex(w: _Writer, ptr: str, values: list[tuple[str, str]]) -> None:
+    """Store the complex entries values[e] = (real part, imaginary part) as entry e of this
+    program's rows of ``ptr`` (a complex64 tensor viewed as int64, len(values) entries a row),
+    one 8-byte store per entry: the parts' bits packed into an int64, the real part low (the
+    memory order of a complex64 on a little-endian device). Half the store instructions of a
+    store per part (each of a warp's stores touches as many cache lines either way); a
+    [BLOCK, 2] join of the parts is stored one part per thread through shared memory instead."""
+    for e, (re_, im_) in enumerate(values):
+        w(f"t = ({re_}).to(tl.uint32, bitcast=True).to(tl.int64) | "
+          f"(({im_}).to(tl.int32, bitcast=True).to(tl.int64) << 32)")
+        w(f"tl.store({ptr} + rows * {len(values)} + {e}, t, mask=live)")
+
+
 def _eig_source(n: int, vectors: bool, load: str) -> tuple[str, str]:
     """(function name, source) of the eig kernel of real n x n float32 matrices."""
     name = f"small_eig_n{n}_float32_vectors{int(vectors)}_{_mode(n, load)}"
     w, _ = _begin("float32", n, n, load)
     _codegen.emit_eig(_TritonBounded(w, "float32"), n, vectors)
-    for k in range(n):
-        for p, part in enumerate(("wre", "wim")):
-            w(f"tl.store(E + rows * {2 * n} + {2 * k + p}, {part}{k}, mask=live)")
+    _emit_store_complex(w, "E", [(f"wre{k}", f"wim{k}") for k in range(n)])
     if vectors:
-        for i in range(n):
-            for k in range(n):
-                for p, part in enumerate(("vre", "vim")):
-                    w(f"tl.store(V + rows * {2 * n * n} + {2 * (i * n + k) + p}, "
-                      f"{part}{i}{k}, mask=live)")
+        _emit_store_complex(w, "V", [(f"vre{i}{k}", f"vim{i}{k}")
+                                     for i in range(n) for k in range(n)])
     head = f"def {name}(A, E, {'V, ' if vectors else ''}batch, BLOCK: tl.constexpr):"
     return name, "\n".join([head, *w.lines]) + "\n"
 
@@ -846,6 +854,7 @@ def small_eig(A: torch.Tensor, compute_v: bool = True
     E = torch.empty((*A.shape[:-1],), dtype=torch.complex64, device=A.device)
     V = torch.empty(A.shape, dtype=torch.complex64, device=A.device) if compute_v else None
     kern = _eig_kernel(n, compute_v, _LOAD)
-    outputs = (torch.view_as_real(E),) + ((torch.view_as_real(V),) if compute_v else ())
+    # complex64 entries written as int64 bit patterns (see `_emit_store_complex`)
+    outputs = (E.view(torch.int64),) + ((V.view(torch.int64),) if compute_v else ())
     _launch("eig", n, batch, A, *outputs, kern=kern)
     return E, V
