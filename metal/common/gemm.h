@@ -53,10 +53,35 @@ constant constexpr int kGemmThreads = kGemmSimdgroupsM * kGemmSimdgroupsN * kSim
 // 8x8 accumulator tiles per simdgroup along each dimension.
 constant constexpr int kGemmFragsM = kGemmTileM / (kGemmSimdgroupsM * kGemmFrag);
 constant constexpr int kGemmFragsN = kGemmTileN / (kGemmSimdgroupsN * kGemmFrag);
+// Row pitches (floats) of the staged blocks in threadgroup memory, padded past their widths.
+// Threadgroup memory is banked (32 banks of 4 bytes on NVIDIA GPUs; Apple GPUs' is banked too,
+// and padding a tile's rows by a multiple of 16 bytes is the usual remedy there as well): lanes
+// of one simdgroup access that hit different words of one bank are served one after another.
+// simdgroup_load / simdgroup_store of an 8x8 tile have lane l take row 4 bit4(l) + bits1..2(l),
+// columns c, c + 1 with c = 4 bit3(l) + 2 bit0(l); with unpadded rows (16 or 32 floats) a tile's
+// 8 rows start on only 2 banks (pitch 16) or 1 (pitch 32), a 4- or 8-way conflict for each
+// access. A pitch of 8 mod 16 floats (a 32-byte pad) starts the 4 rows of each half simdgroup on
+// 4 different groups of 8 banks, so the aligned pairs (c, c + 1), moved as one 8-byte access
+// (served a half simdgroup at a time), all land on different banks: no conflict. An odd pitch
+// would also spread the staging stores of a transposed operand (gemm_commit: neighbouring
+// threads walk down a column, one pitch apart) over every bank, where 8 mod 16 leaves them
+// 8-way (A) / 4-way (B) instead of 16-way unpadded; but it misaligns every other row's pairs
+// and leaves each tile load 2-way conflicted, and a step loads tiles twice as often as it
+// stages, for every op (LU's and Cholesky's updates stage op(A) untransposed).
+// op(A)'s stage, kGemmTileM x kGemmTileK: 32 bytes past its 64-byte rows.
+constant constexpr int kGemmPitchA = kGemmTileK + 8;
+// op(B)'s stage, kGemmTileK x kGemmTileN: 32 bytes past its 128-byte rows.
+constant constexpr int kGemmPitchB = kGemmTileN + 8;
+// The output block, kGemmTileM x kGemmTileN, written by simdgroup_store (the same tile pattern)
+// and read back a row per simdgroup (conflict-free at any pitch).
+constant constexpr int kGemmPitchC = kGemmTileN + 8;
+static_assert(kGemmPitchA % 16 == 8 && kGemmPitchB % 16 == 8 && kGemmPitchC % 16 == 8,
+              "pitches of 8 mod 16 floats keep a tile's 8-byte accesses on distinct banks");
 // Floats of threadgroup memory gemm_tile needs (the caller provides them): two planes of the
-// A and B stages, reused for the two planes of the output block at the end.
-constant constexpr int kGemmStageFloats = 2 * (kGemmTileM * kGemmTileK + kGemmTileK * kGemmTileN);
-constant constexpr int kGemmOutFloats = 2 * kGemmTileM * kGemmTileN;
+// A and B stages, reused for the two planes of the output block at the end (11 KiB with the
+// pads, 8 KiB without).
+constant constexpr int kGemmStageFloats = 2 * (kGemmTileM * kGemmPitchA + kGemmTileK * kGemmPitchB);
+constant constexpr int kGemmOutFloats = 2 * kGemmTileM * kGemmPitchC;
 constant constexpr int kGemmScratchFloats =
     kGemmStageFloats > kGemmOutFloats ? kGemmStageFloats : kGemmOutFloats;
 static_assert(kGemmScratchFloats * sizeof(float) <= kMaxThreadgroupMemoryBytes,
@@ -119,7 +144,7 @@ inline int2 gemm_stage_pos(int e, int op, int rows_t, int cols_t) {
 
 // A step's staging is split in two: gemm_fetch reads this thread's L entries of
 // op(X)[r0 : r0 + rows_t, c0 : c0 + cols_t] (rows x cols the size of op(X)) into registers,
-// gemm_commit stores them into the planes re / im (row-major, cols_t per row). gemm_tile
+// gemm_commit stores them into the planes re / im (row-major, pitch floats per row). gemm_tile
 // fetches a step's entries before the products of the step before it, across the barrier
 // between them (where no compiler moves a read by itself), so their latency passes during those
 // products; and a step's reads are in flight together whatever a compiler can prove about the
@@ -137,13 +162,13 @@ inline void gemm_fetch(thread T* v, device const T* x, long ld, int op, long r0,
 
 template <typename T, int L>
 inline void gemm_commit(threadgroup float* re, threadgroup float* im, thread const T* v, int op,
-                        int rows_t, int cols_t, uint tid) {
+                        int rows_t, int cols_t, int pitch, uint tid) {
 #pragma unroll
   for (int q = 0; q < L; ++q) {
     const int2 ij = gemm_stage_pos(int(tid) + q * kGemmThreads, op, rows_t, cols_t);
-    re[ij.x * cols_t + ij.y] = gemm_re(v[q]);
+    re[ij.x * pitch + ij.y] = gemm_re(v[q]);
     if (gemm_is_complex(v[q])) {
-      im[ij.x * cols_t + ij.y] = gemm_im(v[q]);
+      im[ij.x * pitch + ij.y] = gemm_im(v[q]);
     }
   }
 }
@@ -161,9 +186,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
                       uint sg) {
   const bool cplx = gemm_is_complex(zero<T>());
   threadgroup float* a_re = scratch;
-  threadgroup float* a_im = a_re + kGemmTileM * kGemmTileK;
-  threadgroup float* b_re = a_im + kGemmTileM * kGemmTileK;
-  threadgroup float* b_im = b_re + kGemmTileK * kGemmTileN;
+  threadgroup float* a_im = a_re + kGemmTileM * kGemmPitchA;
+  threadgroup float* b_re = a_im + kGemmTileM * kGemmPitchA;
+  threadgroup float* b_im = b_re + kGemmTileK * kGemmPitchB;
   const int sm = int(sg) / kGemmSimdgroupsN;  // this simdgroup's block row and column
   const int sn = int(sg) % kGemmSimdgroupsN;
   const int fr0 = sm * kGemmFragsM * kGemmFrag;  // first row / column of its accumulators
@@ -189,8 +214,10 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, 0, col0, k, n, kGemmTileK, kGemmTileN, tid);
   }
   for (long kb = 0; kb < k; kb += kGemmTileK) {
-    gemm_commit<T, kGemmLoadsA>(a_re, a_im, next_a, op_a, kGemmTileM, kGemmTileK, tid);
-    gemm_commit<T, kGemmLoadsB>(b_re, b_im, next_b, op_b, kGemmTileK, kGemmTileN, tid);
+    gemm_commit<T, kGemmLoadsA>(a_re, a_im, next_a, op_a, kGemmTileM, kGemmTileK, kGemmPitchA,
+                                tid);
+    gemm_commit<T, kGemmLoadsB>(b_re, b_im, next_b, op_b, kGemmTileK, kGemmTileN, kGemmPitchB,
+                                tid);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (kb + kGemmTileK < k) {
       gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, row0, kb + kGemmTileK, m, k, kGemmTileM,
@@ -201,10 +228,10 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     for (int kk = 0; kk < kGemmTileK; kk += kGemmFrag) {
       metal::simdgroup_float8x8 ar[kGemmFragsM], br[kGemmFragsN];
       for (int i = 0; i < kGemmFragsM; ++i) {
-        metal::simdgroup_load(ar[i], a_re + (fr0 + i * kGemmFrag) * kGemmTileK + kk, kGemmTileK);
+        metal::simdgroup_load(ar[i], a_re + (fr0 + i * kGemmFrag) * kGemmPitchA + kk, kGemmPitchA);
       }
       for (int j = 0; j < kGemmFragsN; ++j) {
-        metal::simdgroup_load(br[j], b_re + kk * kGemmTileN + fc0 + j * kGemmFrag, kGemmTileN);
+        metal::simdgroup_load(br[j], b_re + kk * kGemmPitchB + fc0 + j * kGemmFrag, kGemmPitchB);
       }
       for (int i = 0; i < kGemmFragsM; ++i) {
         for (int j = 0; j < kGemmFragsN; ++j) {
@@ -214,11 +241,12 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
       if (cplx) {
         metal::simdgroup_float8x8 ai[kGemmFragsM], bi[kGemmFragsN];
         for (int i = 0; i < kGemmFragsM; ++i) {
-          metal::simdgroup_load(ai[i], a_im + (fr0 + i * kGemmFrag) * kGemmTileK + kk,
-                                kGemmTileK);
+          metal::simdgroup_load(ai[i], a_im + (fr0 + i * kGemmFrag) * kGemmPitchA + kk,
+                                kGemmPitchA);
         }
         for (int j = 0; j < kGemmFragsN; ++j) {
-          metal::simdgroup_load(bi[j], b_im + kk * kGemmTileN + fc0 + j * kGemmFrag, kGemmTileN);
+          metal::simdgroup_load(bi[j], b_im + kk * kGemmPitchB + fc0 + j * kGemmFrag,
+                                kGemmPitchB);
         }
         for (int i = 0; i < kGemmFragsM; ++i) {
           for (int j = 0; j < kGemmFragsN; ++j) {
@@ -244,24 +272,26 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     c_old[q] = beta != 0.0f && gemm_writes(i, j, m, n, uplo) ? c[i * ldc + j] : zero<T>();
   }
   // The output block through threadgroup memory (the stages are free now): c_re[i][j] = Re,
-  // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN.
+  // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN (pitch kGemmPitchC).
   threadgroup float* c_re = scratch;
-  threadgroup float* c_ii = scratch + kGemmTileM * kGemmTileN;
+  threadgroup float* c_ii = scratch + kGemmTileM * kGemmPitchC;
   for (int i = 0; i < kGemmFragsM; ++i) {
     for (int j = 0; j < kGemmFragsN; ++j) {
-      metal::simdgroup_store(acc[i][j], c_re + (fr0 + i * kGemmFrag) * kGemmTileN + fc0 +
-                                            j * kGemmFrag, kGemmTileN);
+      metal::simdgroup_store(acc[i][j], c_re + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
+                                            j * kGemmFrag, kGemmPitchC);
       if (cplx) {
-        metal::simdgroup_store(acc_ii[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmTileN + fc0 +
-                                                 j * kGemmFrag, kGemmTileN);
+        metal::simdgroup_store(acc_ii[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
+                                                 j * kGemmFrag, kGemmPitchC);
       }
     }
   }
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  // Entry e of the block (row-major, as the threads own C's entries) in the padded planes.
   float re_v[kGemmOutPerThread];
   for (int q = 0; q < kGemmOutPerThread; ++q) {
     const int e = int(tid) + q * kGemmThreads;
-    re_v[q] = cplx ? c_re[e] - c_ii[e] : c_re[e];
+    const int at = e / kGemmTileN * kGemmPitchC + e % kGemmTileN;
+    re_v[q] = cplx ? c_re[at] - c_ii[at] : c_re[at];
   }
   float im_v[kGemmOutPerThread];
   if (cplx) {
@@ -269,13 +299,14 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     for (int i = 0; i < kGemmFragsM; ++i) {
       for (int j = 0; j < kGemmFragsN; ++j) {
-        metal::simdgroup_store(acc_im[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmTileN + fc0 +
-                                                 j * kGemmFrag, kGemmTileN);
+        metal::simdgroup_store(acc_im[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
+                                                 j * kGemmFrag, kGemmPitchC);
       }
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     for (int q = 0; q < kGemmOutPerThread; ++q) {
-      im_v[q] = c_ii[int(tid) + q * kGemmThreads];
+      const int e = int(tid) + q * kGemmThreads;
+      im_v[q] = c_ii[e / kGemmTileN * kGemmPitchC + e % kGemmTileN];
     }
   } else {
     for (int q = 0; q < kGemmOutPerThread; ++q) {

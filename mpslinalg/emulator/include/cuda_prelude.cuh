@@ -513,6 +513,29 @@ inline long long mat_index(int r, int c, unsigned long epr, const vec<unsigned l
   return tr ? (long long)((o.v[1] + (unsigned long)c) * epr + o.v[0] + (unsigned long)r)
             : (long long)((o.v[1] + (unsigned long)r) * epr + o.v[0] + (unsigned long)c);
 }
+// Whether simdgroup_load may read a tile of floats at `p` as one 8-byte access a lane:
+// untransposed, the pair (r, c), (r, c + 1) is adjacent, and with an even row stride and an
+// 8-byte aligned element (0, 0) every lane's pair is aligned. The test is uniform across the warp
+// (p, epr and the origin are), so no lane diverges; for a threadgroup tile it reads the shared
+// offset, whose alignment the compiler sees (tg_alloc aligns threadgroup arrays to 16 bytes, as
+// Metal does), and folds away. One access instead of two halves the loads, and 8-byte shared
+// accesses are served a half warp at a time, so rows 8 mod 16 floats apart (gemm.h's staging)
+// load without bank conflicts; the values are those of the two scalar reads. (Stores need no
+// such path: ptxas pairs them itself where it can prove the alignment.)
+template <class P> struct is_float_ptr : std::false_type {};
+template <> struct is_float_ptr<float*> : std::true_type {};
+template <> struct is_float_ptr<const float*> : std::true_type {};
+template <class T, class P>
+inline bool mat_pairs(P p, unsigned long epr, const vec<unsigned long, 2>& o, bool tr) {
+  if constexpr (std::is_same<T, float>::value && is_float_ptr<P>::value) {
+    const float* q = p + mat_index(0, 0, epr, o, false);
+    const unsigned long long a = __isShared(q) ? (unsigned long long)__cvta_generic_to_shared(q)
+                                               : reinterpret_cast<unsigned long long>(q);
+    return !tr && epr % 2 == 0 && (a & 7) == 0;
+  } else {
+    return false;
+  }
+}
 }  // namespace detail
 // Loads and stores are simdgroup collectives in the CPU emulator (a rendezvous): the warp
 // synchronises around them so that the lanes' earlier writes are seen and later ones come after.
@@ -521,6 +544,13 @@ template <class T, class P> inline void simdgroup_load(simdgroup_matrix<T, 8, 8>
   __syncwarp(__activemask());
   const unsigned l = detail::lane_id();
   const int r = detail::mat_row(l), c = detail::mat_col(l);
+  if constexpr (detail::is_float_ptr<P>::value && std::is_same<T, float>::value) {
+    if (detail::mat_pairs<T>(src, elements_per_row, origin, transpose)) {
+      const ::float2 v = *reinterpret_cast<const ::float2*>(src + detail::mat_index(r, c, elements_per_row, origin, false));
+      d.el = vec<T, 2>(v.x, v.y);
+      return;
+    }
+  }
   d.el = vec<T, 2>(T(src[detail::mat_index(r, c, elements_per_row, origin, transpose)]),
                    T(src[detail::mat_index(r, c + 1, elements_per_row, origin, transpose)]));
 }
@@ -657,9 +687,10 @@ namespace emu {
 template <class T> using dptr = T*;
 template <class T> using cptr = const T*;
 template <int... I> struct iseq {};
-// `threadgroup T a[N];` -> `auto& a = tg_alloc<site, T[N]>();`: one __shared__ object per site.
+// `threadgroup T a[N];` -> `auto& a = tg_alloc<site, T[N]>();`: one __shared__ object per site,
+// 16-byte aligned like Metal's threadgroup allocations (so vector accesses can be proven aligned).
 template <int Site, class T> inline T& tg_alloc() {
-  __shared__ T storage;
+  __shared__ __align__(16) T storage;
   return storage;
 }
 template <class P> inline bool in_threadgroup(const P& p) { return __isShared((const void*)&*p); }
