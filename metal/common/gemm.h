@@ -130,6 +130,11 @@ static_assert(kGemmLoadsA * kGemmThreads == kGemmTileM * kGemmTileK, "whole load
 static_assert(kGemmLoadsB * kGemmThreads == kGemmTileK * kGemmTileN, "whole loads a thread");
 static_assert(kGemmOutPerThread * kGemmThreads == kGemmTileM * kGemmTileN, "whole outputs");
 
+// Entry e of the output block (row-major, as the threads own C's entries) in its padded plane.
+inline int gemm_out_at(int e) {
+  return e / kGemmTileN * kGemmPitchC + e % kGemmTileN;
+}
+
 // Whether gemm_tile reads and writes entry (i, j) of C: inside its m x n bounds and in the part
 // uplo names.
 inline bool gemm_writes(long i, long j, long m, long n, int uplo) {
@@ -286,11 +291,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     }
   }
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  // Entry e of the block (row-major, as the threads own C's entries) in the padded planes.
   float re_v[kGemmOutPerThread];
   for (int q = 0; q < kGemmOutPerThread; ++q) {
-    const int e = int(tid) + q * kGemmThreads;
-    const int at = e / kGemmTileN * kGemmPitchC + e % kGemmTileN;
+    const int at = gemm_out_at(int(tid) + q * kGemmThreads);
     re_v[q] = cplx ? c_re[at] - c_ii[at] : c_re[at];
   }
   float im_v[kGemmOutPerThread];
@@ -305,8 +308,7 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     }
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     for (int q = 0; q < kGemmOutPerThread; ++q) {
-      const int e = int(tid) + q * kGemmThreads;
-      im_v[q] = c_ii[e / kGemmTileN * kGemmPitchC + e % kGemmTileN];
+      im_v[q] = c_ii[gemm_out_at(int(tid) + q * kGemmThreads)];
     }
   } else {
     for (int q = 0; q < kGemmOutPerThread; ++q) {

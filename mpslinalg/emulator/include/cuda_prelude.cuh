@@ -525,16 +525,11 @@ inline long long mat_index(int r, int c, unsigned long epr, const vec<unsigned l
 template <class P> struct is_float_ptr : std::false_type {};
 template <> struct is_float_ptr<float*> : std::true_type {};
 template <> struct is_float_ptr<const float*> : std::true_type {};
-template <class T, class P>
-inline bool mat_pairs(P p, unsigned long epr, const vec<unsigned long, 2>& o, bool tr) {
-  if constexpr (std::is_same<T, float>::value && is_float_ptr<P>::value) {
-    const float* q = p + mat_index(0, 0, epr, o, false);
-    const unsigned long long a = __isShared(q) ? (unsigned long long)__cvta_generic_to_shared(q)
-                                               : reinterpret_cast<unsigned long long>(q);
-    return !tr && epr % 2 == 0 && (a & 7) == 0;
-  } else {
-    return false;
-  }
+inline bool mat_pairs(const float* p, unsigned long epr, const vec<unsigned long, 2>& o, bool tr) {
+  const float* q = p + mat_index(0, 0, epr, o, false);
+  const unsigned long long a = __isShared(q) ? (unsigned long long)__cvta_generic_to_shared(q)
+                                             : reinterpret_cast<unsigned long long>(q);
+  return !tr && epr % 2 == 0 && (a & 7) == 0;
 }
 }  // namespace detail
 // Loads and stores are simdgroup collectives in the CPU emulator (a rendezvous): the warp
@@ -545,7 +540,7 @@ template <class T, class P> inline void simdgroup_load(simdgroup_matrix<T, 8, 8>
   const unsigned l = detail::lane_id();
   const int r = detail::mat_row(l), c = detail::mat_col(l);
   if constexpr (detail::is_float_ptr<P>::value && std::is_same<T, float>::value) {
-    if (detail::mat_pairs<T>(src, elements_per_row, origin, transpose)) {
+    if (detail::mat_pairs(src, elements_per_row, origin, transpose)) {
       const ::float2 v = *reinterpret_cast<const ::float2*>(src + detail::mat_index(r, c, elements_per_row, origin, false));
       d.el = vec<T, 2>(v.x, v.y);
       return;
