@@ -26,6 +26,7 @@ Launches per call:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -114,24 +115,40 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         # block but the first (the first tile of its trailing matrix) right after updating it;
         # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
         # each.
-        fused = BLOCK == NEXT_BLOCK
-        for k0 in range(0, n, BLOCK):
-            w = min(BLOCK, n - k0)
-            if k0 == 0 or not fused:
+        for k0, w, potf2, panel_args, update_args in _blocked_steps(n, batch, BLOCK):
+            if potf2:
                 _potf2(L, info_flat, n, k0, w, batch, fn)
-            s = k0 + w
-            if s == n:
-                break
-            # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
-            # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
-            params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
-                                                   i0=k0, bs=BLOCK, right=1, ldx=n,
-                                                   x_offset=s * n, x_batch=n * n)
-            launch(panel, L, no_pivots, L, params, no_pivots,
-                   **triangular_metal.diag_grid(n - s, batch))
-            launch(update, L, info_flat, _params(n, k0, w, int(fused)),
-                   **gemm_metal.gemm_grid(n - s, n - s, batch))
+            if panel_args is not None:
+                params, grid = panel_args
+                launch(panel, L, no_pivots, L, params, no_pivots, **grid)
+                params, grid = update_args
+                launch(update, L, info_flat, params, **grid)
     return (triangular_metal.adjoint_copy(L) if upper else L), info
+
+
+@functools.lru_cache(maxsize=256)
+def _blocked_steps(n: int, batch: int, block: int) -> tuple:
+    """The blocked factorization's steps for order ``n`` (shapes only, so computed once): per
+    block (k0, w, whether chol_potf2 factors its diagonal block, and the (params, grid) of its
+    trsm_diag and chol_update launches, None for the last block). The parameters are packed
+    here once: at n = 1024 packing them took about a sixth of the call's host time."""
+    fused = block == NEXT_BLOCK
+    steps = []
+    for k0 in range(0, n, block):
+        w = min(block, n - k0)
+        s = k0 + w
+        if s == n:
+            steps.append((k0, w, k0 == 0 or not fused, None, None))
+            break
+        # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
+        # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
+        panel = (triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
+                                               i0=k0, bs=block, right=1, ldx=n,
+                                               x_offset=s * n, x_batch=n * n),
+                 triangular_metal.diag_grid(n - s, batch))
+        update = (_params(n, k0, w, int(fused)), gemm_metal.gemm_grid(n - s, n - s, batch))
+        steps.append((k0, w, k0 == 0 or not fused, panel, update))
+    return tuple(steps)
 
 
 def _no_pivots(device: torch.device) -> torch.Tensor:
