@@ -65,16 +65,14 @@ _MATRIX_SCRATCH_PER_WARP = 512
 _MAX_WARPS = 32
 # Launch bounds a kernel is compiled again for when it is launched with groups of at most that
 # many threads (below its own limit) and its first compilation was short of registers (it used
-# every register it was allowed, and local memory): compiled for Metal's 1024 threads, ptxas holds
+# local memory; see Kernel.__init__): compiled for Metal's 1024 threads, ptxas holds
 # a kernel to 64 registers per thread, and LU's panel and complex GEMM update spilled there even
 # when launched with 64-512 threads. 128: ptxas gave the complex update 116 registers without
 # spills there, against 128 with spills for a bound of 256 (sm_90). A kernel that fitted in 64
-# registers keeps them: more would only lower its occupancy (LU's real update ran 9-20% slower
-# compiled for 128 threads on an H200). Compiled on first use (the one kernel alone), cached on
-# disk like the library. () compiles every kernel once.
+# registers without local memory keeps them: more would only lower its occupancy (LU's real
+# update ran 9-20% slower compiled for 128 threads on an H200). Compiled on first use (the one
+# kernel alone), cached on disk like the library. () compiles every kernel once.
 _GROUP_BOUNDS = (128, 512)
-_REGISTERS_PER_SM = 65536
-_MAX_REGISTERS = 255
 
 
 CudaUnsupportedError = translate.CudaUnsupportedError
@@ -506,9 +504,13 @@ class Kernel(library.Kernel):
                           (_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, local)):
             drv.check(drv.lib.cuFuncGetAttribute(ctypes.byref(out), attr, func),
                       "cuFuncGetAttribute")
-        # whether ptxas ran short of registers at the kernel's own launch bound
-        self._short_of_registers = local.value > 0 and regs.value >= min(
-            _MAX_REGISTERS, _REGISTERS_PER_SM // max_threads)
+        # whether ptxas ran short of registers at the kernel's own launch bound: local memory
+        # (spills, or arrays indexed at run time). Not only where every register of the bound
+        # is used: ptxas can stop short of it and spill (sm_90, 1024 threads: lu_panel_float32
+        # with 32 of its 64 registers and 792 bytes of stack, twice the device time of its
+        # compilation for 256 threads; trsm_diag_complex64 with 32 and 256 bytes); the kernels
+        # with local memory that use all 64 took this path before.
+        self._short_of_registers = local.value > 0
         self._lib, self._index = lib, index
         self._func, self._device = func, device_index
         self._matrix = info.matrix
