@@ -18,10 +18,8 @@
 //
 // lu_panel keeps the panel's rows in registers kLuLeaf columns at a time (a "leaf"): each column
 // step of the leaf (pivot search, interchange, scaling, rank-1 update) touches registers and a few
-// threadgroup words only; then the leaf's interchanges and U rows reach the panel's other
-// columns (a thread per column), and each simdgroup applies the leaf's rank-kLuLeaf update to
-// the rows its lanes hold, their multipliers taken from registers by shuffles, its lanes on
-// the columns (coalesced). A panel column step needs the whole column's pivot, so
+// threadgroup words only, then the leaf's rank-kLuLeaf update of the panel's remaining columns is
+// one coalesced pass over device memory. A panel column step needs the whole column's pivot, so
 // it stays inside one threadgroup: Metal has no barrier across threadgroups, and splitting a step
 // over threadgroups would cost one launch per column. What one threadgroup can do is make each
 // step cheap and the panel's device traffic small (kLuLeaf times less than column-by-column
@@ -57,9 +55,8 @@ constant constexpr int kLuLeaf = 4;
 // lu_panel: rows per thread; with kMaxThreadsPerGroup threads a panel of up to
 // kLuRowsPerThread * 1024 rows is held (taller ones go to lu_panel_tall).
 constant constexpr int kLuRowsPerThread = 8;
-// lu_panel: rows of the leaf's rank update a simdgroup loads before it stores any (a store may
-// alias a later load as far as the compiler knows, so each such batch waits for the one before).
-constant constexpr int kLuUpdateRows = 8;
+// lu_panel: elements of the leaf's rank update a thread loads before it stores any.
+constant constexpr int kLuUpdateBatch = 4;
 // Sentinel row index larger than every row (loses every tie in the pivot search).
 constant constexpr int kLuNoRow = 0x7fffffff;
 // Pivot search key of a thread that owns no candidate row (below NaN's key -1 and every |x|).
@@ -205,61 +202,6 @@ inline void lu_small_put(thread T* x, int slot, T v) {
   }
 }
 
-// lu_panel: a leaf's interchanges, in order, on the other columns of [k0, k0 + ncols) (from k0:
-// the leaf is [leaf0, leaf0 + lw)); then its U rows right of it: forward substitution with the
-// leaf's unit-lower block, in column order, the results also in ublk for the leaf's rank update.
-// The rows involved (the leaf's rows and their pivot rows, a row possibly named twice) are
-// loaded at once and interchanged in registers, every copy of a row kept equal, so a column
-// costs one round trip to memory instead of one per interchange. A thread per column.
-template <typename T>
-inline void lu_panel_swap_u(device T* A, long n, long k0, long r0, long leaf0, long lw, long ncols,
-                            long nthreads, uint tid, threadgroup const int* leaf_piv,
-                            threadgroup T* ublk) {
-  const long right0 = leaf0 + lw;  // first column (from k0) right of the leaf
-  for (long c = long(tid); c < ncols; c += nthreads) {
-    if (c < leaf0 || c >= right0) {
-      device T* col = A + k0 + c;
-      long rows[2 * kLuLeaf];
-      T vals[2 * kLuLeaf];
-      T lmat[kLuLeaf][kLuLeaf];
-      for (int q = 0; q < kLuLeaf; ++q) {
-        rows[q] = q < lw ? r0 + q : -1;
-        rows[kLuLeaf + q] = q < lw ? long(leaf_piv[q]) : -1;
-        for (int j = 0; j < kLuLeaf; ++j) {
-          lmat[q][j] = (c >= right0 && j < q && q < lw) ? A[(r0 + q) * n + r0 + j] : zero<T>();
-        }
-      }
-      for (int t = 0; t < 2 * kLuLeaf; ++t) {
-        vals[t] = rows[t] >= 0 ? col[rows[t] * n] : zero<T>();
-      }
-      lu_swap_slots<kLuLeaf>(rows, vals, lw);
-      if (c >= right0) {
-        for (int q = 0; q < kLuLeaf; ++q) {
-          if (q < lw) {
-            T v = vals[q];
-            for (int j = 0; j < kLuLeaf; ++j) {
-              if (j < q) {
-                v = sub_mul(v, lmat[q][j], vals[j]);
-              }
-            }
-            for (int t = 0; t < 2 * kLuLeaf; ++t) {
-              if (rows[t] == r0 + q) {
-                vals[t] = v;
-              }
-            }
-            ublk[q * kLuPanelMaxCols + c] = v;
-          }
-        }
-      }
-      for (int t = 0; t < 2 * kLuLeaf; ++t) {
-        if (rows[t] >= 0) {
-          col[rows[t] * n] = vals[t];
-        }
-      }
-    }
-  }
-}
-
 // lu_panel's work on one leaf, the columns [r0, r0 + lw) (lw <= kLuLeaf) of the panel that starts
 // at row and column k0, with S rows per thread (S <= kLuRowsPerThread: thread t's rows k0 + t +
 // s * nthreads, s < S, are all it holds of rows [k0, m)): load the leaf's entries of the rows at
@@ -294,12 +236,11 @@ inline void lu_panel_swap_u(device T* A, long n, long k0, long r0, long leaf0, l
 // arithmetic of every entry and the choice of every pivot are getf2's, as before.
 template <typename T, int S>
 inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m, long n, long k0,
-                         long leaf0, long lw, long ncols, long batch, long nthreads, uint tid,
-                         uint lane, uint sg, uint nsg, int first_zero,
-                         threadgroup KeyIndex* cand_at, threadgroup T* cand_row,
-                         threadgroup T* rrow, threadgroup int* leaf_piv, threadgroup T* ublk) {
+                         long r0, long lw, long batch, long nthreads, uint tid, uint lane,
+                         uint sg, uint nsg, int first_zero, threadgroup KeyIndex* cand_at,
+                         threadgroup T* cand_row, threadgroup T* rrow,
+                         threadgroup int* leaf_piv) {
   static_assert(S >= 1 && S <= kLuRowsPerThread, "the rows a thread holds");
-  const long r0 = k0 + leaf0;  // first row and column of the leaf
   // This thread's rows (int like the pivot rows: a row index fits one), which of them are rows
   // of the matrix at or below r0, and the leaf's columns of those rows.
   int rows[S];
@@ -442,66 +383,6 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
       }
     }
   }
-  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
-  threadgroup_barrier(both);  // the leaf's rows and pivots, for the interchanges
-  lu_panel_swap_u(A, n, k0, r0, leaf0, lw, ncols, nthreads, tid, leaf_piv, ublk);
-  threadgroup_barrier(both);  // the interchanged rows and the U rows (ublk)
-
-  // The leaf's rank-lw update of the rows below it over the panel's columns right of it. In each
-  // slot the lanes of a simdgroup hold 32 consecutive rows, with the rows' multipliers in
-  // registers: the simdgroup walks those rows with its lanes on consecutive columns (coalesced
-  // loads and stores), each row's multipliers broadcast from the lane holding them by
-  // simd_shuffle, and U's rows read from ublk (one word a lane). kLuUpdateRows rows' loads are
-  // in flight together. A pass of simdgroups over rows that loaded the multipliers from device
-  // memory in every lane spent most of its instructions on those loads' addresses (ptxas: about
-  // 330 a pass of 4 rows with 8 multipliers each), and a thread updating its own rows made
-  // every load touch 32 rows' cache lines. The rows are dealt to simdgroups the same way in
-  // every leaf (a simdgroup barrier then orders the stores before the next leaf's load), and the
-  // next leaf's steps put barriers between these reads of ublk and the next writes of it. Each
-  // entry takes its updates in the leaf's column order, as in getf2.
-  const long right0 = leaf0 + lw, cols_right = ncols - right0;
-  for (long cc0 = 0; cc0 < cols_right; cc0 += kSimdWidth) {  // uniform: lanes take columns
-    const long c = k0 + right0 + cc0 + long(lane);
-    const bool col_ok = cc0 + long(lane) < cols_right;
-    T u[kLuLeaf];
-#pragma unroll
-    for (int q = 0; q < kLuLeaf; ++q) {
-      u[q] = (col_ok && q < lw) ? ublk[q * kLuPanelMaxCols + right0 + cc0 + long(lane)] : zero<T>();
-    }
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      // rows first .. first + 31 of slot s, all of this simdgroup's lanes (a uniform test)
-      const long first = k0 + long(sg) * kSimdWidth + s * nthreads;
-      if (first + kSimdWidth > r0 + lw && first < m) {
-        for (int r = 0; r < kSimdWidth; r += kLuUpdateRows) {
-          T v[kLuUpdateRows];
-#pragma unroll
-          for (int b = 0; b < kLuUpdateRows; ++b) {
-            const long i = first + r + b;
-            v[b] = (col_ok && i >= r0 + lw && i < m) ? A[i * n + c] : zero<T>();
-          }
-#pragma unroll
-          for (int b = 0; b < kLuUpdateRows; ++b) {
-#pragma unroll
-            for (int q = 0; q < kLuLeaf; ++q) {
-              if (q < lw) {
-                v[b] = sub_mul(v[b], simd_shuffle(x[s][q], ushort(r + b)), u[q]);
-              }
-            }
-          }
-#pragma unroll
-          for (int b = 0; b < kLuUpdateRows; ++b) {
-            const long i = first + r + b;
-            if (col_ok && i >= r0 + lw && i < m) {
-              A[i * n + c] = v[b];
-            }
-          }
-        }
-      }
-    }
-  }
-  // The next leaf's load reads this simdgroup's stores to its lanes' rows.
-  metal::simdgroup_barrier(metal::mem_flags::mem_device);
   return first_zero;
 }
 }  // namespace mpsl
@@ -680,6 +561,7 @@ template <typename T>
   const long nthreads = long(tpg.x);
   device T* A = a + batch * m * n;
   device int* piv = pivots + batch * kmax;
+  const metal::mem_flags both = metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device;
   // info as thread 0 knows it: read once, so no pivot step waits on a device load.
   int first_zero = tid == 0 ? info[batch] : 0;
   // Rows a thread holds (its register slots in use), the same in every thread.
@@ -687,25 +569,117 @@ template <typename T>
 
   for (long leaf0 = 0; leaf0 < w; leaf0 += kLuLeaf) {
     const long lw = (w - leaf0 < kLuLeaf) ? w - leaf0 : long(kLuLeaf);
-    // The leaf (its steps, interchanges, U rows and rank update) for the fewest slots that hold
-    // this thread's rows (a uniform branch: the barriers inside stay matched).
+    const long r0 = k0 + leaf0;  // first row and column of the leaf
+    // The leaf's steps for the fewest slots that hold this thread's rows (a uniform branch: the
+    // barriers inside stay matched).
     if (held <= 1) {
       first_zero = lu_panel_leaf<T, 1>(
-          A, piv, info, m, n, k0, leaf0, lw, ncols, batch, nthreads, tid, lane, sg, nsg,
-          first_zero, cand_at, cand_row, rrow, leaf_piv, ublk);
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
     } else if (held <= 2) {
       first_zero = lu_panel_leaf<T, 2>(
-          A, piv, info, m, n, k0, leaf0, lw, ncols, batch, nthreads, tid, lane, sg, nsg,
-          first_zero, cand_at, cand_row, rrow, leaf_piv, ublk);
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
     } else if (held <= kLuRowsPerThread / 2) {
       first_zero = lu_panel_leaf<T, kLuRowsPerThread / 2>(
-          A, piv, info, m, n, k0, leaf0, lw, ncols, batch, nthreads, tid, lane, sg, nsg,
-          first_zero, cand_at, cand_row, rrow, leaf_piv, ublk);
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
     } else {
       first_zero = lu_panel_leaf<T, kLuRowsPerThread>(
-          A, piv, info, m, n, k0, leaf0, lw, ncols, batch, nthreads, tid, lane, sg, nsg,
-          first_zero, cand_at, cand_row, rrow, leaf_piv, ublk);
+          A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
+          cand_at, cand_row, rrow, leaf_piv);
     }
+    threadgroup_barrier(both);
+
+    // The leaf's interchanges, in order, on the other columns of [k0, k0 + ncols); then its U
+    // rows right of it: forward substitution with the leaf's unit-lower block, in column order.
+    // The rows involved (the leaf's rows and their pivot rows, a row possibly named twice) are
+    // loaded at once and interchanged in registers, every copy of a row kept equal, so a
+    // column costs one round trip to memory instead of one per interchange.
+    const long right0 = leaf0 + lw;  // first column (from k0) right of the leaf
+    for (long c = long(tid); c < ncols; c += nthreads) {
+      if (c < leaf0 || c >= right0) {
+        device T* col = A + k0 + c;
+        long rows[2 * kLuLeaf];
+        T vals[2 * kLuLeaf];
+        T lmat[kLuLeaf][kLuLeaf];
+        for (int q = 0; q < kLuLeaf; ++q) {
+          rows[q] = q < lw ? r0 + q : -1;
+          rows[kLuLeaf + q] = q < lw ? long(leaf_piv[q]) : -1;
+          for (int j = 0; j < kLuLeaf; ++j) {
+            lmat[q][j] = (c >= right0 && j < q && q < lw) ? A[(r0 + q) * n + r0 + j] : zero<T>();
+          }
+        }
+        for (int t = 0; t < 2 * kLuLeaf; ++t) {
+          vals[t] = rows[t] >= 0 ? col[rows[t] * n] : zero<T>();
+        }
+        lu_swap_slots<kLuLeaf>(rows, vals, lw);
+        if (c >= right0) {
+          for (int q = 0; q < kLuLeaf; ++q) {
+            if (q < lw) {
+              T v = vals[q];
+              for (int j = 0; j < kLuLeaf; ++j) {
+                if (j < q) {
+                  v = sub_mul(v, lmat[q][j], vals[j]);
+                }
+              }
+              for (int t = 0; t < 2 * kLuLeaf; ++t) {
+                if (rows[t] == r0 + q) {
+                  vals[t] = v;
+                }
+              }
+              ublk[q * kLuPanelMaxCols + c] = v;
+            }
+          }
+        }
+        for (int t = 0; t < 2 * kLuLeaf; ++t) {
+          if (rows[t] >= 0) {
+            col[rows[t] * n] = vals[t];
+          }
+        }
+      }
+    }
+    threadgroup_barrier(both);
+
+    // Rank-lw update of the rows below the leaf over the columns right of it: lanes take the
+    // columns of a row (coalesced), simdgroups take rows. kLuUpdateBatch rows per thread are
+    // loaded before any is stored, so their loads overlap (a store may alias a later load as far
+    // as the compiler knows, which would otherwise serialise every element); no division per
+    // element (a 64-bit one costs more instructions than the update itself).
+    const long first_row = r0 + lw, cols_right = ncols - right0;
+    const long row_step = long(nsg) * kLuUpdateBatch;
+    for (long cc = long(lane); cc < cols_right; cc += kSimdWidth) {
+      const long c = right0 + cc;
+      T u[kLuLeaf];
+      for (int q = 0; q < kLuLeaf; ++q) {
+        u[q] = q < lw ? ublk[q * kLuPanelMaxCols + c] : zero<T>();
+      }
+      for (long i0 = first_row + long(sg); i0 < m; i0 += row_step) {
+        T v[kLuUpdateBatch];
+        T l[kLuUpdateBatch][kLuLeaf];
+        for (int b = 0; b < kLuUpdateBatch; ++b) {
+          const long i = i0 + b * long(nsg);
+          v[b] = i < m ? A[i * n + k0 + c] : zero<T>();
+          for (int q = 0; q < kLuLeaf; ++q) {
+            l[b][q] = (i < m && q < lw) ? A[i * n + r0 + q] : zero<T>();
+          }
+        }
+        for (int b = 0; b < kLuUpdateBatch; ++b) {
+          const long i = i0 + b * long(nsg);
+          if (i < m) {
+            T x = v[b];
+            for (int q = 0; q < kLuLeaf; ++q) {
+              if (q < lw) {
+                x = sub_mul(x, l[b][q], u[q]);
+              }
+            }
+            A[i * n + k0 + c] = x;
+          }
+        }
+      }
+    }
+    // The next leaf reads these updates from other threads' rows; ublk and leaf_piv are reused.
+    threadgroup_barrier(both);
   }
 }
 
