@@ -647,34 +647,57 @@ template <typename T>
     // as the compiler knows, which would otherwise serialise every element); no division per
     // element (a 64-bit one costs more instructions than the update itself).
     const long first_row = r0 + lw, cols_right = ncols - right0;
-    const long row_step = long(nsg) * kLuUpdateBatch;
+    // The rows are walked by pointer: a batch's rows lie nsg rows apart, batches nsg *
+    // kLuUpdateBatch rows apart; the batches whose rows all exist (all but the last) take no
+    // row test. (Each row's address as i * n + c, with a test per row, was most of the pass's
+    // instructions: about 214 a batch of 4 rows in ptxas's code for sm_90, 20 of them loads.)
+    const long row_stride = long(nsg) * n;
+    // a batch from row i0 < full_end is whole
+    const long full_end = m - (kLuUpdateBatch - 1) * long(nsg);
     for (long cc = long(lane); cc < cols_right; cc += kSimdWidth) {
       const long c = right0 + cc;
       T u[kLuLeaf];
       for (int q = 0; q < kLuLeaf; ++q) {
         u[q] = q < lw ? ublk[q * kLuPanelMaxCols + c] : zero<T>();
       }
-      for (long i0 = first_row + long(sg); i0 < m; i0 += row_step) {
+      long i0 = first_row + long(sg);
+      device T* row = A + i0 * n;  // row i0
+      for (; i0 < full_end; i0 += long(nsg) * kLuUpdateBatch, row += kLuUpdateBatch * row_stride) {
         T v[kLuUpdateBatch];
         T l[kLuUpdateBatch][kLuLeaf];
+#pragma unroll
         for (int b = 0; b < kLuUpdateBatch; ++b) {
-          const long i = i0 + b * long(nsg);
-          v[b] = i < m ? A[i * n + k0 + c] : zero<T>();
+          device const T* rb = row + b * row_stride;
+          v[b] = rb[k0 + c];
+#pragma unroll
           for (int q = 0; q < kLuLeaf; ++q) {
-            l[b][q] = (i < m && q < lw) ? A[i * n + r0 + q] : zero<T>();
+            l[b][q] = q < lw ? rb[r0 + q] : zero<T>();
           }
         }
+#pragma unroll
         for (int b = 0; b < kLuUpdateBatch; ++b) {
-          const long i = i0 + b * long(nsg);
-          if (i < m) {
-            T x = v[b];
-            for (int q = 0; q < kLuLeaf; ++q) {
-              if (q < lw) {
-                x = sub_mul(x, l[b][q], u[q]);
-              }
+          T x = v[b];
+#pragma unroll
+          for (int q = 0; q < kLuLeaf; ++q) {
+            if (q < lw) {
+              x = sub_mul(x, l[b][q], u[q]);
             }
-            A[i * n + k0 + c] = x;
           }
+          row[b * row_stride + k0 + c] = x;
+        }
+      }
+      // the last batch: rows i0 + b * nsg below m only
+      for (int b = 0; b < kLuUpdateBatch; ++b) {
+        const long i = i0 + b * long(nsg);
+        if (i < m) {
+          device T* ri = A + i * n;
+          T x = ri[k0 + c];
+          for (int q = 0; q < kLuLeaf; ++q) {
+            if (q < lw) {
+              x = sub_mul(x, ri[r0 + q], u[q]);
+            }
+          }
+          ri[k0 + c] = x;
         }
       }
     }
