@@ -175,6 +175,18 @@ inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
   }
 }
 
+// x - sum_q l[q] u[q] over the leaf's lw columns, in column order (getf2's order for one entry).
+template <typename T>
+inline T lu_leaf_update(T x, thread const T* l, thread const T* u, long lw) {
+#pragma unroll
+  for (int q = 0; q < kLuLeaf; ++q) {
+    if (q < lw) {
+      x = sub_mul(x, l[q], u[q]);
+    }
+  }
+  return x;
+}
+
 // x[slot] of a thread's register chunk for a runtime slot, and its store, through bit masks:
 // a select chain (if (s == slot) v = x[s]) is turned by the compiler into x[slot], a dynamic
 // index that moves the whole chunk to memory (ptxas through the CUDA executor: a 64-byte stack
@@ -676,14 +688,7 @@ template <typename T>
         }
 #pragma unroll
         for (int b = 0; b < kLuUpdateBatch; ++b) {
-          T x = v[b];
-#pragma unroll
-          for (int q = 0; q < kLuLeaf; ++q) {
-            if (q < lw) {
-              x = sub_mul(x, l[b][q], u[q]);
-            }
-          }
-          row[b * row_stride + k0 + c] = x;
+          row[b * row_stride + k0 + c] = lu_leaf_update(v[b], l[b], u, lw);
         }
       }
       // the last batch: rows i0 + b * nsg below m only
@@ -691,13 +696,11 @@ template <typename T>
         const long i = i0 + b * long(nsg);
         if (i < m) {
           device T* ri = A + i * n;
-          T x = ri[k0 + c];
+          T l[kLuLeaf];
           for (int q = 0; q < kLuLeaf; ++q) {
-            if (q < lw) {
-              x = sub_mul(x, ri[r0 + q], u[q]);
-            }
+            l[q] = q < lw ? ri[r0 + q] : zero<T>();
           }
-          ri[k0 + c] = x;
+          ri[k0 + c] = lu_leaf_update(ri[k0 + c], l, u, lw);
         }
       }
     }

@@ -131,7 +131,8 @@ def _blocked_steps(n: int, batch: int, block: int) -> tuple:
     """The blocked factorization's steps for order ``n`` (shapes only, so computed once): per
     block (k0, w, whether chol_potf2 factors its diagonal block, and the (params, grid) of its
     trsm_diag and chol_update launches, None for the last block). The parameters are packed
-    here once: at n = 1024 packing them took about a sixth of the call's host time."""
+    here once: at n = 1024 a call took 1.42 ms of host time packing them at every call, 0.83
+    ms with them packed once (an H200's host, benchmarks/results/h200_round10.md)."""
     fused = block == NEXT_BLOCK
     steps = []
     for k0 in range(0, n, block):
