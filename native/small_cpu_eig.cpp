@@ -1534,6 +1534,128 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   its = (iw == iprev) ? its + 1 : splat_i(0);
   itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
+  vf cc2 = -(h00 + h11 + h22);
+  vf cm12 = h11 * h22 - h12 * h21;
+  vf cc1 = h00 * h11 - h01 * h10 + h00 * h22 + cm12;
+  vf cc0 = h10 * (h01 * h22 - h02 * h21) - h00 * cm12;
+  vf cub = vabs(h00) + vabs(h01) + vabs(h02);
+  cub = (vabs(h10) + vabs(h11) + vabs(h12) > cub) ? vabs(h10) + vabs(h11) + vabs(h12) : cub;
+  cub = (vabs(h21) + vabs(h22) > cub) ? vabs(h21) + vabs(h22) : cub;
+  vf cxi = cc2 * -0.3333333333333333f;
+  vi cbelow = ((cxi + cc2) * cxi + cc1) * cxi + cc0 <= 0.0f;
+  vf cx = cbelow ? cub : -cub;
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  vf cb = (cc2 + cx) * 0.5f;
+  vf cc = cc1 + cx * (cc2 + cx);
+  vf cdisc = cb * cb - cc;
+  vf crt = vsqrt(vabs(cdisc));
+  vi cpair = cdisc < 0.0f;
+  vf ctr = (h11 + h22) * 0.5f;
+  vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
+  vf crt2 = vsqrt(vabs(cdet));
+  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
+  vf csr = (cdet >= 0.0f) ? ctr : cnear;
+  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf cla = cx;
+  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  {
+    vf cr = -cb + crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  {
+    vf cr = -cb - crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vf creal = cpair ? clm ? cx : -cb : cla;
+  vf cs1r = creal;
+  vf cs2r = creal;
+  vf cs1i = (cpair & ~clm) ? crt : splat_f(0.0f);
+  vf cs2i = (cpair & ~clm) ? -crt : splat_f(0.0f);
+  vi cfirst = splat_i(1);
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
@@ -1571,6 +1693,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vf s2r = (cpx ? tr : near) * shs;
       vf s1i = cpx ? rtdisc * shs : splat_f(0.0f);
       vf s2i = cpx ? -(rtdisc * shs) : splat_f(0.0f);
+      s1r = cfirst ? cs1r : s1r;
+      s1i = cfirst ? cs1i : s1i;
+      s2r = cfirst ? cs2r : s2r;
+      s2i = cfirst ? cs2i : s2i;
       vf f00 = h00;
       vf f01 = h01;
       vf f10 = h10;
@@ -1744,6 +1870,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
+      cfirst = splat_i(0);
     }
     if (!vany(more)) break;
   }
@@ -2156,6 +2283,128 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   its = (iw == iprev) ? its + 1 : splat_i(0);
   itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
+  vf cc2 = -(h00 + h11 + h22);
+  vf cm12 = h11 * h22 - h12 * h21;
+  vf cc1 = h00 * h11 - h01 * h10 + h00 * h22 + cm12;
+  vf cc0 = h10 * (h01 * h22 - h02 * h21) - h00 * cm12;
+  vf cub = vabs(h00) + vabs(h01) + vabs(h02);
+  cub = (vabs(h10) + vabs(h11) + vabs(h12) > cub) ? vabs(h10) + vabs(h11) + vabs(h12) : cub;
+  cub = (vabs(h21) + vabs(h22) > cub) ? vabs(h21) + vabs(h22) : cub;
+  vf cxi = cc2 * -0.3333333333333333f;
+  vi cbelow = ((cxi + cc2) * cxi + cc1) * cxi + cc0 <= 0.0f;
+  vf cx = cbelow ? cub : -cub;
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  vf cb = (cc2 + cx) * 0.5f;
+  vf cc = cc1 + cx * (cc2 + cx);
+  vf cdisc = cb * cb - cc;
+  vf crt = vsqrt(vabs(cdisc));
+  vi cpair = cdisc < 0.0f;
+  vf ctr = (h11 + h22) * 0.5f;
+  vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
+  vf crt2 = vsqrt(vabs(cdet));
+  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
+  vf csr = (cdet >= 0.0f) ? ctr : cnear;
+  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf cla = cx;
+  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  {
+    vf cr = -cb + crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  {
+    vf cr = -cb - crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vf creal = cpair ? clm ? cx : -cb : cla;
+  vf cs1r = creal;
+  vf cs2r = creal;
+  vf cs1i = (cpair & ~clm) ? crt : splat_f(0.0f);
+  vf cs2i = (cpair & ~clm) ? -crt : splat_f(0.0f);
+  vi cfirst = splat_i(1);
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
@@ -2193,6 +2442,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vf s2r = (cpx ? tr : near) * shs;
       vf s1i = cpx ? rtdisc * shs : splat_f(0.0f);
       vf s2i = cpx ? -(rtdisc * shs) : splat_f(0.0f);
+      s1r = cfirst ? cs1r : s1r;
+      s1i = cfirst ? cs1i : s1i;
+      s2r = cfirst ? cs2r : s2r;
+      s2i = cfirst ? cs2i : s2i;
       vf f00 = h00;
       vf f01 = h01;
       vf f10 = h10;
@@ -2366,6 +2619,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
+      cfirst = splat_i(0);
     }
     if (!vany(more)) break;
   }
@@ -2802,6 +3056,128 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   its = (iw == iprev) ? its + 1 : splat_i(0);
   itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
+  vf cc2 = -(h00 + h11 + h22);
+  vf cm12 = h11 * h22 - h12 * h21;
+  vf cc1 = h00 * h11 - h01 * h10 + h00 * h22 + cm12;
+  vf cc0 = h10 * (h01 * h22 - h02 * h21) - h00 * cm12;
+  vf cub = vabs(h00) + vabs(h01) + vabs(h02);
+  cub = (vabs(h10) + vabs(h11) + vabs(h12) > cub) ? vabs(h10) + vabs(h11) + vabs(h12) : cub;
+  cub = (vabs(h21) + vabs(h22) > cub) ? vabs(h21) + vabs(h22) : cub;
+  vf cxi = cc2 * -0.3333333333333333f;
+  vi cbelow = ((cxi + cc2) * cxi + cc1) * cxi + cc0 <= 0.0f;
+  vf cx = cbelow ? cub : -cub;
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  vf cb = (cc2 + cx) * 0.5f;
+  vf cc = cc1 + cx * (cc2 + cx);
+  vf cdisc = cb * cb - cc;
+  vf crt = vsqrt(vabs(cdisc));
+  vi cpair = cdisc < 0.0f;
+  vf ctr = (h11 + h22) * 0.5f;
+  vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
+  vf crt2 = vsqrt(vabs(cdet));
+  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
+  vf csr = (cdet >= 0.0f) ? ctr : cnear;
+  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf cla = cx;
+  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  {
+    vf cr = -cb + crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  {
+    vf cr = -cb - crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vf creal = cpair ? clm ? cx : -cb : cla;
+  vf cs1r = creal;
+  vf cs2r = creal;
+  vf cs1i = (cpair & ~clm) ? crt : splat_f(0.0f);
+  vf cs2i = (cpair & ~clm) ? -crt : splat_f(0.0f);
+  vi cfirst = splat_i(1);
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
@@ -2839,6 +3215,10 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       vf s2r = (cpx ? tr : near) * shs;
       vf s1i = cpx ? rtdisc * shs : splat_f(0.0f);
       vf s2i = cpx ? -(rtdisc * shs) : splat_f(0.0f);
+      s1r = cfirst ? cs1r : s1r;
+      s1i = cfirst ? cs1i : s1i;
+      s2r = cfirst ? cs2r : s2r;
+      s2i = cfirst ? cs2i : s2i;
       vf f00 = h00;
       vf f01 = h01;
       vf f10 = h10;
@@ -3045,6 +3425,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
       itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
+      cfirst = splat_i(0);
     }
     if (!vany(more)) break;
   }
@@ -3914,6 +4295,128 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   its = (iw == iprev) ? its + 1 : splat_i(0);
   itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
   iprev = iw;
+  vf cc2 = -(h00 + h11 + h22);
+  vf cm12 = h11 * h22 - h12 * h21;
+  vf cc1 = h00 * h11 - h01 * h10 + h00 * h22 + cm12;
+  vf cc0 = h10 * (h01 * h22 - h02 * h21) - h00 * cm12;
+  vf cub = vabs(h00) + vabs(h01) + vabs(h02);
+  cub = (vabs(h10) + vabs(h11) + vabs(h12) > cub) ? vabs(h10) + vabs(h11) + vabs(h12) : cub;
+  cub = (vabs(h21) + vabs(h22) > cub) ? vabs(h21) + vabs(h22) : cub;
+  vf cxi = cc2 * -0.3333333333333333f;
+  vi cbelow = ((cxi + cc2) * cxi + cc1) * cxi + cc0 <= 0.0f;
+  vf cx = cbelow ? cub : -cub;
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  {
+    vf cp = ((cx + cc2) * cx + cc1) * cx + cc0;
+    vf cdp = (3.0f * cx + 2.0f * cc2) * cx + cc1;
+    vf cst = cp / ((cdp == 0.0f) ? splat_f(1.0f) : cdp);
+    vf cnx = cx - ((cdp == 0.0f) ? splat_f(0.0f) : cst);
+    vf cny = (cnx > cub) ? cub : cnx;
+    cx = (cny < -cub) ? -cub : cny;
+  }
+  vf cb = (cc2 + cx) * 0.5f;
+  vf cc = cc1 + cx * (cc2 + cx);
+  vf cdisc = cb * cb - cc;
+  vf crt = vsqrt(vabs(cdisc));
+  vi cpair = cdisc < 0.0f;
+  vf ctr = (h11 + h22) * 0.5f;
+  vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
+  vf crt2 = vsqrt(vabs(cdet));
+  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
+  vf csr = (cdet >= 0.0f) ? ctr : cnear;
+  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf cla = cx;
+  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  {
+    vf cr = -cb + crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  {
+    vf cr = -cb - crt;
+    vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+    cla = (cqr < cqa) ? cr : cla;
+    cqa = (cqr < cqa) ? cqr : cqa;
+  }
+  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vf creal = cpair ? clm ? cx : -cb : cla;
+  vf cs1r = creal;
+  vf cs2r = creal;
+  vf cs1i = (cpair & ~clm) ? crt : splat_f(0.0f);
+  vf cs2i = (cpair & ~clm) ? -crt : splat_f(0.0f);
+  vi cfirst = splat_i(1);
   for (int sweep = 0; sweep < 120; ++sweep) {
     vi more = splat_i(0);
     {
@@ -3951,6 +4454,10 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       vf s2r = (cpx ? tr : near) * shs;
       vf s1i = cpx ? rtdisc * shs : splat_f(0.0f);
       vf s2i = cpx ? -(rtdisc * shs) : splat_f(0.0f);
+      s1r = cfirst ? cs1r : s1r;
+      s1i = cfirst ? cs1i : s1i;
+      s2r = cfirst ? cs2r : s2r;
+      s2i = cfirst ? cs2i : s2i;
       vf f00 = h00;
       vf f01 = h01;
       vf f10 = h10;
@@ -4157,6 +4664,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
       itp = (iw == iprev) ? (itp == 19) ? splat_i(0) : itp + 1 : splat_i(0);
       iprev = iw;
       more = more | act;
+      cfirst = splat_i(0);
     }
     if (!vany(more)) break;
   }
