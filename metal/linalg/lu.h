@@ -88,6 +88,9 @@ struct LuParams {
   long ncols;  // lu_panel: columns [k0, k0 + ncols) that interchanges and updates extend over
   long cb;     // lu_swap_trsm, lu_update: the window of columns [cb, ce) they cover: the whole
   long ce;     // matrix for a panel, the panel's own columns for a leaf inside it
+  long rows16; // lu_panel: 1 when every row of every matrix starts on a 16-byte boundary (the
+               // host's word: the buffer's alignment and n * sizeof(T) % 16 == 0), so that a
+               // leaf's entries of a row load and store as whole 16-byte vectors
 };
 
 // lu_small: rows of one column a thread holds in registers (a "chunk"); a matrix of m rows
@@ -175,6 +178,57 @@ inline void lu_swap_slots(thread const long* rows, thread T* vals, long count) {
   }
 }
 
+// A row's kLuLeaf leaf entries at p (16-byte aligned where `whole`, which also says that lw =
+// kLuLeaf) into out[], zeros past lw: as kLuLeaf * sizeof(T) / 16 vector loads where whole, an
+// entry at a time otherwise. In lu_panel's passes every lane loads the multipliers of the rows
+// it updates: entry by entry they were most of its global-memory instructions, and the pass
+// waited on their issue queue (NVIDIA's profiler, through the CUDA executor: lg_throttle and
+// long_scoreboard stalls, round 11).
+inline void lu_split16(float4 v, thread float* out) {
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+inline void lu_split16(float4 v, thread float2* out) {
+  out[0] = v.xy;
+  out[1] = v.zw;
+}
+inline float4 lu_join16(thread const float* in) { return float4(in[0], in[1], in[2], in[3]); }
+inline float4 lu_join16(thread const float2* in) { return float4(in[0], in[1]); }
+
+template <typename T>
+inline void lu_load_leaf_row(device const T* p, thread T* out, long lw, bool whole) {
+  constexpr int kPer16 = 16 / int(sizeof(T));  // entries a 16-byte vector holds
+  static_assert(kLuLeaf % kPer16 == 0, "a leaf row is whole vectors");
+  if (whole) {
+    for (int v = 0; v < kLuLeaf / kPer16; ++v) {
+      lu_split16(reinterpret_cast<device const float4*>(p)[v], out + v * kPer16);
+    }
+  } else {
+    for (int q = 0; q < kLuLeaf; ++q) {
+      out[q] = q < lw ? p[q] : zero<T>();
+    }
+  }
+}
+
+// The store of lu_load_leaf_row's entries (lw of them).
+template <typename T>
+inline void lu_store_leaf_row(device T* p, thread const T* in, long lw, bool whole) {
+  constexpr int kPer16 = 16 / int(sizeof(T));
+  if (whole) {
+    for (int v = 0; v < kLuLeaf / kPer16; ++v) {
+      reinterpret_cast<device float4*>(p)[v] = lu_join16(in + v * kPer16);
+    }
+  } else {
+    for (int q = 0; q < kLuLeaf; ++q) {
+      if (q < lw) {
+        p[q] = in[q];
+      }
+    }
+  }
+}
+
 // x - sum_q l[q] u[q] over the leaf's lw columns, in column order (getf2's order for one entry).
 template <typename T>
 inline T lu_leaf_update(T x, thread const T* l, thread const T* u, long lw) {
@@ -249,9 +303,9 @@ inline void lu_small_put(thread T* x, int slot, T v) {
 template <typename T, int S>
 inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m, long n, long k0,
                          long r0, long lw, long batch, long nthreads, uint tid, uint lane,
-                         uint sg, uint nsg, int first_zero, threadgroup KeyIndex* cand_at,
-                         threadgroup T* cand_row, threadgroup T* rrow,
-                         threadgroup int* leaf_piv) {
+                         uint sg, uint nsg, int first_zero, bool whole,
+                         threadgroup KeyIndex* cand_at, threadgroup T* cand_row,
+                         threadgroup T* rrow, threadgroup int* leaf_piv) {
   static_assert(S >= 1 && S <= kLuRowsPerThread, "the rows a thread holds");
   // This thread's rows (int like the pivot rows: a row index fits one), which of them are rows
   // of the matrix at or below r0, and the leaf's columns of those rows.
@@ -263,9 +317,13 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
     const long i = k0 + long(tid) + s * nthreads;
     rows[s] = int(i);
     live[s] = i >= r0 && i < m;
+    if (live[s]) {
+      lu_load_leaf_row(A + i * n + r0, x[s], lw, whole);
+    } else {
 #pragma unroll
-    for (int q = 0; q < kLuLeaf; ++q) {
-      x[s][q] = (live[s] && q < lw) ? A[i * n + r0 + q] : zero<T>();
+      for (int q = 0; q < kLuLeaf; ++q) {
+        x[s][q] = zero<T>();
+      }
     }
   }
 
@@ -387,12 +445,7 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     if (live[s]) {
-#pragma unroll
-      for (int q = 0; q < kLuLeaf; ++q) {
-        if (q < lw) {
-          A[long(rows[s]) * n + r0 + q] = x[s][q];
-        }
-      }
+      lu_store_leaf_row(A + long(rows[s]) * n + r0, x[s], lw, whole);
     }
   }
   return first_zero;
@@ -582,24 +635,26 @@ template <typename T>
   for (long leaf0 = 0; leaf0 < w; leaf0 += kLuLeaf) {
     const long lw = (w - leaf0 < kLuLeaf) ? w - leaf0 : long(kLuLeaf);
     const long r0 = k0 + leaf0;  // first row and column of the leaf
+    // a row's leaf entries are whole aligned vectors
+    const bool whole = p_.rows16 != 0 && lw == kLuLeaf && r0 % kLuLeaf == 0;
     // The leaf's steps for the fewest slots that hold this thread's rows (a uniform branch: the
     // barriers inside stay matched).
     if (held <= 1) {
       first_zero = lu_panel_leaf<T, 1>(
           A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
-          cand_at, cand_row, rrow, leaf_piv);
+          whole, cand_at, cand_row, rrow, leaf_piv);
     } else if (held <= 2) {
       first_zero = lu_panel_leaf<T, 2>(
           A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
-          cand_at, cand_row, rrow, leaf_piv);
+          whole, cand_at, cand_row, rrow, leaf_piv);
     } else if (held <= kLuRowsPerThread / 2) {
       first_zero = lu_panel_leaf<T, kLuRowsPerThread / 2>(
           A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
-          cand_at, cand_row, rrow, leaf_piv);
+          whole, cand_at, cand_row, rrow, leaf_piv);
     } else {
       first_zero = lu_panel_leaf<T, kLuRowsPerThread>(
           A, piv, info, m, n, k0, r0, lw, batch, nthreads, tid, lane, sg, nsg, first_zero,
-          cand_at, cand_row, rrow, leaf_piv);
+          whole, cand_at, cand_row, rrow, leaf_piv);
     }
     threadgroup_barrier(both);
 
@@ -618,8 +673,12 @@ template <typename T>
         for (int q = 0; q < kLuLeaf; ++q) {
           rows[q] = q < lw ? r0 + q : -1;
           rows[kLuLeaf + q] = q < lw ? long(leaf_piv[q]) : -1;
-          for (int j = 0; j < kLuLeaf; ++j) {
-            lmat[q][j] = (c >= right0 && j < q && q < lw) ? A[(r0 + q) * n + r0 + j] : zero<T>();
+          if (c >= right0 && q < lw) {  // L11's row q: its entries left of the diagonal
+            lu_load_leaf_row(A + (r0 + q) * n + r0, lmat[q], q, whole);
+          } else {
+            for (int j = 0; j < kLuLeaf; ++j) {
+              lmat[q][j] = zero<T>();
+            }
           }
         }
         for (int t = 0; t < 2 * kLuLeaf; ++t) {
@@ -681,10 +740,7 @@ template <typename T>
         for (int b = 0; b < kLuUpdateBatch; ++b) {
           device const T* rb = row + b * row_stride;
           v[b] = rb[k0 + c];
-#pragma unroll
-          for (int q = 0; q < kLuLeaf; ++q) {
-            l[b][q] = q < lw ? rb[r0 + q] : zero<T>();
-          }
+          lu_load_leaf_row(rb + r0, l[b], lw, whole);
         }
 #pragma unroll
         for (int b = 0; b < kLuUpdateBatch; ++b) {
@@ -697,9 +753,7 @@ template <typename T>
         if (i < m) {
           device T* ri = A + i * n;
           T l[kLuLeaf];
-          for (int q = 0; q < kLuLeaf; ++q) {
-            l[q] = q < lw ? ri[r0 + q] : zero<T>();
-          }
+          lu_load_leaf_row(ri + r0, l, lw, whole);
           ri[k0 + c] = lu_leaf_update(ri[k0 + c], l, u, lw);
         }
       }

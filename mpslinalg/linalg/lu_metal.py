@@ -69,9 +69,18 @@ def _check(fn: str, **tensors: torch.Tensor) -> None:
 
 
 def _lu_params(m: int, n: int, k0: int, w: int, ncols: int, cb: int = 0,
-               ce: int | None = None) -> list[int]:
+               ce: int | None = None, rows16: bool = False) -> list[int]:
     return metal_params.pack(_LU_HEADER, "LuParams", m=m, n=n, k0=k0, w=w, ncols=ncols, cb=cb,
-                             ce=n if ce is None else ce)
+                             ce=n if ce is None else ce, rows16=int(rows16))
+
+
+def _rows16(LU: torch.Tensor) -> bool:
+    """Whether every row of the contiguous ``LU`` starts on a 16-byte boundary (lu_panel then
+    loads a leaf's entries of a row as whole vectors): a row's bytes a multiple of 16, and the
+    tensor at a multiple of 16 bytes from its storage's start, which every allocator aligns
+    further (a fresh clone starts there)."""
+    size = LU.element_size()
+    return (LU.shape[-1] * size) % 16 == 0 and (LU.storage_offset() * size) % 16 == 0
 
 
 def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
@@ -130,19 +139,20 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
                metal_params.pack(_LU_HEADER, "LuSmallParams", m=m, n=n, chunks=chunks),
                threads=[threads, batch], group_size=[threads, 1])
         return LU, pivots, info
+    rows16 = _rows16(LU)
     if n <= PANEL_MAX_COLS:
-        _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n), m, batch, fn)
+        _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n, rows16=rows16), m, batch, fn)
         return LU, pivots, info
 
     swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", A.dtype, A.device, fn=fn)
     update = _metal.kernel(_LU_SOURCE, "lu_update", A.dtype, A.device, fn=fn)
     for k0 in range(0, kmax, PANEL_WIDTH):
         w = min(PANEL_WIDTH, kmax - k0)
-        params = _lu_params(m, n, k0, w, w)
+        params = _lu_params(m, n, k0, w, w, rows16=rows16)
         if PANEL_LEAF >= w or m - k0 <= LEAF_MIN_ROWS:
             _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
         else:
-            _leaves(LU, pivots, info_flat, m, n, k0, w, batch, swap_trsm, update, fn)
+            _leaves(LU, pivots, info_flat, m, n, k0, w, batch, swap_trsm, update, rows16, fn)
         # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
         launch(swap_trsm, LU, pivots, params,
                 threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
@@ -153,7 +163,7 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
     return LU, pivots, info
 
 
-def _leaves(LU, pivots, info, m, n, k0, w, batch, swap_trsm, update, fn) -> None:
+def _leaves(LU, pivots, info, m, n, k0, w, batch, swap_trsm, update, rows16, fn) -> None:
     """The panel [k0, k0 + w) right-looking by leaves of PANEL_LEAF columns: per leaf, lu_panel
     on the leaf alone, then lu_swap_trsm and lu_update windowed to the panel's columns (the
     leaf's interchanges on the panel's other columns, its U rows and its rank update of the
@@ -161,7 +171,7 @@ def _leaves(LU, pivots, info, m, n, k0, w, batch, swap_trsm, update, fn) -> None
     a leaf's columns."""
     for j0 in range(k0, k0 + w, PANEL_LEAF):
         lw = min(PANEL_LEAF, k0 + w - j0)
-        params = _lu_params(m, n, j0, lw, lw, k0, k0 + w)
+        params = _lu_params(m, n, j0, lw, lw, k0, k0 + w, rows16)
         _panel(LU, pivots, info, params, m - j0, batch, fn)
         if w > lw:
             launch(swap_trsm, LU, pivots, params,
