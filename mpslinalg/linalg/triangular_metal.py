@@ -79,7 +79,7 @@ INVERSE_MIN_BLOCK: int | None = None
 #: at most this many rows: the whole block up to 256 (MAX_BLOCK), one trsm_diag launch for all
 #: the blocks and their bs right-hand sides together (its 36 staged tiles at bs = 256 once per
 #: solve, over ceil(n / bs) * batch * bs / 4 threadgroups), where inverse_lower's own
-#: block_rows(256) = 32 takes 15 launches (8 trsm_diag of one tile, 7 updates of depth 32).
+#: blocks of 32 rows took 15 launches (8 trsm_diag of one tile, 7 updates of depth 32).
 #: Chosen for fewer launches. On the H200 at 4096^2 (h200_round7.md, call 2) the whole solve
 #: took 1072 us this way against 1229 us inverting by 32-row blocks with one right-hand side
 #: (where the 14 launches more cost the host more than they save the device: 788 against 701
@@ -87,8 +87,8 @@ INVERSE_MIN_BLOCK: int | None = None
 INVERSE_TRTRI_BLOCK = 256
 
 #: The blocked solve's diagonal blocks (`block_rows`): the fewest rows, a multiple of BLOCK,
-#: giving at most BLOCK_STEPS blocks, and at most MAX_BLOCK rows; 32 up to n = 512 (the blocked
-#: solve at its smallest orders is unchanged), 64 to 1024, 128 to 2048, 256 from there on. A
+#: giving at most BLOCK_STEPS blocks, and at most MAX_BLOCK rows: 64 at n = 256, 128 at 512,
+#: 256 from 897 on (with BLOCK_STEPS = 16 before: 32 up to 512, 64 to 1024, 128 to 2048). A
 #: solve is 2 ceil(n / bs) - 1 launches: at n = 4096 with bs = 32 its 255 launches of ~10-20 us
 #: each, not its work (a GEMM of n^2 k / 2 multiply-adds), set its time on the H200 through the
 #: CUDA executor (4.9 ms against cuBLAS's 1.2 ms with 64 right-hand sides). A larger bs moves a
@@ -104,9 +104,13 @@ INVERSE_TRTRI_BLOCK = 256
 #: H200 at 4096^2 (bench_cuda_executor.py --sections trsm --trsm-blocks rule,128,512;
 #: h200_round7.md, call 1, before the tile product fetched a step's entries together) the
 #: blocked solve took 2146 / 2284 / 2573 us with 128 / 256 / 512-row blocks for 64 right-hand
-#: sides and 1807 / 1892 / 2218 us for one: 128 rows was 5-6% faster there; trsm_diag has
-#: changed since (call 3) and other orders were not timed again, so the rule stays.
-BLOCK_STEPS = 16
+#: sides and 1807 / 1892 / 2218 us for one: 128 rows was 5-6% faster there. Later
+#: (h200_round11.md, call 5: lu_solve_metal alone, both triangular solves, interleaved) the
+#: launches set the time below 4096: with BLOCK_STEPS 16 / 8 / 4 at n = 1024, 775 / 613 / 585
+#: us with one right-hand side and 749 / 636 / 606 with 64; at 2048, 1208 / 1170 / 1169 and
+#: 1304 / 1245 / 1239; at 4096 (256 rows in each) within 1%. Hence 4 (orders below 1024 were
+#: not timed; there too it cuts launches, 31 -> 7 at n = 512, for a longer trsm_diag chain).
+BLOCK_STEPS = 4
 MAX_BLOCK = 256
 
 

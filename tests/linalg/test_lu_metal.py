@@ -229,6 +229,23 @@ def test_factor_lane_order_independent(n, dtype, monkeypatch):
         assert torch.equal(r, o)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m, n", [(700, 40), (300, 100), (70, 70)])
+def test_factor_vector_rows_same_bits(m, n, dtype, monkeypatch):
+    """lu_panel's 16-byte loads and stores of a row's leaf entries (rows aligned: n * size a
+    multiple of 16) give the bits of the entry-by-entry path; the host grants them only where
+    rows are aligned."""
+    A = random_matrix(n, dtype, batch=(2,), seed=12, m=m)
+    assert _lu_metal._rows16(A.clone()) == (n * A.element_size() % 16 == 0)
+    shifted = torch.empty(2 * m * n + 1, dtype=dtype)[1:].view(2, m, n)  # one entry off
+    assert not _lu_metal._rows16(shifted)
+    vec = _lu_metal.lu_factor_metal(A)
+    monkeypatch.setattr(_lu_metal, "_rows16", lambda LU: False)
+    scalar = _lu_metal.lu_factor_metal(A)
+    for v, s in zip(vec, scalar, strict=True):
+        assert torch.equal(v, s)
+
+
 # ---------------------------------------------------------------- solve
 
 def _solve_case(n, k, dtype, left, adjoint, device, batch=(2,)):
@@ -342,14 +359,14 @@ def test_triangular_constants_mirror_header():
 @pytest.mark.parametrize("n", [1, 31, 256, 512, 513, 1000, 1024, 1025, 2048, 4096, 8192, 10000])
 def test_block_rows_rule(n):
     """The blocked solve's diagonal blocks: the smallest multiple of BLOCK giving at most
-    BLOCK_STEPS blocks, capped at MAX_BLOCK (32 rows up to 512, 256 from 2049 on)."""
+    BLOCK_STEPS blocks, capped at MAX_BLOCK (64 rows at 256, 128 at 512, 256 from 897 on)."""
     from mpslinalg.linalg import triangular_metal as tm
 
     bs = tm.block_rows(n)
     assert bs % tm.BLOCK == 0 and tm.BLOCK <= bs <= tm.MAX_BLOCK
     assert bs == tm.MAX_BLOCK or math.ceil(n / bs) <= tm.BLOCK_STEPS
     assert bs == tm.BLOCK or math.ceil(n / (bs - tm.BLOCK)) > tm.BLOCK_STEPS
-    assert bs == {256: 32, 512: 32, 1024: 64, 2048: 128, 4096: 256}.get(n, bs)
+    assert bs == {256: 64, 512: 128, 513: 160, 1024: 256, 2048: 256, 4096: 256}.get(n, bs)
 
 
 def _force_block_rows(monkeypatch, bs: int) -> None:
