@@ -474,15 +474,16 @@ def test_inverse_lu_solve_keeps_interchanges_blocked(adjoint, dtype, monkeypatch
 
 def test_inverse_rule(monkeypatch):
     """`use_inverse`: nowhere as measured (INVERSE_MIN_BLOCK None); with INVERSE_MIN_BLOCK set,
-    diagonal blocks of that many rows whatever the right-hand sides (256: 4096^2 yes, 2048^2
-    no); a gated solve never takes it."""
+    diagonal blocks of that many rows whatever the right-hand sides (256: 4096^2 yes, 512^2
+    no, its blocks being 128 rows); a gated solve never takes it."""
     from mpslinalg.linalg import triangular_metal as tm
 
     assert tm.INVERSE_MIN_BLOCK is None
     assert not any(tm.use_inverse(n, k) for n in (256, 4096, 16384) for k in (1, 64))
     monkeypatch.setattr(tm, "INVERSE_MIN_BLOCK", 256)
     assert tm.use_inverse(4096, 1) and tm.use_inverse(4096, 64) and tm.use_inverse(8192, 1000)
-    assert not tm.use_inverse(2048, 1) and not tm.use_inverse(2048, 64)
+    assert tm.block_rows(512) < 256
+    assert not tm.use_inverse(512, 1) and not tm.use_inverse(512, 64)
     assert tm.substitution_kind(4096, 64) == "blocked" and tm.substitution_kind(100, 2) == "trsv"
     assert tm.substitution_kind(100, 2, gated=True) == "blocked"
     # the rule as _solve_left applies it (forced at small n): by launches
