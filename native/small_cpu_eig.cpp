@@ -1631,12 +1631,16 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vi cpair = cdisc < 0.0f;
   vf ctr = (h11 + h22) * 0.5f;
   vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
-  vf crt2 = vsqrt(vabs(cdet));
-  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
-  vf csr = (cdet >= 0.0f) ? ctr : cnear;
-  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf crtdisc = vsqrt(vabs(cdet));
+  vi ccpx = cdet >= 0.0f;
+  vf cr1 = ctr + crtdisc;
+  vf cr2 = ctr - crtdisc;
+  vf cnear = (vabs(cr1 - h22) <= vabs(cr2 - h22)) ? cr1 : cr2;
+  vf csr = ccpx ? ctr : cnear;
+  vf csi = ccpx ? crtdisc : splat_f(0.0f);
+  vf cqmu = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
   vf cla = cx;
-  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  vf cqa = cqmu;
   {
     vf cr = -cb + crt;
     vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
@@ -1649,7 +1653,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     cla = (cqr < cqa) ? cr : cla;
     cqa = (cqr < cqa) ? cqr : cqa;
   }
-  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vi clm = cqmu < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
   vf creal = cpair ? clm ? cx : -cb : cla;
   vf cs1r = creal;
   vf cs2r = creal;
@@ -2380,12 +2384,16 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vi cpair = cdisc < 0.0f;
   vf ctr = (h11 + h22) * 0.5f;
   vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
-  vf crt2 = vsqrt(vabs(cdet));
-  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
-  vf csr = (cdet >= 0.0f) ? ctr : cnear;
-  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf crtdisc = vsqrt(vabs(cdet));
+  vi ccpx = cdet >= 0.0f;
+  vf cr1 = ctr + crtdisc;
+  vf cr2 = ctr - crtdisc;
+  vf cnear = (vabs(cr1 - h22) <= vabs(cr2 - h22)) ? cr1 : cr2;
+  vf csr = ccpx ? ctr : cnear;
+  vf csi = ccpx ? crtdisc : splat_f(0.0f);
+  vf cqmu = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
   vf cla = cx;
-  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  vf cqa = cqmu;
   {
     vf cr = -cb + crt;
     vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
@@ -2398,7 +2406,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     cla = (cqr < cqa) ? cr : cla;
     cqa = (cqr < cqa) ? cqr : cqa;
   }
-  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vi clm = cqmu < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
   vf creal = cpair ? clm ? cx : -cb : cla;
   vf cs1r = creal;
   vf cs2r = creal;
@@ -3153,12 +3161,16 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
   vi cpair = cdisc < 0.0f;
   vf ctr = (h11 + h22) * 0.5f;
   vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
-  vf crt2 = vsqrt(vabs(cdet));
-  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
-  vf csr = (cdet >= 0.0f) ? ctr : cnear;
-  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf crtdisc = vsqrt(vabs(cdet));
+  vi ccpx = cdet >= 0.0f;
+  vf cr1 = ctr + crtdisc;
+  vf cr2 = ctr - crtdisc;
+  vf cnear = (vabs(cr1 - h22) <= vabs(cr2 - h22)) ? cr1 : cr2;
+  vf csr = ccpx ? ctr : cnear;
+  vf csi = ccpx ? crtdisc : splat_f(0.0f);
+  vf cqmu = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
   vf cla = cx;
-  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  vf cqa = cqmu;
   {
     vf cr = -cb + crt;
     vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
@@ -3171,7 +3183,7 @@ MPSL_VECTOR_TYPES(float, int, 0x7fffffff, 4, )
     cla = (cqr < cqa) ? cr : cla;
     cqa = (cqr < cqa) ? cqr : cqa;
   }
-  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vi clm = cqmu < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
   vf creal = cpair ? clm ? cx : -cb : cla;
   vf cs1r = creal;
   vf cs2r = creal;
@@ -4392,12 +4404,16 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
   vi cpair = cdisc < 0.0f;
   vf ctr = (h11 + h22) * 0.5f;
   vf cdet = (h11 - ctr) * (h22 - ctr) - h12 * h21;
-  vf crt2 = vsqrt(vabs(cdet));
-  vf cnear = (vabs(ctr + crt2 - h22) <= vabs(ctr - crt2 - h22)) ? ctr + crt2 : ctr - crt2;
-  vf csr = (cdet >= 0.0f) ? ctr : cnear;
-  vf csi = (cdet >= 0.0f) ? crt2 : splat_f(0.0f);
+  vf crtdisc = vsqrt(vabs(cdet));
+  vi ccpx = cdet >= 0.0f;
+  vf cr1 = ctr + crtdisc;
+  vf cr2 = ctr - crtdisc;
+  vf cnear = (vabs(cr1 - h22) <= vabs(cr2 - h22)) ? cr1 : cr2;
+  vf csr = ccpx ? ctr : cnear;
+  vf csi = ccpx ? crtdisc : splat_f(0.0f);
+  vf cqmu = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
   vf cla = cx;
-  vf cqa = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
+  vf cqa = cqmu;
   {
     vf cr = -cb + crt;
     vf cqr = ((cr - csr) * (cr - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cr - csr) * (cr - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi));
@@ -4410,7 +4426,7 @@ __attribute__((target("avx2"))) __attribute__((noinline)) static void block(cons
     cla = (cqr < cqa) ? cr : cla;
     cqa = (cqr < cqa) ? cqr : cqa;
   }
-  vi clm = ((cx - csr) * (cx - csr) + (splat_f(0.0f) - csi) * (splat_f(0.0f) - csi)) * ((cx - csr) * (cx - csr) + (splat_f(0.0f) + csi) * (splat_f(0.0f) + csi)) < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
+  vi clm = cqmu < ((-cb - csr) * (-cb - csr) + (crt - csi) * (crt - csi)) * ((-cb - csr) * (-cb - csr) + (crt + csi) * (crt + csi));
   vf creal = cpair ? clm ? cx : -cb : cla;
   vf cs1r = creal;
   vf cs2r = creal;

@@ -460,7 +460,6 @@ class profile:  # noqa: N801 - a context manager named like a function, as torch
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 _CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
-_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 # geometries kept per kernel: a host loop over a few sizes fits; a size per call starts over
 _GEOMETRY_CACHE_SIZE = 256
@@ -499,11 +498,10 @@ class Kernel(library.Kernel):
             "cuFuncGetAttribute",
         )
         super().__init__(info, max_threads, v.value)
-        regs, local = ctypes.c_int(), ctypes.c_int()
-        for attr, out in ((_CU_FUNC_ATTRIBUTE_NUM_REGS, regs),
-                          (_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, local)):
-            drv.check(drv.lib.cuFuncGetAttribute(ctypes.byref(out), attr, func),
-                      "cuFuncGetAttribute")
+        local = ctypes.c_int()
+        drv.check(drv.lib.cuFuncGetAttribute(ctypes.byref(local),
+                                              _CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, func),
+                  "cuFuncGetAttribute")
         # whether ptxas ran short of registers at the kernel's own launch bound: local memory
         # (spills, or arrays indexed at run time). Not only where every register of the bound
         # is used: ptxas can stop short of it and spill (sm_90, 1024 threads: lu_panel_float32

@@ -1470,9 +1470,9 @@ _EIG_KEXSH = 10
 #: dlanv2's threshold factor on eps for real eigenvalues of a 2 x 2 block.
 _DLANV2_MULTPL = 4.0
 
-#: Newton steps on the characteristic cubic of a 3 x 3 Hessenberg matrix (its largest real
-#: root, from the infinity norm down; see `_emit_cubic_shifts`): near a simple root the error
-#: squares each step, and from the start at most a few steps of a factor 2/3 come first.
+#: Newton steps on the characteristic cubic of a 3 x 3 Hessenberg matrix (a real root, from
+#: +-||H||_inf; see `_emit_cubic_shifts`): near a simple root the error squares each step, and
+#: from the start a few steps of about a factor 2/3 come first.
 _EIG_CUBIC_NEWTON = 10
 
 
@@ -1615,6 +1615,21 @@ def _emit_hessenberg(dl: Dialect, n: int, want_z: bool) -> None:
             _emit_reflect(dl, n, rows, tau, v, range(k + 1, n), range(n), want_z)
 
 
+def _emit_trailing_eigs(dl: Dialect, h11: Expr, h12: Expr, h21: Expr, h22: Expr,
+                        p: str) -> tuple[Var, Var, Var, Var]:
+    """dlahqr's reading of the 2 x 2 [[h11, h12], [h21, h22]] (its variables prefixed ``p``):
+    (tr, rt, cpx, near): complex (or equal) eigenvalues tr +- i rt where cpx, else real ones
+    tr +- rt, near the one nearest h22 (the double shift dlahqr then takes twice)."""
+    tr = dl.declare(REAL, p + "tr", (h11 + h22) * 0.5)
+    det = dl.declare(REAL, p + "det", (h11 - tr) * (h22 - tr) - h12 * h21)
+    rt = dl.declare(REAL, p + "rtdisc", sqrt(abs_(det)))
+    cpx = dl.declare(BOOL, p + "cpx", det >= 0.0)
+    r1 = dl.declare(REAL, p + "r1", tr + rt)
+    r2 = dl.declare(REAL, p + "r2", tr - rt)
+    near = dl.declare(REAL, p + "near", select(abs_(r1 - h22) <= abs_(r2 - h22), r1, r2))
+    return tr, rt, cpx, near
+
+
 def _emit_shifts(dl: Dialect, n: int) -> None:
     """dlahqr's shifts (s1r, s1i, s2r, s2i) of the window's trailing 2 x 2 (exceptional at
     its % 20 == 10 / 0)."""
@@ -1646,13 +1661,7 @@ def _emit_shifts(dl: Dialect, n: int) -> None:
     ss = dl.declare(REAL, "shd", select(s.eq(0.0), 1.0, s))
     for x in (h11, h12, h21, h22):
         dl.assign(x, x / ss)
-    tr = dl.declare(REAL, "tr", (h11 + h22) * 0.5)
-    det = dl.declare(REAL, "det", (h11 - tr) * (h22 - tr) - h12 * h21)
-    rt = dl.declare(REAL, "rtdisc", sqrt(abs_(det)))
-    cpx = dl.declare(BOOL, "cpx", det >= 0.0)
-    r1 = dl.declare(REAL, "r1", tr + rt)
-    r2 = dl.declare(REAL, "r2", tr - rt)
-    near = dl.declare(REAL, "near", select(abs_(r1 - h22) <= abs_(r2 - h22), r1, r2))
+    tr, rt, cpx, near = _emit_trailing_eigs(dl, h11, h12, h21, h22, "")
     dl.declare(REAL, "s1r", select(cpx, tr, near) * s)
     dl.declare(REAL, "s2r", select(cpx, tr, near) * s)
     dl.declare(REAL, "s1i", select(cpx, rt * s, 0.0))
@@ -1721,28 +1730,25 @@ def _emit_cubic_shifts(dl: Dialect) -> None:
     # pair (h10 = 0). (Measured on 8192 random matrices: the order differs from LAPACK's geev,
     # which balances, for 6.4% of them, 2.4% with dlahqr's shifts alone; taking the least two
     # real roots where pi(a) / pi(b) < pi(b) / pi(c) fails gave 8.6% and more sweeps.)
-    tr = dl.declare(REAL, "ctr", (h[1, 1] + h[2, 2]) * 0.5)
-    det2 = dl.declare(REAL, "cdet", (h[1, 1] - tr) * (h[2, 2] - tr) - h[1, 2] * h[2, 1])
-    rt2 = dl.declare(REAL, "crt2", sqrt(abs_(det2)))
-    near = dl.declare(REAL, "cnear", select(abs_(tr + rt2 - h[2, 2]) <= abs_(tr - rt2 - h[2, 2]),
-                                            tr + rt2, tr - rt2))
-    sr = dl.declare(REAL, "csr", select(det2 >= 0.0, tr, near))
-    si = dl.declare(REAL, "csi", select(det2 >= 0.0, rt2, 0.0))
+    tr, rt2, cpx, near = _emit_trailing_eigs(dl, h[1, 1], h[1, 2], h[2, 1], h[2, 2], "c")
+    sr = dl.declare(REAL, "csr", select(cpx, tr, near))
+    si = dl.declare(REAL, "csi", select(cpx, rt2, 0.0))
 
     def pi2(re_: Expr, im_: Expr) -> Expr:  # pi(lambda)^2
         d = re_ - sr
         return (d * d + (im_ - si) * (im_ - si)) * (d * d + (im_ + si) * (im_ + si))
 
     zero = Full(0.0, REAL)
+    qmu = dl.declare(REAL, "cqmu", pi2(x, zero))
     least = dl.declare(REAL, "cla", x)  # the real root of least pi
-    qmin = dl.declare(REAL, "cqa", pi2(x, zero))
+    qmin = dl.declare(REAL, "cqa", qmu)
     for root in (-b + rt, -b - rt):
         with dl.scope():
             r = dl.declare(REAL, "cr", root)
             qr = dl.declare(REAL, "cqr", pi2(r, zero))
             dl.assign(least, select(qr < qmin, r, least))
             dl.assign(qmin, select(qr < qmin, qr, qmin))
-    lone_mu = dl.declare(BOOL, "clm", pi2(x, zero) < pi2(-b, rt))
+    lone_mu = dl.declare(BOOL, "clm", qmu < pi2(-b, rt))
     real1 = dl.declare(REAL, "creal", select(pair, select(lone_mu, x, -b), least))
     dl.declare(REAL, "cs1r", real1)
     dl.declare(REAL, "cs2r", real1)
