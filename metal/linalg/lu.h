@@ -12,7 +12,10 @@
 //                 (metal/common/gemm.h), one threadgroup per 32 x 32 block of A22.
 // A panel of many rows may itself be factored by leaves of a few columns: lu_panel on the leaf
 // alone, then lu_swap_trsm and lu_update restricted to the panel's columns by the window
-// [cb, ce) (the host chooses; mpslinalg/linalg/lu_metal.py). A matrix of at most
+// [cb, ce) (the host chooses; mpslinalg/linalg/lu_metal.py). The same window nests one level up:
+// a large matrix is factored by outer blocks of kLuOuterWidth columns, each by its panels with
+// their interchanges and updates windowed to the block, then one lu_swap_trsm and one lu_update
+// of depth kLuOuterWidth for the rest of the matrix. A matrix of at most
 // kLuPanelMaxCols columns is factored by a single launch: lu_small when the whole matrix fits
 // one threadgroup's registers, else lu_panel with a panel spanning the whole rows.
 //
@@ -43,6 +46,12 @@ namespace mpsl {
 
 // Columns per panel of the blocked factorization (the K of the trailing update).
 constant constexpr int kLuPanelWidth = 32;
+// Columns of an outer block: large matrices are factored by outer blocks of this many columns,
+// each by panels of kLuPanelWidth inside it, so that the trailing update over the whole matrix
+// is a product of depth kLuOuterWidth (a quarter of the passes over A22, each with four times
+// the flops per load) and the interchanges cross the whole matrix once per outer block.
+// lu_swap_trsm solves an outer block's U12 by tiles of kLuPanelWidth rows.
+constant constexpr int kLuOuterWidth = 128;
 // Widest panel one lu_panel launch handles; matrices with at most this many columns are
 // factored by that single launch. Sizes the pivot-row stash in threadgroup memory.
 constant constexpr int kLuPanelMaxCols = 64;
@@ -854,7 +863,11 @@ template <typename T>
 
 // For each column of the window [cb, ce) outside the panel [k0, k0 + w): the panel's row
 // interchanges, in order (laswp); for the columns right of the panel also the unit-lower solve
-// with L11 (trsm). One thread per column; grid: (ce - cb - w, batch).
+// with L11 (trsm). One thread per column; grid: (ce - cb - w, batch). A panel wider than
+// kLuPanelWidth (an outer block, w <= kLuOuterWidth) is solved kLuPanelWidth rows at a time:
+// the rows above a block enter as a product with L11's tiles left of its diagonal tile, then the
+// diagonal tile's forward substitution. Every tile passes through threadgroup memory, so every
+// thread of the group reaches every barrier; threads without a column only stage.
 template <typename T>
 [[kernel]] void lu_swap_trsm(
     device T* a [[buffer(0)]],
@@ -873,63 +886,91 @@ template <typename T>
   device T* A = a + batch * m * n;
   device const int* piv = pivots + batch * kmax;
 
-  // Stage L11 (strictly lower part used; entries past w are zeros, never used). The index splits
-  // by shifts: a 64-bit division by w per entry cost more than its load.
-  static_assert((kLuPanelWidth & (kLuPanelWidth - 1)) == 0, "L11's entries split by shifts");
-  for (int e = int(tid); e < kLuPanelWidth * kLuPanelWidth; e += int(tpg.x)) {
-    const int i = e / kLuPanelWidth, j = e % kLuPanelWidth;
-    l11[e] = (i < w && j < i) ? A[(k0 + i) * n + k0 + j] : zero<T>();
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-
   const long t = long(gid.x);
-  if (t >= ce - cb - w) {
-    return;
-  }
+  const bool owns = t < ce - cb - w;
   const long c = cb + t < k0 ? cb + t : cb + t + w;
-  // The interchanges kLuSwapGroup at a time in registers (lu_swap_slots): a round trip to memory
-  // per kLuSwapGroup interchanges rather than per interchange.
-  for (long j0 = 0; j0 < w; j0 += kLuSwapGroup) {
-    const long count = w - j0 < kLuSwapGroup ? w - j0 : long(kLuSwapGroup);
-    long rows[2 * kLuSwapGroup];
-    T vals[2 * kLuSwapGroup];
-    for (int q = 0; q < kLuSwapGroup; ++q) {
-      const long r = k0 + j0 + q;
-      rows[q] = q < count ? r : -1;
-      rows[kLuSwapGroup + q] = q < count ? clamp_row(long(piv[r]) - 1, r, m - 1) : -1;
-    }
-    for (int q = 0; q < 2 * kLuSwapGroup; ++q) {
-      vals[q] = rows[q] >= 0 ? A[rows[q] * n + c] : zero<T>();
-    }
-    lu_swap_slots<kLuSwapGroup>(rows, vals, count);
-    for (int q = 0; q < 2 * kLuSwapGroup; ++q) {
-      if (rows[q] >= 0) {
-        A[rows[q] * n + c] = vals[q];
+  if (owns) {
+    // The interchanges kLuSwapGroup at a time in registers (lu_swap_slots): a round trip to
+    // memory per kLuSwapGroup interchanges rather than per interchange.
+    for (long j0 = 0; j0 < w; j0 += kLuSwapGroup) {
+      const long count = w - j0 < kLuSwapGroup ? w - j0 : long(kLuSwapGroup);
+      long rows[2 * kLuSwapGroup];
+      T vals[2 * kLuSwapGroup];
+      for (int q = 0; q < kLuSwapGroup; ++q) {
+        const long r = k0 + j0 + q;
+        rows[q] = q < count ? r : -1;
+        rows[kLuSwapGroup + q] = q < count ? clamp_row(long(piv[r]) - 1, r, m - 1) : -1;
+      }
+      for (int q = 0; q < 2 * kLuSwapGroup; ++q) {
+        vals[q] = rows[q] >= 0 ? A[rows[q] * n + c] : zero<T>();
+      }
+      lu_swap_slots<kLuSwapGroup>(rows, vals, count);
+      for (int q = 0; q < 2 * kLuSwapGroup; ++q) {
+        if (rows[q] >= 0) {
+          A[rows[q] * n + c] = vals[q];
+        }
       }
     }
   }
-  if (c < k0 + w) {
-    return;
-  }
-  // U12's column: forward substitution by columns of L11 (x_i -= l_ij x_j for every i > j, j in
-  // order), each x_i taking its terms in the order of a row-by-row solve, so the same bits; the
-  // rows past w hold zeros whose updates are discarded. A row-by-row solve chains every term
-  // through one sum behind a branch per row; by columns a step's updates are independent.
-  T x[kLuPanelWidth];
+  const bool solves = owns && c >= k0 + w;
+  // The index of a staged entry splits by shifts: a 64-bit division by w per entry cost more
+  // than its load.
+  static_assert((kLuPanelWidth & (kLuPanelWidth - 1)) == 0, "L11's entries split by shifts");
+  for (long b0 = 0; b0 < w; b0 += kLuPanelWidth) {
+    const long bw = w - b0 < kLuPanelWidth ? w - b0 : long(kLuPanelWidth);
+    T x[kLuPanelWidth];
 #pragma unroll
-  for (int i = 0; i < kLuPanelWidth; ++i) {
-    x[i] = i < w ? A[(k0 + i) * n + c] : zero<T>();
-  }
-#pragma unroll
-  for (int j = 0; j < kLuPanelWidth - 1; ++j) {
-#pragma unroll
-    for (int i = j + 1; i < kLuPanelWidth; ++i) {
-      x[i] = sub_mul(x[i], l11[i * kLuPanelWidth + j], x[j]);
+    for (int i = 0; i < kLuPanelWidth; ++i) {
+      x[i] = solves && i < bw ? A[(k0 + b0 + i) * n + c] : zero<T>();
     }
-  }
-  for (int i = 1; i < kLuPanelWidth; ++i) {
-    if (i < w) {
-      A[(k0 + i) * n + c] = x[i];
+    // The rows above the block: x -= L(block, a0 tile) u(a0 tile), u read back from this
+    // column (this thread solved and stored it), terms in column order as a row solve takes them.
+    for (long a0 = 0; a0 < b0; a0 += kLuPanelWidth) {
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+      for (int e = int(tid); e < kLuPanelWidth * kLuPanelWidth; e += int(tpg.x)) {
+        const int i = e / kLuPanelWidth, j = e % kLuPanelWidth;
+        l11[e] = i < bw ? A[(k0 + b0 + i) * n + k0 + a0 + j] : zero<T>();
+      }
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+      if (solves) {
+        for (int j = 0; j < kLuPanelWidth; ++j) {
+          const T u = A[(k0 + a0 + j) * n + c];
+#pragma unroll
+          for (int i = 0; i < kLuPanelWidth; ++i) {
+            x[i] = sub_mul(x[i], l11[i * kLuPanelWidth + j], u);
+          }
+        }
+      }
+    }
+    // The diagonal tile (strictly lower part used; entries past bw are zeros, never used).
+    if (b0 > 0) {
+      threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    }
+    for (int e = int(tid); e < kLuPanelWidth * kLuPanelWidth; e += int(tpg.x)) {
+      const int i = e / kLuPanelWidth, j = e % kLuPanelWidth;
+      l11[e] = (i < bw && j < i) ? A[(k0 + b0 + i) * n + k0 + b0 + j] : zero<T>();
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (!solves) {
+      continue;
+    }
+    // U12's column: forward substitution by columns of the tile (x_i -= l_ij x_j for every
+    // i > j, j in order), each x_i taking its terms in the order of a row-by-row solve, so the
+    // same bits; the rows past bw hold zeros whose updates are discarded. A row-by-row solve
+    // chains every term through one sum behind a branch per row; by columns a step's updates
+    // are independent.
+#pragma unroll
+    for (int j = 0; j < kLuPanelWidth - 1; ++j) {
+#pragma unroll
+      for (int i = j + 1; i < kLuPanelWidth; ++i) {
+        x[i] = sub_mul(x[i], l11[i * kLuPanelWidth + j], x[j]);
+      }
+    }
+    // The block's first row changed only when rows above it entered.
+    for (int i = b0 > 0 ? 0 : 1; i < kLuPanelWidth; ++i) {
+      if (i < bw) {
+        A[(k0 + b0 + i) * n + c] = x[i];
+      }
     }
   }
 }

@@ -14,7 +14,11 @@ Launches per call:
                     than PANEL_MAX_ROWS rows) + lu_swap_trsm + lu_update (the last
                     panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most, and
                     for a panel of more than LEAF_MIN_ROWS rows its lu_panel replaced by
-                    3 * ceil(32 / PANEL_LEAF) - 1 launches (`_leaves`).
+                    3 * ceil(32 / PANEL_LEAF) - 1 launches (`_Kernels.factor`). From
+                    OUTER_MIN_COLS columns on, the panels are grouped in outer blocks of
+                    OUTER_WIDTH columns: each block's panels as above with their interchanges
+                    and updates windowed to the block, then lu_swap_trsm + lu_update for the
+                    rest of the matrix (2 launches a block more than the panels' own).
   lu_solve_metal    2 (forward and backward solves, pivots applied inside them; see
                     triangular_metal), plus a gather per non-contiguous input.
   pivots_to_permutation_metal  1.
@@ -48,6 +52,8 @@ PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_
 # The choices below were measured on an NVIDIA H200 through the CUDA executor
 # (benchmarks/sweep_cuda_lu.py; benchmarks/results/cuda_executor_lu.md, docs/lu.rst).
 PANEL_THREADS = 256  # lu_panel: threads per group, or as many as its rows' registers need
+OUTER_WIDTH = 128  # kLuOuterWidth: columns of an outer block (the depth of the large updates)
+OUTER_MIN_COLS = 2048  # narrower matrices: panels only (the blocks' extra launches cost more)
 PANEL_LEAF = 8  # columns per lu_panel launch inside a panel of more than LEAF_MIN_ROWS rows
 LEAF_MIN_ROWS = 2048  # shorter panels: one lu_panel launch (the leaves' launches cost more)
 SMALL_MAX_COLS = 64  # lu_small up to this many columns (the panel path was faster at 128)
@@ -144,42 +150,56 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
         _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n, rows16=rows16), m, batch, fn)
         return LU, pivots, info
 
-    swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", A.dtype, A.device, fn=fn)
-    update = _metal.kernel(_LU_SOURCE, "lu_update", A.dtype, A.device, fn=fn)
-    for k0 in range(0, kmax, PANEL_WIDTH):
-        w = min(PANEL_WIDTH, kmax - k0)
-        params = _lu_params(m, n, k0, w, w, rows16=rows16)
-        if PANEL_LEAF >= w or m - k0 <= LEAF_MIN_ROWS:
-            _panel(LU, pivots, info_flat, params, m - k0, batch, fn)
-        else:
-            _leaves(LU, pivots, info_flat, m, n, k0, w, batch, swap_trsm, update, rows16, fn)
-        # n > PANEL_MAX_COLS >= w: there are always columns outside the panel.
-        launch(swap_trsm, LU, pivots, params,
-                threads=[_metal.ceil_div(n - w, SWAP_GROUP) * SWAP_GROUP, batch],
-                group_size=[SWAP_GROUP, 1])
-        s = k0 + w
-        if s < m and s < n:
-            launch(update, LU, params, **gemm_metal.gemm_grid(m - s, n - s, batch))
+    kernels = _Kernels(LU, pivots, info_flat, m, n, batch, rows16, fn)
+    step = OUTER_WIDTH if n >= OUTER_MIN_COLS else PANEL_WIDTH
+    for k0 in range(0, kmax, step):
+        w = min(step, kmax - k0)
+        kernels.factor(k0, w)
+        # n > PANEL_MAX_COLS >= PANEL_WIDTH and OUTER_MIN_COLS > OUTER_WIDTH: there are always
+        # columns outside the block.
+        kernels.apply(k0, w, 0, n)
     return LU, pivots, info
 
 
-def _leaves(LU, pivots, info, m, n, k0, w, batch, swap_trsm, update, rows16, fn) -> None:
-    """The panel [k0, k0 + w) right-looking by leaves of PANEL_LEAF columns: per leaf, lu_panel
-    on the leaf alone, then lu_swap_trsm and lu_update windowed to the panel's columns (the
-    leaf's interchanges on the panel's other columns, its U rows and its rank update of the
-    panel's columns right of it on many threadgroups), so the one-threadgroup step only holds
-    a leaf's columns."""
-    for j0 in range(k0, k0 + w, PANEL_LEAF):
-        lw = min(PANEL_LEAF, k0 + w - j0)
-        params = _lu_params(m, n, j0, lw, lw, k0, k0 + w, rows16)
-        _panel(LU, pivots, info, params, m - j0, batch, fn)
-        if w > lw:
-            launch(swap_trsm, LU, pivots, params,
-                   threads=[_metal.ceil_div(w - lw, SWAP_GROUP) * SWAP_GROUP, batch],
+class _Kernels:
+    """The launches of one blocked factorization (matrices m x n, ``batch`` of them)."""
+
+    def __init__(self, LU, pivots, info, m, n, batch, rows16, fn):
+        self.LU, self.pivots, self.info = LU, pivots, info
+        self.m, self.n, self.batch, self.rows16, self.fn = m, n, batch, rows16, fn
+        self.swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", LU.dtype, LU.device, fn=fn)
+        self.update = _metal.kernel(_LU_SOURCE, "lu_update", LU.dtype, LU.device, fn=fn)
+
+    def factor(self, k0: int, w: int) -> None:
+        """getrf of the block rows [k0, m) x columns [k0, k0 + w), its interchanges and updates
+        kept to its columns: one lu_panel launch, or its panels (an outer block) or leaves (a
+        panel of more than LEAF_MIN_ROWS rows) one after another, each applied to the block
+        right-looking, so the one-threadgroup step only holds a panel's or a leaf's columns."""
+        m = self.m
+        sub = (PANEL_WIDTH if w > PANEL_WIDTH
+               else PANEL_LEAF if w > PANEL_LEAF and m - k0 > LEAF_MIN_ROWS else 0)
+        if not sub:
+            _panel(self.LU, self.pivots, self.info,
+                   _lu_params(m, self.n, k0, w, w, rows16=self.rows16), m - k0, self.batch,
+                   self.fn)
+            return
+        for j0 in range(k0, k0 + w, sub):
+            lw = min(sub, k0 + w - j0)
+            self.factor(j0, lw)
+            self.apply(j0, lw, k0, k0 + w)
+
+    def apply(self, k0: int, w: int, cb: int, ce: int) -> None:
+        """The block [k0, k0 + w)'s interchanges on the window [cb, ce)'s other columns, its
+        U rows right of it (lu_swap_trsm) and its trailing update of the window (lu_update)."""
+        params = _lu_params(self.m, self.n, k0, w, w, cb, ce, self.rows16)
+        if ce - cb > w:
+            launch(self.swap_trsm, self.LU, self.pivots, params,
+                   threads=[_metal.ceil_div(ce - cb - w, SWAP_GROUP) * SWAP_GROUP, self.batch],
                    group_size=[SWAP_GROUP, 1])
-        s = j0 + lw
-        if s < k0 + w and s < m:
-            launch(update, LU, params, **gemm_metal.gemm_grid(m - s, k0 + w - s, batch))
+        s = k0 + w
+        if s < ce and s < self.m:
+            launch(self.update, self.LU, params, **gemm_metal.gemm_grid(self.m - s, ce - s,
+                                                                       self.batch))
 
 
 def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_unpack"
