@@ -12,13 +12,13 @@ inline long clamp_row(long p, long lo, long hi) {
 
 // Apply the interchanges of rows i = 0 .. n-1 to the column x (entries stride apart): in order
 // (forward, P^T x as getrs does) or in reverse order (P x).
-template <typename T>
-inline void apply_row_swaps(device T* x, long stride, device const int* piv, long n,
-                            bool forward) {
+// P: a device or threadgroup pointer to the column, I: to the pivots.
+template <typename P, typename I>
+inline void apply_row_swaps(P x, long stride, I piv, long n, bool forward) {
   for (long s = 0; s < n; ++s) {
     const long i = forward ? s : n - 1 - s;
     const long p = clamp_row(long(piv[i]) - 1, i, n - 1);
-    const T t = x[p * stride];
+    const auto t = x[p * stride];
     x[p * stride] = x[i * stride];
     x[i * stride] = t;
   }

@@ -70,6 +70,12 @@ constant constexpr int kTriDiagThreads = kTriDiagSimdgroups * kSimdWidth;
 constant constexpr int kTriDiagLoads = kTriBlock * kTriBlock / kTriDiagThreads;
 static_assert(kTriDiagLoads * kTriDiagThreads == kTriBlock * kTriBlock,
               "trsm_diag's threads load a tile in equal shares");
+// trsv: the most rows whose right-hand side (and pivots) it stages in threadgroup memory for
+// the whole solve. The interchanges are one thread's serial chain: in device memory each waits
+// on the last one's stores (a round trip to the cache each), in threadgroup memory it is a few
+// cycles a step; the blocks' reads of the solved entries come from there too. Larger orders
+// take the blocked solve anyway (BLOCKED_MIN_N, 256, on the host).
+constant constexpr int kTriStageRows = 1024;
 // trsm_diag: the largest diagonal block (TriBlockParams.bs); each simdgroup keeps the values
 // solved in the block in threadgroup memory, for the later sub-blocks of the block.
 constant constexpr int kTriMaxBlock = 512;
@@ -208,44 +214,13 @@ inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
 
 }  // namespace mpsl
 
-// The same solve as trsm (same flags) for few right-hand sides: one threadgroup per column,
-// so a single right-hand side still uses the whole group. Per block of kTriBlock rows, every
-// simdgroup reduces the block's rows by a share of the solved entries (lanes along the solved
-// entries, a simd_sum per row, partial sums across simdgroups in threadgroup memory); then
-// simdgroup 0 solves the diagonal block with one row per lane and simd_broadcast.
-// Grid: (group width, k, batch), group width a multiple of kSimdWidth, at most kTriBlock
-// simdgroups.
-template <typename T>
-[[kernel]] void trsv(
-    device const T* lu [[buffer(0)]],
-    device const int* pivots [[buffer(1)]],
-    device T* b [[buffer(2)]],
-    constant mpsl::TriSolveParams& params [[buffer(3)]],
-    device const int* gate [[buffer(4)]],
-    uint tid [[thread_index_in_threadgroup]],
-    uint3 group [[threadgroup_position_in_grid]],
-    ushort lane [[thread_index_in_simdgroup]],
-    ushort sg [[simdgroup_index_in_threadgroup]],
-    ushort nsg [[simdgroups_per_threadgroup]]) {
-  using namespace mpsl;
-  const long n = params.n, k = params.k, lower = params.lower, unit = params.unit;
-  const long trans = params.trans, swaps = params.swaps;
-  threadgroup T partial[kTriBlock * kTriBlock];  // [simdgroup][row of the block]
+namespace mpsl {
 
-  const long batch = long(group.z);
-  if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
-    return;  // the whole group (one batch element per group)
-  }
-  device const T* L = lu + batch * n * n;
-  device const int* piv = pivots + batch * n;
-  device T* x = b + batch * n * k + long(group.y);
-  const bool tr = trans != 0;
-
-  if (swaps == 1 && tid == 0) {
-    apply_row_swaps(x, k, piv, n, true);
-  }
-  threadgroup_barrier(metal::mem_flags::mem_device);
-
+// trsv's blocks on the column x (entries stride apart; device memory, or its stage in
+// threadgroup memory): see trsv.
+template <typename T, typename P>
+inline void trsv_blocks(P x, long stride, device const T* L, long n, long lower, long unit,
+                        bool tr, threadgroup T* partial, ushort lane, ushort sg, ushort nsg) {
   const long nblk = (n + kTriBlock - 1) / kTriBlock;
   for (long s = 0; s < nblk; ++s) {
     const long i0 = (lower != 0 ? s : nblk - 1 - s) * kTriBlock;
@@ -258,7 +233,7 @@ template <typename T>
       acc[ii] = zero<T>();
     }
     for (long j = j_begin + long(sg) * kSimdWidth + lane; j < j_end; j += long(nsg) * kSimdWidth) {
-      const T y = x[j * k];
+      const T y = x[j * stride];
       for (int ii = 0; ii < kTriBlock; ++ii) {
         if (ii < rows) {
           acc[ii] += mul(tri_elem(L, n, i0 + ii, j, tr), y);
@@ -286,7 +261,7 @@ template <typename T>
         if (unit == 0) {
           diag = tri_elem(L, n, i, i, tr);
         }
-        v = x[i * k];
+        v = x[i * stride];
         for (int g = 0; g < nsg; ++g) {
           v -= partial[g * kTriBlock + lane];
         }
@@ -305,15 +280,82 @@ template <typename T>
         }
       }
       if (lane < rows) {
-        x[i * k] = v;
+        x[i * stride] = v;
       }
     }
     // The block's solution is read by every simdgroup for the next block; partial is reused.
     threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
   }
+}
 
+}  // namespace mpsl
+
+// The same solve as trsm (same flags) for few right-hand sides: one threadgroup per column,
+// so a single right-hand side still uses the whole group. Per block of kTriBlock rows, every
+// simdgroup reduces the block's rows by a share of the solved entries (lanes along the solved
+// entries, a simd_sum per row, partial sums across simdgroups in threadgroup memory); then
+// simdgroup 0 solves the diagonal block with one row per lane and simd_broadcast. A column of
+// at most kTriStageRows entries and its pivots are staged in threadgroup memory for the whole
+// solve (the same arithmetic, so the same bits). Grid: (group width, k, batch), group width a
+// multiple of kSimdWidth, at most kTriBlock simdgroups.
+template <typename T>
+[[kernel]] void trsv(
+    device const T* lu [[buffer(0)]],
+    device const int* pivots [[buffer(1)]],
+    device T* b [[buffer(2)]],
+    constant mpsl::TriSolveParams& params [[buffer(3)]],
+    device const int* gate [[buffer(4)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint3 group [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]],
+    ushort sg [[simdgroup_index_in_threadgroup]],
+    ushort nsg [[simdgroups_per_threadgroup]]) {
+  using namespace mpsl;
+  const long n = params.n, k = params.k, lower = params.lower, unit = params.unit;
+  const long trans = params.trans, swaps = params.swaps;
+  threadgroup T partial[kTriBlock * kTriBlock];  // [simdgroup][row of the block]
+  threadgroup T xs[kTriStageRows];               // the staged column
+  threadgroup int ps[kTriStageRows];             // the staged pivots
+
+  const long batch = long(group.z);
+  if (params.gate_stride != 0 && gate[batch * params.gate_stride] != 0) {
+    return;  // the whole group (one batch element per group)
+  }
+  device const T* L = lu + batch * n * n;
+  device const int* piv = pivots + batch * n;
+  device T* x = b + batch * n * k + long(group.y);
+  const bool tr = trans != 0;
+
+  if (n > kTriStageRows) {
+    if (swaps == 1 && tid == 0) {
+      apply_row_swaps(x, k, piv, n, true);
+    }
+    threadgroup_barrier(metal::mem_flags::mem_device);
+    trsv_blocks<T>(x, k, L, n, lower, unit, tr, partial, lane, sg, nsg);
+    if (swaps == 2 && tid == 0) {
+      apply_row_swaps(x, k, piv, n, false);
+    }
+    return;
+  }
+  for (long j = long(tid); j < n; j += long(tpg.x)) {
+    xs[j] = x[j * k];
+    if (swaps != 0) {
+      ps[j] = piv[j];
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  if (swaps == 1 && tid == 0) {
+    apply_row_swaps(xs, 1, ps, n, true);
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  trsv_blocks<T>(xs, 1, L, n, lower, unit, tr, partial, lane, sg, nsg);
   if (swaps == 2 && tid == 0) {
-    apply_row_swaps(x, k, piv, n, false);
+    apply_row_swaps(xs, 1, ps, n, false);
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  for (long j = long(tid); j < n; j += long(tpg.x)) {
+    x[j * k] = xs[j];
   }
 }
 

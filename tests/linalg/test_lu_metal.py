@@ -18,6 +18,7 @@ import torch
 from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
 from mpslinalg.linalg import lu_metal as _lu_metal
+from mpslinalg.linalg import triangular_metal
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
@@ -284,6 +285,31 @@ def test_solve(n, k, left, adjoint, dtype, device):
     assert ratio < THRESH, ratio
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [300, 1100])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_trsv_staged_and_in_memory(n, adjoint, dtype):
+    """trsv stages a column of at most kTriStageRows entries and its pivots in threadgroup
+    memory, longer ones stay in device memory: getrs's two solves, interchanges before (A X = B)
+    or after (A^H X = B) them, on a packed factor with random LAPACK-style pivots."""
+    assert 300 <= int(metal_constant("linalg/triangular.h", "kTriStageRows")) < 1100
+    g = torch.Generator().manual_seed(n)
+    real = torch.float32
+    L = torch.tril(torch.randn(n, n, generator=g, dtype=real), -1) / n
+    U = torch.triu(torch.randn(n, n, generator=g, dtype=real), 1) / n + torch.eye(n) * 2
+    LU = (L + U).to(dtype).unsqueeze(0)
+    piv = (torch.arange(n) + torch.randint(0, 4, (n,), generator=g)).clamp(max=n - 1) + 1
+    piv = piv.to(torch.int32).unsqueeze(0)
+    B = torch.randn(1, n, 1, generator=g, dtype=real).to(dtype)
+    emulator.reset_launch_counts()
+    X = triangular_metal._solve_left(LU, piv, B.clone(), triangular_metal.LU_STEPS[adjoint],
+                                     "t", kind="trsv")
+    assert emulator.total_launches() == 2
+    P, Lu, Uu = torch.lu_unpack(LU, piv)
+    A = P @ Lu @ Uu
+    assert solve_ratio(A.mH if adjoint else A, X, B, dtype=dtype) < THRESH
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(0, 3, 3, 2), (2, 0, 0, 2), (2, 3, 3, 0)])
 def test_solve_empty(shape, device):
@@ -332,6 +358,8 @@ def test_host_constants_mirror_header():
         return metal_constant("linalg/lu.h", name)
 
     assert int(const("kLuPanelWidth")) == _lu_metal.PANEL_WIDTH
+    assert int(const("kLuOuterWidth")) == _lu_metal.OUTER_WIDTH
+    assert _lu_metal.OUTER_MIN_COLS > _lu_metal.OUTER_WIDTH  # a block never spans every column
     assert int(const("kLuPanelMaxCols")) == _lu_metal.PANEL_MAX_COLS
     assert int(const("kLuRowsPerThread")) == _lu_metal.PANEL_ROWS_PER_THREAD
     assert int(const("kLuSmallRows")) == _lu_metal.SMALL_ROWS
@@ -725,6 +753,42 @@ def test_panel_leaves(dtype, monkeypatch):
     monkeypatch.setattr(_lu_metal, "LEAF_MIN_ROWS", 40)
     monkeypatch.setattr(_lu_metal, "PANEL_LEAF", 12)
     check_factor(random_matrix(100, dtype, batch=(2,), seed=17, m=130), "cpu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,width,leaves", [(200, 200, 64, False), (130, 100, 128, True),
+                                              (90, 230, 96, False), (230, 90, 64, True)])
+def test_outer_blocks(m, n, width, leaves, dtype, monkeypatch):
+    """Outer blocks (forced at small sizes): panels inside each block, a block's U rows solved by
+    tiles of 32 rows in lu_swap_trsm, leaves inside the panels too: LAPACK's pivots, a backward
+    error within the bound, lane order irrelevant."""
+    monkeypatch.setattr(_lu_metal, "small_chunks", lambda m, n: 0)
+    monkeypatch.setattr(_lu_metal, "OUTER_MIN_COLS", 0)
+    monkeypatch.setattr(_lu_metal, "OUTER_WIDTH", width)
+    if leaves:
+        monkeypatch.setattr(_lu_metal, "LEAF_MIN_ROWS", 40)
+        monkeypatch.setattr(_lu_metal, "PANEL_LEAF", 12)
+    A = random_matrix(n, dtype, batch=(2,), seed=m + n + width, m=m)
+    check_factor(A, "cpu")
+    ref = _lu_metal.lu_factor_metal(A)
+    monkeypatch.setattr(_metal, "LANE_ORDER", "reverse")
+    for r, o in zip(ref, _lu_metal.lu_factor_metal(A), strict=True):
+        assert torch.equal(r, o)
+
+
+def test_outer_block_launches(monkeypatch):
+    """200 x 200 by blocks of 64: three blocks of two panels (panel, swap, update; panel, swap)
+    plus the block's swap and update, 7 launches each, then the 8-column rest (a panel and a
+    swap): 23, against 20 for panels alone (3 * 7 - 1)."""
+    A = random_matrix(200, torch.float32, seed=3)
+    emulator.reset_launch_counts()
+    _lu_metal.lu_factor_metal(A)
+    assert emulator.total_launches() == expected_launches(200, 200) == 20
+    monkeypatch.setattr(_lu_metal, "OUTER_MIN_COLS", 0)
+    monkeypatch.setattr(_lu_metal, "OUTER_WIDTH", 64)
+    emulator.reset_launch_counts()
+    _lu_metal.lu_factor_metal(A)
+    assert emulator.total_launches() == 23
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
