@@ -118,7 +118,12 @@ struct LuSmallParams {
   long chunks;  // threads per column: a power of two, at most kSimdWidth
 };
 
-// Scalars of lu_pivots_to_perm.
+// lu_pivots_to_perm_staged: the longest permutation it holds in threadgroup memory (16-bit
+// entries: 16 KiB), and the pivots the group stages per round for its thread 0.
+constant constexpr int kLuPermStageRows = 8192;
+constant constexpr int kLuPermChunk = 1024;
+
+// Scalars of lu_pivots_to_perm and lu_pivots_to_perm_staged.
 struct LuPermParams {
   long m;      // rows: length of each permutation
   long k;      // pivots per matrix
@@ -1020,5 +1025,50 @@ template <typename I>
     const long x = p[q];
     p[q] = p[i];
     p[i] = x;
+  }
+}
+
+// lu_pivots_to_perm for one long permutation a threadgroup (m <= kLuPermStageRows): the
+// permutation lives in threadgroup memory while thread 0 applies the interchanges. They are a
+// chain (each reads what an earlier one may have written), a few cycles a step there against a
+// round trip to the cache in device memory. The group stages the pivots kLuPermChunk at a time
+// and writes the result. Grid: (group width, batch).
+template <typename I>
+[[kernel]] void lu_pivots_to_perm_staged(
+    device const I* pivots [[buffer(0)]],
+    device long* perm [[buffer(1)]],
+    constant mpsl::LuPermParams& p_ [[buffer(2)]],
+    uint tid [[thread_index_in_threadgroup]],
+    uint2 tpg [[threads_per_threadgroup]],
+    uint2 group [[threadgroup_position_in_grid]]) {
+  using namespace mpsl;
+  threadgroup ushort p[kLuPermStageRows];
+  threadgroup ushort to[kLuPermChunk];  // a round's pivot rows, 0-based
+  const long m = p_.m, k = p_.k;
+  const long b = long(group.y);
+  const long nt = long(tpg.x);
+  device const I* piv = pivots + b * k;
+  for (long i = long(tid); i < m; i += nt) {
+    p[i] = ushort(i);
+  }
+  for (long c0 = 0; c0 < k; c0 += kLuPermChunk) {
+    const long count = k - c0 < kLuPermChunk ? k - c0 : long(kLuPermChunk);
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);  // the last round's reads are done
+    for (long i = long(tid); i < count; i += nt) {
+      to[i] = ushort(clamp_row(long(piv[c0 + i]) - 1, c0 + i, m - 1));
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (tid == 0) {
+      for (long i = 0; i < count; ++i) {
+        const int r = int(c0 + i), q = int(to[i]);
+        const ushort x = p[q];
+        p[q] = p[r];
+        p[r] = x;
+      }
+    }
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  for (long i = long(tid); i < m; i += nt) {
+    perm[b * m + i] = long(p[i]);
   }
 }

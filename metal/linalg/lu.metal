@@ -12,4 +12,5 @@ MPSL_KERNEL(lu_swap_trsm, complex64, float2)
 MPSL_KERNEL(lu_update, float32, float)
 MPSL_KERNEL(lu_update, complex64, float2)
 MPSL_KERNEL(lu_pivots_to_perm, int32, int)
+MPSL_KERNEL(lu_pivots_to_perm_staged, int32, int)
 // clang-format on

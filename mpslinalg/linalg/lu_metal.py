@@ -60,6 +60,9 @@ SMALL_MAX_COLS = 64  # lu_small up to this many columns (the panel path was fast
 TALL_PANEL_THREADS = 256  # lu_panel_tall: rows beyond this many threads are dealt cyclically
 SWAP_GROUP = 64  # lu_swap_trsm: one thread per column
 PERM_GROUP = 256  # lu_pivots_to_perm: one thread per matrix
+PERM_STAGE_ROWS = 8192  # kLuPermStageRows: lu_pivots_to_perm_staged up to this many rows ...
+PERM_STAGE_MIN_ROWS = 256  # ... from this many (below, a thread per matrix does)
+PERM_STAGE_GROUP = 256  # lu_pivots_to_perm_staged: threads per matrix
 
 
 def _check(fn: str, **tensors: torch.Tensor) -> None:
@@ -217,10 +220,16 @@ def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_u
     if k == 0:
         perm.copy_(torch.arange(n, device=pivots.device).expand_as(perm))
         return perm
+    params = metal_params.pack(_LU_HEADER, "LuPermParams", m=n, k=k, batch=batch)
+    if PERM_STAGE_MIN_ROWS <= n <= PERM_STAGE_ROWS:
+        kernel = _metal.kernel(_LU_SOURCE, "lu_pivots_to_perm_staged", torch.int32,
+                               pivots.device, fn=fn)
+        launch(kernel, pivots, perm, params, threads=[PERM_STAGE_GROUP, batch],
+               group_size=[PERM_STAGE_GROUP, 1])
+        return perm
     kernel = _metal.kernel(_LU_SOURCE, "lu_pivots_to_perm", torch.int32, pivots.device, fn=fn)
     group = min(PERM_GROUP, batch)
-    launch(kernel, pivots, perm,
-            metal_params.pack(_LU_HEADER, "LuPermParams", m=n, k=k, batch=batch),
+    launch(kernel, pivots, perm, params,
             threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
     return perm
 

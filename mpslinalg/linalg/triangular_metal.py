@@ -62,6 +62,7 @@ BLOCK = 32  # kTriBlock: rows per block of trsm / trsv, per sub-block of a diago
 DIAG_COLUMNS = 4  # kTriDiagSimdgroups: trsm_diag's right-hand sides (simdgroups) per group
 DIAG_MAX_BLOCK = 512  # kTriMaxBlock: the largest diagonal block trsm_diag solves
 BLOCKED_MIN_N = 256  # the blocked solve from this order on (its launches pay off there)
+PERM_MIN_N = 256  # the blocked solve's interchanges by a permutation from this order on
 #: The rule of the solve by inverted diagonal blocks (`use_inverse`): diagonal blocks of at
 #: least this many rows, or None: never. Measured on an NVIDIA H200 through the CUDA executor
 #: (benchmarks/results/h200_round7.md; not an Apple GPU) at 4096^2, upper, 256-row blocks, the
@@ -242,7 +243,14 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
     words, stride = gate if gate is not None else (pivots, 0)
     bs = block_rows(n)
     nblk = _metal.ceil_div(n, bs)
+    perm = _permutation(pivots, n, steps, fn) if gate is None else None
     for lower, unit, trans, swaps in steps:
+        if perm is not None and swaps == 1:  # P^T X = X[perm]
+            X = _gather_rows(X, perm)
+        if perm is not None and swaps:
+            after, swaps = swaps == 2, 0
+        else:
+            after = False
         for s in range(nblk):
             i0 = (s if lower else nblk - 1 - s) * bs
             params = block_params(n, k, lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
@@ -251,7 +259,34 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
             rows = n - min(n, i0 + bs) if lower else i0
             if rows > 0:
                 launch(update, M, X, params, words, **gemm_metal.gemm_grid(rows, k, batch))
+        if after:  # P X = X[perm^-1]
+            inverse = torch.empty_like(perm).scatter_(
+                -1, perm, torch.arange(n, device=perm.device).expand_as(perm))
+            X = _gather_rows(X, inverse)
     return X
+
+
+def _gather_rows(X, index):
+    """A new contiguous tensor: row i of each matrix of X (*, n, k) is row index[..., i];
+    complex X through its real view (gathers of complex tensors are not on every device)."""
+    if X.is_complex():
+        rows = torch.take_along_dim(torch.view_as_real(X), index[..., None, None], dim=-3)
+        return torch.view_as_complex(rows)
+    return torch.take_along_dim(X, index.unsqueeze(-1), dim=-2)
+
+
+def _permutation(pivots, n, steps, fn):
+    """The permutation of the pivots (`lu_metal.pivots_to_permutation_metal`) when a step of the
+    blocked solve interchanges rows and n is at least PERM_MIN_N, else None. trsm_diag applies
+    interchanges one after another from one lane of each right-hand side's simdgroup, each
+    waiting on the last one's round trip to memory: about 0.2 us an interchange through the
+    CUDA executor, a third of lu_solve at n = 1024 to 4096. The permutation, computed once in
+    threadgroup memory, turns them into one gather (or scatter) of X's rows by torch."""
+    if n < PERM_MIN_N or not any(step[3] for step in steps):
+        return None
+    from . import lu_metal  # lu_metal imports this module
+
+    return lu_metal.pivots_to_permutation_metal(pivots, n, fn=fn)
 
 
 def diagonal_block_inverses(M: torch.Tensor, bs: int, *, lower: int, unit: int, trans: int,

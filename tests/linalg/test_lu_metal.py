@@ -22,6 +22,7 @@ from mpslinalg.linalg import triangular_metal
 from mpslinalg.testing import (
     THRESH,
     count_host_syncs,
+    count_launches,
     lu_ratio,
     matrix_with_spread,
     random_matrix,
@@ -351,6 +352,29 @@ def test_pivots_to_permutation(m, n, device):
     assert torch.equal(torch.stack([eye[:, p] for p in perm.cpu()]), P)  # P = eye[:, perm]
 
 
+@pytest.mark.parametrize("m,k", [(300, 300), (2500, 2500), (600, 250)])
+def test_pivots_to_permutation_staged(m, k, monkeypatch):
+    """lu_pivots_to_perm_staged (one threadgroup a matrix, the permutation in threadgroup
+    memory, the pivots staged kLuPermChunk at a time: 2500 takes three rounds) against the
+    interchanges applied one by one, and against lu_pivots_to_perm."""
+    g = torch.Generator().manual_seed(m + k)
+    piv = torch.stack([(torch.arange(k) + torch.randint(0, m, (k,), generator=g)).clamp(max=m - 1)
+                       for _ in range(2)]) + 1
+    piv = piv.to(torch.int32)
+    want = []
+    for row in piv.tolist():
+        p = list(range(m))
+        for i, q in enumerate(row):
+            p[i], p[q - 1] = p[q - 1], p[i]
+        want.append(p)
+    with count_launches() as launches:
+        perm = _lu_metal.pivots_to_permutation_metal(piv, m)
+    assert launches.names == ["lu_pivots_to_perm_staged_int32"]
+    assert perm.tolist() == want
+    monkeypatch.setattr(_lu_metal, "PERM_STAGE_MIN_ROWS", m + 1)
+    assert torch.equal(_lu_metal.pivots_to_permutation_metal(piv, m), perm)
+
+
 # ---------------------------------------------------------------- header mirrors
 
 def test_host_constants_mirror_header():
@@ -527,6 +551,37 @@ def test_inverse_rule(monkeypatch):
         assert emulator.total_launches() == launches
     with pytest.raises(ValueError, match="internal error"):
         tm._solve_left(M, pivots, B.clone(), ((0, 0, 0, 0),), "t", gate, kind="inverse")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("n,k", [(70, 1), (100, 3)])
+def test_blocked_solve_interchanges_by_permutation(n, k, adjoint, dtype, monkeypatch):
+    """The blocked solve's interchanges as one gather by the pivots' permutation (forced at small
+    n; the staged permutation kernel too): the bits of trsm_diag's interchanges, one launch more
+    (the permutation's), and the gated solve keeps the interchanges in trsm_diag."""
+    _force_block_rows(monkeypatch, 32)
+    monkeypatch.setattr(_lu_metal, "PERM_STAGE_MIN_ROWS", 1)
+    A, B, LU, piv = _solve_case(n, k, dtype, True, adjoint, "cpu")
+    monkeypatch.setattr(triangular_metal, "PERM_MIN_N", 1 << 30)
+    emulator.reset_launch_counts()
+    ref = _lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint)
+    in_kernel = emulator.total_launches()
+    monkeypatch.setattr(triangular_metal, "PERM_MIN_N", 1)
+    before = B.clone()
+    with count_launches() as launches:
+        X = _lu_metal.lu_solve_metal(LU, piv, B, adjoint=adjoint)
+    assert len(launches.names) == in_kernel + 1
+    assert "lu_pivots_to_perm_staged_int32" in launches.names
+    assert torch.equal(X, ref) and torch.equal(B, before)
+    assert X.is_contiguous() and X.shape == B.shape
+    gate = torch.zeros(2, dtype=torch.int32)
+    steps = triangular_metal.LU_STEPS[adjoint]
+    with count_launches() as launches:
+        gated = triangular_metal._solve_left(LU, piv, B.clone(), steps, "t", (gate, 1),
+                                             "blocked")
+    assert "lu_pivots_to_perm_staged_int32" not in launches.names
+    assert torch.equal(gated, ref)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
