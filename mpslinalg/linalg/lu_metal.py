@@ -53,7 +53,7 @@ PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_
 # (benchmarks/sweep_cuda_lu.py; benchmarks/results/cuda_executor_lu.md, docs/lu.rst).
 PANEL_THREADS = 256  # lu_panel: threads per group, or as many as its rows' registers need
 OUTER_WIDTH = 128  # kLuOuterWidth: columns of an outer block (the depth of the large updates)
-OUTER_MIN_COLS = 8192  # narrower: panels only (measured: the blocks lose at 1024-2048, draw at 4096)
+OUTER_MIN_COLS = 8192  # narrower: panels only (measured: blocks lose at 1024-2048, draw at 4096)
 PANEL_LEAF = 8  # columns per lu_panel launch inside a panel of more than LEAF_MIN_ROWS rows
 LEAF_MIN_ROWS = 2048  # shorter panels: one lu_panel launch (the leaves' launches cost more)
 SMALL_MAX_COLS = 64  # lu_small up to this many columns (the panel path was faster at 128)
