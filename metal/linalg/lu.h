@@ -211,31 +211,31 @@ inline void lu_split16(float4 v, thread float2* out) {
 inline float4 lu_join16(thread const float* in) { return float4(in[0], in[1], in[2], in[3]); }
 inline float4 lu_join16(thread const float2* in) { return float4(in[0], in[1]); }
 
-template <typename T, int L = kLuLeaf>
+template <typename T>
 inline void lu_load_leaf_row(device const T* p, thread T* out, long lw, bool whole) {
   constexpr int kPer16 = 16 / int(sizeof(T));  // entries a 16-byte vector holds
-  static_assert(L % kPer16 == 0, "a leaf row is whole vectors");
+  static_assert(kLuLeaf % kPer16 == 0, "a leaf row is whole vectors");
   if (whole) {
-    for (int v = 0; v < L / kPer16; ++v) {
+    for (int v = 0; v < kLuLeaf / kPer16; ++v) {
       lu_split16(reinterpret_cast<device const float4*>(p)[v], out + v * kPer16);
     }
   } else {
-    for (int q = 0; q < L; ++q) {
+    for (int q = 0; q < kLuLeaf; ++q) {
       out[q] = q < lw ? p[q] : zero<T>();
     }
   }
 }
 
 // The store of lu_load_leaf_row's entries (lw of them).
-template <typename T, int L = kLuLeaf>
+template <typename T>
 inline void lu_store_leaf_row(device T* p, thread const T* in, long lw, bool whole) {
   constexpr int kPer16 = 16 / int(sizeof(T));
   if (whole) {
-    for (int v = 0; v < L / kPer16; ++v) {
+    for (int v = 0; v < kLuLeaf / kPer16; ++v) {
       reinterpret_cast<device float4*>(p)[v] = lu_join16(in + v * kPer16);
     }
   } else {
-    for (int q = 0; q < L; ++q) {
+    for (int q = 0; q < kLuLeaf; ++q) {
       if (q < lw) {
         p[q] = in[q];
       }
@@ -314,7 +314,7 @@ inline void lu_small_put(thread T* x, int slot, T v) {
 // need no test against r. Rows outside [r0, m) ("dead") hold zeros that the search skips and
 // nothing stores: the update may leave garbage in those below m instead of testing them. The
 // arithmetic of every entry and the choice of every pivot are getf2's, as before.
-template <typename T, int S, int L = kLuLeaf>
+template <typename T, int S>
 inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m, long n, long k0,
                          long r0, long lw, long batch, long nthreads, uint tid, uint lane,
                          uint sg, uint nsg, int first_zero, bool whole,
@@ -325,24 +325,24 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
   // of the matrix at or below r0, and the leaf's columns of those rows.
   int rows[S];
   bool live[S];
-  T x[S][L];
+  T x[S][kLuLeaf];
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     const long i = k0 + long(tid) + s * nthreads;
     rows[s] = int(i);
     live[s] = i >= r0 && i < m;
     if (live[s]) {
-      lu_load_leaf_row<T, L>(A + i * n + r0, x[s], lw, whole);
+      lu_load_leaf_row(A + i * n + r0, x[s], lw, whole);
     } else {
 #pragma unroll
-      for (int q = 0; q < L; ++q) {
+      for (int q = 0; q < kLuLeaf; ++q) {
         x[s][q] = zero<T>();
       }
     }
   }
 
 #pragma unroll
-  for (int q = 0; q < L; ++q) {
+  for (int q = 0; q < kLuLeaf; ++q) {
     if (q < lw) {  // uniform over the threadgroup: every thread keeps the step's barrier
       const int r = int(r0) + q;  // the pivot row and column of this step
       const int buf = q % kLuStepBuffers;
@@ -351,9 +351,9 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
       float key = kLuNoKey;
       int row = kLuNoRow;
       bool holds_r = false;
-      T cand[L], rv[L];
+      T cand[kLuLeaf], rv[kLuLeaf];
 #pragma unroll
-      for (int c = 0; c < L; ++c) {
+      for (int c = 0; c < kLuLeaf; ++c) {
         cand[c] = zero<T>();
         rv[c] = zero<T>();
       }
@@ -364,14 +364,14 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
         key = take ? v : key;
         row = take ? rows[s] : row;
 #pragma unroll
-        for (int c = 0; c < L; ++c) {
+        for (int c = 0; c < kLuLeaf; ++c) {
           cand[c] = take ? x[s][c] : cand[c];
         }
         if (s < kLuLeafSlots) {
           const bool is_r = rows[s] == r;  // r0 <= r < m: a live row
           holds_r = holds_r || is_r;
 #pragma unroll
-          for (int c = 0; c < L; ++c) {
+          for (int c = 0; c < kLuLeaf; ++c) {
             rv[c] = is_r ? x[s][c] : rv[c];
           }
         }
@@ -384,14 +384,14 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
         const int slot = buf * kLuMaxSimdgroups + int(sg);
         cand_at[slot] = KeyIndex{at_sg.key, at_sg.row};
 #pragma unroll
-        for (int c = 0; c < L; ++c) {
-          cand_row[slot * L + c] = cand[c];
+        for (int c = 0; c < kLuLeaf; ++c) {
+          cand_row[slot * kLuLeaf + c] = cand[c];
         }
       }
       if (holds_r) {
 #pragma unroll
-        for (int c = 0; c < L; ++c) {
-          rrow[buf * L + c] = rv[c];
+        for (int c = 0; c < kLuLeaf; ++c) {
+          rrow[buf * kLuLeaf + c] = rv[c];
         }
       }
       threadgroup_barrier(metal::mem_flags::mem_threadgroup);
@@ -403,11 +403,11 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
       const float best = pivot_at.key;
       const int p = pivot_at.row;
       const int from = buf * kLuMaxSimdgroups + pivot_at.from;
-      T prow[L], rrow_r[L];  // the leaf entries of rows p and r
+      T prow[kLuLeaf], rrow_r[kLuLeaf];  // the leaf entries of rows p and r
 #pragma unroll
-      for (int c = 0; c < L; ++c) {
-        prow[c] = cand_row[from * L + c];
-        rrow_r[c] = rrow[buf * L + c];
+      for (int c = 0; c < kLuLeaf; ++c) {
+        prow[c] = cand_row[from * kLuLeaf + c];
+        rrow_r[c] = rrow[buf * kLuLeaf + c];
       }
       if (tid == 0) {
         piv[r] = p + 1;
@@ -423,7 +423,7 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
         const bool is_r = s < kLuLeafSlots && rows[s] == r;
         const bool is_p = rows[s] == p;
 #pragma unroll
-        for (int c = 0; c < L; ++c) {
+        for (int c = 0; c < kLuLeaf; ++c) {
           x[s][c] = is_r ? prow[c] : (is_p ? rrow_r[c] : x[s][c]);
         }
       }
@@ -450,7 +450,7 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
         const T l = use_recip ? mul(x[s][q], inv_pivot) : x[s][q];
         x[s][q] = below ? l : x[s][q];
 #pragma unroll
-        for (int c = q + 1; c < L; ++c) {
+        for (int c = q + 1; c < kLuLeaf; ++c) {
           x[s][c] = below ? sub_mul(x[s][c], l, prow[c]) : x[s][c];
         }
       }
@@ -459,7 +459,7 @@ inline int lu_panel_leaf(device T* A, device int* piv, device int* info, long m,
 #pragma unroll
   for (int s = 0; s < S; ++s) {
     if (live[s]) {
-      lu_store_leaf_row<T, L>(A + long(rows[s]) * n + r0, x[s], lw, whole);
+      lu_store_leaf_row(A + long(rows[s]) * n + r0, x[s], lw, whole);
     }
   }
   return first_zero;
@@ -864,43 +864,6 @@ template <typename T>
       }
     }
   }
-}
-
-// getf2 on the panel rows [k0, m) x columns [k0, k0 + w), w <= kLuPanelWidth, one thread a
-// row holding the row's w entries in registers for the whole panel: lu_panel_leaf with the panel
-// as one leaf, so a column step publishes the candidates' whole rows and nothing passes through
-// device memory between the panel's load and its store (lu_panel goes to memory between its
-// 4-column leaves, three passes a leaf). Interchanges and updates stay in the panel's columns
-// (ncols = w). Grid: (nthreads, batch), one threadgroup per matrix, nthreads >= m - k0 a
-// multiple of kSimdWidth.
-template <typename T>
-[[kernel]] void lu_panel_rows(
-    device T* a [[buffer(0)]],
-    device int* pivots [[buffer(1)]],
-    device int* info [[buffer(2)]],
-    constant mpsl::LuParams& p_ [[buffer(3)]],
-    uint tid [[thread_index_in_threadgroup]],
-    uint2 tpg [[threads_per_threadgroup]],
-    uint2 group [[threadgroup_position_in_grid]],
-    uint lane [[thread_index_in_simdgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]],
-    uint nsg [[simdgroups_per_threadgroup]]) {
-  using namespace mpsl;
-  const long m = p_.m, n = p_.n, k0 = p_.k0, w = p_.w;
-  threadgroup KeyIndex cand_at[kLuStepBuffers * kLuMaxSimdgroups];
-  threadgroup T cand_row[kLuStepBuffers * kLuMaxSimdgroups * kLuPanelWidth];
-  threadgroup T rrow[kLuStepBuffers * kLuPanelWidth];
-  threadgroup int panel_piv[kLuPanelWidth];
-  const long batch = long(group.y);
-  const long kmax = (m < n ? m : n);
-  device T* A = a + batch * m * n;
-  device int* piv = pivots + batch * kmax;
-  const int first_zero = tid == 0 ? info[batch] : 0;
-  // whole vectors: rows aligned (the host's word) and the panel a whole number of them
-  const bool whole = p_.rows16 != 0 && w == kLuPanelWidth && k0 % kLuPanelWidth == 0;
-  lu_panel_leaf<T, 1, kLuPanelWidth>(A, piv, info, m, n, k0, k0, w, batch, long(tpg.x), tid,
-                                     lane, sg, nsg, first_zero, whole, cand_at, cand_row, rrow,
-                                     panel_piv);
 }
 
 // For each column of the window [cb, ce) outside the panel [k0, k0 + w): the panel's row

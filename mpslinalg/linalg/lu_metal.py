@@ -54,7 +54,6 @@ PANEL_MAX_ROWS = PANEL_ROWS_PER_THREAD * PANEL_MAX_THREADS  # taller panels: lu_
 PANEL_THREADS = 256  # lu_panel: threads per group, or as many as its rows' registers need
 OUTER_WIDTH = 128  # kLuOuterWidth: columns of an outer block (the depth of the large updates)
 OUTER_MIN_COLS = 8192  # narrower: panels only (measured: blocks lose at 1024-2048, draw at 4096)
-ROWS_PANEL_MAX_ROWS = 1024  # lu_panel_rows (a thread a row) for panels of at most this many rows
 PANEL_LEAF = 8  # columns per lu_panel launch inside a panel of more than LEAF_MIN_ROWS rows
 LEAF_MIN_ROWS = 2048  # shorter panels: one lu_panel launch (the leaves' launches cost more)
 SMALL_MAX_COLS = 64  # lu_small up to this many columns (the panel path was faster at 128)
@@ -93,16 +92,9 @@ def _rows16(LU: torch.Tensor) -> bool:
     return (LU.shape[-1] * size) % 16 == 0 and (LU.storage_offset() * size) % 16 == 0
 
 
-def _panel(LU, pivots, info, params, rows, batch, fn, own_cols: int = 0) -> None:
+def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
     """lu_panel (lu_panel_tall past its register capacity) on the ``rows`` rows from the
-    panel's first one down; lu_panel_rows for a panel of ``own_cols`` <= PANEL_WIDTH columns
-    (interchanges and updates kept to them) of at most ROWS_PANEL_MAX_ROWS rows."""
-    if 0 < own_cols <= PANEL_WIDTH and rows <= ROWS_PANEL_MAX_ROWS:
-        kernel = _metal.kernel(_LU_SOURCE, "lu_panel_rows", LU.dtype, LU.device, fn=fn)
-        threads = _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH
-        launch(kernel, LU, pivots, info, params, threads=[threads, batch],
-               group_size=[threads, 1])
-        return
+    panel's first one down."""
     tall = rows > PANEL_MAX_ROWS
     kernel = _metal.kernel(_LU_SOURCE, "lu_panel_tall" if tall else "lu_panel", LU.dtype,
                            LU.device, fn=fn)
@@ -192,7 +184,7 @@ class _Kernels:
         if not sub:
             _panel(self.LU, self.pivots, self.info,
                    _lu_params(m, self.n, k0, w, w, rows16=self.rows16), m - k0, self.batch,
-                   self.fn, own_cols=w)
+                   self.fn)
             return
         for j0 in range(k0, k0 + w, sub):
             lw = min(sub, k0 + w - j0)

@@ -801,28 +801,6 @@ def test_lu_small_wide(m, n, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m,n", [(200, 200), (130, 97), (100, 260)])
-def test_panel_rows_same_bits(m, n, dtype, monkeypatch):
-    """lu_panel_rows (a thread a row, the panel's 32 columns in registers) gives lu_panel's bits,
-    pivots and info, zero and NaN columns included, and takes every panel of at most
-    ROWS_PANEL_MAX_ROWS rows."""
-    A = random_matrix(n, dtype, batch=(3,), seed=m + n, m=m)
-    A[1, :, 40] = float("nan")
-    A[2, :, 70:80] = 0
-    with count_launches() as launches:
-        out = _lu_metal.lu_factor_metal(A)
-    names = launches.names
-    assert f"lu_panel_rows_{str(dtype)[6:]}" in names
-    assert all(not name.startswith("lu_panel_") or name.startswith("lu_panel_rows")
-               for name in names)
-    monkeypatch.setattr(_lu_metal, "ROWS_PANEL_MAX_ROWS", 0)
-    ref = _lu_metal.lu_factor_metal(A)
-    for r, o in zip(ref, out, strict=True):
-        assert torch.equal(r.nan_to_num(7.0), o.nan_to_num(7.0))
-    assert out[2].tolist() == [0, 0, 71]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 def test_panel_leaves(dtype, monkeypatch):
     """Panels by leaves (forced at small sizes; a leaf width that does not divide the panel):
     LAPACK's pivots."""
