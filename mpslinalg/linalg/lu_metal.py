@@ -20,7 +20,8 @@ Launches per call:
                     and updates windowed to the block, then lu_swap_trsm + lu_update for the
                     rest of the matrix (2 launches a block more than the panels' own).
   lu_solve_metal    2 (forward and backward solves, pivots applied inside them; see
-                    triangular_metal), plus a gather per non-contiguous input.
+                    triangular_metal: the blocked solve's launches, and from PERM_MIN_N rows
+                    one for the pivots' permutation), plus a gather per non-contiguous input.
   pivots_to_permutation_metal  1.
 """
 

@@ -9,7 +9,9 @@ BLOCKED_MIN_N rows on, the blocked solve replaces both: per diagonal block of ``
 block_rows(n)`` rows (a multiple of BLOCK), ``trsm_diag`` (the block's rows, a simdgroup per
 right-hand side, by sub-blocks of BLOCK rows) and ``trsm_update`` (the rows still to solve, on
 the shared simdgroup-matrix product over many threadgroups): 2 * ceil(n / bs) - 1 launches per
-triangular solve, whatever the batch. A *gate* (the iterative refinement's
+triangular solve, whatever the batch, and one more per solve whose steps interchange rows
+(from PERM_MIN_N rows, ungated: the pivots' permutation, `_permutation`, which X's rows are
+then gathered by). A *gate* (the iterative refinement's
 per-matrix status, `refine_metal`) makes the blocked kernels skip the batch elements whose word
 is non-zero, decided on the device; a gated solve is the blocked one unless trsv is asked for
 (trsv also honours the gate; trsm does not).
