@@ -247,12 +247,10 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
     nblk = _metal.ceil_div(n, bs)
     perm = _permutation(pivots, n, steps, fn) if gate is None else None
     for lower, unit, trans, swaps in steps:
-        if perm is not None and swaps == 1:  # P^T X = X[perm]
+        by_perm = swaps if perm is not None else 0  # the interchanges as gathers, not in trsm_diag
+        swaps -= by_perm
+        if by_perm == 1:  # P^T X = X[perm]
             X = _gather_rows(X, perm)
-        if perm is not None and swaps:
-            after, swaps = swaps == 2, 0
-        else:
-            after = False
         for s in range(nblk):
             i0 = (s if lower else nblk - 1 - s) * bs
             params = block_params(n, k, lower=lower, unit=unit, trans=trans, swaps=swaps, i0=i0,
@@ -261,7 +259,7 @@ def _solve_left_blocked(M, pivots, X, steps, fn: str, gate=None) -> torch.Tensor
             rows = n - min(n, i0 + bs) if lower else i0
             if rows > 0:
                 launch(update, M, X, params, words, **gemm_metal.gemm_grid(rows, k, batch))
-        if after:  # P X = X[perm^-1]
+        if by_perm == 2:  # P X = X[perm^-1]
             inverse = torch.empty_like(perm).scatter_(
                 -1, perm, torch.arange(n, device=perm.device).expand_as(perm))
             X = _gather_rows(X, inverse)
