@@ -212,10 +212,6 @@ inline T tri_elem(device const T* lu, long n, long i, long j, bool trans) {
   return trans ? conj(lu[j * n + i]) : lu[i * n + j];
 }
 
-}  // namespace mpsl
-
-namespace mpsl {
-
 // trsv's blocks on the column x (entries stride apart; device memory, or its stage in
 // threadgroup memory): see trsv.
 template <typename T, typename P>
