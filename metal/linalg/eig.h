@@ -16,7 +16,9 @@
 //      exceptional shifts every kEigExceptional iterations without a deflation, and at most
 //      kEigItmaxPerOrder * max(kEigItmaxMinOrder, ihi - ilo + 1) iterations per eigenvalue, as
 //      LAPACK's itmax. The complex iteration does not keep the subdiagonal real (zlahqr does, to
-//      save flops): its reflectors are general complex ones.
+//      save flops): its reflectors are general complex ones. In eig_device, real windows of at
+//      least kEigMultishiftMinOrder rows take multishift sweeps (xLAQR0 / xLAQR5 without
+//      aggressive early deflation): a chain of double-shift bulges chased together.
 //   5. Eigenvectors (xTREVC): for each eigenvalue lambda_k, back-substitution in (T - lambda_k I)
 //      x = 0 with x_k = 1 (2 x 2 blocks of the real Schur form solved by Cramer's rule, forward
 //      stable for order 2), divisors below smin = max(ulp |lambda_k|, smlnum) replaced by smin
@@ -74,6 +76,17 @@ constant constexpr float kEigLanv2SafMin2 = 4.4408921e-16f;
 constant constexpr int kEigLanv2MaxRescale = 20;
 // The back-substitution keeps |x| below 2^kEigGrowthExp by exact rescaling of x.
 constant constexpr int kEigGrowthExp = 64;
+// Multishift sweeps (eig_device, real input): kEigShifts shifts a sweep, chased as a chain of
+// kEigShifts / 2 double-shift bulges kEigBulgeRows rows apart, on active windows of at least
+// kEigMultishiftMinOrder rows (smaller ones take xLAHQR's double-shift sweeps). The shifts are
+// the eigenvalues of the trailing kEigShifts x kEigShifts block, found in threadgroup memory.
+constant constexpr int kEigShifts = 20;
+constant constexpr int kEigBulgeRows = 3;
+constant constexpr int kEigMultishiftMinOrder = 60;
+static_assert(kEigShifts % 2 == 0 && kEigMultishiftMinOrder >= kEigShifts + 3,
+              "shifts come in pairs, and the window holds the shift block and a bulge above it");
+static_assert(kEigBulgeRows * (kEigShifts / 2) <= kSimdWidth,
+              "the right updates give each column of the chain a lane of one simdgroup");
 // Threadgroup memory for H (and Z) in eig_group: n^2 elements each, so n <= 63 in float32 and
 // n <= 44 in complex64 with vectors, 89 and 63 without.
 constant constexpr int kEigStageBytes = 32256;
@@ -166,10 +179,15 @@ struct EigWork {
   P h;                     // n x n, row-major: A, then H, then the Schur form T
   P z;                     // n x n: Q, then Q Z (vectors only)
   device T* tau;           // n reflector scalars of the Hessenberg reduction
+  device T* hv;            // n: the current Hessenberg reflector's vector
   device float* scale;     // n balancing scale factors
   device int* perm;        // n balancing permutation records
   device float2* x;        // n x n: the eigenvectors of T (vectors only)
   threadgroup float* red;  // reduction scratch: 2 floats per simdgroup
+  // eig_device only (the multishift sweeps): the trailing block whose eigenvalues are the
+  // shifts, and each bulge's reflector (v2, v3, tau, beta).
+  threadgroup float* shift_block;
+  threadgroup float4* bulges;
   int n;
   bool vectors;
   uint tid, nth, lane, sg, nsg;
@@ -393,30 +411,35 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
     }
     prev_beta = beta;
     prev_scal = scal;
+    // v (v_(k+1) = 1) staged contiguously: the right update reads it along rows, coalesced.
+    for (int i = k + 1 + int(w.tid); i <= ihi; i += int(w.nth)) {
+      w.hv[i] = i == k + 1 ? one<T>() : mul(w.h[i * n + k], scal);
+    }
+    eig_sync();
     // H <- (I - conj(tau) v v^H) H on rows k+1..ihi, columns k+1..n-1: one thread per column.
     const T ctau = conj(tau);
     for (int j = k + 1 + int(w.tid); j < n; j += int(w.nth)) {
       T s = w.h[(k + 1) * n + j];
       for (int i = k + 2; i <= ihi; ++i) {
-        s += mul(conj(mul(w.h[i * n + k], scal)), w.h[i * n + j]);
+        s += mul(conj(w.hv[i]), w.h[i * n + j]);
       }
       s = mul(ctau, s);
       w.h[(k + 1) * n + j] -= s;
       for (int i = k + 2; i <= ihi; ++i) {
-        w.h[i * n + j] -= mul(s, mul(w.h[i * n + k], scal));
+        w.h[i * n + j] -= mul(s, w.hv[i]);
       }
     }
     eig_sync();
-    // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi: one thread per row.
-    for (int r = int(w.tid); r <= ihi; r += int(w.nth)) {
-      T s = w.h[r * n + k + 1];
-      for (int i = k + 2; i <= ihi; ++i) {
-        s += mul(w.h[r * n + i], mul(w.h[i * n + k], scal));
+    // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi: one simdgroup per row, its lanes
+    // along the row (a thread per row would read n different rows at each step).
+    for (int r = int(w.sg); r <= ihi; r += int(w.nsg)) {
+      T s = zero<T>();
+      for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
+        s += mul(w.h[r * n + i], w.hv[i]);
       }
-      s = mul(tau, s);
-      w.h[r * n + k + 1] -= s;
-      for (int i = k + 2; i <= ihi; ++i) {
-        w.h[r * n + i] -= mul(s, conj(mul(w.h[i * n + k], scal)));
+      s = mul(tau, simd_sum(s));
+      for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
+        w.h[r * n + i] -= mul(s, conj(w.hv[i]));
       }
     }
     eig_sync();
@@ -599,6 +622,59 @@ inline EigLanv2 eig_lanv2(float a, float b, float c, float d) {
   return r;
 }
 
+// The first column of (H - s1 I)(H - s2 I) at rows m..m+2 (xLAQR1), scaled by the sum of its
+// moduli: the first reflector of a double-shift bulge introduced at m, for the shifts
+// s1 = rt1r + i rt1i and s2 = rt2r + i rt2i (a complex-conjugate pair or two real shifts).
+template <typename P>
+inline void eig_bulge_start(thread EigWork<float, P>& w, int m, float rt1r, float rt1i,
+                            float rt2r, float rt2i, thread float* v) {
+  const int n = w.n;
+  float h21s = w.h[(m + 1) * n + m];
+  float sm = metal::fabs(w.h[m * n + m] - rt2r) + metal::fabs(rt2i) + metal::fabs(h21s);
+  h21s = w.h[(m + 1) * n + m] / sm;
+  v[0] = h21s * w.h[m * n + m + 1] + (w.h[m * n + m] - rt1r) * ((w.h[m * n + m] - rt2r) / sm) -
+         rt1i * (rt2i / sm);
+  v[1] = h21s * (w.h[m * n + m] + w.h[(m + 1) * n + m + 1] - rt1r - rt2r);
+  v[2] = h21s * w.h[(m + 2) * n + m + 1];
+  sm = metal::fabs(v[0]) + metal::fabs(v[1]) + metal::fabs(v[2]);
+  v[0] /= sm;
+  v[1] /= sm;
+  v[2] /= sm;
+}
+
+// (I - t1 u u^T) applied from the left to rows k..k+nr-1 of the columns c0, c0 + step, .. <= c1
+// of the order-n row-major a, u = (1, v2, v3) (v3 unused when nr == 2).
+template <typename P>
+inline void eig_reflect_rows(P a, int n, int k, int nr, float v2, float v3, float t1, int c0,
+                             int c1, int step) {
+  const float t2 = t1 * v2, t3 = t1 * v3;
+  for (int j = c0; j <= c1; j += step) {
+    float sum = a[k * n + j] + v2 * a[(k + 1) * n + j];
+    if (nr == 3) {
+      sum += v3 * a[(k + 2) * n + j];
+      a[(k + 2) * n + j] -= sum * t3;
+    }
+    a[k * n + j] -= sum * t1;
+    a[(k + 1) * n + j] -= sum * t2;
+  }
+}
+
+// The same reflector from the right, to columns k..k+nr-1 of the rows r0, r0 + step, .. <= r1.
+template <typename P>
+inline void eig_reflect_cols(P a, int n, int k, int nr, float v2, float v3, float t1, int r0,
+                             int r1, int step) {
+  const float t2 = t1 * v2, t3 = t1 * v3;
+  for (int r = r0; r <= r1; r += step) {
+    float sum = a[r * n + k] + v2 * a[r * n + k + 1];
+    if (nr == 3) {
+      sum += v3 * a[r * n + k + 2];
+      a[r * n + k + 2] -= sum * t3;
+    }
+    a[r * n + k] -= sum * t1;
+    a[r * n + k + 1] -= sum * t2;
+  }
+}
+
 // Francis double-shift QR (xLAHQR) on the real Hessenberg h, rows/columns ilo..ihi; eigenvalues
 // into wv (scaled matrix). Returns 0, or the 1-based index of the eigenvalue that failed.
 template <typename P>
@@ -673,17 +749,7 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
         }
         // Two consecutive small subdiagonals: where the bulge may start.
         for (m = i - 2; m >= l; --m) {
-          float h21s = w.h[(m + 1) * n + m];
-          float sm = metal::fabs(w.h[m * n + m] - rt2r) + metal::fabs(rt2i) + metal::fabs(h21s);
-          h21s = w.h[(m + 1) * n + m] / sm;
-          v[0] = h21s * w.h[m * n + m + 1] + (w.h[m * n + m] - rt1r) * ((w.h[m * n + m] - rt2r) / sm) -
-                 rt1i * (rt2i / sm);
-          v[1] = h21s * (w.h[m * n + m] + w.h[(m + 1) * n + m + 1] - rt1r - rt2r);
-          v[2] = h21s * w.h[(m + 2) * n + m + 1];
-          sm = metal::fabs(v[0]) + metal::fabs(v[1]) + metal::fabs(v[2]);
-          v[0] /= sm;
-          v[1] /= sm;
-          v[2] /= sm;
+          eig_bulge_start(w, m, rt1r, rt1i, rt2r, rt2i, v);
           if (m == l) {
             break;
           }
@@ -713,38 +779,13 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
           v[2] = nr == 3 ? w.h[(k + 2) * n + k - 1] : 0.0f;
         }
         const float t1 = eig_larfg(v[0], v[1], v[2], nr);
-        const float v2 = v[1], t2 = t1 * v2;
-        const float v3 = nr == 3 ? v[2] : 0.0f, t3 = t1 * v3;
-        for (int j = k + int(w.tid); j <= i2; j += int(w.nth)) {
-          float sum = w.h[k * n + j] + v2 * w.h[(k + 1) * n + j];
-          if (nr == 3) {
-            sum += v3 * w.h[(k + 2) * n + j];
-            w.h[(k + 2) * n + j] -= sum * t3;
-          }
-          w.h[k * n + j] -= sum * t1;
-          w.h[(k + 1) * n + j] -= sum * t2;
-        }
+        const float v2 = v[1], v3 = nr == 3 ? v[2] : 0.0f;
+        eig_reflect_rows(w.h, n, k, nr, v2, v3, t1, k + int(w.tid), i2, int(w.nth));
         eig_sync();
-        const int last = metal::min(k + 3, i);
-        for (int r = i1 + int(w.tid); r <= last; r += int(w.nth)) {
-          float sum = w.h[r * n + k] + v2 * w.h[r * n + k + 1];
-          if (nr == 3) {
-            sum += v3 * w.h[r * n + k + 2];
-            w.h[r * n + k + 2] -= sum * t3;
-          }
-          w.h[r * n + k] -= sum * t1;
-          w.h[r * n + k + 1] -= sum * t2;
-        }
+        eig_reflect_cols(w.h, n, k, nr, v2, v3, t1, i1 + int(w.tid), metal::min(k + 3, i),
+                         int(w.nth));
         if (wantt) {
-          for (int r = int(w.tid); r < n; r += int(w.nth)) {
-            float sum = w.z[r * n + k] + v2 * w.z[r * n + k + 1];
-            if (nr == 3) {
-              sum += v3 * w.z[r * n + k + 2];
-              w.z[r * n + k + 2] -= sum * t3;
-            }
-            w.z[r * n + k] -= sum * t1;
-            w.z[r * n + k + 1] -= sum * t2;
-          }
+          eig_reflect_cols(w.z, n, k, nr, v2, v3, t1, int(w.tid), n - 1, int(w.nth));
         }
         if (w.tid == 0) {
           if (k > m) {
@@ -805,6 +846,214 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
     i = l - 1;
   }
   return 0;
+}
+
+// The shifts of a multishift sweep on the window ktop..kbot, into wv[kbot - kEigShifts + 1 ..
+// kbot] (scratch: those eigenvalues are not final yet), in the bulges' order: shift 2 j and
+// 2 j + 1 for bulge j, each pair complex-conjugate or real. The eigenvalues of the trailing
+// block (xLAQR0 takes them from its deflation window), or, every kEigExceptional sweeps without
+// a deflation or when the block's iteration fails, xLAQR0's exceptional shifts.
+template <typename P>
+inline void eig_multishift_shifts(thread EigWork<float, P>& w, int ktop, int kbot, bool exceptional,
+                                  device float2* wv) {
+  const int n = w.n, ns = kEigShifts, ks = kbot - ns + 1;
+  device float2* sh = wv + ks;
+  bool ok = false;
+  if (!exceptional) {
+    for (int q = int(w.tid); q < ns * ns; q += int(w.nth)) {
+      const int r = q / ns, c = q % ns;
+      w.shift_block[q] = r > c + 1 ? 0.0f : w.h[(ks + r) * n + ks + c];
+    }
+    eig_sync();
+    EigWork<float, threadgroup float*> blk;
+    blk.h = w.shift_block;
+    blk.n = ns;
+    blk.vectors = false;
+    blk.tid = w.tid;
+    blk.nth = w.nth;
+    blk.lane = w.lane;
+    blk.sg = w.sg;
+    blk.nsg = w.nsg;
+    ok = eig_schur(blk, 0, ns - 1, sh) == 0;
+  }
+  eig_sync();
+  if (w.tid == 0) {
+    float2 s[kEigShifts];
+    if (ok) {
+      for (int q = 0; q < ns; ++q) {
+        s[q] = sh[q];
+      }
+    } else {
+      for (int i = kbot; i >= ks + 1; i -= 2) {
+        const float ss = metal::fabs(w.h[i * n + i - 1]) + metal::fabs(w.h[(i - 1) * n + i - 2]);
+        const float aa = kEigExcDat1 * ss + w.h[i * n + i];
+        const EigLanv2 b = eig_lanv2(aa, ss, kEigExcDat2 * ss, aa);
+        const float im = b.c == 0.0f ? 0.0f : metal::sqrt(metal::fabs(b.b)) *
+                                                  metal::sqrt(metal::fabs(b.c));
+        s[i - 1 - ks] = float2(b.a, im);
+        s[i - ks] = float2(b.d, -im);
+      }
+    }
+    // Complex pairs (adjacent, positive imaginary part first) first, then the real shifts two
+    // by two (their number is even).
+    int out = 0;
+    for (int q = 0; q < ns; ++q) {
+      if (s[q].y > 0.0f && q + 1 < ns) {
+        sh[out++] = s[q];
+        sh[out++] = s[q + 1];
+        ++q;
+      }
+    }
+    for (int q = 0; q < ns; ++q) {
+      if (s[q].y == 0.0f) {
+        sh[out++] = s[q];
+      }
+    }
+  }
+  eig_sync();
+}
+
+// One lane's share of the multishift sweep's right updates: rows r0, r0 + step, .. <= r1 of
+// the order-n row-major a, the lane on column c (rows up to its bulge's last row `mine`), u its
+// entry of the reflector's vector, tp = tau u, and `first` the bulge's first lane. Every lane of
+// the simdgroup runs it (the shuffles).
+template <typename P>
+inline void eig_sweep_columns(P a, int n, int c, int mine, float u, float tp, int first, int r0,
+                              int r1, int step) {
+  const ushort l0 = ushort(first), l1 = ushort(metal::min(first + 1, kSimdWidth - 1)),
+               l2 = ushort(metal::min(first + 2, kSimdWidth - 1));
+  for (int r = r0; r <= r1; r += step) {
+    const bool on = r <= mine;
+    const float x = on ? a[r * n + c] : 0.0f;
+    const float s = x * u;
+    const float sum = simd_shuffle(s, l0) + simd_shuffle(s, l1) + simd_shuffle(s, l2);
+    if (on) {
+      a[r * n + c] = x - sum * tp;
+    }
+  }
+}
+
+// One multishift sweep on the window ktop..kbot (the small-bulge chain of Braman, Byers and
+// Mathias 2002, as xLAQR5 chases it, without its blocked updates): bulge j is introduced at ktop
+// at time 3 j and moves one row per time step, so at time t it acts on rows k = ktop + t - 3 j
+// .. k + 2. Bulges kEigBulgeRows apart touch disjoint rows and columns except where a left and a
+// right update meet, which commute, so each time step computes every bulge's reflector, then
+// applies all left updates, then all right updates: three barriers for all bulges. xLAQR5's
+// order (the lower bulge first) gives the same matrix in exact arithmetic.
+template <typename P>
+inline void eig_multishift_sweep(thread EigWork<float, P>& w, int ktop, int kbot,
+                                 device const float2* shifts) {
+  const int n = w.n, nb = kEigShifts / 2;
+  const bool wantt = w.vectors;
+  const int i1 = wantt ? 0 : ktop, i2 = wantt ? n - 1 : kbot;
+  const int steps = kEigBulgeRows * (nb - 1) + (kbot - ktop);
+  for (int t = 0; t < steps; ++t) {
+    if (int(w.tid) < nb) {
+      const int j = int(w.tid), k = ktop + t - kEigBulgeRows * j;
+      float4 r = float4(0.0f);
+      if (k >= ktop && k <= kbot - 1) {
+        const int nr = metal::min(3, kbot - k + 1);
+        float v[3];
+        if (k == ktop) {
+          const float2 s1 = shifts[2 * j], s2 = shifts[2 * j + 1];
+          eig_bulge_start(w, k, s1.x, s1.y, s2.x, s2.y, v);
+        } else {
+          v[0] = w.h[k * n + k - 1];
+          v[1] = w.h[(k + 1) * n + k - 1];
+          v[2] = nr == 3 ? w.h[(k + 2) * n + k - 1] : 0.0f;
+        }
+        const float t1 = eig_larfg(v[0], v[1], v[2], nr);
+        r = float4(v[1], nr == 3 ? v[2] : 0.0f, t1, v[0]);
+      }
+      w.bulges[j] = r;
+    }
+    eig_sync();
+    for (int j = 0; j < nb; ++j) {
+      const int k = ktop + t - kEigBulgeRows * j;
+      if (k < ktop || k > kbot - 1) {
+        continue;
+      }
+      const int nr = metal::min(3, kbot - k + 1);
+      const float4 b = w.bulges[j];
+      eig_reflect_rows(w.h, n, k, nr, b.x, b.y, b.z, k + int(w.tid), i2, int(w.nth));
+      if (w.tid == 0 && k > ktop) {
+        w.h[k * n + k - 1] = b.w;
+        w.h[(k + 1) * n + k - 1] = 0.0f;
+        if (k < kbot - 1) {
+          w.h[(k + 2) * n + k - 1] = 0.0f;
+        }
+      }
+    }
+    eig_sync();
+    // The right updates: the active bulges' columns are contiguous (kEigBulgeRows each), so a
+    // simdgroup takes a row, its lanes on those columns, and a bulge's three lanes sum by
+    // shuffles. (A thread a row would read each row's three entries apart from its
+    // neighbours': one cache line a lane.)
+    const int lane = int(w.lane), p = lane % kEigBulgeRows, first = lane - p;
+    const int jhi = metal::min(nb - 1, t / kEigBulgeRows);
+    const int j = jhi - lane / kEigBulgeRows;
+    const int k = ktop + t - kEigBulgeRows * j;
+    const bool live = j >= 0 && k <= kbot - 1 && p < metal::min(3, kbot - k + 1);
+    float u = 0.0f, tp = 0.0f;
+    if (live) {
+      const float4 b = w.bulges[j];
+      u = p == 0 ? 1.0f : (p == 1 ? b.x : b.y);
+      tp = b.z * u;
+    }
+    const int c = live ? k + p : 0;
+    const int rows = metal::min(ktop + t + 3, kbot);  // the lowest bulge's last row
+    eig_sweep_columns(w.h, n, c, live ? metal::min(k + 3, kbot) : -1, u, tp, first,
+                      i1 + int(w.sg), rows, int(w.nsg));
+    if (wantt) {
+      eig_sweep_columns(w.z, n, c, live ? n - 1 : -1, u, tp, first, int(w.sg), n - 1,
+                        int(w.nsg));
+    }
+    eig_sync();
+  }
+}
+
+// The Schur form by multishift sweeps while the active window is large (xLAQR0's outer loop,
+// without aggressive early deflation), xLAHQR's double-shift sweeps (eig_schur) on the small
+// windows the sweeps leave at the bottom. Same contract as eig_schur.
+template <typename P>
+inline int eig_schur_multishift(thread EigWork<float, P>& w, int ilo, int ihi,
+                                device float2* wv) {
+  const int n = w.n;
+  const int nh = ihi - ilo + 1;
+  if (nh < kEigMultishiftMinOrder) {
+    return eig_schur(w, ilo, ihi, wv);
+  }
+  const float smlnum = kSafeMin * (float(nh) / kEigUlp);
+  const int itmax = kEigItmaxPerOrder * metal::max(kEigItmaxMinOrder, nh);
+  int kbot = ihi;
+  int sweeps = 0;  // multishift sweeps since the last deflation
+  for (int it = 0; it <= itmax && kbot >= ilo; ++it) {
+    const int ktop = eig_deflation_point(w, ilo, kbot, ilo, ihi, smlnum);
+    eig_sync();  // every thread has read where the window starts
+    if (w.tid == 0 && ktop > ilo) {
+      w.h[ktop * n + ktop - 1] = 0.0f;
+    }
+    eig_sync();
+    if (kbot - ktop + 1 < kEigMultishiftMinOrder) {
+      const int status = eig_schur(w, ktop, kbot, wv);
+      if (status != 0) {
+        return status;
+      }
+      kbot = ktop - 1;
+      sweeps = 0;
+      continue;
+    }
+    ++sweeps;
+    eig_multishift_shifts(w, ktop, kbot, sweeps % kEigExceptional == 0, wv);
+    eig_multishift_sweep(w, ktop, kbot, wv + kbot - kEigShifts + 1);
+  }
+  return kbot >= ilo ? kbot + 1 : 0;
+}
+
+// eig_device on real input takes the multishift sweeps; the other kernels xLAHQR's.
+inline int eig_schur_any(thread EigWork<float, device float*>& w, int ilo, int ihi,
+                         device float2* wv) {
+  return eig_schur_multishift(w, ilo, ihi, wv);
 }
 
 // Single-shift complex QR on the complex Hessenberg h (xLAHQR's complex form, with general
@@ -925,6 +1174,16 @@ inline int eig_schur(thread EigWork<float2, P>& w, int ilo, int ihi, device floa
     i = l - 1;
   }
   return 0;
+}
+
+template <typename T>
+inline int eig_schur_any(thread EigWork<T, threadgroup T*>& w, int ilo, int ihi,
+                         device float2* wv) {
+  return eig_schur(w, ilo, ihi, wv);
+}
+inline int eig_schur_any(thread EigWork<float2, device float2*>& w, int ilo, int ihi,
+                         device float2* wv) {
+  return eig_schur(w, ilo, ihi, wv);
 }
 
 // ---- 5. eigenvectors ----
@@ -1155,7 +1414,7 @@ inline void eig_solve(device const T* a, device float2* wout, device float2* vou
         wb[t] = eig_c(w.h[t * n + t]);
       }
     }
-    status = eig_schur(w, ilo, ihi, wb);
+    status = eig_schur_any(w, ilo, ihi, wb);
     eig_sync();
     if (status == 0 && w.vectors) {
       const float smlnum = kSafeMin * (float(n) / kEigUlp);
@@ -1188,8 +1447,8 @@ inline void eig_solve(device const T* a, device float2* wout, device float2* vou
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 //
 // Buffers: a (batch, n, n) input; w (batch, n) complex eigenvalues; v (batch, n, n) complex
-// eigenvectors (columns; written when p.vectors); info (batch); tau, scale, perm (batch, n)
-// workspace; x (batch, n, n) complex workspace (when p.vectors).
+// eigenvectors (columns; written when p.vectors); info (batch); tau (batch, 2 n), scale, perm
+// (batch, n) workspace; x (batch, n, n) complex workspace (when p.vectors).
 
 // Grid: (threads, batch), one threadgroup per matrix; H (and Z) staged in threadgroup memory:
 // n^2 (2 n^2 with vectors) elements within kEigStageBytes.
@@ -1216,7 +1475,8 @@ template <typename T>
   EigWork<T, threadgroup T*> wk;
   wk.h = h;
   wk.z = h + long(n) * n;
-  wk.tau = tau + b * n;
+  wk.tau = tau + b * 2 * n;
+  wk.hv = wk.tau + n;
   wk.scale = scale + b * n;
   wk.perm = perm + b * n;
   wk.x = x + (p.vectors != 0 ? b * long(n) * n : 0);
@@ -1250,13 +1510,18 @@ template <typename T>
     uint2 tpg [[threads_per_threadgroup]]) {
   using namespace mpsl;
   threadgroup float red[2 * (kEigMaxThreads / kSimdWidth)];
+  threadgroup float shift_block[kEigShifts * kEigShifts];
+  threadgroup float4 bulges[kEigShifts / 2];
   const long b = long(tgpos.y);
   const int n = int(p.n);
   const long nn = long(n) * n;
   EigWork<T, device T*> wk;
+  wk.shift_block = &shift_block[0];
+  wk.bulges = &bulges[0];
   wk.h = hz + b * 2 * nn;
   wk.z = wk.h + nn;
-  wk.tau = tau + b * n;
+  wk.tau = tau + b * 2 * n;
+  wk.hv = wk.tau + n;
   wk.scale = scale + b * n;
   wk.perm = perm + b * n;
   wk.x = x + (p.vectors != 0 ? b * nn : 0);

@@ -8,9 +8,10 @@ threadgroup per matrix.
 
 Paths:
   group    H (and Z when vectors are wanted) in threadgroup memory: n <= `group_max_n`
-           (63 real / 44 complex with vectors, 89 / 63 without);
+           (63 real with or without vectors, 44 complex with vectors, 63 without);
   device   H and Z in a device workspace, any n (one threadgroup per matrix still: the whole
-           GPU for one large matrix is not done).
+           GPU for one large matrix is not done); real input takes multishift sweeps on
+           large active windows.
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ def group_max_n(dtype: torch.dtype, vectors: bool) -> int:
 
 
 def path(n: int, dtype: torch.dtype, vectors: bool) -> str:
-    """Which kernel serves order n: 'group' or 'device'."""
-    return "group" if n <= group_max_n(dtype, vectors) else "device"
+    """Which kernel serves order n: 'group' or 'device'.
+
+    Real input leaves the stage at eig's bound with or without vectors: eig_device's multishift
+    sweeps give other bits than eig_group's double-shift ones, and eigvals keeps eig's
+    eigenvalues bit for bit."""
+    return "group" if n <= group_max_n(dtype, vectors or not dtype.is_complex) else "device"
 
 
 def threads(n: int) -> int:
@@ -82,7 +87,7 @@ def eig_metal(A: torch.Tensor, *, vectors: bool, fn: str = "eig"
         return w, V, info
     dev = A.device
     v_arg = V if vectors else torch.empty(1, dtype=out, device=dev)
-    tau = torch.empty((batch, n), dtype=A.dtype, device=dev)
+    tau = torch.empty((batch, 2 * n), dtype=A.dtype, device=dev)  # tau, then the reflector
     scale = torch.empty((batch, n), dtype=torch.float32, device=dev)
     perm = torch.empty((batch, n), dtype=torch.int32, device=dev)
     x = (torch.empty((batch, n, n), dtype=out, device=dev) if vectors

@@ -274,6 +274,9 @@ def test_paths():
     assert eig_metal_module.path(64, f32, True) == "device"
     assert eig_metal_module.path(45, c64, True) == "device"
     assert eig_metal_module.path(45, c64, False) == "group"
+    # real eigvals leaves the stage with eig (its multishift sweeps: eig's bits)
+    assert eig_metal_module.path(63, f32, False) == "group"
+    assert eig_metal_module.path(64, f32, False) == "device"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -283,6 +286,33 @@ def test_device_memory_path(metal_backend, dtype):
     A = metal_backend.tensor(random_matrix(n, dtype, (), seed=30))
     L, V = mpslinalg.eig(A)
     check_eig(A, L, V, exact_pairs=True)
+
+
+MULTISHIFT_N = 66  # above eig.h's kEigMultishiftMinOrder (60): a few multishift sweeps
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "cyclic"])
+def test_multishift_sweeps(metal_backend, monkeypatch, kind):
+    """eig_device's multishift sweeps on real input (active windows of at least 60 rows):
+    LAPACK's accuracy on every kind of matrix, exact conjugate pairs, eigvals bit for bit eig's.
+    The cyclic permutation (eigenvalues the roots of unity, the trailing block nilpotent: its
+    eigenvalues, zero, are shifts that never converge) needs the exceptional shifts."""
+    n = MULTISHIFT_N
+    if kind == "cyclic":
+        A0 = torch.roll(torch.eye(n), 1, 0)
+    else:
+        A0 = make(kind, n, torch.float32, (), seed=40)
+    A = metal_backend.tensor(A0)
+    assert eig_metal_module.path(n, torch.float32, True) == "device"
+    L, V = mpslinalg.eig(A)
+    check_eig(A, L, V, exact_pairs=True)
+    W = mpslinalg.eigvals(A)
+    assert torch.equal(W, L)
+    if kind == "random":  # the sweeps ran: eig_group's double-shift sweeps give other bits
+        monkeypatch.setattr(eig_metal_module, "path", lambda n, dtype, vectors: "group")
+        W_group = eig_metal_module.eig_metal(A, vectors=False)[0]
+        assert not torch.equal(W_group, W)
+        assert eigenvalue_ratio(A.cpu(), W_group.cpu()) < THRESH
 
 
 def test_device_path_matches_group_path(metal_backend, monkeypatch):
