@@ -2,7 +2,9 @@
 kernels: the emulator for CPU tensors, the CUDA executor for CUDA tensors with
 MPSLINALG_METAL_ON_CUDA=1) vs torch.linalg.eig, interleaved.
 
-Self-contained: ``python benchmarks/bench_eig.py [--device cpu|cuda] [--cases ...] [--out FILE]``.
+Self-contained: ``python benchmarks/bench_eig.py [--device cpu|cuda] [--cases ...] [--host-cpu]
+[--out FILE]``; ``--host-cpu`` adds torch.linalg.eig on the host's CPU (the bar for large n, where
+torch's CUDA eig is a CPU hybrid) and the metal column's ratio to it.
 On CUDA run it as ``MPSLINALG_METAL_ON_CUDA=1 python benchmarks/bench_eig.py --device cuda``
 for the "metal" column (without the variable that column is left out there). Interleaved
 rounds, min / median / max in ms (CUDA: synchronised wall time per call, as
@@ -34,10 +36,18 @@ def spread(t) -> str:
     return f"{t.min * 1e3:.3g} / {t.median * 1e3:.3g} / {t.max * 1e3:.3g}"
 
 
-def measure(batch: int, n: int, device: torch.device, rounds: int, metal: bool) -> str:
+HOST_CPU = "torch.linalg.eig (host CPU)"
+METAL = "mpslinalg (metal backend)"
+
+
+def measure(batch: int, n: int, device: torch.device, rounds: int, metal: bool,
+            host_cpu: bool) -> tuple[str, list[str]]:
     gen = torch.Generator().manual_seed(0)
-    A = torch.randn(batch, n, n, generator=gen).to(device)
+    A_host = torch.randn(batch, n, n, generator=gen)
+    A = A_host.to(device)
     fns = {"torch.linalg.eig": lambda: torch.linalg.eig(A)}
+    if host_cpu:  # torch's CUDA eig is a CPU hybrid: the host's own LAPACK is the bar at scale
+        fns[HOST_CPU] = lambda: torch.linalg.eig(A_host)
 
     def ours(backend):
         def run():
@@ -47,7 +57,7 @@ def measure(batch: int, n: int, device: torch.device, rounds: int, metal: bool) 
 
     fns["mpslinalg (torch backend)"] = ours("torch")
     if metal:
-        fns["mpslinalg (metal backend)"] = ours("metal")
+        fns[METAL] = ours("metal")
     t = time_interleaved(fns, device, rounds)
     base = t["torch.linalg.eig"].median
     cells = [f"{batch} x ({n}x{n})"]
@@ -55,7 +65,11 @@ def measure(batch: int, n: int, device: torch.device, rounds: int, metal: bool) 
         cells.append(spread(t[name]))
     for name in list(fns)[1:]:
         cells.append(f"{t[name].median / base:.2f}")
-    return "| " + " | ".join(cells) + " |", list(fns)
+    names = list(fns)
+    if host_cpu and metal:
+        cells.append(f"{t[METAL].median / t[HOST_CPU].median:.2f}")
+        names.append(f"{METAL} / host CPU")
+    return "| " + " | ".join(cells) + " |", names
 
 
 def main() -> int:
@@ -65,6 +79,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-metal", action="store_true", help="leave the metal column out")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--host-cpu", action="store_true",
+                        help="on a GPU, also time torch.linalg.eig on the host CPU")
     parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -79,9 +95,12 @@ def main() -> int:
     header_done = False
     for case in cases.split(","):
         batch, n = (int(x) for x in case.split("x"))
-        row, names = measure(batch, n, device, args.rounds, metal)
+        row, names = measure(batch, n, device, args.rounds, metal,
+                             args.host_cpu and device.type != "cpu")
         if not header_done:
-            cols = ["case", *names, *[f"{name} / torch" for name in names[1:]]]
+            timed = [name for name in names if "/" not in name]
+            cols = ["case", *timed, *[f"{name} / torch" for name in timed[1:]],
+                    *[name for name in names if "/" in name]]
             lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             print("\n".join(lines), flush=True)
             header_done = True

@@ -87,11 +87,14 @@ static_assert(kEigShifts % 2 == 0 && kEigMultishiftMinOrder >= kEigShifts + 3,
               "shifts come in pairs, and the window holds the shift block and a bulge above it");
 static_assert(kEigBulgeRows * (kEigShifts / 2) <= kSimdWidth,
               "the right updates give each column of the chain a lane of one simdgroup");
+// The Hessenberg reduction's right update takes a simdgroup per row from this order (eig_group
+// stages at most order 63, so its orders keep a thread per row).
+constant constexpr int kEigRowsBySimdgroupMinOrder = 64;
 // Threadgroup memory for H (and Z) in eig_group: n^2 elements each, so n <= 63 in float32 and
 // n <= 44 in complex64 with vectors, 89 and 63 without.
 constant constexpr int kEigStageBytes = 32256;
 // Threads per threadgroup at most.
-constant constexpr int kEigMaxThreads = 256;
+constant constexpr int kEigMaxThreads = 1024;
 
 static_assert(kEigStageBytes + 2 * (kEigMaxThreads / kSimdWidth) * sizeof(float) <=
                   kMaxThreadgroupMemoryBytes,
@@ -430,16 +433,31 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
       }
     }
     eig_sync();
-    // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi: one simdgroup per row, its lanes
-    // along the row (a thread per row would read n different rows at each step).
-    for (int r = int(w.sg); r <= ihi; r += int(w.nsg)) {
-      T s = zero<T>();
-      for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
-        s += mul(w.h[r * n + i], w.hv[i]);
+    // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi. Large orders: one simdgroup per
+    // row, its lanes along the row (a thread per row would read n different rows at each step);
+    // small ones: one thread per row (a simdgroup would take its rows one at a time).
+    if (n >= kEigRowsBySimdgroupMinOrder) {
+      for (int r = int(w.sg); r <= ihi; r += int(w.nsg)) {
+        T s = zero<T>();
+        for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
+          s += mul(w.h[r * n + i], w.hv[i]);
+        }
+        s = mul(tau, simd_sum(s));
+        for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
+          w.h[r * n + i] -= mul(s, conj(w.hv[i]));
+        }
       }
-      s = mul(tau, simd_sum(s));
-      for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
-        w.h[r * n + i] -= mul(s, conj(w.hv[i]));
+    } else {
+      for (int r = int(w.tid); r <= ihi; r += int(w.nth)) {
+        T s = w.h[r * n + k + 1];
+        for (int i = k + 2; i <= ihi; ++i) {
+          s += mul(w.h[r * n + i], w.hv[i]);
+        }
+        s = mul(tau, s);
+        w.h[r * n + k + 1] -= s;
+        for (int i = k + 2; i <= ihi; ++i) {
+          w.h[r * n + i] -= mul(s, conj(w.hv[i]));
+        }
       }
     }
     eig_sync();
