@@ -87,6 +87,9 @@ static_assert(kEigShifts % 2 == 0 && kEigMultishiftMinOrder >= kEigShifts + 3,
               "shifts come in pairs, and the window holds the shift block and a bulge above it");
 static_assert(kEigBulgeRows * (kEigShifts / 2) <= kSimdWidth,
               "the right updates give each column of the chain a lane of one simdgroup");
+// Loads a thread issues together before their stores in eig_device's update loops (a store
+// may alias the next load for all the compiler knows: one at a time, each waits for memory).
+constant constexpr int kEigLoadBatch = 4;
 // The Hessenberg reduction's right update takes a simdgroup per row from this order (eig_group
 // stages at most order 63, so its orders keep a thread per row).
 constant constexpr int kEigRowsBySimdgroupMinOrder = 64;
@@ -375,6 +378,27 @@ inline void eig_balance(thread EigWork<T, P>& w, thread int& ilo, thread int& ih
 
 // ---- 3. Hessenberg reduction (xGEHD2) and Q (xORGHR) ----
 
+// a[a0 + q astride] -= s b[b0 + q bstride] (b conjugated when asked) for q < count, with
+// kEigLoadBatch entries of a and b loaded before their stores: a store may alias the next load
+// for all the compiler knows, so one entry at a time waits for memory once an entry.
+template <typename T, typename PA, typename PB>
+inline void eig_sub_scaled(PA a, int a0, int astride, PB b, int b0, int bstride, T s, int count,
+                           bool conj_b) {
+  for (int q0 = 0; q0 < count; q0 += kEigLoadBatch) {
+    T x[kEigLoadBatch], y[kEigLoadBatch];
+    for (int q = 0; q < kEigLoadBatch; ++q) {
+      const bool on = q0 + q < count;
+      x[q] = on ? a[a0 + (q0 + q) * astride] : zero<T>();
+      y[q] = on ? b[b0 + (q0 + q) * bstride] : zero<T>();
+    }
+    for (int q = 0; q < kEigLoadBatch; ++q) {
+      if (q0 + q < count) {
+        a[a0 + (q0 + q) * astride] = x[q] - mul(s, conj_b ? conj(y[q]) : y[q]);
+      }
+    }
+  }
+}
+
 template <typename T, typename P>
 inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
   const int n = w.n;
@@ -428,9 +452,7 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
       }
       s = mul(ctau, s);
       w.h[(k + 1) * n + j] -= s;
-      for (int i = k + 2; i <= ihi; ++i) {
-        w.h[i * n + j] -= mul(s, w.hv[i]);
-      }
+      eig_sub_scaled(w.h, (k + 2) * n + j, n, w.hv, k + 2, 1, s, ihi - k - 1, false);
     }
     eig_sync();
     // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi. Large orders: one simdgroup per
@@ -443,9 +465,9 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
           s += mul(w.h[r * n + i], w.hv[i]);
         }
         s = mul(tau, simd_sum(s));
-        for (int i = k + 1 + int(w.lane); i <= ihi; i += kSimdWidth) {
-          w.h[r * n + i] -= mul(s, conj(w.hv[i]));
-        }
+        const int i0 = k + 1 + int(w.lane);
+        eig_sub_scaled(w.h, r * n + i0, kSimdWidth, w.hv, i0, kSimdWidth, s,
+                       i0 <= ihi ? (ihi - i0) / kSimdWidth + 1 : 0, true);
       }
     } else {
       for (int r = int(w.tid); r <= ihi; r += int(w.nth)) {
@@ -486,9 +508,7 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
         }
         s = mul(tk, s);
         w.z[(k + 1) * n + j] -= s;
-        for (int i = k + 2; i <= ihi; ++i) {
-          w.z[i * n + j] -= mul(s, w.h[i * n + k]);
-        }
+        eig_sub_scaled(w.z, (k + 2) * n + j, n, w.h, (k + 2) * n + k, n, s, ihi - k - 1, false);
       }
     }
     eig_sync();
@@ -940,13 +960,56 @@ inline void eig_sweep_columns(P a, int n, int c, int mine, float u, float tp, in
                               int r1, int step) {
   const ushort l0 = ushort(first), l1 = ushort(metal::min(first + 1, kSimdWidth - 1)),
                l2 = ushort(metal::min(first + 2, kSimdWidth - 1));
-  for (int r = r0; r <= r1; r += step) {
-    const bool on = r <= mine;
-    const float x = on ? a[r * n + c] : 0.0f;
-    const float s = x * u;
-    const float sum = simd_shuffle(s, l0) + simd_shuffle(s, l1) + simd_shuffle(s, l2);
-    if (on) {
-      a[r * n + c] = x - sum * tp;
+  // kEigLoadBatch rows' loads before their stores (a store may alias the next row's load for
+  // all the compiler knows, so a row at a time waits for memory once a row).
+  for (int r = r0; r <= r1; r += step * kEigLoadBatch) {
+    float x[kEigLoadBatch];
+    for (int q = 0; q < kEigLoadBatch; ++q) {
+      const int rq = r + q * step;
+      x[q] = rq <= r1 && rq <= mine ? a[rq * n + c] : 0.0f;
+    }
+    for (int q = 0; q < kEigLoadBatch; ++q) {
+      const int rq = r + q * step;
+      const float s = x[q] * u;
+      const float sum = simd_shuffle(s, l0) + simd_shuffle(s, l1) + simd_shuffle(s, l2);
+      if (rq <= r1 && rq <= mine) {
+        a[rq * n + c] = x[q] - sum * tp;
+      }
+    }
+  }
+}
+
+// The left updates of every active bulge at time t (rows k..k+nr-1 of columns k..i2), the
+// loads of all bulges at one column offset issued before their stores (the bulges' rows are
+// disjoint), so that a thread waits for memory once an offset rather than once a bulge. The
+// same arithmetic as eig_reflect_rows.
+template <typename P>
+inline void eig_chain_rows(thread EigWork<float, P>& w, int ktop, int kbot, int t, int i2) {
+  const int n = w.n, nb = kEigShifts / 2;
+  const int kmin = ktop + t - kEigBulgeRows * metal::min(nb - 1, t / kEigBulgeRows);
+  for (int o = int(w.tid); o <= i2 - kmin; o += int(w.nth)) {
+    float x0[kEigShifts / 2], x1[kEigShifts / 2], x2[kEigShifts / 2];
+    for (int j = 0; j < nb; ++j) {
+      const int k = ktop + t - kEigBulgeRows * j, c = k + o;
+      const bool on = k >= ktop && k <= kbot - 1 && c <= i2;
+      x0[j] = on ? w.h[k * n + c] : 0.0f;
+      x1[j] = on ? w.h[(k + 1) * n + c] : 0.0f;
+      x2[j] = on && k + 2 <= kbot ? w.h[(k + 2) * n + c] : 0.0f;
+    }
+    for (int j = 0; j < nb; ++j) {
+      const int k = ktop + t - kEigBulgeRows * j, c = k + o;
+      if (k < ktop || k > kbot - 1 || c > i2) {
+        continue;
+      }
+      const float4 b = w.bulges[j];
+      const float t1 = b.z, t2 = t1 * b.x, t3 = t1 * b.y;
+      float sum = x0[j] + b.x * x1[j];
+      if (k + 2 <= kbot) {
+        sum += b.y * x2[j];
+        w.h[(k + 2) * n + c] = x2[j] - sum * t3;
+      }
+      w.h[k * n + c] = x0[j] - sum * t1;
+      w.h[(k + 1) * n + c] = x1[j] - sum * t2;
     }
   }
 }
@@ -986,14 +1049,13 @@ inline void eig_multishift_sweep(thread EigWork<float, P>& w, int ktop, int kbot
       w.bulges[j] = r;
     }
     eig_sync();
+    eig_chain_rows(w, ktop, kbot, t, i2);
     for (int j = 0; j < nb; ++j) {
       const int k = ktop + t - kEigBulgeRows * j;
       if (k < ktop || k > kbot - 1) {
         continue;
       }
-      const int nr = metal::min(3, kbot - k + 1);
       const float4 b = w.bulges[j];
-      eig_reflect_rows(w.h, n, k, nr, b.x, b.y, b.z, k + int(w.tid), i2, int(w.nth));
       if (w.tid == 0 && k > ktop) {
         w.h[k * n + k - 1] = b.w;
         w.h[(k + 1) * n + k - 1] = 0.0f;
