@@ -101,12 +101,14 @@ def eig_metal(A: torch.Tensor, *, vectors: bool, fn: str = "eig"
          else torch.empty(1, dtype=out, device=dev))
     params = metal_params.pack("linalg/eig.h", "EigParams", n=n, batch=batch, vectors=vectors)
     where = path(n, A.dtype, vectors)
-    width = threads(n, where)
     args = [A, w, v_arg, info, params, tau, scale, perm, x]
     if where == "group":
         kernel = _metal.kernel(_SOURCE, "eig_group", A.dtype, dev, fn=fn)
     else:
         kernel = _metal.kernel(_SOURCE, "eig_device", A.dtype, dev, fn=fn)
         args.append(torch.empty((batch, 2, n, n), dtype=A.dtype, device=dev))
+    # A pipeline's limit may be below 1024 (register use); the results do not depend on it.
+    limit = max(SIMD_WIDTH, kernel.max_threads_per_threadgroup // SIMD_WIDTH * SIMD_WIDTH)
+    width = min(threads(n, where), limit)
     launch(kernel, *args, threads=[width, batch], group_size=[width, 1])
     return w, V, info

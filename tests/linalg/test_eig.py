@@ -315,6 +315,18 @@ def test_multishift_sweeps(metal_backend, monkeypatch, kind):
         assert eigenvalue_ratio(A.cpu(), W_group.cpu()) < THRESH
 
 
+def test_results_independent_of_threads(metal_backend, monkeypatch):
+    """eig_device's bits do not depend on its threads per group (a pipeline's limit may cut
+    them), the multishift sweeps included."""
+    A = metal_backend.tensor(random_matrix(MULTISHIFT_N, torch.float32, (), seed=41))
+    results = []
+    for count in (64, 512):
+        monkeypatch.setattr(eig_metal_module, "DEVICE_MIN_THREADS", count)
+        results.append(eig_metal_module.eig_metal(A, vectors=True))
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_device_path_matches_group_path(metal_backend, monkeypatch):
     """Both kernels run the same arithmetic in the same order: bit-identical results."""
     for dtype, n in [(torch.float32, 11), (torch.complex64, 11), (torch.float32, 12)]:
