@@ -1050,14 +1050,11 @@ inline void eig_multishift_sweep(thread EigWork<float, P>& w, int ktop, int kbot
     }
     eig_sync();
     eig_chain_rows(w, ktop, kbot, t, i2);
-    for (int j = 0; j < nb; ++j) {
+    // Each moved bulge's column k - 1: beta and two zeros.
+    for (int j = 0; w.tid == 0 && j < nb; ++j) {
       const int k = ktop + t - kEigBulgeRows * j;
-      if (k < ktop || k > kbot - 1) {
-        continue;
-      }
-      const float4 b = w.bulges[j];
-      if (w.tid == 0 && k > ktop) {
-        w.h[k * n + k - 1] = b.w;
+      if (k > ktop && k <= kbot - 1) {
+        w.h[k * n + k - 1] = w.bulges[j].w;
         w.h[(k + 1) * n + k - 1] = 0.0f;
         if (k < kbot - 1) {
           w.h[(k + 2) * n + k - 1] = 0.0f;
