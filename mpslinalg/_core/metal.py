@@ -205,6 +205,14 @@ def host_name(kernel: Any) -> str:
     return _host_names.get(id(kernel)) or getattr(kernel, "name", repr(kernel))
 
 
+def group_width(kernel: Any, wanted: int) -> int:
+    """``wanted`` threads a group, cut to the pipeline's ``max_threads_per_threadgroup`` (which
+    register use may put below 1024) in whole simdgroups: for kernels whose results do not
+    depend on their width."""
+    limit = max(SIMD_WIDTH, kernel.max_threads_per_threadgroup // SIMD_WIDTH * SIMD_WIDTH)
+    return min(wanted, limit)
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

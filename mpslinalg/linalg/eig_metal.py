@@ -107,8 +107,6 @@ def eig_metal(A: torch.Tensor, *, vectors: bool, fn: str = "eig"
     else:
         kernel = _metal.kernel(_SOURCE, "eig_device", A.dtype, dev, fn=fn)
         args.append(torch.empty((batch, 2, n, n), dtype=A.dtype, device=dev))
-    # A pipeline's limit may be below 1024 (register use); the results do not depend on it.
-    limit = max(SIMD_WIDTH, kernel.max_threads_per_threadgroup // SIMD_WIDTH * SIMD_WIDTH)
-    width = min(threads(n, where), limit)
+    width = _metal.group_width(kernel, threads(n, where))  # the results do not depend on it
     launch(kernel, *args, threads=[width, batch], group_size=[width, 1])
     return w, V, info

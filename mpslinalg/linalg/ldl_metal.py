@@ -71,9 +71,7 @@ def ldl_factor_metal(A: torch.Tensor, *, hermitian: bool, fn: str = "ldl_factor"
     kernel = _metal.kernel(_SOURCE, f"ldl_factor_{where}", A.dtype, A.device, fn=fn)
     params = metal_params.pack(_HEADER, "LdlParams", n=n,
                                hermitian=int(bool(hermitian) and A.is_complex()))
-    # A pipeline's limit may be below 1024 (register use); the results do not depend on it.
-    limit = max(SIMD_WIDTH, kernel.max_threads_per_threadgroup // SIMD_WIDTH * SIMD_WIDTH)
-    threads = min(factor_threads(n), limit)
+    threads = _metal.group_width(kernel, factor_threads(n))  # the results do not depend on it
     launch(kernel, A, LD, pivots, info.view(batch), params,
            threads=[threads, batch], group_size=[threads, 1])
     return LD, pivots, info
