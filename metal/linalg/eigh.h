@@ -69,12 +69,17 @@ constant constexpr int kEighRotFloats = 6;
 constant constexpr int kEighGroupMaxPairs = 32;
 // Threads per threadgroup of eigh_group / eigh_device at most.
 constant constexpr int kEighMaxThreads = kMaxThreadsPerGroup;
-// Items of a step's block update that a thread loads before it stores any: the compiler may not
-// move a load above a store that might alias it, so an item at a time waits for memory on each
-// of its loads; a batch waits once for all of them (device memory, eigh_device). Each item holds
-// 8 entries (A's block, V's) in registers: 2 keeps complex64 within 64 registers a thread at
-// 1024 threads. The items are disjoint blocks, so the values do not depend on it.
-constant constexpr int kEighLoadBatch = 2;
+// Items of a step's block update that a thread of eigh_device loads before it stores any: the
+// compiler may not move a load above a store that might alias it, so items taken one at a time
+// wait for device memory once each; a batch waits once for all. An item holds 8 entries (A's
+// block, V's) in registers, so the batch is what fits 64 registers a thread (1024 threads on the
+// CUDA executor; ptxas sm_90 spilled 2 complex64 items, and 3 float32 ones). eigh_group takes
+// one: its entries are in threadgroup memory and n <= 62 leaves a thread at most one item. The
+// items are disjoint blocks, so the values do not depend on it.
+template <typename T>
+constexpr int eigh_device_load_batch() {
+  return sizeof(T) == sizeof(float) ? 2 : 1;
+}
 // status buffer: int32 per matrix.
 constant constexpr int kEighStatusInts = 2;
 
@@ -262,9 +267,9 @@ inline int eigh_rank(float wi, int i, float wj, int j) {
 
 // The sweeps and the output of one matrix, held at x (A) and vm (V) (threadgroup or device
 // memory: P is the pointer type), with rotations in rot (kEighRotFloats per pair, threadgroup or
-// device memory: R). The whole threadgroup calls it; barriers are on both memories (the same
-// code serves both).
-template <typename T, typename P, typename R>
+// device memory: R); Batch items of the block update loaded at once (eigh_device_load_batch).
+// The whole threadgroup calls it; barriers are on both memories (the same code serves both).
+template <typename T, int Batch, typename P, typename R>
 inline void eigh_jacobi(device const T* a, device float* w, device T* v, device int* status,
                         constant EighParams& p, P x, P vm, R rot, threadgroup float* scratch,
                         long b, uint tid, uint nthreads) {
@@ -353,16 +358,16 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
       // less; a diagonal block (k1 == k2) gets its exact values. Index n (odd n) is the dummy:
       // its pair never rotates, its row and column do not exist. (int indices, as the entries':
       // a 64-bit division would be a long emulation.) The blocks are disjoint, so a thread
-      // loads kEighLoadBatch of its items before storing any (see kEighLoadBatch).
+      // loads Batch of its items before storing any.
       const int items = pairs * pairs;
       const int stride = int(nthreads);
-      for (int first = int(tid); first < items; first += kEighLoadBatch * stride) {
-        EighBlock<T> blk[kEighLoadBatch];
-        for (int u = 0; u < kEighLoadBatch; ++u) {
+      for (int first = int(tid); first < items; first += Batch * stride) {
+        EighBlock<T> blk[Batch];
+        for (int u = 0; u < Batch; ++u) {
           eigh_block_load(blk[u], x, vm, rot, n, m, r, pairs, first + u * stride, items,
                           vectors);
         }
-        for (int u = 0; u < kEighLoadBatch; ++u) {
+        for (int u = 0; u < Batch; ++u) {
           eigh_block_store(blk[u], x, vm, n, vectors);
         }
       }
@@ -414,7 +419,8 @@ template <typename T>
   threadgroup float scratch[kMaxThreadsPerGroup / kSimdWidth];
   threadgroup T* x = reinterpret_cast<threadgroup T*>(&stage[0]);
   threadgroup T* vm = x + p.n * p.n;
-  eigh_jacobi<T>(a, w, v, status, p, x, vm, &rot[0], &scratch[0], long(tgpos.y), tpos.x, tpg.x);
+  eigh_jacobi<T, 1>(a, w, v, status, p, x, vm, &rot[0], &scratch[0], long(tgpos.y), tpos.x,
+                    tpg.x);
 }
 
 // Grid: (group width, batch), one threadgroup per matrix of any order. work holds 2 n^2
@@ -437,6 +443,7 @@ template <typename T>
   const long nn = p.n * p.n;
   const long pairs = (p.n + 1) / 2;
   device T* x = work + b * 2 * nn;
-  eigh_jacobi<T>(a, w, v, status, p, x, x + nn, rot + b * pairs * kEighRotFloats, &scratch[0],
-                 b, tpos.x, tpg.x);
+  eigh_jacobi<T, eigh_device_load_batch<T>()>(a, w, v, status, p, x, x + nn,
+                                               rot + b * pairs * kEighRotFloats, &scratch[0], b,
+                                               tpos.x, tpg.x);
 }
