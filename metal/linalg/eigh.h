@@ -69,6 +69,17 @@ constant constexpr int kEighRotFloats = 6;
 constant constexpr int kEighGroupMaxPairs = 32;
 // Threads per threadgroup of eigh_group / eigh_device at most.
 constant constexpr int kEighMaxThreads = kMaxThreadsPerGroup;
+// Items of a step's block update that a thread of eigh_device loads before it stores any: the
+// compiler may not move a load above a store that might alias it, so items taken one at a time
+// wait for device memory once each; a batch waits once for all. An item holds 8 entries (A's
+// block, V's) in registers, so the batch is what fits 64 registers a thread (1024 threads on the
+// CUDA executor; ptxas sm_90 spilled 2 complex64 items, and 3 float32 ones). eigh_group takes
+// one: its entries are in threadgroup memory and n <= 62 leaves a thread at most one item. The
+// items are disjoint blocks, so the values do not depend on it.
+template <typename T>
+constexpr int eigh_device_load_batch() {
+  return sizeof(T) == sizeof(float) ? 2 : 1;
+}
 // status buffer: int32 per matrix.
 constant constexpr int kEighStatusInts = 2;
 
@@ -121,22 +132,126 @@ inline bool eigh_needs_rotation(float off, float a_pp, float a_qq) {
          off > kEighTol * metal::sqrt(metal::fabs(a_pp)) * metal::sqrt(metal::fabs(a_qq));
 }
 
-// Entries (i, p), (i, q) of the row-major n x n matrix at x <- [x_ip, x_iq] J (A J, V J).
-template <typename T, typename P>
-inline void eigh_rotate_row(P x, int n, int i, int p, int q, JacobiRotation<T> jr) {
-  T y0 = x[i * n + p], y1 = x[i * n + q];
-  rotate_pair(y0, y1, jr);
-  x[i * n + p] = y0;
-  x[i * n + q] = y1;
+// One item of a step's block update (see eigh_jacobi) in registers: its pairs, rotations and
+// entries, a = A's block (p1, p2), (p1, q2), (q1, p2), (q1, q2), v = V's alike (a diagonal
+// block's a: its new values, read from the rotation buffer rather than from A).
+template <typename T>
+struct EighBlock {
+  bool on;    // some rotation touches the block
+  bool act1;  // pair k1 (the rows) rotates
+  bool act2;  // pair k2 (the columns) rotates
+  bool diag;  // k1 == k2
+  int p1, q1, p2, q2;
+  JacobiRotation<T> j1, j2;
+  T a[4];
+  T v[4];
+};
+
+template <typename T, typename R>
+inline JacobiRotation<T> eigh_load_rotation(R rot, int k) {
+  JacobiRotation<T> j;
+  j.c = rot[k * kEighRotFloats];
+  j.s = eigh_load_sine<T>(rot[k * kEighRotFloats + 1], rot[k * kEighRotFloats + 2]);
+  j.t = 0.0f;
+  return j;
 }
 
-// Entries (p, j), (q, j) <- those of J^H [x_pj; x_qj], through the conjugates (J^H A).
-template <typename T, typename P>
-inline void eigh_rotate_column(P x, int n, int j, int p, int q, JacobiRotation<T> jr) {
-  T r0 = conj(x[p * n + j]), r1 = conj(x[q * n + j]);
+// The loads of item `item` of step r (nothing when item >= items or no rotation touches it).
+// An active pair has q < n, so act1 implies row q1 exists and act2 column q2.
+template <typename T, typename P, typename R>
+inline void eigh_block_load(thread EighBlock<T>& blk, P x, P vm, R rot, int n, int m, int r,
+                            int pairs, int item, int items, bool vectors) {
+  blk.on = false;
+  if (item >= items) {
+    return;
+  }
+  const int k1 = item / pairs, k2 = item % pairs;
+  blk.act1 = rot[k1 * kEighRotFloats + 5] != 0.0f;
+  blk.act2 = rot[k2 * kEighRotFloats + 5] != 0.0f;
+  blk.on = blk.act1 || blk.act2;
+  if (!blk.on) {
+    return;
+  }
+  blk.diag = k1 == k2;
+  jacobi_round_robin(m, r, k1, blk.p1, blk.q1);
+  jacobi_round_robin(m, r, k2, blk.p2, blk.q2);
+  const bool row_q = blk.q1 < n, col_q = blk.q2 < n;
+  if (blk.act1 && !blk.diag) {
+    blk.j1 = eigh_load_rotation<T>(rot, k1);
+  }
+  if (blk.act2) {
+    blk.j2 = eigh_load_rotation<T>(rot, k2);
+  }
+  if (blk.diag) {  // act1 == act2: the pair's own block
+    blk.a[0] = eigh_from_real<T>(rot[k1 * kEighRotFloats + 3]);
+    blk.a[1] = zero<T>();
+    blk.a[2] = zero<T>();
+    blk.a[3] = eigh_from_real<T>(rot[k1 * kEighRotFloats + 4]);
+  } else {
+    blk.a[0] = x[blk.p1 * n + blk.p2];
+    blk.a[1] = col_q ? x[blk.p1 * n + blk.q2] : zero<T>();
+    blk.a[2] = row_q ? x[blk.q1 * n + blk.p2] : zero<T>();
+    blk.a[3] = row_q && col_q ? x[blk.q1 * n + blk.q2] : zero<T>();
+  }
+  if (vectors && blk.act2) {
+    blk.v[0] = vm[blk.p1 * n + blk.p2];
+    blk.v[1] = vm[blk.p1 * n + blk.q2];
+    blk.v[2] = row_q ? vm[blk.q1 * n + blk.p2] : zero<T>();
+    blk.v[3] = row_q ? vm[blk.q1 * n + blk.q2] : zero<T>();
+  }
+}
+
+// [y0; y1] <- J^H [y0; y1], through the conjugates (rotate_pair applies J from the right).
+template <typename T>
+inline void eigh_rotate_conj(thread T& y0, thread T& y1, JacobiRotation<T> jr) {
+  T r0 = conj(y0), r1 = conj(y1);
   rotate_pair(r0, r1, jr);
-  x[p * n + j] = conj(r0);
-  x[q * n + j] = conj(r1);
+  y0 = conj(r0);
+  y1 = conj(r1);
+}
+
+// The arithmetic and stores of an item loaded by eigh_block_load: A J2 along the block's rows,
+// then J1^H along its columns (the order of the two whole-matrix passes it stands for), and
+// V J2.
+template <typename T, typename P>
+inline void eigh_block_store(thread EighBlock<T>& blk, P x, P vm, int n, bool vectors) {
+  if (!blk.on) {
+    return;
+  }
+  const int p1 = blk.p1, q1 = blk.q1, p2 = blk.p2, q2 = blk.q2;
+  const bool row_q = q1 < n, col_q = q2 < n;
+  if (vectors && blk.act2) {
+    rotate_pair(blk.v[0], blk.v[1], blk.j2);
+    vm[p1 * n + p2] = blk.v[0];
+    vm[p1 * n + q2] = blk.v[1];
+    if (row_q) {
+      rotate_pair(blk.v[2], blk.v[3], blk.j2);
+      vm[q1 * n + p2] = blk.v[2];
+      vm[q1 * n + q2] = blk.v[3];
+    }
+  }
+  if (blk.act2 && !blk.diag) {
+    rotate_pair(blk.a[0], blk.a[1], blk.j2);
+    if (row_q) {
+      rotate_pair(blk.a[2], blk.a[3], blk.j2);
+    }
+  }
+  if (blk.act1 && !blk.diag) {
+    eigh_rotate_conj(blk.a[0], blk.a[2], blk.j1);
+    if (col_q) {
+      eigh_rotate_conj(blk.a[1], blk.a[3], blk.j1);
+    }
+  }
+  x[p1 * n + p2] = blk.a[0];
+  if (col_q) {
+    x[p1 * n + q2] = blk.a[1];
+  }
+  if (row_q) {
+    x[q1 * n + p2] = blk.a[2];
+    if (col_q) {
+      x[q1 * n + q2] = blk.a[3];
+    }
+  }
 }
 
 // Position of eigenvalue i in ascending order (ties by index; NaN last, as in a total order).
@@ -152,9 +267,9 @@ inline int eigh_rank(float wi, int i, float wj, int j) {
 
 // The sweeps and the output of one matrix, held at x (A) and vm (V) (threadgroup or device
 // memory: P is the pointer type), with rotations in rot (kEighRotFloats per pair, threadgroup or
-// device memory: R). The whole threadgroup calls it; barriers are on both memories (the same
-// code serves both).
-template <typename T, typename P, typename R>
+// device memory: R); Batch items of the block update loaded at once (eigh_device_load_batch).
+// The whole threadgroup calls it; barriers are on both memories (the same code serves both).
+template <typename T, int Batch, typename P, typename R>
 inline void eigh_jacobi(device const T* a, device float* w, device T* v, device int* status,
                         constant EighParams& p, P x, P vm, R rot, threadgroup float* scratch,
                         long b, uint tid, uint nthreads) {
@@ -242,52 +357,18 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
       // over the whole matrix with a barrier between them, so the same values with one barrier
       // less; a diagonal block (k1 == k2) gets its exact values. Index n (odd n) is the dummy:
       // its pair never rotates, its row and column do not exist. (int indices, as the entries':
-      // a 64-bit division would be a long emulation.)
-      for (int item = int(tid); item < pairs * pairs; item += int(nthreads)) {
-        const int k1 = item / pairs, k2 = item % pairs;
-        const bool act1 = rot[k1 * kEighRotFloats + 5] != 0.0f;
-        const bool act2 = rot[k2 * kEighRotFloats + 5] != 0.0f;
-        if (!act1 && !act2) {
-          continue;
+      // a 64-bit division would be a long emulation.) The blocks are disjoint, so a thread
+      // loads Batch of its items before storing any.
+      const int items = pairs * pairs;
+      const int stride = int(nthreads);
+      for (int first = int(tid); first < items; first += Batch * stride) {
+        EighBlock<T> blk[Batch];
+        for (int u = 0; u < Batch; ++u) {
+          eigh_block_load(blk[u], x, vm, rot, n, m, r, pairs, first + u * stride, items,
+                          vectors);
         }
-        int p1, q1, p2, q2;
-        jacobi_round_robin(m, r, k1, p1, q1);
-        jacobi_round_robin(m, r, k2, p2, q2);
-        const bool row_q = q1 < n, col_q = q2 < n;
-        if (act2) {
-          JacobiRotation<T> j2;
-          j2.c = rot[k2 * kEighRotFloats];
-          j2.s = eigh_load_sine<T>(rot[k2 * kEighRotFloats + 1], rot[k2 * kEighRotFloats + 2]);
-          j2.t = 0.0f;
-          if (k1 != k2) {
-            eigh_rotate_row(x, n, p1, p2, q2, j2);
-            if (row_q) {
-              eigh_rotate_row(x, n, q1, p2, q2, j2);
-            }
-          }
-          if (vectors) {
-            eigh_rotate_row(vm, n, p1, p2, q2, j2);
-            if (row_q) {
-              eigh_rotate_row(vm, n, q1, p2, q2, j2);
-            }
-          }
-        }
-        if (k1 == k2) {
-          if (act1) {
-            x[p1 * n + p1] = eigh_from_real<T>(rot[k1 * kEighRotFloats + 3]);
-            x[q1 * n + p1] = zero<T>();
-            x[p1 * n + q1] = zero<T>();
-            x[q1 * n + q1] = eigh_from_real<T>(rot[k1 * kEighRotFloats + 4]);
-          }
-        } else if (act1) {
-          JacobiRotation<T> j1;
-          j1.c = rot[k1 * kEighRotFloats];
-          j1.s = eigh_load_sine<T>(rot[k1 * kEighRotFloats + 1], rot[k1 * kEighRotFloats + 2]);
-          j1.t = 0.0f;
-          eigh_rotate_column(x, n, p2, p1, q1, j1);
-          if (col_q) {
-            eigh_rotate_column(x, n, q2, p1, q1, j1);
-          }
+        for (int u = 0; u < Batch; ++u) {
+          eigh_block_store(blk[u], x, vm, n, vectors);
         }
       }
       threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
@@ -338,7 +419,8 @@ template <typename T>
   threadgroup float scratch[kMaxThreadsPerGroup / kSimdWidth];
   threadgroup T* x = reinterpret_cast<threadgroup T*>(&stage[0]);
   threadgroup T* vm = x + p.n * p.n;
-  eigh_jacobi<T>(a, w, v, status, p, x, vm, &rot[0], &scratch[0], long(tgpos.y), tpos.x, tpg.x);
+  eigh_jacobi<T, 1>(a, w, v, status, p, x, vm, &rot[0], &scratch[0], long(tgpos.y), tpos.x,
+                    tpg.x);
 }
 
 // Grid: (group width, batch), one threadgroup per matrix of any order. work holds 2 n^2
@@ -361,6 +443,7 @@ template <typename T>
   const long nn = p.n * p.n;
   const long pairs = (p.n + 1) / 2;
   device T* x = work + b * 2 * nn;
-  eigh_jacobi<T>(a, w, v, status, p, x, x + nn, rot + b * pairs * kEighRotFloats, &scratch[0],
-                 b, tpos.x, tpg.x);
+  eigh_jacobi<T, eigh_device_load_batch<T>()>(a, w, v, status, p, x, x + nn,
+                                               rot + b * pairs * kEighRotFloats, &scratch[0], b,
+                                               tpos.x, tpg.x);
 }

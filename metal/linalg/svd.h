@@ -60,7 +60,9 @@ constant constexpr int kSvdMinExp = -126;
 constant constexpr int kSvdMaxExp = 127;
 constant constexpr int kSvdSubnormalShift = 64;
 // svd_jacobi: at most this many simdgroups per threadgroup (one pair each at a time).
-constant constexpr int kSvdMaxSimdgroups = 16;
+constant constexpr int kSvdMaxSimdgroups = 32;
+static_assert(kSvdMaxSimdgroups * kSimdWidth <= kMaxThreadsPerGroup,
+              "svd_jacobi's simdgroups must fit one threadgroup");
 // svd_jacobi keeps W and V in threadgroup memory when 2 n^2 elements fit in this many bytes
 // (n <= 63 for float32, n <= 45 for complex64), in the device workspace otherwise.
 constant constexpr int kSvdStageBytes = kMaxThreadgroupMemoryBytes - kSvdMaxSimdgroups * 4;
@@ -68,6 +70,10 @@ template <typename T>
 constexpr int svd_stage_elems() {
   return kSvdStageBytes / int(sizeof(T));
 }
+// Rows of a column pair that a lane loads before it stores any (svd_rotate_column_pair): the
+// compiler may not move a load above a store that might alias it, so a row at a time waits for
+// memory once per row. The rows are independent, so the values do not depend on it.
+constant constexpr int kSvdLoadBatch = 4;
 // svd_small serves matrices with m and n at most this.
 constant constexpr int kSvdSmallMax = 4;
 
@@ -149,6 +155,28 @@ inline float svd_column_norm(P x, long n, uint lane) {
   return mx * metal::sqrt(metal::simd_sum(ss));
 }
 
+// [x, y] <- [x, y] J for the columns x, y of length n (rows strided over the simdgroup's lanes),
+// kSvdLoadBatch rows of a lane loaded before their stores.
+template <typename T, typename P>
+inline void svd_rotate_column_pair(P x, P y, long n, JacobiRotation<T> rot, uint lane) {
+  for (long i0 = lane; i0 < n; i0 += kSvdLoadBatch * kSimdWidth) {
+    T xs[kSvdLoadBatch], ys[kSvdLoadBatch];
+    for (int u = 0; u < kSvdLoadBatch; ++u) {
+      const long i = i0 + u * kSimdWidth;
+      xs[u] = i < n ? x[i] : zero<T>();
+      ys[u] = i < n ? y[i] : zero<T>();
+    }
+    for (int u = 0; u < kSvdLoadBatch; ++u) {
+      const long i = i0 + u * kSimdWidth;
+      if (i < n) {
+        rotate_pair(xs[u], ys[u], rot);
+        x[i] = xs[u];
+        y[i] = ys[u];
+      }
+    }
+  }
+}
+
 // Rotates columns p and q of W (and of V when `vectors`) if they are not yet orthogonal;
 // returns whether it did. One simdgroup; W, V column-major n x n in device or threadgroup
 // memory (P is the pointer type).
@@ -187,21 +215,9 @@ inline bool svd_rotate_columns(P w, P v, long n, long p, long q, bool vectors, f
   if (rot.t == 0.0f) {
     return false;  // the columns differ so much in size that the rotation rounds to I
   }
-  for (long i = lane; i < n; i += kSimdWidth) {
-    T xi = x[i], yi = y[i];
-    rotate_pair(xi, yi, rot);
-    x[i] = xi;
-    y[i] = yi;
-  }
+  svd_rotate_column_pair(x, y, n, rot, lane);
   if (vectors) {
-    P vx = v + p * n;
-    P vy = v + q * n;
-    for (long i = lane; i < n; i += kSimdWidth) {
-      T xi = vx[i], yi = vy[i];
-      rotate_pair(xi, yi, rot);
-      vx[i] = xi;
-      vy[i] = yi;
-    }
+    svd_rotate_column_pair(v + p * n, v + q * n, n, rot, lane);
   }
   return true;
 }

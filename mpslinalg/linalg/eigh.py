@@ -60,7 +60,8 @@ def group_max_n(dtype: torch.dtype) -> int:
 
 def _group_threads(n: int) -> int:
     """Threads of an eigh_group / eigh_device threadgroup: one per (pair, pair) block of a
-    rotation step's update, rounded up to whole simdgroups, at most MAX_THREADS."""
+    rotation step's update, rounded up to whole simdgroups, at most MAX_THREADS (eigh_device:
+    from 544, complex64 at n = 45, up; 1024 from n = 63)."""
     pairs = (n + 1) // 2
     items = pairs * pairs
     return min(MAX_THREADS, _metal.ceil_div(items, SIMD_WIDTH) * SIMD_WIDTH)
@@ -105,15 +106,16 @@ def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
         launch(kernel, A, w, v_arg, status, params,
                threads=[_metal.ceil_div(batch, group) * group], group_size=[group])
         return w, V, status
-    threads = _group_threads(n)
     if kind == "group":
         kernel = _metal.kernel(_SOURCE, "eigh_group", A.dtype, A.device, fn=fn)
+        threads = _metal.group_width(kernel, _group_threads(n))  # the bits do not depend on it
         launch(kernel, A, w, v_arg, status, params, threads=[threads, batch],
                group_size=[threads, 1])
         return w, V, status
     work = torch.empty((batch, 2, n, n), dtype=A.dtype, device=A.device)
     rot = torch.empty((batch, (n + 1) // 2 * ROT_FLOATS), dtype=torch.float32, device=A.device)
     kernel = _metal.kernel(_SOURCE, "eigh_device", A.dtype, A.device, fn=fn)
+    threads = _metal.group_width(kernel, _group_threads(n))
     launch(kernel, A, w, v_arg, status, params, work, rot, threads=[threads, batch],
            group_size=[threads, 1])
     return w, V, status

@@ -34,7 +34,7 @@ _SOURCE = "linalg/svd.metal"
 MAX_SWEEPS = 30  # kSvdMaxSweeps
 NOT_CONVERGED = -1  # kSvdNotConverged
 NON_FINITE = -2  # kSvdNonFinite
-MAX_SIMDGROUPS = 16  # kSvdMaxSimdgroups
+MAX_SIMDGROUPS = 32  # kSvdMaxSimdgroups
 SMALL_MAX = 4  # kSvdSmallMax
 STAGE_BYTES = 32768 - MAX_SIMDGROUPS * 4  # kSvdStageBytes
 
@@ -42,11 +42,20 @@ STAGE_BYTES = 32768 - MAX_SIMDGROUPS * 4  # kSvdStageBytes
 SMALL_GROUP = 256
 
 
-def jacobi_threads(n: int) -> int:
+#: svd_jacobi with W and V in threadgroup memory: simdgroups at most (MAX_SIMDGROUPS serves the
+#: device workspace, where more pairs in flight hide more of the memory's latency; the staged
+#: path's width is left as it was, its speed at 32 not measured).
+STAGED_MAX_SIMDGROUPS = 16
+
+
+def jacobi_threads(n: int, dtype: torch.dtype) -> int:
     """Threads of one svd_jacobi threadgroup: one simdgroup per pair of a step, at most
-    MAX_SIMDGROUPS."""
+    STAGED_MAX_SIMDGROUPS (W and V in threadgroup memory) or MAX_SIMDGROUPS (in the device
+    workspace). The results do not depend on it: each pair is one simdgroup's, whatever the
+    number of simdgroups."""
     pairs = max(1, (n + 1) // 2)
-    return SIMD_WIDTH * min(MAX_SIMDGROUPS, pairs)
+    most = STAGED_MAX_SIMDGROUPS if staged(n, dtype) else MAX_SIMDGROUPS
+    return SIMD_WIDTH * min(most, pairs)
 
 
 def staged(n: int, dtype: torch.dtype) -> bool:
@@ -68,7 +77,7 @@ def _jacobi(A: torch.Tensor, vectors: bool, fn: str):
     work = torch.empty((batch, 2, n, n), dtype=A.dtype, device=dev)
     norms = torch.empty((batch, n), dtype=torch.float32, device=dev)
     kernel = _metal.kernel(_SOURCE, "svd_jacobi", A.dtype, dev, fn=fn)
-    threads = jacobi_threads(n)
+    threads = _metal.group_width(kernel, jacobi_threads(n, A.dtype))
     launch(kernel, A, work, norms, U, S, Vh, info, n, int(vectors),
            threads=[threads, batch], group_size=[threads, 1])
     return (U if vectors else None), S, (Vh if vectors else None), info

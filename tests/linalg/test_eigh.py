@@ -215,6 +215,21 @@ def test_device_path_matches_group_path(metal_backend, monkeypatch):
             assert torch.equal(a, b)
 
 
+def test_results_independent_of_threads(metal_backend, monkeypatch):
+    """eigh_device's bits do not depend on its threads per group (a pipeline's limit may cut
+    them): 96 threads leave a thread several batches of items a step (eigh_device_load_batch),
+    some of them partial; 1024 leave threads without items (n = 45)."""
+    for dtype, n in [(torch.float32, 63), (torch.complex64, 45)]:
+        assert eigh_module.path(n, dtype) == "device"
+        A = metal_backend.tensor(random_hermitian(n, dtype, (2,), seed=33))
+        results = []
+        for count in (96, 1024):
+            monkeypatch.setattr(eigh_module, "_group_threads", lambda n, count=count: count)
+            results.append(eigh_module.eigh_metal(A, lower=True, vectors=True))
+        for a, b in zip(*results, strict=True):
+            assert torch.equal(a, b)
+
+
 def test_launch_counts_independent_of_batch(metal_backend):
     if metal_backend.name != "emulator":
         pytest.skip("launches are counted by the emulator")

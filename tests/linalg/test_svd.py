@@ -476,6 +476,24 @@ def test_many_pairs_staged_and_in_device_memory(metal_backend, n, dtype):
     check_svd(A, *mpslinalg.svd(A), True)
 
 
+def test_results_independent_of_threads(metal_backend, monkeypatch):
+    """svd_jacobi's bits do not depend on its simdgroups (a pipeline's limit may cut them):
+    3 take 32 or 23 pairs a step unevenly, 32 one each or none; zero columns, so the
+    completion of U runs too."""
+    for n, dtype in [(64, torch.float32), (46, torch.complex64)]:
+        assert not svd_metal.staged(n, dtype)
+        A = matrix_with_spread(n, 1e4, dtype, (), seed=47)
+        A[:, -3:] = 0
+        A = metal_backend.tensor(A)
+        results = []
+        for count in (3, 32):
+            monkeypatch.setattr(svd_metal, "jacobi_threads",
+                                lambda n, dtype, count=count: count * svd_metal.SIMD_WIDTH)
+            results.append(svd_metal.svd_metal(A))
+        for a, b in zip(*results, strict=True):
+            assert torch.equal(a, b)
+
+
 def test_metal_rejects_64_bit(metal_backend):
     with pytest.raises(TypeError, match="mpslinalg.svd: the metal backend supports"):
         mpslinalg.svd(metal_backend.tensor(torch.eye(3, dtype=torch.float64)))
