@@ -1134,9 +1134,18 @@ inline int eig_schur_multishift(thread EigWork<float, P>& w, int ilo, int ihi,
   return kbot >= ilo ? kbot + 1 : 0;
 }
 
-// eig_device on real input takes the multishift sweeps; the other kernels xLAHQR's.
-inline int eig_schur_any(thread EigWork<float, device float*>& w, int ilo, int ihi,
-                         device float2* wv) {
+// Which QR iteration eig_solve runs: eig_device on real input takes the multishift sweeps
+// (EigMultishift), the other kernels xLAHQR's (EigDoubleShift). A tag type, not an overload on
+// the pointer's address space: the CUDA executor erases address spaces, and there an overload
+// set on them silently resolved eig_group to the device kernel's sweeps.
+struct EigDoubleShift {};
+struct EigMultishift {};
+template <typename T> struct EigDeviceSchur { using type = EigDoubleShift; };
+template <> struct EigDeviceSchur<float> { using type = EigMultishift; };
+
+template <typename P>
+inline int eig_schur_by(EigMultishift, thread EigWork<float, P>& w, int ilo, int ihi,
+                        device float2* wv) {
   return eig_schur_multishift(w, ilo, ihi, wv);
 }
 
@@ -1260,13 +1269,9 @@ inline int eig_schur(thread EigWork<float2, P>& w, int ilo, int ihi, device floa
   return 0;
 }
 
-template <typename T>
-inline int eig_schur_any(thread EigWork<T, threadgroup T*>& w, int ilo, int ihi,
-                         device float2* wv) {
-  return eig_schur(w, ilo, ihi, wv);
-}
-inline int eig_schur_any(thread EigWork<float2, device float2*>& w, int ilo, int ihi,
-                         device float2* wv) {
+template <typename T, typename P>
+inline int eig_schur_by(EigDoubleShift, thread EigWork<T, P>& w, int ilo, int ihi,
+                        device float2* wv) {
   return eig_schur(w, ilo, ihi, wv);
 }
 
@@ -1462,7 +1467,7 @@ inline void eig_vectors(thread EigWork<T, P>& w, int ilo, int ihi, device float2
 
 // ---- the whole solver for one matrix ----
 
-template <typename T, typename P>
+template <typename T, typename Schur, typename P>
 inline void eig_solve(device const T* a, device float2* wout, device float2* vout,
                       device int* info, thread EigWork<T, P>& w, long b) {
   const int n = w.n;
@@ -1498,7 +1503,7 @@ inline void eig_solve(device const T* a, device float2* wout, device float2* vou
         wb[t] = eig_c(w.h[t * n + t]);
       }
     }
-    status = eig_schur_any(w, ilo, ihi, wb);
+    status = eig_schur_by(Schur(), w, ilo, ihi, wb);
     eig_sync();
     if (status == 0 && w.vectors) {
       const float smlnum = kSafeMin * (float(n) / kEigUlp);
@@ -1572,7 +1577,7 @@ template <typename T>
   wk.lane = tpos.x % uint(kSimdWidth);
   wk.sg = tpos.x / uint(kSimdWidth);
   wk.nsg = (tpg.x + uint(kSimdWidth) - 1) / uint(kSimdWidth);
-  eig_solve<T>(a, w, v, info, wk, b);
+  eig_solve<T, EigDoubleShift>(a, w, v, info, wk, b);
 }
 
 // Grid: (threads, batch), one threadgroup per matrix of any order; hz holds H and Z (2 n^2
@@ -1617,5 +1622,5 @@ template <typename T>
   wk.lane = tpos.x % uint(kSimdWidth);
   wk.sg = tpos.x / uint(kSimdWidth);
   wk.nsg = (tpg.x + uint(kSimdWidth) - 1) / uint(kSimdWidth);
-  eig_solve<T>(a, w, v, info, wk, b);
+  eig_solve<T, typename EigDeviceSchur<T>::type>(a, w, v, info, wk, b);
 }

@@ -173,6 +173,9 @@ def _nvrtc_options(arch: str) -> list:
         f"--include-path={build.INCLUDE_DIR}",
         "--pre-include=cuda_prelude.cuh",
         "--diag-suppress=177,550,2361",  # unused variables/functions of generic headers
+        # extra options for a diagnosis, e.g. "-lineinfo" so that compute-sanitizer names the
+        # line of the translated source; part of the cache key like the rest
+        *os.environ.get("MPSLINALG_NVRTC_OPTIONS", "").split(),
     ]
 
 
