@@ -115,6 +115,59 @@ def test_unmapped_construct_is_named(construct, body):
         cuda.translate_to_cuda(src)
 
 
+# metal/linalg/eig.h's eig_schur_any before its tag dispatch: a non-template overload for device
+# pointers inside a struct's template arguments and a template for threadgroup ones. Metal calls
+# the template for a threadgroup work struct; with the address spaces erased both take
+# Work<float, float*>& on CUDA, where the non-template wins (eig_group ran eig_device's sweeps).
+_ADDRESS_SPACE_OVERLOADS = r"""
+#include <metal_stdlib>
+using namespace metal;
+template <typename T, typename P> struct Work { P a; int n; };
+inline float pick(thread Work<float, device float*>& w) { return w.a[0] + 100.0f; }
+template <typename T>
+inline float pick(thread Work<T, threadgroup T*>& w) { return w.a[0] + 200.0f; }
+kernel void k(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  threadgroup float tile[4];
+  tile[i & 3u] = 1.0f;
+  Work<float, threadgroup float*> w{tile + (i & 3u), 4};
+  out[i] = pick(w);
+}
+"""
+# The same dispatch by a tag type, which survives the erasure.
+_TAGGED_OVERLOADS = r"""
+#include <metal_stdlib>
+using namespace metal;
+template <typename T, typename P> struct Work { P a; int n; };
+struct OnDevice {};
+struct InGroup {};
+inline float pick(thread Work<float, device float*>& w, OnDevice) { return w.a[0] + 100.0f; }
+template <typename T>
+inline float pick(thread Work<T, threadgroup T*>& w, InGroup) { return w.a[0] + 200.0f; }
+kernel void k(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  threadgroup float tile[4];
+  tile[i & 3u] = 1.0f;
+  Work<float, threadgroup float*> w{tile + (i & 3u), 4};
+  out[i] = pick(w, InGroup());
+}
+"""
+
+
+def test_overloads_told_apart_only_by_address_spaces_are_refused():
+    with pytest.raises(cuda.CudaUnsupportedError,
+                       match=r"^program_source:7: error: overloads of 'pick' are told apart "
+                             r"only by address spaces: parameter 1 "
+                             r"`thread Work<T, threadgroup T\*>& w` here and "
+                             r"`thread Work<float, device float\*>& w` of the overload at "
+                             r"program_source:5; .*erases Metal's address spaces.*tag type"):
+        cuda.translate_to_cuda(_ADDRESS_SPACE_OVERLOADS)
+    # the CPU emulator keeps device pointers apart (::emu::dptr) and calls Metal's overload
+    out = torch.zeros(4)
+    cpu_compile_shader(_ADDRESS_SPACE_OVERLOADS).k(out, threads=4, group_size=4)
+    assert out.tolist() == [201.0] * 4
+    # dispatch by a tag type is accepted
+    assert ".entry emu_k0_k(" in cuda.compile_ptx(_TAGGED_OVERLOADS)
+
+
 def test_nvrtc_errors_point_at_the_metal_source():
     src = ("#include <metal_stdlib>\nusing namespace metal;\n"
            "kernel void k(device float* out [[buffer(0)]]) {\n"

@@ -162,6 +162,74 @@ def test_restrictions_of_the_cuda_executor():
         restrictions.check_cuda(unit("float f(float x) { return quad_sum(x); }"))
 
 
+_WORK = "template <typename T, typename P> struct W { P a; };\n"
+
+
+@pytest.mark.parametrize("text", [
+    # metal/linalg/eig.h's eig_schur_any before its tag dispatch, both of its collisions
+    _WORK + "int f(thread W<float, device float*>& w, int n) { return 0; }\n"
+    "template <typename T> int f(thread W<T, threadgroup T*>& w, int n) { return 1; }",
+    _WORK + "template <typename T> int f(thread W<T, threadgroup T*>& w) { return 1; }\n"
+    "int f(thread W<float2, device float2*>& w) { return 0; }",
+    "void f(threadgroup float* p) {}\ntemplate <typename T> void f(device T* p) {}",
+    "template <typename T> void f(device T* p) {}\n"
+    "template <typename U> void f(threadgroup U* q) {}",
+    "template <typename T> void f(threadgroup T* p) {}\nvoid f(device float2* p) {}",
+    # a qualification conversion makes both viable on CUDA, where the other is exact
+    "void f(threadgroup float* p) {}\nvoid f(device const float* p) {}",
+    "void f(device float* p, thread const int& n) {}\n"
+    "void f(threadgroup float* p, thread int& n) {}",
+    # `device const T*` and `constant T*` are both `const T*` on CUDA
+    "void f(device const float* p) {}\ntemplate <typename T> void f(constant T* p) {}",
+    # a namespace reopened
+    "namespace n { void f(device float* p) {} }\n"
+    "namespace n { template <typename T> void f(threadgroup T* p) {} }",
+    # members, and out-of-class definitions
+    "struct S {\n  void f(device float* p) {}\n"
+    "  template <typename T> void f(threadgroup T* p) {}\n};",
+    "struct S { void f(device float* p); void f(threadgroup float* p); };\n"
+    "void S::f(device float* p) {}\nvoid S::f(threadgroup float* p) {}",
+    # a template parameter that stands for a pointer of any address space
+    _WORK + "template <typename P> void f(thread W<float, P>& w) {}\n"
+    "void f(thread W<float, thread float*>& w) {}",
+    "template <typename P> void f(P p) {}\nvoid f(threadgroup float* p) {}",
+    # thread vs threadgroup the run-time dispatch of the lowering does not handle: a template
+    # against a non-template, or inside template arguments (it would test the struct's address)
+    "void f(thread float* p) {}\ntemplate <typename T> void f(threadgroup T* p) {}",
+    _WORK + "void f(thread W<float, thread float*>& w) {}\n"
+    "void f(thread W<float, threadgroup float*>& w) {}",
+])
+def test_cuda_refuses_overloads_told_apart_only_by_address_spaces(text):
+    with pytest.raises(translate.CudaUnsupportedError,
+                       match=r"^program_source:\d+: error: overloads of 'f' are told apart only by "
+                             r"address spaces: parameter \d `.*` here and `.*` of the overload at "
+                             r"program_source:\d+; the CUDA executor erases"):
+        restrictions.check_cuda(unit(text))
+
+
+@pytest.mark.parametrize("text", [
+    # tag dispatch (what eig.h does now)
+    _WORK + "struct Dev {}; struct Grp {};\n"
+    "int f(thread W<float, device float*>& w, Dev) { return 0; }\n"
+    "template <typename T> int f(thread W<T, threadgroup T*>& w, Grp) { return 1; }",
+    # apart on CUDA too: other element types, other scopes, another number of parameters
+    _WORK + "int f(thread W<float, device float*>& w) { return 0; }\n"
+    "int f(thread W<float2, device float2*>& w) { return 0; }",
+    "void f(device float* p) {}\nvoid f(threadgroup int* p) {}",
+    "namespace a { void f(device float* p) {} }\nnamespace b { void f(threadgroup float* p) {} }",
+    "struct A { void f(device float* p) {} };\nstruct B { void f(threadgroup float* p) {} };",
+    "void f(device float* p) {}\nvoid f(threadgroup float* p, int n) {}",
+    "void f(device float* p) {}\nvoid f(device int* p) {}",
+    # `device T*` is T*, `constant T*` const T*: each argument still finds Metal's overload
+    "void f(device float* p) {}\nvoid f(constant float* p) {}",
+    # thread vs threadgroup on the parameter itself: dispatched at run time (`__isShared` on CUDA)
+    "float f(threadgroup const float* p) { return p[0]; }\n"
+    "float f(thread const float* p) { return p[0]; }",
+])
+def test_cuda_accepts_overloads_apart_without_address_spaces(text):
+    restrictions.check_cuda(unit(text))
+
+
 def test_restrictions_table_is_the_documented_one():
     text = DOC.read_text()
     for rule in restrictions.RESTRICTIONS:

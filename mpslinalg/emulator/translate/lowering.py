@@ -25,10 +25,48 @@ import re
 from .lexer import single_precision_literals
 from .structure import ADDRESS_SPACES, KEYWORDS, SWIZZLE_RE, swizzle_indices
 
-__all__ = ["Lowering", "lower"]
+__all__ = ["Lowering", "lower", "runtime_dispatched_overloads"]
 
 _HALF_LIT_RE = re.compile(r"^((?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)[hH]$")
 TARGETS = ("cpu", "cuda")
+
+
+def runtime_dispatched_overloads(unit, dead=None) -> list:
+    """The pairs of free overloads that `Lowering.address_space_overloads` rewrites (for both
+    targets): two definitions of one name, alike but for `thread` vs `threadgroup` in some
+    parameters. Each is ``(f1, s1, f2, s2, k)``: the two `Func` in source order, per parameter
+    (whether it mentions ``threadgroup``, its name with ``&`` for a reference), and the first
+    parameter where they differ (the one tested at run time)."""
+    u = unit
+    groups = {}
+    for f in u.funcs:
+        if not f.free or f.paren < 0 or (dead is not None and dead[f.start]):
+            continue
+        params = u.split_params(f.paren)
+        erased = []
+        spaces = []
+        for p in params:
+            words = [u.t(j) for j in p if not u.in_attr[j]]
+            names = [j for j in p if u.k(j) == "id" and u.t(j) not in KEYWORDS]
+            name = u.t(names[-1]) if names else None
+            is_ref = "&" in words and "*" not in words
+            spaces.append(("threadgroup" in words, ("&" if is_ref else "") + (name or "")))
+            erased.append(
+                " ".join(w for w in words if w not in ("thread", "threadgroup") and w != name)
+            )
+        head = " ".join(u.t(j) for j in range(f.start, f.paren - 1))
+        key = (f.ns, f.name, head, tuple(erased))
+        groups.setdefault(key, []).append((f, spaces))
+    pairs = []
+    for members in groups.values():
+        if len(members) != 2:
+            continue
+        (f1, s1), (f2, s2) = sorted(members, key=lambda m: m[0].start)
+        diff = [k for k, (a, b) in enumerate(zip(s1, s2, strict=True)) if a[0] != b[0]]
+        if not diff or any(n in ("", "&") for _, n in s2):
+            continue
+        pairs.append((f1, s1, f2, s2, diff[0]))
+    return pairs
 
 
 def lower(unit, target: str) -> Lowering:
@@ -94,33 +132,7 @@ class Lowering:
         once the address spaces are erased; one of them is renamed and the other dispatches to it
         at run time on whether the pointer lies in threadgroup memory."""
         u = self.unit
-        groups = {}
-        for f in u.funcs:
-            if not f.free or f.paren < 0 or self.dead[f.start]:
-                continue
-            params = u.split_params(f.paren)
-            erased = []
-            spaces = []
-            for p in params:
-                words = [u.t(j) for j in p if not u.in_attr[j]]
-                names = [j for j in p if u.k(j) == "id" and u.t(j) not in KEYWORDS]
-                name = u.t(names[-1]) if names else None
-                is_ref = "&" in words and "*" not in words
-                spaces.append(("threadgroup" in words, ("&" if is_ref else "") + (name or "")))
-                erased.append(
-                    " ".join(w for w in words if w not in ("thread", "threadgroup") and w != name)
-                )
-            head = " ".join(u.t(j) for j in range(f.start, f.paren - 1))
-            key = (f.ns, f.name, head, tuple(erased))
-            groups.setdefault(key, []).append((f, spaces))
-        for members in groups.values():
-            if len(members) != 2:
-                continue
-            (f1, s1), (f2, s2) = sorted(members, key=lambda m: m[0].start)
-            diff = [k for k, (a, b) in enumerate(zip(s1, s2, strict=True)) if a[0] != b[0]]
-            if not diff or any(n in ("", "&") for _, n in s2):
-                continue
-            k = diff[0]
+        for f1, s1, f2, s2, k in runtime_dispatched_overloads(u, self.dead):
             # the first definition is renamed; the second keeps the name and forwards to the first
             first_is_tg = s1[k][0]
             suffix = "__emu_tg" if first_is_tg else "__emu_thread"

@@ -6,7 +6,8 @@ Metal Shading Language Specification that states it (or, where Metal's specifica
 such construct at all, what else rules it out) and a smallest source the check rejects (the
 unit tests run every one). `check` runs them in source order within each family of rules, the
 first violation raising `TranslateError` at its line. `CUDA_UNMAPPED` lists what the CUDA
-executor cannot map on top of that (`check_cuda`).
+executor cannot map on top of that, and `check_address_space_overloads` finds the overloads that
+its erasure of address spaces would make resolve differently from Metal (`check_cuda` runs both).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import dataclasses
 import re
 
 from .errors import CudaUnsupportedError
-from .structure import KEYWORDS, SYNC_NAMES
+from .lowering import runtime_dispatched_overloads
+from .structure import ADDRESS_SPACES, KEYWORDS, SYNC_NAMES
 
 __all__ = [
     "Restriction",
@@ -25,6 +27,7 @@ __all__ = [
     "host_call_message",
     "check",
     "check_cuda",
+    "check_address_space_overloads",
 ]
 
 _MSL = "Metal Shading Language Specification"
@@ -546,9 +549,244 @@ CUDA_UNMAPPED = {
 
 
 def check_cuda(u) -> None:
-    """The constructs of `CUDA_UNMAPPED`; raises `CudaUnsupportedError` at the first."""
+    """The constructs of `CUDA_UNMAPPED`, then overloads that only address spaces tell apart
+    (`check_address_space_overloads`); raises `CudaUnsupportedError` at the first."""
     for i, tok in enumerate(u.toks):
         if tok.k == "id" and tok.t in CUDA_UNMAPPED and not u.in_attr[i]:
             raise CudaUnsupportedError(
                 f"{tok.file}:{tok.line}: error: '{tok.t}': {CUDA_UNMAPPED[tok.t]}"
             )
+    check_address_space_overloads(u)
+
+
+# -- overloads told apart by address spaces alone --
+
+_ERASED_SPACES = (
+    "the CUDA executor erases Metal's address spaces (a device, constant, threadgroup or thread "
+    "pointer is a plain CUDA pointer, ::emu::dptr<T> is T*), so CUDA would resolve calls of "
+    "these overloads differently from Metal (a silent wrong call where a template and a "
+    "non-template meet); dispatch must not depend on the address space: use a tag type or a "
+    "template parameter (e.g. the pointer type) instead"
+)
+# (the lexer's '>>' is two '>' tokens, so angle brackets pair like the others)
+_OPENERS = {"<": ">", "(": ")", "[": "]"}
+_CLOSERS = frozenset(_OPENERS.values())
+_SEP = ("|",)  # between parameters: no template parameter stands for a run across it
+
+
+def check_address_space_overloads(u) -> None:
+    """Two definitions of one function (same scope, name and number of parameters) whose
+    parameters mention different address spaces at some position (anywhere in the parameter,
+    template arguments included: ``EigWork<T, threadgroup T*>&``) but take the same types once
+    the address spaces are erased, the template parameters of either standing for any type:
+    Metal tells them apart, CUDA does not. ``const`` is erased with them (a qualification
+    conversion makes either viable for the other's arguments), except where the two differ only
+    in ``device`` vs ``constant`` (``constant T*`` is ``const T*`` on CUDA, so ``device T*``
+    stays apart). The pairs that the lowering dispatches at run time (free overloads alike but
+    for ``thread`` vs ``threadgroup``, `lowering.runtime_dispatched_overloads`) are left to it
+    where the difference is on the parameter's own pointer or reference, the one it tests.
+    Raises `CudaUnsupportedError` naming both definitions."""
+    named = {}
+    for f in u.funcs:
+        if f.paren >= 0 and f.name not in ("?", "operator"):
+            named.setdefault(f.name, []).append(f)
+    candidates = [f for fs in named.values() if len(fs) > 1 for f in fs]
+    groups = {}
+    for f in candidates:
+        j, qual = f.paren - 1, []
+        while u.t(j - 1) == "::" and u.k(j - 2) == "id":
+            qual.insert(0, u.t(j - 2))
+            j -= 2
+        params = u.split_params(f.paren)
+        # a class's functions by its body; a namespace's by its name (it may be reopened)
+        scope = -1 if u.scope[f.start] == "ns" else _enclosing_brace(u, f.start)
+        key = (f.ns, scope, tuple(qual), f.name, len(params))
+        groups.setdefault(key, []).append((f, params))
+    dispatched = {
+        (f1.start, f2.start)
+        for f1, _, f2, _, _ in runtime_dispatched_overloads(u)
+        if _nested_spaces_alike(u, f1, f2)
+    }
+    found = []
+    for members in groups.values():
+        for x, (f1, p1) in enumerate(members):
+            for f2, p2 in members[x + 1 :]:
+                if (f1.start, f2.start) in dispatched or (f2.start, f1.start) in dispatched:
+                    continue
+                hit = _collide(u, f1, p1, f2, p2)
+                if hit is not None:
+                    found.append((max(f1.start, f2.start), hit))
+    if found:
+        _, (a, b, k, pa, pb) = min(found, key=lambda item: item[0])
+        ta, tb = u.toks[a.paren - 1], u.toks[b.paren - 1]
+        raise CudaUnsupportedError(
+            f"{tb.file}:{tb.line}: error: overloads of '{b.name}' are told apart only by "
+            f"address spaces: parameter {k + 1} `{_param_text(u, pb[k])}` here and "
+            f"`{_param_text(u, pa[k])}` of the overload at {ta.file}:{ta.line}; {_ERASED_SPACES}"
+        )
+
+
+def _enclosing_brace(u, i):
+    """The '{' of the class (or other brace scope) token ``i`` is in, -1 at file scope (bodies
+    before it are skipped whole)."""
+    j = i - 1
+    while j >= 0:
+        tok = u.toks[j]
+        if tok.k == "punct" and tok.t == "}":
+            j = u.match[j] - 1
+            continue
+        if tok.k == "punct" and tok.t == "{":
+            return j
+        j -= 1
+    return -1
+
+
+def _nested_spaces_alike(u, f1, f2):
+    """Whether the address spaces inside the template arguments of the parameters are the same
+    (then the run-time dispatch, which tests the parameter's own pointer, is right)."""
+    return all(
+        _spaces(u, a, nested=True) == _spaces(u, b, nested=True)
+        for a, b in zip(u.split_params(f1.paren), u.split_params(f2.paren), strict=True)
+    )
+
+
+def _spaces(u, p, nested=False):
+    """The address spaces a parameter mentions, in order (``nested``: only those inside its
+    template arguments). In order, not as a set: ``thread W<thread float*>&`` is not
+    ``thread W<P>&``, whose ``P`` may be a device pointer."""
+    out, depth = [], 0
+    for j in p:
+        s = u.t(j)
+        if s == "<":
+            depth += 1
+        elif s == ">":
+            depth -= 1
+        elif s in ADDRESS_SPACES and not u.in_attr[j] and (depth > 0 or not nested):
+            out.append(s)
+    return tuple(out)
+
+
+def _collide(u, f1, p1, f2, p2):
+    """``(f1, f2, position, p1, p2)`` where the two definitions differ in address spaces and take
+    the same types once they are erased; else None."""
+    sp1 = [_spaces(u, p) for p in p1]
+    sp2 = [_spaces(u, p) for p in p2]
+    diff = [k for k, (a, b) in enumerate(zip(sp1, sp2, strict=True)) if a != b]
+    if not diff:
+        return None
+    strict = all(
+        sp1[k] and sp2[k] and set(sp1[k] + sp2[k]) <= {"device", "constant"} for k in diff
+    )
+    a = _erased(u, f1, p1, 1, strict)
+    b = _erased(u, f2, p2, 2, strict)
+    if not _unify(a, b, {}):
+        return None
+    return (f1, f2, diff[0], p1, p2)
+
+
+def _template_params(u, f):
+    if u.t(f.start) == "template" and u.t(f.start + 1) == "<":
+        e = u.angle_end(f.start + 1)
+        if e > 0:
+            return {nm.rstrip(".") for nm in u.template_param_names(f.start + 2, e)}
+    return set()
+
+
+def _erased(u, f, params, side, strict):
+    """The parameters' tokens without attributes, default arguments, names and address spaces
+    (``strict``: ``constant`` kept as ``const``; else no ``const`` either), joined by `_SEP`;
+    the function's template parameters become variables ``("?", side, name)``."""
+    tvars = _template_params(u, f)
+    out = []
+    for x, p in enumerate(params):
+        if x:
+            out.extend(_SEP)
+        words, depth = [], 0
+        for j in p:
+            s = u.t(j)
+            if u.in_attr[j] or u.k(j) == "pp":
+                continue
+            if s in _OPENERS:
+                depth += 1
+            elif s in _CLOSERS:
+                depth -= 1
+            elif s == "=" and depth == 0:
+                break  # a default argument
+            words.append((s, u.k(j)))
+        # the declarator's name: an identifier after the type, before the end, '[' or ')'
+        for y in range(len(words) - 1, 0, -1):
+            s, k = words[y]
+            nxt = words[y + 1][0] if y + 1 < len(words) else ""
+            if k == "id" and s not in KEYWORDS and nxt in ("", "[", ")"):
+                if words[y - 1][0] != "::" and s not in tvars:
+                    del words[y]
+                break
+        for s, _ in words:
+            if s in ("device", "thread", "threadgroup", "volatile"):
+                continue
+            if s == "constant":
+                s = "const"
+            if s == "const" and (not strict or (out and out[-1] == "const")):
+                continue
+            out.append(("?", side, s) if s in tvars else s)
+    return tuple(out)
+
+
+def _runs(seq):
+    """The lengths of the prefixes of ``seq`` a template parameter can stand for: balanced in
+    brackets, without a separator at their own level, not starting with a declarator's
+    punctuation."""
+    if not seq or seq[0] in ("*", "&", "&&", ",", "...", "[", "|") or seq[0] in _CLOSERS:
+        return
+    depth = 0
+    for n, s in enumerate(seq, start=1):
+        if s in _OPENERS:
+            depth += 1
+        elif s in _CLOSERS:
+            depth -= 1
+            if depth < 0:
+                return
+        elif depth == 0 and s in (",", "|"):
+            return
+        if depth == 0:
+            yield n
+
+
+def _is_var(s):
+    return isinstance(s, tuple)
+
+
+def _occurs(var, seq, env):
+    return any(s == var or (_is_var(s) and s in env and _occurs(var, env[s], env)) for s in seq)
+
+
+def _unify(a, b, env, depth=0):
+    """Whether token tuples ``a`` and ``b`` are equal for some values of their variables
+    (``env``: those bound so far, each to a token tuple)."""
+    if depth > 200:
+        return False  # a pathological source: no claim of a collision
+    if a and _is_var(a[0]) and a[0] in env:
+        return _unify(env[a[0]] + a[1:], b, env, depth + 1)
+    if b and _is_var(b[0]) and b[0] in env:
+        return _unify(a, env[b[0]] + b[1:], env, depth + 1)
+    if not a or not b:
+        return not a and not b
+    if a[0] == b[0]:
+        return _unify(a[1:], b[1:], env, depth + 1)
+    for x, y in ((a, b), (b, a)):
+        if _is_var(x[0]):
+            for n in _runs(y):
+                run = y[:n]
+                if not _occurs(x[0], run, env) and _unify(
+                    x[1:], y[n:], {**env, x[0]: run}, depth + 1
+                ):
+                    return True
+    return False
+
+
+def _param_text(u, p):
+    """A parameter as written (its whitespace collapsed)."""
+    toks = [j for j in p if not u.in_attr[j] and u.k(j) != "pp"]
+    return "".join(
+        (" " if x and u.toks[j].ws else "") + u.t(j) for x, j in enumerate(toks)
+    ).strip()
