@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mpslinalg import emulator as emu
+from mpslinalg.emulator.translate import TranslateError
 
 SRC = r"""
 #include <metal_stdlib>
@@ -402,3 +403,67 @@ def test_thread_vs_threadgroup_pointer_overloads():
     out = torch.zeros(8)
     lib.k(out)
     assert torch.all(out == 303.0)
+
+
+# Overloads told apart by address spaces inside a struct's template arguments. The CPU emulator
+# keeps device pointers apart (::emu::dptr): Metal's overload is called. It erases thread vs
+# threadgroup, and its run-time dispatch tests a parameter's own pointer only: refused.
+_WORK_HEAD = r"""
+#include <metal_stdlib>
+using namespace metal;
+template <typename P> struct W { P a; };
+"""
+_WORK_KERNEL = r"""
+kernel void k(device float* out [[buffer(0)]], device float* src [[buffer(1)]],
+              uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]]) {
+    threadgroup float sh[4];
+    sh[t] = 1.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    thread float loc[1] = {2.0f};
+    W<threadgroup float*> g{sh + t};
+    W<thread float*> l{loc};
+    W<device float*> d{src + t};
+    out[i] = f(g) + 1000.0f * OTHER;
+}
+"""
+
+
+@pytest.mark.parametrize("defs, other, expected", [
+    ("inline float f(thread W<device float*>& w) { return w.a[0] + 100.0f; }\n"
+     "template <typename T>\n"
+     "inline float f(thread W<threadgroup T*>& w) { return w.a[0] + 200.0f; }\n",
+     "f(d)", 201.0 + 1000.0 * 105.0),
+    ("inline float f(device const float* p) { return p[0] + 100.0f; }\n"
+     "template <typename T> inline float f(threadgroup T* p) { return p[0] + 200.0f; }\n"
+     "inline float f(thread W<threadgroup float*>& w) { return f(w.a); }\n"
+     "inline float f(thread W<device float*>& w) { return f(w.a); }\n",
+     "f(d)", 201.0 + 1000.0 * 105.0),
+    ("inline float f(threadgroup const float* p) { return p[0] + 200.0f; }\n"
+     "inline float f(thread const float* p) { return p[0] + 100.0f; }\n"
+     "inline float f(thread W<threadgroup float*>& w) { return f(w.a); }\n",
+     "f(loc)", 201.0 + 1000.0 * 102.0),
+])
+def test_overloads_the_cpu_emulator_keeps_apart(defs, other, expected):
+    src = _WORK_HEAD + defs + _WORK_KERNEL.replace("OTHER", other)
+    out = torch.zeros(4)
+    emu.compile_shader(src).k(out, torch.full((4,), 5.0), threads=4, group_size=4)
+    assert out.tolist() == [expected] * 4
+
+
+@pytest.mark.parametrize("defs", [
+    "inline float f(thread W<thread float*>& w) { return w.a[0] + 100.0f; }\n"
+    "inline float f(thread W<threadgroup float*>& w) { return w.a[0] + 200.0f; }\n",
+    "inline float f(thread W<thread float*>& w) { return w.a[0] + 100.0f; }\n"
+    "template <typename T>\n"
+    "inline float f(thread W<threadgroup T*>& w) { return w.a[0] + 200.0f; }\n",
+])
+def test_overloads_only_thread_vs_threadgroup_inside_template_arguments_are_refused(defs):
+    src = _WORK_HEAD + defs + _WORK_KERNEL.replace("OTHER", "f(l)")
+    last = 7 if "template" in defs else 6
+    with pytest.raises(TranslateError,
+                       match=rf"^program_source:{last}: error: overloads of 'f' are told apart "
+                             r"only by address spaces: parameter 1 `thread W<threadgroup \w+\*>& "
+                             r"w` here and `thread W<thread float\*>& w` of the overload at "
+                             r"program_source:5; the CPU emulator erases thread vs threadgroup "
+                             r".*inside template arguments.*tag type"):
+        emu.compile_shader(src)

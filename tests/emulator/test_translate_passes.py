@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mpslinalg._core import metal
 from mpslinalg.emulator import build, cuda, library, runtime, translate
 from mpslinalg.emulator.translate import emission, lowering, restrictions, source, structure
 from mpslinalg.emulator.translate.lexer import single_precision, tokenize
@@ -228,6 +229,79 @@ def test_cuda_refuses_overloads_told_apart_only_by_address_spaces(text):
 ])
 def test_cuda_accepts_overloads_apart_without_address_spaces(text):
     restrictions.check_cuda(unit(text))
+
+
+_CPU_ERASES = (r"^program_source:\d+: error: overloads of 'f' are told apart only by address "
+               r"spaces: parameter \d `.*` here and `.*` of the overload at program_source:\d+; "
+               r"the CPU emulator erases thread vs threadgroup .*inside template arguments.*"
+               r"tag type or a template parameter")
+
+
+@pytest.mark.parametrize("text", [
+    # thread vs threadgroup inside template arguments: the run-time dispatch would test the
+    # struct (a reference does not compile, a pointer to it is always in thread memory)
+    _WORK + "void f(thread W<float, thread float*>& w) {}\n"
+    "void f(thread W<float, threadgroup float*>& w) {}",
+    _WORK + "void f(thread W<float, thread float*>* w) {}\n"
+    "void f(thread W<float, threadgroup float*>* w) {}",
+    # a template against a non-template: not renamed, C++ prefers the non-template
+    _WORK + "void f(thread W<float, thread float*>& w) {}\n"
+    "template <typename T> void f(thread W<T, threadgroup T*>& w) {}",
+    "void f(thread float* p) {}\ntemplate <typename T> void f(threadgroup T* p) {}",
+    "template <typename P> void f(P p) {}\nvoid f(threadgroup float* p) {}",
+    _WORK + "template <typename P> void f(thread W<float, P>& w) {}\n"
+    "void f(thread W<float, thread float*>& w) {}",
+    # device and constant references are plain references on the CPU too
+    "template <typename T> void f(device T& x) {}\nvoid f(thread float& x) {}",
+    # a qualification conversion: `float*` is exact for a thread argument on the CPU
+    "void f(threadgroup float* p) {}\nvoid f(thread const float* p) {}",
+    # members are not dispatched at run time
+    "struct S {\n  void f(thread float* p) {}\n  void f(threadgroup float* p) {}\n};",
+])
+def test_cpu_refuses_overloads_only_thread_vs_threadgroup_tells_apart(text):
+    with pytest.raises(translate.TranslateError, match=_CPU_ERASES) as error:
+        restrictions.check_cpu(unit(text))
+    assert not isinstance(error.value, translate.CudaUnsupportedError)
+    with pytest.raises(translate.CudaUnsupportedError):  # the CUDA executor refuses them too
+        restrictions.check_cuda(unit(text))
+
+
+@pytest.mark.parametrize("text", [
+    # thread vs threadgroup on the parameter's own pointer: dispatched at run time
+    "float f(threadgroup const float* p) { return p[0]; }\n"
+    "float f(thread const float* p) { return p[0]; }",
+    "template <typename T> T f(threadgroup T* p) { return p[0]; }\n"
+    "template <typename T> T f(thread T* p) { return p[0]; }",
+    # device and constant pointers are ::emu::dptr / ::emu::cptr on the CPU, types of their own
+    "void f(device float* p) {}\nvoid f(threadgroup float* p) {}",
+    "template <typename T> void f(device T* p) {}\nvoid f(threadgroup float* p) {}",
+    "template <typename T> void f(thread T* p) {}\nvoid f(device float* p) {}",
+    "void f(device float* p) {}\ntemplate <typename T> void f(constant T* p) {}",
+    "template <typename P> void f(P p) {}\nvoid f(device float* p) {}",
+    _WORK + "int f(thread W<float, device float*>& w, int n) { return 0; }\n"
+    "template <typename T> int f(thread W<T, threadgroup T*>& w, int n) { return 1; }",
+    _WORK + "template <typename P> void f(thread W<float, P>& w) {}\n"
+    "void f(thread W<float, device float*>& w) {}",
+    # `device float&` and `constant float&` are `float&` and `const float&`
+    "void f(device float& x) {}\nvoid f(constant float& x) {}",
+    # tag dispatch
+    _WORK + "struct Own {}; struct Grp {};\n"
+    "int f(thread W<float, thread float*>& w, Own) { return 0; }\n"
+    "int f(thread W<float, threadgroup float*>& w, Grp) { return 1; }",
+])
+def test_cpu_accepts_overloads_it_keeps_apart(text):
+    restrictions.check_cpu(unit(text))
+
+
+def test_address_space_overloads_targets():
+    with pytest.raises(ValueError, match=r"target must be one of \('cuda', 'cpu'\)"):
+        restrictions.check_address_space_overloads(unit("void f() {}"), target="metal")
+
+
+@pytest.mark.parametrize("path", sorted(
+    p.relative_to(metal.metal_root()).as_posix() for p in metal.metal_root().rglob("*.metal")))
+def test_every_library_source_translates_for_the_cpu(path):
+    assert translate.translate(metal.load_source(path), build.require_compiler()).kernels
 
 
 def test_restrictions_table_is_the_documented_one():

@@ -14,7 +14,8 @@
 
 The passes never add or remove newlines, so every diagnostic of the C++ compiler points at the
 original ``metal/<file>:<line>``. `translate` runs them for the CPU runtime, `translate_cuda` for
-the CUDA executor: both executors accept and reject the same sources.
+the CUDA executor, each adding the checks of what its lowering cannot run like Metal
+(`restrictions.check_cpu`, `restrictions.check_cuda`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def translate(source: str, cxx: str, *, metal_version: int = 320) -> Translation
             f"compile_shader expects the Metal source as str, got {type(source).__name__}"
         )
     unit = front_end(source, cxx, metal_version)
+    restrictions.check_cpu(unit)
     body = lowering.lower(unit, "cpu").text(single_precision=True)
     snippets, table = emission.cpu_launchers(unit)
     calls = {nm: f"{unit.toks[j].file}:{unit.toks[j].line}"

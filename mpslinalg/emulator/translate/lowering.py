@@ -25,7 +25,7 @@ import re
 from .lexer import single_precision_literals
 from .structure import ADDRESS_SPACES, KEYWORDS, SWIZZLE_RE, swizzle_indices
 
-__all__ = ["Lowering", "lower", "runtime_dispatched_overloads"]
+__all__ = ["Lowering", "lower", "runtime_dispatched_overloads", "wrapped_pointer"]
 
 _HALF_LIT_RE = re.compile(r"^((?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)[hH]$")
 TARGETS = ("cpu", "cuda")
@@ -67,6 +67,49 @@ def runtime_dispatched_overloads(unit, dead=None) -> list:
             continue
         pairs.append((f1, s1, f2, s2, diff[0]))
     return pairs
+
+
+def _declarator(u, i):
+    """What follows the address-space keyword at ``i``: ``cv* type cv* (*|&)?``, as
+    ``(lead_cv, cv, ts, te, j)``: the indices of a ``const``/``volatile`` just before the keyword
+    and of those after it, the type's tokens ``[ts, te)`` and the token after them all."""
+    j = i + 1
+    cv = []
+    lead_cv = []
+    if u.t(i - 1) in ("const", "volatile"):
+        lead_cv.append(i - 1)
+    while u.t(j) in ("const", "volatile"):
+        cv.append(j)
+        j += 1
+    ts = j
+    while True:
+        if u.k(j) == "id" and u.t(j) not in ("const", "volatile") + ADDRESS_SPACES:
+            j += 1
+        elif u.t(j) == "::":
+            j += 1
+        elif u.t(j) == "<" and j > ts:
+            e = u.angle_end(j)
+            if e < 0:
+                break
+            j = e + 1
+        else:
+            break
+    te = j
+    while u.t(j) in ("const", "volatile"):
+        cv.append(j)
+        j += 1
+    return lead_cv, cv, ts, te, j
+
+
+def wrapped_pointer(unit, i) -> int:
+    """Where the ``device`` or ``constant`` keyword at ``i`` starts a pointer that the CPU
+    lowering turns into ``::emu::dptr<T>`` / ``::emu::cptr<T>`` (a type of its own): the index of
+    its ``*``; else -1 (references, ``auto*`` and ``void*``: the keyword is erased, ``constant``
+    leaving ``const``)."""
+    _, _, ts, te, j = _declarator(unit, i)
+    if unit.t(j) != "*" or te <= ts or unit.t(te - 1) == "void":
+        return -1
+    return -1 if te == ts + 1 and unit.t(ts) == "auto" else j
 
 
 def lower(unit, target: str) -> Lowering:
@@ -209,7 +252,6 @@ class Lowering:
         """Rewrite the address-space keyword at i; returns the next index."""
         u = self.unit
         s = u.t(i)
-        prev = u.t(i - 1)
         if u.is_member_qualifier(i):
             if s == "thread":
                 self.out[i] = ""
@@ -221,32 +263,7 @@ class Lowering:
         if s in ("threadgroup", "thread"):
             self.out[i] = ""  # thread/threadgroup pointers and references stay raw C++ pointers
             return i + 1
-        # parse: cv* type cv* (*|&)?
-        j = i + 1
-        cv = []
-        lead_cv = []
-        if prev in ("const", "volatile"):
-            lead_cv.append(i - 1)
-        while u.t(j) in ("const", "volatile"):
-            cv.append(j)
-            j += 1
-        ts = j
-        while True:
-            if u.k(j) == "id" and u.t(j) not in ("const", "volatile") + ADDRESS_SPACES:
-                j += 1
-            elif u.t(j) == "::":
-                j += 1
-            elif u.t(j) == "<" and j > ts:
-                e = u.angle_end(j)
-                if e < 0:
-                    break
-                j = e + 1
-            else:
-                break
-        te = j
-        while u.t(j) in ("const", "volatile"):
-            cv.append(j)
-            j += 1
+        lead_cv, cv, ts, te, j = _declarator(u, i)
         is_const = s == "constant" or any(u.t(c) == "const" for c in cv + lead_cv)
         if u.t(j) == "*" and te == ts + 1 and u.t(ts) == "auto":
             self.out[i] = ""

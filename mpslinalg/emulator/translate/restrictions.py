@@ -7,7 +7,9 @@ such construct at all, what else rules it out) and a smallest source the check r
 unit tests run every one). `check` runs them in source order within each family of rules, the
 first violation raising `TranslateError` at its line. `CUDA_UNMAPPED` lists what the CUDA
 executor cannot map on top of that, and `check_address_space_overloads` finds the overloads that
-its erasure of address spaces would make resolve differently from Metal (`check_cuda` runs both).
+an executor's erasure of address spaces would make resolve differently from Metal (`check_cuda`
+runs both for the CUDA executor, `check_cpu` the latter for the CPU emulator, which erases only
+``thread`` vs ``threadgroup`` and ``device``/``constant`` references).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .errors import CudaUnsupportedError
-from .lowering import runtime_dispatched_overloads
+from .errors import CudaUnsupportedError, TranslateError
+from .lowering import runtime_dispatched_overloads, wrapped_pointer
 from .structure import ADDRESS_SPACES, KEYWORDS, SYNC_NAMES
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "host_call_message",
     "check",
     "check_cuda",
+    "check_cpu",
     "check_address_space_overloads",
 ]
 
@@ -559,22 +562,43 @@ def check_cuda(u) -> None:
     check_address_space_overloads(u)
 
 
+def check_cpu(u) -> None:
+    """What the CPU emulator cannot run like Metal on top of `check`: overloads that only
+    ``thread`` vs ``threadgroup`` (or ``device``/``constant`` references) tell apart where its
+    run-time dispatch does not (`check_address_space_overloads` with ``target="cpu"``); raises
+    `TranslateError`."""
+    check_address_space_overloads(u, target="cpu")
+
+
 # -- overloads told apart by address spaces alone --
 
-_ERASED_SPACES = (
-    "the CUDA executor erases Metal's address spaces (a device, constant, threadgroup or thread "
-    "pointer is a plain CUDA pointer, ::emu::dptr<T> is T*), so CUDA would resolve calls of "
-    "these overloads differently from Metal (a silent wrong call where a template and a "
-    "non-template meet); dispatch must not depend on the address space: use a tag type or a "
-    "template parameter (e.g. the pointer type) instead"
-)
+_ERASED_SPACES = {
+    "cuda": (
+        "the CUDA executor erases Metal's address spaces (a device, constant, threadgroup or "
+        "thread pointer is a plain CUDA pointer, ::emu::dptr<T> is T*), so CUDA would resolve "
+        "calls of these overloads differently from Metal (a silent wrong call where a template "
+        "and a non-template meet); dispatch must not depend on the address space: use a tag "
+        "type or a template parameter (e.g. the pointer type) instead"
+    ),
+    "cpu": (
+        "the CPU emulator erases thread vs threadgroup (both are plain C++ pointers and "
+        "references, and so are device and constant references; device and constant pointers "
+        "keep types of their own, ::emu::dptr and ::emu::cptr) and dispatches at run time only "
+        "between two free overloads alike but for thread vs threadgroup on a parameter's own "
+        "pointer or reference, which it tests; inside template arguments, or between a "
+        "template and a non-template, it would call another overload than Metal (or fail to "
+        "compile); dispatch must not depend on the address space: use a tag type or a template "
+        "parameter (e.g. the pointer type) instead"
+    ),
+}
+_ERRORS = {"cuda": CudaUnsupportedError, "cpu": TranslateError}
 # (the lexer's '>>' is two '>' tokens, so angle brackets pair like the others)
 _OPENERS = {"<": ">", "(": ")", "[": "]"}
 _CLOSERS = frozenset(_OPENERS.values())
 _SEP = ("|",)  # between parameters: no template parameter stands for a run across it
 
 
-def check_address_space_overloads(u) -> None:
+def check_address_space_overloads(u, target: str = "cuda") -> None:
     """Two definitions of one function (same scope, name and number of parameters) whose
     parameters mention different address spaces at some position (anywhere in the parameter,
     template arguments included: ``EigWork<T, threadgroup T*>&``) but take the same types once
@@ -585,7 +609,18 @@ def check_address_space_overloads(u) -> None:
     stays apart). The pairs that the lowering dispatches at run time (free overloads alike but
     for ``thread`` vs ``threadgroup``, `lowering.runtime_dispatched_overloads`) are left to it
     where the difference is on the parameter's own pointer or reference, the one it tests.
-    Raises `CudaUnsupportedError` naming both definitions."""
+    Raises `CudaUnsupportedError` naming both definitions.
+
+    ``target="cpu"``: the same for the CPU emulator, which erases fewer address spaces: only
+    ``thread`` and ``threadgroup`` and the ``device``/``constant`` keywords the lowering drops
+    (references, ``auto*``, ``void*``; `lowering.wrapped_pointer`). Its ``device`` and
+    ``constant`` pointers are types of their own (``::emu::dptr<T>``, ``::emu::cptr<T>``), so
+    they stay in the erased parameters (as ``device*`` / ``constant*`` tokens, which no template
+    parameter's run crosses) and a difference in them alone is no collision. Raises
+    `TranslateError`."""
+    if target not in _ERASED_SPACES:
+        raise ValueError(f"target must be one of {tuple(_ERASED_SPACES)}, got {target!r}")
+    kept = _kept_pointers(u, target)
     named = {}
     for f in u.funcs:
         if f.paren >= 0 and f.name not in ("?", "operator"):
@@ -613,17 +648,33 @@ def check_address_space_overloads(u) -> None:
             for f2, p2 in members[x + 1 :]:
                 if (f1.start, f2.start) in dispatched or (f2.start, f1.start) in dispatched:
                     continue
-                hit = _collide(u, f1, p1, f2, p2)
+                hit = _collide(u, f1, p1, f2, p2, kept)
                 if hit is not None:
                     found.append((max(f1.start, f2.start), hit))
     if found:
         _, (a, b, k, pa, pb) = min(found, key=lambda item: item[0])
         ta, tb = u.toks[a.paren - 1], u.toks[b.paren - 1]
-        raise CudaUnsupportedError(
+        raise _ERRORS[target](
             f"{tb.file}:{tb.line}: error: overloads of '{b.name}' are told apart only by "
             f"address spaces: parameter {k + 1} `{_param_text(u, pb[k])}` here and "
-            f"`{_param_text(u, pa[k])}` of the overload at {ta.file}:{ta.line}; {_ERASED_SPACES}"
+            f"`{_param_text(u, pa[k])}` of the overload at {ta.file}:{ta.line}; "
+            f"{_ERASED_SPACES[target]}"
         )
+
+
+def _kept_pointers(u, target):
+    """The address-space keywords ``target`` keeps as types of their own, each mapped to the
+    index of its pointer's ``*``: none on CUDA, the wrapped ``device``/``constant`` pointers on
+    the CPU."""
+    if target == "cuda":
+        return {}
+    kept = {}
+    for j, tok in enumerate(u.toks):
+        if tok.k == "id" and tok.t in ("device", "constant") and not u.in_attr[j]:
+            star = wrapped_pointer(u, j)
+            if star >= 0:
+                kept[j] = star
+    return kept
 
 
 def _enclosing_brace(u, i):
@@ -650,10 +701,10 @@ def _nested_spaces_alike(u, f1, f2):
     )
 
 
-def _spaces(u, p, nested=False):
+def _spaces(u, p, nested=False, kept=()):
     """The address spaces a parameter mentions, in order (``nested``: only those inside its
-    template arguments). In order, not as a set: ``thread W<thread float*>&`` is not
-    ``thread W<P>&``, whose ``P`` may be a device pointer."""
+    template arguments; the keywords at the indices ``kept`` left out). In order, not as a set:
+    ``thread W<thread float*>&`` is not ``thread W<P>&``, whose ``P`` may be a device pointer."""
     out, depth = [], 0
     for j in p:
         s = u.t(j)
@@ -661,24 +712,30 @@ def _spaces(u, p, nested=False):
             depth += 1
         elif s == ">":
             depth -= 1
-        elif s in ADDRESS_SPACES and not u.in_attr[j] and (depth > 0 or not nested):
+        elif (
+            s in ADDRESS_SPACES
+            and not u.in_attr[j]
+            and (depth > 0 or not nested)
+            and j not in kept
+        ):
             out.append(s)
     return tuple(out)
 
 
-def _collide(u, f1, p1, f2, p2):
-    """``(f1, f2, position, p1, p2)`` where the two definitions differ in address spaces and take
-    the same types once they are erased; else None."""
-    sp1 = [_spaces(u, p) for p in p1]
-    sp2 = [_spaces(u, p) for p in p2]
+def _collide(u, f1, p1, f2, p2, kept):
+    """``(f1, f2, position, p1, p2)`` where the two definitions differ in erased address spaces
+    (those not in ``kept``, `_kept_pointers`) and take the same types once they are erased;
+    else None."""
+    sp1 = [_spaces(u, p, kept=kept) for p in p1]
+    sp2 = [_spaces(u, p, kept=kept) for p in p2]
     diff = [k for k, (a, b) in enumerate(zip(sp1, sp2, strict=True)) if a != b]
     if not diff:
         return None
     strict = all(
         sp1[k] and sp2[k] and set(sp1[k] + sp2[k]) <= {"device", "constant"} for k in diff
     )
-    a = _erased(u, f1, p1, 1, strict)
-    b = _erased(u, f2, p2, 2, strict)
+    a = _erased(u, f1, p1, 1, strict, kept)
+    b = _erased(u, f2, p2, 2, strict, kept)
     if not _unify(a, b, {}):
         return None
     return (f1, f2, diff[0], p1, p2)
@@ -692,11 +749,14 @@ def _template_params(u, f):
     return set()
 
 
-def _erased(u, f, params, side, strict):
+def _erased(u, f, params, side, strict, kept):
     """The parameters' tokens without attributes, default arguments, names and address spaces
     (``strict``: ``constant`` kept as ``const``; else no ``const`` either), joined by `_SEP`;
-    the function's template parameters become variables ``("?", side, name)``."""
+    the function's template parameters become variables ``("?", side, name)``. The keywords
+    ``kept`` (index -> its pointer's ``*``) are not erased: their ``*`` becomes one token
+    ``device*`` / ``constant*``."""
     tvars = _template_params(u, f)
+    stars = {star: u.t(j) + "*" for j, star in kept.items()}
     out = []
     for x, p in enumerate(params):
         if x:
@@ -712,7 +772,9 @@ def _erased(u, f, params, side, strict):
                 depth -= 1
             elif s == "=" and depth == 0:
                 break  # a default argument
-            words.append((s, u.k(j)))
+            if j in kept:
+                continue
+            words.append((stars.get(j, s), u.k(j)))
         # the declarator's name: an identifier after the type, before the end, '[' or ')'
         for y in range(len(words) - 1, 0, -1):
             s, k = words[y]
@@ -736,7 +798,11 @@ def _runs(seq):
     """The lengths of the prefixes of ``seq`` a template parameter can stand for: balanced in
     brackets, without a separator at their own level, not starting with a declarator's
     punctuation."""
-    if not seq or seq[0] in ("*", "&", "&&", ",", "...", "[", "|") or seq[0] in _CLOSERS:
+    if (
+        not seq
+        or seq[0] in ("*", "device*", "constant*", "&", "&&", ",", "...", "[", "|")
+        or seq[0] in _CLOSERS
+    ):
         return
     depth = 0
     for n, s in enumerate(seq, start=1):
