@@ -176,6 +176,17 @@ def test_nvrtc_errors_point_at_the_metal_source():
         cuda.compile_ptx(src)
 
 
+def test_extra_nvrtc_options(monkeypatch):
+    """$MPSLINALG_NVRTC_OPTIONS reaches NVRTC and the cache key: -lineinfo adds the line table
+    compute-sanitizer reads, on a source compiled without it before."""
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+           "kernel void k(device float* out [[buffer(0)]]) {\n  out[0] = 2.0f * out[0];\n}\n")
+    monkeypatch.delenv("MPSLINALG_NVRTC_OPTIONS", raising=False)
+    assert ".loc" not in cuda.compile_ptx(src)
+    monkeypatch.setenv("MPSLINALG_NVRTC_OPTIONS", "-lineinfo")
+    assert ".loc" in cuda.compile_ptx(src)
+
+
 def test_metal_rules_are_the_emulators():
     src = "kernel void k(device double* out [[buffer(0)]]) { out[0] = 1; }\n"
     with pytest.raises(SyntaxError, match="'double' is not supported in Metal"):
