@@ -129,6 +129,9 @@ constant constexpr int kGemmOutPerThread = kGemmTileM * kGemmTileN / kGemmThread
 static_assert(kGemmLoadsA * kGemmThreads == kGemmTileM * kGemmTileK, "whole loads a thread");
 static_assert(kGemmLoadsB * kGemmThreads == kGemmTileK * kGemmTileN, "whole loads a thread");
 static_assert(kGemmOutPerThread * kGemmThreads == kGemmTileM * kGemmTileN, "whole outputs");
+static_assert(kGemmThreads % kGemmTileM == 0 && kGemmThreads % kGemmTileN == 0 &&
+                  kGemmThreads % kGemmTileK == 0,
+              "a staged block's rows divide the threadgroup (gemm_fetch's entry stride)");
 
 // Entry e of the output block (row-major, as the threads own C's entries) in its padded plane.
 inline int gemm_out_at(int e) {
@@ -141,10 +144,35 @@ inline bool gemm_writes(long i, long j, long m, long n, int uplo) {
   return i < m && j < n && (uplo == kGemmFull || j <= i);
 }
 
-// Position (i, j) in a rows_t x cols_t block of op(X) of the e-th entry staged: threads walk X's
-// own rows, so neighbouring threads read neighbouring addresses whether op transposes or not.
-inline int2 gemm_stage_pos(int e, int op, int rows_t, int cols_t) {
-  return op == kGemmNoTrans ? int2(e / cols_t, e % cols_t) : int2(e % rows_t, e / rows_t);
+// Where a thread's entries of a staged rows_t x cols_t block of op(X) lie. The threads walk X's
+// own rows, so neighbouring threads read neighbouring addresses whether op transposes or not:
+// the e-th entry (e = tid + q kGemmThreads) is at (e / cols_t, e % cols_t) of the block for
+// op = N and (e % rows_t, e / rows_t) otherwise. The threadgroup being a whole number of the
+// block's rows of X, a thread's entries lie one under the other in X: entry q at block position
+// (i0 + q di, j0 + q dj), one of di, dj zero. Formed once per gemm_tile, so that a step forms
+// one address per operand, not one per entry with a division by a runtime choice of extent:
+// the staging is most of a step's instructions besides the products, and where the issue slots
+// are the limit (through the CUDA executor; see docs/lu.rst) they set the time.
+struct GemmStageMap {
+  int i0, j0;  // block position of the thread's first entry
+  int di, dj;  // from one of its entries to the next
+};
+
+inline GemmStageMap gemm_stage_map(int op, int rows_t, int cols_t, uint tid) {
+  const int t = int(tid);
+  GemmStageMap s;
+  if (op == kGemmNoTrans) {
+    s.i0 = t / cols_t;
+    s.j0 = t % cols_t;
+    s.di = kGemmThreads / cols_t;
+    s.dj = 0;
+  } else {
+    s.i0 = t % rows_t;
+    s.j0 = t / rows_t;
+    s.di = 0;
+    s.dj = kGemmThreads / rows_t;
+  }
+  return s;
 }
 
 // A step's staging is split in two: gemm_fetch reads this thread's L entries of
@@ -154,26 +182,33 @@ inline int2 gemm_stage_pos(int e, int op, int rows_t, int cols_t) {
 // between them (where no compiler moves a read by itself), so their latency passes during those
 // products; and a step's reads are in flight together whatever a compiler can prove about the
 // stores between them (through the CUDA executor, whose pointers carry no address space, a
-// loop of a read then a threadgroup store waited for each read in turn).
+// loop of a read then a threadgroup store waited for each read in turn). Entries past the edges
+// of op(X) are zero; the bounds are tested per entry only in a block that crosses an edge.
 template <typename T, int L>
-inline void gemm_fetch(thread T* v, device const T* x, long ld, int op, long r0, long c0,
-                       long rows, long cols, int rows_t, int cols_t, uint tid) {
+inline void gemm_fetch(thread T* v, device const T* x, long ld, int op, GemmStageMap s, long r0,
+                       long c0, long rows, long cols, int rows_t, int cols_t) {
+  const long i = r0 + s.i0, j = c0 + s.j0;
+  device const T* p = x + (op == kGemmNoTrans ? i * ld + j : j * ld + i);
+  const long q_stride = long(s.di + s.dj) * ld;
+  const bool inside = r0 + rows_t <= rows && c0 + cols_t <= cols;
 #pragma unroll
   for (int q = 0; q < L; ++q) {
-    const int2 ij = gemm_stage_pos(int(tid) + q * kGemmThreads, op, rows_t, cols_t);
-    v[q] = gemm_op_elem(x, ld, op, r0 + ij.x, c0 + ij.y, rows, cols);
+    const bool in_bounds = inside || (i + q * s.di < rows && j + q * s.dj < cols);
+    const T e = in_bounds ? *p : zero<T>();
+    v[q] = op == kGemmConjTrans ? conj(e) : e;
+    p += q_stride;
   }
 }
 
 template <typename T, int L>
-inline void gemm_commit(threadgroup float* re, threadgroup float* im, thread const T* v, int op,
-                        int rows_t, int cols_t, int pitch, uint tid) {
+inline void gemm_commit(threadgroup float* re, threadgroup float* im, thread const T* v,
+                        GemmStageMap s, int pitch) {
+  const int at = s.i0 * pitch + s.j0, q_stride = s.di * pitch + s.dj;
 #pragma unroll
   for (int q = 0; q < L; ++q) {
-    const int2 ij = gemm_stage_pos(int(tid) + q * kGemmThreads, op, rows_t, cols_t);
-    re[ij.x * pitch + ij.y] = gemm_re(v[q]);
+    re[at + q * q_stride] = gemm_re(v[q]);
     if (gemm_is_complex(v[q])) {
-      im[ij.x * pitch + ij.y] = gemm_im(v[q]);
+      im[at + q * q_stride] = gemm_im(v[q]);
     }
   }
 }
@@ -203,7 +238,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   metal::simdgroup_float8x8 acc[kGemmFragsM][kGemmFragsN];
   metal::simdgroup_float8x8 acc_ii[kGemmFragsM][kGemmFragsN];
   metal::simdgroup_float8x8 acc_im[kGemmFragsM][kGemmFragsN];
+  #pragma unroll
   for (int i = 0; i < kGemmFragsM; ++i) {
+    #pragma unroll
     for (int j = 0; j < kGemmFragsN; ++j) {
       acc[i][j] = metal::make_filled_simdgroup_matrix<float, kGemmFrag, kGemmFrag>(0.0f);
       acc_ii[i][j] = acc[i][j];
@@ -213,47 +250,56 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
 
   // Double buffering through registers: the next step's entries are fetched before this step's
   // products, so one device latency per step overlaps them.
+  const GemmStageMap map_a = gemm_stage_map(op_a, kGemmTileM, kGemmTileK, tid);
+  const GemmStageMap map_b = gemm_stage_map(op_b, kGemmTileK, kGemmTileN, tid);
   T next_a[kGemmLoadsA], next_b[kGemmLoadsB];
   if (k > 0) {
-    gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, row0, 0, m, k, kGemmTileM, kGemmTileK, tid);
-    gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, 0, col0, k, n, kGemmTileK, kGemmTileN, tid);
+    gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, map_a, row0, 0, m, k, kGemmTileM, kGemmTileK);
+    gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, map_b, 0, col0, k, n, kGemmTileK, kGemmTileN);
   }
   for (long kb = 0; kb < k; kb += kGemmTileK) {
-    gemm_commit<T, kGemmLoadsA>(a_re, a_im, next_a, op_a, kGemmTileM, kGemmTileK, kGemmPitchA,
-                                tid);
-    gemm_commit<T, kGemmLoadsB>(b_re, b_im, next_b, op_b, kGemmTileK, kGemmTileN, kGemmPitchB,
-                                tid);
+    gemm_commit<T, kGemmLoadsA>(a_re, a_im, next_a, map_a, kGemmPitchA);
+    gemm_commit<T, kGemmLoadsB>(b_re, b_im, next_b, map_b, kGemmPitchB);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (kb + kGemmTileK < k) {
-      gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, row0, kb + kGemmTileK, m, k, kGemmTileM,
-                                 kGemmTileK, tid);
-      gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, kb + kGemmTileK, col0, k, n, kGemmTileK,
-                                 kGemmTileN, tid);
+      gemm_fetch<T, kGemmLoadsA>(next_a, a, lda, op_a, map_a, row0, kb + kGemmTileK, m, k,
+                                 kGemmTileM, kGemmTileK);
+      gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, map_b, kb + kGemmTileK, col0, k, n,
+                                 kGemmTileK, kGemmTileN);
     }
+    #pragma unroll
     for (int kk = 0; kk < kGemmTileK; kk += kGemmFrag) {
       metal::simdgroup_float8x8 ar[kGemmFragsM], br[kGemmFragsN];
+      #pragma unroll
       for (int i = 0; i < kGemmFragsM; ++i) {
         metal::simdgroup_load(ar[i], a_re + (fr0 + i * kGemmFrag) * kGemmPitchA + kk, kGemmPitchA);
       }
+      #pragma unroll
       for (int j = 0; j < kGemmFragsN; ++j) {
         metal::simdgroup_load(br[j], b_re + kk * kGemmPitchB + fc0 + j * kGemmFrag, kGemmPitchB);
       }
+      #pragma unroll
       for (int i = 0; i < kGemmFragsM; ++i) {
+        #pragma unroll
         for (int j = 0; j < kGemmFragsN; ++j) {
           metal::simdgroup_multiply_accumulate(acc[i][j], ar[i], br[j], acc[i][j]);
         }
       }
       if (cplx) {
         metal::simdgroup_float8x8 ai[kGemmFragsM], bi[kGemmFragsN];
+        #pragma unroll
         for (int i = 0; i < kGemmFragsM; ++i) {
           metal::simdgroup_load(ai[i], a_im + (fr0 + i * kGemmFrag) * kGemmPitchA + kk,
                                 kGemmPitchA);
         }
+        #pragma unroll
         for (int j = 0; j < kGemmFragsN; ++j) {
           metal::simdgroup_load(bi[j], b_im + kk * kGemmPitchB + fc0 + j * kGemmFrag,
                                 kGemmPitchB);
         }
+        #pragma unroll
         for (int i = 0; i < kGemmFragsM; ++i) {
+          #pragma unroll
           for (int j = 0; j < kGemmFragsN; ++j) {
             metal::simdgroup_multiply_accumulate(acc_ii[i][j], ai[i], bi[j], acc_ii[i][j]);
             metal::simdgroup_multiply_accumulate(acc_im[i][j], ar[i], bi[j], acc_im[i][j]);
@@ -280,7 +326,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN (pitch kGemmPitchC).
   threadgroup float* c_re = scratch;
   threadgroup float* c_ii = scratch + kGemmTileM * kGemmPitchC;
+  #pragma unroll
   for (int i = 0; i < kGemmFragsM; ++i) {
+    #pragma unroll
     for (int j = 0; j < kGemmFragsN; ++j) {
       metal::simdgroup_store(acc[i][j], c_re + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
                                             j * kGemmFrag, kGemmPitchC);
@@ -300,7 +348,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   if (cplx) {
     // c_ii is free once re_v holds the differences: it takes the imaginary part.
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    #pragma unroll
     for (int i = 0; i < kGemmFragsM; ++i) {
+      #pragma unroll
       for (int j = 0; j < kGemmFragsN; ++j) {
         metal::simdgroup_store(acc_im[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
                                                  j * kGemmFrag, kGemmPitchC);

@@ -100,6 +100,11 @@ kernel void sg_elements(device const float* M [[buffer(0)]],
     owned[2 * lane + 1] = e.y;
     m.thread_elements() *= 2.0f;
     simdgroup_store(m, out, 8);
+    // the changed tile as a factor: its new elements, not the ones loaded
+    simdgroup_float8x8 l, p;
+    simdgroup_load(l, M, 8);
+    simdgroup_multiply(p, m, l);
+    simdgroup_store(p, out + 64, 8);
 }
 
 // A load reached by a partial simdgroup (the CPU emulator refuses it).

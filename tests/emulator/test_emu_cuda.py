@@ -593,20 +593,40 @@ _MATRIX_KERNELS = (pathlib.Path(__file__).parent / "simdgroup_matrix.metal").rea
 
 
 def test_simdgroup_matrix_is_distributed_over_the_lanes():
-    # Each lane holds its two elements (Apple's layout), never the whole tile: the multiply
-    # exchanges operands through the warp's scratch in dynamic shared memory (float4 reads of a
-    # row of A and two rows of B^T), or by warp shuffles where a launch gave no scratch.
+    # Each lane holds its two elements (Apple's layout), never the whole tile. A tile loaded
+    # from memory also keeps the lane's operands of a product (its row, its two columns), so a
+    # product of loaded tiles is 16 fmas a lane with no exchange; a product's result used as a
+    # factor has no such copy, and its operands come through the warp's scratch in dynamic
+    # shared memory (float4 reads of a row of A and two rows of B^T), or by warp shuffles where
+    # a launch gave no scratch.
     src = ("#include <metal_stdlib>\nusing namespace metal;\n"
-           "static_assert(sizeof(simdgroup_float8x8) == 2 * sizeof(float), \"two per lane\");\n"
-           "static_assert(sizeof(simdgroup_half8x8) == 2 * sizeof(half), \"two per lane\");\n"
+           "static_assert(sizeof(simdgroup_float8x8) < 32 * sizeof(float), \"not the tile\");\n"
            + _MATRIX)
     ptx = cuda.compile_ptx(src)
+    assert len(re.findall(r"fma\.rn\.f32", ptx)) == 16
+    assert "%dynamic_smem_size" not in ptx and "shfl.sync" not in ptx
+    assert ".local" not in ptx  # no per-lane tile spilled to local memory
+    chained = _MATRIX.replace("simdgroup_multiply_accumulate(z, x, y, z);",
+                              "simdgroup_multiply_accumulate(z, x, y, z);\n"
+                              "  simdgroup_multiply_accumulate(z, z, y, z);")
+    ptx = cuda.compile_ptx(chained)
     assert "%dynamic_smem_size" in ptx
     assert len(re.findall(r"ld\.shared\.v4\.f32", ptx)) == 6
     assert "shfl.sync.idx" in ptx
-    assert ".local" not in ptx  # no per-lane tile spilled to local memory
+    assert ".local" not in ptx
     # thread_elements() is mapped: Apple's layout is the executor's own
     assert re.search(r"\.entry emu_k\d+_sg_elements\(", cuda.compile_ptx(_MATRIX_KERNELS))
+
+
+def test_gemm_h_products_need_no_exchange_between_lanes():
+    # gemm.h multiplies tiles it loaded from its threadgroup stages, so through the executor its
+    # products are the lanes' own fmas: neither the scratch exchange nor the shuffles are left.
+    ptx = cuda.compile_ptx(_metal.load_source("common/gemm.metal"))
+    for dtype in ("float32", "complex64"):
+        body = re.search(r"\.entry emu_k\d+_gemm_%s\(.*?\n\}\n" % dtype, ptx, re.S).group(0)
+        assert "fma.rn.f32" in body
+        assert "%dynamic_smem_size" not in body and "shfl.sync" not in body, dtype
+        assert ".local" not in body, dtype
 
 
 def _gemm_args(M, N, K, dtype, seed):
@@ -759,7 +779,7 @@ def test_simdgroup_matrix_thread_elements_and_mixed_types_match_emulator_bits():
     M = torch.randn(8, 8, generator=torch.Generator().manual_seed(8))
 
     def elements(dev):
-        return [M.to(dev), torch.full((64,), -1.0, device=dev), torch.zeros(64, device=dev)]
+        return [M.to(dev), torch.full((64,), -1.0, device=dev), torch.zeros(128, device=dev)]
 
     cpu, gpu = _both(_MATRIX_KERNELS, "sg_elements", elements, threads=32, group_size=32)
     _same_bits(cpu[1], gpu[1])
@@ -767,6 +787,8 @@ def test_simdgroup_matrix_thread_elements_and_mixed_types_match_emulator_bits():
     first = [(4 * ((lane >> 4) & 1) + ((lane >> 1) & 3), 4 * ((lane >> 3) & 1) + 2 * (lane & 1))
              for lane in range(32)]
     assert torch.equal(gpu[1].view(32, 2)[:, 0], torch.stack([M[r, c] for r, c in first]))
+    # a tile changed through thread_elements() is multiplied with its new elements
+    torch.testing.assert_close(gpu[2][64:].view(8, 8), (2 * M) @ M)
     gen = torch.Generator().manual_seed(9)
     A, B = torch.randn(8, 8, generator=gen).half(), torch.randn(10, 16, generator=gen).half()
     C = torch.randn(8, 8, generator=gen)

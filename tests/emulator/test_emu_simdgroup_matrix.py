@@ -124,12 +124,13 @@ def owner_layout():
 def test_thread_elements_layout(lib):
     M = torch.arange(64, dtype=torch.float32).reshape(8, 8)
     owned = torch.full((64,), -1.0)
-    out = torch.zeros(64)
+    out = torch.zeros(128)
     lib.sg_elements(M, owned, out, threads=32, group_size=32)
     want = torch.tensor([[M[r, c], M[r, c + 1]] for r, c in owner_layout()]).reshape(64)
     assert torch.equal(owned, want)
     assert sorted(owner_layout()) == [(r, c) for r in range(8) for c in range(0, 8, 2)]
-    assert torch.equal(out.view(8, 8), 2 * M)
+    assert torch.equal(out[:64].view(8, 8), 2 * M)
+    torch.testing.assert_close(out[64:].view(8, 8), (2 * M) @ M)
 
 
 def test_mixed_types_transposed_origins(lib):

@@ -489,16 +489,27 @@ inline int mat_col(unsigned l) { return int(((l >> 3) & 1u) * 4u + (l & 1u) * 2u
 // The lane owning element (r, c) (and its neighbour c ^ 1).
 inline int mat_lane(int r, int c) { return ((r >> 2) & 1) << 4 | (r & 3) << 1 | ((c >> 2) & 1) << 3 | ((c >> 1) & 1); }
 }  // namespace detail
+// A tile that simdgroup_load read from memory also keeps the lane's operands of a product (see
+// simdgroup_multiply_accumulate): row r, as the left factor, and columns c, c + 1, as the right
+// one, in float. The lane reads them with the tile, so a product of loaded tiles needs no
+// exchange between lanes. They are a copy, not a second state: `loaded` says whether they
+// hold the tile's values (a product's result, a filled tile or one changed through
+// thread_elements() has none), and kernels see only `el`. After inlining `loaded` is a constant
+// at each product, so the copy a kernel never multiplies by (a tile only stored, the right
+// operands of a left factor) is never read and its loads are dropped by the compiler.
 template <class T, int R, int C> struct simdgroup_matrix {
   static_assert(R == 8 && C == 8, "only 8x8 simdgroup matrices exist");
   vec<T, 2> el;  // this lane's elements (r, c) and (r, c + 1)
+  float row[8];      // (r, 0 .. 7), when loaded
+  float cols[2][8];  // (0 .. 7, c) and (0 .. 7, c + 1), when loaded
+  bool loaded = false;
   simdgroup_matrix() = default;
   explicit simdgroup_matrix(T d) {
     const unsigned l = detail::lane_id();
     const int r = detail::mat_row(l), c = detail::mat_col(l);
     el = vec<T, 2>(r == c ? d : T(0), r == c + 1 ? d : T(0));
   }
-  vec<T, 2>& thread_elements() { return el; }
+  vec<T, 2>& thread_elements() { loaded = false; return el; }
   vec<T, 2> thread_elements() const { return el; }
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
@@ -539,15 +550,44 @@ template <class T, class P> inline void simdgroup_load(simdgroup_matrix<T, 8, 8>
   __syncwarp(__activemask());
   const unsigned l = detail::lane_id();
   const int r = detail::mat_row(l), c = detail::mat_col(l);
+  d.loaded = true;
   if constexpr (detail::is_float_ptr<P>::value && std::is_same<T, float>::value) {
     if (detail::mat_pairs(src, elements_per_row, origin, transpose)) {
       const ::float2 v = *reinterpret_cast<const ::float2*>(src + detail::mat_index(r, c, elements_per_row, origin, false));
       d.el = vec<T, 2>(v.x, v.y);
+      // row r as two float4s where it is 16-byte aligned (gemm.h's stages are), else four float2s
+      const float* rp = src + detail::mat_index(r, 0, elements_per_row, origin, false);
+      const unsigned long long ra = __isShared(rp) ? (unsigned long long)__cvta_generic_to_shared(rp)
+                                                    : reinterpret_cast<unsigned long long>(rp);
+      if (elements_per_row % 4 == 0 && (ra & 15) == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const ::float4 q = reinterpret_cast<const ::float4*>(rp)[h];
+          d.row[4 * h] = q.x; d.row[4 * h + 1] = q.y; d.row[4 * h + 2] = q.z; d.row[4 * h + 3] = q.w;
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const ::float2 q = reinterpret_cast<const ::float2*>(rp)[h];
+          d.row[2 * h] = q.x; d.row[2 * h + 1] = q.y;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const ::float2 q = *reinterpret_cast<const ::float2*>(src + detail::mat_index(k, c, elements_per_row, origin, false));
+        d.cols[0][k] = q.x; d.cols[1][k] = q.y;
+      }
       return;
     }
   }
   d.el = vec<T, 2>(T(src[detail::mat_index(r, c, elements_per_row, origin, transpose)]),
                    T(src[detail::mat_index(r, c + 1, elements_per_row, origin, transpose)]));
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    d.row[k] = float(T(src[detail::mat_index(r, k, elements_per_row, origin, transpose)]));
+    d.cols[0][k] = float(T(src[detail::mat_index(k, c, elements_per_row, origin, transpose)]));
+    d.cols[1][k] = float(T(src[detail::mat_index(k, c + 1, elements_per_row, origin, transpose)]));
+  }
 }
 template <class T, class P> inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& s, P dst, unsigned long elements_per_row = 8,
                                                         vec<unsigned long, 2> origin = vec<unsigned long, 2>(0ul), bool transpose = false) {
@@ -561,7 +601,12 @@ template <class T, class P> inline void simdgroup_store(const simdgroup_matrix<T
 // D = A B + C. Lane (r, c) needs row r of A and columns c, c + 1 of B; it computes
 //   d[r][j] = fma(a[r][7], b[7][j], ... fma(a[r][0], b[0][j], c[r][j]) ...),  j = c, c + 1,
 // in float, k ascending, rounded once to T: the CPU emulator's arithmetic, bit for bit.
-// The operands travel through a per-warp scratch of 128 floats in dynamic shared memory (cuda.py
+// Where both tiles were loaded from memory the lane has its operands already (the copies
+// simdgroup_load keeps): 16 fmas, no exchange. On an Apple GPU the product is one hardware
+// operation; here the exchange below, with its warp barriers and lane-dependent addressing,
+// was the larger part of gemm.h's instructions (see docs/lu.rst), where the loaded copies cost
+// the tile loads alone (a left factor's row: 2 float4 reads, a right factor's columns: 8
+// float2 reads). Otherwise (a product's result as a factor) the operands travel through a per-warp scratch of 128 floats in dynamic shared memory (cuda.py
 // passes kMmaScratchBytes per warp to the kernels that reach a product): each lane stores its
 // elements of A and of B transposed (3 stores), then reads its row of A and its two rows of B^T
 // as float4s (6 loads). The four lanes of a row of A (the eight of a column of B) read the same
@@ -605,7 +650,13 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const si
   const int r = detail::mat_row(l), col = detail::mat_col(l);
   const float a0 = float(a.el.v[0]), a1 = float(a.el.v[1]), b0 = float(b.el.v[0]), b1 = float(b.el.v[1]);
   float acc0 = float(c.el.v[0]), acc1 = float(c.el.v[1]);
-  if (detail::dynamic_smem_bytes() >= (warp + 1u) * detail::kMmaScratchBytes) {
+  if (a.loaded && b.loaded) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      acc0 = __fmaf_rn(a.row[k], b.cols[0][k], acc0);
+      acc1 = __fmaf_rn(a.row[k], b.cols[1][k], acc1);
+    }
+  } else if (detail::dynamic_smem_bytes() >= (warp + 1u) * detail::kMmaScratchBytes) {
     float* sa = detail::mma_scratch + warp * detail::kMmaScratchFloats;
     float* sbt = sa + 64;
     __syncwarp(mask);  // the lanes' reads of the previous product are done
@@ -637,6 +688,7 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, 8, 8>& d, const si
     }
   }
   d.el = vec<T, 2>(T(acc0), T(acc1));
+  d.loaded = false;
 }
 template <class T, class TA, class TB>
 inline void simdgroup_multiply(simdgroup_matrix<T, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
