@@ -623,7 +623,7 @@ def test_gemm_h_products_need_no_exchange_between_lanes():
     # products are the lanes' own fmas: neither the scratch exchange nor the shuffles are left.
     ptx = cuda.compile_ptx(_metal.load_source("common/gemm.metal"))
     for dtype in ("float32", "complex64"):
-        body = re.search(r"\.entry emu_k\d+_gemm_%s\(.*?\n\}\n" % dtype, ptx, re.S).group(0)
+        body = re.search(rf"\.entry emu_k\d+_gemm_{dtype}\(.*?\n\}}\n", ptx, re.S).group(0)
         assert "fma.rn.f32" in body
         assert "%dynamic_smem_size" not in body and "shfl.sync" not in body, dtype
         assert ".local" not in body, dtype
