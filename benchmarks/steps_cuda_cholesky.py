@@ -118,7 +118,7 @@ def main() -> None:
            **triangular_metal.diag_grid(n - s, 1))
     for fused in (0, 1):
         rows.append((f"chol_update ({n - s}^2 lower, depth {w}), next = {fused}", _graph_us(
-            lambda fused=fused: launch(update, work, info, _chol._params(n, 0, w, fused),
+            lambda fused=fused: launch(update, work, info, _chol._params(n, 0, w, fused, n - s),
                                        **gemm_metal.gemm_grid(n - s, n - s, 1)),
             solved, work, args.reps, args.rounds)))
 

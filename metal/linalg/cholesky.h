@@ -57,6 +57,8 @@ struct CholParams {
   long w;     // order of the diagonal block
   long next;  // chol_update: 1 to factor the next diagonal block (blocks of kCholBlock columns),
               // 0 to leave it to a chol_potf2 launch (the host's wider blocks, to be measured)
+  long cols;  // chol_update: columns [s, s + cols) of A22 updated (the host's outer block), all
+              // rows [s, n)
 };
 
 inline float chol_real(float a) { return a; }
@@ -346,8 +348,12 @@ template <typename T>
 }
 
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
-// [s, n) x columns [k0, s): one kGemmTileM x kGemmTileN block of A22 per threadgroup of
-// kGemmThreads. Only the lower triangle is read later, so blocks wholly above the diagonal
+// [s, n) x columns [k0, s), restricted to A22's first `cols` columns (all rows): one kGemmTileM x
+// kGemmTileN block of A22 per threadgroup of kGemmThreads. The host's outer blocks (a two-level
+// blocking) update only their own columns after
+// each inner block of kCholBlock columns, then the rest of the matrix once, with w the outer
+// block's width: the rest is then read and written once per outer block, not once per inner
+// block, and its product is w deep instead of 32. Only the lower triangle is read later, so blocks wholly above the diagonal
 // return at once and the blocks on it write their lower triangle only (the zeros above it stay).
 // Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
 // min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2_simd does (its
@@ -381,8 +387,8 @@ template <typename T>
   device T* A = a + long(group.z) * n * n;
   const long s = k0 + w;
   device const T* l21 = A + s * n + k0;
-  gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n, n - s, n - s, w, row0,
-            col0, -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
+  gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n, n - s, p_.cols, w,
+            row0, col0, -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
   if (p_.next == 0 || row0 != 0 || col0 != 0) {
     return;  // uniform over the threadgroup: the diagonal block is tile (0, 0) of A22 only
   }

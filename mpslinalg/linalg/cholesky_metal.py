@@ -65,8 +65,21 @@ POTRS_STEPS = {
 }
 
 
-def _params(n: int, k0: int, w: int, next_block: int = 0) -> list[int]:
-    return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w, next=next_block)
+#: Outer blocks of this many columns (a multiple of BLOCK) from OUTER_MIN_N rows on: after each
+#: inner block chol_update updates only the outer block's own columns, and once the outer block
+#: is factored, one chol_update of depth OUTER_WIDTH updates the rest of the matrix (which the
+#: inner blocks' updates would each have read and written). The same launches. Measured through
+#: the CUDA executor on an H200 (benchmarks/results/h200_round16.md, call 7, one call): 4096^2
+#: 10% faster by medians with 256 columns (float32 and complex64; 128: 4% and 7%), 2048^2
+#: complex64 7% slower, 1024^2 and 2048^2 float32 within the spread; the error of the factor
+#: halved at 4096^2 (C rounded once per outer block instead of once per inner block).
+OUTER_WIDTH = 256
+OUTER_MIN_N = 4096
+
+
+def _params(n: int, k0: int, w: int, next_block: int = 0, cols: int = 0) -> list[int]:
+    return metal_params.pack(_HEADER, "CholParams", n=n, k0=k0, w=w, next=next_block,
+                             cols=cols)
 
 
 def _potf2(L, info, n: int, k0: int, w: int, batch: int, fn: str = "cholesky") -> None:
@@ -115,7 +128,8 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         # block but the first (the first tile of its trailing matrix) right after updating it;
         # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
         # each.
-        for k0, w, potf2, panel_args, update_args in _blocked_steps(n, batch, BLOCK):
+        outer = OUTER_WIDTH if n >= OUTER_MIN_N and BLOCK == NEXT_BLOCK else n
+        for k0, w, potf2, panel_args, update_args in _blocked_steps(n, batch, BLOCK, outer):
             if potf2:
                 _potf2(L, info_flat, n, k0, w, batch, fn)
             if panel_args is not None:
@@ -127,17 +141,22 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
 
 
 @functools.lru_cache(maxsize=256)
-def _blocked_steps(n: int, batch: int, block: int) -> tuple:
+def _blocked_steps(n: int, batch: int, block: int, outer: int) -> tuple:
     """The blocked factorization's steps for order ``n`` (shapes only, so computed once): per
     block (k0, w, whether chol_potf2 factors its diagonal block, and the (params, grid) of its
     trsm_diag and chol_update launches, None for the last block). The parameters are packed
     here once: at n = 1024 a call took 1.42 ms of host time packing them at every call, 0.83
-    ms with them packed once (an H200's host, benchmarks/results/h200_round10.md)."""
+    ms with them packed once (an H200's host, benchmarks/results/h200_round10.md). With outer
+    blocks of ``outer`` columns (a multiple of ``block``; n for none), a block's update covers
+    the columns of its outer block only, and the last block of an outer block updates the rest
+    with the whole outer block's columns of L21 (depth ``outer``)."""
     fused = block == NEXT_BLOCK
     steps = []
     for k0 in range(0, n, block):
         w = min(block, n - k0)
         s = k0 + w
+        outer_k0 = k0 - k0 % outer
+        outer_end = min(outer_k0 + outer, n)
         if s == n:
             steps.append((k0, w, k0 == 0 or not fused, None, None))
             break
@@ -147,7 +166,12 @@ def _blocked_steps(n: int, batch: int, block: int) -> tuple:
                                                i0=k0, bs=block, right=1, ldx=n,
                                                x_offset=s * n, x_batch=n * n),
                  triangular_metal.diag_grid(n - s, batch))
-        update = (_params(n, k0, w, int(fused)), gemm_metal.gemm_grid(n - s, n - s, batch))
+        if s < outer_end:  # within the outer block: its own columns
+            update = (_params(n, k0, w, int(fused), outer_end - s),
+                      gemm_metal.gemm_grid(n - s, outer_end - s, batch))
+        else:  # the outer block's end: the rest, by all of its columns of L21
+            update = (_params(n, outer_k0, s - outer_k0, int(fused), n - s),
+                      gemm_metal.gemm_grid(n - s, n - s, batch))
         steps.append((k0, w, k0 == 0 or not fused, panel, update))
     return tuple(steps)
 

@@ -107,6 +107,7 @@ def test_block_is_one_triangular_solve_block():
     assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == triangular_metal.BLOCK
     assert cholesky_metal.BLOCK % triangular_metal.BLOCK == 0
     assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
+    assert cholesky_metal.OUTER_WIDTH % cholesky_metal.NEXT_BLOCK == 0
 
 
 def test_potf2_entries_stay_in_registers():
@@ -489,6 +490,37 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
     torch.testing.assert_close(wide(L)[1, :, :32],
                                torch.linalg.cholesky_ex(wide(bad[1])).L[:, :32], rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_outer_blocks_at_small_orders(dtype, monkeypatch):
+    """Outer blocks of 64 columns forced from order 65 on (the default: 128 columns from order
+    1024): each inner block's update kept to its outer block's columns, the rest of the matrix
+    updated once per outer block with depth 64. The same launches as without, the factor to
+    rounding, and a failing minor in the last outer block: info torch's, the factor torch's
+    before its column and NaN from it on."""
+    n, minor = 150, 140
+    A = hpd(n, dtype, (2,), seed=11, cond=1e3)
+    A[1, minor - 1, minor - 1] = -2.0
+    plain, _ = cholesky_metal.cholesky_metal(A, False)  # below OUTER_MIN_N: no outer blocks
+    monkeypatch.setattr(cholesky_metal, "OUTER_WIDTH", 64)
+    monkeypatch.setattr(cholesky_metal, "OUTER_MIN_N", 65)
+    with count_launches() as counter:
+        L, info = cholesky_metal.cholesky_metal(A, False)
+    kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
+    assert len(kernels) == 2 * math.ceil(n / cholesky_metal.BLOCK) - 1, counter.names
+    assert torch.equal(info, torch.linalg.cholesky_ex(wide(A)).info)
+    assert info.tolist() == [0, minor]
+    assert potrf_ratio(A[:1], L[:1]) < THRESH
+    torch.testing.assert_close(L[0], plain[0], rtol=1e-5, atol=1e-5)
+    k = minor - 1
+    Ab = wide(A[1])
+    L11 = torch.linalg.cholesky(Ab[:k, :k])
+    L21 = torch.linalg.solve_triangular(L11.mH, Ab[k:, :k], upper=True, left=False)
+    torch.testing.assert_close(wide(L)[1, :, :k], torch.cat([L11, L21]), rtol=1e-4, atol=1e-4)
+    lower = torch.ones(n, n, dtype=torch.bool).tril()
+    assert wide(L)[1, :, k:][lower[:, k:]].isnan().all()
+    assert (L.triu(1) == 0).all()
 
 
 @pytest.mark.parametrize("n, minor", [(65, 65), (96, 70), (129, 100), (200, 170)])
