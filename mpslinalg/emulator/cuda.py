@@ -807,7 +807,10 @@ def compile_shader(source: str, *, metal_version: int = 320) -> Library:
     """
     if metal_version not in (310, 320, 400):
         raise ValueError(f"metal_version must be 310, 320 or 400, got {metal_version!r}")
-    key = (source, metal_version)
+    # The source alone does not decide the compiled code: the prelude (found through the include
+    # directory) and $MPSLINALG_NVRTC_OPTIONS do too, as in the on-disk cache's key.
+    key = (source, metal_version, str(build.INCLUDE_DIR),
+           os.environ.get("MPSLINALG_NVRTC_OPTIONS", ""))
     with _memo_lock:
         lib = _memo.get(key)
     if lib is not None:

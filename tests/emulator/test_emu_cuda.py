@@ -187,6 +187,19 @@ def test_extra_nvrtc_options(monkeypatch):
     assert ".loc" in cuda.compile_ptx(src)
 
 
+def test_compile_shader_memo_follows_the_build_inputs(monkeypatch):
+    """The in-process memo of compile_shader is keyed like the on-disk cache: the same source
+    compiled with other NVRTC options or another include directory (prelude) is compiled again,
+    not served the library built before."""
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+           "kernel void memo_k(device float* out [[buffer(0)]]) {\n  out[0] += 3.0f;\n}\n")
+    monkeypatch.delenv("MPSLINALG_NVRTC_OPTIONS", raising=False)
+    first = cuda.compile_shader(src)
+    assert cuda.compile_shader(src) is first
+    monkeypatch.setenv("MPSLINALG_NVRTC_OPTIONS", "-lineinfo")
+    assert cuda.compile_shader(src) is not first
+
+
 def test_metal_rules_are_the_emulators():
     src = "kernel void k(device double* out [[buffer(0)]]) { out[0] = 1; }\n"
     with pytest.raises(SyntaxError, match="'double' is not supported in Metal"):
