@@ -238,9 +238,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   metal::simdgroup_float8x8 acc[kGemmFragsM][kGemmFragsN];
   metal::simdgroup_float8x8 acc_ii[kGemmFragsM][kGemmFragsN];
   metal::simdgroup_float8x8 acc_im[kGemmFragsM][kGemmFragsN];
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kGemmFragsM; ++i) {
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < kGemmFragsN; ++j) {
       acc[i][j] = metal::make_filled_simdgroup_matrix<float, kGemmFrag, kGemmFrag>(0.0f);
       acc_ii[i][j] = acc[i][j];
@@ -267,39 +267,39 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
       gemm_fetch<T, kGemmLoadsB>(next_b, b, ldb, op_b, map_b, kb + kGemmTileK, col0, k, n,
                                  kGemmTileK, kGemmTileN);
     }
-    #pragma unroll
+#pragma unroll
     for (int kk = 0; kk < kGemmTileK; kk += kGemmFrag) {
       metal::simdgroup_float8x8 ar[kGemmFragsM], br[kGemmFragsN];
-      #pragma unroll
+#pragma unroll
       for (int i = 0; i < kGemmFragsM; ++i) {
         metal::simdgroup_load(ar[i], a_re + (fr0 + i * kGemmFrag) * kGemmPitchA + kk, kGemmPitchA);
       }
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < kGemmFragsN; ++j) {
         metal::simdgroup_load(br[j], b_re + kk * kGemmPitchB + fc0 + j * kGemmFrag, kGemmPitchB);
       }
-      #pragma unroll
+#pragma unroll
       for (int i = 0; i < kGemmFragsM; ++i) {
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < kGemmFragsN; ++j) {
           metal::simdgroup_multiply_accumulate(acc[i][j], ar[i], br[j], acc[i][j]);
         }
       }
       if (cplx) {
         metal::simdgroup_float8x8 ai[kGemmFragsM], bi[kGemmFragsN];
-        #pragma unroll
+#pragma unroll
         for (int i = 0; i < kGemmFragsM; ++i) {
           metal::simdgroup_load(ai[i], a_im + (fr0 + i * kGemmFrag) * kGemmPitchA + kk,
                                 kGemmPitchA);
         }
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < kGemmFragsN; ++j) {
           metal::simdgroup_load(bi[j], b_im + kk * kGemmPitchB + fc0 + j * kGemmFrag,
                                 kGemmPitchB);
         }
-        #pragma unroll
+#pragma unroll
         for (int i = 0; i < kGemmFragsM; ++i) {
-          #pragma unroll
+#pragma unroll
           for (int j = 0; j < kGemmFragsN; ++j) {
             metal::simdgroup_multiply_accumulate(acc_ii[i][j], ai[i], bi[j], acc_ii[i][j]);
             metal::simdgroup_multiply_accumulate(acc_im[i][j], ar[i], bi[j], acc_im[i][j]);
@@ -326,9 +326,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   // c_ii = Im A Im B, c_im = Im, each kGemmTileM x kGemmTileN (pitch kGemmPitchC).
   threadgroup float* c_re = scratch;
   threadgroup float* c_ii = scratch + kGemmTileM * kGemmPitchC;
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kGemmFragsM; ++i) {
-    #pragma unroll
+#pragma unroll
     for (int j = 0; j < kGemmFragsN; ++j) {
       metal::simdgroup_store(acc[i][j], c_re + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
                                             j * kGemmFrag, kGemmPitchC);
@@ -348,9 +348,9 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
   if (cplx) {
     // c_ii is free once re_v holds the differences: it takes the imaginary part.
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < kGemmFragsM; ++i) {
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < kGemmFragsN; ++j) {
         metal::simdgroup_store(acc_im[i][j], c_ii + (fr0 + i * kGemmFrag) * kGemmPitchC + fc0 +
                                                  j * kGemmFrag, kGemmPitchC);

@@ -350,11 +350,11 @@ template <typename T>
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
 // [s, n) x columns [k0, s), restricted to A22's first `cols` columns (all rows): one kGemmTileM x
 // kGemmTileN block of A22 per threadgroup of kGemmThreads. The host's outer blocks (a two-level
-// blocking) update only their own columns after
-// each inner block of kCholBlock columns, then the rest of the matrix once, with w the outer
-// block's width: the rest is then read and written once per outer block, not once per inner
-// block, and its product is w deep instead of 32. Only the lower triangle is read later, so blocks wholly above the diagonal
-// return at once and the blocks on it write their lower triangle only (the zeros above it stay).
+// blocking) update only their own columns after each inner block of kCholBlock columns, then the
+// rest of the matrix once, with w the outer block's width: the rest is then read and written
+// once per outer block, not once per inner block, and its product is w deep instead of 32. Only
+// the lower triangle is read later, so blocks wholly above the diagonal return at once and the
+// blocks on it write their lower triangle only (the zeros above it stay).
 // Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
 // min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2_simd does (its
 // first simdgroup, chol_potf2_simdgroup: the same factor, info the same; the others return): no

@@ -166,12 +166,13 @@ def _blocked_steps(n: int, batch: int, block: int, outer: int) -> tuple:
                                                i0=k0, bs=block, right=1, ldx=n,
                                                x_offset=s * n, x_batch=n * n),
                  triangular_metal.diag_grid(n - s, batch))
-        if s < outer_end:  # within the outer block: its own columns
-            update = (_params(n, k0, w, int(fused), outer_end - s),
-                      gemm_metal.gemm_grid(n - s, outer_end - s, batch))
-        else:  # the outer block's end: the rest, by all of its columns of L21
-            update = (_params(n, outer_k0, s - outer_k0, int(fused), n - s),
-                      gemm_metal.gemm_grid(n - s, n - s, batch))
+        # Within the outer block, its own columns by this block's columns of L21; at its end,
+        # the rest of the matrix by all of the outer block's columns of L21.
+        inner = s < outer_end
+        first = k0 if inner else outer_k0
+        cols = (outer_end if inner else n) - s
+        update = (_params(n, first, s - first, int(fused), cols),
+                  gemm_metal.gemm_grid(n - s, cols, batch))
         steps.append((k0, w, k0 == 0 or not fused, panel, update))
     return tuple(steps)
 

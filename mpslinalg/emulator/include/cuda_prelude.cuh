@@ -606,8 +606,9 @@ template <class T, class P> inline void simdgroup_store(const simdgroup_matrix<T
 // operation; here the exchange below, with its warp barriers and lane-dependent addressing,
 // was the larger part of gemm.h's instructions (see docs/lu.rst), where the loaded copies cost
 // the tile loads alone (a left factor's row: 2 float4 reads, a right factor's columns: 8
-// float2 reads). Otherwise (a product's result as a factor) the operands travel through a per-warp scratch of 128 floats in dynamic shared memory (cuda.py
-// passes kMmaScratchBytes per warp to the kernels that reach a product): each lane stores its
+// float2 reads). Otherwise (a product's result as a factor) the operands travel through a
+// per-warp scratch of 128 floats in dynamic shared memory (cuda.py passes kMmaScratchBytes per
+// warp to the kernels that reach a product): each lane stores its
 // elements of A and of B transposed (3 stores), then reads its row of A and its two rows of B^T
 // as float4s (6 loads). The four lanes of a row of A (the eight of a column of B) read the same
 // addresses, which shared memory serves at once, so a product moves about 10 wavefronts through
