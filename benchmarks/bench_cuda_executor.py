@@ -10,27 +10,25 @@ here, and nothing about Apple GPUs.
     python benchmarks/bench_cuda_executor.py --sections trsm [--trsm-sizes 4096]
         [--trsm-blocks rule,128,256,512]
 
-Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM
-of 8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
+Sections: ``launch``, the host cost of one launch against a torch kernel's; ``matrix``, a GEMM of
+8x8 simdgroup_matrix tiles against torch.mm (what the executor's simdgroup_matrix costs);
 ``cases``, the library's kernels against torch's op; ``spectral``, svd and eigh at 16 x 128^2,
-256^2 and 1024^2 (float32 and complex64); ``lu``, ``qr`` and ``cholesky``, those
-families at research scale (qr: the TSQR tree at 4000x36, 65536x8 and 100000x32, the blocked
-path at 4096^2 and 64 x 64^2 complex; cholesky: one matrix of each ``--cholesky-sizes`` order,
-64 x (64 x 64), the inverse); ``trsm``, the blocked triangular solve alone (4096^2 upper with
-64 and 1 right-hand sides against torch.linalg.solve_triangular, at the host's diagonal block
-rows and any forced by ``--trsm-blocks``; by substitution, trsm_diag + trsm_update, and by
-inverted diagonal blocks, each profiled). ``--dry-run`` builds the chosen sections' cases on
-the CPU (the emulator runs the Metal kernels) at small sizes, calls every contender once and
-prints the agreement notes: a check of the benchmark's code paths, no timing. Each case times
-the contenders interleaved (one call of each per round, CUDA events around each call, the
-stream synchronized between calls) after warm-up calls, and reports the median with the min and
-max over the rounds, and next to it the device time of the executor's kernels
-(`mpslinalg.emulator.cuda.profile`) with a per-kernel breakdown, so that a slow kernel shows as
-one. The roofline time is max(bytes /
-bandwidth, flops / fp32 peak) with the bytes that must move at least once (the input read, the
-result written) and LAPACK's flop counts; it ignores launch latency, which dominates the small
-cases.
-"""
+256^2 and 1024^2 (float32 and complex64); ``eigh``, eigh's rule (the tridiagonal path from 128)
+against the Jacobi kernels and cuSOLVER at ``--eigh-shapes``; ``lu``, ``qr`` and ``cholesky``,
+those families at research scale (qr: the TSQR tree at 4000x36, 65536x8 and 100000x32, the blocked
+path at 4096^2 and 64 x 64^2 complex; cholesky: one matrix of each ``--cholesky-sizes`` order, 64 x
+(64 x 64), the inverse); ``trsm``, the blocked triangular solve alone (4096^2 upper with 64 and 1
+right-hand sides against torch.linalg.solve_triangular, at the host's diagonal block rows and any
+forced by ``--trsm-blocks``; by substitution, trsm_diag + trsm_update, and by inverted diagonal
+blocks, each profiled). ``--dry-run`` builds the chosen sections' cases on the CPU (the emulator
+runs the Metal kernels) at small sizes, calls every contender once and prints the agreement notes:
+a check of the benchmark's code paths, no timing. Each case times the contenders interleaved (one
+call of each per round, CUDA events around each call, the stream synchronized between calls) after
+warm-up calls, and reports the median with the min and max over the rounds, and next to it the
+device time of the executor's kernels (`mpslinalg.emulator.cuda.profile`) with a per-kernel
+breakdown, so that a slow kernel shows as one. The roofline time is max(bytes / bandwidth, flops /
+fp32 peak) with the bytes that must move at least once (the input read, the result written) and
+LAPACK's flop counts; it ignores launch latency, which dominates the small cases. """
 
 from __future__ import annotations
 
@@ -406,6 +404,52 @@ def _jacobi_cases(shapes=_JACOBI_SMALL):
     return out
 
 
+def _eigh_jacobi(H):
+    """eigh_metal on the one-threadgroup Jacobi kernels whatever the order (the rule's path
+    below eigh.TRIDIAG_MIN_N)."""
+    rule = _eigh.path
+    _eigh.path = lambda n, dtype: "group" if n <= _eigh.group_max_n(dtype) else "device"
+    try:
+        return _eigh.eigh_metal(H, lower=True, vectors=True)
+    finally:
+        _eigh.path = rule
+
+
+def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jacobi_max=256):
+    """eigh of one or a few large matrices: the rule's path (tridiagonal from
+    eigh.TRIDIAG_MIN_N), the one-threadgroup Jacobi kernels up to ``jacobi_max`` (the crossover)
+    and torch (cuSOLVER). Roofline: bytes only (input read, vectors written); the iterations'
+    flops are data-dependent."""
+    out = []
+    for batch, n in shapes:
+        for dtype in (torch.float32, torch.complex64):
+            A = _matrices((batch, n, n), dtype, 6)
+            H = A + A.mH
+            contenders = {
+                "CUDA executor (eigh.metal, rule: "
+                f"{_eigh.path(n, dtype)})": lambda H=H: _eigh.eigh_metal(H, lower=True,
+                                                                         vectors=True)}
+            if n <= jacobi_max:
+                contenders["CUDA executor (eigh.metal, Jacobi)"] = lambda H=H: _eigh_jacobi(H)
+            contenders["torch.linalg.eigh"] = lambda H=H: torch.linalg.eigh(H)
+            w, V, status = _eigh.eigh_metal(H, lower=True, vectors=True)
+            wide = torch.complex128 if dtype.is_complex else torch.float64
+            Hd, Vd = H.to(wide), V.to(wide)
+            eps = torch.finfo(torch.float32).eps
+            res = ((Hd @ Vd - Vd * w.to(wide).unsqueeze(-2)).abs().amax()
+                   / (n * Hd.abs().amax() * eps))
+            orth = (Vd.mH @ Vd - torch.eye(n, device="cuda", dtype=wide)).abs().amax() / (n * eps)
+            err = ((w.double() - torch.linalg.eigvalsh(Hd)).abs().amax()
+                   / (n * w.double().abs().amax() * eps))
+            out.append((f"eigh {batch}x({n}x{n}) {str(dtype)[6:]}", contenders,
+                        _roofline_us(batch * n * n * 2 * A.element_size(), 0),
+                        f"ratios (max-norm, / n eps): residual {res.item():.2f}, orthogonality "
+                        f"{orth.item():.2f}, eigenvalues vs float64 {err.item():.2f}; "
+                        f"QL/QR sweeps {int(status[..., 1].max())}, info "
+                        f"{int(status[..., 0].max())}"))
+    return out
+
+
 def _qr_flops(batch, m, n, complex_):
     # geqrf 2 m n^2 - 2/3 n^3, then orgqr for the reduced Q about the same (LAPACK Working Note 41)
     return batch * 2 * (2 * m * n * n - (2 / 3) * n**3) * (4 if complex_ else 1)
@@ -688,7 +732,7 @@ def main():
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--sections", default="launch,matrix,cases,lu,qr",
                     help="comma-separated subset of launch, matrix, cases, lu, qr, cholesky, "
-                         "trsm, spectral")
+                         "trsm, spectral, eigh")
     ap.add_argument("--lu-sizes", default="1024,2048,4096,8192",
                     help="the n of the square float32 cases of the lu section")
     ap.add_argument("--cholesky-sizes", default="1024,4096",
@@ -700,6 +744,8 @@ def main():
                          "block_rows) and / or multiples of 32, comma-separated")
     ap.add_argument("--spectral-shapes", default=_JACOBI_SCALE,
                     help="the spectral section's batch x order, comma-separated")
+    ap.add_argument("--eigh-shapes", default="1x128,16x128,1x256,1x512,1x1024",
+                    help="the eigh section's batch x order, comma-separated")
     ap.add_argument("--gemm-sizes", default="256,1024,2048",
                     help="the n of the simdgroup_matrix GEMM")
     ap.add_argument("--dry-run", action="store_true",
@@ -734,6 +780,10 @@ def main():
         shapes = _jacobi_scale(args.spectral_shapes)
         lines += _cases_section(args.reps, lambda: _jacobi_cases(shapes),
                                 "## SVD and eigh past one threadgroup")
+    if "eigh" in sections:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.eigh_shapes.split(",")]
+        lines += _cases_section(args.reps, lambda: eigh_cases(shapes),
+                                "## eigh: tridiagonal path against Jacobi and cuSOLVER")
     if "trsm" in sections:
         sizes = [int(n) for n in args.trsm_sizes.split(",")]
         blocks = [None if b == "rule" else int(b) for b in args.trsm_blocks.split(",")]

@@ -1,4 +1,5 @@
 #include "eigh.h"
+#include "eigh_tridiagonal.h"
 // eigh_small_<dtype>_n<n>, n = 1 .. kEighSmallMax (generated from the n <= 4 description).
 #include "eigh_small.h"
 
@@ -7,4 +8,10 @@ MPSL_KERNEL(eigh_group, float32, float)
 MPSL_KERNEL(eigh_group, complex64, float2)
 MPSL_KERNEL(eigh_device, float32, float)
 MPSL_KERNEL(eigh_device, complex64, float2)
+MPSL_KERNEL(eigh_tridiag_load, float32, float)
+MPSL_KERNEL(eigh_tridiag_load, complex64, float2)
+MPSL_KERNEL(eigh_tridiag_step, float32, float)
+MPSL_KERNEL(eigh_tridiag_step, complex64, float2)
+MPSL_KERNEL(eigh_tridiag_ql, float32, float)
+MPSL_KERNEL(eigh_tridiag_ql, complex64, float2)
 // clang-format on

@@ -1,14 +1,19 @@
 """Hermitian eigendecomposition: ``eigh`` and ``eigvalsh`` with torch.linalg semantics.
 
-Op ``mpslinalg::eigh``: on the metal backend the two-sided cyclic Jacobi kernels of
-``metal/linalg/eigh.metal`` (see the eigh page of the docs), one launch for any batch:
+Op ``mpslinalg::eigh``: on the metal backend the kernels of ``metal/linalg/eigh.metal`` (see
+the eigh page of the docs): two-sided cyclic Jacobi, one launch for any batch, up to
+``TRIDIAG_MIN_N``:
 
 - n <= ``SMALL_MAX``: ``eigh_small``, one matrix per thread in registers (generated from the
   n <= 4 description of `mpslinalg.small.codegen`: ``metal/linalg/eigh_small.h``, at most
   `mpslinalg.small.codegen.JACOBI_MAX_SWEEPS` sweeps);
 - n up to the staging limit (62 in float32, 44 in complex64): ``eigh_group``, one threadgroup
   per matrix, A and V in threadgroup memory, pairs in the parallel round-robin order;
-- larger n: ``eigh_device``, the same on A and V in a device-memory workspace.
+- larger n: ``eigh_device``, the same on A and V in a device-memory workspace;
+
+and from ``TRIDIAG_MIN_N`` on, Householder tridiagonalisation and the implicit QL / QR
+iteration spread over many threadgroups per matrix (``metal/linalg/eigh_tridiagonal.h``): n + 2
+launches, and the QR family's blocked apply-Q for the vectors.
 
 Only the ``UPLO`` triangle is read. Eigenvalues come back ascending (real), eigenvectors as the
 columns of V. Non-finite input gives NaN eigenvalues and vectors (torch raises for NaN on the
@@ -31,6 +36,7 @@ from .._core.copy import contiguous
 from .._core.declare import NOT_COMPUTED, REAL, Call, Declaration, Matrix, Param, Result, info
 from .._core.metal import SIMD_WIDTH, launch
 from .._core.op import call_torch, values_unavailable
+from . import qr_metal
 
 __all__ = ["eigh", "eigvalsh"]
 
@@ -51,6 +57,21 @@ MAX_N = 46340
 # Host-side launch geometry.
 SMALL_GROUP = 256  # eigh_small: one thread per matrix
 
+_TRIDIAG_HEADER = "linalg/eigh_tridiagonal.h"
+#: From this order on the tridiagonal path (Householder reduction + implicit QL, many
+#: threadgroups per matrix) serves a matrix; below it one-threadgroup Jacobi is as quick or
+#: quicker (measured through the CUDA executor: the eigh page of the docs).
+TRIDIAG_MIN_N = 128
+TRIDIAG_QL_SCRATCH = 7  # kTridiagQlScratch: floats per order of eigh_tridiag_ql's scratch
+#: eigh_tridiag_step (and eigh_tridiag_load): threads of a threadgroup and the trailing rows it
+#: owns, one per simdgroup: a row is a chain of dependent loads and stores, so many
+#: threadgroups hide the latency (128 at n = 1024); each repeats an O(n) prologue (the column
+#: and its reflector), a small part of its 8 rows' work.
+TRIDIAG_STEP_THREADS = 256
+TRIDIAG_ROWS = 8
+#: eigh_tridiag_ql: one simdgroup runs the iteration, the others own a row of Z each.
+TRIDIAG_QL_THREADS = 256
+
 
 def group_max_n(dtype: torch.dtype) -> int:
     """The largest order eigh_group stages (A and V, n^2 elements each, in STAGE_BYTES)."""
@@ -68,10 +89,67 @@ def _group_threads(n: int) -> int:
 
 
 def path(n: int, dtype: torch.dtype) -> str:
-    """Which kernel serves order n: 'small', 'group' or 'device'."""
+    """Which kernels serve order n: 'small', 'group', 'device' or 'tridiagonal'."""
     if n <= SMALL_MAX:
         return "small"
+    if n >= max(TRIDIAG_MIN_N, 3):
+        return "tridiagonal"
     return "group" if n <= group_max_n(dtype) else "device"
+
+
+def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool,
+                 vectors: bool, fn: str) -> None:
+    """The tridiagonal path into w, V and status (see metal/linalg/eigh_tridiagonal.h): one
+    load, n reduction steps, one QL launch and, for the vectors, the QR family's apply-Q."""
+    n = A.shape[-1]
+    batch = w.numel() // n
+    dtype, device = A.dtype, A.device
+    groups = _metal.ceil_div(n, TRIDIAG_ROWS)  # the load's; a step uses at most as many
+    ql_threads = TRIDIAG_QL_THREADS if vectors else SIMD_WIDTH
+    ql_groups = _metal.ceil_div(n, ql_threads - SIMD_WIDTH) if vectors else 1
+
+    def params(**fields: int) -> list[int]:
+        return metal_params.pack(_TRIDIAG_HEADER, "TridiagParams", 0, n=n, batch=batch,
+                                 lower=lower, vectors=vectors, **fields)
+
+    x = torch.empty((batch, n, n), dtype=dtype, device=device)
+    flags = torch.empty((batch, 2), dtype=torch.int32, device=device)
+    part = torch.empty((batch, groups, 2), dtype=torch.float32, device=device)
+    load = _metal.kernel(_SOURCE, "eigh_tridiag_load", dtype, device, fn=fn)
+    launch(load, A, x, part, params(rows=TRIDIAG_ROWS, groups=groups),
+           threads=[groups * TRIDIAG_STEP_THREADS, batch], group_size=[TRIDIAG_STEP_THREADS, 1])
+    vec = torch.empty((batch, 4 * n + 2), dtype=dtype, device=device)
+    scratch = torch.empty((batch, groups, 2 * n), dtype=dtype, device=device)
+    de = torch.empty((batch, 2 * n), dtype=torch.float32, device=device)
+    if vectors:
+        refl = torch.zeros((batch, n - 1, n - 1), dtype=dtype, device=device)
+        taus = torch.zeros((batch, n - 1), dtype=dtype, device=device)
+    else:
+        refl = taus = A.new_empty(1)  # never written
+    step = _metal.kernel(_SOURCE, "eigh_tridiag_step", dtype, device, fn=fn)
+    for k in range(n):
+        step_groups = max(1, _metal.ceil_div(n - 1 - k, TRIDIAG_ROWS))
+        launch(step, x, vec, scratch, de, refl, taus, part, flags,
+               params(step=k, rows=TRIDIAG_ROWS, groups=groups),
+               threads=[step_groups * TRIDIAG_STEP_THREADS, batch],
+               group_size=[TRIDIAG_STEP_THREADS, 1])
+    Z = torch.empty((batch, n, n), dtype=dtype, device=device) if vectors else A.new_empty(1)
+    zt = torch.empty((batch, n, n) if vectors else (1,), dtype=torch.float32, device=device)
+    work = torch.empty((batch, ql_groups, TRIDIAG_QL_SCRATCH * n), dtype=torch.float32,
+                       device=device)
+    ql = _metal.kernel(_SOURCE, "eigh_tridiag_ql", dtype, device, fn=fn)
+    launch(ql, de, flags, w, Z, status, zt, work, params(groups=ql_groups),
+           threads=[ql_groups * ql_threads, batch], group_size=[ql_threads, 1])
+    if vectors:
+        # V = Q Z, Q = diag(1, H(0) ... H(n - 2)) (the reflectors act on rows 1 .. n - 1).
+        tmat = qr_metal.larft_metal(refl, taus, fn=fn)
+        # (a torch copy of Z's rows 1 .. n - 1 whatever the batch, so that apply-Q's own
+        # gather, which a batch of one would skip, never runs: launches do not depend on it)
+        rows = Z[:, 1:].clone(memory_format=torch.contiguous_format)
+        rest = qr_metal.apply_q_metal(refl, tmat, rows, k=n - 1, adjoint=False, fn=fn)
+        V_flat = V.view(batch, n, n)
+        V_flat[:, :1].copy_(Z[:, :1])
+        V_flat[:, 1:].copy_(rest)
 
 
 def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
@@ -100,6 +178,9 @@ def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
     params = metal_params.pack("linalg/eigh.h", "EighParams", n=n, batch=batch, lower=lower,
                                vectors=vectors)
     kind = path(n, A.dtype)
+    if kind == "tridiagonal":
+        _tridiagonal(A, w, V, status, lower=lower, vectors=vectors, fn=fn)
+        return w, V, status
     if kind == "small":
         kernel = _metal.kernel(_SOURCE, "eigh_small", A.dtype, A.device, fn=fn, n=n)
         group = min(SMALL_GROUP, _metal.ceil_div(batch, SIMD_WIDTH) * SIMD_WIDTH)

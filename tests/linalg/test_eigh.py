@@ -132,11 +132,13 @@ def test_only_the_uplo_triangle_is_read(backend):
                 check_eigh(backend.tensor(hermitian(A, UPLO)), L, V)
 
 
-def test_nonfinite_gives_nan_quickly(metal_backend):
+def test_nonfinite_gives_nan_quickly(metal_backend, monkeypatch):
     """NaN or Inf in the read triangle: NaN eigenvalues and vectors for that matrix (no sweep
-    runs: status [n, 0]), the other matrices as without it; torch raises for NaN instead."""
+    runs: status [n, 0]), the other matrices as without it; torch raises for NaN instead. Every
+    path: n = 64 takes the tridiagonal one here."""
+    monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 64)
     for dtype in DTYPES:
-        for n in (3, 7, 63):
+        for n in (3, 7, 63, 64):
             A = random_hermitian(n, dtype, (3,), seed=n)
             clean = eigh_module.eigh_metal(metal_backend.tensor(A), lower=True, vectors=True)
             for value in (math.nan, math.inf, -math.inf):
@@ -190,6 +192,10 @@ def test_paths():
     assert eigh_module.path(63, torch.float32) == "device"
     assert eigh_module.path(44, torch.complex64) == "group"
     assert eigh_module.path(45, torch.complex64) == "device"
+    assert eigh_module.TRIDIAG_MIN_N == 128
+    for dtype in DTYPES:
+        assert eigh_module.path(127, dtype) == "device"
+        assert eigh_module.path(128, dtype) == "tridiagonal"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -251,7 +257,8 @@ def test_launch_counts_independent_of_batch(metal_backend):
 def test_lane_order_independent(metal_backend, monkeypatch):
     if metal_backend.name != "emulator":
         pytest.skip("lane orders are an emulator option")
-    for n in (10, 45):
+    monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 46)  # 46: the tridiagonal path
+    for n in (10, 45, 46):
         A = random_hermitian(n, torch.complex64, (2,), seed=32)
         results = []
         for order in (None, "reverse", "random"):
@@ -284,6 +291,98 @@ def test_converges_within_the_sweep_bound(metal_backend, case):
         info, sweeps = status.tolist()
         assert info == 0 and 0 < sweeps <= eigh_module.MAX_SWEEPS // 2, (case, status)
         check_eigh(A, w, V)
+
+
+# ---------------------------------------------------------------- tridiagonal path
+
+
+@pytest.fixture
+def tridiagonal(monkeypatch):
+    """The tridiagonal path from n = 5 on, so that the emulator runs it at small sizes."""
+    monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tridiagonal_path_ratios(metal_backend, tridiagonal, kind):
+    """LAPACK's ratios on every spectrum kind, both triangles; eigvalsh's eigenvalues are the
+    same bits (the same reduction and iteration, without the vectors)."""
+    rng = np.random.default_rng(70)
+    for dtype in DTYPES:
+        for n in (5, 12, 33):
+            assert eigh_module.path(n, dtype) == "tridiagonal"
+            lam = np.stack([spectrum(kind, n, rng) for _ in range(2)])
+            A = metal_backend.tensor(hermitian_with_spectrum(lam, dtype, (2,), 71 + n))
+            for UPLO in ("L", "U"):
+                w, V, status = eigh_module.eigh_metal(A, lower=UPLO == "L", vectors=True)
+                check_eigh(A, w, V, UPLO)
+                assert (status[:, 0] == 0).all(), status  # converged
+                assert (status[:, 1] <= 30 * n).all()
+                w_only = eigh_module.eigh_metal(A, lower=UPLO == "L", vectors=False)[0]
+                assert torch.equal(w_only, w)
+
+
+def test_tridiagonal_path_at_its_crossover(metal_backend):
+    """The default rule's smallest order, float32 and complex64."""
+    for dtype in DTYPES:
+        n = eigh_module.TRIDIAG_MIN_N
+        A = metal_backend.tensor(random_hermitian(n, dtype, (), seed=72))
+        L, V = mpslinalg.eigh(A)
+        check_eigh(A, L, V)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_tridiagonal_extreme_scales(metal_backend, tridiagonal, scale):
+    """The exact power-of-two scaling happens in step 0: the same relative accuracy as at
+    scale 1."""
+    for dtype in DTYPES:
+        n = 14
+        A1 = random_hermitian(n, dtype, (2,), seed=73)
+        L, V = mpslinalg.eigh(metal_backend.tensor(A1 * scale))
+        assert torch.isfinite(L).all() and torch.isfinite(V).all()
+        check_eigh(metal_backend.tensor(A1 * scale), L, V)
+        L1 = mpslinalg.eigvalsh(metal_backend.tensor(A1))
+        rel = (wide(L) / scale - wide(L1)).abs().max() / wide(L1).abs().max()
+        assert rel < 30 * n * torch.finfo(torch.float32).eps, rel
+
+
+def test_tridiagonal_zero_and_diagonal_exact(metal_backend, tridiagonal):
+    """Nothing to reduce (every tau 0) and nothing to rotate: exact results."""
+    for dtype in DTYPES:
+        n = 11
+        L, V = mpslinalg.eigh(metal_backend.tensor(torch.zeros(2, n, n, dtype=dtype)))
+        assert torch.equal(L.cpu(), torch.zeros(2, n))
+        assert torch.equal(V.cpu(), torch.eye(n, dtype=dtype).expand(2, n, n))
+        d = torch.arange(n, 0, -1, dtype=torch.float32)
+        L, V = mpslinalg.eigh(metal_backend.tensor(torch.diag(d).to(dtype)))
+        assert torch.equal(L.cpu(), d.flip(0))
+        assert torch.equal(V.cpu().abs(), torch.eye(n).flip(1).to(V.real.dtype))
+
+
+def test_tridiagonal_launches_independent_of_batch(metal_backend, tridiagonal):
+    if metal_backend.name != "emulator":
+        pytest.skip("launches are counted by the emulator")
+    n = 10
+    for fn, vectors in ((mpslinalg.eigvalsh, False), (mpslinalg.eigh, True)):
+        counts = []
+        for batch in (1, 5):
+            A = metal_backend.tensor(random_hermitian(n, torch.complex64, (batch,), seed=75))
+            emulator.reset_launch_counts()
+            fn(A)
+            counts.append(emulator.launch_counts())
+        assert counts[0] == counts[1]
+        assert counts[0]["eigh_tridiag_step_complex64"] == n
+        assert counts[0]["eigh_tridiag_load_complex64"] == 1
+        assert counts[0]["eigh_tridiag_ql_complex64"] == 1
+        if not vectors:
+            assert emulator.total_launches() == n + 2
+
+
+def test_tridiagonal_no_host_syncs(metal_backend, tridiagonal):
+    A = metal_backend.tensor(random_hermitian(12, torch.complex64, (2,), seed=77))
+    with count_host_syncs() as syncs:
+        mpslinalg.eigh(A)
+        mpslinalg.eigvalsh(A)
+    assert syncs.calls == []
 
 
 def test_no_host_syncs(metal_backend):
@@ -385,6 +484,8 @@ def test_host_constants_mirror_header():
     assert int(const("kEighGroupMaxPairs")) == eigh_module.GROUP_MAX_PAIRS
     assert int(const("kEighStatusInts")) == eigh_module.STATUS_INTS
     assert const("kEighMaxThreads") == "kMaxThreadsPerGroup" and eigh_module.MAX_THREADS == 1024
+    tri = metal_constant("linalg/eigh_tridiagonal.h", "kTridiagQlScratch")
+    assert int(tri) == eigh_module.TRIDIAG_QL_SCRATCH
     # every pair of the largest staged order fits the group's rotation buffer
     assert (eigh_module.group_max_n(torch.float32) + 1) // 2 <= eigh_module.GROUP_MAX_PAIRS
 
