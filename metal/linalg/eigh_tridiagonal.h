@@ -89,9 +89,19 @@ inline float tridiag_hypot1(float g) {
 }
 
 // The plane rotation of LAPACK 3.10's lartg (Anderson, "Algorithm 978: Safe scaling in the
-// Level 1 BLAS", 2017): c f + s g = r, -s f + c g = 0, c >= 0, r with f's sign; scaled only when
-// f or g lies outside [1e-18, 1e18], where f^2 + g^2 could underflow or overflow.
+// Level 1 BLAS", 2017): c f + s g = r, -s f + c g = 0, c >= 0, r with f's sign. The common case
+// (both moduli in [1e-18, 1e18], where f^2 + g^2 neither underflows nor overflows) is tested
+// first and alone: on the QL iteration's serial path every branch is a wait.
 inline void tridiag_lartg(float f, float g, thread float& c, thread float& s, thread float& r) {
+  const float f1 = metal::fabs(f), g1 = metal::fabs(g);
+  if (metal::min(f1, g1) > 1.0e-18f && metal::max(f1, g1) < 1.0e18f) {
+    // one division: c and s through 1 / d
+    const float d = metal::sqrt(f * f + g * g), inv = 1.0f / d;
+    c = f1 * inv;
+    r = metal::copysign(d, f);
+    s = g * metal::copysign(inv, f);
+    return;
+  }
   if (g == 0.0f) {
     c = 1.0f;
     s = 0.0f;
@@ -101,16 +111,7 @@ inline void tridiag_lartg(float f, float g, thread float& c, thread float& s, th
   if (f == 0.0f) {
     c = 0.0f;
     s = metal::copysign(1.0f, g);
-    r = metal::fabs(g);
-    return;
-  }
-  const float f1 = metal::fabs(f), g1 = metal::fabs(g);
-  if (f1 > 1.0e-18f && f1 < 1.0e18f && g1 > 1.0e-18f && g1 < 1.0e18f) {
-    // one division on the iteration's serial path: c and s through 1 / d
-    const float d = metal::sqrt(f * f + g * g), inv = 1.0f / d;
-    c = f1 * inv;
-    r = metal::copysign(d, f);
-    s = g * metal::copysign(inv, f);
+    r = g1;
     return;
   }
   const float u = metal::min(1.0e38f, metal::max(kSafeMin, metal::max(f1, g1)));

@@ -100,6 +100,9 @@ _CASES = {
     "entries 1e30, complex64": lambda: random_hermitian(12, torch.complex64, (2,), 6) * 1e30,
     "entries 1e-30, float32": lambda: random_hermitian(12, torch.float32, (2,), 7) * 1e-30,
     "70x70 float32 (device-memory path)": lambda: random_hermitian(70, torch.float32, (), 8),
+    "160x160 float32 (tridiagonal path)": lambda: random_hermitian(160, torch.float32, (), 13),
+    "130x130 complex64, clustered (tridiagonal path)": lambda: _clustered(
+        130, torch.complex64, (), 14),
     "batch of 10000 3x3 (one launch)": lambda: random_hermitian(3, torch.float32, (10000,), 9),
     "batch of 1000 4x4 complex64": lambda: random_hermitian(4, torch.complex64, (1000,), 10),
 }
@@ -140,7 +143,8 @@ _BENCH_SHAPES = [
     ("batched 4x4 complex", torch.complex64, (10000,), 4, 4),
     ("batched 16x16", torch.float32, (64,), 16, 32),
     ("single 60x60", torch.float32, (), 40, 60),
-    ("single 128x128 (device-memory path)", torch.float32, (), 64, 128),
+    ("single 128x128 (tridiagonal path on a GPU)", torch.float32, (), 64, 128),
+    ("single 512x512 (tridiagonal path on a GPU)", torch.complex64, (), 64, 512),
 ]
 
 
