@@ -328,9 +328,10 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
 
     Notes
     -----
-    On the metal backend: two-sided Jacobi with exact power-of-two scaling (docs: eigh page),
-    one launch for any batch, no device read; non-finite input gives NaN results (torch raises
-    on the CPU for NaN).
+    On the metal backend: two-sided Jacobi with exact power-of-two scaling, one launch for any
+    batch, below n = 128; from 128, Householder tridiagonalisation and the implicit QL / QR
+    iteration over many threadgroups (docs: eigh page). No device read; non-finite input gives
+    NaN results (torch raises on the CPU for NaN).
 
     Examples
     --------
