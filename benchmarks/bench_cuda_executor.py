@@ -418,8 +418,8 @@ def _eigh_jacobi(H):
 def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jacobi_max=256):
     """eigh of one or a few large matrices: the rule's path (tridiagonal from
     eigh.TRIDIAG_MIN_N), the one-threadgroup Jacobi kernels up to ``jacobi_max`` (the crossover)
-    and torch (cuSOLVER). Roofline: bytes only (input read, vectors written); the iterations'
-    flops are data-dependent."""
+    and torch (cuSOLVER); then eigvalsh against torch's. Roofline: bytes only (input read,
+    vectors written); the iterations' flops are data-dependent."""
     out = []
     for batch, n in shapes:
         for dtype in (torch.float32, torch.complex64):
@@ -447,6 +447,15 @@ def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jaco
                         f"{orth.item():.2f}, eigenvalues vs float64 {err.item():.2f}; "
                         f"QL/QR sweeps {int(status[..., 1].max())}, info "
                         f"{int(status[..., 0].max())}"))
+            w_only = _eigh.eigh_metal(H, lower=True, vectors=False)[0]
+            err = ((w_only.double() - torch.linalg.eigvalsh(Hd)).abs().amax()
+                   / (n * w_only.double().abs().amax() * eps))
+            out.append((f"eigvalsh {batch}x({n}x{n}) {str(dtype)[6:]}", {
+                "CUDA executor (eigh.metal)": lambda H=H: _eigh.eigh_metal(H, lower=True,
+                                                                           vectors=False),
+                "torch.linalg.eigvalsh": lambda H=H: torch.linalg.eigvalsh(H)},
+                _roofline_us(batch * n * n * A.element_size(), 0),
+                f"eigenvalues vs float64 {err.item():.2f} (max-norm ratio / n eps)"))
     return out
 
 

@@ -14,4 +14,6 @@ MPSL_KERNEL(eigh_tridiag_step, float32, float)
 MPSL_KERNEL(eigh_tridiag_step, complex64, float2)
 MPSL_KERNEL(eigh_tridiag_ql, float32, float)
 MPSL_KERNEL(eigh_tridiag_ql, complex64, float2)
+MPSL_KERNEL(eigh_tridiag_bisect, float32, float)
+MPSL_KERNEL(eigh_tridiag_bisect, complex64, float2)
 // clang-format on

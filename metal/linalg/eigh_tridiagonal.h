@@ -17,7 +17,8 @@
 //                      the column k it needs (and the reflector v_k) itself from the stale
 //                      column and the previous step's vectors: an O(n) prologue that saves a
 //                      launch (and a host round of submission) per column.
-//   eigh_tridiag_ql    xSTEQR on (d, e): the serial part (shifts, deflation, the rotations of
+//   eigh_tridiag_bisect  eigvalsh: the eigenvalues of T by bisection, one thread each (xSTEBZ).
+//   eigh_tridiag_ql    eigh: xSTEQR on (d, e): the serial part (shifts, deflation, the rotations of
 //                      one sweep) runs on one thread of every threadgroup, redundantly and
 //                      with the same bits, while the other simdgroups apply the previous
 //                      sweep's rotations to their own rows of Z; so no rotation is stored
@@ -59,6 +60,11 @@ constant constexpr float kTridiagScaleMax = 4.6116860e18f;  // 2^62
 constant constexpr int kTridiagQlScratch = 7;
 // eigh_tridiag_ql stages d and e in threadgroup memory up to this order (31 KiB).
 constant constexpr int kTridiagQlStageMax = 3968;
+// eigh_tridiag_bisect's bound on the bisection steps of one eigenvalue (its tolerance takes
+// about 26 from Gershgorin's interval; float32 has no more than 278 halvings in all).
+constant constexpr int kTridiagBisectMaxSteps = 300;
+// Threads of an eigh_tridiag_bisect threadgroup (one eigenvalue each).
+constant constexpr int kTridiagBisectThreads = 64;
 // Entries of each operand a lane of eigh_tridiag_step loads before it stores any.
 constant constexpr int kTridiagRowBatch = 4;
 // The T-typed entries per matrix of eigh_tridiag_step's vectors: v and p of the two last steps
@@ -835,5 +841,99 @@ template <typename T>
     device float* de_work = work + (b * p.groups + g) * kTridiagQlScratch * n + 5 * n;
     tridiag_ql<T>(de, flags, w, v, status, zt, work, p, de_work, de_work + n, sweeps, b, g,
                   tpos.x, tpg.x);
+  }
+}
+
+namespace mpsl {
+
+// Eigenvalues of T below x (Sturm count, LAPACK's laebz recurrence): a pivot at or below
+// pivmin counts as negative and is replaced by -pivmin, so no division by zero or by a
+// denormal happens.
+inline int tridiag_count_below(device const float* d, device const float* e, int n, float x,
+                               float pivmin) {
+  int count = 0;
+  float q = d[0] - x;
+  for (int j = 0;; ++j) {
+    if (q <= pivmin) {
+      ++count;
+      q = metal::min(q, -pivmin);
+    }
+    if (j == n - 1) {
+      return count;
+    }
+    q = d[j + 1] - x - e[j] * e[j] / q;
+  }
+}
+
+}  // namespace mpsl
+
+// eigvalsh's tridiagonal eigenvalues by bisection (LAPACK's xSTEBZ with its default tolerance):
+// thread i of a matrix finds eigenvalue i (ascending) alone, in Gershgorin's interval widened as
+// xSTEBZ does, until the interval is below max(eps |T|, 2 eps |lambda|); every step one Sturm
+// count. The iteration of xSTEQR is serial; this is n independent ones. Grid: (threads *
+// groups, batch), one thread per eigenvalue. de and flags as eigh_tridiag_ql reads them; w (batch,
+// n) ascending, multiplied back by 2^e; status (batch, kEighStatusInts) = [0, bisection steps of
+// eigenvalue 0] (n, 0 for non-finite input, with NaN eigenvalues).
+template <typename T>
+[[kernel]] void eigh_tridiag_bisect(
+    device const float* de [[buffer(0)]],
+    device const int* flags [[buffer(1)]],
+    device float* w [[buffer(2)]],
+    device int* status [[buffer(3)]],
+    constant mpsl::TridiagParams& p [[buffer(4)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const int n = int(p.n), i = int(gid.x);
+  const long b = long(gid.y);
+  if (i >= n) {
+    return;
+  }
+  if (flags[b * 2] != 0) {
+    w[b * n + i] = NAN;
+    if (i == 0) {
+      status[b * kEighStatusInts] = n;
+      status[b * kEighStatusInts + 1] = 0;
+    }
+    return;
+  }
+  device const float* d = de + b * 2 * n;
+  device const float* e = d + n;
+  float lo = d[0], hi = d[0], emax = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float r = (j > 0 ? metal::fabs(e[j - 1]) : 0.0f) +
+                    (j < n - 1 ? metal::fabs(e[j]) : 0.0f);
+    lo = metal::min(lo, d[j] - r);
+    hi = metal::max(hi, d[j] + r);
+    if (j < n - 1) {
+      emax = metal::max(emax, metal::fabs(e[j]));
+    }
+  }
+  const float pivmin = kSafeMin * metal::max(1.0f, emax * emax);
+  const float tnorm = metal::max(metal::fabs(lo), metal::fabs(hi));
+  const float widen = 2.1f * kTridiagEps * tnorm * float(n) + 4.2f * pivmin;
+  lo -= widen;
+  hi += widen;
+  const float atol = kTridiagEps * tnorm;
+  int steps = 0;
+  for (; steps < kTridiagBisectMaxSteps; ++steps) {
+    const float width = hi - lo;
+    if (width <= metal::max(metal::max(atol, pivmin),
+                            2.0f * kTridiagEps * metal::max(metal::fabs(lo), metal::fabs(hi)))) {
+      break;
+    }
+    const float mid = 0.5f * (lo + hi);
+    if (mid <= lo || mid >= hi) {
+      break;  // no float between them
+    }
+    if (tridiag_count_below(d, e, n, mid, pivmin) <= i) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  w[b * n + i] = metal::ldexp(0.5f * (lo + hi), flags[b * 2 + 1]);
+  if (i == 0) {
+    status[b * kEighStatusInts] = 0;
+    status[b * kEighStatusInts + 1] = steps;
   }
 }

@@ -71,6 +71,7 @@ TRIDIAG_STEP_THREADS = 256
 TRIDIAG_ROWS = 8
 #: eigh_tridiag_ql: one simdgroup runs the iteration, the others own a row of Z each.
 TRIDIAG_QL_THREADS = 256
+TRIDIAG_BISECT_THREADS = 64  # kTridiagBisectThreads: eigh_tridiag_bisect, one eigenvalue each
 
 
 def group_max_n(dtype: torch.dtype) -> int:
@@ -100,13 +101,13 @@ def path(n: int, dtype: torch.dtype) -> str:
 def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool,
                  vectors: bool, fn: str) -> None:
     """The tridiagonal path into w, V and status (see metal/linalg/eigh_tridiagonal.h): one
-    load, n reduction steps, one QL launch and, for the vectors, the QR family's apply-Q."""
+    load, n reduction steps, then bisection (eigenvalues only) or the QL iteration and the QR
+    family's apply-Q (vectors)."""
     n = A.shape[-1]
     batch = w.numel() // n
     dtype, device = A.dtype, A.device
     groups = _metal.ceil_div(n, TRIDIAG_ROWS)  # the load's; a step uses at most as many
-    ql_threads = TRIDIAG_QL_THREADS if vectors else SIMD_WIDTH
-    ql_groups = _metal.ceil_div(n, ql_threads - SIMD_WIDTH) if vectors else 1
+    ql_groups = _metal.ceil_div(n, TRIDIAG_QL_THREADS - SIMD_WIDTH)
 
     def params(**fields: int) -> list[int]:
         return metal_params.pack(_TRIDIAG_HEADER, "TridiagParams", 0, n=n, batch=batch,
@@ -133,23 +134,28 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
                params(step=k, rows=TRIDIAG_ROWS, groups=groups),
                threads=[step_groups * TRIDIAG_STEP_THREADS, batch],
                group_size=[TRIDIAG_STEP_THREADS, 1])
-    Z = torch.empty((batch, n, n), dtype=dtype, device=device) if vectors else A.new_empty(1)
-    zt = torch.empty((batch, n, n) if vectors else (1,), dtype=torch.float32, device=device)
+    if not vectors:
+        bisect = _metal.kernel(_SOURCE, "eigh_tridiag_bisect", dtype, device, fn=fn)
+        launch(bisect, de, flags, w, status, params(),
+               threads=[_metal.ceil_div(n, TRIDIAG_BISECT_THREADS) * TRIDIAG_BISECT_THREADS,
+                        batch], group_size=[TRIDIAG_BISECT_THREADS, 1])
+        return
+    Z = torch.empty((batch, n, n), dtype=dtype, device=device)
+    zt = torch.empty((batch, n, n), dtype=torch.float32, device=device)
     work = torch.empty((batch, ql_groups, TRIDIAG_QL_SCRATCH * n), dtype=torch.float32,
                        device=device)
     ql = _metal.kernel(_SOURCE, "eigh_tridiag_ql", dtype, device, fn=fn)
     launch(ql, de, flags, w, Z, status, zt, work, params(groups=ql_groups),
-           threads=[ql_groups * ql_threads, batch], group_size=[ql_threads, 1])
-    if vectors:
-        # V = Q Z, Q = diag(1, H(0) ... H(n - 2)) (the reflectors act on rows 1 .. n - 1).
-        tmat = qr_metal.larft_metal(refl, taus, fn=fn)
-        # (a torch copy of Z's rows 1 .. n - 1 whatever the batch, so that apply-Q's own
-        # gather, which a batch of one would skip, never runs: launches do not depend on it)
-        rows = Z[:, 1:].clone(memory_format=torch.contiguous_format)
-        rest = qr_metal.apply_q_metal(refl, tmat, rows, k=n - 1, adjoint=False, fn=fn)
-        V_flat = V.view(batch, n, n)
-        V_flat[:, :1].copy_(Z[:, :1])
-        V_flat[:, 1:].copy_(rest)
+           threads=[ql_groups * TRIDIAG_QL_THREADS, batch], group_size=[TRIDIAG_QL_THREADS, 1])
+    # V = Q Z, Q = diag(1, H(0) ... H(n - 2)) (the reflectors act on rows 1 .. n - 1).
+    tmat = qr_metal.larft_metal(refl, taus, fn=fn)
+    # (a torch copy of Z's rows 1 .. n - 1 whatever the batch, so that apply-Q's own
+    # gather, which a batch of one would skip, never runs: launches do not depend on it)
+    rows = Z[:, 1:].clone(memory_format=torch.contiguous_format)
+    rest = qr_metal.apply_q_metal(refl, tmat, rows, k=n - 1, adjoint=False, fn=fn)
+    V_flat = V.view(batch, n, n)
+    V_flat[:, :1].copy_(Z[:, :1])
+    V_flat[:, 1:].copy_(rest)
 
 
 def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"

@@ -18,6 +18,7 @@ import mpslinalg
 from mpslinalg import emulator
 from mpslinalg._core import metal as _metal
 from mpslinalg.cases.eigh import (
+    eigenvalue_ratio,
     eigh_ratios,
     hermitian,
     hermitian_with_spectrum,
@@ -304,8 +305,8 @@ def tridiagonal(monkeypatch):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_tridiagonal_path_ratios(metal_backend, tridiagonal, kind):
-    """LAPACK's ratios on every spectrum kind, both triangles; eigvalsh's eigenvalues are the
-    same bits (the same reduction and iteration, without the vectors)."""
+    """LAPACK's ratios on every spectrum kind, both triangles; eigvalsh's eigenvalues (the same
+    reduction, then bisection) within LAPACK's eigenvalue ratio too."""
     rng = np.random.default_rng(70)
     for dtype in DTYPES:
         for n in (5, 12, 33):
@@ -317,8 +318,11 @@ def test_tridiagonal_path_ratios(metal_backend, tridiagonal, kind):
                 check_eigh(A, w, V, UPLO)
                 assert (status[:, 0] == 0).all(), status  # converged
                 assert (status[:, 1] <= 30 * n).all()
-                w_only = eigh_module.eigh_metal(A, lower=UPLO == "L", vectors=False)[0]
-                assert torch.equal(w_only, w)
+                w_only, _, status = eigh_module.eigh_metal(A, lower=UPLO == "L",
+                                                           vectors=False)
+                assert eigenvalue_ratio(A, w_only, UPLO) < THRESH
+                assert (w_only[:, 1:] >= w_only[:, :-1]).all()
+                assert (status[:, 0] == 0).all() and (status[:, 1] <= 64).all()
 
 
 def test_tridiagonal_path_at_its_crossover(metal_backend):
@@ -372,8 +376,10 @@ def test_tridiagonal_launches_independent_of_batch(metal_backend, tridiagonal):
         assert counts[0] == counts[1]
         assert counts[0]["eigh_tridiag_step_complex64"] == n
         assert counts[0]["eigh_tridiag_load_complex64"] == 1
-        assert counts[0]["eigh_tridiag_ql_complex64"] == 1
-        if not vectors:
+        if vectors:
+            assert counts[0]["eigh_tridiag_ql_complex64"] == 1
+        else:
+            assert counts[0]["eigh_tridiag_bisect_complex64"] == 1
             assert emulator.total_launches() == n + 2
 
 
@@ -484,8 +490,11 @@ def test_host_constants_mirror_header():
     assert int(const("kEighGroupMaxPairs")) == eigh_module.GROUP_MAX_PAIRS
     assert int(const("kEighStatusInts")) == eigh_module.STATUS_INTS
     assert const("kEighMaxThreads") == "kMaxThreadsPerGroup" and eigh_module.MAX_THREADS == 1024
-    tri = metal_constant("linalg/eigh_tridiagonal.h", "kTridiagQlScratch")
-    assert int(tri) == eigh_module.TRIDIAG_QL_SCRATCH
+    def tri(name):
+        return int(metal_constant("linalg/eigh_tridiagonal.h", name))
+
+    assert tri("kTridiagQlScratch") == eigh_module.TRIDIAG_QL_SCRATCH
+    assert tri("kTridiagBisectThreads") == eigh_module.TRIDIAG_BISECT_THREADS
     # every pair of the largest staged order fits the group's rotation buffer
     assert (eigh_module.group_max_n(torch.float32) + 1) // 2 <= eigh_module.GROUP_MAX_PAIRS
 
