@@ -44,7 +44,7 @@ struct TridiagParams {
   long rows;     // eigh_tridiag_step: trailing rows per threadgroup
   long groups;   // threadgroups per matrix that own scratch (eigh_tridiag_step at k = 0, ql)
   long lower;    // 1: the lower triangle of A is read (UPLO='L'), 0: the upper one
-  long vectors;  // 1: reflectors are stored and Z is computed
+  long vectors;  // 1 (eigh): eigh_tridiag_step stores the reflectors
 };
 
 // xSTEQR's MAXIT: at most this many sweeps per eigenvalue, 30 n in all.
@@ -725,10 +725,9 @@ inline void tridiag_ql(device const float* de, device const int* flags, device f
                        long b, int g, uint tid, uint nthreads) {
   const int n = int(p.n);
   const long nn = long(n) * n;
-  const bool vectors = p.vectors != 0;
   const int appliers = int(nthreads) - kSimdWidth;
   const int r = g * appliers + int(tid) - kSimdWidth;
-  const bool owner = vectors && int(tid) >= kSimdWidth && r < n;
+  const bool owner = int(tid) >= kSimdWidth && r < n;
   device float* rc = work + (b * p.groups + g) * kTridiagQlScratch * n;  // two sweeps of c
   device float* rs = rc + 2 * n;                                        // and of s
   device float* rank = rs + 2 * n;
@@ -812,7 +811,7 @@ inline void tridiag_ql(device const float* de, device const int* flags, device f
 // (batch, n, n: zt[i][r] = Z[r][i], so that a rotation's loads are contiguous across threads).
 // d and e sit in threadgroup memory up to kTridiagQlStageMax (the serial loop reads them at
 // every rotation), in work past it. Outputs: w (batch, n) ascending, multiplied back by 2^e;
-// v (batch, n, n) Z's columns in that order (p.vectors); status (batch, kEighStatusInts):
+// v (batch, n, n) Z's columns in that order; status (batch, kEighStatusInts):
 // LAPACK's info (0, or the off-diagonal entries left after 30 n sweeps; n for non-finite input)
 // and the QL / QR sweeps run. work holds kTridiagQlScratch n floats per (matrix, threadgroup).
 template <typename T>
