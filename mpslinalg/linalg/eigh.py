@@ -11,9 +11,10 @@ the eigh page of the docs): two-sided cyclic Jacobi, one launch for any batch, u
   per matrix, A and V in threadgroup memory, pairs in the parallel round-robin order;
 - larger n: ``eigh_device``, the same on A and V in a device-memory workspace;
 
-and from ``TRIDIAG_MIN_N`` on, Householder tridiagonalisation and the implicit QL / QR
-iteration spread over many threadgroups per matrix (``metal/linalg/eigh_tridiagonal.h``): n + 2
-launches, and the QR family's blocked apply-Q for the vectors.
+and from ``TRIDIAG_MIN_N`` on, Householder tridiagonalisation spread over many threadgroups per
+matrix (``metal/linalg/eigh_tridiagonal.h``), then bisection for the eigenvalues alone (n + 2
+launches in all) or divide and conquer for the vectors (``metal/linalg/eigh_divide.h``, from
+``DIVIDE_MIN_N``; below it the implicit QL / QR iteration) and the QR family's blocked apply-Q.
 
 Only the ``UPLO`` triangle is read. Eigenvalues come back ascending (real), eigenvectors as the
 columns of V. Non-finite input gives NaN eigenvalues and vectors (torch raises for NaN on the
@@ -36,7 +37,7 @@ from .._core.copy import contiguous
 from .._core.declare import NOT_COMPUTED, REAL, Call, Declaration, Matrix, Param, Result, info
 from .._core.metal import SIMD_WIDTH, launch
 from .._core.op import call_torch, values_unavailable
-from . import qr_metal
+from . import gemm_metal, qr_metal
 
 __all__ = ["eigh", "eigvalsh"]
 
@@ -73,6 +74,16 @@ TRIDIAG_ROWS = 8
 TRIDIAG_QL_THREADS = 256
 TRIDIAG_BISECT_THREADS = 64  # kTridiagBisectThreads: eigh_tridiag_bisect, one eigenvalue each
 
+_DIVIDE_HEADER = "linalg/eigh_divide.h"
+#: From this order on the tridiagonal path's eigenvectors come from divide and conquer
+#: (metal/linalg/eigh_divide.h) instead of eigh_tridiag_ql's serial iteration.
+DIVIDE_MIN_N = 128
+#: Simdgroups per threadgroup of eigh_dc_secular, eigh_dc_zhat and eigh_dc_mix (one root, kept
+#: index or eigenvalue each; the kernels read the count from the launch).
+DIVIDE_SIMDGROUPS = 8
+DIVIDE_WORK_FLOATS = 8  # kDivideWorkFloats: per merge and order of its block (plus one)
+DIVIDE_WORK_INTS = 7  # kDivideWorkInts (plus two)
+
 
 def group_max_n(dtype: torch.dtype) -> int:
     """The largest order eigh_group stages (A and V, n^2 elements each, in STAGE_BYTES)."""
@@ -101,13 +112,12 @@ def path(n: int, dtype: torch.dtype) -> str:
 def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool,
                  vectors: bool, fn: str) -> None:
     """The tridiagonal path into w, V and status (see metal/linalg/eigh_tridiagonal.h): one
-    load, n reduction steps, then bisection (eigenvalues only) or the QL iteration and the QR
-    family's apply-Q (vectors)."""
+    load, n reduction steps, then bisection (eigenvalues only) or T's vectors (divide and
+    conquer, or below DIVIDE_MIN_N the QL iteration) and the QR family's apply-Q."""
     n = A.shape[-1]
     batch = w.numel() // n
     dtype, device = A.dtype, A.device
     groups = _metal.ceil_div(n, TRIDIAG_ROWS)  # the load's; a step uses at most as many
-    ql_groups = _metal.ceil_div(n, TRIDIAG_QL_THREADS - SIMD_WIDTH)
 
     def params(**fields: int) -> list[int]:
         return metal_params.pack(_TRIDIAG_HEADER, "TridiagParams", 0, n=n, batch=batch,
@@ -128,10 +138,16 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
     else:
         refl = taus = A.new_empty(1)  # never written
     step = _metal.kernel(_SOURCE, "eigh_tridiag_step", dtype, device, fn=fn)
+    # n launches: the packed words are formed once, then only the step's word changes (packing
+    # costs the host a few microseconds per launch, which it spends n times)
+    words = params(step=0, rows=TRIDIAG_ROWS, groups=groups)
+    step_word = next(i for i, (a, b) in enumerate(
+        zip(words, params(step=1, rows=TRIDIAG_ROWS, groups=groups), strict=True)) if a != b)
     for k in range(n):
         step_groups = max(1, _metal.ceil_div(n - 1 - k, TRIDIAG_ROWS))
-        launch(step, x, vec, scratch, de, refl, taus, part, flags,
-               params(step=k, rows=TRIDIAG_ROWS, groups=groups),
+        words = list(words)
+        words[step_word] = k
+        launch(step, x, vec, scratch, de, refl, taus, part, flags, words,
                threads=[step_groups * TRIDIAG_STEP_THREADS, batch],
                group_size=[TRIDIAG_STEP_THREADS, 1])
     if not vectors:
@@ -140,6 +156,27 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
                threads=[_metal.ceil_div(n, TRIDIAG_BISECT_THREADS) * TRIDIAG_BISECT_THREADS,
                         batch], group_size=[TRIDIAG_BISECT_THREADS, 1])
         return
+    if n >= DIVIDE_MIN_N:
+        Z = _divide(de, flags, w, status, n, batch, fn=fn)
+    else:
+        Z = _ql(de, flags, w, status, n, batch, dtype, params, fn=fn)
+    # V = Q Z, Q = diag(1, H(0) ... H(n - 2)) (the reflectors act on rows 1 .. n - 1).
+    tmat = qr_metal.larft_metal(refl, taus, fn=fn)
+    # (a copy of Z's rows 1 .. n - 1 whatever the batch, so that apply-Q's own gather, which
+    # a batch of one would skip, never runs: launches do not depend on it)
+    rows = torch.empty((batch, n - 1, n), dtype=dtype, device=device)
+    rows.copy_(Z[:, 1:])
+    rest = qr_metal.apply_q_metal(refl, tmat, rows, k=n - 1, adjoint=False, fn=fn)
+    V_flat = V.view(batch, n, n)
+    V_flat[:, :1].copy_(Z[:, :1])
+    V_flat[:, 1:].copy_(rest)
+
+
+def _ql(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch: int,
+        dtype: torch.dtype, params, *, fn: str) -> Tensor:
+    """T's eigenvectors Z (batch, n, n) by eigh_tridiag_ql (one launch); w and status too."""
+    device = de.device
+    ql_groups = _metal.ceil_div(n, TRIDIAG_QL_THREADS - SIMD_WIDTH)
     Z = torch.empty((batch, n, n), dtype=dtype, device=device)
     zt = torch.empty((batch, n, n), dtype=torch.float32, device=device)
     work = torch.empty((batch, ql_groups, TRIDIAG_QL_SCRATCH * n), dtype=torch.float32,
@@ -147,15 +184,64 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
     ql = _metal.kernel(_SOURCE, "eigh_tridiag_ql", dtype, device, fn=fn)
     launch(ql, de, flags, w, Z, status, zt, work, params(groups=ql_groups),
            threads=[ql_groups * TRIDIAG_QL_THREADS, batch], group_size=[TRIDIAG_QL_THREADS, 1])
-    # V = Q Z, Q = diag(1, H(0) ... H(n - 2)) (the reflectors act on rows 1 .. n - 1).
-    tmat = qr_metal.larft_metal(refl, taus, fn=fn)
-    # (a torch copy of Z's rows 1 .. n - 1 whatever the batch, so that apply-Q's own
-    # gather, which a batch of one would skip, never runs: launches do not depend on it)
-    rows = Z[:, 1:].clone(memory_format=torch.contiguous_format)
-    rest = qr_metal.apply_q_metal(refl, tmat, rows, k=n - 1, adjoint=False, fn=fn)
-    V_flat = V.view(batch, n, n)
-    V_flat[:, :1].copy_(Z[:, :1])
-    V_flat[:, 1:].copy_(rest)
+    return Z
+
+
+def _divide(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch: int, *,
+            fn: str) -> Tensor:
+    """T's eigenvectors Z (batch, n, n) float32 by divide and conquer (metal/linalg/
+    eigh_divide.h): per level of ceil(log2 n), the merges, their roots, z-hat, the mixing rows
+    and one shared GEMM; w and status too."""
+    device = de.device
+    levels = max(1, (n - 1).bit_length())
+
+    def width(level: int) -> int:  # the largest block of a level
+        return 1 if level == 0 else -(-(n << level) >> levels)
+
+    def size(level: int) -> int:
+        return (1 << (levels - level)) * width(level) ** 2
+
+    f32 = torch.float32
+    biggest = max(size(level) for level in range(1, levels + 1))
+    w_rot = torch.empty(batch * biggest, dtype=f32, device=device)
+    mix = torch.empty(batch * biggest, dtype=f32, device=device)
+    w_prev = torch.empty(batch * biggest, dtype=f32, device=device)
+    w_next = torch.empty(batch * biggest, dtype=f32, device=device)
+    lam_prev = torch.empty(batch * n * 2, dtype=f32, device=device)
+    lam_next = torch.empty(batch * n * 2, dtype=f32, device=device)
+    most = max((1 << (levels - level)) * width(level) for level in range(1, levels + 1))
+    work = torch.empty(batch * (DIVIDE_WORK_FLOATS * most + (1 << levels)), dtype=f32,
+                       device=device)
+    iwork = torch.empty(batch * (DIVIDE_WORK_INTS * most + 2 * (1 << levels)),
+                        dtype=torch.int32, device=device)
+    Z = torch.empty((batch, n, n), dtype=f32, device=device)
+    merge, secular, zhat, mixing = (
+        _metal.kernel(_SOURCE, name, f32, device, fn=fn)
+        for name in ("eigh_dc_merge", "eigh_dc_secular", "eigh_dc_zhat", "eigh_dc_mix"))
+    for level in range(1, levels + 1):
+        wd, blocks = width(level), 1 << (levels - level)
+        params = metal_params.pack(_DIVIDE_HEADER, "DivideParams", n=n, batch=batch,
+                                   level=level, levels=levels, width=wd, child=width(level - 1))
+        threads = min(TRIDIAG_STEP_THREADS, _metal.ceil_div(wd, SIMD_WIDTH) * SIMD_WIDTH)
+        launch(merge, de, flags, lam_prev, w_prev, w_rot, work, iwork, params,
+               threads=[threads, blocks, batch], group_size=[threads, 1, 1])
+        sgs = min(DIVIDE_SIMDGROUPS, wd)
+        grid = {"threads": [_metal.ceil_div(wd, sgs) * sgs * SIMD_WIDTH, blocks, batch],
+                "group_size": [sgs * SIMD_WIDTH, 1, 1]}
+        launch(secular, flags, work, iwork, params, **grid)
+        launch(zhat, flags, work, iwork, params, **grid)
+        launch(mixing, flags, work, iwork, lam_next, mix, w, status, params, **grid)
+        if level == levels:
+            gemm_metal.launch_gemm(w_rot, mix, Z, n, n, n, batch, lda=n, ldb=n, ldc=n,
+                                   op_a="T", op_b="T", stride_a=n * n, stride_b=n * n,
+                                   stride_c=n * n, fn=fn, kernel="tile")
+        else:
+            gemm_metal.launch_gemm(mix, w_rot, w_next, wd, wd, wd, batch * blocks, lda=wd,
+                                   ldb=wd, ldc=wd, stride_a=wd * wd, stride_b=wd * wd,
+                                   stride_c=wd * wd, fn=fn, kernel="tile")
+        lam_prev, lam_next = lam_next, lam_prev
+        w_prev, w_next = w_next, w_prev
+    return Z
 
 
 def eigh_metal(A: Tensor, *, lower: bool, vectors: bool, fn: str = "eigh"
@@ -335,8 +421,8 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: tuple[Tensor, Tensor] | None = None
     Notes
     -----
     On the metal backend: two-sided Jacobi with exact power-of-two scaling, one launch for any
-    batch, below n = 128; from 128, Householder tridiagonalisation and the implicit QL / QR
-    iteration over many threadgroups (docs: eigh page). No device read; non-finite input gives
+    batch, below n = 128; from 128, Householder tridiagonalisation and divide and conquer over
+    many threadgroups (docs: eigh page). No device read; non-finite input gives
     NaN results (torch raises on the CPU for NaN).
 
     Examples
