@@ -43,14 +43,18 @@ struct DivideParams {
   long levels;  // ceil(log2 n)
   long width;   // the largest block of this level: the stride of its blocks
   long child;   // the largest block of the level below
+  long stage;   // eigh_dc_merge stages merges up to this order (at most kDivideStageMax)
 };
 
 // Upper bound on the bisection steps of one root (the interval halves to adjacent floats: about
 // 24 steps from the pole's gap, and float32 has no more than 278 halvings in all).
 constant constexpr int kDivideBisectMaxSteps = 300;
 // Floats and ints of one merge's workspace per order of its block (offsets below).
-constant constexpr int kDivideWorkFloats = 8;
+constant constexpr int kDivideWorkFloats = 10;
 constant constexpr int kDivideWorkInts = 7;
+// eigh_dc_merge stages a merge's sorted D, z and indices in threadgroup memory up to this
+// order (24 KiB), in its workspace past it.
+constant constexpr int kDivideStageMax = 2048;
 // 1 / sqrt(2): z's scale, as both halves are unit rows.
 constant constexpr float kDivideRsqrt2 = 0.70710678f;
 
@@ -60,7 +64,8 @@ inline int divide_bound(long j, long level, constant DivideParams& p) {
 }
 
 // One merge's workspace (w = the level's width): floats D, z (by the merge's own index), the
-// kept Dk and zk (ascending), the roots' offsets tau, zhat, the rotations' c and s, then rho;
+// kept Dk and zk (ascending), the roots' offsets tau, zhat, the rotations' c and s, D and z in
+// the merged order (where eigh_dc_merge does not stage them), then rho;
 // ints: the merged order, the kept and the deflated indices, the rotations' rows, the roots'
 // poles, each index's slot (kept position, or -1 - deflated position), then K and the rotations.
 struct DivideMerge {
@@ -72,6 +77,8 @@ struct DivideMerge {
   device float* zhat;
   device float* rc;
   device float* rs;
+  device float* sd;
+  device float* sz;
   device float* rho;
   device int* order;
   device int* kept;
@@ -95,7 +102,9 @@ inline DivideMerge divide_merge(device float* work, device int* iwork, long inde
   mg.zhat = f + 5 * w;
   mg.rc = f + 6 * w;
   mg.rs = f + 7 * w;
-  mg.rho = f + 8 * w;
+  mg.sd = f + 8 * w;
+  mg.sz = f + 9 * w;
+  mg.rho = f + 10 * w;
   mg.order = i;
   mg.kept = i + w;
   mg.deflated = i + 2 * w;
@@ -139,6 +148,106 @@ inline float divide_gap(DivideMerge mg, int i, float x) {
 // The value of source q of a merge: root q below K, the deflated D's after it.
 inline float divide_value(DivideMerge mg, int K, int q) {
   return q < K ? mg.Dk[mg.pole[q]] + mg.tau[q] : mg.D[mg.deflated[q - K]];
+}
+
+// A merge's D and z in the merged (ascending) order in sd, sz, with their indices in so, then
+// xLAED2's deflation scan on them by one thread (see the file's comment), and D written back by
+// index. sd, sz, so are threadgroup memory when the merge fits kDivideStageMax (the scan is a
+// chain of dependent loads), the workspace's past it. Every thread of the threadgroup calls it.
+template <typename F, typename I>
+inline void divide_deflate(F sd, F sz, I so, DivideMerge mg, device const float* d,
+                           device const float* e, int n, int lo, int m1, int m, bool leaves,
+                           device const float* lam1, device const float* lam2,
+                           device const float* w1, device const float* w2, int cw, bool torn,
+                           float ecut, threadgroup float* part, int tid, int nt, uint lane,
+                           uint sg, uint nsg) {
+  const float rho = 2.0f * metal::fabs(ecut);
+  const float zsign = ecut < 0.0f ? -kDivideRsqrt2 : kDivideRsqrt2;
+  float dmax = 0.0f, zmax = 0.0f;
+  for (int i = tid; i < m; i += nt) {
+    const float di = divide_child(leaves, d, e, n, lo, lam1, lam2, m1, i);
+    float zi = 0.0f;
+    if (torn) {
+      zi = leaves ? 1.0f : (i < m1 ? w1[long(i) * cw + m1 - 1] : w2[long(i - m1) * cw]);
+      zi *= i < m1 ? kDivideRsqrt2 : zsign;
+    }
+    // the merged order: each child is ascending, so a position is the index in its own child
+    // plus the count of the other child's entries before it (ties: the first child's first)
+    const bool first = i < m1;
+    int lo2 = first ? m1 : 0, hi2 = first ? m : m1;
+    while (lo2 < hi2) {
+      const int mid = (lo2 + hi2) / 2;
+      const float x = divide_child(leaves, d, e, n, lo, lam1, lam2, m1, mid);
+      if (first ? x < di : x <= di) {
+        lo2 = mid + 1;
+      } else {
+        hi2 = mid;
+      }
+    }
+    const int position = (first ? i : i - m1) + lo2 - (first ? m1 : 0);
+    sd[position] = di;
+    sz[position] = zi;
+    so[position] = i;
+    dmax = metal::max(dmax, metal::fabs(di));
+    zmax = metal::max(zmax, metal::fabs(zi));
+  }
+  const auto mem = metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup;
+  const float tol = 8.0f * kTridiagEps * metal::max(group_max(dmax, part, lane, sg, nsg, mem),
+                                                    group_max(zmax, part, lane, sg, nsg));
+  if (tid == 0) {
+    mg.rho[0] = rho;
+    int K = 0, nd = 0, nr = 0, prev = -1;  // prev: the position of the last undecided one
+    for (int k = 0; k < m; ++k) {
+      if (rho * metal::fabs(sz[k]) <= tol) {
+        mg.slot[so[k]] = -1 - nd;
+        mg.deflated[nd++] = so[k];
+        continue;
+      }
+      if (prev < 0) {
+        prev = k;
+        continue;
+      }
+      float s = sz[prev], c = sz[k];
+      const float r = metal::precise::sqrt(c * c + s * s);  // no overflow: |z| <= 1
+      const float t = sd[k] - sd[prev];
+      c /= r;
+      s = -s / r;
+      if (metal::fabs(t * c * s) <= tol) {
+        // rotate the pair until z[prev] vanishes; prev is then an eigenvalue to tol
+        sz[k] = r;
+        sz[prev] = 0.0f;
+        mg.ra[nr] = so[prev];
+        mg.rb[nr] = so[k];
+        mg.rc[nr] = c;
+        mg.rs[nr] = s;
+        ++nr;
+        const float dp = sd[prev], dk = sd[k];
+        sd[prev] = dp * c * c + dk * s * s;
+        sd[k] = dp * s * s + dk * c * c;
+        mg.slot[so[prev]] = -1 - nd;
+        mg.deflated[nd++] = so[prev];
+      } else {  // kept: its D and z are final
+        mg.slot[so[prev]] = K;
+        mg.Dk[K] = sd[prev];
+        mg.zk[K] = sz[prev];
+        mg.kept[K++] = so[prev];
+      }
+      prev = k;
+    }
+    if (prev >= 0) {
+      mg.slot[so[prev]] = K;
+      mg.Dk[K] = sd[prev];
+      mg.zk[K] = sz[prev];
+      mg.kept[K++] = so[prev];
+    }
+    mg.counts[0] = K;
+    mg.counts[1] = nr;
+  }
+  threadgroup_barrier(mem);
+  for (int k = tid; k < m; k += nt) {
+    mg.D[so[k]] = sd[k];  // (eigh_dc_mix reads the deflated ones by index)
+  }
+  threadgroup_barrier(mem);
 }
 
 }  // namespace mpsl
@@ -186,91 +295,15 @@ template <typename T>
   const DivideMerge mg = divide_merge(work, iwork, b * blocks + j, w);
   const bool torn = m1 > 0 && m1 < m;
   const float ecut = torn ? e[cut - 1] : 0.0f;
-  const float rho = 2.0f * metal::fabs(ecut);
-  const float zsign = ecut < 0.0f ? -kDivideRsqrt2 : kDivideRsqrt2;
-  float dmax = 0.0f, zmax = 0.0f;
-  for (int i = tid; i < m; i += nt) {
-    const float di = divide_child(leaves, d, e, n, lo, lam1, lam2, m1, i);
-    float zi = 0.0f;
-    if (torn) {
-      zi = leaves ? 1.0f : (i < m1 ? w1[long(i) * cw + m1 - 1] : w2[long(i - m1) * cw]);
-      zi *= i < m1 ? kDivideRsqrt2 : zsign;
-    }
-    mg.D[i] = di;
-    mg.z[i] = zi;
-    // the merged order: each child is ascending, so a position is the index in its own child
-    // plus the count of the other child's entries before it (ties: the first child's first)
-    const bool first = i < m1;
-    int lo2 = first ? m1 : 0, hi2 = first ? m : m1;
-    while (lo2 < hi2) {
-      const int mid = (lo2 + hi2) / 2;
-      const float x = divide_child(leaves, d, e, n, lo, lam1, lam2, m1, mid);
-      if (first ? x < di : x <= di) {
-        lo2 = mid + 1;
-      } else {
-        hi2 = mid;
-      }
-    }
-    mg.order[(first ? i : i - m1) + lo2 - (first ? m1 : 0)] = i;
-    dmax = metal::max(dmax, metal::fabs(di));
-    zmax = metal::max(zmax, metal::fabs(zi));
+  if (m <= metal::min(int(p.stage), kDivideStageMax)) {
+    threadgroup float sd[kDivideStageMax], sz[kDivideStageMax];
+    threadgroup int so[kDivideStageMax];
+    divide_deflate(sd, sz, so, mg, d, e, n, lo, m1, m, leaves, lam1, lam2, w1, w2, cw, torn,
+                   ecut, part, tid, nt, lane, sg, nsg);
+  } else {
+    divide_deflate(mg.sd, mg.sz, mg.order, mg, d, e, n, lo, m1, m, leaves, lam1, lam2, w1, w2,
+                   cw, torn, ecut, part, tid, nt, lane, sg, nsg);
   }
-  const float tol = 8.0f * kTridiagEps *
-      metal::max(group_max(dmax, part, lane, sg, nsg,
-                           metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup),
-                 group_max(zmax, part, lane, sg, nsg));
-  if (tid == 0) {
-    // xLAED2's deflation, in ascending order of D
-    mg.rho[0] = rho;
-    int K = 0, nd = 0, nr = 0, prev = -1;
-    for (int k = 0; k < m; ++k) {
-      const int jj = mg.order[k];
-      if (rho * metal::fabs(mg.z[jj]) <= tol) {
-        mg.slot[jj] = -1 - nd;
-        mg.deflated[nd++] = jj;
-        continue;
-      }
-      if (prev < 0) {
-        prev = jj;
-        continue;
-      }
-      float s = mg.z[prev], c = mg.z[jj];
-      const float r = metal::precise::sqrt(c * c + s * s);  // no overflow: |z| <= 1
-      const float t = mg.D[jj] - mg.D[prev];
-      c /= r;
-      s = -s / r;
-      if (metal::fabs(t * c * s) <= tol) {
-        // rotate the pair until z[prev] vanishes; prev is then an eigenvalue to tol
-        mg.z[jj] = r;
-        mg.z[prev] = 0.0f;
-        mg.ra[nr] = prev;
-        mg.rb[nr] = jj;
-        mg.rc[nr] = c;
-        mg.rs[nr] = s;
-        ++nr;
-        const float dp = mg.D[prev], dj = mg.D[jj];
-        mg.D[prev] = dp * c * c + dj * s * s;
-        mg.D[jj] = dp * s * s + dj * c * c;
-        mg.slot[prev] = -1 - nd;
-        mg.deflated[nd++] = prev;
-      } else {
-        mg.slot[prev] = K;
-        mg.kept[K++] = prev;
-      }
-      prev = jj;
-    }
-    if (prev >= 0) {
-      mg.slot[prev] = K;
-      mg.kept[K++] = prev;
-    }
-    for (int k = 0; k < K; ++k) {
-      mg.Dk[k] = mg.D[mg.kept[k]];
-      mg.zk[k] = mg.z[mg.kept[k]];
-    }
-    mg.counts[0] = K;
-    mg.counts[1] = nr;
-  }
-  threadgroup_barrier(metal::mem_flags::mem_device);
   // W_rot = diag(W1, W2) by columns (a thread's loads and stores are contiguous across the
   // threadgroup), then the rotations on the column's entries in order
   const int nr = mg.counts[1];

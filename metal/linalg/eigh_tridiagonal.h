@@ -541,27 +541,18 @@ template <typename T>
 // v_k's entries below its unit) when p.vectors. Step 0 also scales: it folds eigh_tridiag_load's
 // partials (part) into e, multiplies its rows by 2^-e as it reads them, and threadgroup 0 writes
 // flags (batch, 2) = [non-finite input, e].
+namespace mpsl {
+
+// Column k of matrix b for the trailing rows [k + 1 + g rows, ...) (see eigh_tridiag_step);
+// every thread of the threadgroup calls it (it has barriers).
 template <typename T>
-[[kernel]] void eigh_tridiag_step(
-    device T* x [[buffer(0)]],
-    device T* vec [[buffer(1)]],
-    device T* scratch [[buffer(2)]],
-    device float* de [[buffer(3)]],
-    device T* refl [[buffer(4)]],
-    device T* taus [[buffer(5)]],
-    device const float* part [[buffer(6)]],
-    device int* flags [[buffer(7)]],
-    constant mpsl::TridiagParams& p [[buffer(8)]],
-    uint2 tpos [[thread_position_in_threadgroup]],
-    uint2 tgpos [[threadgroup_position_in_grid]],
-    uint2 tpg [[threads_per_threadgroup]]) {
-  using namespace mpsl;
-  threadgroup T partial[kMaxThreadsPerGroup / kSimdWidth];
-  threadgroup float partf[kMaxThreadsPerGroup / kSimdWidth];
-  const int n = int(p.n), k = int(p.step);
-  const long b = long(tgpos.y), nn = long(n) * n;
-  const int g = int(tgpos.x);
-  const uint tid = tpos.x, nthreads = tpg.x;
+inline void tridiag_step(device T* x, device T* vec, device T* scratch, device float* de,
+                         device T* refl, device T* taus, device const float* part,
+                         device int* flags, constant TridiagParams& p, int k, int rows, long b,
+                         int g, uint tid, uint nthreads, threadgroup T* partial,
+                         threadgroup float* partf) {
+  const int n = int(p.n);
+  const long nn = long(n) * n;
   const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
   const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
   device T* xb = x + b * nn;
@@ -654,7 +645,7 @@ template <typename T>
   // The rows of this threadgroup, a simdgroup each: the deferred update of step k - 1 (step 0:
   // the scaling), then p = tau A22 v_k. A lane loads kTridiagRowBatch entries of each operand
   // before it stores any (see tridiag_apply on why by hand).
-  const int r0 = k + 1 + g * int(p.rows), r1 = metal::min(n, r0 + int(p.rows));
+  const int r0 = k + 1 + g * rows, r1 = metal::min(n, r0 + rows);
   for (int r = r0 + int(sg); r < r1; r += int(nsg)) {
     const T vr = pending ? vprev[r] : zero<T>(), wr = pending ? mw[r] : zero<T>();
     device T* row = xb + long(r) * n;
@@ -711,6 +702,57 @@ template <typename T>
     if (p.vectors != 0) {
       taus[b * m1 + k] = tau;
     }
+  }
+}
+
+}  // namespace mpsl
+
+template <typename T>
+[[kernel]] void eigh_tridiag_step(
+    device T* x [[buffer(0)]],
+    device T* vec [[buffer(1)]],
+    device T* scratch [[buffer(2)]],
+    device float* de [[buffer(3)]],
+    device T* refl [[buffer(4)]],
+    device T* taus [[buffer(5)]],
+    device const float* part [[buffer(6)]],
+    device int* flags [[buffer(7)]],
+    constant mpsl::TridiagParams& p [[buffer(8)]],
+    uint2 tpos [[thread_position_in_threadgroup]],
+    uint2 tgpos [[threadgroup_position_in_grid]],
+    uint2 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup T partial[kMaxThreadsPerGroup / kSimdWidth];
+  threadgroup float partf[kMaxThreadsPerGroup / kSimdWidth];
+  tridiag_step<T>(x, vec, scratch, de, refl, taus, part, flags, p, int(p.step), int(p.rows),
+                  long(tgpos.y), int(tgpos.x), tpos.x, tpg.x, partial, partf);
+}
+
+// The columns k = p.step .. n - 1 of every matrix in one launch, one threadgroup per matrix
+// owning every trailing row: eigh_tridiag_step's body once per column with a barrier between,
+// where the trailing matrix is small enough that a launch per column would cost more than the
+// column's work (arguments as eigh_tridiag_step's). Grid: (threads, batch).
+template <typename T>
+[[kernel]] void eigh_tridiag_tail(
+    device T* x [[buffer(0)]],
+    device T* vec [[buffer(1)]],
+    device T* scratch [[buffer(2)]],
+    device float* de [[buffer(3)]],
+    device T* refl [[buffer(4)]],
+    device T* taus [[buffer(5)]],
+    device const float* part [[buffer(6)]],
+    device int* flags [[buffer(7)]],
+    constant mpsl::TridiagParams& p [[buffer(8)]],
+    uint2 tpos [[thread_position_in_threadgroup]],
+    uint2 tgpos [[threadgroup_position_in_grid]],
+    uint2 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup T partial[kMaxThreadsPerGroup / kSimdWidth];
+  threadgroup float partf[kMaxThreadsPerGroup / kSimdWidth];
+  for (int k = int(p.step); k < int(p.n); ++k) {
+    tridiag_step<T>(x, vec, scratch, de, refl, taus, part, flags, p, k, int(p.n), long(tgpos.y),
+                    0, tpos.x, tpg.x, partial, partf);
+    threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
   }
 }
 

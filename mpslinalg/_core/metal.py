@@ -270,6 +270,28 @@ def launch(kernel: Any, *args: Any, threads: Any, group_size: Any) -> None:
     kernel(*args, **kwargs)
 
 
+def bind(kernel: Any, *args: Any) -> Any:
+    """``go(params, threads=, group_size=)``: `launch` of ``kernel(*args, params)``, for a loop of
+    launches on the same ``args`` that differ only in the packed parameter struct ``params``
+    (a list of int64 words) and the grid. The CUDA executor packs ``args`` once (its host cost
+    per launch is most of a step's time in the reductions that launch once per column); every
+    other device launches as `launch` does, and the launch listeners hear of every launch."""
+    fast = getattr(kernel, "bind", None)
+    bound = (fast(*args) if fast is not None and args and isinstance(args[0], torch.Tensor)
+             and args[0].device.type == "cuda" else None)
+    if bound is None:
+        def go(params: list[int], *, threads: Any, group_size: Any) -> None:
+            launch(kernel, *args, params, threads=threads, group_size=group_size)
+        return go
+    name = host_name(kernel)
+
+    def go_bound(params: list[int], *, threads: Any, group_size: Any) -> None:
+        for listener in launch_listeners:
+            listener(name)
+        bound(params, threads, group_size)
+    return go_bound
+
+
 def wait_for_host_read(x: torch.Tensor) -> None:
     """Return once the host may read ``x``: on the emulator, the work queued so far on the
     thread's current stream is complete (as a device-to-host copy on a GPU's current stream

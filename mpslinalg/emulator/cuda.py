@@ -601,6 +601,57 @@ class Kernel(library.Kernel):
             self._go(func, nblocks, nthreads, smem)  # the context or the error, handled there
         return None
 
+    def bind(self, *args):
+        """A launcher of this kernel on the CUDA tensors ``args`` followed by one packed
+        parameter struct, for a sequence of launches that differ only in that struct and the
+        grid (a loop over steps): ``go(words, threads, group_size)``. The tensors' pointers are
+        packed once, so a launch costs the struct, the geometry and cuLaunchKernel. None where
+        the fast path of `__call__` would not serve such a launch."""
+        index = len(args)
+        if (index + 1 > _MAX_BUFFERS or self._nbufs > index + 1 or self._tg > TG_LIMIT
+                or (1 << index) & self._device_buffers):
+            return None
+        prefix = ctypes.create_string_buffer(8 * (index + 1))
+        for i, a in enumerate(args):
+            if type(a) is not self._tensor or not a.is_cuda or a.get_device() != self._device:
+                return None
+            _pack_into("<Q", prefix, 8 * i, a.data_ptr())
+        _pack_into("<Q", prefix, 8 * index, 0)  # the struct at the blob's start
+        size, kernel, in_blob = 8 * (index + 1), self, 1 << index
+
+        def go(words, threads, group_size):
+            try:
+                geometry = kernel._geometry[(tuple(threads), tuple(group_size))]
+                packer = _int64s(len(words))
+                if 8 * len(words) > _BLOB_BYTES:
+                    raise KeyError
+            except KeyError:  # a geometry not seen yet, or a struct past the blob: checked
+                return kernel(*args, words, threads=threads, group_size=group_size)
+            buf = _block.buf
+            ctypes.memmove(buf, prefix, size)
+            try:
+                packer.pack_into(buf, _BLOB_OFFSET, *words)
+            except struct.error:  # out of int64's range: the shared path raises as torch does
+                return kernel(*args, words, threads=threads, group_size=group_size)
+            marshal.count_launch(kernel.name)
+            if geometry is None:
+                return None
+            nblocks, nthreads, dims, func, smem = geometry
+            _GEOMETRY.pack_into(buf, _IN_BLOB_OFFSET, in_blob, *dims)
+            if _profiling is not None:
+                kernel._go(func, nblocks, nthreads, smem)
+                return None
+            raw = _raw_stream(kernel._device)
+            stream = _streams.get(raw)
+            if stream is None:
+                stream = _stream_arg(raw)
+            if kernel._cu_launch(func, nblocks, 1, 1, nthreads, 1, 1, smem, stream,
+                                 _block.params, None):
+                kernel._go(func, nblocks, nthreads, smem)
+            return None
+
+        return go
+
     def _go(self, func, nblocks, nthreads, smem):
         """cuLaunchKernel on the thread's parameter block, on torch's current stream."""
         stream = _stream_arg(_current_stream(self._device))

@@ -70,6 +70,10 @@ TRIDIAG_QL_SCRATCH = 7  # kTridiagQlScratch: floats per order of eigh_tridiag_ql
 #: and its reflector), a small part of its 8 rows' work.
 TRIDIAG_STEP_THREADS = 256
 TRIDIAG_ROWS = 8
+#: The last columns, from the order of the trailing matrix this small on, are reduced by one
+#: threadgroup per matrix in one launch (eigh_tridiag_tail) instead of a launch each (measured
+#: through the CUDA executor: the eigh page of the docs).
+TRIDIAG_TAIL = 128
 #: eigh_tridiag_ql: one simdgroup runs the iteration, the others own a row of Z each.
 TRIDIAG_QL_THREADS = 256
 TRIDIAG_BISECT_THREADS = 64  # kTridiagBisectThreads: eigh_tridiag_bisect, one eigenvalue each
@@ -81,8 +85,11 @@ DIVIDE_MIN_N = 128
 #: Simdgroups per threadgroup of eigh_dc_secular, eigh_dc_zhat and eigh_dc_mix (one root, kept
 #: index or eigenvalue each; the kernels read the count from the launch).
 DIVIDE_SIMDGROUPS = 8
-DIVIDE_WORK_FLOATS = 8  # kDivideWorkFloats: per merge and order of its block (plus one)
+DIVIDE_WORK_FLOATS = 10  # kDivideWorkFloats: per merge and order of its block (plus one)
 DIVIDE_WORK_INTS = 7  # kDivideWorkInts (plus two)
+#: eigh_dc_merge stages a merge in threadgroup memory up to this order (kDivideStageMax; tests
+#: lower it to run the workspace variant at small sizes).
+DIVIDE_STAGE = 2048
 
 
 def group_max_n(dtype: torch.dtype) -> int:
@@ -137,19 +144,23 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
         taus = torch.zeros((batch, n - 1), dtype=dtype, device=device)
     else:
         refl = taus = A.new_empty(1)  # never written
-    step = _metal.kernel(_SOURCE, "eigh_tridiag_step", dtype, device, fn=fn)
-    # n launches: the packed words are formed once, then only the step's word changes (packing
-    # costs the host a few microseconds per launch, which it spends n times)
+    step = _metal.bind(_metal.kernel(_SOURCE, "eigh_tridiag_step", dtype, device, fn=fn),
+                       x, vec, scratch, de, refl, taus, part, flags)
+    # n launches, where the host's cost per launch is most of a step's time: the arguments are
+    # bound once and the packed words formed once, then only the step's word changes
     words = params(step=0, rows=TRIDIAG_ROWS, groups=groups)
     step_word = next(i for i, (a, b) in enumerate(
         zip(words, params(step=1, rows=TRIDIAG_ROWS, groups=groups), strict=True)) if a != b)
-    for k in range(n):
+    group_size = [TRIDIAG_STEP_THREADS, 1]
+    tail = max(0, n - TRIDIAG_TAIL)  # the first column of eigh_tridiag_tail's
+    for k in range(tail):
         step_groups = max(1, _metal.ceil_div(n - 1 - k, TRIDIAG_ROWS))
         words = list(words)
         words[step_word] = k
-        launch(step, x, vec, scratch, de, refl, taus, part, flags, words,
-               threads=[step_groups * TRIDIAG_STEP_THREADS, batch],
-               group_size=[TRIDIAG_STEP_THREADS, 1])
+        step(words, threads=[step_groups * TRIDIAG_STEP_THREADS, batch], group_size=group_size)
+    launch(_metal.kernel(_SOURCE, "eigh_tridiag_tail", dtype, device, fn=fn), x, vec, scratch,
+           de, refl, taus, part, flags, params(step=tail, rows=n, groups=groups),
+           threads=[TRIDIAG_STEP_THREADS, batch], group_size=group_size)
     if not vectors:
         bisect = _metal.kernel(_SOURCE, "eigh_tridiag_bisect", dtype, device, fn=fn)
         launch(bisect, de, flags, w, status, params(),
@@ -221,7 +232,8 @@ def _divide(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch:
     for level in range(1, levels + 1):
         wd, blocks = width(level), 1 << (levels - level)
         params = metal_params.pack(_DIVIDE_HEADER, "DivideParams", n=n, batch=batch,
-                                   level=level, levels=levels, width=wd, child=width(level - 1))
+                                   level=level, levels=levels, width=wd, child=width(level - 1),
+                                   stage=DIVIDE_STAGE)
         threads = min(TRIDIAG_STEP_THREADS, _metal.ceil_div(wd, SIMD_WIDTH) * SIMD_WIDTH)
         launch(merge, de, flags, lam_prev, w_prev, w_rot, work, iwork, params,
                threads=[threads, blocks, batch], group_size=[threads, 1, 1])

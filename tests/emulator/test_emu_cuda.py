@@ -524,6 +524,34 @@ def test_parameter_structs_as_int_lists_take_the_fast_path():
 
 
 @pytest.mark.cuda
+def test_bound_launches_pack_the_tensors_once_with_the_same_results():
+    # _metal.bind: the tensors' pointers packed once, the struct and the grid per launch; a
+    # geometry not seen yet takes the checked path (which caches it), the launch counts and
+    # listeners see every launch, and kernels the fast path cannot take launch as `launch` does.
+    k = cuda.compile_shader(_SCALARS + "\n// bound launches\n").affine
+    x = torch.randn(40, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    heard = []
+    _metal.launch_listeners.append(heard.append)
+    try:
+        go = _metal.bind(k, y, x)
+        before = cuda.marshal.launch_counts().get("affine", 0)
+        for scale, shift, n in [(3, -1, 40), (-2, 5, 24), (7, 0, 40), (1, 1, 8)] * 2:
+            y.fill_(float("nan"))
+            go([scale, shift, 0], threads=[n], group_size=[8])
+            torch.testing.assert_close(y[:n], scale * x[:n] + shift, rtol=1e-6, atol=0)
+            assert y[n:].isnan().all()
+        assert cuda.marshal.launch_counts()["affine"] == before + 8
+        assert heard.count("affine") == 8
+        with pytest.raises((OverflowError, struct.error, RuntimeError, ValueError)):
+            go([3, 2**63, 0], threads=[40], group_size=[8])
+    finally:
+        _metal.launch_listeners.remove(heard.append)
+    assert k.bind(y, x.cpu()) is None  # not a tensor of this device: no fast path
+    assert k.bind(y, [1.0] * 40) is None
+
+
+@pytest.mark.cuda
 def test_profile_times_each_kernel_on_the_device():
     lib = cuda.compile_shader(_SCALARS)
     x = torch.randn(64, 64, device="cuda")

@@ -301,13 +301,17 @@ def test_converges_within_the_sweep_bound(metal_backend, case):
 # ---------------------------------------------------------------- tridiagonal path
 
 
-@pytest.fixture(params=["ql", "divide"])
+@pytest.fixture(params=["ql", "divide", "divide unstaged"])
 def tridiagonal(request, monkeypatch):
     """The tridiagonal path from n = 5 on, so that the emulator runs it at small sizes, with the
-    eigenvectors by the QL iteration or by divide and conquer."""
+    eigenvectors by the QL iteration or by divide and conquer (its merges' deflation scan on
+    threadgroup memory, or on the workspace as past DIVIDE_STAGE)."""
     monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 5)
+    if request.param == "divide unstaged":
+        monkeypatch.setattr(eigh_module, "DIVIDE_STAGE", 0)
+    monkeypatch.setattr(eigh_module, "TRIDIAG_TAIL", 4)  # a launch per column, then the tail
     monkeypatch.setattr(eigh_module, "DIVIDE_MIN_N",
-                        5 if request.param == "divide" else eigh_module.MAX_N + 1)
+                        eigh_module.MAX_N + 1 if request.param == "ql" else 5)
     return request.param
 
 
@@ -382,9 +386,10 @@ def test_tridiagonal_launches_independent_of_batch(metal_backend, tridiagonal):
             fn(A)
             counts.append(emulator.launch_counts())
         assert counts[0] == counts[1]
-        assert counts[0]["eigh_tridiag_step_complex64"] == n
+        assert counts[0]["eigh_tridiag_step_complex64"] == n - eigh_module.TRIDIAG_TAIL
+        assert counts[0]["eigh_tridiag_tail_complex64"] == 1
         assert counts[0]["eigh_tridiag_load_complex64"] == 1
-        if vectors and tridiagonal == "ql":
+        if vectors and tridiagonal == "ql":  # (the other params: divide and conquer)
             assert counts[0]["eigh_tridiag_ql_complex64"] == 1
         elif vectors:
             levels = (n - 1).bit_length()  # ceil(log2 n) levels of merges, 5 launches each
@@ -393,7 +398,25 @@ def test_tridiagonal_launches_independent_of_batch(metal_backend, tridiagonal):
             assert "eigh_tridiag_ql_complex64" not in counts[0]
         else:
             assert counts[0]["eigh_tridiag_bisect_complex64"] == 1
-            assert emulator.total_launches() == n + 2
+            assert emulator.total_launches() == n - eigh_module.TRIDIAG_TAIL + 3
+
+
+def test_tridiagonal_tail_gives_the_same_bits(metal_backend, tridiagonal, monkeypatch):
+    """The columns reduced by eigh_tridiag_tail (one threadgroup, all rows) and by a launch
+    each (eigh_tridiag_step) are the same computation: the same bits whatever the split,
+    including a tail that reduces the whole matrix (step 0's scaling in it)."""
+    n = 13
+    A = metal_backend.tensor(random_hermitian(n, torch.complex64, (2,), seed=76) * 1e20)
+    results = []
+    for tail in (1, 4, n):
+        monkeypatch.setattr(eigh_module, "TRIDIAG_TAIL", tail)
+        results.append(eigh_module.eigh_metal(A, lower=False, vectors=True))
+        results.append(eigh_module.eigh_metal(A, lower=True, vectors=False))
+    for result in results[2:]:
+        other = results[0] if result[1].numel() else results[1]
+        for a, b in zip(result, other, strict=True):
+            assert torch.equal(a, b)
+    check_eigh(A, results[0][0], results[0][1], "U")
 
 
 def test_tridiagonal_no_host_syncs(metal_backend, tridiagonal):
@@ -514,6 +537,7 @@ def test_host_constants_mirror_header():
 
     assert divide("kDivideWorkFloats") == eigh_module.DIVIDE_WORK_FLOATS
     assert divide("kDivideWorkInts") == eigh_module.DIVIDE_WORK_INTS
+    assert divide("kDivideStageMax") == eigh_module.DIVIDE_STAGE
     # every pair of the largest staged order fits the group's rotation buffer
     assert (eigh_module.group_max_n(torch.float32) + 1) // 2 <= eigh_module.GROUP_MAX_PAIRS
 
