@@ -17,6 +17,9 @@
 //                      the column k it needs (and the reflector v_k) itself from the stale
 //                      column and the previous step's vectors: an O(n) prologue that saves a
 //                      launch (and a host round of submission) per column.
+//   eigh_tridiag_tail  the last columns in one launch, one threadgroup per matrix running the
+//                      step's body per column (the trailing matrix is too small there for a
+//                      launch per column to pay).
 //   eigh_tridiag_bisect  eigvalsh: the eigenvalues of T by bisection, one thread each (xSTEBZ).
 //   eigh_tridiag_ql    eigh: xSTEQR on (d, e): the serial part (shifts, deflation, the rotations of
 //                      one sweep) runs on one thread of every threadgroup, redundantly and

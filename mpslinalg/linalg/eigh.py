@@ -12,7 +12,7 @@ the eigh page of the docs): two-sided cyclic Jacobi, one launch for any batch, u
 - larger n: ``eigh_device``, the same on A and V in a device-memory workspace;
 
 and from ``TRIDIAG_MIN_N`` on, Householder tridiagonalisation spread over many threadgroups per
-matrix (``metal/linalg/eigh_tridiagonal.h``), then bisection for the eigenvalues alone (n + 2
+matrix (``metal/linalg/eigh_tridiagonal.h``), then bisection for the eigenvalues alone (n - 125
 launches in all) or divide and conquer for the vectors (``metal/linalg/eigh_divide.h``, from
 ``DIVIDE_MIN_N``; below it the implicit QL / QR iteration) and the QR family's blocked apply-Q.
 
