@@ -270,18 +270,19 @@ def launch(kernel: Any, *args: Any, threads: Any, group_size: Any) -> None:
     kernel(*args, **kwargs)
 
 
-def bind(kernel: Any, *args: Any) -> Any:
-    """``go(params, threads=, group_size=)``: `launch` of ``kernel(*args, params)``, for a loop of
-    launches on the same ``args`` that differ only in the packed parameter struct ``params``
-    (a list of int64 words) and the grid. The CUDA executor packs ``args`` once (its host cost
-    per launch is most of a step's time in the reductions that launch once per column); every
-    other device launches as `launch` does, and the launch listeners hear of every launch."""
+def bind(kernel: Any, *args: Any, after: tuple = ()) -> Any:
+    """``go(params, threads=, group_size=)``: `launch` of ``kernel(*args, params, *after)``, for
+    a loop of launches on the same tensors that differ only in the packed parameter struct
+    ``params`` (a list of int64 words) and the grid. The CUDA executor packs the tensors once
+    (its host cost per launch is a large part of the time of the factorizations that launch
+    once per column or block); every other device launches as `launch` does, and the launch
+    listeners hear of every launch."""
     fast = getattr(kernel, "bind", None)
-    bound = (fast(*args) if fast is not None and args and isinstance(args[0], torch.Tensor)
-             and args[0].device.type == "cuda" else None)
+    bound = (fast(*args, after=after) if fast is not None and args
+             and isinstance(args[0], torch.Tensor) and args[0].device.type == "cuda" else None)
     if bound is None:
         def go(params: list[int], *, threads: Any, group_size: Any) -> None:
-            launch(kernel, *args, params, threads=threads, group_size=group_size)
+            launch(kernel, *args, params, *after, threads=threads, group_size=group_size)
         return go
     name = host_name(kernel)
 

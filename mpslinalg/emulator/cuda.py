@@ -601,23 +601,26 @@ class Kernel(library.Kernel):
             self._go(func, nblocks, nthreads, smem)  # the context or the error, handled there
         return None
 
-    def bind(self, *args):
-        """A launcher of this kernel on the CUDA tensors ``args`` followed by one packed
-        parameter struct, for a sequence of launches that differ only in that struct and the
-        grid (a loop over steps): ``go(words, threads, group_size)``. The tensors' pointers are
-        packed once, so a launch costs the struct, the geometry and cuLaunchKernel. None where
-        the fast path of `__call__` would not serve such a launch."""
+    def bind(self, *args, after=()):
+        """A launcher of this kernel on the CUDA tensors ``args``, one packed parameter struct,
+        then the CUDA tensors ``after``, for a sequence of launches that differ only in that
+        struct and the grid (a loop over steps): ``go(words, threads, group_size)``. The
+        tensors' pointers are packed once, so a launch costs the struct, the geometry and
+        cuLaunchKernel. None where the fast path of `__call__` would not serve such a launch."""
         index = len(args)
-        if (index + 1 > _MAX_BUFFERS or self._nbufs > index + 1 or self._tg > TG_LIMIT
+        count = index + 1 + len(after)
+        if (count > _MAX_BUFFERS or self._nbufs > count or self._tg > TG_LIMIT
                 or (1 << index) & self._device_buffers):
             return None
-        prefix = ctypes.create_string_buffer(8 * (index + 1))
-        for i, a in enumerate(args):
+        prefix = ctypes.create_string_buffer(8 * count)
+        for i, a in enumerate((*args, None, *after)):
+            if i == index:
+                _pack_into("<Q", prefix, 8 * i, 0)  # the struct at the blob's start
+                continue
             if type(a) is not self._tensor or not a.is_cuda or a.get_device() != self._device:
                 return None
             _pack_into("<Q", prefix, 8 * i, a.data_ptr())
-        _pack_into("<Q", prefix, 8 * index, 0)  # the struct at the blob's start
-        size, kernel, in_blob = 8 * (index + 1), self, 1 << index
+        size, kernel, in_blob = 8 * count, self, 1 << index
 
         def go(words, threads, group_size):
             try:
@@ -626,13 +629,13 @@ class Kernel(library.Kernel):
                 if 8 * len(words) > _BLOB_BYTES:
                     raise KeyError
             except KeyError:  # a geometry not seen yet, or a struct past the blob: checked
-                return kernel(*args, words, threads=threads, group_size=group_size)
+                return kernel(*args, words, *after, threads=threads, group_size=group_size)
             buf = _block.buf
             ctypes.memmove(buf, prefix, size)
             try:
                 packer.pack_into(buf, _BLOB_OFFSET, *words)
             except struct.error:  # out of int64's range: the shared path raises as torch does
-                return kernel(*args, words, threads=threads, group_size=group_size)
+                return kernel(*args, words, *after, threads=threads, group_size=group_size)
             marshal.count_launch(kernel.name)
             if geometry is None:
                 return None

@@ -121,9 +121,13 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
     if n < BLOCKED_MIN_N:
         _potf2(L, info_flat, n, 0, n, batch, fn)
     else:
-        panel = _metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device, fn=fn)
-        update = _metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn)
         no_pivots = _no_pivots(A.device)
+        # (each bound to its tensors once: the host's cost per launch is most of a call's time
+        # on the CUDA executor)
+        panel = _metal.bind(_metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device,
+                                          fn=fn), L, no_pivots, L, after=(no_pivots,))
+        update = _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn),
+                             L, info_flat)
         # With blocks of NEXT_BLOCK columns (the default), chol_update factors each diagonal
         # block but the first (the first tile of its trailing matrix) right after updating it;
         # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
@@ -134,9 +138,9 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
                 _potf2(L, info_flat, n, k0, w, batch, fn)
             if panel_args is not None:
                 params, grid = panel_args
-                launch(panel, L, no_pivots, L, params, no_pivots, **grid)
+                panel(params, **grid)
                 params, grid = update_args
-                launch(update, L, info_flat, params, **grid)
+                update(params, **grid)
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 
 

@@ -14,7 +14,7 @@ Launches per call:
                     than PANEL_MAX_ROWS rows) + lu_swap_trsm + lu_update (the last
                     panel has no trailing update): 3 * ceil(min(m, n) / 32) - 1 at most, and
                     for a panel of more than LEAF_MIN_ROWS rows its lu_panel replaced by
-                    3 * ceil(32 / PANEL_LEAF) - 1 launches (`_Kernels.factor`). From
+                    3 * ceil(32 / PANEL_LEAF) - 1 launches (`_plan`). From
                     OUTER_MIN_COLS columns on, the panels are grouped in outer blocks of
                     OUTER_WIDTH columns: each block's panels as above with their interchanges
                     and updates windowed to the block, then lu_swap_trsm + lu_update for the
@@ -27,6 +27,7 @@ Launches per call:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -93,20 +94,16 @@ def _rows16(LU: torch.Tensor) -> bool:
     return (LU.shape[-1] * size) % 16 == 0 and (LU.storage_offset() * size) % 16 == 0
 
 
-def _panel(LU, pivots, info, params, rows, batch, fn) -> None:
-    """lu_panel (lu_panel_tall past its register capacity) on the ``rows`` rows from the
-    panel's first one down."""
-    tall = rows > PANEL_MAX_ROWS
-    kernel = _metal.kernel(_LU_SOURCE, "lu_panel_tall" if tall else "lu_panel", LU.dtype,
-                           LU.device, fn=fn)
-    if tall:
+def _panel_launch(rows: int, batch: int) -> tuple[str, list[int], list[int]]:
+    """(kernel, threads, group_size) of lu_panel (lu_panel_tall past its register capacity) on
+    the ``rows`` rows from the panel's first one down."""
+    if rows > PANEL_MAX_ROWS:
         threads = min(TALL_PANEL_THREADS, _metal.ceil_div(rows, SIMD_WIDTH) * SIMD_WIDTH)
-    else:
-        # PANEL_THREADS threads, or as many as the rows' registers need.
-        need = _metal.ceil_div(rows, PANEL_ROWS_PER_THREAD)
-        threads = _metal.ceil_div(max(need, min(PANEL_THREADS, rows)), SIMD_WIDTH) * SIMD_WIDTH
-    launch(kernel, LU, pivots, info, params,
-            threads=[threads, batch], group_size=[threads, 1])
+        return "lu_panel_tall", [threads, batch], [threads, 1]
+    # PANEL_THREADS threads, or as many as the rows' registers need.
+    need = _metal.ceil_div(rows, PANEL_ROWS_PER_THREAD)
+    threads = _metal.ceil_div(max(need, min(PANEL_THREADS, rows)), SIMD_WIDTH) * SIMD_WIDTH
+    return "lu_panel", [threads, batch], [threads, 1]
 
 
 def small_chunks(m: int, n: int) -> int:
@@ -149,61 +146,76 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
                metal_params.pack(_LU_HEADER, "LuSmallParams", m=m, n=n, chunks=chunks),
                threads=[threads, batch], group_size=[threads, 1])
         return LU, pivots, info
-    rows16 = _rows16(LU)
-    if n <= PANEL_MAX_COLS:
-        _panel(LU, pivots, info_flat, _lu_params(m, n, 0, kmax, n, rows16=rows16), m, batch, fn)
-        return LU, pivots, info
-
-    kernels = _Kernels(LU, pivots, info_flat, m, n, batch, rows16, fn)
-    step = OUTER_WIDTH if n >= OUTER_MIN_COLS else PANEL_WIDTH
-    for k0 in range(0, kmax, step):
-        w = min(step, kmax - k0)
-        kernels.factor(k0, w)
-        # n > PANEL_MAX_COLS >= PANEL_WIDTH and OUTER_MIN_COLS > OUTER_WIDTH: there are always
-        # columns outside the block.
-        kernels.apply(k0, w, 0, n)
+    # The launches depend on the shapes only: planned once per shape, then each kernel bound to
+    # its tensors once (the host's cost per launch is a large part of a blocked factorization's
+    # time: 1023 launches at 4096 x 4096).
+    args = {"lu_panel": (LU, pivots, info_flat), "lu_panel_tall": (LU, pivots, info_flat),
+            "lu_swap_trsm": (LU, pivots), "lu_update": (LU,)}
+    bound: dict = {}
+    for name, params, threads, group_size in _plan(m, n, batch, _rows16(LU), _tunables()):
+        go = bound.get(name)
+        if go is None:
+            go = bound[name] = _metal.bind(
+                _metal.kernel(_LU_SOURCE, name, A.dtype, A.device, fn=fn), *args[name])
+        go(params, threads=threads, group_size=group_size)
     return LU, pivots, info
 
 
-class _Kernels:
-    """The launches of one blocked factorization (matrices m x n, ``batch`` of them)."""
+def _tunables() -> tuple:
+    """The module's block sizes and geometry that `_plan` reads, its cache key with the shape
+    (the tests set some of them to reach the paths at small sizes)."""
+    return (PANEL_WIDTH, PANEL_LEAF, LEAF_MIN_ROWS, PANEL_MAX_COLS, PANEL_MAX_ROWS, OUTER_WIDTH,
+            OUTER_MIN_COLS, TALL_PANEL_THREADS, PANEL_ROWS_PER_THREAD, PANEL_THREADS, SWAP_GROUP)
 
-    def __init__(self, LU, pivots, info, m, n, batch, rows16, fn):
-        self.LU, self.pivots, self.info = LU, pivots, info
-        self.m, self.n, self.batch, self.rows16, self.fn = m, n, batch, rows16, fn
-        self.swap_trsm = _metal.kernel(_LU_SOURCE, "lu_swap_trsm", LU.dtype, LU.device, fn=fn)
-        self.update = _metal.kernel(_LU_SOURCE, "lu_update", LU.dtype, LU.device, fn=fn)
 
-    def factor(self, k0: int, w: int) -> None:
-        """getrf of the block rows [k0, m) x columns [k0, k0 + w), its interchanges and updates
-        kept to its columns: one lu_panel launch, or its panels (an outer block) or leaves (a
-        panel of more than LEAF_MIN_ROWS rows) one after another, each applied to the block
-        right-looking, so the one-threadgroup step only holds a panel's or a leaf's columns."""
-        m = self.m
+@functools.lru_cache(maxsize=256)
+def _plan(m: int, n: int, batch: int, rows16: bool, tunables: tuple) -> tuple:
+    """The launches of getrf on ``batch`` m x n matrices past lu_small, as (kernel, params,
+    threads, group_size), for the module's current `_tunables` (which it reads as globals; the
+    argument is the cache's key): one lu_panel launch when the panel kernel holds every column, else
+    blocks of OUTER_WIDTH (or PANEL_WIDTH) columns, each factored (its panels or leaves one
+    after another, each applied to the block right-looking, so the one-threadgroup step only
+    holds a panel's or a leaf's columns) and then applied to the columns outside it."""
+    kmax = min(m, n)
+    plan: list = []
+
+    def factor(k0: int, w: int) -> None:
         sub = (PANEL_WIDTH if w > PANEL_WIDTH
                else PANEL_LEAF if w > PANEL_LEAF and m - k0 > LEAF_MIN_ROWS else 0)
         if not sub:
-            _panel(self.LU, self.pivots, self.info,
-                   _lu_params(m, self.n, k0, w, w, rows16=self.rows16), m - k0, self.batch,
-                   self.fn)
+            name, threads, group_size = _panel_launch(m - k0, batch)
+            plan.append((name, _lu_params(m, n, k0, w, w, rows16=rows16), threads, group_size))
             return
         for j0 in range(k0, k0 + w, sub):
             lw = min(sub, k0 + w - j0)
-            self.factor(j0, lw)
-            self.apply(j0, lw, k0, k0 + w)
+            factor(j0, lw)
+            apply(j0, lw, k0, k0 + w)
 
-    def apply(self, k0: int, w: int, cb: int, ce: int) -> None:
-        """The block [k0, k0 + w)'s interchanges on the window [cb, ce)'s other columns, its
-        U rows right of it (lu_swap_trsm) and its trailing update of the window (lu_update)."""
-        params = _lu_params(self.m, self.n, k0, w, w, cb, ce, self.rows16)
+    def apply(k0: int, w: int, cb: int, ce: int) -> None:
+        # the block [k0, k0 + w)'s interchanges on the window [cb, ce)'s other columns, its U
+        # rows right of it (lu_swap_trsm) and its trailing update of the window (lu_update)
+        params = _lu_params(m, n, k0, w, w, cb, ce, rows16)
         if ce - cb > w:
-            launch(self.swap_trsm, self.LU, self.pivots, params,
-                   threads=[_metal.ceil_div(ce - cb - w, SWAP_GROUP) * SWAP_GROUP, self.batch],
-                   group_size=[SWAP_GROUP, 1])
+            plan.append(("lu_swap_trsm", params,
+                         [_metal.ceil_div(ce - cb - w, SWAP_GROUP) * SWAP_GROUP, batch],
+                         [SWAP_GROUP, 1]))
         s = k0 + w
-        if s < ce and s < self.m:
-            launch(self.update, self.LU, params, **gemm_metal.gemm_grid(self.m - s, ce - s,
-                                                                       self.batch))
+        if s < ce and s < m:
+            grid = gemm_metal.gemm_grid(m - s, ce - s, batch)
+            plan.append(("lu_update", params, grid["threads"], grid["group_size"]))
+
+    if n <= PANEL_MAX_COLS:
+        factor_whole = _panel_launch(m, batch)
+        return ((factor_whole[0], _lu_params(m, n, 0, kmax, n, rows16=rows16),
+                 *factor_whole[1:]),)
+    step = OUTER_WIDTH if n >= OUTER_MIN_COLS else PANEL_WIDTH
+    for k0 in range(0, kmax, step):
+        w = min(step, kmax - k0)
+        factor(k0, w)
+        # n > PANEL_MAX_COLS >= PANEL_WIDTH and OUTER_MIN_COLS > OUTER_WIDTH: there are always
+        # columns outside the block.
+        apply(k0, w, 0, n)
+    return tuple(plan)
 
 
 def pivots_to_permutation_metal(pivots: torch.Tensor, n: int, *, fn: str = "lu_unpack"

@@ -549,6 +549,25 @@ def test_bound_launches_pack_the_tensors_once_with_the_same_results():
         _metal.launch_listeners.remove(heard.append)
     assert k.bind(y, x.cpu()) is None  # not a tensor of this device: no fast path
     assert k.bind(y, [1.0] * 40) is None
+    # tensors after the struct (`after`): the struct's slot between them
+    lib = cuda.compile_shader(_AFTER)
+    z = torch.randn(40, device="cuda")
+    go = _metal.bind(lib.affine_after, y, after=(x, z))
+    for scale, shift in [(2, 1), (-3, 4)] * 2:
+        go([scale, shift], threads=[40], group_size=[8])
+        torch.testing.assert_close(y, scale * x + shift * z, rtol=1e-6, atol=1e-6)
+
+
+_AFTER = r"""
+#include <metal_stdlib>
+using namespace metal;
+struct Pair { long scale, shift; };
+kernel void affine_after(device float* y [[buffer(0)]], constant Pair& p [[buffer(1)]],
+                         device const float* x [[buffer(2)]], device const float* z [[buffer(3)]],
+                         uint i [[thread_position_in_grid]]) {
+  y[i] = float(p.scale) * x[i] + float(p.shift) * z[i];
+}
+"""
 
 
 @pytest.mark.cuda
