@@ -415,23 +415,10 @@ def _eigh_jacobi(H):
         _eigh.path = rule
 
 
-def _eigh_ql(H):
-    """eigh_metal with the tridiagonal path's eigenvectors by the QL iteration whatever the
-    order (the rule's below eigh.DIVIDE_MIN_N)."""
-    rule = _eigh.DIVIDE_MIN_N
-    _eigh.DIVIDE_MIN_N = _eigh.MAX_N + 1
-    try:
-        return _eigh.eigh_metal(H, lower=True, vectors=True)
-    finally:
-        _eigh.DIVIDE_MIN_N = rule
-
-
-def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jacobi_max=256,
-               ql_max=1024):
+def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jacobi_max=256):
     """eigh of one or a few large matrices: the rule's path (tridiagonal from
-    eigh.TRIDIAG_MIN_N, its vectors by divide and conquer from eigh.DIVIDE_MIN_N), the
-    one-threadgroup Jacobi kernels up to ``jacobi_max`` (the crossover), the QL iteration for
-    the vectors up to ``ql_max``, and torch (cuSOLVER); then eigvalsh against torch's.
+    eigh.TRIDIAG_MIN_N, its vectors by divide and conquer), the one-threadgroup Jacobi kernels
+    up to ``jacobi_max`` (the crossover), and torch (cuSOLVER); then eigvalsh against torch's.
     Roofline: bytes only (input read, vectors written); the iterations' flops are
     data-dependent."""
     out = []
@@ -445,8 +432,6 @@ def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jaco
                                                                          vectors=True)}
             if n <= jacobi_max:
                 contenders["CUDA executor (eigh.metal, Jacobi)"] = lambda H=H: _eigh_jacobi(H)
-            if _eigh.DIVIDE_MIN_N <= n <= ql_max:
-                contenders["CUDA executor (eigh.metal, QL vectors)"] = lambda H=H: _eigh_ql(H)
             contenders["torch.linalg.eigh"] = lambda H=H: torch.linalg.eigh(H)
             w, V, status = _eigh.eigh_metal(H, lower=True, vectors=True)
             wide = torch.complex128 if dtype.is_complex else torch.float64
@@ -462,7 +447,7 @@ def eigh_cases(shapes=((1, 128), (16, 128), (1, 256), (1, 512), (1, 1024)), jaco
                         f"ratios (max-norm, / n eps): residual {res.item():.2f}, orthogonality "
                         f"{orth.item():.2f}, eigenvalues vs float64 {err.item():.2f}; "
                         f"status [{int(status[..., 0].max())}, "
-                        f"{int(status[..., 1].max())}] (info, QL/QR sweeps or 0)"
+                        f"{int(status[..., 1].max())}] (info, Jacobi sweeps or 0)"
                         ))
             w_only = _eigh.eigh_metal(H, lower=True, vectors=False)[0]
             err = ((w_only.double() - torch.linalg.eigvalsh(Hd)).abs().amax()

@@ -1,6 +1,8 @@
 // The eigenvectors of a real symmetric tridiagonal T by divide and conquer (Cuppen's method as
 // LAPACK's xSTEDC / xLAED0-xLAED4 run it), every stage spread over many threadgroups per matrix:
-// the successor of eigh_tridiag_ql's serial iteration for large n (eigh_tridiagonal.h).
+// eigh's path past one threadgroup (T from eigh_tridiagonal.h; it replaced xSTEQR's serial
+// iteration, one thread's chain of dependent rotations: 170 ms of GPU time against 2.3 ms for
+// this at 1024 on an H200 through the CUDA executor).
 //
 // T is torn at every position: with d'_i = d_i - |e_{i-1}| - |e_i|, T = diag(d') + sum_i |e_i|
 // v_i v_i^T, v_i = e_i + sign(e_i) e_{i+1}. The 1 x 1 leaves are merged pairwise over

@@ -13,8 +13,8 @@ the eigh page of the docs): two-sided cyclic Jacobi, one launch for any batch, u
 
 and from ``TRIDIAG_MIN_N`` on, Householder tridiagonalisation spread over many threadgroups per
 matrix (``metal/linalg/eigh_tridiagonal.h``), then bisection for the eigenvalues alone (n - 125
-launches in all) or divide and conquer for the vectors (``metal/linalg/eigh_divide.h``, from
-``DIVIDE_MIN_N``; below it the implicit QL / QR iteration) and the QR family's blocked apply-Q.
+launches in all) or divide and conquer for the vectors (``metal/linalg/eigh_divide.h``) and the
+QR family's blocked apply-Q.
 
 Only the ``UPLO`` triangle is read. Eigenvalues come back ascending (real), eigenvectors as the
 columns of V. Non-finite input gives NaN eigenvalues and vectors (torch raises for NaN on the
@@ -59,11 +59,10 @@ MAX_N = 46340
 SMALL_GROUP = 256  # eigh_small: one thread per matrix
 
 _TRIDIAG_HEADER = "linalg/eigh_tridiagonal.h"
-#: From this order on the tridiagonal path (Householder reduction + implicit QL, many
-#: threadgroups per matrix) serves a matrix; below it one-threadgroup Jacobi is as quick or
-#: quicker (measured through the CUDA executor: the eigh page of the docs).
+#: From this order on the tridiagonal path (Householder reduction, then divide and conquer,
+#: many threadgroups per matrix) serves a matrix; below it one-threadgroup Jacobi is as quick
+#: or quicker (measured through the CUDA executor: the eigh page of the docs).
 TRIDIAG_MIN_N = 128
-TRIDIAG_QL_SCRATCH = 7  # kTridiagQlScratch: floats per order of eigh_tridiag_ql's scratch
 #: eigh_tridiag_step (and eigh_tridiag_load): threads of a threadgroup and the trailing rows it
 #: owns, one per simdgroup: a row is a chain of dependent loads and stores, so many
 #: threadgroups hide the latency (128 at n = 1024); each repeats an O(n) prologue (the column
@@ -74,14 +73,9 @@ TRIDIAG_ROWS = 8
 #: threadgroup per matrix in one launch (eigh_tridiag_tail) instead of a launch each (measured
 #: through the CUDA executor: the eigh page of the docs).
 TRIDIAG_TAIL = 128
-#: eigh_tridiag_ql: one simdgroup runs the iteration, the others own a row of Z each.
-TRIDIAG_QL_THREADS = 256
 TRIDIAG_BISECT_THREADS = 64  # kTridiagBisectThreads: eigh_tridiag_bisect, one eigenvalue each
 
 _DIVIDE_HEADER = "linalg/eigh_divide.h"
-#: From this order on the tridiagonal path's eigenvectors come from divide and conquer
-#: (metal/linalg/eigh_divide.h) instead of eigh_tridiag_ql's serial iteration.
-DIVIDE_MIN_N = 128
 #: Simdgroups per threadgroup of eigh_dc_secular, eigh_dc_zhat and eigh_dc_mix (one root, kept
 #: index or eigenvalue each; the kernels read the count from the launch).
 DIVIDE_SIMDGROUPS = 8
@@ -120,7 +114,7 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
                  vectors: bool, fn: str) -> None:
     """The tridiagonal path into w, V and status (see metal/linalg/eigh_tridiagonal.h): one
     load, n reduction steps, then bisection (eigenvalues only) or T's vectors (divide and
-    conquer, or below DIVIDE_MIN_N the QL iteration) and the QR family's apply-Q."""
+    conquer) and the QR family's apply-Q."""
     n = A.shape[-1]
     batch = w.numel() // n
     dtype, device = A.dtype, A.device
@@ -167,10 +161,7 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
                threads=[_metal.ceil_div(n, TRIDIAG_BISECT_THREADS) * TRIDIAG_BISECT_THREADS,
                         batch], group_size=[TRIDIAG_BISECT_THREADS, 1])
         return
-    if n >= DIVIDE_MIN_N:
-        Z = _divide(de, flags, w, status, n, batch, fn=fn)
-    else:
-        Z = _ql(de, flags, w, status, n, batch, dtype, params, fn=fn)
+    Z = _divide(de, flags, w, status, n, batch, fn=fn)
     # V = Q Z, Q = diag(1, H(0) ... H(n - 2)) (the reflectors act on rows 1 .. n - 1).
     tmat = qr_metal.larft_metal(refl, taus, fn=fn)
     # (a copy of Z's rows 1 .. n - 1 whatever the batch, so that apply-Q's own gather, which
@@ -181,21 +172,6 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
     V_flat = V.view(batch, n, n)
     V_flat[:, :1].copy_(Z[:, :1])
     V_flat[:, 1:].copy_(rest)
-
-
-def _ql(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch: int,
-        dtype: torch.dtype, params, *, fn: str) -> Tensor:
-    """T's eigenvectors Z (batch, n, n) by eigh_tridiag_ql (one launch); w and status too."""
-    device = de.device
-    ql_groups = _metal.ceil_div(n, TRIDIAG_QL_THREADS - SIMD_WIDTH)
-    Z = torch.empty((batch, n, n), dtype=dtype, device=device)
-    zt = torch.empty((batch, n, n), dtype=torch.float32, device=device)
-    work = torch.empty((batch, ql_groups, TRIDIAG_QL_SCRATCH * n), dtype=torch.float32,
-                       device=device)
-    ql = _metal.kernel(_SOURCE, "eigh_tridiag_ql", dtype, device, fn=fn)
-    launch(ql, de, flags, w, Z, status, zt, work, params(groups=ql_groups),
-           threads=[ql_groups * TRIDIAG_QL_THREADS, batch], group_size=[TRIDIAG_QL_THREADS, 1])
-    return Z
 
 
 def _divide(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch: int, *,

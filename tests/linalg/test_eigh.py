@@ -133,16 +133,13 @@ def test_only_the_uplo_triangle_is_read(backend):
                 check_eigh(backend.tensor(hermitian(A, UPLO)), L, V)
 
 
-@pytest.mark.parametrize("vectors_by", ["ql", "divide"])
-def test_nonfinite_gives_nan_quickly(metal_backend, monkeypatch, vectors_by):
+def test_nonfinite_gives_nan_quickly(metal_backend, monkeypatch):
     """NaN or Inf in the read triangle: NaN eigenvalues and vectors for that matrix (no sweep
     runs: status [n, 0]), the other matrices as without it; torch raises for NaN instead. Every
-    path: n = 64 takes the tridiagonal one here, its vectors by QL or divide and conquer."""
+    path: n = 64 takes the tridiagonal one here."""
     monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 64)
-    monkeypatch.setattr(eigh_module, "DIVIDE_MIN_N",
-                        64 if vectors_by == "divide" else eigh_module.MAX_N + 1)
     for dtype in DTYPES:
-        for n in (3, 7, 63, 64) if vectors_by == "ql" else (64,):
+        for n in (3, 7, 63, 64):
             A = random_hermitian(n, dtype, (3,), seed=n)
             clean = eigh_module.eigh_metal(metal_backend.tensor(A), lower=True, vectors=True)
             for value in (math.nan, math.inf, -math.inf):
@@ -262,7 +259,6 @@ def test_lane_order_independent(metal_backend, monkeypatch):
     if metal_backend.name != "emulator":
         pytest.skip("lane orders are an emulator option")
     monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 46)  # 46, 47: the tridiagonal path
-    monkeypatch.setattr(eigh_module, "DIVIDE_MIN_N", 47)  # 47: its divide and conquer
     for n in (10, 45, 46, 47):
         A = random_hermitian(n, torch.complex64, (2,), seed=32)
         results = []
@@ -301,17 +297,15 @@ def test_converges_within_the_sweep_bound(metal_backend, case):
 # ---------------------------------------------------------------- tridiagonal path
 
 
-@pytest.fixture(params=["ql", "divide", "divide unstaged"])
+@pytest.fixture(params=["staged", "unstaged"])
 def tridiagonal(request, monkeypatch):
-    """The tridiagonal path from n = 5 on, so that the emulator runs it at small sizes, with the
-    eigenvectors by the QL iteration or by divide and conquer (its merges' deflation scan on
-    threadgroup memory, or on the workspace as past DIVIDE_STAGE)."""
+    """The tridiagonal path from n = 5 on, so that the emulator runs it at small sizes, a launch
+    per column before the last four; divide and conquer's deflation scan on threadgroup memory,
+    or on the workspace as past DIVIDE_STAGE."""
     monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 5)
-    if request.param == "divide unstaged":
+    monkeypatch.setattr(eigh_module, "TRIDIAG_TAIL", 4)
+    if request.param == "unstaged":
         monkeypatch.setattr(eigh_module, "DIVIDE_STAGE", 0)
-    monkeypatch.setattr(eigh_module, "TRIDIAG_TAIL", 4)  # a launch per column, then the tail
-    monkeypatch.setattr(eigh_module, "DIVIDE_MIN_N",
-                        eigh_module.MAX_N + 1 if request.param == "ql" else 5)
     return request.param
 
 
@@ -389,13 +383,10 @@ def test_tridiagonal_launches_independent_of_batch(metal_backend, tridiagonal):
         assert counts[0]["eigh_tridiag_step_complex64"] == n - eigh_module.TRIDIAG_TAIL
         assert counts[0]["eigh_tridiag_tail_complex64"] == 1
         assert counts[0]["eigh_tridiag_load_complex64"] == 1
-        if vectors and tridiagonal == "ql":  # (the other params: divide and conquer)
-            assert counts[0]["eigh_tridiag_ql_complex64"] == 1
-        elif vectors:
+        if vectors:
             levels = (n - 1).bit_length()  # ceil(log2 n) levels of merges, 5 launches each
             for kernel in ("merge", "secular", "zhat", "mix"):
                 assert counts[0][f"eigh_dc_{kernel}_float32"] == levels
-            assert "eigh_tridiag_ql_complex64" not in counts[0]
         else:
             assert counts[0]["eigh_tridiag_bisect_complex64"] == 1
             assert emulator.total_launches() == n - eigh_module.TRIDIAG_TAIL + 3
@@ -529,7 +520,6 @@ def test_host_constants_mirror_header():
     def tri(name):
         return int(metal_constant("linalg/eigh_tridiagonal.h", name))
 
-    assert tri("kTridiagQlScratch") == eigh_module.TRIDIAG_QL_SCRATCH
     assert tri("kTridiagBisectThreads") == eigh_module.TRIDIAG_BISECT_THREADS
 
     def divide(name):
