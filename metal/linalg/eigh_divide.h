@@ -92,7 +92,14 @@ struct DivideMerge {
   device int* counts;  // [K, rotations]
 };
 
-inline DivideMerge divide_merge(device float* work, device int* iwork, long index, int w) {
+// The blocks of the level being merged (every matrix's).
+inline long divide_blocks(constant DivideParams& p) { return 1L << (p.levels - p.level); }
+
+// The workspace of merge j of matrix b at the level being merged.
+inline DivideMerge divide_merge(device float* work, device int* iwork, constant DivideParams& p,
+                                long b, long j) {
+  const long index = b * divide_blocks(p) + j;
+  const int w = int(p.width);
   DivideMerge mg;
   device float* f = work + index * (long(kDivideWorkFloats) * w + 1);
   device int* i = iwork + index * (long(kDivideWorkInts) * w + 2);
@@ -283,7 +290,7 @@ template <typename T>
   const int n = int(p.n), w = int(p.width), cw = int(p.child);
   const int tid = int(tpos.x), nt = int(tpg.x);
   const uint nsg = (tpg.x + kSimdWidth - 1) / kSimdWidth;
-  const long blocks = (1L << (p.levels - p.level));
+  const long blocks = divide_blocks(p);
   const int lo = divide_bound(j, p.level, p), hi = divide_bound(j + 1, p.level, p);
   const int cut = divide_bound(2 * j + 1, p.level - 1, p);
   const int m1 = cut - lo, m = hi - lo;
@@ -294,7 +301,7 @@ template <typename T>
   device const float* lam2 = lam1 + cw;
   device const float* w1 = w_in + (b * 2 * blocks + 2 * j) * long(cw) * cw;
   device const float* w2 = w1 + long(cw) * cw;
-  const DivideMerge mg = divide_merge(work, iwork, b * blocks + j, w);
+  const DivideMerge mg = divide_merge(work, iwork, p, b, j);
   const bool torn = m1 > 0 && m1 < m;
   const float ecut = torn ? e[cut - 1] : 0.0f;
   if (m <= metal::min(int(p.stage), kDivideStageMax)) {
@@ -346,8 +353,7 @@ template <typename T>
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long b = long(tgpos.z), j = long(tgpos.y);
-  const long blocks = (1L << (p.levels - p.level));
-  const DivideMerge mg = divide_merge(work, iwork, b * blocks + j, int(p.width));
+  const DivideMerge mg = divide_merge(work, iwork, p, b, j);
   const int i = int(tgpos.x * nsg + sg);
   if (flags[b * 2] != 0 || i >= mg.counts[0]) {
     return;
@@ -404,8 +410,7 @@ template <typename T>
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long b = long(tgpos.z), jb = long(tgpos.y);
-  const long blocks = (1L << (p.levels - p.level));
-  const DivideMerge mg = divide_merge(work, iwork, b * blocks + jb, int(p.width));
+  const DivideMerge mg = divide_merge(work, iwork, p, b, jb);
   const int j = int(tgpos.x * nsg + sg);
   if (flags[b * 2] != 0 || j >= mg.counts[0]) {
     return;
@@ -443,7 +448,7 @@ template <typename T>
     uint nsg [[simdgroups_per_threadgroup]]) {
   using namespace mpsl;
   const long b = long(tgpos.z), jb = long(tgpos.y);
-  const long blocks = (1L << (p.levels - p.level));
+  const long blocks = divide_blocks(p);
   const bool last = p.level == p.levels;
   const int width = int(p.width);
   const int m = divide_bound(jb + 1, p.level, p) - divide_bound(jb, p.level, p);
@@ -467,7 +472,7 @@ template <typename T>
     }
     return;
   }
-  const DivideMerge mg = divide_merge(work, iwork, b * blocks + jb, width);
+  const DivideMerge mg = divide_merge(work, iwork, p, b, jb);
   const int K = mg.counts[0];
   const float value = divide_value(mg, K, q);
   int rank = 0;
