@@ -265,64 +265,21 @@ inline int eigh_rank(float wi, int i, float wj, int j) {
 
 // ---- one threadgroup per matrix ----
 
-// The sweeps and the output of one matrix, held at x (A) and vm (V) (threadgroup or device
-// memory: P is the pointer type), with rotations in rot (kEighRotFloats per pair, threadgroup or
-// device memory: R); Batch items of the block update loaded at once (eigh_device_load_batch).
-// The whole threadgroup calls it; barriers are on both memories (the same code serves both).
+// The sweeps of the cyclic Jacobi method on the scaled Hermitian x (n x n, row-major) and, when
+// `vectors`, the rotations accumulated into vm (V <- V J from the vm given): at most
+// max_sweeps, until a sweep rotates nothing. Returns the sweeps run (the rotation-free one
+// included) and sets `rotations` to the last sweep's count. The whole threadgroup calls it;
+// barriers are on both memories (x, vm, rot in threadgroup or device memory: P, R).
 template <typename T, int Batch, typename P, typename R>
-inline void eigh_jacobi(device const T* a, device float* w, device T* v, device int* status,
-                        constant EighParams& p, P x, P vm, R rot, threadgroup float* scratch,
-                        long b, uint tid, uint nthreads) {
-  const int n = int(p.n);
-  const bool lower = p.lower != 0;
-  const bool vectors = p.vectors != 0;
-  const long nn = long(n) * n;
-  device const T* ab = a + b * nn;
-  float amax = 0.0f;
-  float bad = 0.0f;
-  for (long k = long(tid); k < nn; k += long(nthreads)) {
-    const long i = k / n, j = k % n;
-    const T value = eigh_read(ab, n, i, j, lower);
-    x[k] = value;
-    if (vectors) {
-      vm[k] = i == j ? one<T>() : zero<T>();
-    }
-    bad = eigh_finite(value) ? bad : 1.0f;
-    amax = metal::max(amax, modulus(value));
-  }
+inline int eigh_jacobi_sweeps(P x, P vm, R rot, threadgroup float* scratch, int n, bool vectors,
+                              int max_sweeps, uint tid, uint nthreads, thread float& rotations) {
   const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
   const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
-  const float any_bad = group_max(bad, scratch, lane, sg, nsg);
-  amax = group_max(amax, scratch, lane, sg, nsg);
-  device int* st = status + b * kEighStatusInts;
-  if (any_bad != 0.0f) {
-    for (long k = long(tid); k < nn; k += long(nthreads)) {
-      if (vectors) {
-        v[b * nn + k] = eigh_from_real<T>(NAN);
-      }
-      if (k < n) {
-        w[b * n + k] = NAN;
-      }
-    }
-    if (tid == 0) {
-      st[0] = n;
-      st[1] = 0;
-    }
-    return;
-  }
-  int e = 0;
-  if (amax > 0.0f) {
-    metal::frexp(amax, e);
-  }
-  for (long k = long(tid); k < nn; k += long(nthreads)) {
-    x[k] = eigh_ldexp(x[k], -e);
-  }
   const int m = n + (n & 1);
   const int pairs = m / 2;
   int sweeps = 0;
-  float rotations = 0.0f;
   threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-  for (int sweep = 0; sweep < kEighMaxSweeps; ++sweep) {
+  for (int sweep = 0; sweep < max_sweeps; ++sweep) {
     ++sweeps;
     float mine = 0.0f;  // rotations of this thread's pairs in this sweep
     for (int r = 0; r < m - 1; ++r) {
@@ -378,6 +335,64 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
       break;
     }
   }
+  return sweeps;
+}
+
+// The sweeps and the output of one matrix, held at x (A) and vm (V) (threadgroup or device
+// memory: P is the pointer type), with rotations in rot (kEighRotFloats per pair, threadgroup or
+// device memory: R); Batch items of the block update loaded at once (eigh_device_load_batch).
+// The whole threadgroup calls it; barriers are on both memories (the same code serves both).
+template <typename T, int Batch, typename P, typename R>
+inline void eigh_jacobi(device const T* a, device float* w, device T* v, device int* status,
+                        constant EighParams& p, P x, P vm, R rot, threadgroup float* scratch,
+                        long b, uint tid, uint nthreads) {
+  const int n = int(p.n);
+  const bool lower = p.lower != 0;
+  const bool vectors = p.vectors != 0;
+  const long nn = long(n) * n;
+  device const T* ab = a + b * nn;
+  float amax = 0.0f;
+  float bad = 0.0f;
+  for (long k = long(tid); k < nn; k += long(nthreads)) {
+    const long i = k / n, j = k % n;
+    const T value = eigh_read(ab, n, i, j, lower);
+    x[k] = value;
+    if (vectors) {
+      vm[k] = i == j ? one<T>() : zero<T>();
+    }
+    bad = eigh_finite(value) ? bad : 1.0f;
+    amax = metal::max(amax, modulus(value));
+  }
+  const uint lane = tid % uint(kSimdWidth), sg = tid / uint(kSimdWidth);
+  const uint nsg = (nthreads + uint(kSimdWidth) - 1) / uint(kSimdWidth);
+  const float any_bad = group_max(bad, scratch, lane, sg, nsg);
+  amax = group_max(amax, scratch, lane, sg, nsg);
+  device int* st = status + b * kEighStatusInts;
+  if (any_bad != 0.0f) {
+    for (long k = long(tid); k < nn; k += long(nthreads)) {
+      if (vectors) {
+        v[b * nn + k] = eigh_from_real<T>(NAN);
+      }
+      if (k < n) {
+        w[b * n + k] = NAN;
+      }
+    }
+    if (tid == 0) {
+      st[0] = n;
+      st[1] = 0;
+    }
+    return;
+  }
+  int e = 0;
+  if (amax > 0.0f) {
+    metal::frexp(amax, e);
+  }
+  for (long k = long(tid); k < nn; k += long(nthreads)) {
+    x[k] = eigh_ldexp(x[k], -e);
+  }
+  float rotations = 0.0f;
+  const int sweeps = eigh_jacobi_sweeps<T, Batch>(x, vm, rot, scratch, n, vectors,
+                                                  kEighMaxSweeps, tid, nthreads, rotations);
   for (int i = int(tid); i < n; i += int(nthreads)) {
     const float di = eigh_real(x[i * n + i]);
     int rank = 0;

@@ -222,6 +222,63 @@ inline bool svd_rotate_columns(P w, P v, long n, long p, long q, bool vectors, f
   return true;
 }
 
+// Column j of the converged W (its norm nj, its rank r by decreasing norm) and of V, at wj and
+// vj, as singular value r, column r of U (normalised, or zero for completion when nj < tiny)
+// and row r of Vh; rows strided over the calling threads (first, first + stride, ...).
+template <typename T, typename P>
+inline void svd_output_column(P wj, P vj, device T* ub, device float* sb, device T* vhb, long n,
+                              long r, float nj, int ex, bool vectors, float tiny, uint first,
+                              uint stride) {
+  if (first == 0) {
+    sb[r] = svd_ldexp(nj, ex);
+  }
+  if (vectors) {
+    const bool normalise = nj >= tiny;
+    const float inv = normalise ? 1.0f / nj : 0.0f;
+    for (long i = first; i < n; i += stride) {
+      ub[i * n + r] = normalise ? inv * wj[i] : zero<T>();
+      vhb[r * n + i] = conj(vj[i]);
+    }
+  }
+}
+
+// max|a_ij| of the nn entries at ab, and in `bad` whether one is NaN or Inf (every thread of
+// the group gets both).
+template <typename T>
+inline float svd_scan(device const T* ab, long nn, thread bool& bad, threadgroup float* part,
+                      uint tid, uint nthreads, uint lane, uint sg, uint nsg) {
+  float anrm = 0.0f, nonfinite = 0.0f;
+  for (long e = tid; e < nn; e += nthreads) {
+    const T x = ab[e];
+    if (svd_finite(x)) {
+      anrm = metal::max(anrm, svd_absmax(x));
+    } else {
+      nonfinite = 1.0f;
+    }
+  }
+  anrm = group_max(anrm, part, lane, sg, nsg);
+  bad = group_max(nonfinite, part, lane, sg, nsg) != 0.0f;
+  return anrm;
+}
+
+// The outputs of a matrix with a NaN or Inf: S, U and Vh NaN, info kSvdNonFinite.
+template <typename T>
+inline void svd_write_nonfinite(device float* sb, device T* ub, device T* vhb, device int* info,
+                                long n, bool vectors, uint tid, uint nthreads) {
+  for (long e = tid; e < n; e += nthreads) {
+    sb[e] = NAN;
+  }
+  if (vectors) {
+    for (long e = tid; e < n * n; e += nthreads) {
+      ub[e] = svd_nan(T());
+      vhb[e] = svd_nan(T());
+    }
+  }
+  if (tid == 0) {
+    info[0] = kSvdNonFinite;
+  }
+}
+
 // Position of column j when the columns are sorted by decreasing norm (stable).
 inline long svd_rank(device const float* norms, long n, long j) {
   const float sj = norms[j];
@@ -353,19 +410,8 @@ inline void svd_jacobi_body(P w, P v, device const T* ab, device T* scratch, dev
     kept += nb[j] >= kSvdTinyNorm ? 1 : 0;
   }
   for (long j = 0; j < n; ++j) {
-    const long r = svd_rank(nb, n, j);
-    const float nj = nb[j];
-    if (tid == 0) {
-      sb[r] = svd_ldexp(nj, ex);
-    }
-    if (vectors) {
-      const bool normalise = nj >= kSvdTinyNorm;
-      const float inv = normalise ? 1.0f / nj : 0.0f;
-      for (long i = tid; i < n; i += nthreads) {
-        ub[i * n + r] = normalise ? inv * w[j * n + i] : zero<T>();
-        vhb[r * n + i] = conj(v[j * n + i]);
-      }
-    }
+    svd_output_column<T>(w + j * n, v + j * n, ub, sb, vhb, n, svd_rank(nb, n, j), nb[j], ex,
+                         vectors, kSvdTinyNorm, tid, nthreads);
   }
   if (vectors && kept < n) {
     threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
@@ -405,30 +451,10 @@ template <typename T>
   device T* vhb = vh + (vectors ? b * nn : 0);
 
   // ---- scale (and reject non-finite input) ----
-  float anrm = 0.0f, bad = 0.0f;
-  for (long e = tid; e < nn; e += nthreads) {
-    const T x = ab[e];
-    if (svd_finite(x)) {
-      anrm = metal::max(anrm, svd_absmax(x));
-    } else {
-      bad = 1.0f;
-    }
-  }
-  anrm = group_max(anrm, part, lane, sg, nsg);
-  bad = group_max(bad, part, lane, sg, nsg);
-  if (bad != 0.0f) {
-    for (long e = tid; e < n; e += nthreads) {
-      sb[e] = NAN;
-    }
-    if (vectors) {
-      for (long e = tid; e < nn; e += nthreads) {
-        ub[e] = svd_nan(T());
-        vhb[e] = svd_nan(T());
-      }
-    }
-    if (tid == 0) {
-      info[b] = kSvdNonFinite;
-    }
+  bool bad;
+  const float anrm = svd_scan(ab, nn, bad, part, tid, nthreads, lane, sg, nsg);
+  if (bad) {
+    svd_write_nonfinite(sb, ub, vhb, info + b, n, vectors, tid, nthreads);
     return;
   }
   const int ex = svd_scale_exponent(anrm);

@@ -73,6 +73,15 @@ class ParamStruct:
         object.__setattr__(self, "_words", _struct.Struct(f"<{words}q"))
         object.__setattr__(self, "_names", frozenset(f.name for f in self.fields))
 
+    def word(self, name: str) -> int:
+        """Index in the packed ``int64`` list of the word holding the 8-byte integer field
+        ``name`` (a loop of launches that changes only that field sets that word)."""
+        field = next((f for f in self.fields if f.name == name), None)
+        if field is None or field.type not in ("long", "ulong") or field.count is not None:
+            raise TypeError(f"mpslinalg: {self.name}.{name} is not a long field of "
+                            f"metal/{self.header}")
+        return field.offset // _WORD
+
     def pack(self, fill: int | None = None, /,
              **values: int | float | bool | Sequence[int | float]) -> list[int]:
         """The struct holding ``values`` (one per field, an array field a sequence of exactly

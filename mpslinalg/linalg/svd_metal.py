@@ -8,8 +8,15 @@ launch sequence depends on shapes only and the batch is a grid dimension of ever
 Paths and launches per call (a gather copy first when the input is not contiguous):
   m, n <= SMALL_MAX   1: svd_small, one matrix per thread, any batch (generated from the n <= 4
                       description of `mpslinalg.small.codegen`: metal/linalg/svd_small.h).
-  m == n              1: svd_jacobi, one threadgroup per matrix (W and V in threadgroup memory
+  m == n < BLOCK_MIN_N
+                      1: svd_jacobi, one threadgroup per matrix (W and V in threadgroup memory
                       when they fit, see `staged`, in a device workspace otherwise).
+  m == n >= BLOCK_MIN_N
+                      6 + 2 MAX_SWEEPS (blocks - 1), blocks = ceil(n / BLOCK_WIDTH) rounded
+                      up to even (7 with vectors): the block Jacobi of metal/linalg/svd_block.h,
+                      two launches per round of pairs of column blocks, threadgroups of
+                      BLOCK_SPLIT_ROWS rows of a pair; the rounds after convergence return at
+                      once.
   m > n               the QR factorisation of `mpslinalg.linalg.qr_metal` (Q formed, in
                       'complete' mode when U must be completed to m x m), then svd_jacobi on R;
                       U = Q U_R.
@@ -40,6 +47,27 @@ STAGE_BYTES = 32768 - MAX_SIMDGROUPS * 4  # kSvdStageBytes
 
 #: svd_small: matrices (threads) per threadgroup.
 SMALL_GROUP = 256
+
+_BLOCK_HEADER = "linalg/svd_block.h"
+# Mirrors of metal/linalg/svd_block.h's constants (tests/linalg/test_svd.py checks them).
+BLOCK_WIDTH = 16  # kSvdBlockWidth
+BLOCK_THREADS = 256  # kSvdBlockThreads
+BLOCK_SPLIT_ROWS = 64  # kSvdBlockSplitRows
+BLOCK_TINY_NORM = 2.0**-28  # kSvdBlockTinyNorm
+
+#: Square matrices of this order and more take the block Jacobi kernels (svd_block.h), below it
+#: svd_jacobi's single threadgroup a matrix (set from the H200 measurements of
+#: benchmarks/results/h200_round19.md; tests lower it to run the block kernels on small sizes).
+BLOCK_MIN_N = 128
+#: svd_block_round: Jacobi sweeps on a pair of blocks' Gram matrix at most.
+BLOCK_INNER_SWEEPS = 1
+#: svd_block_rotate: rows of a pair per threadgroup (each forms the pair's rotation; fewer
+#: threadgroups share the GPU's cores among fewer copies of that work).
+BLOCK_ROTATE_ROWS = 256
+#: svd_block_norms / svd_block_output: simdgroups (columns) per threadgroup.
+BLOCK_OUTPUT_SIMDGROUPS = 8
+#: svd_block_scale and svd_block_complete (one threadgroup a matrix), svd_block_load: threads.
+BLOCK_GROUP = 256
 
 
 #: svd_jacobi with W and V in threadgroup memory: simdgroups at most (MAX_SIMDGROUPS serves the
@@ -83,6 +111,78 @@ def _jacobi(A: torch.Tensor, vectors: bool, fn: str):
     return (U if vectors else None), S, (Vh if vectors else None), info
 
 
+def block_count(n: int) -> int:
+    """Column blocks of the block Jacobi for order n: ceil(n / BLOCK_WIDTH) rounded up to even
+    (a last block past n is empty)."""
+    blocks = _metal.ceil_div(n, BLOCK_WIDTH)
+    return blocks + (blocks & 1)
+
+
+def _block(A: torch.Tensor, vectors: bool, fn: str):
+    """The block Jacobi kernels (metal/linalg/svd_block.h) on a contiguous (batch, n, n) tensor:
+    (U, S, Vh, info) as `_jacobi`'s."""
+    batch, n, _ = A.shape
+    dtype, dev = A.dtype, A.device
+    blocks = block_count(n)
+    splits = _metal.ceil_div(n, BLOCK_SPLIT_ROWS)
+    S = torch.empty((batch, n), dtype=torch.float32, device=dev)
+    info = torch.empty((batch,), dtype=torch.int32, device=dev)
+    U = torch.empty((batch, n, n) if vectors else (1,), dtype=dtype, device=dev)
+    Vh = torch.empty((batch, n, n) if vectors else (1,), dtype=dtype, device=dev)
+    work = torch.empty((batch, 2 if vectors else 1, n, n), dtype=dtype, device=dev)
+    grams = torch.empty((batch, blocks // 2, splits, 4 * BLOCK_WIDTH**2), dtype=dtype,
+                        device=dev)
+    parts = torch.empty((batch, splits, 2), dtype=torch.float32, device=dev)
+    norms = torch.empty((batch, n), dtype=torch.float32, device=dev)
+    # svd_block_state_ints: non-finite flag, scale, a word per sweep and pair slot of a round
+    state = torch.empty((batch, 2 + MAX_SWEEPS * (blocks // 2)), dtype=torch.int32, device=dev)
+    layout = metal_params.param_struct(_BLOCK_HEADER, "SvdBlockParams")
+    words = layout.pack(n=n, batch=batch, vectors=vectors, blocks=blocks, sweep=0, round=0,
+                        inner=BLOCK_INNER_SWEEPS, rotate_rows=BLOCK_ROTATE_ROWS)
+
+    def kernel(name: str):
+        return _metal.kernel(_SOURCE, name, dtype, dev, fn=fn)
+
+    def one_group_each(name: str, *args) -> None:  # a threadgroup per matrix
+        k = kernel(name)
+        width = _metal.group_width(k, BLOCK_GROUP)
+        launch(k, *args, words, threads=[width, batch], group_size=[width, 1])
+
+    scan = kernel("svd_block_scan")
+    width = _metal.group_width(scan, BLOCK_GROUP)
+    launch(scan, A, parts, words, threads=[width, splits, batch], group_size=[width, 1, 1])
+    one_group_each("svd_block_scale", parts, S, U, Vh, info, state)
+    load = kernel("svd_block_load")
+    width = _metal.group_width(load, BLOCK_GROUP)
+    launch(load, A, work, state, words, threads=[_metal.ceil_div(n, width) * width, n, batch],
+           group_size=[width, 1, 1])
+    # MAX_SWEEPS sweeps whatever the data (no host reads); a round after the converged sweep
+    # returns at once. The host's cost per launch is most of such a round's, hence bound.
+    gram_kernel, rotate_kernel = kernel("svd_block_gram"), kernel("svd_block_rotate")
+    gram, rotate = _metal.bind(gram_kernel, work, grams, state), _metal.bind(
+        rotate_kernel, work, grams, state)
+    width = min(_metal.group_width(gram_kernel, BLOCK_THREADS),
+                _metal.group_width(rotate_kernel, BLOCK_THREADS))
+    pieces = _metal.ceil_div(n, BLOCK_ROTATE_ROWS)
+    group = [width, 1, 1]
+    sweep_word, round_word = layout.word("sweep"), layout.word("round")
+    for sweep in range(MAX_SWEEPS):
+        for step in range(blocks - 1):
+            words = list(words)
+            words[sweep_word], words[round_word] = sweep, step
+            gram(words, threads=[width, blocks // 2 * splits, batch], group_size=group)
+            rotate(words, threads=[width, blocks // 2 * pieces, batch], group_size=group)
+    columns = _metal.ceil_div(n, BLOCK_OUTPUT_SIMDGROUPS)
+    width = BLOCK_OUTPUT_SIMDGROUPS * SIMD_WIDTH
+    launch(kernel("svd_block_norms"), work, norms, state, words,
+           threads=[width, columns, batch], group_size=[width, 1, 1])
+    launch(kernel("svd_block_output"), work, norms, U, S, Vh, info, state, words,
+           threads=[width, columns, batch], group_size=[width, 1, 1])
+    if vectors:
+        one_group_each("svd_block_complete", work, norms, U, state)
+    return (U if vectors else None), S, (Vh if vectors else None), info
+
+
 def _small(A: torch.Tensor, vectors: bool, full: bool, fn: str):
     """svd_small on a contiguous (batch, m, n) tensor, m, n <= SMALL_MAX."""
     batch, m, n = A.shape
@@ -102,6 +202,11 @@ def _small(A: torch.Tensor, vectors: bool, full: bool, fn: str):
     return (U if vectors else None), S, (Vh if vectors else None), info
 
 
+def _square(A: torch.Tensor, vectors: bool, fn: str):
+    """The square path: svd_jacobi below BLOCK_MIN_N, the block Jacobi from it on."""
+    return (_block if A.shape[-1] >= BLOCK_MIN_N else _jacobi)(A, vectors, fn)
+
+
 def _tall(A: torch.Tensor, vectors: bool, full: bool, fn: str):
     """m > n: A = Q R, R = U_R S V^H, U = Q U_R (Q m x m when ``full``: its trailing columns
     complete U)."""
@@ -109,7 +214,7 @@ def _tall(A: torch.Tensor, vectors: bool, full: bool, fn: str):
     mode = ("complete" if full else "reduced") if vectors else "r"
     Q, R = qr_metal.qr_metal(A, mode, fn=fn)
     R = R[:, :n, :].contiguous()
-    Ur, S, Vh, info = _jacobi(R, vectors, fn)
+    Ur, S, Vh, info = _square(R, vectors, fn)
     if not vectors:
         return None, S, None, info
     U = torch.matmul(Q[:, :, :n], Ur)
@@ -154,7 +259,7 @@ def svd_metal(A: torch.Tensor, full_matrices: bool = False, *, vectors: bool = T
     if m <= SMALL_MAX and n <= SMALL_MAX:
         U, S, Vh, info = _small(A, vectors, full, fn)
     elif m == n:
-        U, S, Vh, info = _jacobi(A, vectors, fn)
+        U, S, Vh, info = _square(A, vectors, fn)
     elif m > n:
         U, S, Vh, info = _tall(A, vectors, full, fn)
     else:  # A^H = U' S V'^H, so A = V' S U'^H

@@ -776,3 +776,124 @@ OPS = [
 ]
 
 instantiate_generic_tests(globals(), OPS)
+
+
+# ---------------------------------------------------------------- the block Jacobi (svd_block.h)
+
+
+@pytest.fixture
+def block_path(monkeypatch):
+    """Square matrices from order 8 on take the block Jacobi kernels, so that the emulator runs
+    them on small sizes (two to four column blocks of 16)."""
+    monkeypatch.setattr(svd_metal, "BLOCK_MIN_N", 8)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n", [17, 40, 72])
+def test_block_ratios(metal_backend, block_path, kind, n):
+    """Every kind of test matrix, a block count of 2 (one round a sweep), of 4 with an empty
+    last block (three rounds of two pairs) and of 6 with rows in two threadgroups (72 >
+    BLOCK_SPLIT_ROWS), real and complex, a batch of two; the tall path (QR, then the block
+    Jacobi on R) too."""
+    for dtype in DTYPES:
+        A = metal_backend.tensor(make(kind, n, n, dtype, (2,), seed=n))
+        A0 = A.clone()
+        U, S, Vh = mpslinalg.svd(A)
+        assert torch.equal(A, A0), "input modified"
+        check_svd(A, U, S, Vh, True)
+        assert singular_values_ratio(mpslinalg.svdvals(A), scipy_svdvals(A), n, n,
+                                     dtype=dtype) < THRESH
+    T = metal_backend.tensor(make(kind, n + 5, n, torch.float32, (), seed=n))
+    check_svd(T, *mpslinalg.svd(T, full_matrices=False), False)
+
+
+def test_block_rank_deficient_zero_and_identity(metal_backend, block_path):
+    """pytorch#196112's kinds on the block path: rank-deficient and ill-conditioned matrices,
+    a rank-one matrix with exactly zero columns (U's columns of zero norm completed), the zero
+    matrix and the identity."""
+    for dtype in DTYPES:
+        A = matrix_with_spread(20, 10.0, dtype, (5,), seed=61, rank=7)
+        A[2] = matrix_with_spread(20, 1e7, dtype, (), seed=62)
+        A[3] = 0
+        A[3, :, 2] = 1.0
+        A[4] = torch.eye(20, dtype=dtype)
+        A = metal_backend.tensor(A)
+        U, S, Vh = mpslinalg.svd(A)
+        check_svd(A, U, S, Vh, True)
+        assert mpslinalg.matrix_rank(A[[0, 1, 3, 4]], rtol=1e-4).tolist() == [7, 7, 1, 20]
+        Z = metal_backend.tensor(torch.zeros(2, 18, 18, dtype=dtype))
+        U, S, Vh = mpslinalg.svd(Z)
+        assert not S.cpu().any()
+        assert orthogonality_ratio(U) < THRESH and orthogonality_ratio(Vh.mH) < THRESH
+
+
+def test_block_nonfinite_stays_in_its_matrix(metal_backend, block_path):
+    A = matrix_with_spread(20, 1e3, torch.float32, (3,), seed=63)
+    A[1, 4, 7] = math.nan
+    A[2, 0, 0] = math.inf
+    U, S, Vh, info = svd_metal.svd_metal(metal_backend.tensor(A))
+    info = info.cpu().tolist()
+    assert info[1] == info[2] == svd_metal.NON_FINITE and 1 <= info[0] <= 12, info
+    for x in (U, S, Vh):
+        assert x[1:].isnan().all() and x[0].isfinite().all()
+    check_svd(A[0], U[0].cpu(), S[0].cpu(), Vh[0].cpu(), True)
+
+
+@pytest.mark.parametrize("n", [20, 40])
+def test_block_launch_counts_independent_of_batch(metal_backend, block_path, n):
+    """6 launches (scan, scale, load, norms, output, and the completion with vectors) and
+    MAX_SWEEPS sweeps of blocks - 1 rounds of two, whatever the batch and the data; no host
+    reads."""
+    if metal_backend.name != "emulator":
+        pytest.skip("launch counters are the emulator's")
+    rounds = svd_metal.MAX_SWEEPS * (svd_metal.block_count(n) - 1)
+    for batch in (1, 3):
+        A = metal_backend.tensor(random_matrix(n, torch.float32, (batch,), seed=64))
+        for fn, launches in ((mpslinalg.svd, 6 + 2 * rounds),
+                             (mpslinalg.svdvals, 5 + 2 * rounds)):
+            emulator.reset_launch_counts()
+            with count_host_syncs() as syncs:
+                fn(A)
+            assert emulator.total_launches() == launches, emulator.launch_counts()
+            assert emulator.launch_counts()["svd_block_rotate_float32"] == rounds
+            assert not syncs.calls
+
+
+def test_block_results_independent_of_threads_and_lanes(metal_backend, block_path, monkeypatch):
+    """The bits do not depend on the threads of svd_block_gram and svd_block_rotate (64: four
+    passes over the Gram matrix's entries and the rows) nor on the order the lanes run in."""
+    A = matrix_with_spread(36, 1e4, torch.complex64, (2,), seed=65, rank=30)
+    A = metal_backend.tensor(A)
+    reference = svd_metal.svd_metal(A)
+    variants = [("BLOCK_THREADS", 64)]
+    if metal_backend.name == "emulator":
+        variants += [("LANE_ORDER", "reverse"), ("LANE_ORDER", "random")]
+    for name, value in variants:
+        with monkeypatch.context() as m:
+            m.setattr(_metal if name == "LANE_ORDER" else svd_metal, name, value)
+            for a, b in zip(svd_metal.svd_metal(A), reference, strict=True):
+                assert torch.equal(a, b), name
+
+
+def test_block_converges_in_few_sweeps(metal_backend, block_path, monkeypatch):
+    """The sweeps of the block method (info) on random and graded matrices stay far from
+    MAX_SWEEPS (the host launches all of them; the ones after convergence return at once) and
+    no more than svd_jacobi's on the same matrices."""
+    for dtype in DTYPES:
+        A = metal_backend.tensor(torch.cat([matrix_with_spread(48, 1e5, dtype, (2,), seed=66),
+                                            random_matrix(48, dtype, (2,), seed=67)]))
+        block = svd_metal.svd_metal(A, vectors=False)[3].cpu()
+        monkeypatch.setattr(svd_metal, "BLOCK_MIN_N", 10**6)
+        jacobi = svd_metal.svd_metal(A, vectors=False)[3].cpu()
+        monkeypatch.setattr(svd_metal, "BLOCK_MIN_N", 8)
+        assert 1 <= block.min() and block.max() <= 16 and (block <= jacobi).all(), (block, jacobi)
+
+
+def test_block_host_constants_mirror_header():
+    def const(name):
+        return metal_constant("linalg/svd_block.h", name)
+
+    assert int(const("kSvdBlockWidth")) == svd_metal.BLOCK_WIDTH
+    assert int(const("kSvdBlockThreads")) == svd_metal.BLOCK_THREADS
+    assert int(const("kSvdBlockSplitRows")) == svd_metal.BLOCK_SPLIT_ROWS
+    assert float(const("kSvdBlockTinyNorm").rstrip("f")) == np.float32(svd_metal.BLOCK_TINY_NORM)
