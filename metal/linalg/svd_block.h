@@ -72,6 +72,9 @@ constant constexpr int kSvdBlockSplitRows = 64;
 // element so that the lanes reading one row of different columns hit different banks).
 constant constexpr int kSvdBlockChunk = 32;
 constant constexpr int kSvdBlockChunkStride = kSvdBlockChunk + 1;
+// Entries of a row svd_block_rotate loads before it multiplies them (device loads in flight
+// together instead of one at a time; the values do not depend on it).
+constant constexpr int kSvdBlockLoadBatch = 8;
 // Threads of an svd_block_gram / svd_block_rotate threadgroup: one per entry of the 16 x 16
 // pair blocks of the Jacobi update (eigh_jacobi_sweeps), four Gram entries each.
 constant constexpr int kSvdBlockThreads = 256;
@@ -408,8 +411,9 @@ template <typename T>
   }
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
 
-  // ---- rows [row0, row1) of X <- X Q and V <- V Q: an item is a row and a quarter of its
-  // columns; every item of a pass loads its row before any stores ----
+  // ---- rows [row0, row0 + rows) of X <- X Q and V <- V Q: an item is a row and a quarter of
+  // its output columns; the row's entries are read kSvdBlockLoadBatch at a time (loads in
+  // flight together) and every item of a pass has read its row before any stores ----
   constexpr int kQuarter = kSvdBlockCols / 4;
   const int row0 = piece * int(p.rotate_rows);
   const int rows = metal::min(n, row0 + int(p.rotate_rows)) - row0;
@@ -420,20 +424,28 @@ template <typename T>
     for (int first = 0; first < 4 * rows; first += int(nthreads)) {
       const int item = first + int(tid);
       const bool mine = item < 4 * rows;
-      const int row = row0 + item / 4, quarter = item % 4;
-      T xs[kSvdBlockCols];
-      for (int k = 0; k < kSvdBlockCols; ++k) {
-        xs[k] = mine && k < c ? x[long(pair.column(k)) * n + row] : zero<T>();
+      const long row = row0 + item / 4;
+      const int j0 = (item % 4) * kQuarter;
+      T acc[kQuarter];
+      for (int q = 0; q < kQuarter; ++q) {
+        acc[q] = zero<T>();
+      }
+      for (int k0 = 0; mine && k0 < c; k0 += kSvdBlockLoadBatch) {
+        T xk[kSvdBlockLoadBatch];
+        for (int u = 0; u < kSvdBlockLoadBatch; ++u) {
+          xk[u] = k0 + u < c ? x[long(pair.column(k0 + u)) * n + row] : zero<T>();
+        }
+        for (int u = 0; u < kSvdBlockLoadBatch && k0 + u < c; ++u) {
+          threadgroup const T* qrow = &product[(k0 + u) * c + j0];
+          for (int q = 0; q < kQuarter; ++q) {
+            acc[q] += j0 + q < c ? mul(xk[u], qrow[q]) : zero<T>();
+          }
+        }
       }
       threadgroup_barrier(metal::mem_flags::mem_device);
       for (int q = 0; q < kQuarter; ++q) {
-        const int k2 = quarter * kQuarter + q;
-        if (mine && k2 < c) {
-          T sum = zero<T>();
-          for (int k = 0; k < kSvdBlockCols; ++k) {
-            sum += k < c ? mul(xs[k], product[k * c + k2]) : zero<T>();
-          }
-          x[long(pair.column(k2)) * n + row] = sum;
+        if (mine && j0 + q < c) {
+          x[long(pair.column(j0 + q)) * n + row] = acc[q];
         }
       }
       threadgroup_barrier(metal::mem_flags::mem_device);

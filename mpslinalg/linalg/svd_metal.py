@@ -58,12 +58,15 @@ BLOCK_TINY_NORM = 2.0**-28  # kSvdBlockTinyNorm
 #: Square matrices of this order and more take the block Jacobi kernels (svd_block.h), below it
 #: svd_jacobi's single threadgroup a matrix (set from the H200 measurements of
 #: benchmarks/results/h200_round19.md; tests lower it to run the block kernels on small sizes).
-BLOCK_MIN_N = 128
+BLOCK_MIN_N = 64
 #: svd_block_round: Jacobi sweeps on a pair of blocks' Gram matrix at most.
 BLOCK_INNER_SWEEPS = 1
-#: svd_block_rotate: rows of a pair per threadgroup (each forms the pair's rotation; fewer
-#: threadgroups share the GPU's cores among fewer copies of that work).
-BLOCK_ROTATE_ROWS = 256
+#: svd_block_rotate: rows of a pair per threadgroup below and from BLOCK_ROTATE_WIDE_N (each
+#: threadgroup forms the pair's rotation, so fewer of them share the GPU's cores among fewer
+#: copies of that work; measured on the H200, round 19: 256^2 10.2 ms with 64 rows, 11.2 with
+#: 128; 1024^2 88 ms with 64, 76 with 128, 78 with 256).
+BLOCK_ROTATE_ROWS = (64, 128)
+BLOCK_ROTATE_WIDE_N = 512
 #: svd_block_norms / svd_block_output: simdgroups (columns) per threadgroup.
 BLOCK_OUTPUT_SIMDGROUPS = 8
 #: svd_block_scale and svd_block_complete (one threadgroup a matrix), svd_block_load: threads.
@@ -111,6 +114,11 @@ def _jacobi(A: torch.Tensor, vectors: bool, fn: str):
     return (U if vectors else None), S, (Vh if vectors else None), info
 
 
+def rotate_rows(n: int) -> int:
+    """Rows of a pair of blocks per svd_block_rotate threadgroup for order n."""
+    return BLOCK_ROTATE_ROWS[n >= BLOCK_ROTATE_WIDE_N]
+
+
 def block_count(n: int) -> int:
     """Column blocks of the block Jacobi for order n: ceil(n / BLOCK_WIDTH) rounded up to even
     (a last block past n is empty)."""
@@ -138,7 +146,7 @@ def _block(A: torch.Tensor, vectors: bool, fn: str):
     state = torch.empty((batch, 2 + MAX_SWEEPS * (blocks // 2)), dtype=torch.int32, device=dev)
     layout = metal_params.param_struct(_BLOCK_HEADER, "SvdBlockParams")
     words = layout.pack(n=n, batch=batch, vectors=vectors, blocks=blocks, sweep=0, round=0,
-                        inner=BLOCK_INNER_SWEEPS, rotate_rows=BLOCK_ROTATE_ROWS)
+                        inner=BLOCK_INNER_SWEEPS, rotate_rows=rotate_rows(n))
 
     def kernel(name: str):
         return _metal.kernel(_SOURCE, name, dtype, dev, fn=fn)
@@ -163,7 +171,7 @@ def _block(A: torch.Tensor, vectors: bool, fn: str):
         rotate_kernel, work, grams, state)
     width = min(_metal.group_width(gram_kernel, BLOCK_THREADS),
                 _metal.group_width(rotate_kernel, BLOCK_THREADS))
-    pieces = _metal.ceil_div(n, BLOCK_ROTATE_ROWS)
+    pieces = _metal.ceil_div(n, rotate_rows(n))
     group = [width, 1, 1]
     sweep_word, round_word = layout.word("sweep"), layout.word("round")
     for sweep in range(MAX_SWEEPS):

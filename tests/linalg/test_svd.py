@@ -467,10 +467,11 @@ def test_lane_order_independent(metal_backend, monkeypatch):
 
 @pytest.mark.parametrize("n,dtype", [(40, torch.float32), (45, torch.complex64),
                                      (46, torch.complex64), (64, torch.float32)])
-def test_many_pairs_staged_and_in_device_memory(metal_backend, n, dtype):
+def test_many_pairs_staged_and_in_device_memory(metal_backend, monkeypatch, n, dtype):
     """More pairs per step than simdgroups per threadgroup and columns longer than a
     simdgroup, with W and V in threadgroup memory (the largest n that fits) and in the device
-    workspace (the smallest n that does not)."""
+    workspace (the smallest n that does not; svd_jacobi there, not the block kernels)."""
+    monkeypatch.setattr(svd_metal, "BLOCK_MIN_N", 10**6)
     assert svd_metal.staged(n, dtype) == (n in (40, 45))
     A = metal_backend.tensor(matrix_with_spread(n, 1e4, dtype, (), seed=44, rank=n - 9))
     check_svd(A, *mpslinalg.svd(A), True)
@@ -480,6 +481,7 @@ def test_results_independent_of_threads(metal_backend, monkeypatch):
     """svd_jacobi's bits do not depend on its simdgroups (a pipeline's limit may cut them):
     3 take 32 or 23 pairs a step unevenly, 32 one each or none; zero columns, so the
     completion of U runs too."""
+    monkeypatch.setattr(svd_metal, "BLOCK_MIN_N", 10**6)
     for n, dtype in [(64, torch.float32), (46, torch.complex64)]:
         assert not svd_metal.staged(n, dtype)
         A = matrix_with_spread(n, 1e4, dtype, (), seed=47)
