@@ -143,8 +143,7 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
     # n launches, where the host's cost per launch is most of a step's time: the arguments are
     # bound once and the packed words formed once, then only the step's word changes
     words = params(step=0, rows=TRIDIAG_ROWS, groups=groups)
-    step_word = next(i for i, (a, b) in enumerate(
-        zip(words, params(step=1, rows=TRIDIAG_ROWS, groups=groups), strict=True)) if a != b)
+    step_word = metal_params.param_struct(_TRIDIAG_HEADER, "TridiagParams").word("step")
     group_size = [TRIDIAG_STEP_THREADS, 1]
     tail = max(0, n - TRIDIAG_TAIL)  # the first column of eigh_tridiag_tail's
     for k in range(tail):

@@ -147,8 +147,9 @@ def lu_factor_metal(A: torch.Tensor, *, fn: str = "lu_factor"
                threads=[threads, batch], group_size=[threads, 1])
         return LU, pivots, info
     # The launches depend on the shapes only: planned once per shape, then each kernel bound to
-    # its tensors once (the host's cost per launch is a large part of a blocked factorization's
-    # time: 1023 launches at 4096 x 4096).
+    # its tensors once, which halves the host's time to enqueue a call (1023 launches at
+    # 4096 x 4096); the total did not move with it on the H200, where the LU is bound by its
+    # kernels on the GPU (benchmarks/results/h200_round18.md, call 7).
     args = {"lu_panel": (LU, pivots, info_flat), "lu_panel_tall": (LU, pivots, info_flat),
             "lu_swap_trsm": (LU, pivots), "lu_update": (LU,)}
     bound: dict = {}
