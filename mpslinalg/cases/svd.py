@@ -61,7 +61,19 @@ _SVD_CASES = {
     "wide 10x60 complex64": lambda d: random_matrix(60, torch.complex64, (), 6, m=10).to(d),
     "camera: batch of 10000 3x3 (one launch)": lambda d: random_matrix(
         3, torch.float32, (10000,), 7).to(d),
+    "block Jacobi (columns over threadgroups): 72x72 rank 50 and a zero column, 2 of them":
+        lambda d: _block_case(d),
+    "block Jacobi: complex64 64x64, cond 1e4": lambda d: matrix_with_spread(
+        64, 1e4, torch.complex64, (), seed=17).to(d),
 }
+
+
+def _block_case(device) -> torch.Tensor:
+    """Order 72 (>= svd_metal.BLOCK_MIN_N): six column blocks, rows in two threadgroups;
+    rank-deficient with an exactly zero column, so U's completion runs too."""
+    A = matrix_with_spread(72, 10.0, torch.float32, (2,), seed=16, rank=50)
+    A[1, :, 3] = 0
+    return A.to(device)
 
 
 def _register_svd(name: str, make) -> None:
