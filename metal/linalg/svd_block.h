@@ -61,8 +61,8 @@ struct SvdBlockParams {
   long rotate_rows;  // svd_block_rotate: rows of a pair per threadgroup
 };
 
-// Columns of a block: two blocks' Gram matrix and rotations (2 x 32 x 32 complex64 elements,
-// 16 KiB) and the staged rows below fit Apple's 32 KiB of threadgroup memory.
+// Columns of a block: svd_block_rotate's Gram matrix, rotations and their product for two
+// blocks (3 x 32 x 32 complex64 elements, 24 KiB) fit Apple's 32 KiB of threadgroup memory.
 constant constexpr int kSvdBlockWidth = 16;
 constant constexpr int kSvdBlockCols = 2 * kSvdBlockWidth;
 // Rows of a matrix per threadgroup of svd_block_scan, svd_block_gram and svd_block_rotate: a
@@ -84,11 +84,13 @@ constant constexpr int kSvdBlockThreads = 256;
 // O(1) (g <= n), so they may stay unrotated. 2^-28: for larger columns every pair above the
 // tolerance is rotated while n <= 2^17 (2^-56 sqrt(n) eps > 1e-30 * 2n).
 constant constexpr float kSvdBlockTinyNorm = 3.7252903e-9f;
-static_assert(kSvdBlockCols * kSvdBlockCols * 2 * 8 + kSvdBlockCols * kSvdBlockChunkStride * 8 +
+static_assert(3 * kSvdBlockCols * kSvdBlockCols * 8 + kSvdBlockCols * 4 +
                       kEighGroupMaxPairs * kEighRotFloats * 4 +
                       (kMaxThreadsPerGroup / kSimdWidth) * 4 <=
                   kMaxThreadgroupMemoryBytes,
               "svd_block_rotate's threadgroup memory must fit");
+static_assert(kSvdBlockCols * kSvdBlockChunkStride * 8 <= kMaxThreadgroupMemoryBytes,
+              "svd_block_gram's threadgroup memory must fit");
 
 // Threadgroups of kSvdBlockSplitRows rows of an order-n matrix.
 inline int svd_block_splits(long n) {
