@@ -12,8 +12,8 @@ Paths and launches per call (a gather copy first when the input is not contiguou
                       1: svd_jacobi, one threadgroup per matrix (W and V in threadgroup memory
                       when they fit, see `staged`, in a device workspace otherwise).
   m == n >= BLOCK_MIN_N
-                      6 + 2 MAX_SWEEPS (blocks - 1), blocks = ceil(n / BLOCK_WIDTH) rounded
-                      up to even (7 with vectors): the block Jacobi of metal/linalg/svd_block.h,
+                      5 + 2 MAX_SWEEPS (blocks - 1), blocks = ceil(n / BLOCK_WIDTH) rounded
+                      up to even (6 with vectors): the block Jacobi of metal/linalg/svd_block.h,
                       two launches per round of pairs of column blocks, threadgroups of
                       BLOCK_SPLIT_ROWS rows of a pair; the rounds after convergence return at
                       once.
