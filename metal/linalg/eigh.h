@@ -126,10 +126,11 @@ inline T eigh_read(device const T* a, long n, long i, long j, bool lower) {
   return stored ? a[i * n + j] : conj(a[j * n + i]);
 }
 
-// Whether the pair with this off-diagonal entry and diagonal is rotated.
-inline bool eigh_needs_rotation(float off, float a_pp, float a_qq) {
+// Whether the pair with this off-diagonal entry and diagonal is rotated (relative threshold
+// `tol`: the eigensolver's own, or the one-sided SVD's test on a Gram matrix, svd_block.h).
+inline bool eigh_needs_rotation(float off, float a_pp, float a_qq, float tol = kEighTol) {
   return off > kEighNegligible &&
-         off > kEighTol * metal::sqrt(metal::fabs(a_pp)) * metal::sqrt(metal::fabs(a_qq));
+         off > tol * metal::sqrt(metal::fabs(a_pp)) * metal::sqrt(metal::fabs(a_qq));
 }
 
 // One item of a step's block update (see eigh_jacobi) in registers: its pairs, rotations and

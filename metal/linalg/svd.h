@@ -279,15 +279,26 @@ inline void svd_write_nonfinite(device float* sb, device T* ub, device T* vhb, d
   }
 }
 
-// Position of column j when the columns are sorted by decreasing norm (stable).
-inline long svd_rank(device const float* norms, long n, long j) {
+// Position of column j when the columns are sorted by decreasing norm (stable): the count over
+// columns first, first + stride, ... (the caller sums the strided parts; 0, 1 counts them all).
+inline long svd_rank(device const float* norms, long n, long j, long first = 0,
+                     long stride = 1) {
   const float sj = norms[j];
   long r = 0;
-  for (long k = 0; k < n; ++k) {
+  for (long k = first; k < n; k += stride) {
     const float sk = norms[k];
     r += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
   }
   return r;
+}
+
+// Columns whose norm reaches `tiny`: normalised into U, the others completed (they rank last).
+inline long svd_kept(device const float* norms, long n, float tiny) {
+  long kept = 0;
+  for (long j = 0; j < n; ++j) {
+    kept += norms[j] >= tiny ? 1 : 0;
+  }
+  return kept;
 }
 
 // Completes columns first .. n - 1 of the row-major n x n U (columns 0 .. first - 1
@@ -405,10 +416,7 @@ inline void svd_jacobi_body(P w, P v, device const T* ab, device T* scratch, dev
     }
   }
   threadgroup_barrier(metal::mem_flags::mem_device);
-  long kept = 0;  // columns normalised into U; the others are completed
-  for (long j = 0; j < n; ++j) {
-    kept += nb[j] >= kSvdTinyNorm ? 1 : 0;
-  }
+  const long kept = svd_kept(nb, n, kSvdTinyNorm);
   for (long j = 0; j < n; ++j) {
     svd_output_column<T>(w + j * n, v + j * n, ub, sb, vhb, n, svd_rank(nb, n, j), nb[j], ex,
                          vectors, kSvdTinyNorm, tid, nthreads);

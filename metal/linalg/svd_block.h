@@ -371,8 +371,7 @@ template <typename T>
       const float off = metal::ldexp(modulus(gram[e]), -ex);
       const float gii = metal::ldexp(svd_real(gram[i * c + i]), -ex);
       const float gjj = metal::ldexp(svd_real(gram[j * c + j]), -ex);
-      need = off > kEighNegligible && off > tol * metal::sqrt(gii) * metal::sqrt(gjj) ? 1.0f
-                                                                                      : need;
+      need = eigh_needs_rotation(off, gii, gjj, tol) ? 1.0f : need;
     }
   }
   if (group_max(need, part, lane, sg, nsg) == 0.0f) {
@@ -528,12 +527,7 @@ template <typename T>
   }
   device const float* nb = norms + b * n;
   const float nj = nb[j];
-  int rank = 0;  // svd_rank, its comparisons strided over the lanes
-  for (long k = lane; k < n; k += kSimdWidth) {
-    const float sk = nb[k];
-    rank += (sk > nj || (sk == nj && k < j)) ? 1 : 0;
-  }
-  rank = metal::simd_sum(rank);
+  const int rank = metal::simd_sum(int(svd_rank(nb, n, j, lane, kSimdWidth)));
   const bool vectors = p.vectors != 0;
   device const T* w = svd_block_work(work, b, p);
   svd_output_column<T>(w + j * n, w + nn + j * n, u + (vectors ? b * nn : 0), s + b * n,
@@ -558,10 +552,7 @@ template <typename T>
   if (p.vectors == 0 || state[b * svd_block_state_ints(p)] != 0) {
     return;
   }
-  long kept = 0;
-  for (long j = 0; j < n; ++j) {
-    kept += norms[b * n + j] >= kSvdBlockTinyNorm ? 1 : 0;
-  }
+  const long kept = svd_kept(norms + b * n, n, kSvdBlockTinyNorm);
   if (kept < n) {
     svd_complete_columns(u + b * nn, svd_block_work(work, b, p), n, kept, tid, tpg.x);
   }
