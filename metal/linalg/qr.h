@@ -10,10 +10,12 @@
 //                    memory;
 //   qr_apply_w       P = V^H C for a block of columns C, split over chunks of rows (shared GEMM);
 //   qr_apply_t       W = op(T) (sum of the chunks' P) (op = ^H applies Q^H, as geqrf's trailing
-//                    update and ormqr; op = identity applies Q, as orgqr);
+//                    update and ormqr; op = identity applies Q, as orgqr); apply-Q instead
+//                    folds op(T) into its V once (qr_explicit_v's Y) and only adds the chunks
+//                    (qr_apply_sum; nothing for a single chunk);
 //   qr_apply_update  C -= V W (shared GEMM: the matrix product of larfb).
 // qr_larft builds every panel's T from reflectors given by the caller (householder_product);
-// qr_explicit_v writes stored reflectors as a plain V for the products.
+// qr_explicit_v writes stored reflectors as a plain V for the products (and Y = V op(T)).
 // qr_tsqr_* factor tall-skinny matrices by the TSQR tree (its own section below).
 // qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread (generated:
 //                  qr_small.h, included by qr.metal).
@@ -50,7 +52,8 @@ struct QrParams {
   long ldc;      // row stride of C (and of the W workspace)
   long c_col0;   // first column of C that is updated
   long c_cols;   // columns of C that are updated
-  long adjoint;  // qr_apply_t: 1 applies Q^H (W = T^H V^H C), 0 applies Q (W = T V^H C)
+  long adjoint;  // qr_apply_t, qr_explicit_v: 1 applies Q^H (W = T^H V^H C), 0 applies Q
+                 // (W = T V^H C)
   long ldv;      // row stride of the explicit V (qr_panel writes it, qr_apply_* read it)
   long v_col0;   // column of V holding the panel's first reflector
   long chunks;   // qr_apply_w: row chunks of kQrApplyChunk rows from k0
@@ -66,7 +69,8 @@ constant constexpr int kQrStageElems = 2176;
 // qr_apply_w: rows of C per threadgroup (the depth of one split-K partial product): a tall C
 // gives (m - k0) / kQrApplyChunk threadgroups per column tile instead of one.
 constant constexpr int kQrApplyChunk = 256;
-// qr_apply_t: one thread per column of C, kQrApplyCols per threadgroup.
+// qr_apply_t: one thread per column of C, kQrApplyCols per threadgroup (qr_apply_sum: one per
+// entry of W, as many per threadgroup).
 constant constexpr int kQrApplyCols = 64;
 // qr_explicit_v: threads per threadgroup (one per entry of V).
 constant constexpr int kQrExplicitThreads = 256;
@@ -432,12 +436,16 @@ template <typename T>
 
 // V of the first k reflectors stored in a (below the diagonal), as an explicit m x k matrix with
 // its unit diagonal and zeros above it, for the products of qr_apply_w and qr_apply_update
-// (gemm_tile reads plain matrices). Grid: (ceil(m k / kQrExplicitThreads) threads, batch).
+// (gemm_tile reads plain matrices), and beside it Y = V op(T) panel by panel (op(T) = T for Q^H,
+// T^H for Q: p.adjoint), so that qr_apply_w's Y^H C is already larfb's W = op(T)^H V^H C and no
+// launch per panel multiplies by T. Grid: (ceil(m k / kQrExplicitThreads) threads, batch).
 template <typename T>
 [[kernel]] void qr_explicit_v(
     device const T* a [[buffer(0)]],
-    device T* v [[buffer(1)]],
-    constant mpsl::QrParams& p [[buffer(2)]],
+    device const T* tmat [[buffer(1)]],
+    device T* v [[buffer(2)]],
+    device T* y [[buffer(3)]],
+    constant mpsl::QrParams& p [[buffer(4)]],
     uint2 gid [[thread_position_in_grid]]) {
   using namespace mpsl;
   const long batch = long(gid.y);
@@ -447,7 +455,21 @@ template <typename T>
     return;
   }
   const long r = e / k, i = e - r * k;
-  v[batch * m * k + e] = qr_v(a + batch * m * n, n, m, 0, k, r, i);
+  device const T* ab = a + batch * m * n;
+  v[batch * m * k + e] = qr_v(ab, n, m, 0, k, r, i);
+  // Y[r][i] over the panel of column i: sum_l V[r][k0 + l] op(T)[l][i - k0], T upper triangular.
+  const long panel = i / kQrPanelWidth, k0 = panel * kQrPanelWidth;
+  const long w = metal::min(long(kQrPanelWidth), k - k0), c = i - k0;
+  device const T* t = tmat + (batch * p.npanels + panel) * kQrPanelWidth * kQrPanelWidth;
+  T acc = zero<T>();
+  for (long l = 0; l < w; ++l) {
+    const bool upper = p.adjoint != 0 ? l <= c : l >= c;
+    if (upper) {
+      const T tl = p.adjoint != 0 ? t[l * kQrPanelWidth + c] : conj(t[c * kQrPanelWidth + l]);
+      acc += mul(qr_v(ab, n, m, 0, k, r, k0 + l), tl);
+    }
+  }
+  y[batch * m * k + e] = acc;
 }
 
 // Partial products P[chunk] = V^H C over the rows [k0 + chunk kQrApplyChunk, ...) of C's columns
@@ -525,6 +547,27 @@ template <typename T>
       W[i * p.c_cols] = s;
     }
   }
+}
+
+// W = P[0] + P[1] + ... where qr_apply_w's products already carry op(T) (apply-Q, whose
+// qr_apply_w reads Y = V op(T)): one thread per entry of W, the chunks added in index order.
+// Grid: (kQrPanelWidth c_cols rounded up to kQrApplyCols, batch).
+template <typename T>
+[[kernel]] void qr_apply_sum(
+    device const T* part [[buffer(0)]],
+    device T* work [[buffer(1)]],
+    constant mpsl::QrParams& p [[buffer(2)]],
+    uint2 gid [[thread_position_in_grid]]) {
+  using namespace mpsl;
+  const long batch = long(gid.y), e = long(gid.x), size = kQrPanelWidth * p.c_cols;
+  if (e >= p.w * p.c_cols) {
+    return;
+  }
+  T acc = zero<T>();
+  for (long chunk = 0; chunk < p.chunks; ++chunk) {
+    acc += part[(batch * p.chunks + chunk) * size + e];
+  }
+  work[batch * size + e] = acc;
 }
 
 // C -= V W over the rows [k0, m) and columns [c_col0, c_col0 + c_cols) of C (larfb's last

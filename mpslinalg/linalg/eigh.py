@@ -73,6 +73,12 @@ TRIDIAG_ROWS = 8
 #: threadgroup per matrix in one launch (eigh_tridiag_tail) instead of a launch each (measured
 #: through the CUDA executor: the eigh page of the docs).
 TRIDIAG_TAIL = 128
+#: Threads of the eigh_tridiag_tail threadgroup (fewer where the pipeline allows fewer): its
+#: simdgroups take the rows in turn, so more of them shorten each column's chain of rows; 512
+#: against 256 and 1024 measured through the CUDA executor (the eigh page of the docs). The
+#: tail's sums then run over 16 simdgroups, the steps' over 8: the same bits up to n = 256 (no
+#: thread holds more than one entry of a column there), float32 rounding apart beyond.
+TRIDIAG_TAIL_THREADS = 512
 TRIDIAG_BISECT_THREADS = 64  # kTridiagBisectThreads: eigh_tridiag_bisect, one eigenvalue each
 
 _DIVIDE_HEADER = "linalg/eigh_divide.h"
@@ -151,9 +157,11 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
         words = list(words)
         words[step_word] = k
         step(words, threads=[step_groups * TRIDIAG_STEP_THREADS, batch], group_size=group_size)
-    launch(_metal.kernel(_SOURCE, "eigh_tridiag_tail", dtype, device, fn=fn), x, vec, scratch,
-           de, refl, taus, part, flags, params(step=tail, rows=n, groups=groups),
-           threads=[TRIDIAG_STEP_THREADS, batch], group_size=group_size)
+    tail_kernel = _metal.kernel(_SOURCE, "eigh_tridiag_tail", dtype, device, fn=fn)
+    tail_threads = _metal.group_width(tail_kernel, TRIDIAG_TAIL_THREADS)
+    launch(tail_kernel, x, vec, scratch, de, refl, taus, part, flags,
+           params(step=tail, rows=n, groups=groups), threads=[tail_threads, batch],
+           group_size=[tail_threads, 1])
     if not vectors:
         bisect = _metal.kernel(_SOURCE, "eigh_tridiag_bisect", dtype, device, fn=fn)
         launch(bisect, de, flags, w, status, params(),

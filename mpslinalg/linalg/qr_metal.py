@@ -12,7 +12,10 @@ Launches per call, with P = ceil(min(m, n) / PANEL_WIDTH) panels:
                     right of it (none after the last panel when n <= m): qr_apply_w (V^H C,
                     split over row chunks, on the shared GEMM), qr_apply_t (the chunks added,
                     times T) and qr_apply_update (C -= V W on the shared GEMM).
-  apply_q_metal     1 + 3 per panel (qr_explicit_v, then the three above), for Q C or Q^H C.
+  apply_q_metal     1 + 2 or 3 per panel, for Q C or Q^H C: qr_explicit_v (V, and Y = V op(T) for
+                    every panel at once), then per panel qr_apply_w on Y (already W's chunks),
+                    qr_apply_sum where the rows below k0 make more than one chunk of
+                    APPLY_CHUNK, and qr_apply_update.
   orgqr_metal       as apply_q_metal on the first columns of the identity.
   larft_metal       1 (every panel's T at once).
   gelsy_metal       1 (lstsq_gelsy, the whole of xGELSY for one matrix per threadgroup).
@@ -104,19 +107,23 @@ def _t_buffer(batch: int, npanels: int, like: torch.Tensor) -> torch.Tensor:
 
 class _BlockReflector:
     """The launches of C <- op(I - V T V^H) C for the panels of one factor (larfb): the
-    workspaces, sized once for the largest panel and C."""
+    workspaces, sized once for the largest panel and C. With ``y`` (apply-Q: Y = V op(T) from
+    qr_explicit_v) the first product is already W's chunks, which qr_apply_sum adds (no launch
+    for one chunk) instead of qr_apply_t."""
 
     def __init__(self, v: torch.Tensor, ldv: int, tmat: torch.Tensor, C: torch.Tensor, *, m: int,
-                 cols: int, fn: str):
+                 cols: int, fn: str, y: torch.Tensor | None = None):
         batch = tmat.shape[0]
-        self.v, self.ldv, self.tmat, self.C, self.m, self.batch = v, ldv, tmat, C, m, batch
+        self.v, self.ldv, self.tmat, self.C, self.m, self.batch, self.y = (
+            v, ldv, tmat, C, m, batch, y)
         chunks = _metal.ceil_div(m, APPLY_CHUNK)
         self.part = torch.empty(batch * chunks * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
                                 device=C.device)
         self.work = torch.empty(batch * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
                                 device=C.device)
         self.kernels = [_metal.kernel(_SOURCE, name, C.dtype, C.device, fn=fn)
-                        for name in ("qr_apply_w", "qr_apply_t", "qr_apply_update")]
+                        for name in ("qr_apply_w", "qr_apply_t" if y is None else "qr_apply_sum",
+                                     "qr_apply_update")]
 
     def apply(self, *, k0: int, w: int, v_col0: int, ldc: int, c_col0: int, c_cols: int,
               adjoint: bool) -> None:
@@ -129,13 +136,20 @@ class _BlockReflector:
         params = _params(m=m, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=self.tmat.shape[1],
                          ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=adjoint, ldv=self.ldv,
                          v_col0=v_col0, chunks=chunks)
-        apply_w, apply_t, update = self.kernels
+        apply_w, reduce, update = self.kernels
         col_tiles = _metal.ceil_div(c_cols, gemm_metal.TILE_N) * gemm_metal.THREADS
-        launch(apply_w, self.v, self.C, self.part, params, threads=[col_tiles, chunks, batch],
-               group_size=[gemm_metal.THREADS, 1, 1])
-        launch(apply_t, self.tmat, self.part, self.work, params,
-               threads=[_metal.ceil_div(c_cols, APPLY_COLS) * APPLY_COLS, batch],
-               group_size=[APPLY_COLS, 1])
+        folded = self.y is not None
+        part = self.work if folded and chunks == 1 else self.part
+        launch(apply_w, self.y if folded else self.v, self.C, part, params,
+               threads=[col_tiles, chunks, batch], group_size=[gemm_metal.THREADS, 1, 1])
+        if not folded:
+            launch(reduce, self.tmat, self.part, self.work, params,
+                   threads=[_metal.ceil_div(c_cols, APPLY_COLS) * APPLY_COLS, batch],
+                   group_size=[APPLY_COLS, 1])
+        elif chunks > 1:
+            launch(reduce, self.part, self.work, params,
+                   threads=[_metal.ceil_div(PANEL_WIDTH * c_cols, APPLY_COLS) * APPLY_COLS,
+                            batch], group_size=[APPLY_COLS, 1])
         launch(update, self.v, self.work, self.C, params,
                threads=[col_tiles, _metal.ceil_div(m - k0, gemm_metal.TILE_M), batch],
                group_size=[gemm_metal.THREADS, 1, 1])
@@ -205,11 +219,13 @@ def apply_q_metal(a: torch.Tensor, tmat: torch.Tensor, C: torch.Tensor, *, k: in
     if batch == 0 or cols == 0 or not panels:
         return C
     v = torch.empty((batch, m, k), dtype=C.dtype, device=C.device)
+    y = torch.empty_like(v)
     explicit = _metal.kernel(_SOURCE, "qr_explicit_v", a.dtype, a.device, fn=fn)
-    launch(explicit, a, v, _params(m=m, n=n, k=k),
+    launch(explicit, a, tmat, v, y, _params(m=m, n=n, k=k, npanels=tmat.shape[1],
+                                            adjoint=adjoint),
            threads=[_metal.ceil_div(m * k, EXPLICIT_THREADS) * EXPLICIT_THREADS, batch],
            group_size=[EXPLICIT_THREADS, 1])
-    reflector = _BlockReflector(v, k, tmat, C, m=m, cols=cols, fn=fn)
+    reflector = _BlockReflector(v, k, tmat, C, m=m, cols=cols, fn=fn, y=y)
     for k0, w in panels if adjoint else panels[::-1]:
         reflector.apply(k0=k0, w=w, v_col0=k0, ldc=cols, c_col0=0, c_cols=cols, adjoint=adjoint)
     return C

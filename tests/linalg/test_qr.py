@@ -171,6 +171,22 @@ def test_tsqr_agrees_with_the_blocked_path(metal_backend, small_tree, monkeypatc
     torch.testing.assert_close(R_tree.abs().cpu(), R_blocked.abs().cpu(), rtol=1e-4, atol=1e-4)
 
 
+def test_apply_q_over_several_row_chunks(metal_backend):
+    """The blocked Q and Q^H past APPLY_CHUNK rows below a panel: qr_apply_w's products of
+    Y = V op(T) split over row chunks, added by qr_apply_sum (qr's complete Q: Q; lstsq's gels:
+    Q^H B), against the LAPACK ratios and torch's CPU lstsq."""
+    m, n = qr_metal.APPLY_CHUNK + 44, 20
+    for dtype in (torch.float32, torch.complex64):
+        A = random_matrix(n, dtype, (2,), seed=40, m=m)
+        assert not qr_metal.use_tsqr(m, n, "reduced", dtype)
+        check_qr(A, *(t.cpu() for t in mpslinalg.qr(metal_backend.tensor(A), mode="complete")),
+                 mode="complete")
+        B = random_matrix(3, dtype, (2,), seed=41, m=m)
+        X = mpslinalg.lstsq(metal_backend.tensor(A), metal_backend.tensor(B), driver="gels")[0]
+        ref = torch.linalg.lstsq(A.to(wide(A).dtype), B.to(wide(B).dtype)).solution
+        torch.testing.assert_close(wide(X.cpu()), ref, rtol=2e-4, atol=2e-4)
+
+
 @pytest.fixture
 def small_tree(monkeypatch):
     """Leaves of 2 n rows and nodes of two R factors: small matrices reach a tree of several
@@ -402,7 +418,11 @@ def test_launch_counts_grow_with_panels_not_batch(metal_backend):
         k = min(m, n)
         trailing = sum(1 for k0 in range(0, k, panel) if k0 + min(panel, k - k0) < n)
         expected_geqrf = panels + 3 * trailing  # qr_panel; qr_apply_w, _t, _update
-        assert counts[0] == counts[1] == (expected_geqrf, expected_geqrf + 1 + 3 * panels), counts
+        # orgqr: qr_explicit_v; per panel qr_apply_w, qr_apply_sum for more than one chunk of
+        # rows below k0, qr_apply_update
+        sums = sum(1 for k0 in range(0, k, panel) if m - k0 > qr_metal.APPLY_CHUNK)
+        expected_q = 1 + 2 * panels + sums
+        assert counts[0] == counts[1] == (expected_geqrf, expected_geqrf + expected_q), counts
 
 
 def test_lane_order_independent(metal_backend, monkeypatch):
