@@ -7,15 +7,14 @@
 //                    (larfg), each applied to the rest of the panel, and the panel's compact-WY
 //                    factor T (larft), so that H(k0) ... H(k0 + w - 1) = I - V T V^H. The panel
 //                    lives in threadgroup memory when it fits (kQrStageElems), else in device
-//                    memory;
-//   qr_apply_w       P = V^H C for a block of columns C, split over chunks of rows (shared GEMM);
-//   qr_apply_t       W = op(T) (sum of the chunks' P) (op = ^H applies Q^H, as geqrf's trailing
-//                    update and ormqr; op = identity applies Q, as orgqr); apply-Q instead
-//                    folds op(T) into its V once (qr_explicit_v's Y) and only adds the chunks
-//                    (qr_apply_sum; nothing for a single chunk);
+//                    memory. It writes V and Y = V T as plain matrices;
+//   qr_apply_w       P = Y^H C for a block of columns C, split over chunks of rows (shared
+//                    GEMM): with Y = V op(T), Y^H C is larfb's W = op(T)^H V^H C (op(T) = T
+//                    applies Q^H, as geqrf's trailing update and ormqr; T^H applies Q, as orgqr);
+//   qr_apply_sum     W = P[0] + P[1] + ... (no launch for a single chunk);
 //   qr_apply_update  C -= V W (shared GEMM: the matrix product of larfb).
 // qr_larft builds every panel's T from reflectors given by the caller (householder_product);
-// qr_explicit_v writes stored reflectors as a plain V for the products (and Y = V op(T)).
+// qr_explicit_v writes stored reflectors as plain V and Y = V op(T) for the products (apply-Q).
 // qr_tsqr_* factor tall-skinny matrices by the TSQR tree (its own section below).
 // qr_small factors a batch of m, n <= kQrSmallMax matrices, one matrix per thread (generated:
 //                  qr_small.h, included by qr.metal).
@@ -52,8 +51,7 @@ struct QrParams {
   long ldc;      // row stride of C (and of the W workspace)
   long c_col0;   // first column of C that is updated
   long c_cols;   // columns of C that are updated
-  long adjoint;  // qr_apply_t, qr_explicit_v: 1 applies Q^H (W = T^H V^H C), 0 applies Q
-                 // (W = T V^H C)
+  long adjoint;  // qr_explicit_v: Y for Q^H (1: W = T^H V^H C) or for Q (0: W = T V^H C)
   long ldv;      // row stride of the explicit V (qr_panel writes it, qr_apply_* read it)
   long v_col0;   // column of V holding the panel's first reflector
   long chunks;   // qr_apply_w: row chunks of kQrApplyChunk rows from k0
@@ -69,8 +67,7 @@ constant constexpr int kQrStageElems = 2176;
 // qr_apply_w: rows of C per threadgroup (the depth of one split-K partial product): a tall C
 // gives (m - k0) / kQrApplyChunk threadgroups per column tile instead of one.
 constant constexpr int kQrApplyChunk = 256;
-// qr_apply_t: one thread per column of C, kQrApplyCols per threadgroup (qr_apply_sum: one per
-// entry of W, as many per threadgroup).
+// qr_apply_sum: threads per threadgroup (one per entry of W).
 constant constexpr int kQrApplyCols = 64;
 // qr_explicit_v: threads per threadgroup (one per entry of V).
 constant constexpr int kQrExplicitThreads = 256;
@@ -322,13 +319,31 @@ inline void qr_write_v(P panel, long lda, long rows, long w, device T* v, long l
   }
 }
 
+// Y = V T of a factored panel (as qr_write_v reads it) and its T (threadgroup, kQrPanelWidth
+// square, upper triangular): the first product of geqrf's trailing update, Y^H C = T^H V^H C,
+// then needs no launch for T (row stride ldy).
+template <typename T, typename P>
+inline void qr_write_y(P panel, long lda, long rows, long w, threadgroup const T* t,
+                       device T* y, long ldy, uint tid, uint nthreads) {
+  for (long e = long(tid); e < rows * w; e += long(nthreads)) {
+    const long i = e / w, c = e - i * w;
+    T acc = zero<T>();
+    for (long l = 0; l <= c && l <= i; ++l) {
+      const T v = i == l ? one<T>() : T(panel[i * lda + l]);
+      acc += mul(v, t[l * kQrPanelWidth + c]);
+    }
+    y[i * ldy + c] = acc;
+  }
+}
+
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
 
 // geqr2 + larft of the panel rows [k0, m) x columns [k0, k0 + w) of one matrix per threadgroup.
-// Writes tau[k0 : k0 + w], the panel's T (kQrPanelWidth square, zero past w) and its reflectors
-// as an explicit V (vout, row stride ldv, columns from v_col0).
+// Writes tau[k0 : k0 + w], the panel's T (kQrPanelWidth square, zero past w), its reflectors
+// as an explicit V (vout, row stride ldv, columns from v_col0) and Y = V T (yout, the same
+// layout) for the trailing update.
 // Grid: (nthreads, batch), nthreads a multiple of kSimdWidth, at most kQrMaxSimdgroups of them.
 template <typename T>
 [[kernel]] void qr_panel(
@@ -336,7 +351,8 @@ template <typename T>
     device T* tau [[buffer(1)]],
     device T* tmat [[buffer(2)]],
     device T* vout [[buffer(3)]],
-    constant mpsl::QrParams& p [[buffer(4)]],
+    device T* yout [[buffer(4)]],
+    constant mpsl::QrParams& p [[buffer(5)]],
     uint tid [[thread_index_in_threadgroup]],
     uint2 tpg [[threads_per_threadgroup]],
     uint2 group [[threadgroup_position_in_grid]],
@@ -356,6 +372,7 @@ template <typename T>
   const uint nthreads = tpg.x;
   device T* A = a + batch * m * n + k0 * n + k0;
   device T* V = vout + batch * m * p.ldv + k0 * p.ldv + p.v_col0;
+  device T* Y = yout + batch * m * p.ldv + k0 * p.ldv + p.v_col0;
 
   const long ld = qr_stage_pitch(int(w));
   if (rows * ld <= kQrStageElems) {
@@ -371,9 +388,11 @@ template <typename T>
       A[i * n + c] = stage[i * ld + c];
     }
     qr_write_v(&stage[0], ld, rows, w, V, p.ldv, tid, nthreads);
+    qr_write_y(&stage[0], ld, rows, w, t, Y, p.ldv, tid, nthreads);
   } else {
     qr_geqr2(A, n, rows, int(w), tau_panel, t, part, npart, tid, nthreads, lane, sg, nsg);
     qr_write_v(A, n, rows, w, V, p.ldv, tid, nthreads);
+    qr_write_y(A, n, rows, w, t, Y, p.ldv, tid, nthreads);
   }
   device T* tout = tmat + (batch * p.npanels + p.panel) * kQrPanelWidth * kQrPanelWidth;
   for (int e = int(tid); e < kQrPanelWidth * kQrPanelWidth; e += int(nthreads)) {
@@ -474,7 +493,7 @@ template <typename T>
 
 // Partial products P[chunk] = V^H C over the rows [k0 + chunk kQrApplyChunk, ...) of C's columns
 // [c_col0, c_col0 + c_cols): the first product of larfb, split over the rows so that a tall C
-// keeps many threadgroups busy (split-K; qr_apply_t adds the chunks in a fixed order). V is the
+// keeps many threadgroups busy (split-K; qr_apply_sum adds the chunks in a fixed order). V is the
 // panel's columns [v_col0, v_col0 + w) of the explicit V (row stride ldv); P is (batch, chunks,
 // kQrPanelWidth, c_cols). Grid: (column tiles * kGemmThreads, chunks, batch).
 template <typename T>
@@ -495,58 +514,6 @@ template <typename T>
             c + batch * p.m * p.ldc + r0 * p.ldc + p.c_col0, p.ldc, kGemmNoTrans,
             part + (batch * p.chunks + chunk) * kQrPanelWidth * p.c_cols, p.c_cols, p.w,
             p.c_cols, rows, 0, long(group.x) * kGemmTileN, 1.0f, 0.0f, kGemmFull, scratch, tid, sg);
-}
-
-// W = op(T) (P[0] + P[1] + ...) for the panel's T (op = ^H applies Q^H, identity applies Q):
-// W is the workspace (batch, kQrPanelWidth, c_cols). One thread per column of C, the chunks
-// added in index order. Grid: (columns rounded up to kQrApplyCols, batch).
-template <typename T>
-[[kernel]] void qr_apply_t(
-    device const T* tmat [[buffer(0)]],
-    device const T* part [[buffer(1)]],
-    device T* work [[buffer(2)]],
-    constant mpsl::QrParams& p [[buffer(3)]],
-    uint2 gid [[thread_position_in_grid]],
-    uint tid [[thread_index_in_threadgroup]],
-    uint2 tpg [[threads_per_threadgroup]]) {
-  using namespace mpsl;
-  threadgroup T ts[kQrPanelWidth * kQrPanelWidth];
-  const long batch = long(gid.y);
-  device const T* tp = tmat + (batch * p.npanels + p.panel) * kQrPanelWidth * kQrPanelWidth;
-  for (int e = int(tid); e < kQrPanelWidth * kQrPanelWidth; e += int(tpg.x)) {
-    ts[e] = tp[e];
-  }
-  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-  const long col = long(gid.x);
-  if (col >= p.c_cols) {
-    return;
-  }
-  T acc[kQrPanelWidth];
-  for (int i = 0; i < kQrPanelWidth; ++i) {
-    acc[i] = zero<T>();
-  }
-  for (long chunk = 0; chunk < p.chunks; ++chunk) {
-    device const T* pc = part + (batch * p.chunks + chunk) * kQrPanelWidth * p.c_cols + col;
-    for (int i = 0; i < kQrPanelWidth; ++i) {
-      if (i < p.w) {
-        acc[i] += pc[i * p.c_cols];
-      }
-    }
-  }
-  device T* W = work + batch * kQrPanelWidth * p.c_cols + col;
-  for (int i = 0; i < kQrPanelWidth; ++i) {
-    if (i < p.w) {
-      T s = zero<T>();
-      for (int l = 0; l < kQrPanelWidth; ++l) {
-        if (p.adjoint != 0 && l <= i) {
-          s += mul(conj(ts[l * kQrPanelWidth + i]), acc[l]);  // (T^H)[i][l]
-        } else if (p.adjoint == 0 && l >= i) {
-          s += mul(ts[i * kQrPanelWidth + l], acc[l]);
-        }
-      }
-      W[i * p.c_cols] = s;
-    }
-  }
 }
 
 // W = P[0] + P[1] + ... where qr_apply_w's products already carry op(T) (apply-Q, whose

@@ -8,14 +8,14 @@ has done; they never read device values on the host: the launch sequence depends
 only, and the batch is a grid dimension of every kernel (no loop over batch elements).
 
 Launches per call, with P = ceil(min(m, n) / PANEL_WIDTH) panels:
-  geqrf_metal       4 P - 3 at most: per panel qr_panel, then the block reflector on the columns
-                    right of it (none after the last panel when n <= m): qr_apply_w (V^H C,
-                    split over row chunks, on the shared GEMM), qr_apply_t (the chunks added,
-                    times T) and qr_apply_update (C -= V W on the shared GEMM).
+  geqrf_metal       4 P - 3 at most: per panel qr_panel (its V and Y = V T), then the block
+                    reflector on the columns right of it (none after the last panel when
+                    n <= m): qr_apply_w (Y^H C = T^H V^H C, split over row chunks, on the shared
+                    GEMM), qr_apply_sum (the chunks added) where the rows from k0 on make more
+                    than one chunk of APPLY_CHUNK, and qr_apply_update (C -= V W on the shared
+                    GEMM).
   apply_q_metal     1 + 2 or 3 per panel, for Q C or Q^H C: qr_explicit_v (V, and Y = V op(T) for
-                    every panel at once), then per panel qr_apply_w on Y (already W's chunks),
-                    qr_apply_sum where the rows below k0 make more than one chunk of
-                    APPLY_CHUNK, and qr_apply_update.
+                    every panel at once), then per panel the same three (or two) launches.
   orgqr_metal       as apply_q_metal on the first columns of the identity.
   larft_metal       1 (every panel's T at once).
   gelsy_metal       1 (lstsq_gelsy, the whole of xGELSY for one matrix per threadgroup).
@@ -48,7 +48,7 @@ PANEL_WIDTH = 16  # kQrPanelWidth: columns per panel, order of each T
 PANEL_MAX_SIMDGROUPS = 8  # kQrMaxSimdgroups: qr_panel threadgroups hold at most this many
 STAGE_ELEMS = 2176  # kQrStageElems: panels this small (rows x stage_pitch(w)) are staged
 APPLY_CHUNK = 256  # kQrApplyChunk: rows of C per qr_apply_w threadgroup (split-K depth)
-APPLY_COLS = 64  # kQrApplyCols: qr_apply_t columns (threads) per threadgroup
+APPLY_COLS = 64  # kQrApplyCols: qr_apply_sum threads per threadgroup
 EXPLICIT_THREADS = 256  # kQrExplicitThreads: qr_explicit_v threads per threadgroup
 LARFT_THREADS = PANEL_WIDTH * PANEL_WIDTH  # kQrLarftThreads
 SMALL_MAX = 4  # kQrSmallMax
@@ -106,48 +106,40 @@ def _t_buffer(batch: int, npanels: int, like: torch.Tensor) -> torch.Tensor:
 
 
 class _BlockReflector:
-    """The launches of C <- op(I - V T V^H) C for the panels of one factor (larfb): the
-    workspaces, sized once for the largest panel and C. With ``y`` (apply-Q: Y = V op(T) from
-    qr_explicit_v) the first product is already W's chunks, which qr_apply_sum adds (no launch
-    for one chunk) instead of qr_apply_t."""
+    """The launches of C <- op(I - V T V^H) C for the panels of one factor (larfb), given V and
+    Y = V op(T) (op(T) = T for Q^H, T^H for Q): the workspaces, sized once for the largest panel
+    and C."""
 
-    def __init__(self, v: torch.Tensor, ldv: int, tmat: torch.Tensor, C: torch.Tensor, *, m: int,
-                 cols: int, fn: str, y: torch.Tensor | None = None):
+    def __init__(self, v: torch.Tensor, y: torch.Tensor, ldv: int, tmat: torch.Tensor,
+                 C: torch.Tensor, *, m: int, cols: int, fn: str):
         batch = tmat.shape[0]
-        self.v, self.ldv, self.tmat, self.C, self.m, self.batch, self.y = (
-            v, ldv, tmat, C, m, batch, y)
+        self.v, self.y, self.ldv, self.tmat, self.C, self.m, self.batch = (
+            v, y, ldv, tmat, C, m, batch)
         chunks = _metal.ceil_div(m, APPLY_CHUNK)
         self.part = torch.empty(batch * chunks * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
                                 device=C.device)
         self.work = torch.empty(batch * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
                                 device=C.device)
         self.kernels = [_metal.kernel(_SOURCE, name, C.dtype, C.device, fn=fn)
-                        for name in ("qr_apply_w", "qr_apply_t" if y is None else "qr_apply_sum",
-                                     "qr_apply_update")]
+                        for name in ("qr_apply_w", "qr_apply_sum", "qr_apply_update")]
 
-    def apply(self, *, k0: int, w: int, v_col0: int, ldc: int, c_col0: int, c_cols: int,
-              adjoint: bool) -> None:
+    def apply(self, *, k0: int, w: int, v_col0: int, ldc: int, c_col0: int, c_cols: int) -> None:
         """C[k0:, c_col0 : c_col0 + c_cols] <- op(I - V T V^H) C for panel k0 // PANEL_WIDTH,
-        its reflectors the columns [v_col0, v_col0 + w) of V."""
+        its reflectors the columns [v_col0, v_col0 + w) of V (and of Y)."""
         m, batch = self.m, self.batch
         if c_cols <= 0 or m - k0 <= 0:
             return
         chunks = _metal.ceil_div(m - k0, APPLY_CHUNK)
         params = _params(m=m, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=self.tmat.shape[1],
-                         ldc=ldc, c_col0=c_col0, c_cols=c_cols, adjoint=adjoint, ldv=self.ldv,
-                         v_col0=v_col0, chunks=chunks)
-        apply_w, reduce, update = self.kernels
+                         ldc=ldc, c_col0=c_col0, c_cols=c_cols, ldv=self.ldv, v_col0=v_col0,
+                         chunks=chunks)
+        apply_w, add, update = self.kernels
         col_tiles = _metal.ceil_div(c_cols, gemm_metal.TILE_N) * gemm_metal.THREADS
-        folded = self.y is not None
-        part = self.work if folded and chunks == 1 else self.part
-        launch(apply_w, self.y if folded else self.v, self.C, part, params,
+        # one chunk: its product is W itself
+        launch(apply_w, self.y, self.C, self.work if chunks == 1 else self.part, params,
                threads=[col_tiles, chunks, batch], group_size=[gemm_metal.THREADS, 1, 1])
-        if not folded:
-            launch(reduce, self.tmat, self.part, self.work, params,
-                   threads=[_metal.ceil_div(c_cols, APPLY_COLS) * APPLY_COLS, batch],
-                   group_size=[APPLY_COLS, 1])
-        elif chunks > 1:
-            launch(reduce, self.part, self.work, params,
+        if chunks > 1:
+            launch(add, self.part, self.work, params,
                    threads=[_metal.ceil_div(PANEL_WIDTH * c_cols, APPLY_COLS) * APPLY_COLS,
                             batch], group_size=[APPLY_COLS, 1])
         launch(update, self.v, self.work, self.C, params,
@@ -176,15 +168,15 @@ def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
         return a, tau, tmat
     panel = _metal.kernel(_SOURCE, "qr_panel", A.dtype, A.device, fn=fn)
     v = torch.empty((batch, m, PANEL_WIDTH), dtype=A.dtype, device=A.device)
-    reflector = _BlockReflector(v, PANEL_WIDTH, tmat, a, m=m, cols=n, fn=fn)
+    y = torch.empty_like(v)
+    reflector = _BlockReflector(v, y, PANEL_WIDTH, tmat, a, m=m, cols=n, fn=fn)
     for index, (k0, w) in enumerate(panels):
         threads = min(PANEL_MAX_SIMDGROUPS * SIMD_WIDTH,
                       _metal.ceil_div(m - k0, SIMD_WIDTH) * SIMD_WIDTH)
-        launch(panel, a, tau, tmat, v, _params(m=m, n=n, k=k, k0=k0, w=w, panel=index,
-                                                npanels=len(panels), ldv=PANEL_WIDTH),
+        launch(panel, a, tau, tmat, v, y, _params(m=m, n=n, k=k, k0=k0, w=w, panel=index,
+                                                   npanels=len(panels), ldv=PANEL_WIDTH),
                threads=[threads, batch], group_size=[threads, 1])
-        reflector.apply(k0=k0, w=w, v_col0=0, ldc=n, c_col0=k0 + w, c_cols=n - k0 - w,
-                        adjoint=True)
+        reflector.apply(k0=k0, w=w, v_col0=0, ldc=n, c_col0=k0 + w, c_cols=n - k0 - w)
     return a, tau, tmat
 
 
@@ -225,9 +217,9 @@ def apply_q_metal(a: torch.Tensor, tmat: torch.Tensor, C: torch.Tensor, *, k: in
                                             adjoint=adjoint),
            threads=[_metal.ceil_div(m * k, EXPLICIT_THREADS) * EXPLICIT_THREADS, batch],
            group_size=[EXPLICIT_THREADS, 1])
-    reflector = _BlockReflector(v, k, tmat, C, m=m, cols=cols, fn=fn, y=y)
+    reflector = _BlockReflector(v, y, k, tmat, C, m=m, cols=cols, fn=fn)
     for k0, w in panels if adjoint else panels[::-1]:
-        reflector.apply(k0=k0, w=w, v_col0=k0, ldc=cols, c_col0=0, c_cols=cols, adjoint=adjoint)
+        reflector.apply(k0=k0, w=w, v_col0=k0, ldc=cols, c_col0=0, c_cols=cols)
     return C
 
 

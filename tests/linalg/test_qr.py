@@ -416,12 +416,14 @@ def test_launch_counts_grow_with_panels_not_batch(metal_backend):
             counts.append((geqrf, emulator.total_launches()))
         panels = math.ceil(min(m, n) / panel)
         k = min(m, n)
-        trailing = sum(1 for k0 in range(0, k, panel) if k0 + min(panel, k - k0) < n)
-        expected_geqrf = panels + 3 * trailing  # qr_panel; qr_apply_w, _t, _update
-        # orgqr: qr_explicit_v; per panel qr_apply_w, qr_apply_sum for more than one chunk of
-        # rows below k0, qr_apply_update
-        sums = sum(1 for k0 in range(0, k, panel) if m - k0 > qr_metal.APPLY_CHUNK)
-        expected_q = 1 + 2 * panels + sums
+        # per panel qr_apply_w, qr_apply_sum for more than one chunk of rows from k0 on, and
+        # qr_apply_update: geqrf's right of each panel but the last (n <= m), orgqr's on all
+        def reflector(k0: int, m: int = m) -> int:
+            return 2 + (m - k0 > qr_metal.APPLY_CHUNK)
+        starts = range(0, k, panel)
+        expected_geqrf = panels + sum(reflector(k0) for k0 in starts
+                                      if k0 + min(panel, k - k0) < n)
+        expected_q = 1 + sum(reflector(k0) for k0 in starts)  # after qr_explicit_v
         assert counts[0] == counts[1] == (expected_geqrf, expected_geqrf + expected_q), counts
 
 
