@@ -54,6 +54,10 @@ _QR_CASES = {
     "batch of 10000 3x4 (one launch)": lambda d: random_matrix(
         4, torch.float32, (10000,), 6, m=3).to(d),
     "wide 20x50 complete": lambda d: random_matrix(50, torch.complex64, (), 7, m=20).to(d),
+    # Q's block reflectors over more than one chunk of rows (qr_apply_sum), mode 'complete' so
+    # that the blocked path serves it
+    "tall 300x24 complex64 complete": lambda d: random_matrix(
+        24, torch.complex64, (), 8, m=300).to(d),
 }
 
 
