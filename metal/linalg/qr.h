@@ -319,20 +319,30 @@ inline void qr_write_v(P panel, long lda, long rows, long w, device T* v, long l
   }
 }
 
-// Y = V T of a factored panel (as qr_write_v reads it) and its T (threadgroup, kQrPanelWidth
-// square, upper triangular): the first product of geqrf's trailing update, Y^H C = T^H V^H C,
-// then needs no launch for T (row stride ldy).
+// Y[i][c] = sum_l V[i][l] op(T)[l][c] over one panel of w reflectors: V's row i read from
+// `row` (the panel's stored row: the unit at l == i, zeros past it, none for i < 0, a row above
+// the panel), op(T) = T (`adjoint`: Y for Q^H) or T^H (Y for Q), T upper triangular at t.
+template <typename T, typename P, typename Q>
+inline T qr_y_entry(P row, long i, long w, Q t, long c, bool adjoint) {
+  T acc = zero<T>();
+  for (long l = 0; l < w && l <= i; ++l) {
+    if (adjoint ? l <= c : l >= c) {
+      const T v = l == i ? one<T>() : T(row[l]);
+      acc += mul(v, adjoint ? T(t[l * kQrPanelWidth + c]) : conj(T(t[c * kQrPanelWidth + l])));
+    }
+  }
+  return acc;
+}
+
+// Y = V T of a factored panel (as qr_write_v reads it) and its T (threadgroup): the first
+// product of geqrf's trailing update, Y^H C = T^H V^H C, then needs no launch for T (row stride
+// ldy).
 template <typename T, typename P>
 inline void qr_write_y(P panel, long lda, long rows, long w, threadgroup const T* t,
                        device T* y, long ldy, uint tid, uint nthreads) {
   for (long e = long(tid); e < rows * w; e += long(nthreads)) {
     const long i = e / w, c = e - i * w;
-    T acc = zero<T>();
-    for (long l = 0; l <= c && l <= i; ++l) {
-      const T v = i == l ? one<T>() : T(panel[i * lda + l]);
-      acc += mul(v, t[l * kQrPanelWidth + c]);
-    }
-    y[i * ldy + c] = acc;
+    y[i * ldy + c] = qr_y_entry<T>(panel + i * lda, i, w, t, c, true);
   }
 }
 
@@ -476,19 +486,12 @@ template <typename T>
   const long r = e / k, i = e - r * k;
   device const T* ab = a + batch * m * n;
   v[batch * m * k + e] = qr_v(ab, n, m, 0, k, r, i);
-  // Y[r][i] over the panel of column i: sum_l V[r][k0 + l] op(T)[l][i - k0], T upper triangular.
+  // Y's entry over the panel of column i, from row r of the stored reflectors
   const long panel = i / kQrPanelWidth, k0 = panel * kQrPanelWidth;
-  const long w = metal::min(long(kQrPanelWidth), k - k0), c = i - k0;
-  device const T* t = tmat + (batch * p.npanels + panel) * kQrPanelWidth * kQrPanelWidth;
-  T acc = zero<T>();
-  for (long l = 0; l < w; ++l) {
-    const bool upper = p.adjoint != 0 ? l <= c : l >= c;
-    if (upper) {
-      const T tl = p.adjoint != 0 ? t[l * kQrPanelWidth + c] : conj(t[c * kQrPanelWidth + l]);
-      acc += mul(qr_v(ab, n, m, 0, k, r, k0 + l), tl);
-    }
-  }
-  y[batch * m * k + e] = acc;
+  y[batch * m * k + e] = qr_y_entry<T>(
+      ab + r * n + k0, r - k0, metal::min(long(kQrPanelWidth), k - k0),
+      tmat + (batch * p.npanels + panel) * kQrPanelWidth * kQrPanelWidth, i - k0,
+      p.adjoint != 0);
 }
 
 // Partial products P[chunk] = V^H C over the rows [k0 + chunk kQrApplyChunk, ...) of C's columns

@@ -279,6 +279,12 @@ inline void svd_write_nonfinite(device float* sb, device T* ub, device T* vhb, d
   }
 }
 
+// Whether column k (norm sk) comes before column j (norm sj) in the order of decreasing norm
+// (stable: the lower index first on ties).
+inline bool svd_before(float sk, long k, float sj, long j) {
+  return sk > sj || (sk == sj && k < j);
+}
+
 // Position of column j when the columns are sorted by decreasing norm (stable): the count over
 // columns first, first + stride, ... (the caller sums the strided parts; 0, 1 counts them all).
 inline long svd_rank(device const float* norms, long n, long j, long first = 0,
@@ -286,8 +292,7 @@ inline long svd_rank(device const float* norms, long n, long j, long first = 0,
   const float sj = norms[j];
   long r = 0;
   for (long k = first; k < n; k += stride) {
-    const float sk = norms[k];
-    r += (sk > sj || (sk == sj && k < j)) ? 1 : 0;
+    r += svd_before(norms[k], k, sj, j) ? 1 : 0;
   }
   return r;
 }

@@ -398,8 +398,7 @@ template <typename T>
     const float dj = svd_real(gram[j * c + j]);
     int r = 0;
     for (int k = 0; k < c; ++k) {
-      const float dk = svd_real(gram[k * c + k]);
-      r += (dk > dj || (dk == dj && k < j)) ? 1 : 0;
+      r += svd_before(svd_real(gram[k * c + k]), k, dj, j) ? 1 : 0;
     }
     order[j] = r;
   }

@@ -110,11 +110,9 @@ class _BlockReflector:
     Y = V op(T) (op(T) = T for Q^H, T^H for Q): the workspaces, sized once for the largest panel
     and C."""
 
-    def __init__(self, v: torch.Tensor, y: torch.Tensor, ldv: int, tmat: torch.Tensor,
-                 C: torch.Tensor, *, m: int, cols: int, fn: str):
-        batch = tmat.shape[0]
-        self.v, self.y, self.ldv, self.tmat, self.C, self.m, self.batch = (
-            v, y, ldv, tmat, C, m, batch)
+    def __init__(self, v: torch.Tensor, y: torch.Tensor, ldv: int, C: torch.Tensor, *,
+                 batch: int, m: int, cols: int, fn: str):
+        self.v, self.y, self.ldv, self.C, self.m, self.batch = v, y, ldv, C, m, batch
         chunks = _metal.ceil_div(m, APPLY_CHUNK)
         self.part = torch.empty(batch * chunks * PANEL_WIDTH * max(cols, 1), dtype=C.dtype,
                                 device=C.device)
@@ -124,15 +122,14 @@ class _BlockReflector:
                         for name in ("qr_apply_w", "qr_apply_sum", "qr_apply_update")]
 
     def apply(self, *, k0: int, w: int, v_col0: int, ldc: int, c_col0: int, c_cols: int) -> None:
-        """C[k0:, c_col0 : c_col0 + c_cols] <- op(I - V T V^H) C for panel k0 // PANEL_WIDTH,
-        its reflectors the columns [v_col0, v_col0 + w) of V (and of Y)."""
+        """C[k0:, c_col0 : c_col0 + c_cols] <- op(I - V T V^H) C for the panel whose w
+        reflectors are the columns [v_col0, v_col0 + w) of V (and of Y), k0 its first row."""
         m, batch = self.m, self.batch
         if c_cols <= 0 or m - k0 <= 0:
             return
         chunks = _metal.ceil_div(m - k0, APPLY_CHUNK)
-        params = _params(m=m, k0=k0, w=w, panel=k0 // PANEL_WIDTH, npanels=self.tmat.shape[1],
-                         ldc=ldc, c_col0=c_col0, c_cols=c_cols, ldv=self.ldv, v_col0=v_col0,
-                         chunks=chunks)
+        params = _params(m=m, k0=k0, w=w, ldc=ldc, c_col0=c_col0, c_cols=c_cols, ldv=self.ldv,
+                         v_col0=v_col0, chunks=chunks)
         apply_w, add, update = self.kernels
         col_tiles = _metal.ceil_div(c_cols, gemm_metal.TILE_N) * gemm_metal.THREADS
         # one chunk: its product is W itself
@@ -169,7 +166,7 @@ def geqrf_metal(A: torch.Tensor, *, fn: str = "geqrf"
     panel = _metal.kernel(_SOURCE, "qr_panel", A.dtype, A.device, fn=fn)
     v = torch.empty((batch, m, PANEL_WIDTH), dtype=A.dtype, device=A.device)
     y = torch.empty_like(v)
-    reflector = _BlockReflector(v, y, PANEL_WIDTH, tmat, a, m=m, cols=n, fn=fn)
+    reflector = _BlockReflector(v, y, PANEL_WIDTH, a, batch=batch, m=m, cols=n, fn=fn)
     for index, (k0, w) in enumerate(panels):
         threads = min(PANEL_MAX_SIMDGROUPS * SIMD_WIDTH,
                       _metal.ceil_div(m - k0, SIMD_WIDTH) * SIMD_WIDTH)
@@ -217,7 +214,7 @@ def apply_q_metal(a: torch.Tensor, tmat: torch.Tensor, C: torch.Tensor, *, k: in
                                             adjoint=adjoint),
            threads=[_metal.ceil_div(m * k, EXPLICIT_THREADS) * EXPLICIT_THREADS, batch],
            group_size=[EXPLICIT_THREADS, 1])
-    reflector = _BlockReflector(v, y, k, tmat, C, m=m, cols=cols, fn=fn)
+    reflector = _BlockReflector(v, y, k, C, batch=batch, m=m, cols=cols, fn=fn)
     for k0, w in panels if adjoint else panels[::-1]:
         reflector.apply(k0=k0, w=w, v_col0=k0, ldc=cols, c_col0=0, c_cols=cols)
     return C
