@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     n, dev, dt = args.n, "cuda", torch.float32
-    update = _metal.kernel(_chol._SOURCE, "chol_update", dt, torch.device(dev))
+    update = _metal.kernel(_chol._SOURCE, "chol_update", dt, torch.device(dev),
+                           tile=gemm_metal.TILE_M)
     panel = _metal.kernel(_chol._TRIANGULAR_SOURCE, "trsm_diag", dt, torch.device(dev))
     bump = cuda.compile_shader(_NOP).bump
     no_pivots = torch.zeros(1, dtype=torch.int32, device=dev)

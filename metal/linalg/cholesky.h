@@ -46,8 +46,8 @@ constant constexpr int kCholUnblockedMax = 64;
 // launch (tests/linalg/test_cholesky.py checks it).
 constant constexpr int kCholBlock = 32;
 static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by chol_potf2");
-static_assert(kGemmTileM == kGemmTileN, "the update's tiles straddle the diagonal squarely");
-static_assert(kCholBlock == kGemmTileM, "the next diagonal block is one tile of the update");
+static_assert(kCholBlock <= kGemmTileM && kCholBlock <= kGemmWideTile,
+              "the next diagonal block lies in the update's first tile");
 static_assert(kCholBlock <= kSimdWidth, "one simdgroup factors a block, a row a lane");
 
 // Scalars of chol_potf2_simd, chol_potf2 and chol_update (chol_lauum reads n only).
@@ -348,15 +348,16 @@ template <typename T>
 }
 
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
-// [s, n) x columns [k0, s), restricted to A22's first `cols` columns (all rows): one kGemmTileM x
-// kGemmTileN block of A22 per threadgroup of kGemmThreads. The host's outer blocks (a two-level
+// [s, n) x columns [k0, s), restricted to A22's first `cols` columns (all rows): one Tile x Tile
+// block of A22 per threadgroup of kGemmThreads (the wide block for the outer blocks' deep
+// updates in float, as the host chooses). The host's outer blocks (a two-level
 // blocking) update only their own columns after each inner block of kCholBlock columns, then the
 // rest of the matrix once, with w the outer block's width: the rest is then read and written
 // once per outer block, not once per inner block, and its product is w deep instead of 32. Only
 // the lower triangle is read later, so blocks wholly above the diagonal return at once and the
 // blocks on it write their lower triangle only (the zeros above it stay).
-// Then the threadgroup of the tile at (s, s), the next diagonal block [s, s + w') with w' =
-// min(kCholBlock, n - s) (kCholBlock = kGemmTileM), factors it as chol_potf2_simd does (its
+// Then the threadgroup of the tile at (s, s), which holds the next diagonal block [s, s + w')
+// with w' = min(kCholBlock, n - s), factors that block as chol_potf2_simd does (its
 // first simdgroup, chol_potf2_simdgroup: the same factor, info the same; the others return): no
 // other threadgroup of the launch reads or writes that block (the others write the rest of A22
 // and read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This
@@ -369,7 +370,7 @@ template <typename T>
 // blocks * kGemmThreads, row blocks, batch); max_total_threads_per_threadgroup is the launch's
 // kGemmThreads (on the CUDA executor, a bound that leaves the product's accumulators and the
 // potf2's row their registers).
-template <typename T>
+template <typename T, int Tile>
 [[kernel, max_total_threads_per_threadgroup(mpsl::kGemmThreads)]] void chol_update(
     device T* a [[buffer(0)]],
     device int* info [[buffer(1)]],
@@ -379,16 +380,17 @@ template <typename T>
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = p_.n, k0 = p_.k0, w = p_.w;
-  threadgroup float scratch[kGemmScratchFloats];
-  const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
-  if (col0 >= row0 + kGemmTileM) {
+  threadgroup float scratch[gemm_scratch_floats<T, Tile, Tile>()];
+  const long row0 = long(group.y) * Tile, col0 = long(group.x) * Tile;
+  if (col0 >= row0 + Tile) {
     return;  // the whole threadgroup: no barrier is left waiting
   }
   device T* A = a + long(group.z) * n * n;
   const long s = k0 + w;
   device const T* l21 = A + s * n + k0;
-  gemm_tile(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n, n - s, p_.cols, w,
-            row0, col0, -1.0f, 1.0f, kGemmLower, scratch, tid, sg);
+  gemm_tile<T, Tile, Tile>(l21, n, kGemmNoTrans, l21, n, kGemmConjTrans, A + s * n + s, n,
+                           n - s, p_.cols, w, row0, col0, -1.0f, 1.0f, kGemmLower, scratch, tid,
+                           sg);
   if (p_.next == 0 || row0 != 0 || col0 != 0) {
     return;  // uniform over the threadgroup: the diagonal block is tile (0, 0) of A22 only
   }
@@ -413,10 +415,11 @@ template <typename T>
 
 // potri's product (LAPACK lauum): the lower triangle of C = X^H X for lower triangular X (n x n,
 // zero above its diagonal), C[i][j] = sum over k >= i of conj(x_ki) x_kj for j <= i. The block at
-// rows [row0, row0 + kGemmTileM) sums from k = row0 on (the rows above hold zeros in column i),
-// so the product costs n^3 / 6 multiply-adds instead of n^3 / 2. Grid: (column blocks *
-// kGemmThreads, row blocks, batch); blocks wholly above the diagonal return at once.
-template <typename T>
+// rows [row0, row0 + Tile) sums from k = row0 on (the rows above hold zeros in column i), so the
+// product costs n^3 / 6 multiply-adds instead of n^3 / 2. One Tile x Tile block of C per
+// threadgroup of kGemmThreads. Grid: (column blocks * kGemmThreads, row blocks, batch); blocks
+// wholly above the diagonal return at once.
+template <typename T, int Tile>
 [[kernel]] void chol_lauum(
     device const T* x [[buffer(0)]],
     device T* c [[buffer(1)]],
@@ -426,12 +429,13 @@ template <typename T>
     uint3 group [[threadgroup_position_in_grid]]) {
   using namespace mpsl;
   const long n = p_.n;
-  threadgroup float scratch[kGemmScratchFloats];
-  const long row0 = long(group.y) * kGemmTileM, col0 = long(group.x) * kGemmTileN;
-  if (col0 >= row0 + kGemmTileM) {
+  threadgroup float scratch[gemm_scratch_floats<T, Tile, Tile>()];
+  const long row0 = long(group.y) * Tile, col0 = long(group.x) * Tile;
+  if (col0 >= row0 + Tile) {
     return;  // the whole threadgroup: no barrier is left waiting
   }
   device const T* X = x + long(group.z) * n * n + row0 * n;  // rows [row0, n) of X
-  gemm_tile(X, n, kGemmConjTrans, X, n, kGemmNoTrans, c + long(group.z) * n * n, n, n, n,
-            n - row0, row0, col0, 1.0f, 0.0f, kGemmLower, scratch, tid, sg);
+  gemm_tile<T, Tile, Tile>(X, n, kGemmConjTrans, X, n, kGemmNoTrans, c + long(group.z) * n * n,
+                           n, n, n, n - row0, row0, col0, 1.0f, 0.0f, kGemmLower, scratch, tid,
+                           sg);
 }

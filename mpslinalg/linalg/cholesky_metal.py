@@ -126,34 +126,39 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         # on the CUDA executor)
         panel = _metal.bind(_metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device,
                                           fn=fn), L, no_pivots, L, after=(no_pivots,))
-        update = _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device, fn=fn),
-                             L, info_flat)
+        outer = OUTER_WIDTH if n >= OUTER_MIN_N and BLOCK == NEXT_BLOCK else n
+        steps = _blocked_steps(n, batch, BLOCK, outer, A.dtype)
+        updates = {tile: _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device,
+                                                   fn=fn, tile=tile), L, info_flat)
+                   for tile in {step[4][2] for step in steps if step[4] is not None}}
         # With blocks of NEXT_BLOCK columns (the default), chol_update factors each diagonal
         # block but the first (the first tile of its trailing matrix) right after updating it;
         # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
         # each.
-        outer = OUTER_WIDTH if n >= OUTER_MIN_N and BLOCK == NEXT_BLOCK else n
-        for k0, w, potf2, panel_args, update_args in _blocked_steps(n, batch, BLOCK, outer):
+        for k0, w, potf2, panel_args, update_args in steps:
             if potf2:
                 _potf2(L, info_flat, n, k0, w, batch, fn)
             if panel_args is not None:
                 params, grid = panel_args
                 panel(params, **grid)
-                params, grid = update_args
-                update(params, **grid)
+                params, grid, tile = update_args
+                updates[tile](params, **grid)
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 
 
 @functools.lru_cache(maxsize=256)
-def _blocked_steps(n: int, batch: int, block: int, outer: int) -> tuple:
+def _blocked_steps(n: int, batch: int, block: int, outer: int, dtype: torch.dtype) -> tuple:
     """The blocked factorization's steps for order ``n`` (shapes only, so computed once): per
-    block (k0, w, whether chol_potf2 factors its diagonal block, and the (params, grid) of its
-    trsm_diag and chol_update launches, None for the last block). The parameters are packed
+    block (k0, w, whether chol_potf2 factors its diagonal block, the (params, grid) of its
+    trsm_diag launch and the (params, grid, tile) of its chol_update launch, both None for the
+    last block). The parameters are packed
     here once: at n = 1024 a call took 1.42 ms of host time packing them at every call, 0.83
     ms with them packed once (an H200's host, benchmarks/results/h200_round10.md). With outer
     blocks of ``outer`` columns (a multiple of ``block``; n for none), a block's update covers
     the columns of its outer block only, and the last block of an outer block updates the rest
-    with the whole outer block's columns of L21 (depth ``outer``)."""
+    with the whole outer block's columns of L21 (depth ``outer``). Each chol_update's output
+    block is `gemm_metal.tile_for`'s for its product: the wide one for the outer blocks' deep
+    updates in float32, 32 x 32 for the 32-deep inner ones."""
     fused = block == NEXT_BLOCK
     steps = []
     for k0 in range(0, n, block):
@@ -175,8 +180,9 @@ def _blocked_steps(n: int, batch: int, block: int, outer: int) -> tuple:
         inner = s < outer_end
         first = k0 if inner else outer_k0
         cols = (outer_end if inner else n) - s
+        tile = gemm_metal.tile_for(dtype, n - s, cols, s - first)
         update = (_params(n, first, s - first, int(fused), cols),
-                  gemm_metal.gemm_grid(n - s, cols, batch))
+                  gemm_metal.gemm_grid(n - s, cols, batch, tile), tile)
         steps.append((k0, w, k0 == 0 or not fused, panel, update))
     return tuple(steps)
 
@@ -224,8 +230,9 @@ def cholesky_inverse_metal(L: torch.Tensor, upper: bool, *, fn: str = "cholesky_
         return torch.zeros_like(L, memory_format=torch.contiguous_format)
     X = triangular_metal.inverse_lower(L, trans=int(upper), fn=fn)
     C = torch.empty_like(X)
-    lauum = _metal.kernel(_SOURCE, "chol_lauum", L.dtype, L.device, fn=fn)
-    launch(lauum, X, C, _params(n, 0, 0), **gemm_metal.gemm_grid(n, n, batch))
+    tile = gemm_metal.tile_for(L.dtype, n, n, n)
+    lauum = _metal.kernel(_SOURCE, "chol_lauum", L.dtype, L.device, fn=fn, tile=tile)
+    launch(lauum, X, C, _params(n, 0, 0), **gemm_metal.gemm_grid(n, n, batch, tile))
     below = torch.tril(C, -1)
     diagonal = torch.diag_embed(C.diagonal(dim1=-2, dim2=-1).real.to(C.dtype))
     return below + triangular_metal.adjoint_copy(below) + diagonal

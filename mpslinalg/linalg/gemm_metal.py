@@ -23,8 +23,17 @@ _SOURCE = "common/gemm.metal"
 _HEADER = "common/gemm.h"
 
 # Mirrors of metal/common/gemm.h (tests/linalg/test_gemm_metal.py checks them).
-TILE_M = 32  # kGemmTileM: output rows of a threadgroup
-TILE_N = 32  # kGemmTileN: output columns of a threadgroup
+TILE_M = 32  # kGemmTileM: output rows of a threadgroup (the default block)
+TILE_N = 32  # kGemmTileN: output columns of a threadgroup (the default block)
+WIDE_TILE = 64  # kGemmWideTile: side of the wide block (float32 only)
+#: The wide block serves float32 products of C with at least this many entries (256 wide blocks)
+#: and at least WIDE_MIN_DEPTH deep. Measured through the CUDA executor on an H200 (round 16,
+#: float32, same run): the standalone gemm 2048^3 1215 -> 785 us, 4096^3 9065 -> 5838 us with
+#: the wide block. Below these sizes it is not measured: a quarter as many threadgroups leaves
+#: a large GPU's cores idle, and a shallow product (Cholesky's 32-deep updates) has little
+#: staging for the wide block to save; the thresholds are where it is known to pay.
+WIDE_MIN_ENTRIES = 1024 * 1024
+WIDE_MIN_DEPTH = 256
 THREADS = 128  # kGemmThreads: threads of a threadgroup (4 simdgroups)
 NARROW_COLS = 4  # kGemmNarrowCols: columns of C per pass of gemm_narrow over op(A)
 NARROW_ROWS = 8  # kGemmNarrowRows: rows of C (simdgroups) per gemm_narrow threadgroup
@@ -47,9 +56,18 @@ def gemm_params(m: int, n: int, k: int, *, lda: int, ldb: int, ldc: int, op_a: s
                              stride_b=stride_b, stride_c=stride_c, alpha=alpha, beta=beta)
 
 
-def gemm_grid(m: int, n: int, batch: int) -> dict:
-    """threads / group_size of a launch covering an m x n output for each of ``batch``."""
-    return {"threads": [_metal.ceil_div(n, TILE_N) * THREADS, _metal.ceil_div(m, TILE_M), batch],
+def tile_for(dtype: torch.dtype, m: int, n: int, k: int) -> int:
+    """The side of the output block (the kernels' ``Tile``, their ``tile`` name parameter) of
+    an m x n x k product of ``dtype`` elements for the kernels instantiated with both (gemm,
+    chol_update, chol_lauum): `WIDE_TILE` for large, deep float32 products, TILE_M otherwise."""
+    wide = (dtype == torch.float32 and m * n >= WIDE_MIN_ENTRIES and k >= WIDE_MIN_DEPTH)
+    return WIDE_TILE if wide else TILE_M
+
+
+def gemm_grid(m: int, n: int, batch: int, tile: int = TILE_M) -> dict:
+    """threads / group_size of a launch covering an m x n output for each of ``batch``, by
+    blocks of ``tile`` x ``tile`` (the default block, or `tile_for`'s)."""
+    return {"threads": [_metal.ceil_div(n, tile) * THREADS, _metal.ceil_div(m, tile), batch],
             "group_size": [THREADS, 1, 1]}
 
 
@@ -113,6 +131,11 @@ def launch_gemm(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, m: int, n: in
     params = gemm_params(m, n, k, lda=lda, ldb=ldb, ldc=ldc, op_a=op_a, op_b=op_b, uplo=uplo,
                          stride_a=stride_a, stride_b=stride_b, stride_c=stride_c,
                          alpha=alpha, beta=beta)
-    name, grid = (("gemm_narrow", narrow_grid(m, batch)) if kernel == "narrow" else
-                  ("gemm", gemm_grid(m, n, batch)))
-    launch(_metal.kernel(_SOURCE, name, A.dtype, A.device, fn=fn), A, B, C, params, **grid)
+    if kernel == "narrow":
+        found = _metal.kernel(_SOURCE, "gemm_narrow", A.dtype, A.device, fn=fn)
+        grid = narrow_grid(m, batch)
+    else:
+        tile = tile_for(A.dtype, m, n, k)
+        found = _metal.kernel(_SOURCE, "gemm", A.dtype, A.device, fn=fn, tile=tile)
+        grid = gemm_grid(m, n, batch, tile)
+    launch(found, A, B, C, params, **grid)

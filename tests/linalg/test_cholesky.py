@@ -11,8 +11,10 @@ and in float32 / complex64 on the metal backend.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
+import re
 
 import pytest
 import torch
@@ -86,6 +88,12 @@ def tri_solve_ratio(A, X, B, *, upper: bool, left: bool, unit: bool, dtype=None)
     return solve_ratio(T.mH, X.mH, B.mH, dtype=dtype)
 
 
+def _kernel_op(name: str) -> str:
+    """A launched kernel's op: its host name without the dtype and the compile-time parameters
+    (``chol_update_float32_tile64`` -> ``chol_update``)."""
+    return re.split(r"_(?:float32|complex64)(?:_|$)", name)[0]
+
+
 # ---------------------------------------------------------------- the kernels' constants
 
 
@@ -127,11 +135,11 @@ def test_potf2_entries_stay_in_registers():
     except cuda.NvrtcNotFoundError as exc:
         pytest.skip(f"NVRTC is not available (the test-cuda extra installs it): {exc}")
     ptx = cuda.compile_ptx(_metal.load_source("linalg/cholesky.metal"))
-    entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|update_float32))\((.*?)"
+    entries = dict(re.findall(r"\.entry \w+?_(chol_(?:potf2_\w+|update_float32_tile\d+))\((.*?)"
                               r"(?=\.entry |\Z)", ptx, re.S))
     assert sorted(entries) == ["chol_potf2_complex64", "chol_potf2_float32",
                                "chol_potf2_simd_complex64", "chol_potf2_simd_float32",
-                               "chol_update_float32"]
+                               "chol_update_float32_tile32", "chol_update_float32_tile64"]
     for name, body in entries.items():
         assert ".local" not in body, name
 
@@ -436,7 +444,7 @@ def test_no_host_syncs_and_launches(metal_backend):
         blocks = 1 if n < cholesky_metal.BLOCKED_MIN_N else math.ceil(n / cholesky_metal.BLOCK)
         assert len(kernels) == 2 * blocks - 1, counter.names
         first = "chol_potf2" if blocks == 1 else "chol_potf2_simd"
-        assert [k.rsplit("_", 1)[0] for k in kernels] == [first] + [
+        assert [_kernel_op(k) for k in kernels] == [first] + [
             "trsm_diag", "chol_update"] * (blocks - 1), counter.names
 
 
@@ -455,7 +463,7 @@ def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
     monkeypatch.setattr(cholesky_metal, "BLOCK", 64)
     with count_launches() as counter:
         L, info = cholesky_metal.cholesky_metal(A, False)
-    kernels = [k.rsplit("_", 1)[0] for k in counter.names if k.startswith(("chol_", "trsm_"))]
+    kernels = [_kernel_op(k) for k in counter.names if k.startswith(("chol_", "trsm_"))]
     assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2_simd"], \
         kernels
     assert (info == 0).all() and potrf_ratio(A, L, False) < THRESH
@@ -523,6 +531,39 @@ def test_outer_blocks_at_small_orders(dtype, monkeypatch):
     assert (L.triu(1) == 0).all()
 
 
+def test_wide_tile_deep_updates_same_bits(monkeypatch):
+    """float32's deep products take gemm.h's 64 x 64 block where gemm_metal.tile_for says
+    (forced here at n = 150 with outer blocks of 64 columns): the outer blocks' updates of the
+    rest (depth 64) as chol_update_float32_tile64, whose first block still holds the next
+    diagonal block it factors, the 32-deep inner updates as tile32, and cholesky_inverse's
+    lauum; factor, info and inverse bitwise those of the 32 x 32 blocks."""
+    from mpslinalg.linalg import gemm_metal
+
+    n = 150
+    A = hpd(n, torch.float32, (2,), seed=13, cond=1e3)
+    A[1, 139, 139] = -2.0  # a failing minor in the last outer block
+    monkeypatch.setattr(cholesky_metal, "OUTER_WIDTH", 64)
+    monkeypatch.setattr(cholesky_metal, "OUTER_MIN_N", 65)
+    narrow = cholesky_metal.cholesky_metal(A, False)
+    narrow_inverse = cholesky_metal.cholesky_inverse_metal(narrow[0][:1], False)
+    monkeypatch.setattr(gemm_metal, "WIDE_MIN_ENTRIES", 1)
+    monkeypatch.setattr(gemm_metal, "WIDE_MIN_DEPTH", 33)
+    # a cache of the steps of its own (the module's holds those of the default thresholds)
+    monkeypatch.setattr(cholesky_metal, "_blocked_steps",
+                        functools.lru_cache(cholesky_metal._blocked_steps.__wrapped__))
+    with count_launches() as counter:
+        L, info = cholesky_metal.cholesky_metal(A, False)
+    updates = [k for k in counter.names if k.startswith("chol_update")]
+    # blocks 0-4, of which 1 and 3 end an outer block (their update is 64 deep)
+    assert updates == ["chol_update_float32_tile32", "chol_update_float32_tile64"] * 2, updates
+    torch.testing.assert_close(L, narrow[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(info, narrow[1]) and info.tolist() == [0, 140]
+    with count_launches() as counter:
+        inverse = cholesky_metal.cholesky_inverse_metal(L[:1], False)
+    assert "chol_lauum_float32_tile64" in counter.names
+    assert torch.equal(inverse, narrow_inverse)
+
+
 @pytest.mark.parametrize("n, minor", [(65, 65), (96, 70), (129, 100), (200, 170)])
 def test_fused_next_block_failures_and_nan(n, minor):
     """chol_update factors the next diagonal block in the threadgroup that updated it: a batch
@@ -573,7 +614,7 @@ def test_blocked_inverse_and_solves(upper, dtype, bs, monkeypatch):
     blocks = math.ceil(n / bs)
     with count_launches() as counter:
         inverse = cholesky_metal.cholesky_inverse_metal(poisoned, upper)
-    assert [k.rsplit("_", 1)[0] for k in counter.names] == [
+    assert [_kernel_op(k) for k in counter.names] == [
         "trsm_diag", "trsm_update"] * (blocks - 1) + ["trsm_diag", "chol_lauum"], counter.names
     assert torch.equal(inverse, inverse.mH)
     Linv = triangular_metal.inverse_lower(poisoned, trans=int(upper), fn="t")

@@ -80,7 +80,7 @@ def test_narrow_kernel_for_few_columns():
     """C of at most NARROW_MAX_N columns takes gemm_narrow, wider ones the tile kernel; one
     launch whatever the batch."""
     for n, name in ((1, "gemm_narrow_float32"), (_gemm.NARROW_MAX_N, "gemm_narrow_float32"),
-                    (_gemm.NARROW_MAX_N + 1, "gemm_float32")):
+                    (_gemm.NARROW_MAX_N + 1, "gemm_float32_tile32")):
         for batch in ((1,), (3,)):
             A, B, _ = _operands(12, n, 7, "N", "N", torch.float32, batch, 5)
             emulator.reset_launch_counts()
@@ -142,6 +142,7 @@ def test_host_constants_mirror_header():
         return int(metal_constant("common/gemm.h", name).split()[0])
 
     assert const("kGemmTileM") == _gemm.TILE_M and const("kGemmTileN") == _gemm.TILE_N
+    assert const("kGemmWideTile") == _gemm.WIDE_TILE
     sm, sn = const("kGemmSimdgroupsM"), const("kGemmSimdgroupsN")
     assert sm * sn * 32 == _gemm.THREADS
     assert const("kGemmNarrowCols") == _gemm.NARROW_COLS
@@ -149,3 +150,25 @@ def test_host_constants_mirror_header():
     assert [const(n) for n in ("kGemmNoTrans", "kGemmTrans", "kGemmConjTrans")] == [0, 1, 2]
     assert _gemm.OPS == {"N": 0, "T": 1, "C": 2}
     assert [const(n) for n in ("kGemmFull", "kGemmLower")] == [_gemm.UPLO[u] for u in "FL"]
+
+
+@pytest.mark.parametrize("m,n,k,op_a,op_b,uplo", [(65, 70, 40, "N", "N", "F"),
+                                                  (130, 129, 33, "T", "N", "F"),
+                                                  (37, 150, 17, "N", "T", "F"),
+                                                  (100, 100, 24, "N", "T", "L")])
+def test_wide_tile_same_bits(m, n, k, op_a, op_b, uplo, monkeypatch):
+    """float32 products take the 64 x 64 block where tile_for says (forced here at small sizes):
+    gemm_float32_tile64, bitwise the 32 x 32 block's result (every entry summed in the same
+    order), across block edges, transposes and the lower triangle; complex64 keeps 32 x 32."""
+    A, B, C = _operands(m, n, k, op_a, op_b, torch.float32, (2,), 6)
+    kwargs = dict(op_a=op_a, op_b=op_b, alpha=-1.0, beta=1.0, uplo=uplo, kernel="tile")
+    with count_launches() as launches:
+        narrow = _gemm.gemm_metal(A, B, C, **kwargs)
+    assert launches.names == ["gemm_float32_tile32"]
+    monkeypatch.setattr(_gemm, "WIDE_MIN_ENTRIES", 1)
+    monkeypatch.setattr(_gemm, "WIDE_MIN_DEPTH", 1)
+    with count_launches() as launches:
+        out = _gemm.gemm_metal(A, B, C, **kwargs)
+    assert launches.names == ["gemm_float32_tile64"]
+    assert torch.equal(out, narrow)
+    assert _gemm.tile_for(torch.complex64, m, n, k) == _gemm.TILE_M

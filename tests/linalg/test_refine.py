@@ -153,7 +153,7 @@ def test_gated_correction_solve(left, kind, bs, monkeypatch):
 
 #: (left side, right side) kernel counted, per step: the inverse correction's products of one
 #: column per right-hand side take gemm_narrow (left), the right side's rows the tile kernel.
-CORRECTION_LAUNCHES = {"inverse": (("gemm_narrow_complex64", "gemm_complex64"), 2),
+CORRECTION_LAUNCHES = {"inverse": (("gemm_narrow_complex64", "gemm_complex64_tile32"), 2),
                        "blocked": (("trsm_diag_complex64",) * 2, 2),
                        "trsv": (("trsv_complex64",) * 2, 2)}
 
