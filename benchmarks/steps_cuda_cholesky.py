@@ -16,7 +16,7 @@ Kernels (float32):
   chol_potf2 64    an order-64 matrix (64 steps, 512 threads), batch 1 and 64
   trsm_diag panel  the first panel's solve of an n x n factorization (n - 32 rows, right side)
   chol_update      the first trailing update (rows and columns [32, n), depth 32), next = 0
-                   (the product alone) and next = 1 (then the next diagonal block factored by
+                   (the product alone) and next = 32 (then the next diagonal block factored by
                    the first simdgroup of its tile's threadgroup): their difference is the
                    fused potf2's share
 """
@@ -117,7 +117,7 @@ def main() -> None:
     solved = factored.clone()
     launch(panel, solved, no_pivots, solved, panel_params, no_pivots,
            **triangular_metal.diag_grid(n - s, 1))
-    for fused in (0, 1):
+    for fused in (0, w):
         rows.append((f"chol_update ({n - s}^2 lower, depth {w}), next = {fused}", _graph_us(
             lambda fused=fused: launch(update, work, info, _chol._params(n, 0, w, fused, n - s),
                                        **gemm_metal.gemm_grid(n - s, n - s, 1)),

@@ -1,7 +1,8 @@
 """The Cholesky block size of mpslinalg.linalg.cholesky_metal measured through the CUDA executor
 on an NVIDIA GPU (not an Apple GPU): for each block width (cholesky_metal.BLOCK: 32, the default,
-whose trailing update factors the next diagonal block, 2 ceil(n / 32) - 1 launches; 64, a
-chol_potf2 launch a block, 3 ceil(n / 64) - 2), wall time
+whose trailing update factors the next diagonal block, 2 ceil(n / 32) - 1 launches; 64, whose
+update on the 64 x 64 tile factors it in float32 too, 2 ceil(n / 64) - 1, and in complex64
+takes a chol_potf2 launch a block, 3 ceil(n / 64) - 2), wall time
 (host clock around a synchronised call, median [min, max] of interleaved rounds, against
 torch.linalg.cholesky / cholesky_ex on the same GPU), device time per kernel (the executor's
 profiling mode, whose events also count the host's gaps between launches), and the device time

@@ -45,9 +45,13 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
 NEXT_BLOCK = 32  # kCholBlock: the next diagonal block chol_update factors (one GEMM tile)
+WIDE_BLOCK = 64  # kCholWideBlock: the widest next block chol_update factors (the wide tile)
 #: Columns per block (a multiple of triangular_metal.BLOCK): NEXT_BLOCK, whose blocks but the
-#: first chol_update factors; a wider one (at most UNBLOCKED_MAX, e.g. for
-#: benchmarks/sweep_cuda_cholesky.py) takes a chol_potf2 launch a block.
+#: first chol_update factors. WIDE_BLOCK halves the launches: in float32 chol_update, on the
+#: wide 64 x 64 tile, factors each next block in two steps of 32 (chol_wide_block_middle); not
+#: the default until measured against NEXT_BLOCK on a GPU (benchmarks/sweep_cuda_cholesky.py
+#: --blocks 32,64). Other widths (at most UNBLOCKED_MAX), and WIDE_BLOCK in complex64, take a
+#: chol_potf2 launch a block.
 BLOCK = NEXT_BLOCK
 ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of a block wider than SIMD_WIDTH
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
@@ -126,15 +130,15 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         # on the CUDA executor)
         panel = _metal.bind(_metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device,
                                           fn=fn), L, no_pivots, L, after=(no_pivots,))
-        outer = OUTER_WIDTH if n >= OUTER_MIN_N and BLOCK == NEXT_BLOCK else n
+        outer = (OUTER_WIDTH if n >= OUTER_MIN_N and _fused(BLOCK, A.dtype)
+                 and OUTER_WIDTH % BLOCK == 0 else n)
         steps = _blocked_steps(n, batch, BLOCK, outer, A.dtype)
         updates = {tile: _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device,
                                                    fn=fn, tile=tile), L, info_flat)
                    for tile in {step[4][2] for step in steps if step[4] is not None}}
-        # With blocks of NEXT_BLOCK columns (the default), chol_update factors each diagonal
-        # block but the first (the first tile of its trailing matrix) right after updating it;
-        # wider blocks (BLOCK set to a multiple of it, to measure them) take a chol_potf2 launch
-        # each.
+        # With blocks of NEXT_BLOCK columns (the default), or WIDE_BLOCK in float32,
+        # chol_update factors each diagonal block but the first (in the first tile of its
+        # trailing matrix) right after updating it; other widths take a chol_potf2 launch each.
         for k0, w, potf2, panel_args, update_args in steps:
             if potf2:
                 _potf2(L, info_flat, n, k0, w, batch, fn)
@@ -144,6 +148,11 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
                 params, grid, tile = update_args
                 updates[tile](params, **grid)
     return (triangular_metal.adjoint_copy(L) if upper else L), info
+
+
+def _fused(block: int, dtype: torch.dtype) -> bool:
+    """Whether chol_update factors the next diagonal block of blocks of ``block`` columns."""
+    return block == NEXT_BLOCK or (block == WIDE_BLOCK and dtype == torch.float32)
 
 
 @functools.lru_cache(maxsize=256)
@@ -157,9 +166,10 @@ def _blocked_steps(n: int, batch: int, block: int, outer: int, dtype: torch.dtyp
     blocks of ``outer`` columns (a multiple of ``block``; n for none), a block's update covers
     the columns of its outer block only, and the last block of an outer block updates the rest
     with the whole outer block's columns of L21 (depth ``outer``). Each chol_update's output
-    block is `gemm_metal.tile_for`'s for its product: the wide one for the outer blocks' deep
-    updates in float32, 32 x 32 for the 32-deep inner ones."""
-    fused = block == NEXT_BLOCK
+    block is `gemm_metal.tile_for`'s for its product (the wide one for the outer blocks' deep
+    updates in float32, 32 x 32 for the 32-deep inner ones), or the wide one for every update
+    of fused WIDE_BLOCK blocks (whose first tile holds the next block)."""
+    fused = _fused(block, dtype)
     steps = []
     for k0 in range(0, n, block):
         w = min(block, n - k0)
@@ -180,8 +190,10 @@ def _blocked_steps(n: int, batch: int, block: int, outer: int, dtype: torch.dtyp
         inner = s < outer_end
         first = k0 if inner else outer_k0
         cols = (outer_end if inner else n) - s
-        tile = gemm_metal.tile_for(dtype, n - s, cols, s - first)
-        update = (_params(n, first, s - first, int(fused), cols),
+        tile = (gemm_metal.WIDE_TILE if fused and block > NEXT_BLOCK else
+                gemm_metal.tile_for(dtype, n - s, cols, s - first))
+        next_block = min(block, n - s) if fused else 0
+        update = (_params(n, first, s - first, next_block, cols),
                   gemm_metal.gemm_grid(n - s, cols, batch, tile), tile)
         steps.append((k0, w, k0 == 0 or not fused, panel, update))
     return tuple(steps)

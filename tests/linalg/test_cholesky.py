@@ -99,6 +99,7 @@ def _kernel_op(name: str) -> str:
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
                                          ("kCholBlock", cholesky_metal.NEXT_BLOCK),
+                                         ("kCholWideBlock", cholesky_metal.WIDE_BLOCK),
                                          ("kCholRowThreads", cholesky_metal.ROW_THREADS),
                                          ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
 def test_host_mirrors_header_constants(name, value):
@@ -452,20 +453,26 @@ def test_no_host_syncs_and_launches(metal_backend):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_wider_blocks_take_their_own_potf2(dtype, monkeypatch):
-    """BLOCK = 64 (what benchmarks/sweep_cuda_cholesky.py measures against the default): every
-    diagonal block by its own chol_potf2 launch (chol_potf2_simd for the last, 22 columns),
-    chol_update told not to factor the next one: 3 ceil(n / 64) - 2 launches, the default's
-    factor to rounding, a failing minor's info."""
+def test_wide_blocks(dtype, monkeypatch):
+    """BLOCK = WIDE_BLOCK (64; what benchmarks/sweep_cuda_cholesky.py measures against the
+    default): in float32 chol_update on the 64 x 64 tile factors each next block (two steps of
+    32, chol_wide_block_middle between them; the last, 22 columns, one step), 2 ceil(n / 64) - 1
+    launches; in complex64 every diagonal block takes its own chol_potf2 launch (chol_potf2_simd
+    for the last), chol_update told not to factor it: 3 ceil(n / 64) - 2. The default's factor
+    to rounding, a failing minor's info."""
     n = 150
     A = hpd(n, dtype, (2,), seed=7, cond=1e3)
     default, _ = cholesky_metal.cholesky_metal(A, False)
-    monkeypatch.setattr(cholesky_metal, "BLOCK", 64)
+    monkeypatch.setattr(cholesky_metal, "BLOCK", cholesky_metal.WIDE_BLOCK)
     with count_launches() as counter:
         L, info = cholesky_metal.cholesky_metal(A, False)
-    kernels = [_kernel_op(k) for k in counter.names if k.startswith(("chol_", "trsm_"))]
-    assert kernels == ["chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2_simd"], \
-        kernels
+    kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
+    if dtype == torch.float32:
+        assert kernels == ["chol_potf2_float32"] + [
+            "trsm_diag_float32", "chol_update_float32_tile64"] * 2, kernels
+    else:
+        assert [_kernel_op(k) for k in kernels] == [
+            "chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2_simd"], kernels
     assert (info == 0).all() and potrf_ratio(A, L, False) < THRESH
     torch.testing.assert_close(L, default, rtol=1e-5, atol=1e-5)
     bad = torch.stack([A[0], _indefinite(n, dtype, 100, seed=3)])
@@ -500,23 +507,28 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("block, outer", [(32, 64), (64, 128)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_outer_blocks_at_small_orders(dtype, monkeypatch):
-    """Outer blocks of 64 columns forced from order 65 on (the default: 128 columns from order
-    1024): each inner block's update kept to its outer block's columns, the rest of the matrix
-    updated once per outer block with depth 64. The same launches as without, the factor to
-    rounding, and a failing minor in the last outer block: info torch's, the factor torch's
-    before its column and NaN from it on."""
+def test_outer_blocks_at_small_orders(dtype, block, outer, monkeypatch):
+    """Outer blocks of 64 (blocks of 32) or 128 columns (blocks of 64) forced from order 65 on
+    (the default: 256 columns from order 4096): each inner block's update kept to its outer
+    block's columns, the rest of the matrix updated once per outer block with its depth. The
+    same launches as without, the factor to rounding, and a failing minor in the last outer
+    block: info torch's, the factor torch's before its column and NaN from it on."""
     n, minor = 150, 140
     A = hpd(n, dtype, (2,), seed=11, cond=1e3)
     A[1, minor - 1, minor - 1] = -2.0
     plain, _ = cholesky_metal.cholesky_metal(A, False)  # below OUTER_MIN_N: no outer blocks
-    monkeypatch.setattr(cholesky_metal, "OUTER_WIDTH", 64)
+    monkeypatch.setattr(cholesky_metal, "BLOCK", block)
+    monkeypatch.setattr(cholesky_metal, "OUTER_WIDTH", outer)
     monkeypatch.setattr(cholesky_metal, "OUTER_MIN_N", 65)
     with count_launches() as counter:
         L, info = cholesky_metal.cholesky_metal(A, False)
     kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
-    assert len(kernels) == 2 * math.ceil(n / cholesky_metal.BLOCK) - 1, counter.names
+    blocks = math.ceil(n / block)
+    # (complex64's blocks of 64 take a chol_potf2 launch each, and no outer blocks)
+    fused = cholesky_metal._fused(block, dtype)
+    assert len(kernels) == (2 * blocks - 1 if fused else 3 * blocks - 2), counter.names
     assert torch.equal(info, torch.linalg.cholesky_ex(wide(A)).info)
     assert info.tolist() == [0, minor]
     assert potrf_ratio(A[:1], L[:1]) < THRESH
@@ -564,13 +576,18 @@ def test_wide_tile_deep_updates_same_bits(monkeypatch):
     assert torch.equal(inverse, narrow_inverse)
 
 
-@pytest.mark.parametrize("n, minor", [(65, 65), (96, 70), (129, 100), (200, 170)])
-def test_fused_next_block_failures_and_nan(n, minor):
+@pytest.mark.parametrize("n, minor, block", [(65, 65, 32), (96, 70, 32), (129, 100, 32),
+                                             (200, 170, 32), (150, 100, 64), (150, 120, 64),
+                                             (114, 110, 64), (200, 129, 64)])
+def test_fused_next_block_failures_and_nan(n, minor, block, monkeypatch):
     """chol_update factors the next diagonal block in the threadgroup that updated it: a batch
     of a good matrix, one whose failing minor lies in a later block (the last, partial one at
     n = 65) and one with NaN read below the diagonal, per dtype: info exactly torch's (float64),
     the factor torch's before the failing column and NaN (lower triangle) from it on, the other
-    batch elements untouched."""
+    batch elements untouched. With blocks of 64 (float32: two steps, chol_wide_block_middle
+    between them) the failing minor lies in a block's first half (100, 129), its second (120)
+    and in a last block of 50 columns (110)."""
+    monkeypatch.setattr(cholesky_metal, "BLOCK", block)
     lower = torch.ones(n, n, dtype=torch.bool).tril()
     for dtype in (torch.float32, torch.complex64):
         A = hpd(n, dtype, (3,), seed=n, cond=1e3)
