@@ -214,8 +214,11 @@ def test_lane_order_independent(metal_backend, monkeypatch):
         pytest.skip("lane orders are an emulator option")
     from mpslinalg._core import metal as _metal
 
-    for n in (20, 100):
-        A = hpd(n, torch.complex64, (2,), seed=16)
+    # complex64 with blocks of 32, float32 with fused blocks of 64 (the wide tile)
+    for n, dtype, block in ((20, torch.complex64, 32), (100, torch.complex64, 32),
+                            (150, torch.float32, 64)):
+        monkeypatch.setattr(cholesky_metal, "BLOCK", block)
+        A = hpd(n, dtype, (2,), seed=16)
         results = []
         for order in (None, "reverse", "random"):
             monkeypatch.setattr(_metal, "LANE_ORDER", order)
