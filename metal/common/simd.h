@@ -19,6 +19,57 @@ inline float2 simd_shuffle(float2 v, ushort lane) {
   return float2(metal::simd_shuffle(v.x, lane), metal::simd_shuffle(v.y, lane));
 }
 
+inline float simd_shuffle_xor(float v, ushort mask) { return metal::simd_shuffle_xor(v, mask); }
+inline float2 simd_shuffle_xor(float2 v, ushort mask) {
+  return float2(metal::simd_shuffle_xor(v.x, mask), metal::simd_shuffle_xor(v.y, mask));
+}
+
+// a where mask is 0, b where it is all ones (a lane's choice between two of its registers), by
+// the bits: the same value as a select, but one a compiler cannot turn into a select of the
+// two addresses, which would index the array holding them at run time (local memory; NVRTC
+// did that to simd_sum_scatter's values for float).
+inline float simd_pick(float a, float b, uint mask) {
+  return as_type<float>((as_type<uint>(a) & ~mask) | (as_type<uint>(b) & mask));
+}
+inline float2 simd_pick(float2 a, float2 b, uint mask) {
+  return float2(simd_pick(a.x, b.x, mask), simd_pick(a.y, b.y, mask));
+}
+
+// The simdgroup's sums of N values a lane (N a power of two, at most kSimdWidth), scattered:
+// lane l gets the sum of value l % N over the lanes. A butterfly that halves the values each
+// lane carries at every step (lane l keeps the half its bit h selects and adds its partner
+// l ^ h's other half: N - 1 shuffles), then log2(kSimdWidth / N) shuffles add the lanes that
+// share l % N; N simd_sums would take N log2(kSimdWidth). Every sum's order is fixed by the
+// lanes' indices, not by their schedule. v is overwritten.
+template <typename T, int N>
+inline T simd_sum_scatter(thread T* v, uint lane) {
+  static_assert(N >= 1 && N <= kSimdWidth && (N & (N - 1)) == 0, "N a power of two");
+  static_assert(kSimdWidth == 32, "the steps below count a simdgroup's 5 lane bits");
+  // log2(N) halving steps (counted, so that every loop has a constant trip count)
+  constexpr int kHalvings = N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2 : N >= 2 ? 1 : 0;
+#pragma unroll
+  for (int step = 0; step < kHalvings; ++step) {
+    const int h = (N / 2) >> step;
+    const uint upper = (lane & uint(h)) != 0 ? ~0u : 0u;
+    // A constant bound and a test (i < h), not the bound h: every index of v stays a constant
+    // after unrolling, so v stays in registers.
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      if (i < h) {
+        const T keep = simd_pick(v[i], v[i + h], upper);
+        const T give = simd_pick(v[i + h], v[i], upper);
+        v[i] = keep + simd_shuffle_xor(give, ushort(h));
+      }
+    }
+  }
+  T total = v[0];
+#pragma unroll
+  for (int step = kHalvings; step < 5; ++step) {
+    total += simd_shuffle_xor(total, ushort(1 << step));
+  }
+  return total;
+}
+
 // ---- across a threadgroup ----
 //
 // Every thread of the group calls them (they hold barriers) and gets the result. Each

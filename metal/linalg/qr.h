@@ -216,7 +216,7 @@ inline void qr_t_column(threadgroup T* t, int j, T tau, thread const T* y) {
 // threadgroup memory: P is the pointer type), by the whole threadgroup; rows are dealt to
 // threads cyclically. Leaves R on and above the diagonal, the reflectors below it, tau in
 // tau_out[0:w] and T in t (both threadgroup). part is kQrMaxSimdgroups * kQrPanelWidth scratch,
-// npart kQrMaxSimdgroups.
+// npart 2 kQrMaxSimdgroups.
 template <typename T, typename P>
 inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, threadgroup T* t,
                      threadgroup T* part, threadgroup float* npart, uint tid, uint nthreads,
@@ -230,8 +230,13 @@ inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, th
         qr_ssq_add(scale, ssq, a[i * lda + j]);
       }
     }
-    const float smax = group_max(scale, npart, lane, sg, nsg);
-    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart, lane, sg, nsg);
+    // The max and the sum reduce through halves of npart of their own, so neither needs its
+    // releasing barrier (the next write to a half comes a column later, past this column's
+    // barriers), as tsqr_geqr2's.
+    const float smax = group_max(scale, npart, lane, sg, nsg, metal::mem_flags::mem_threadgroup,
+                                 false);
+    const float s = group_sum(qr_ssq_rescale(scale, ssq, smax), npart + kQrMaxSimdgroups, lane,
+                              sg, nsg, metal::mem_flags::mem_threadgroup, false);
     const float xnorm = smax == 0.0f ? (metal::isnan(s) ? s : 0.0f) : smax * metal::sqrt(s);
 
     const T alpha = a[j * lda + j];
@@ -268,9 +273,28 @@ inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, th
         }
       }
     }
-    // Device memory too: the panel may live there (P).
-    group_sum_each<T, kQrPanelWidth>(
-        dot, part, lane, sg, nsg, metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    // The threadgroup's sums: each simdgroup's scattered over its lanes (simd_sum_scatter: sum
+    // c at lane c), simdgroup 0 folding the simdgroups' in index order into part[0 : width),
+    // which every thread then reads: kQrPanelWidth shuffles and reads a thread where a
+    // simd_sum per value and every thread folding every simdgroup's took five times the
+    // shuffles and nsg times the reads. The first barrier orders device memory too: the panel
+    // may live there (P). part is written next a column later, past this column's barriers.
+    const T mine = simd_sum_scatter<T, kQrPanelWidth>(dot, lane);
+    if (lane < uint(kQrPanelWidth)) {
+      part[sg * kQrPanelWidth + lane] = mine;
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
+    if (sg == 0 && lane < uint(kQrPanelWidth)) {
+      T total = part[lane];
+      for (uint i = 1; i < nsg; ++i) {
+        total += part[i * kQrPanelWidth + lane];
+      }
+      part[lane] = total;
+    }
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    for (int c = 0; c < kQrPanelWidth; ++c) {
+      dot[c] = part[c];
+    }
 
     // a_c -= conj(tau) v (v^H a_c): H^H applied to the rest of the panel (geqr2 / larf).
     const T ctau = conj(tau);
@@ -372,7 +396,7 @@ template <typename T>
   using namespace mpsl;
   threadgroup T stage[kQrStageElems];
   threadgroup T part[kQrMaxSimdgroups * kQrPanelWidth];
-  threadgroup float npart[kQrMaxSimdgroups];
+  threadgroup float npart[2 * kQrMaxSimdgroups];
   threadgroup T t[kQrPanelWidth * kQrPanelWidth];
   threadgroup T tau_panel[kQrPanelWidth];
 
