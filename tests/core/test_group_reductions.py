@@ -91,3 +91,59 @@ def test_every_thread_gets_the_groups_reduction(library, threads, order):
     best = tens[candidates].max()
     lowest = int(torch.nonzero(candidates & (tens == best))[0])
     assert (keys == best).all() and (indices == lowest).all()
+
+
+_SCATTER_PROBE = """
+template <int N>
+inline void scatter_case(device const float* x, device float* out, device float2* cout,
+                         uint tid, uint lane) {
+  using namespace mpsl;
+  float v[N];
+  float2 c[N];
+  for (int i = 0; i < N; ++i) {
+    v[i] = x[tid * 32 + i];
+    c[i] = float2(x[tid * 32 + i], -2.0f * x[tid * 32 + (i + 1) % 32]);
+  }
+  out[tid] = simd_sum_scatter<float, N>(v, lane);
+  cout[tid] = simd_sum_scatter<float2, N>(c, lane);
+}
+
+[[kernel]] void scatter_probe(device const float* x [[buffer(0)]],
+                              device float* out1 [[buffer(1)]], device float2* cout1 [[buffer(2)]],
+                              device float* out4 [[buffer(3)]], device float2* cout4 [[buffer(4)]],
+                              device float* out16 [[buffer(5)]],
+                              device float2* cout16 [[buffer(6)]],
+                              device float* out32 [[buffer(7)]],
+                              device float2* cout32 [[buffer(8)]],
+                              uint tid [[thread_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]]) {
+  scatter_case<1>(x, out1, cout1, tid, lane);
+  scatter_case<4>(x, out4, cout4, tid, lane);
+  scatter_case<16>(x, out16, cout16, tid, lane);
+  scatter_case<32>(x, out32, cout32, tid, lane);
+}
+"""
+
+
+@pytest.mark.parametrize("order", [None, "reverse", "random"])
+def test_simd_sum_scatter(order):
+    """simd_sum_scatter<T, N> leaves at lane l of each simdgroup the simdgroup's sum of value
+    l % N (real and complex; N = 1, 4, 16, 32), whatever order the lanes run in."""
+    lib = emulator.compile_shader(_metal.load_source("common/simd.h") + _SCATTER_PROBE)
+    threads = 64
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randint(-50, 51, (threads, 32), generator=gen).float()  # integers: exact sums
+    outs = []
+    for _ in (1, 4, 16, 32):
+        outs += [torch.empty(threads), torch.empty(threads, 2)]
+    extra = {} if order is None else {"order": order}
+    lib.scatter_probe(x, *outs, threads=threads, group_size=threads, **extra)
+    lane = torch.arange(threads) % 32
+    sg = torch.arange(threads) // 32
+    for k, n in enumerate((1, 4, 16, 32)):
+        real, cplx = outs[2 * k], outs[2 * k + 1]
+        per_sg = x.view(2, 32, 32).sum(1)  # (simdgroup, value)
+        shifted = torch.roll(x, -1, dims=1).view(2, 32, 32).sum(1)
+        want = per_sg[sg, lane % n]
+        assert torch.equal(real, want), (n, real, want)
+        assert torch.equal(cplx, torch.stack([want, -2 * shifted[sg, lane % n]], 1)), n
