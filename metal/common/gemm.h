@@ -10,8 +10,9 @@
 // host takes the wide block) with the kGemmThreads threads of a threadgroup (kGemmSimdgroupsM x
 // kGemmSimdgroupsN simdgroups, each owning a grid of 8x8 accumulators). op(A) and op(B) are
 // staged kGemmTileK columns / rows at a time in threadgroup memory, as separate real and
-// imaginary planes of float, because simdgroup_matrix exists for real types only. Entries past the edges of A and B are staged as
-// zero, so any m, n, k work; C is written only inside its bounds.
+// imaginary planes of float, because simdgroup_matrix exists for real types only. Entries past
+// the edges of A and B are staged as zero, so any m, n, k work; C is written only inside its
+// bounds.
 //
 // Complex products are formed from four real products (the 4M method):
 //   re = Ar Br - Ai Bi,  im = Ar Bi + Ai Br,
@@ -295,10 +296,10 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
     gemm_commit<T, kLoadsB>(b_re, b_im, next_b, map_b, kPitchB);
     threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if (kb + kGemmTileK < k) {
-      gemm_fetch<T, kLoadsA>(next_a, a, lda, op_a, map_a, row0, kb + kGemmTileK, m, k,
-                                 TM, kGemmTileK);
+      gemm_fetch<T, kLoadsA>(next_a, a, lda, op_a, map_a, row0, kb + kGemmTileK, m, k, TM,
+                             kGemmTileK);
       gemm_fetch<T, kLoadsB>(next_b, b, ldb, op_b, map_b, kb + kGemmTileK, col0, k, n,
-                                 kGemmTileK, TN);
+                             kGemmTileK, TN);
     }
 #pragma unroll
     for (int kk = 0; kk < kGemmTileK; kk += kGemmFrag) {
@@ -327,8 +328,7 @@ inline void gemm_tile(device const T* a, long lda, int op_a, device const T* b, 
         }
 #pragma unroll
         for (int j = 0; j < kFragsN; ++j) {
-          metal::simdgroup_load(bi[j], b_im + kk * kPitchB + fc0 + j * kGemmFrag,
-                                kPitchB);
+          metal::simdgroup_load(bi[j], b_im + kk * kPitchB + fc0 + j * kGemmFrag, kPitchB);
         }
 #pragma unroll
         for (int i = 0; i < kFragsM; ++i) {
