@@ -27,6 +27,8 @@
 //                    order.
 // then the host's shared GEMM forms M W_rot for every merge of the level (at the last level
 // Z = W_rot^T M^T, the eigenvectors as columns). Five launches per level whatever the batch.
+// The levels whose blocks have at most kDivideLeafMax rows are not merged: eigh_dc_leaf solves
+// the blocks of the highest of them (below the last level) whole by Jacobi, one launch.
 #pragma once
 
 #include "../common/defines.h"
@@ -57,6 +59,14 @@ constant constexpr int kDivideWorkInts = 7;
 // eigh_dc_merge stages a merge's sorted D, z and indices in threadgroup memory up to this
 // order (24 KiB), in its workspace past it.
 constant constexpr int kDivideStageMax = 2048;
+// The leaves: the blocks of the lowest level whose blocks have at most this many rows (and below
+// the last level) are solved whole by eigh_dc_leaf, one launch for them all, instead of being
+// merged up from 1 x 1 blocks at five launches a level (4 levels of 20 launches at 16).
+// Jacobi's cyclic sweeps on an order-16 block are 15 rounds of two barriers in one simdgroup.
+constant constexpr int kDivideLeafMax = 16;
+// Threads of an eigh_dc_leaf threadgroup: one simdgroup, (kDivideLeafMax / 2)^2 items of a
+// round's block update, two a thread.
+constant constexpr int kDivideLeafThreads = kSimdWidth;
 // 1 / sqrt(2): z's scale, as both halves are unit rows.
 constant constexpr float kDivideRsqrt2 = 0.70710678f;
 
@@ -260,6 +270,70 @@ inline void divide_deflate(F sd, F sz, I so, DivideMerge mg, device const float*
 }
 
 }  // namespace mpsl
+
+// The blocks of level p.level (the leaves, at most kDivideLeafMax rows), each solved whole: the
+// block of T on its rows [lo, hi) with the two tears at its ends (d_lo less |e_lo-1| and d_hi-1
+// less |e_hi-1|, as the merges below it would have built it) by eigh.h's cyclic Jacobi sweeps
+// (eigh_jacobi_sweeps: rotations accumulated from I; backward stable, its vectors orthogonal to
+// working precision, as the merges need). Writes what eigh_dc_mix and the level's GEMM leave
+// for the next level: the eigenvalues ascending (ties by index, eigh_rank) in lam_out (batch,
+// blocks, width) and the eigenvectors as the rows of w_out (batch, blocks, width, width).
+// Grid: (kDivideLeafThreads, blocks of the level, batch).
+template <typename T>
+[[kernel, max_total_threads_per_threadgroup(mpsl::kDivideLeafThreads)]] void eigh_dc_leaf(
+    device const float* de [[buffer(0)]],
+    device const int* flags [[buffer(1)]],
+    device float* lam_out [[buffer(2)]],
+    device float* w_out [[buffer(3)]],
+    constant mpsl::DivideParams& p [[buffer(4)]],
+    uint3 tpos [[thread_position_in_threadgroup]],
+    uint3 tgpos [[threadgroup_position_in_grid]],
+    uint3 tpg [[threads_per_threadgroup]]) {
+  using namespace mpsl;
+  threadgroup float x[kDivideLeafMax * kDivideLeafMax];
+  threadgroup float vm[kDivideLeafMax * kDivideLeafMax];
+  threadgroup float rot[kDivideLeafMax / 2 * kEighRotFloats];
+  threadgroup float scratch[kMaxThreadsPerGroup / kSimdWidth];
+  const long b = long(tgpos.z), j = long(tgpos.y);
+  if (flags[b * 2] != 0) {
+    return;  // the whole threadgroup; eigh_dc_mix writes NaN at the last level
+  }
+  const int n = int(p.n), cw = int(p.width);
+  const int tid = int(tpos.x), nt = int(tpg.x);
+  const int lo = divide_bound(j, p.level, p), hi = divide_bound(j + 1, p.level, p);
+  const int m = hi - lo;
+  device const float* d = de + b * 2 * n;
+  device const float* e = d + n;
+  for (int k = tid; k < m * m; k += nt) {
+    const int i = k / m, c = k % m;
+    float value = 0.0f;
+    if (i == c) {
+      value = d[lo + i] - (i == 0 && lo > 0 ? metal::fabs(e[lo - 1]) : 0.0f) -
+              (i == m - 1 && hi < n ? metal::fabs(e[hi - 1]) : 0.0f);
+    } else if (c == i + 1 || i == c + 1) {
+      value = e[lo + metal::min(i, c)];
+    }
+    x[k] = value;
+    vm[k] = i == c ? 1.0f : 0.0f;
+  }
+  float rotations = 0.0f;
+  eigh_jacobi_sweeps<float, 1>(&x[0], &vm[0], &rot[0], &scratch[0], m, true, kEighMaxSweeps,
+                               uint(tid), uint(nt), rotations);
+  const long blocks = divide_blocks(p);
+  device float* lam = lam_out + (b * blocks + j) * cw;
+  device float* rows = w_out + (b * blocks + j) * long(cw) * cw;
+  for (int i = tid; i < m; i += nt) {
+    const float di = x[i * m + i];
+    int rank = 0;
+    for (int k = 0; k < m; ++k) {
+      rank += k == i ? 0 : eigh_rank(di, i, x[k * m + k], k);
+    }
+    lam[rank] = di;
+    for (int c = 0; c < m; ++c) {
+      rows[long(rank) * cw + c] = vm[c * m + i];
+    }
+  }
+}
 
 // One threadgroup per merge: grid (threads, blocks of the level, batch). lam_in and w_in are
 // the level below's eigenvalues (batch, 2 blocks, child) and eigenvector rows (batch, 2 blocks,

@@ -90,6 +90,10 @@ DIVIDE_WORK_INTS = 7  # kDivideWorkInts (plus two)
 #: eigh_dc_merge stages a merge in threadgroup memory up to this order (kDivideStageMax; tests
 #: lower it to run the workspace variant at small sizes).
 DIVIDE_STAGE = 2048
+#: kDivideLeafMax: eigh_dc_leaf solves the blocks of the highest level whose blocks have at
+#: most this many rows (below the last level) whole, in one launch; the merges start above it.
+DIVIDE_LEAF_MAX = 16
+DIVIDE_LEAF_THREADS = 32  # kDivideLeafThreads: one simdgroup a leaf
 
 
 def group_max_n(dtype: torch.dtype) -> int:
@@ -184,8 +188,9 @@ def _tridiagonal(A: Tensor, w: Tensor, V: Tensor, status: Tensor, *, lower: bool
 def _divide(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch: int, *,
             fn: str) -> Tensor:
     """T's eigenvectors Z (batch, n, n) float32 by divide and conquer (metal/linalg/
-    eigh_divide.h): per level of ceil(log2 n), the merges, their roots, z-hat, the mixing rows
-    and one shared GEMM; w and status too."""
+    eigh_divide.h): the leaves (blocks of at most DIVIDE_LEAF_MAX rows) by one eigh_dc_leaf
+    launch, then per level of ceil(log2 n) above them the merges, their roots, z-hat, the
+    mixing rows and one shared GEMM; w and status too."""
     device = de.device
     levels = max(1, (n - 1).bit_length())
 
@@ -212,7 +217,18 @@ def _divide(de: Tensor, flags: Tensor, w: Tensor, status: Tensor, n: int, batch:
     merge, secular, zhat, mixing = (
         _metal.kernel(_SOURCE, name, f32, device, fn=fn)
         for name in ("eigh_dc_merge", "eigh_dc_secular", "eigh_dc_zhat", "eigh_dc_mix"))
-    for level in range(1, levels + 1):
+    # The leaves: the highest level below the last whose blocks have at most DIVIDE_LEAF_MAX
+    # rows, solved whole in one launch (level 0, the 1 x 1 blocks, needs none: the first merge
+    # reads T's diagonal).
+    leaf = max(level for level in range(levels) if width(level) <= DIVIDE_LEAF_MAX)
+    if leaf > 0:
+        params = metal_params.pack(_DIVIDE_HEADER, "DivideParams", n=n, batch=batch, level=leaf,
+                                   levels=levels, width=width(leaf), child=width(leaf - 1),
+                                   stage=DIVIDE_STAGE)
+        launch(_metal.kernel(_SOURCE, "eigh_dc_leaf", f32, device, fn=fn), de, flags, lam_prev,
+               w_prev, params, threads=[DIVIDE_LEAF_THREADS, 1 << (levels - leaf), batch],
+               group_size=[DIVIDE_LEAF_THREADS, 1, 1])
+    for level in range(leaf + 1, levels + 1):
         wd, blocks = width(level), 1 << (levels - level)
         params = metal_params.pack(_DIVIDE_HEADER, "DivideParams", n=n, batch=batch,
                                    level=level, levels=levels, width=wd, child=width(level - 1),

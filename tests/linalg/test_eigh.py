@@ -297,15 +297,18 @@ def test_converges_within_the_sweep_bound(metal_backend, case):
 # ---------------------------------------------------------------- tridiagonal path
 
 
-@pytest.fixture(params=["staged", "unstaged"])
+@pytest.fixture(params=["staged", "unstaged", "no leaves"])
 def tridiagonal(request, monkeypatch):
     """The tridiagonal path from n = 5 on, so that the emulator runs it at small sizes, a launch
     per column before the last four; divide and conquer's deflation scan on threadgroup memory,
-    or on the workspace as past DIVIDE_STAGE."""
+    or on the workspace as past DIVIDE_STAGE; and without eigh_dc_leaf (DIVIDE_LEAF_MAX = 1:
+    merges from the 1 x 1 blocks up, as for the levels above the leaves)."""
     monkeypatch.setattr(eigh_module, "TRIDIAG_MIN_N", 5)
     monkeypatch.setattr(eigh_module, "TRIDIAG_TAIL", 4)
     if request.param == "unstaged":
         monkeypatch.setattr(eigh_module, "DIVIDE_STAGE", 0)
+    if request.param == "no leaves":
+        monkeypatch.setattr(eigh_module, "DIVIDE_LEAF_MAX", 1)
     return request.param
 
 
@@ -384,9 +387,16 @@ def test_tridiagonal_launches_independent_of_batch(metal_backend, tridiagonal):
         assert counts[0]["eigh_tridiag_tail_complex64"] == 1
         assert counts[0]["eigh_tridiag_load_complex64"] == 1
         if vectors:
-            levels = (n - 1).bit_length()  # ceil(log2 n) levels of merges, 5 launches each
+            # ceil(log2 n) levels; level l's blocks have at most ceil(n 2^l / 2^levels) rows.
+            # The highest level below the last whose blocks have at most DIVIDE_LEAF_MAX rows is
+            # one eigh_dc_leaf launch (none for level 0), each level above it five launches.
+            levels = (n - 1).bit_length()
+            leaf = max(lv for lv in range(levels)
+                       if -(-(n << lv) >> levels) <= eigh_module.DIVIDE_LEAF_MAX)
+            assert leaf == (0 if tridiagonal == "no leaves" else 3)  # blocks of 5 rows at n = 10
+            assert counts[0].get("eigh_dc_leaf_float32", 0) == (leaf > 0)
             for kernel in ("merge", "secular", "zhat", "mix"):
-                assert counts[0][f"eigh_dc_{kernel}_float32"] == levels
+                assert counts[0][f"eigh_dc_{kernel}_float32"] == levels - leaf
         else:
             assert counts[0]["eigh_tridiag_bisect_complex64"] == 1
             assert emulator.total_launches() == n - eigh_module.TRIDIAG_TAIL + 3
