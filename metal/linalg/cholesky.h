@@ -430,8 +430,8 @@ template <typename T>
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
 // [s, n) x columns [k0, s), restricted to A22's first `cols` columns (all rows): one Tile x Tile
 // block of A22 per threadgroup of kGemmThreads (the wide block for the outer blocks' deep
-// updates in float, as the host chooses). The host's outer blocks (a two-level
-// blocking) update only their own columns after each inner block of kCholBlock columns, then the
+// updates and the 64-column blocks in float, as the host chooses). The host's outer blocks (a
+// two-level blocking) update only their own columns after each inner block, then the
 // rest of the matrix once, with w the outer block's width: the rest is then read and written
 // once per outer block, not once per inner block, and its product is w deep instead of 32. Only
 // the lower triangle is read later, so blocks wholly above the diagonal return at once and the
@@ -502,9 +502,9 @@ template <typename T, int Tile>
       chol_wide_block_middle<T>(A, n, s, int(w2) - kCholBlock, scratch, tid, sg);
     }
     if (sg == 0) {
-      const long k0 = s + step * kCholBlock;
+      const long first = s + step * kCholBlock;
       const long order = wide ? (step == 0 ? long(kCholBlock) : w2 - kCholBlock) : w2;
-      chol_potf2_simdgroup<T>(A, info, n, k0, order, long(group.z), int(tid));
+      chol_potf2_simdgroup<T>(A, info, n, first, order, long(group.z), int(tid));
     }
   }
 }
