@@ -681,12 +681,13 @@ def test_simdgroup_matrix_is_distributed_over_the_lanes():
 def test_gemm_h_products_need_no_exchange_between_lanes():
     # gemm.h multiplies tiles it loaded from its threadgroup stages, so through the executor its
     # products are the lanes' own fmas: neither the scratch exchange nor the shuffles are left.
+    # Both output blocks of float32 (32 x 32 and the wide 64 x 64) and complex64's.
     ptx = cuda.compile_ptx(_metal.load_source("common/gemm.metal"))
-    for dtype in ("float32", "complex64"):
-        body = re.search(rf"\.entry emu_k\d+_gemm_{dtype}\(.*?\n\}}\n", ptx, re.S).group(0)
+    for name in ("float32_tile32", "float32_tile64", "complex64_tile32"):
+        body = re.search(rf"\.entry emu_k\d+_gemm_{name}\(.*?\n\}}\n", ptx, re.S).group(0)
         assert "fma.rn.f32" in body
-        assert "%dynamic_smem_size" not in body and "shfl.sync" not in body, dtype
-        assert ".local" not in body, dtype
+        assert "%dynamic_smem_size" not in body and "shfl.sync" not in body, name
+        assert ".local" not in body, name
 
 
 def _gemm_args(M, N, K, dtype, seed):
