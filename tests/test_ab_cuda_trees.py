@@ -1,0 +1,27 @@
+"""benchmarks/ab_cuda_trees.py's plumbing on the emulator (its timings there mean nothing): each
+tree's child imports that tree's mpslinalg, editable install or not, and the table has a row
+per case."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_ab_cuda_trees_runs_both_trees(tmp_path):
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the script extracts the base tree with git archive")
+    out = tmp_path / "ab.md"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "ab_cuda_trees.py"), "--base",
+                    "HEAD", "--device", "cpu", "--cases", "lu:8,gemm:9", "--rounds", "1",
+                    "--reps", "1", "--out", str(out)], check=True, capture_output=True,
+                   timeout=600)
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| lu:8 |")
+            or line.startswith("| gemm:9 |")]
+    assert len(rows) == 2, out.read_text()
