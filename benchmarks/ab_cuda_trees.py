@@ -13,6 +13,9 @@ kernels are cached on disk (``$MPSLINALG_CACHE_DIR``), so only a tree's first ch
         [--cases cholesky:1024,cholesky:4096,gemm:4096,eigh:256c] [--out ab.md]
     python benchmarks/ab_cuda_trees.py --base HEAD~1 --device cpu --cases cholesky:70
                                        # the plumbing on the emulator: no timing worth reading
+    python benchmarks/ab_cuda_trees.py --base-tree DIR ...
+                                       # a tree extracted beforehand (git archive REV mpslinalg
+                                       # metal | tar -x -C DIR), where there is no git history
 
 A case is ``family:n`` with an optional ``c`` for complex64 (float32 otherwise). Families:
 ``cholesky`` (cholesky_metal against torch.linalg.cholesky_ex), ``cholesky_inverse``,
@@ -127,6 +130,7 @@ def _stats(xs: list[float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", help="the earlier commit (anything git archive takes)")
+    ap.add_argument("--base-tree", help="or a directory holding its mpslinalg and metal")
     ap.add_argument("--cases", default="cholesky:1024,cholesky:4096,gemm:2048,eigh:256c")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
@@ -137,15 +141,18 @@ def main() -> None:
     if args.child:
         _child(args)
         return
-    if not args.base:
-        raise SystemExit("ab_cuda_trees: --base is required")
+    if bool(args.base) == bool(args.base_tree):
+        raise SystemExit("ab_cuda_trees: give one of --base and --base-tree")
     for text in args.cases.split(","):
         _parse_case(text)
     env = dict(os.environ, MPSLINALG_METAL_ON_CUDA="1")
     results: dict[tuple[str, str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        base_tree = Path(tmp).resolve()
-        _extract(args.base, base_tree)
+        if args.base_tree:
+            base_tree = Path(args.base_tree).resolve()
+        else:
+            base_tree = Path(tmp).resolve()
+            _extract(args.base, base_tree)
         trees = {"new": REPO.resolve(), "base": base_tree}
         for r in range(args.rounds):
             for label in (("new", "base") if r % 2 == 0 else ("base", "new")):
@@ -164,7 +171,8 @@ def main() -> None:
                         continue
                     for who in ("ours", "torch"):
                         results.setdefault((row["case"], label, who), []).extend(row[who])
-    lines = [f"ab_cuda_trees: this checkout against {args.base}, {args.rounds} rounds x "
+    lines = [f"ab_cuda_trees: this checkout against {args.base or args.base_tree}, "
+             f"{args.rounds} rounds x "
              f"{args.reps} reps, device {args.device}; us, min / median / max", "",
              "| case | new | base | torch (both runs) | new / base (median, min) | "
              "new / torch (median) |", "|---|---|---|---|---|---|"]
