@@ -78,7 +78,8 @@ inline T simd_sum_scatter(thread T* v, uint lane) {
 // get the same bits whatever order the lanes run in. The first barrier also orders the memory
 // in `flags` (a caller may need device writes ordered there too); the last one lets the caller
 // reuse part at once. A caller whose next write to part comes after a barrier of its own anyway
-// passes release = false and saves that last barrier (group_sum, group_max).
+// passes release = false and saves that last barrier (group_sum, group_max,
+// group_sum_each_whole).
 
 // Sum of v (float or float2).
 template <typename T>
@@ -120,6 +121,36 @@ inline void group_sum_each(thread T* v, threadgroup T* part, uint lane, uint sg,
     v[c] = total;
   }
   threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+}
+
+// group_sum_each for a threadgroup of whole simdgroups (the shuffles read every lane) and N a
+// power of two: each simdgroup's sums scattered over its lanes by simd_sum_scatter (sum c at
+// lane c: N - 1 shuffles and a few more, where a simd_sum a value takes 5 N) and stored by lane
+// c; simdgroup 0 then folds the simdgroups' in index order into part[0 : N), which every thread
+// reads (N reads a thread, where every thread folding every simdgroup's takes nsg N). Two
+// barriers, a third with `release`.
+template <typename T, int N>
+inline void group_sum_each_whole(thread T* v, threadgroup T* part, uint lane, uint sg, uint nsg,
+                                 metal::mem_flags flags, bool release) {
+  const T mine = simd_sum_scatter<T, N>(v, lane);
+  if (lane < uint(N)) {
+    part[sg * N + lane] = mine;
+  }
+  threadgroup_barrier(flags);
+  if (sg == 0 && lane < uint(N)) {
+    T total = part[lane];
+    for (uint i = 1; i < nsg; ++i) {
+      total += part[i * N + lane];
+    }
+    part[lane] = total;
+  }
+  threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  for (int c = 0; c < N; ++c) {
+    v[c] = part[c];
+  }
+  if (release) {
+    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  }
 }
 
 // Largest v (NaN loses to any number, as with metal::max).

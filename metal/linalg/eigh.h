@@ -264,6 +264,19 @@ inline int eigh_rank(float wi, int i, float wj, int j) {
   return (wj < wi || (wj == wi && j < i)) ? 1 : 0;
 }
 
+// Position of the diagonal entry i of the n x n matrix x (row-major, threadgroup or device
+// memory: P) among its diagonal in ascending order (eigh_rank's): where a Jacobi-diagonalised
+// matrix's eigenvalue i and its vector go.
+template <typename P>
+inline int eigh_diagonal_rank(P x, int n, int i) {
+  const float di = eigh_real(x[i * n + i]);
+  int rank = 0;
+  for (int j = 0; j < n; ++j) {
+    rank += j == i ? 0 : eigh_rank(di, i, eigh_real(x[j * n + j]), j);
+  }
+  return rank;
+}
+
 // ---- one threadgroup per matrix ----
 
 // The sweeps of the cyclic Jacobi method on the scaled Hermitian x (n x n, row-major) and, when
@@ -395,12 +408,8 @@ inline void eigh_jacobi(device const T* a, device float* w, device T* v, device 
   const int sweeps = eigh_jacobi_sweeps<T, Batch>(x, vm, rot, scratch, n, vectors,
                                                   kEighMaxSweeps, tid, nthreads, rotations);
   for (int i = int(tid); i < n; i += int(nthreads)) {
-    const float di = eigh_real(x[i * n + i]);
-    int rank = 0;
-    for (int j = 0; j < n; ++j) {
-      rank += j == i ? 0 : eigh_rank(di, i, eigh_real(x[j * n + j]), j);
-    }
-    w[b * n + rank] = metal::ldexp(di, e);
+    const int rank = eigh_diagonal_rank(x, n, i);
+    w[b * n + rank] = metal::ldexp(eigh_real(x[i * n + i]), e);
     if (vectors) {
       for (int row = 0; row < n; ++row) {
         v[b * nn + long(row) * n + rank] = vm[row * n + i];

@@ -323,12 +323,8 @@ template <typename T>
   device float* lam = lam_out + (b * blocks + j) * cw;
   device float* rows = w_out + (b * blocks + j) * long(cw) * cw;
   for (int i = tid; i < m; i += nt) {
-    const float di = x[i * m + i];
-    int rank = 0;
-    for (int k = 0; k < m; ++k) {
-      rank += k == i ? 0 : eigh_rank(di, i, x[k * m + k], k);
-    }
-    lam[rank] = di;
+    const int rank = eigh_diagonal_rank(&x[0], m, i);
+    lam[rank] = x[i * m + i];
     for (int c = 0; c < m; ++c) {
       rows[long(rank) * cw + c] = vm[c * m + i];
     }

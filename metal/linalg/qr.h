@@ -273,28 +273,12 @@ inline void qr_geqr2(P a, long lda, long rows, int w, threadgroup T* tau_out, th
         }
       }
     }
-    // The threadgroup's sums: each simdgroup's scattered over its lanes (simd_sum_scatter: sum
-    // c at lane c), simdgroup 0 folding the simdgroups' in index order into part[0 : width),
-    // which every thread then reads: kQrPanelWidth shuffles and reads a thread where a
-    // simd_sum per value and every thread folding every simdgroup's took five times the
-    // shuffles and nsg times the reads. The first barrier orders device memory too: the panel
-    // may live there (P). part is written next a column later, past this column's barriers.
-    const T mine = simd_sum_scatter<T, kQrPanelWidth>(dot, lane);
-    if (lane < uint(kQrPanelWidth)) {
-      part[sg * kQrPanelWidth + lane] = mine;
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device);
-    if (sg == 0 && lane < uint(kQrPanelWidth)) {
-      T total = part[lane];
-      for (uint i = 1; i < nsg; ++i) {
-        total += part[i * kQrPanelWidth + lane];
-      }
-      part[lane] = total;
-    }
-    threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int c = 0; c < kQrPanelWidth; ++c) {
-      dot[c] = part[c];
-    }
+    // qr_panel's threadgroup is whole simdgroups. Device memory too: the panel may live there
+    // (P). No releasing barrier: part is written next a column later, past this column's
+    // barriers.
+    group_sum_each_whole<T, kQrPanelWidth>(
+        dot, part, lane, sg, nsg, metal::mem_flags::mem_threadgroup | metal::mem_flags::mem_device,
+        false);
 
     // a_c -= conj(tau) v (v^H a_c): H^H applied to the rest of the panel (geqr2 / larf).
     const T ctau = conj(tau);
