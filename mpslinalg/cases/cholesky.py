@@ -14,7 +14,7 @@ import torch
 import mpslinalg
 
 from .._core.registry import bench_case, check_case
-from ..testing import batch_ratio, eps, matrix_with_spread, norm1, solve_ratio, wide
+from ..testing import batch_ratio, eps, inv_ratio, matrix_with_spread, norm1, solve_ratio, wide
 
 
 def _hpd(n: int, cond: float, dtype: torch.dtype, batch=(), seed: int = 0,
@@ -94,18 +94,10 @@ def _cholesky_ex_failure(device) -> float:
     return _potrf_ratio(A[0::2], L[0::2])
 
 
-def _inverse_ratio(A: torch.Tensor, inverse: torch.Tensor) -> float:
-    """LAPACK's xPOT03: ||I - A A^-1|| / (n ||A|| ||A^-1|| eps), 1-norms in float64."""
-    A, Xw = wide(A), wide(inverse)
-    n = max(A.shape[-1], 1)
-    eye = torch.eye(n, dtype=A.dtype)
-    return batch_ratio(norm1(eye - A @ Xw), n * norm1(A) * norm1(Xw) * eps(inverse.dtype))
-
-
 @check_case("cholesky_inverse", "complex64 batched 70x70")
 def _cholesky_inverse_small(device) -> float:
     A = _hpd(70, 1e3, torch.complex64, (2,), seed=5)
-    return _inverse_ratio(A, mpslinalg.cholesky_inverse(mpslinalg.cholesky(A.to(device))))
+    return inv_ratio(A, mpslinalg.cholesky_inverse(mpslinalg.cholesky(A.to(device))))
 
 
 @check_case("cholesky_inverse", "1024x1024 float32 (blocked inverse, the wide product block)")
@@ -115,7 +107,7 @@ def _cholesky_inverse_wide(device) -> float:
     # case times only the inverse (about 4 s on the emulator).
     A = _hpd(1024, 100.0, torch.float32, seed=6)
     L = torch.linalg.cholesky(wide(A)).to(torch.float32)
-    return _inverse_ratio(A, mpslinalg.cholesky_inverse(L.to(device)))
+    return inv_ratio(A, mpslinalg.cholesky_inverse(L.to(device)))
 
 
 # ---------------------------------------------------------------- benchmarks

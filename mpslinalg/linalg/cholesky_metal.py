@@ -12,8 +12,9 @@ Launches per call:
                           first block of BLOCK columns), then per block but the last trsm_diag
                           (the panel, triangular.metal) + chol_update (the trailing update,
                           which also factors the next diagonal block): 2 * ceil(n / 32) - 1
-                          (63 at n = 1024, 255 at 4096); upper=True adds the conjugate
-                          transposes in and out.
+                          (63 at n = 1024, 255 at 4096; 2 * ceil(n / 64) - 1 with float32
+                          blocks of WIDE_BLOCK); upper=True adds the conjugate transposes in
+                          and out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
