@@ -103,7 +103,7 @@ def main() -> None:
     # The first block of an n x n factorization: L11 factored (chol_potf2), then the panel.
     A = torch.tril(_hpd(1, n, dt, 3, dev)).contiguous()
     info = torch.zeros(1, dtype=torch.int32, device=dev)
-    w, s = _chol.NEXT_BLOCK, _chol.NEXT_BLOCK
+    w = s = _chol.BLOCK
     factored = A.clone()
     _chol._potf2(factored, info, n, 0, w, 1)
     panel_params = triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,

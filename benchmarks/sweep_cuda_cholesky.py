@@ -1,15 +1,13 @@
-"""The Cholesky block size of mpslinalg.linalg.cholesky_metal measured through the CUDA executor
-on an NVIDIA GPU (not an Apple GPU): for each block width (cholesky_metal.BLOCK: 32, the default,
-whose trailing update factors the next diagonal block, 2 ceil(n / 32) - 1 launches; 64, whose
-update on the 64 x 64 tile factors it in float32 too, 2 ceil(n / 64) - 1, and in complex64
-takes a chol_potf2 launch a block, 3 ceil(n / 64) - 2), wall time
-(host clock around a synchronised call, median [min, max] of interleaved rounds, against
-torch.linalg.cholesky / cholesky_ex on the same GPU), device time per kernel (the executor's
-profiling mode, whose events also count the host's gaps between launches), and the device time
-alone: the call captured once in a CUDA graph and replayed, so no host time is left in it.
+"""mpslinalg.linalg.cholesky_metal (blocks of 32 columns, 2 ceil(n / 32) - 1 launches) measured
+through the CUDA executor on an NVIDIA GPU (not an Apple GPU): wall time (host clock around a
+synchronised call, median [min, max] of interleaved rounds, against torch.linalg.cholesky /
+cholesky_ex on the same GPU), device time per kernel (the executor's profiling mode, whose
+events also count the host's gaps between launches), and the device time alone: the call
+captured once in a CUDA graph and replayed, so no host time is left in it. (It also compared
+blocks of 64 columns until round 22 measured them slower at every size and they were removed.)
 
     python benchmarks/sweep_cuda_cholesky.py [--cases 1x1024,1x2048,1x4096,64x64,16x256]
-                                             [--blocks 32,64] [--reps 7]
+                                             [--reps 7]
 """
 
 from __future__ import annotations
@@ -29,13 +27,8 @@ from mpslinalg.emulator import cuda  # noqa: E402
 from mpslinalg.linalg import cholesky_metal as _chol  # noqa: E402
 
 
-def _factor(A: torch.Tensor, block: int):
-    old = _chol.BLOCK
-    _chol.BLOCK = block
-    try:
-        return _chol.cholesky_metal(A, False)
-    finally:
-        _chol.BLOCK = old
+def _factor(A: torch.Tensor):
+    return _chol.cholesky_metal(A, False)
 
 
 def _wall_us(fn) -> float:
@@ -75,10 +68,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default="1x1024,1x2048,1x4096,64x64,16x256",
                     help="comma-separated BATCHxN cases")
-    ap.add_argument("--blocks", default="32,64", help="block widths (multiples of 32, <= 64)")
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args()
-    blocks = [int(b) for b in args.blocks.split(",")]
     print("| case | contender | wall us | device us (graph replay) | kernels: launches, "
           "profiled us | max rel. diff. from torch |")
     print("| --- | --- | ---: | ---: | --- | ---: |")
@@ -86,7 +77,7 @@ def main() -> None:
         batch, n = (int(v) for v in case.split("x"))
         A = _hpd(batch, n, torch.float32, 3, "cuda").reshape(batch, n, n)
         ref = torch.linalg.cholesky(A)
-        contenders = {f"executor, block {b}": (lambda A=A, b=b: _factor(A, b)) for b in blocks}
+        contenders = {"executor": lambda A=A: _factor(A)}
         contenders["torch.linalg.cholesky"] = lambda A=A: torch.linalg.cholesky(A)
         contenders["torch.linalg.cholesky_ex"] = lambda A=A: torch.linalg.cholesky_ex(A)
         times = {who: [] for who in contenders}
@@ -99,13 +90,12 @@ def main() -> None:
         for who, fn in contenders.items():
             device, kernels, diff = "", "", ""
             if who.startswith("executor"):
-                block = int(who.rsplit(" ", 1)[1])
                 L, info = fn()
                 diff = f"{float((L - ref).abs().max() / ref.abs().max()):.1e}"
                 if not bool((info == 0).all()):
                     diff += " (info != 0)"
                 with cuda.profile() as prof:
-                    _factor(A, block)
+                    _factor(A)
                 kernels = ", ".join(f"{k} {c} x, {us:.0f}"
                                     for k, (c, us) in sorted(prof.kernels().items()))
                 device = f"{_graph_us(fn):.1f}"

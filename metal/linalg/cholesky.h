@@ -49,22 +49,13 @@ static_assert(kCholBlock <= kCholUnblockedMax, "a diagonal block is factored by 
 static_assert(kCholBlock <= kGemmTileM && kCholBlock <= kGemmWideTile,
               "the next diagonal block lies in the update's first tile");
 static_assert(kCholBlock <= kSimdWidth, "one simdgroup factors a block, a row a lane");
-// The largest next diagonal block chol_update factors: two steps of kCholBlock columns in the
-// 64 x 64 output block of gemm.h (float only: complex keeps 32 x 32 blocks), so blocks of 64
-// columns take one launch each for the panel and one for the update, as blocks of 32 do.
-constant constexpr int kCholWideBlock = 64;
-static_assert(kCholWideBlock == 2 * kCholBlock, "two steps of kCholBlock");
-static_assert(kCholWideBlock == kGemmWideTile, "a wide next block is the wide tile");
-static_assert(kCholWideBlock <= kCholUnblockedMax, "the first wide block is one chol_potf2");
-
 // Scalars of chol_potf2_simd, chol_potf2 and chol_update (chol_lauum reads n only).
 struct CholParams {
   long n;     // order of each matrix (its row stride)
   long k0;    // first row and column of the diagonal block
   long w;     // order of the diagonal block
   long next;  // chol_update: the order of the next diagonal block, which it factors (at most
-              // kCholBlock, or kCholWideBlock with the wide tile), 0 to leave it to a
-              // chol_potf2 launch
+              // kCholBlock), 0 for none
   long cols;  // chol_update: columns [s, s + cols) of A22 updated (the host's outer block), all
               // rows [s, n)
 };
@@ -301,78 +292,6 @@ inline void chol_potf2_simdgroup(device T* A, device int* info, long n, long k0,
   }
 }
 
-// The pitch of the two 32 x 32 blocks chol_wide_block_middle stages in the product's scratch
-// (an odd pitch: a column's entries on distinct banks).
-constant constexpr int kCholStagePitch = kCholBlock + 1;
-
-// The middle of the next diagonal block's factorization when kCholBlock < w <= kCholWideBlock
-// (chol_update on the wide tile), between its two steps of kCholBlock columns, which
-// chol_update runs as chol_potf2_simdgroup by simdgroup 0: [s, s + kCholBlock) before, and
-// [s + kCholBlock, s + w) after. With r = w - kCholBlock, the threadgroup (kGemmThreads
-// threads; L11 in device memory, ordered for it by the barrier before the call):
-//   L21 = A21 L11^-H: simdgroup 0, lane i < r solving row i by forward substitution against
-//        L11 staged in threadgroup memory (the row's entries in registers; each division one
-//        rounding, as trsm_diag's);
-//   A22 -= L21 L21^H on the lower triangle of the r x r block, an entry a thread, L21 staged.
-// The blocked algorithm's own steps, so a failed pivot in L11 (NaN from its column on) gives
-// NaN in L21's columns from there and in all of A22, whose first pivot then fails too, while
-// info keeps the first failure (chol_potf2_simdgroup writes it only while it is 0): the factor
-// is exact before the failing column and NaN from it on, as one potf2 of the block gives.
-// scratch holds 2 kCholBlock kCholStagePitch elements of T (free after gemm_tile).
-template <typename T>
-inline void chol_wide_block_middle(device T* A, long n, long s, int r, threadgroup float* scratch,
-                                   uint tid, uint sg) {
-  constexpr int B = kCholBlock;
-  threadgroup T* l11 = reinterpret_cast<threadgroup T*>(scratch);
-  threadgroup T* l21 = l11 + B * kCholStagePitch;
-  const auto both = metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup;
-  for (int e = int(tid); e < B * B; e += kGemmThreads) {
-    const int i = e / B, k = e % B;
-    l11[i * kCholStagePitch + k] = k <= i ? A[(s + i) * n + s + k] : zero<T>();
-  }
-  threadgroup_barrier(both);
-  if (sg == 0 && int(tid) < r) {
-    const int i = int(tid);
-    device T* row = A + (s + B + i) * n + s;
-    T x[B];
-#pragma unroll
-    for (int k = 0; k < B; ++k) {
-      x[k] = row[k];
-    }
-    // Both loops over constant bounds (l < k a test, not a bound), so that every index of x is
-    // a constant after unrolling and x stays in registers.
-#pragma unroll
-    for (int k = 0; k < B; ++k) {
-      T acc = x[k];
-#pragma unroll
-      for (int l = 0; l < B; ++l) {
-        if (l < k) {
-          acc = sub_mul(acc, x[l], conj(l11[k * kCholStagePitch + l]));
-        }
-      }
-      x[k] = acc / chol_real(l11[k * kCholStagePitch + k]);
-    }
-#pragma unroll
-    for (int k = 0; k < B; ++k) {
-      row[k] = x[k];
-      l21[i * kCholStagePitch + k] = x[k];
-    }
-  }
-  threadgroup_barrier(both);
-  for (int e = int(tid); e < r * r; e += kGemmThreads) {
-    const int i = e / r, j = e % r;
-    if (j <= i) {
-      device T* aij = A + (s + B + i) * n + s + B + j;
-      T acc = *aij;
-      for (int k = 0; k < B; ++k) {
-        acc = sub_mul(acc, l21[i * kCholStagePitch + k], conj(l21[j * kCholStagePitch + k]));
-      }
-      *aij = acc;
-    }
-  }
-  threadgroup_barrier(both);
-}
-
 }  // namespace mpsl
 
 // Kernels live at global scope (the MPSL_KERNEL instantiation names them unqualified).
@@ -430,15 +349,14 @@ template <typename T>
 // Trailing update A22 -= L21 L21^H with A22 = rows/columns [s, n), s = k0 + w, and L21 = rows
 // [s, n) x columns [k0, s), restricted to A22's first `cols` columns (all rows): one Tile x Tile
 // block of A22 per threadgroup of kGemmThreads (the wide block for the outer blocks' deep
-// updates and the 64-column blocks in float, as the host chooses). The host's outer blocks (a
-// two-level blocking) update only their own columns after each inner block, then the
-// rest of the matrix once, with w the outer block's width: the rest is then read and written
+// updates in float, as the host chooses). The host's outer blocks (a two-level blocking) update
+// only their own columns after each inner block, then the rest of the matrix once, with w the
+// outer block's width: the rest is then read and written
 // once per outer block, not once per inner block, and its product is w deep instead of 32. Only
 // the lower triangle is read later, so blocks wholly above the diagonal return at once and the
 // blocks on it write their lower triangle only (the zeros above it stay).
 // Then the threadgroup of the tile at (s, s), which holds the next diagonal block [s, s + w')
-// with w' = p.next (at most kCholBlock, or kCholWideBlock with the wide tile: then in two steps,
-// chol_wide_block_middle between them), factors that block as chol_potf2_simd does (its
+// with w' = p.next (at most kCholBlock), factors that block as chol_potf2_simd does (its
 // first simdgroup, chol_potf2_simdgroup: the same factor, info the same; the others return): no
 // other threadgroup of the launch reads or writes that block (the others write the rest of A22
 // and read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This
@@ -487,25 +405,9 @@ template <typename T, int Tile>
   // is the one that factors it, and no other touches it before the launch ends. gemm_tile's
   // own last barrier orders threadgroup memory only, hence this one.
   threadgroup_barrier(metal::mem_flags::mem_device);
-  // Blocks of at most kCholBlock: one step, simdgroup 0 alone (the others return, with no
-  // barrier left to meet). Wider ones (the wide tile): two steps with the threadgroup's
-  // chol_wide_block_middle between them. One call site of the potf2 body: NVRTC gave its
-  // registers to local memory when two were inlined.
-  const long w2 = p_.next;
-  const bool wide = Tile >= kCholWideBlock && w2 > kCholBlock;
-  if (!wide && sg != 0) {
-    return;
-  }
-  for (int step = 0; step < (wide ? 2 : 1); ++step) {
-    if (step == 1) {
-      threadgroup_barrier(metal::mem_flags::mem_device);
-      chol_wide_block_middle<T>(A, n, s, int(w2) - kCholBlock, scratch, tid, sg);
-    }
-    if (sg == 0) {
-      const long first = s + step * kCholBlock;
-      const long order = wide ? (step == 0 ? long(kCholBlock) : w2 - kCholBlock) : w2;
-      chol_potf2_simdgroup<T>(A, info, n, first, order, long(group.z), int(tid));
-    }
+  // Simdgroup 0 alone (the others return, with no barrier left to meet).
+  if (sg == 0) {
+    chol_potf2_simdgroup<T>(A, info, n, s, p_.next, long(group.z), int(tid));
   }
 }
 

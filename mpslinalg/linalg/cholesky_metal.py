@@ -12,9 +12,8 @@ Launches per call:
                           first block of BLOCK columns), then per block but the last trsm_diag
                           (the panel, triangular.metal) + chol_update (the trailing update,
                           which also factors the next diagonal block): 2 * ceil(n / 32) - 1
-                          (63 at n = 1024, 255 at 4096; 2 * ceil(n / 64) - 1 with float32
-                          blocks of WIDE_BLOCK); upper=True adds the conjugate transposes in
-                          and out.
+                          (63 at n = 1024, 255 at 4096); upper=True adds the conjugate
+                          transposes in and out.
   solve_triangular_metal  1 (trsm / trsv) below triangular_metal.BLOCKED_MIN_N rows, the blocked
                           solve's 2 * ceil(n / bs) - 1 from there (bs =
                           triangular_metal.block_rows(n)), 2 * ceil(n / bs) by inverted
@@ -45,15 +44,12 @@ _TRIANGULAR_SOURCE = "linalg/triangular.metal"  # the panel's solve (trsm_diag)
 # Mirrors of the named constants of metal/linalg/cholesky.h (tests/linalg/test_cholesky.py
 # checks them).
 UNBLOCKED_MAX = 64  # kCholUnblockedMax: largest order of one chol_potf2 launch
-NEXT_BLOCK = 32  # kCholBlock: the next diagonal block chol_update factors (one GEMM tile)
-WIDE_BLOCK = 64  # kCholWideBlock: the widest next block chol_update factors (the wide tile)
-#: Columns per block (a multiple of triangular_metal.BLOCK): NEXT_BLOCK, whose blocks but the
-#: first chol_update factors. WIDE_BLOCK halves the launches: in float32 chol_update, on the
-#: wide 64 x 64 tile, factors each next block in two steps of 32 (chol_wide_block_middle); not
-#: the default until measured against NEXT_BLOCK on a GPU (benchmarks/sweep_cuda_cholesky.py
-#: --blocks 32,64). Other widths (at most UNBLOCKED_MAX), and WIDE_BLOCK in complex64, take a
-#: chol_potf2 launch a block.
-BLOCK = NEXT_BLOCK
+#: kCholBlock: columns per block of the blocked factorization, whose diagonal blocks but the
+#: first chol_update factors. Blocks of 64 (the next block factored on the wide 64 x 64 tile in
+#: two steps, half the launches) were slower at every size on an H200 through the CUDA executor
+#: (1024^2: 998 us against 690; 4096^2: 4893 against 3925; benchmarks/results/h200_round22.md)
+#: and were removed.
+BLOCK = 32
 ROW_THREADS = 8  # kCholRowThreads: chol_potf2's threads per row of a block wider than SIMD_WIDTH
 POTF2_THREADS = 512  # kCholPotf2Threads: chol_potf2's threadgroup at most (ROW_THREADS rows of 64)
 
@@ -131,18 +127,15 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         # on the CUDA executor)
         panel = _metal.bind(_metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device,
                                           fn=fn), L, no_pivots, L, after=(no_pivots,))
-        outer = (OUTER_WIDTH if n >= OUTER_MIN_N and _fused(BLOCK, A.dtype)
-                 and OUTER_WIDTH % BLOCK == 0 else n)
-        steps = _blocked_steps(n, batch, BLOCK, outer, A.dtype)
+        outer = OUTER_WIDTH if n >= OUTER_MIN_N and OUTER_WIDTH % BLOCK == 0 else n
+        steps = _blocked_steps(n, batch, outer, A.dtype)
         updates = {tile: _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device,
                                                    fn=fn, tile=tile), L, info_flat)
-                   for tile in {step[4][2] for step in steps if step[4] is not None}}
-        # With blocks of NEXT_BLOCK columns (the default), or WIDE_BLOCK in float32,
-        # chol_update factors each diagonal block but the first (in the first tile of its
-        # trailing matrix) right after updating it; other widths take a chol_potf2 launch each.
-        for k0, w, potf2, panel_args, update_args in steps:
-            if potf2:
-                _potf2(L, info_flat, n, k0, w, batch, fn)
+                   for tile in {step[3][2] for step in steps if step[3] is not None}}
+        # chol_potf2_simd factors the first diagonal block, chol_update each later one (in the
+        # first tile of its trailing matrix) right after updating it.
+        _potf2(L, info_flat, n, 0, BLOCK, batch, fn)
+        for _k0, _w, panel_args, update_args in steps:
             if panel_args is not None:
                 params, grid = panel_args
                 panel(params, **grid)
@@ -151,39 +144,31 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 
 
-def _fused(block: int, dtype: torch.dtype) -> bool:
-    """Whether chol_update factors the next diagonal block of blocks of ``block`` columns."""
-    return block == NEXT_BLOCK or (block == WIDE_BLOCK and dtype == torch.float32)
-
-
 @functools.lru_cache(maxsize=256)
-def _blocked_steps(n: int, batch: int, block: int, outer: int, dtype: torch.dtype) -> tuple:
+def _blocked_steps(n: int, batch: int, outer: int, dtype: torch.dtype) -> tuple:
     """The blocked factorization's steps for order ``n`` (shapes only, so computed once): per
-    block (k0, w, whether chol_potf2 factors its diagonal block, the (params, grid) of its
-    trsm_diag launch and the (params, grid, tile) of its chol_update launch, both None for the
-    last block). The parameters are packed
+    block (k0, w, the (params, grid) of its trsm_diag launch and the (params, grid, tile) of its
+    chol_update launch, both None for the last block). The parameters are packed
     here once: at n = 1024 a call took 1.42 ms of host time packing them at every call, 0.83
     ms with them packed once (an H200's host, benchmarks/results/h200_round10.md). With outer
-    blocks of ``outer`` columns (a multiple of ``block``; n for none), a block's update covers
+    blocks of ``outer`` columns (a multiple of BLOCK; n for none), a block's update covers
     the columns of its outer block only, and the last block of an outer block updates the rest
     with the whole outer block's columns of L21 (depth ``outer``). Each chol_update's output
     block is `gemm_metal.tile_for`'s for its product (the wide one for the outer blocks' deep
-    updates in float32, 32 x 32 for the 32-deep inner ones), or the wide one for every update
-    of fused WIDE_BLOCK blocks (whose first tile holds the next block)."""
-    fused = _fused(block, dtype)
+    updates in float32, 32 x 32 for the 32-deep inner ones)."""
     steps = []
-    for k0 in range(0, n, block):
-        w = min(block, n - k0)
+    for k0 in range(0, n, BLOCK):
+        w = min(BLOCK, n - k0)
         s = k0 + w
         outer_k0 = k0 - k0 % outer
         outer_end = min(outer_k0 + outer, n)
         if s == n:
-            steps.append((k0, w, k0 == 0 or not fused, None, None))
+            steps.append((k0, w, None, None))
             break
         # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
         # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
         panel = (triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
-                                               i0=k0, bs=block, right=1, ldx=n,
+                                               i0=k0, bs=BLOCK, right=1, ldx=n,
                                                x_offset=s * n, x_batch=n * n),
                  triangular_metal.diag_grid(n - s, batch))
         # Within the outer block, its own columns by this block's columns of L21; at its end,
@@ -191,12 +176,10 @@ def _blocked_steps(n: int, batch: int, block: int, outer: int, dtype: torch.dtyp
         inner = s < outer_end
         first = k0 if inner else outer_k0
         cols = (outer_end if inner else n) - s
-        tile = (gemm_metal.WIDE_TILE if fused and block > NEXT_BLOCK else
-                gemm_metal.tile_for(dtype, n - s, cols, s - first))
-        next_block = min(block, n - s) if fused else 0
-        update = (_params(n, first, s - first, next_block, cols),
+        tile = gemm_metal.tile_for(dtype, n - s, cols, s - first)
+        update = (_params(n, first, s - first, min(BLOCK, n - s), cols),
                   gemm_metal.gemm_grid(n - s, cols, batch, tile), tile)
-        steps.append((k0, w, k0 == 0 or not fused, panel, update))
+        steps.append((k0, w, panel, update))
     return tuple(steps)
 
 

@@ -98,8 +98,7 @@ def _kernel_op(name: str) -> str:
 
 
 @pytest.mark.parametrize("name, value", [("kCholUnblockedMax", cholesky_metal.UNBLOCKED_MAX),
-                                         ("kCholBlock", cholesky_metal.NEXT_BLOCK),
-                                         ("kCholWideBlock", cholesky_metal.WIDE_BLOCK),
+                                         ("kCholBlock", cholesky_metal.BLOCK),
                                          ("kCholRowThreads", cholesky_metal.ROW_THREADS),
                                          ("kCholPotf2Threads", cholesky_metal.POTF2_THREADS)])
 def test_host_mirrors_header_constants(name, value):
@@ -116,7 +115,7 @@ def test_block_is_one_triangular_solve_block():
     assert int(metal_constant("linalg/triangular.h", "kTriBlock")) == triangular_metal.BLOCK
     assert cholesky_metal.BLOCK % triangular_metal.BLOCK == 0
     assert cholesky_metal.BLOCKED_MIN_N <= cholesky_metal.UNBLOCKED_MAX + 1
-    assert cholesky_metal.OUTER_WIDTH % cholesky_metal.NEXT_BLOCK == 0
+    assert cholesky_metal.OUTER_WIDTH % cholesky_metal.BLOCK == 0
 
 
 def test_potf2_entries_stay_in_registers():
@@ -214,10 +213,7 @@ def test_lane_order_independent(metal_backend, monkeypatch):
         pytest.skip("lane orders are an emulator option")
     from mpslinalg._core import metal as _metal
 
-    # complex64 with blocks of 32, float32 with fused blocks of 64 (the wide tile)
-    for n, dtype, block in ((20, torch.complex64, 32), (100, torch.complex64, 32),
-                            (150, torch.float32, 64)):
-        monkeypatch.setattr(cholesky_metal, "BLOCK", block)
+    for n, dtype in ((20, torch.complex64), (100, torch.complex64), (150, torch.float32)):
         A = hpd(n, dtype, (2,), seed=16)
         results = []
         for order in (None, "reverse", "random"):
@@ -270,7 +266,7 @@ def test_simdgroup_potf2_every_order(metal_backend):
     minors first, mid-way and last, and NaN read below the diagonal, per dtype: info exactly
     torch's (float64), the factor torch's before the failing column and NaN from it on."""
     for dtype in (torch.float32, torch.complex64):
-        for n in range(1, cholesky_metal.NEXT_BLOCK + 1):
+        for n in range(1, cholesky_metal.BLOCK + 1):
             minors = sorted({1, (n + 1) // 2, n})
             A = torch.stack([hpd(n, dtype, (), n)] +
                             [_indefinite(n, dtype, m, seed=n + m) for m in minors])
@@ -456,33 +452,6 @@ def test_no_host_syncs_and_launches(metal_backend):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_wide_blocks(dtype, monkeypatch):
-    """BLOCK = WIDE_BLOCK (64; what benchmarks/sweep_cuda_cholesky.py measures against the
-    default): in float32 chol_update on the 64 x 64 tile factors each next block (two steps of
-    32, chol_wide_block_middle between them; the last, 22 columns, one step), 2 ceil(n / 64) - 1
-    launches; in complex64 every diagonal block takes its own chol_potf2 launch (chol_potf2_simd
-    for the last), chol_update told not to factor it: 3 ceil(n / 64) - 2. The default's factor
-    to rounding, a failing minor's info."""
-    n = 150
-    A = hpd(n, dtype, (2,), seed=7, cond=1e3)
-    default, _ = cholesky_metal.cholesky_metal(A, False)
-    monkeypatch.setattr(cholesky_metal, "BLOCK", cholesky_metal.WIDE_BLOCK)
-    with count_launches() as counter:
-        L, info = cholesky_metal.cholesky_metal(A, False)
-    kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
-    if dtype == torch.float32:
-        assert kernels == ["chol_potf2_float32"] + [
-            "trsm_diag_float32", "chol_update_float32_tile64"] * 2, kernels
-    else:
-        assert [_kernel_op(k) for k in kernels] == [
-            "chol_potf2", "trsm_diag", "chol_update"] * 2 + ["chol_potf2_simd"], kernels
-    assert (info == 0).all() and potrf_ratio(A, L, False) < THRESH
-    torch.testing.assert_close(L, default, rtol=1e-5, atol=1e-5)
-    bad = torch.stack([A[0], _indefinite(n, dtype, 100, seed=3)])
-    assert cholesky_metal.cholesky_metal(bad, False)[1].tolist() == [0, 100]
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("n", [33, 40, 64])
 def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
     """The blocked potrf (chol_potf2, then trsm_diag + chol_update, which factors the next
@@ -510,28 +479,24 @@ def test_blocked_factorization_at_small_orders(n, dtype, monkeypatch):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("block, outer", [(32, 64), (64, 128)])
+@pytest.mark.parametrize("outer", [64, 96])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_outer_blocks_at_small_orders(dtype, block, outer, monkeypatch):
-    """Outer blocks of 64 (blocks of 32) or 128 columns (blocks of 64) forced from order 65 on
-    (the default: 256 columns from order 4096): each inner block's update kept to its outer
-    block's columns, the rest of the matrix updated once per outer block with its depth. The
-    same launches as without, the factor to rounding, and a failing minor in the last outer
-    block: info torch's, the factor torch's before its column and NaN from it on."""
+def test_outer_blocks_at_small_orders(dtype, outer, monkeypatch):
+    """Outer blocks of 64 or 96 columns forced from order 65 on (the default: 256 columns from
+    order 4096): each inner block's update kept to its outer block's columns, the rest of the
+    matrix updated once per outer block with its depth. The same launches as without, the
+    factor to rounding, and a failing minor in the last outer block: info torch's, the factor
+    torch's before its column and NaN from it on."""
     n, minor = 150, 140
     A = hpd(n, dtype, (2,), seed=11, cond=1e3)
     A[1, minor - 1, minor - 1] = -2.0
     plain, _ = cholesky_metal.cholesky_metal(A, False)  # below OUTER_MIN_N: no outer blocks
-    monkeypatch.setattr(cholesky_metal, "BLOCK", block)
     monkeypatch.setattr(cholesky_metal, "OUTER_WIDTH", outer)
     monkeypatch.setattr(cholesky_metal, "OUTER_MIN_N", 65)
     with count_launches() as counter:
         L, info = cholesky_metal.cholesky_metal(A, False)
     kernels = [k for k in counter.names if k.startswith(("chol_", "trsm_"))]
-    blocks = math.ceil(n / block)
-    # (complex64's blocks of 64 take a chol_potf2 launch each, and no outer blocks)
-    fused = cholesky_metal._fused(block, dtype)
-    assert len(kernels) == (2 * blocks - 1 if fused else 3 * blocks - 2), counter.names
+    assert len(kernels) == 2 * math.ceil(n / cholesky_metal.BLOCK) - 1, counter.names
     assert torch.equal(info, torch.linalg.cholesky_ex(wide(A)).info)
     assert info.tolist() == [0, minor]
     assert potrf_ratio(A[:1], L[:1]) < THRESH
@@ -579,18 +544,14 @@ def test_wide_tile_deep_updates_same_bits(monkeypatch):
     assert torch.equal(inverse, narrow_inverse)
 
 
-@pytest.mark.parametrize("n, minor, block", [(65, 65, 32), (96, 70, 32), (129, 100, 32),
-                                             (200, 170, 32), (150, 100, 64), (150, 120, 64),
-                                             (114, 110, 64), (200, 129, 64)])
-def test_fused_next_block_failures_and_nan(n, minor, block, monkeypatch):
+@pytest.mark.parametrize("n, minor", [(65, 65), (96, 70), (129, 100), (200, 170), (150, 33),
+                                      (150, 64)])
+def test_fused_next_block_failures_and_nan(n, minor):
     """chol_update factors the next diagonal block in the threadgroup that updated it: a batch
-    of a good matrix, one whose failing minor lies in a later block (the last, partial one at
-    n = 65) and one with NaN read below the diagonal, per dtype: info exactly torch's (float64),
-    the factor torch's before the failing column and NaN (lower triangle) from it on, the other
-    batch elements untouched. With blocks of 64 (float32: two steps, chol_wide_block_middle
-    between them) the failing minor lies in a block's first half (100, 129), its second (120)
-    and in a last block of 50 columns (110)."""
-    monkeypatch.setattr(cholesky_metal, "BLOCK", block)
+    of a good matrix, one whose failing minor lies in a later block (its first or last column,
+    or the last, partial block at n = 65) and one with NaN read below the diagonal, per dtype:
+    info exactly torch's (float64), the factor torch's before the failing column and NaN (lower
+    triangle) from it on, the other batch elements untouched."""
     lower = torch.ones(n, n, dtype=torch.bool).tril()
     for dtype in (torch.float32, torch.complex64):
         A = hpd(n, dtype, (3,), seed=n, cond=1e3)
