@@ -131,24 +131,21 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         steps = _blocked_steps(n, batch, outer, A.dtype)
         updates = {tile: _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device,
                                                    fn=fn, tile=tile), L, info_flat)
-                   for tile in {step[3][2] for step in steps if step[3] is not None}}
+                   for tile in {update[2] for _, update in steps}}
         # chol_potf2_simd factors the first diagonal block, chol_update each later one (in the
         # first tile of its trailing matrix) right after updating it.
         _potf2(L, info_flat, n, 0, BLOCK, batch, fn)
-        for _k0, _w, panel_args, update_args in steps:
-            if panel_args is not None:
-                params, grid = panel_args
-                panel(params, **grid)
-                params, grid, tile = update_args
-                updates[tile](params, **grid)
+        for (panel_params, panel_grid), (params, grid, tile) in steps:
+            panel(panel_params, **panel_grid)
+            updates[tile](params, **grid)
     return (triangular_metal.adjoint_copy(L) if upper else L), info
 
 
 @functools.lru_cache(maxsize=256)
 def _blocked_steps(n: int, batch: int, outer: int, dtype: torch.dtype) -> tuple:
     """The blocked factorization's steps for order ``n`` (shapes only, so computed once): per
-    block (k0, w, the (params, grid) of its trsm_diag launch and the (params, grid, tile) of its
-    chol_update launch, both None for the last block). The parameters are packed
+    block but the last, the (params, grid) of its panel's trsm_diag launch and the (params,
+    grid, tile) of its chol_update launch. The parameters are packed
     here once: at n = 1024 a call took 1.42 ms of host time packing them at every call, 0.83
     ms with them packed once (an H200's host, benchmarks/results/h200_round10.md). With outer
     blocks of ``outer`` columns (a multiple of BLOCK; n for none), a block's update covers
@@ -157,14 +154,10 @@ def _blocked_steps(n: int, batch: int, outer: int, dtype: torch.dtype) -> tuple:
     block is `gemm_metal.tile_for`'s for its product (the wide one for the outer blocks' deep
     updates in float32, 32 x 32 for the 32-deep inner ones)."""
     steps = []
-    for k0 in range(0, n, BLOCK):
-        w = min(BLOCK, n - k0)
-        s = k0 + w
+    for k0 in range(0, n - BLOCK, BLOCK):  # the blocks with rows below them
+        s = k0 + BLOCK
         outer_k0 = k0 - k0 % outer
         outer_end = min(outer_k0 + outer, n)
-        if s == n:
-            steps.append((k0, w, None, None))
-            break
         # L21 L11^H = A21: the rows of L21 are the right-hand sides of a right-side solve
         # with M = L11^H (the stored lower triangle, conjugate-transposed: upper), in place.
         panel = (triangular_metal.block_params(n, n - s, lower=0, unit=0, trans=1, swaps=0,
@@ -179,7 +172,7 @@ def _blocked_steps(n: int, batch: int, outer: int, dtype: torch.dtype) -> tuple:
         tile = gemm_metal.tile_for(dtype, n - s, cols, s - first)
         update = (_params(n, first, s - first, min(BLOCK, n - s), cols),
                   gemm_metal.gemm_grid(n - s, cols, batch, tile), tile)
-        steps.append((k0, w, panel, update))
+        steps.append((panel, update))
     return tuple(steps)
 
 
