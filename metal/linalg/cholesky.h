@@ -361,10 +361,11 @@ template <typename T>
 // other threadgroup of the launch reads or writes that block (the others write the rest of A22
 // and read L21 only), and the next launch (the panel's trsm_diag) reads its factor. This
 // removes the potf2 launch of every block but the first: the blocks form a serial chain of
-// launches, each costing the host its submission (9.5 us each through the CUDA executor on an
-// H200), which, with the potf2 cheap, is expected to bound a 1024 x 1024 call (unmeasured).
-// The launch now lasts as long as this threadgroup: one tile's update, then the w' steps the
-// removed potf2 launch ran, by one simdgroup (whose steps wait on no barrier: the other
+// launches, each costing the host its submission (~10 us each through the CUDA executor on an
+// H200, which bounds a 1024 x 1024 call there: 63 launches, 690 us wall, 528 us of device
+// time; benchmarks/results/h200_round22.md). The launch lasts as long as this threadgroup: one
+// tile's update, then the w' steps the removed potf2 launch ran (13 us of the update's 19 us
+// at 1024 x 1024 there), by one simdgroup (whose steps wait on no barrier: the other
 // simdgroups, idle then, would only add barriers to a chain of broadcasts). Grid: (column
 // blocks * kGemmThreads, row blocks, batch); max_total_threads_per_threadgroup is the launch's
 // kGemmThreads (on the CUDA executor, a bound that leaves the product's accumulators and the

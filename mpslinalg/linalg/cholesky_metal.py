@@ -127,7 +127,7 @@ def cholesky_metal(A: torch.Tensor, upper: bool, *, fn: str = "cholesky"
         # on the CUDA executor)
         panel = _metal.bind(_metal.kernel(_TRIANGULAR_SOURCE, "trsm_diag", A.dtype, A.device,
                                           fn=fn), L, no_pivots, L, after=(no_pivots,))
-        outer = OUTER_WIDTH if n >= OUTER_MIN_N and OUTER_WIDTH % BLOCK == 0 else n
+        outer = OUTER_WIDTH if n >= OUTER_MIN_N else n
         steps = _blocked_steps(n, batch, outer, A.dtype)
         updates = {tile: _metal.bind(_metal.kernel(_SOURCE, "chol_update", A.dtype, A.device,
                                                    fn=fn, tile=tile), L, info_flat)
