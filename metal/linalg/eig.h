@@ -51,6 +51,7 @@ struct EigParams {
   long n;        // order of the matrices
   long batch;    // number of matrices
   long vectors;  // 1: eigenvectors are computed and written
+  long aed;      // 1: eig_device's multishift path deflates aggressively (eig_aed)
 };
 
 // xLAHQR's iteration bound: kEigItmaxPerOrder * max(kEigItmaxMinOrder, order of the block).
@@ -87,6 +88,18 @@ static_assert(kEigShifts % 2 == 0 && kEigMultishiftMinOrder >= kEigShifts + 3,
               "shifts come in pairs, and the window holds the shift block and a bulge above it");
 static_assert(kEigBulgeRows * (kEigShifts / 2) <= kSimdWidth,
               "the right updates give each column of the chain a lane of one simdgroup");
+// Aggressive early deflation (xLAQR3) before each multishift sweep: the order of its window at
+// the bottom of the active block, 3/2 of the shifts a sweep as xLAQR0 takes it for large
+// orders (IPARMQ's NW), small enough that the window's Schur form T, its Schur vectors V and
+// the Hessenberg reduction's Q (kEigAedWindow^2 floats each) lie in threadgroup memory and
+// that one simdgroup reorders T, a lane a row or a column.
+constant constexpr int kEigAedWindow = 30;
+static_assert(2 * kEigAedWindow == 3 * kEigShifts, "3/2 of the shifts, as xLAQR0's");
+static_assert(kEigAedWindow <= kSimdWidth, "one simdgroup reorders the window's Schur form");
+static_assert(kEigMultishiftMinOrder > kEigAedWindow, "the window starts below the active top");
+// xLAQR0's NIBBLE: after a deflation window that deflated more than this percentage of its
+// order, the next window comes without a sweep between them.
+constant constexpr int kEigAedNibble = 14;
 // Loads a thread issues together before their stores in eig_device's update loops (a store
 // may alias the next load for all the compiler knows: one at a time, each waits for memory).
 constant constexpr int kEigLoadBatch = 4;
@@ -182,6 +195,13 @@ constant constexpr metal::mem_flags kEigMemory =
 
 inline void eig_sync() { threadgroup_barrier(kEigMemory); }
 
+// Who runs eig_hessenberg and eig_schur, whose barriers follow: the whole threadgroup, or one
+// simdgroup alone (eig_aed's window, in threadgroup memory, with device scratch of its own).
+struct EigGroupSync {};
+struct EigSimdSync {};
+inline void eig_barrier(EigGroupSync) { eig_sync(); }
+inline void eig_barrier(EigSimdSync) { simdgroup_barrier(kEigMemory); }
+
 // What one matrix's kernel works with.
 template <typename T, typename P>
 struct EigWork {
@@ -197,6 +217,11 @@ struct EigWork {
   // shifts, and each bulge's reflector (v2, v3, tau, beta).
   threadgroup float* shift_block;
   threadgroup float4* bulges;
+  // and the deflation window (eig_aed, where aed_on): T, V and Q, kEigAedWindow^2 floats each,
+  // and the number of its eigenvalues that did not deflate.
+  threadgroup float* aed;
+  threadgroup int* aed_kept;
+  bool aed_on;
   int n;
   bool vectors;
   uint tid, nth, lane, sg, nsg;
@@ -402,7 +427,7 @@ inline void eig_sub_scaled(PA a, int a0, int astride, PB b, int b0, int bstride,
   }
 }
 
-template <typename T, typename P>
+template <typename T, typename P, typename Sync = EigGroupSync>
 inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
   const int n = w.n;
   T prev_beta = zero<T>(), prev_scal = zero<T>();
@@ -445,7 +470,7 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
     for (int i = k + 1 + int(w.tid); i <= ihi; i += int(w.nth)) {
       w.hv[i] = i == k + 1 ? one<T>() : mul(w.h[i * n + k], scal);
     }
-    eig_sync();
+    eig_barrier(Sync());
     // H <- (I - conj(tau) v v^H) H on rows k+1..ihi, columns k+1..n-1: one thread per column.
     const T ctau = conj(tau);
     for (int j = k + 1 + int(w.tid); j < n; j += int(w.nth)) {
@@ -457,7 +482,7 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
       w.h[(k + 1) * n + j] -= s;
       eig_sub_scaled(w.h, (k + 2) * n + j, n, w.hv, k + 2, 1, s, ihi - k - 1, false);
     }
-    eig_sync();
+    eig_barrier(Sync());
     // H <- H (I - tau v v^H) on rows 0..ihi, columns k+1..ihi. Large orders: one simdgroup per
     // row, its lanes along the row (a thread per row would read n different rows at each step);
     // small ones: one thread per row (a simdgroup would take its rows one at a time).
@@ -485,14 +510,14 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
         }
       }
     }
-    eig_sync();
+    eig_barrier(Sync());
   }
   if (ihi - 2 >= ilo) {
     const int k = ihi - 1;
     for (int i = k + int(w.tid); i <= ihi; i += int(w.nth)) {
       w.h[i * n + (k - 1)] = i == k ? prev_beta : mul(w.h[i * n + (k - 1)], prev_scal);
     }
-    eig_sync();
+    eig_barrier(Sync());
   }
   if (w.vectors) {
     // Q = H_ilo ... H_(ihi-2), applied backwards to the identity: one thread per column.
@@ -514,7 +539,7 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
         eig_sub_scaled(w.z, (k + 2) * n + j, n, w.h, (k + 2) * n + k, n, s, ihi - k - 1, false);
       }
     }
-    eig_sync();
+    eig_barrier(Sync());
   }
   // Below the subdiagonal: zero (the reflectors were stored there).
   for (int j = int(w.tid); j < n; j += int(w.nth)) {
@@ -522,7 +547,7 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
       w.h[i * n + j] = zero<T>();
     }
   }
-  eig_sync();
+  eig_barrier(Sync());
 }
 
 // ---- 4. Schur form ----
@@ -718,7 +743,7 @@ inline void eig_reflect_cols(P a, int n, int k, int nr, float v2, float v3, floa
 
 // Francis double-shift QR (xLAHQR) on the real Hessenberg h, rows/columns ilo..ihi; eigenvalues
 // into wv (scaled matrix). Returns 0, or the 1-based index of the eigenvalue that failed.
-template <typename P>
+template <typename P, typename Sync = EigGroupSync>
 inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float2* wv) {
   const int n = w.n;
   const bool wantt = w.vectors;
@@ -803,7 +828,7 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
           }
         }
       }
-      eig_sync();  // every thread has read what it decides from
+      eig_barrier(Sync());  // every thread has read what it decides from
       if (w.tid == 0 && l > ilo) {
         w.h[l * n + l - 1] = 0.0f;
       }
@@ -822,7 +847,7 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
         const float t1 = eig_larfg(v[0], v[1], v[2], nr);
         const float v2 = v[1], v3 = nr == 3 ? v[2] : 0.0f;
         eig_reflect_rows(w.h, n, k, nr, v2, v3, t1, k + int(w.tid), i2, int(w.nth));
-        eig_sync();
+        eig_barrier(Sync());
         eig_reflect_cols(w.h, n, k, nr, v2, v3, t1, i1 + int(w.tid), metal::min(k + 3, i),
                          int(w.nth));
         if (wantt) {
@@ -840,7 +865,7 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
             w.h[k * n + k - 1] *= (1.0f - t1);
           }
         }
-        eig_sync();
+        eig_barrier(Sync());
       }
     }
     if (!converged) {
@@ -882,7 +907,7 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
         }
       }
     }
-    eig_sync();
+    eig_barrier(Sync());
     kdefl = 0;
     i = l - 1;
   }
@@ -1096,9 +1121,577 @@ inline void eig_multishift_sweep(thread EigWork<float, P>& w, int ktop, int kbot
   }
 }
 
-// The Schur form by multishift sweeps while the active window is large (xLAQR0's outer loop,
-// without aggressive early deflation), xLAHQR's double-shift sweeps (eig_schur) on the small
-// windows the sweeps leave at the bottom. Same contract as eig_schur.
+// ---- aggressive early deflation (xLAQR3; Braman, Byers and Mathias 2002, part II) ----
+
+// xLARTG: cs and sn of the rotation [[cs, sn], [-sn, cs]] taking (f, g) to (r, 0).
+inline void eig_lartg(float f, float g, thread float& cs, thread float& sn) {
+  if (g == 0.0f) {
+    cs = 1.0f;
+    sn = 0.0f;
+  } else if (f == 0.0f) {
+    cs = 0.0f;
+    sn = metal::copysign(1.0f, g);
+  } else {
+    const float big = metal::max(metal::fabs(f), metal::fabs(g));
+    const float fs = f / big, gs = g / big;
+    const float r = metal::copysign(big * metal::sqrt(fs * fs + gs * gs), f);
+    cs = f / r;
+    sn = g / r;
+  }
+}
+
+// (I - tau u u^T) on the three entries (x0, x1, x2).
+inline void eig_house3(thread float& x0, thread float& x1, thread float& x2, float3 u,
+                       float tau) {
+  const float s = tau * (u.x * x0 + u.y * x1 + u.z * x2);
+  x0 -= s * u.x;
+  x1 -= s * u.y;
+  x2 -= s * u.z;
+}
+
+// The same reflector on rows r..r+2 of column c (left) or on columns c..c+2 of row r (right) of
+// the row-major a with row stride m.
+inline void eig_house3_left(threadgroup float* a, int m, int r, int c, float3 u, float tau) {
+  eig_house3(a[r * m + c], a[(r + 1) * m + c], a[(r + 2) * m + c], u, tau);
+}
+inline void eig_house3_right(threadgroup float* a, int m, int r, int c, float3 u, float tau) {
+  eig_house3(a[r * m + c], a[r * m + c + 1], a[r * m + c + 2], u, tau);
+}
+// The same on the 4 x 4 row-major d of eig_swap_blocks.
+inline void eig_house3_left(thread float* d, int r, int c, float3 u, float tau) {
+  eig_house3(d[r * 4 + c], d[(r + 1) * 4 + c], d[(r + 2) * 4 + c], u, tau);
+}
+inline void eig_house3_right(thread float* d, int r, int c, float3 u, float tau) {
+  eig_house3(d[r * 4 + c], d[r * 4 + c + 1], d[r * 4 + c + 2], u, tau);
+}
+
+// X with T11 X - X T22 = T12 for the blocks T11 (n1 x n1), T22 (n2 x n2) and T12 of the
+// order n1 + n2 matrix d (4 x 4, row-major; n1, n2 <= 2), into x (2 x 2, row-major), as xLASY2
+// with its scale 1: the Kronecker system of order n1 n2 by Gaussian elimination with complete
+// pivoting, pivots below xLASY2's smin raised to it (a swap that needs it is ill-conditioned
+// and fails eig_swap_blocks' test).
+inline void eig_sylvester(thread const float* d, int n1, int n2, thread float* x) {
+  const int nu = n1 * n2;
+  float a[16], b[4], y[4];
+  int unknown[4];  // the unknown of each column after the column interchanges
+  float amax = 0.0f;
+  for (int u = 0; u < 4; ++u) {
+    b[u] = 0.0f;
+    unknown[u] = u;
+    for (int q = 0; q < 4; ++q) {
+      a[u * 4 + q] = 0.0f;
+    }
+  }
+  for (int i = 0; i < n1; ++i) {
+    for (int j = 0; j < n2; ++j) {
+      const int u = i * n2 + j;  // the equation of entry (i, j), the unknown x_ij
+      b[u] = d[i * 4 + n1 + j];
+      for (int k = 0; k < n1; ++k) {
+        a[u * 4 + k * n2 + j] += d[i * 4 + k];
+      }
+      for (int k = 0; k < n2; ++k) {
+        a[u * 4 + i * n2 + k] -= d[(n1 + k) * 4 + n1 + j];
+      }
+    }
+  }
+  for (int u = 0; u < nu; ++u) {
+    for (int q = 0; q < nu; ++q) {
+      amax = metal::max(amax, metal::fabs(a[u * 4 + q]));
+    }
+  }
+  const float smin = metal::max(kEigUlp * amax, kSafeMin / kEigUlp);
+  for (int p = 0; p < nu; ++p) {
+    int pr = p, pc = p;
+    for (int u = p; u < nu; ++u) {
+      for (int q = p; q < nu; ++q) {
+        if (metal::fabs(a[u * 4 + q]) > metal::fabs(a[pr * 4 + pc])) {
+          pr = u;
+          pc = q;
+        }
+      }
+    }
+    for (int q = 0; q < nu; ++q) {
+      const float t = a[p * 4 + q];
+      a[p * 4 + q] = a[pr * 4 + q];
+      a[pr * 4 + q] = t;
+    }
+    const float tb = b[p];
+    b[p] = b[pr];
+    b[pr] = tb;
+    for (int u = 0; u < nu; ++u) {
+      const float t = a[u * 4 + p];
+      a[u * 4 + p] = a[u * 4 + pc];
+      a[u * 4 + pc] = t;
+    }
+    const int tu = unknown[p];
+    unknown[p] = unknown[pc];
+    unknown[pc] = tu;
+    if (metal::fabs(a[p * 4 + p]) < smin) {
+      a[p * 4 + p] = smin;
+    }
+    for (int u = p + 1; u < nu; ++u) {
+      const float f = a[u * 4 + p] / a[p * 4 + p];
+      for (int q = p + 1; q < nu; ++q) {
+        a[u * 4 + q] -= f * a[p * 4 + q];
+      }
+      b[u] -= f * b[p];
+    }
+  }
+  for (int p = nu - 1; p >= 0; --p) {
+    float s = b[p];
+    for (int q = p + 1; q < nu; ++q) {
+      s -= a[p * 4 + q] * y[q];
+    }
+    y[p] = s / a[p * 4 + p];
+  }
+  for (int p = 0; p < nu; ++p) {
+    const int u = unknown[p];
+    x[(u / n2) * 2 + u % n2] = y[p];
+  }
+}
+
+// Orders the threadgroup memory of the lanes of one simdgroup (eig_aed's reordering).
+inline void eig_simd_sync() { simdgroup_barrier(metal::mem_flags::mem_threadgroup); }
+
+// The 2 x 2 block at j of t (order m, row-major) in xLANV2's standard form, the rotation
+// applied to the rest of t and to v's columns j, j + 1 (a lane a row and a column).
+inline void eig_standardize_block(threadgroup float* t, threadgroup float* v, int m, int j,
+                                  int lane) {
+  const EigLanv2 r = eig_lanv2(t[j * m + j], t[j * m + j + 1], t[(j + 1) * m + j],
+                               t[(j + 1) * m + j + 1]);
+  eig_simd_sync();  // every lane has read the block
+  if (lane > j + 1 && lane < m) {
+    const float x = t[j * m + lane], y = t[(j + 1) * m + lane];
+    t[j * m + lane] = r.cs * x + r.sn * y;
+    t[(j + 1) * m + lane] = r.cs * y - r.sn * x;
+  }
+  if (lane < j) {
+    const float x = t[lane * m + j], y = t[lane * m + j + 1];
+    t[lane * m + j] = r.cs * x + r.sn * y;
+    t[lane * m + j + 1] = r.cs * y - r.sn * x;
+  }
+  if (lane < m) {
+    const float x = v[lane * m + j], y = v[lane * m + j + 1];
+    v[lane * m + j] = r.cs * x + r.sn * y;
+    v[lane * m + j + 1] = r.cs * y - r.sn * x;
+  }
+  if (lane == 0) {
+    t[j * m + j] = r.a;
+    t[j * m + j + 1] = r.b;
+    t[(j + 1) * m + j] = r.c;
+    t[(j + 1) * m + j + 1] = r.d;
+  }
+  eig_simd_sync();
+}
+
+// xLAEXC: the adjacent diagonal blocks of orders n1 and n2 at j1 of the real Schur form t
+// (order m <= kSimdWidth, row-major, in threadgroup memory) swapped by an orthogonal
+// similarity, accumulated in the columns of v; false, with nothing changed, where the swap is
+// rejected (LAPACK's test: the swapped block would be perturbed by more than 10 eps ||D||).
+// Run by every lane of one simdgroup: each computes the same small transform from the same
+// entries, then applies it to its own column (from the left) or row (from the right).
+inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, int j1, int n1,
+                            int n2, int lane) {
+  if (n1 == 1 && n2 == 1) {
+    const int j2 = j1 + 1;
+    const float t11 = t[j1 * m + j1], t22 = t[j2 * m + j2];
+    float cs, sn;
+    eig_lartg(t[j1 * m + j2], t22 - t11, cs, sn);
+    eig_simd_sync();
+    if (lane > j2 && lane < m) {
+      const float x = t[j1 * m + lane], y = t[j2 * m + lane];
+      t[j1 * m + lane] = cs * x + sn * y;
+      t[j2 * m + lane] = cs * y - sn * x;
+    }
+    if (lane < j1) {
+      const float x = t[lane * m + j1], y = t[lane * m + j2];
+      t[lane * m + j1] = cs * x + sn * y;
+      t[lane * m + j2] = cs * y - sn * x;
+    }
+    if (lane < m) {
+      const float x = v[lane * m + j1], y = v[lane * m + j2];
+      v[lane * m + j1] = cs * x + sn * y;
+      v[lane * m + j2] = cs * y - sn * x;
+    }
+    if (lane == 0) {
+      t[j1 * m + j1] = t22;
+      t[j2 * m + j2] = t11;
+    }
+    eig_simd_sync();
+    return true;
+  }
+  const int nd = n1 + n2;
+  float d[16];
+  float dnorm = 0.0f;
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      d[r * 4 + c] = r < nd && c < nd ? t[(j1 + r) * m + j1 + c] : 0.0f;
+      dnorm = metal::max(dnorm, metal::fabs(d[r * 4 + c]));
+    }
+  }
+  const float thresh = metal::max(10.0f * kEigUlp * dnorm, kSafeMin / kEigUlp);
+  float x[4];
+  eig_sylvester(d, n1, n2, x);
+  float3 u1 = float3(0.0f), u2 = float3(0.0f);
+  float tau1 = 0.0f, tau2 = 0.0f;
+  float fixed = 0.0f;  // the 1 x 1 block's entry, which the swap moves exactly
+  bool accept = false;
+  if (n1 == 1) {
+    // (1, x11, x12) H = (0, 0, *): the reflector's 1 last.
+    float alpha = x[1], a1 = 1.0f, a2 = x[0];
+    tau1 = eig_larfg(alpha, a1, a2, 3);
+    u1 = float3(a1, a2, 1.0f);
+    fixed = t[j1 * m + j1];
+    eig_house3_left(d, 0, 0, u1, tau1);
+    eig_house3_left(d, 0, 1, u1, tau1);
+    eig_house3_left(d, 0, 2, u1, tau1);
+    for (int r = 0; r < 3; ++r) {
+      eig_house3_right(d, r, 0, u1, tau1);
+    }
+    accept = metal::max(metal::max(metal::fabs(d[2 * 4 + 0]), metal::fabs(d[2 * 4 + 1])),
+                        metal::fabs(d[2 * 4 + 2] - fixed)) <= thresh;
+  } else if (n2 == 1) {
+    // H (-x11, -x21, 1)^T = (*, 0, 0)^T.
+    float alpha = -x[0], a1 = -x[2], a2 = 1.0f;
+    tau1 = eig_larfg(alpha, a1, a2, 3);
+    u1 = float3(1.0f, a1, a2);
+    fixed = t[(j1 + 2) * m + j1 + 2];
+    for (int c = 0; c < 3; ++c) {
+      eig_house3_left(d, 0, c, u1, tau1);
+    }
+    for (int r = 0; r < 3; ++r) {
+      eig_house3_right(d, r, 0, u1, tau1);
+    }
+    accept = metal::max(metal::max(metal::fabs(d[1 * 4 + 0]), metal::fabs(d[2 * 4 + 0])),
+                        metal::fabs(d[0 * 4 + 0] - fixed)) <= thresh;
+  } else {
+    // H2 H1 [-X; I] = [R; 0].
+    float alpha = -x[0], a1 = -x[2], a2 = 1.0f;
+    tau1 = eig_larfg(alpha, a1, a2, 3);
+    u1 = float3(1.0f, a1, a2);
+    const float temp = -tau1 * (x[1] + u1.y * x[3]);
+    float beta = -temp * u1.y - x[3], b1 = -temp * u1.z, b2 = 1.0f;
+    tau2 = eig_larfg(beta, b1, b2, 3);
+    u2 = float3(1.0f, b1, b2);
+    for (int c = 0; c < 4; ++c) {
+      eig_house3_left(d, 0, c, u1, tau1);
+    }
+    for (int r = 0; r < 4; ++r) {
+      eig_house3_right(d, r, 0, u1, tau1);
+    }
+    for (int c = 0; c < 4; ++c) {
+      eig_house3_left(d, 1, c, u2, tau2);
+    }
+    for (int r = 0; r < 4; ++r) {
+      eig_house3_right(d, r, 1, u2, tau2);
+    }
+    accept = metal::max(metal::max(metal::fabs(d[2 * 4 + 0]), metal::fabs(d[2 * 4 + 1])),
+                        metal::max(metal::fabs(d[3 * 4 + 0]), metal::fabs(d[3 * 4 + 1]))) <= thresh;
+  }
+  if (!accept) {
+    return false;  // nothing written: the lanes' reads need no barrier
+  }
+  eig_simd_sync();  // every lane has read d
+  if (n1 == 1) {
+    if (lane >= j1 && lane < m) {
+      eig_house3_left(t, m, j1, lane, u1, tau1);
+    }
+    eig_simd_sync();
+    if (lane <= j1 + 1) {
+      eig_house3_right(t, m, lane, j1, u1, tau1);
+    }
+    if (lane < m) {
+      eig_house3_right(v, m, lane, j1, u1, tau1);
+    }
+    eig_simd_sync();
+    if (lane == 0) {
+      t[(j1 + 2) * m + j1] = 0.0f;
+      t[(j1 + 2) * m + j1 + 1] = 0.0f;
+      t[(j1 + 2) * m + j1 + 2] = fixed;
+    }
+  } else if (n2 == 1) {
+    // From the right first (LAPACK's order): the left one skips column j1, set below.
+    if (lane <= j1 + 2) {
+      eig_house3_right(t, m, lane, j1, u1, tau1);
+    }
+    if (lane < m) {
+      eig_house3_right(v, m, lane, j1, u1, tau1);
+    }
+    eig_simd_sync();
+    if (lane > j1 && lane < m) {
+      eig_house3_left(t, m, j1, lane, u1, tau1);
+    }
+    eig_simd_sync();
+    if (lane == 0) {
+      t[j1 * m + j1] = fixed;
+      t[(j1 + 1) * m + j1] = 0.0f;
+      t[(j1 + 2) * m + j1] = 0.0f;
+    }
+  } else {
+    if (lane >= j1 && lane < m) {
+      eig_house3_left(t, m, j1, lane, u1, tau1);
+    }
+    eig_simd_sync();
+    if (lane <= j1 + 3) {
+      eig_house3_right(t, m, lane, j1, u1, tau1);
+    }
+    eig_simd_sync();
+    if (lane >= j1 && lane < m) {
+      eig_house3_left(t, m, j1 + 1, lane, u2, tau2);
+    }
+    eig_simd_sync();
+    if (lane <= j1 + 3) {
+      eig_house3_right(t, m, lane, j1 + 1, u2, tau2);
+    }
+    if (lane < m) {
+      eig_house3_right(v, m, lane, j1, u1, tau1);
+      eig_house3_right(v, m, lane, j1 + 1, u2, tau2);
+    }
+    eig_simd_sync();
+    if (lane == 0) {
+      t[(j1 + 2) * m + j1] = 0.0f;
+      t[(j1 + 2) * m + j1 + 1] = 0.0f;
+      t[(j1 + 3) * m + j1] = 0.0f;
+      t[(j1 + 3) * m + j1 + 1] = 0.0f;
+    }
+  }
+  eig_simd_sync();
+  if (n2 == 2) {
+    eig_standardize_block(t, v, m, j1, lane);
+  }
+  if (n1 == 2) {
+    eig_standardize_block(t, v, m, j1 + n2, lane);
+  }
+  return true;
+}
+
+// The jw entries a[base + k stride] (a row of a slab, multiplied by V from the right, or a
+// column, by V^T from the left: the same sums) replaced by their product with V (jw x jw,
+// row-major), by one simdgroup: lane k loads entry k, and lane c sums its result from the
+// others' by broadcasts (no lane holds the whole row or column: registers stay few).
+template <typename P>
+inline void eig_aed_apply(P a, long base, int stride, int jw, threadgroup const float* v,
+                          int lane) {
+  const bool mine = lane < jw;
+  const float x = mine ? a[base + long(lane) * stride] : 0.0f;
+  float s = 0.0f;
+  for (int k = 0; k < jw; ++k) {
+    s += simd_broadcast(x, ushort(k)) * (mine ? v[k * jw + lane] : 0.0f);
+  }
+  if (mine) {
+    a[base + long(lane) * stride] = s;
+  }
+}
+
+// Aggressive early deflation (xLAQR3) on the trailing jw = kEigAedWindow rows of the active
+// block ktop..kbot: the window's Schur form T = V^T H_w V (eig_schur in threadgroup memory), the
+// spike s V(0, :) that joins it to the rest (s = H[kwtop, kwtop - 1]), and the eigenvalues at
+// the bottom of T whose spike entries are negligible (LAPACK's test: |s v_0j| <= max(smlnum,
+// ulp |t_jj|), a 2 x 2 block by both entries and |t| + sqrt|b| sqrt|c|) deflated; an eigenvalue
+// that is not is moved to the top of T (xTREXC, by eig_swap_blocks) and the next one is tried.
+// Those left are taken back to Hessenberg form (the spike reflected onto its first entry,
+// xGEHRD), T is written back into H and V applied to the rows above the window, the columns to
+// its right and Z (LAPACK's wantt and wantz: the rows of the active block only, no columns and
+// no Z for eigenvalues alone). Returns the number of eigenvalues deflated (their values in wv),
+// 0 with H unchanged where the window's QR iteration failed. Braman, Byers and Mathias, "The
+// multishift QR algorithm. Part II: Aggressive early deflation", SIAM J. Matrix Anal. Appl. 23
+// (2002) 948-973.
+template <typename P>
+inline int eig_aed(thread EigWork<float, P>& w, int ktop, int kbot, device float2* wv,
+                   float smlnum) {
+  const int n = w.n, jw = kEigAedWindow, kwtop = kbot - jw + 1;
+  threadgroup float* t = w.aed;
+  threadgroup float* v = t + jw * jw;
+  threadgroup float* q = v + jw * jw;
+  const float s = w.h[kwtop * n + kwtop - 1];
+  // Simdgroup 0 alone, a lane a row or a column (its barriers are a simdgroup's), up to T and V
+  // final; the others wait at the barrier after it.
+  if (w.sg == 0) {
+    const int lane = int(w.lane);
+    for (int e = lane; e < jw * jw; e += kSimdWidth) {
+      const int r = e / jw, c = e % jw;
+      t[e] = r > c + 1 ? 0.0f : w.h[(kwtop + r) * n + kwtop + c];
+      v[e] = r == c ? 1.0f : 0.0f;
+    }
+    eig_simd_sync();
+    EigWork<float, threadgroup float*> win;
+    win.h = t;
+    win.z = v;
+    win.tau = w.tau;  // the Hessenberg reduction's scratch, free since Q was formed
+    win.hv = w.hv;
+    win.red = w.red;
+    win.n = jw;
+    win.vectors = true;  // the window's whole Schur form and its vectors, whatever H's
+    win.tid = w.lane;
+    win.nth = kSimdWidth;
+    win.lane = w.lane;
+    win.sg = 0;
+    win.nsg = 1;
+    int kept = -1;  // the window's QR iteration failed: no deflation, H unchanged
+    if (eig_schur<threadgroup float*, EigSimdSync>(win, 0, jw - 1, wv + kwtop) == 0) {
+      // The deflation test from the bottom (the same decisions in every lane): positions
+      // [0, top) hold the eigenvalues found not to deflate, [top, kept) those still to test,
+      // [kept, jw) the deflated ones.
+      kept = jw;
+      int top = 0;
+      for (int pass = 0; pass < jw && top < kept; ++pass) {
+        const bool pair = kept - 2 >= top && t[(kept - 1) * jw + kept - 2] != 0.0f;
+        const int nb = pair ? 2 : 1, k = kept - nb;
+        float foo = metal::fabs(t[(kept - 1) * jw + kept - 1]);
+        float spike = metal::fabs(s * v[kept - 1]);
+        if (pair) {
+          foo += metal::sqrt(metal::fabs(t[(kept - 1) * jw + kept - 2])) *
+                 metal::sqrt(metal::fabs(t[(kept - 2) * jw + kept - 1]));
+          spike = metal::max(spike, metal::fabs(s * v[kept - 2]));
+        }
+        if (foo == 0.0f) {
+          foo = metal::fabs(s);
+        }
+        if (spike <= metal::max(smlnum, kEigUlp * foo)) {
+          kept = k;
+          continue;
+        }
+        // Not deflatable: moved up to position top, block by block.
+        int here = k;
+        bool moved = true;
+        while (moved && here > top) {
+          const int above = here - 2 >= top && t[(here - 1) * jw + here - 2] != 0.0f ? 2 : 1;
+          moved = eig_swap_blocks(t, v, jw, here - above, above, nb, lane);
+          if (moved) {
+            here -= above;
+            // A pair whose eigenvalues came out real (xLANV2 split it) stops the search.
+            moved = nb == 1 || t[(here + 1) * jw + here] != 0.0f;
+          }
+        }
+        if (!moved || here != top) {
+          break;  // the rest stays undeflated
+        }
+        top += nb;
+      }
+      if (kept > 1 && s != 0.0f) {
+        // The spike s V(0, 0:kept) reflected onto its first entry: H0 = I - tau u u^T with
+        // H0 V(0, 0:kept)^T = beta e_0, applied to T's first kept rows and columns and to V.
+        float big = 0.0f;
+        for (int i = 1; i < kept; ++i) {
+          big = metal::max(big, metal::fabs(v[i]));
+        }
+        float xnorm = 0.0f;
+        if (big > 0.0f) {
+          float sum = 0.0f;
+          for (int i = 1; i < kept; ++i) {
+            const float r = v[i] / big;
+            sum += r * r;
+          }
+          xnorm = big * metal::sqrt(sum);
+        }
+        const float alpha = v[0];
+        float tau = 0.0f, scal = 0.0f;
+        if (xnorm > kSafeMin) {
+          const float beta = -metal::copysign(metal::sqrt(alpha * alpha + xnorm * xnorm), alpha);
+          tau = (beta - alpha) / beta;
+          scal = 1.0f / (alpha - beta);
+        }
+        threadgroup float* u = q;  // Q is formed below, after u's last use
+        for (int i = lane; i < kept; i += kSimdWidth) {
+          u[i] = i == 0 ? 1.0f : v[i] * scal;
+        }
+        eig_simd_sync();
+        for (int c = lane; c < jw; c += kSimdWidth) {
+          float sum = 0.0f;
+          for (int i = 0; i < kept; ++i) {
+            sum += u[i] * t[i * jw + c];
+          }
+          sum *= tau;
+          for (int i = 0; i < kept; ++i) {
+            t[i * jw + c] -= sum * u[i];
+          }
+        }
+        eig_simd_sync();
+        for (int r = lane; r < jw; r += kSimdWidth) {
+          if (r < kept) {
+            float sum = 0.0f;
+            for (int i = 0; i < kept; ++i) {
+              sum += t[r * jw + i] * u[i];
+            }
+            sum *= tau;
+            for (int i = 0; i < kept; ++i) {
+              t[r * jw + i] -= sum * u[i];
+            }
+          }
+          float sum = 0.0f;
+          for (int i = 0; i < kept; ++i) {
+            sum += v[r * jw + i] * u[i];
+          }
+          sum *= tau;
+          for (int i = 0; i < kept; ++i) {
+            v[r * jw + i] -= sum * u[i];
+          }
+        }
+        eig_simd_sync();
+        if (kept > 2) {
+          // T's first kept rows and columns back to Hessenberg form, Q formed in q; V <- V Q.
+          win.z = q;
+          eig_hessenberg<float, threadgroup float*, EigSimdSync>(win, 0, kept - 1);
+          for (int r = 0; r < jw; ++r) {
+            eig_aed_apply(v, long(r) * jw, 1, jw, q, lane);
+          }
+          eig_simd_sync();
+        }
+      }
+    }
+    if (lane == 0) {
+      w.aed_kept[0] = kept;
+    }
+  }
+  eig_sync();
+  const int kept = w.aed_kept[0];
+  if (kept < 0) {
+    return 0;
+  }
+  // T back into H (its Hessenberg part; below it H is zero) and the spike's one entry left
+  // (none when every eigenvalue deflated: xLAQR3's s = 0).
+  for (int e = int(w.tid); e < jw * jw; e += int(w.nth)) {
+    const int r = e / jw, c = e % jw;
+    if (r <= c + 1) {
+      w.h[(kwtop + r) * n + kwtop + c] = t[e];
+    }
+  }
+  if (w.tid == 0) {
+    w.h[kwtop * n + kwtop - 1] = kept == 0 ? 0.0f : s * v[0];
+  }
+  // The deflated eigenvalues, from T's standardised blocks.
+  for (int i = kept + int(w.tid); i < jw; i += int(w.nth)) {
+    const bool first = i + 1 < jw && t[(i + 1) * jw + i] != 0.0f;
+    const bool second = i > kept && t[i * jw + i - 1] != 0.0f;
+    const int j = second ? i - 1 : i;  // the block's first row
+    const float im = first || second ? metal::sqrt(metal::fabs(t[j * jw + j + 1])) *
+                                           metal::sqrt(metal::fabs(t[(j + 1) * jw + j]))
+                                     : 0.0f;
+    wv[kwtop + i] = float2(t[i * jw + i], second ? -im : im);
+  }
+  // V applied to the rest: the rows above the window, the columns right of it, Z.
+  // A simdgroup a row or a column.
+  const bool wantt = w.vectors;
+  const int lane = int(w.lane);
+  for (int r = (wantt ? 0 : ktop) + int(w.sg); r < kwtop; r += int(w.nsg)) {
+    eig_aed_apply(w.h, long(r) * n + kwtop, 1, jw, v, lane);
+  }
+  if (wantt) {
+    for (int c = kbot + 1 + int(w.sg); c < n; c += int(w.nsg)) {
+      eig_aed_apply(w.h, long(kwtop) * n + c, n, jw, v, lane);
+    }
+    for (int r = int(w.sg); r < n; r += int(w.nsg)) {
+      eig_aed_apply(w.z, long(r) * n + kwtop, 1, jw, v, lane);
+    }
+  }
+  eig_sync();
+  return jw - kept;
+}
+
+// The Schur form by multishift sweeps while the active window is large (xLAQR0's outer loop),
+// each preceded by aggressive early deflation (eig_aed) where w.aed is set, xLAHQR's
+// double-shift sweeps (eig_schur) on the small windows left at the bottom. Same contract as
+// eig_schur.
 template <typename P>
 inline int eig_schur_multishift(thread EigWork<float, P>& w, int ilo, int ihi,
                                 device float2* wv) {
@@ -1126,6 +1719,19 @@ inline int eig_schur_multishift(thread EigWork<float, P>& w, int ilo, int ihi,
       kbot = ktop - 1;
       sweeps = 0;
       continue;
+    }
+    if (w.aed_on) {
+      const int deflated = eig_aed(w, ktop, kbot, wv, smlnum);
+      if (deflated > 0) {
+        kbot -= deflated;
+        sweeps = 0;
+        // xLAQR0: no sweep after a window that deflated many (the next one likely deflates
+        // more without it), nor once the active block is small.
+        if (100 * deflated > kEigAedNibble * kEigAedWindow ||
+            kbot - ktop + 1 < kEigMultishiftMinOrder) {
+          continue;
+        }
+      }
     }
     ++sweeps;
     eig_multishift_shifts(w, ktop, kbot, sweeps % kEigExceptional == 0, wv);
@@ -1571,6 +2177,7 @@ template <typename T>
   wk.x = x + (p.vectors != 0 ? b * long(n) * n : 0);
   wk.red = &red[0];
   wk.n = n;
+  wk.aed_on = false;  // no multishift sweeps here
   wk.vectors = p.vectors != 0;
   wk.tid = tpos.x;
   wk.nth = tpg.x;
@@ -1601,12 +2208,18 @@ template <typename T>
   threadgroup float red[2 * (kEigMaxThreads / kSimdWidth)];
   threadgroup float shift_block[kEigShifts * kEigShifts];
   threadgroup float4 bulges[kEigShifts / 2];
+  threadgroup float aed[3 * kEigAedWindow * kEigAedWindow];
+  threadgroup int aed_kept[1];
   const long b = long(tgpos.y);
   const int n = int(p.n);
   const long nn = long(n) * n;
   EigWork<T, device T*> wk;
   wk.shift_block = &shift_block[0];
   wk.bulges = &bulges[0];
+  // the deflation windows need a whole simdgroup (always there: the host launches at least one)
+  wk.aed_on = p.aed != 0 && tpg.x >= uint(kSimdWidth);
+  wk.aed = &aed[0];
+  wk.aed_kept = &aed_kept[0];
   wk.h = hz + b * 2 * nn;
   wk.z = wk.h + nn;
   wk.tau = tau + b * 2 * n;

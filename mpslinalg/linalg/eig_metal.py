@@ -52,6 +52,11 @@ def path(n: int, dtype: torch.dtype, vectors: bool) -> str:
     return "group" if n <= group_max_n(dtype, vectors or not dtype.is_complex) else "device"
 
 
+#: eig_device's multishift path runs aggressive early deflation (xLAQR3) on a window of
+#: AED_WINDOW rows before each sweep (the tests turn it off to compare).
+AGGRESSIVE_EARLY_DEFLATION = True
+AED_WINDOW = 30  # kEigAedWindow
+
 #: eig_device's threads per group at least: more than a row each hides the latency of device
 #: memory (H200 through the executor, 256^2: 83 ms with 256 threads, 68 with 512, 78 with 1024;
 #: 512^2: 525, 353, 371 ms; 1024^2: 4829 with 256, 2196 with 1024).
@@ -99,7 +104,8 @@ def eig_metal(A: torch.Tensor, *, vectors: bool, fn: str = "eig"
     perm = torch.empty((batch, n), dtype=torch.int32, device=dev)
     x = (torch.empty((batch, n, n), dtype=out, device=dev) if vectors
          else torch.empty(1, dtype=out, device=dev))
-    params = metal_params.pack("linalg/eig.h", "EigParams", n=n, batch=batch, vectors=vectors)
+    params = metal_params.pack("linalg/eig.h", "EigParams", n=n, batch=batch, vectors=vectors,
+                               aed=AGGRESSIVE_EARLY_DEFLATION)
     where = path(n, A.dtype, vectors)
     args = [A, w, v_arg, info, params, tau, scale, perm, x]
     if where == "group":

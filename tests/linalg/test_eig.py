@@ -481,6 +481,7 @@ def test_host_constants_mirror_header():
     assert int(const("kEigMaxThreads")) == eig_metal_module.MAX_THREADS
     assert int(const("kEigItmaxPerOrder")) == eig_metal_module.ITMAX_PER_ORDER
     assert int(const("kEigItmaxMinOrder")) == eig_metal_module.ITMAX_MIN_ORDER
+    assert int(const("kEigAedWindow")) == eig_metal_module.AED_WINDOW
 
 
 # ---------------------------------------------------------------- op database
