@@ -3,8 +3,10 @@ kernels: the emulator for CPU tensors, the CUDA executor for CUDA tensors with
 MPSLINALG_METAL_ON_CUDA=1) vs torch.linalg.eig, interleaved.
 
 Self-contained: ``python benchmarks/bench_eig.py [--device cpu|cuda] [--cases ...] [--host-cpu]
-[--out FILE]``; ``--host-cpu`` adds torch.linalg.eig on the host's CPU (the bar for large n, where
-torch's CUDA eig is a CPU hybrid) and the metal column's ratio to it.
+[--without-aed] [--out FILE]``; ``--host-cpu`` adds torch.linalg.eig on the host's CPU (the bar
+for large n, where torch's CUDA eig is a CPU hybrid) and the metal column's ratio to it;
+``--without-aed`` adds the metal backend with eig_device's aggressive early deflation turned off
+(``eig_metal.AGGRESSIVE_EARLY_DEFLATION``), its A/B.
 On CUDA run it as ``MPSLINALG_METAL_ON_CUDA=1 python benchmarks/bench_eig.py --device cuda``
 for the "metal" column (without the variable that column is left out there). Interleaved
 rounds, min / median / max in ms (CUDA: synchronised wall time per call, as
@@ -27,6 +29,7 @@ import torch  # noqa: E402
 
 import mpslinalg  # noqa: E402
 from mpslinalg._core.timing import machine_header, time_interleaved  # noqa: E402
+from mpslinalg.linalg import eig_metal  # noqa: E402
 
 #: (batch, n) per device kind.
 CASES = {"cpu": "1000x3,8x32,1x64,1x128", "cuda": "100000x3,64x32,1x256,1x1024"}
@@ -38,10 +41,11 @@ def spread(t) -> str:
 
 HOST_CPU = "torch.linalg.eig (host CPU)"
 METAL = "mpslinalg (metal backend)"
+METAL_NO_AED = "mpslinalg (metal, no AED)"
 
 
 def measure(batch: int, n: int, device: torch.device, rounds: int, metal: bool,
-            host_cpu: bool) -> tuple[str, list[str]]:
+            host_cpu: bool, without_aed: bool = False) -> tuple[str, list[str]]:
     gen = torch.Generator().manual_seed(0)
     A_host = torch.randn(batch, n, n, generator=gen)
     A = A_host.to(device)
@@ -58,6 +62,16 @@ def measure(batch: int, n: int, device: torch.device, rounds: int, metal: bool,
     fns["mpslinalg (torch backend)"] = ours("torch")
     if metal:
         fns[METAL] = ours("metal")
+    if metal and without_aed:
+        metal_run = ours("metal")
+
+        def no_aed():
+            eig_metal.AGGRESSIVE_EARLY_DEFLATION = False
+            try:
+                return metal_run()
+            finally:
+                eig_metal.AGGRESSIVE_EARLY_DEFLATION = True
+        fns[METAL_NO_AED] = no_aed
     t = time_interleaved(fns, device, rounds)
     base = t["torch.linalg.eig"].median
     cells = [f"{batch} x ({n}x{n})"]
@@ -81,6 +95,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--host-cpu", action="store_true",
                         help="on a GPU, also time torch.linalg.eig on the host CPU")
+    parser.add_argument("--without-aed", action="store_true",
+                        help="also time the metal backend without aggressive early deflation")
     parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -96,7 +112,7 @@ def main() -> int:
     for case in cases.split(","):
         batch, n = (int(x) for x in case.split("x"))
         row, names = measure(batch, n, device, args.rounds, metal,
-                             args.host_cpu and device.type != "cpu")
+                             args.host_cpu and device.type != "cpu", args.without_aed)
         if not header_done:
             timed = [name for name in names if "/" not in name]
             cols = ["case", *timed, *[f"{name} / torch" for name in timed[1:]],

@@ -931,16 +931,19 @@ inline void eig_multishift_shifts(thread EigWork<float, P>& w, int ktop, int kbo
       w.shift_block[q] = r > c + 1 ? 0.0f : w.h[(ks + r) * n + ks + c];
     }
     eig_sync();
-    EigWork<float, threadgroup float*> blk;
-    blk.h = w.shift_block;
-    blk.n = ns;
-    blk.vectors = false;
-    blk.tid = w.tid;
-    blk.nth = w.nth;
-    blk.lane = w.lane;
-    blk.sg = w.sg;
-    blk.nsg = w.nsg;
-    ok = eig_schur(blk, 0, ns - 1, sh) == 0;
+    // By simdgroup 0 alone (its barriers a simdgroup's; only thread 0 reads ok below).
+    if (w.sg == 0) {
+      EigWork<float, threadgroup float*> blk;
+      blk.h = w.shift_block;
+      blk.n = ns;
+      blk.vectors = false;
+      blk.tid = w.lane;
+      blk.nth = kSimdWidth;
+      blk.lane = w.lane;
+      blk.sg = 0;
+      blk.nsg = 1;
+      ok = eig_schur<threadgroup float*, EigSimdSync>(blk, 0, ns - 1, sh) == 0;
+    }
   }
   eig_sync();
   if (w.tid == 0) {

@@ -315,6 +315,27 @@ def test_multishift_sweeps(metal_backend, monkeypatch, kind):
         assert eigenvalue_ratio(A.cpu(), W_group.cpu()) < THRESH
 
 
+AED_N = 80  # several of eig.h's deflation windows (kEigAedWindow = 30 rows) and sweeps
+
+
+@pytest.mark.parametrize("kind", ["random", "rotations"])
+def test_aggressive_early_deflation(metal_backend, monkeypatch, kind):
+    """The deflation windows before the multishift sweeps (xLAQR3: the window's Schur form,
+    blocks reordered by xLAEXC swaps, 1 x 1 and 2 x 2 (rotations: complex pairs only), the rest
+    reduced back to Hessenberg form): LAPACK's accuracy with them and without them, exact
+    conjugate pairs, eigvals bit for bit eig's, and bits of their own (so they ran)."""
+    A = metal_backend.tensor(make(kind, AED_N, torch.float32, (), seed=42))
+    results = {}
+    for aed in (True, False):
+        monkeypatch.setattr(eig_metal_module, "AGGRESSIVE_EARLY_DEFLATION", aed)
+        L, V = mpslinalg.eig(A)
+        check_eig(A, L, V, exact_pairs=True)
+        if aed:
+            assert torch.equal(mpslinalg.eigvals(A), L)
+        results[aed] = L
+    assert not torch.equal(results[True], results[False])
+
+
 def test_results_independent_of_threads(metal_backend, monkeypatch):
     """eig_device's bits do not depend on its threads per group (a pipeline's limit may cut
     them), the multishift sweeps included."""
