@@ -1143,6 +1143,13 @@ inline void eig_lartg(float f, float g, thread float& cs, thread float& sn) {
   }
 }
 
+// [[cs, sn], [-sn, cs]] on the entries i and j of a.
+inline void eig_rotate(threadgroup float* a, int i, int j, float cs, float sn) {
+  const float x = a[i], y = a[j];
+  a[i] = cs * x + sn * y;
+  a[j] = cs * y - sn * x;
+}
+
 // (I - tau u u^T) on the three entries (x0, x1, x2).
 inline void eig_house3(thread float& x0, thread float& x1, thread float& x2, float3 u,
                        float tau) {
@@ -1166,6 +1173,12 @@ inline void eig_house3_left(thread float* d, int r, int c, float3 u, float tau) 
 }
 inline void eig_house3_right(thread float* d, int r, int c, float3 u, float tau) {
   eig_house3(d[r * 4 + c], d[r * 4 + c + 1], d[r * 4 + c + 2], u, tau);
+}
+
+inline void eig_exchange(thread float* a, int i, int j) {
+  const float t = a[i];
+  a[i] = a[j];
+  a[j] = t;
 }
 
 // X with T11 X - X T22 = T12 for the blocks T11 (n1 x n1), T22 (n2 x n2) and T12 of the
@@ -1214,17 +1227,11 @@ inline void eig_sylvester(thread const float* d, int n1, int n2, thread float* x
       }
     }
     for (int q = 0; q < nu; ++q) {
-      const float t = a[p * 4 + q];
-      a[p * 4 + q] = a[pr * 4 + q];
-      a[pr * 4 + q] = t;
+      eig_exchange(a, p * 4 + q, pr * 4 + q);
     }
-    const float tb = b[p];
-    b[p] = b[pr];
-    b[pr] = tb;
+    eig_exchange(b, p, pr);
     for (int u = 0; u < nu; ++u) {
-      const float t = a[u * 4 + p];
-      a[u * 4 + p] = a[u * 4 + pc];
-      a[u * 4 + pc] = t;
+      eig_exchange(a, u * 4 + p, u * 4 + pc);
     }
     const int tu = unknown[p];
     unknown[p] = unknown[pc];
@@ -1264,19 +1271,13 @@ inline void eig_standardize_block(threadgroup float* t, threadgroup float* v, in
                                t[(j + 1) * m + j + 1]);
   eig_simd_sync();  // every lane has read the block
   if (lane > j + 1 && lane < m) {
-    const float x = t[j * m + lane], y = t[(j + 1) * m + lane];
-    t[j * m + lane] = r.cs * x + r.sn * y;
-    t[(j + 1) * m + lane] = r.cs * y - r.sn * x;
+    eig_rotate(t, j * m + lane, (j + 1) * m + lane, r.cs, r.sn);
   }
   if (lane < j) {
-    const float x = t[lane * m + j], y = t[lane * m + j + 1];
-    t[lane * m + j] = r.cs * x + r.sn * y;
-    t[lane * m + j + 1] = r.cs * y - r.sn * x;
+    eig_rotate(t, lane * m + j, lane * m + j + 1, r.cs, r.sn);
   }
   if (lane < m) {
-    const float x = v[lane * m + j], y = v[lane * m + j + 1];
-    v[lane * m + j] = r.cs * x + r.sn * y;
-    v[lane * m + j + 1] = r.cs * y - r.sn * x;
+    eig_rotate(v, lane * m + j, lane * m + j + 1, r.cs, r.sn);
   }
   if (lane == 0) {
     t[j * m + j] = r.a;
@@ -1302,19 +1303,13 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
     eig_lartg(t[j1 * m + j2], t22 - t11, cs, sn);
     eig_simd_sync();
     if (lane > j2 && lane < m) {
-      const float x = t[j1 * m + lane], y = t[j2 * m + lane];
-      t[j1 * m + lane] = cs * x + sn * y;
-      t[j2 * m + lane] = cs * y - sn * x;
+      eig_rotate(t, j1 * m + lane, j2 * m + lane, cs, sn);
     }
     if (lane < j1) {
-      const float x = t[lane * m + j1], y = t[lane * m + j2];
-      t[lane * m + j1] = cs * x + sn * y;
-      t[lane * m + j2] = cs * y - sn * x;
+      eig_rotate(t, lane * m + j1, lane * m + j2, cs, sn);
     }
     if (lane < m) {
-      const float x = v[lane * m + j1], y = v[lane * m + j2];
-      v[lane * m + j1] = cs * x + sn * y;
-      v[lane * m + j2] = cs * y - sn * x;
+      eig_rotate(v, lane * m + j1, lane * m + j2, cs, sn);
     }
     if (lane == 0) {
       t[j1 * m + j1] = t22;
@@ -1468,6 +1463,20 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
   return true;
 }
 
+// (I - tau u u^T) on the count entries a[base + i stride] (a row, from the right, or a column,
+// from the left: the same sums).
+inline void eig_reflect_strided(threadgroup float* a, int base, int stride,
+                                threadgroup const float* u, int count, float tau) {
+  float sum = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    sum += u[i] * a[base + i * stride];
+  }
+  sum *= tau;
+  for (int i = 0; i < count; ++i) {
+    a[base + i * stride] -= sum * u[i];
+  }
+}
+
 // The jw entries a[base + k stride] (a row of a slab, multiplied by V from the right, or a
 // column, by V^T from the left: the same sums) replaced by their product with V (jw x jw,
 // row-major), by one simdgroup: lane k loads entry k, and lane c sums its result from the
@@ -1600,35 +1609,14 @@ inline int eig_aed(thread EigWork<float, P>& w, int ktop, int kbot, device float
         }
         eig_simd_sync();
         for (int c = lane; c < jw; c += kSimdWidth) {
-          float sum = 0.0f;
-          for (int i = 0; i < kept; ++i) {
-            sum += u[i] * t[i * jw + c];
-          }
-          sum *= tau;
-          for (int i = 0; i < kept; ++i) {
-            t[i * jw + c] -= sum * u[i];
-          }
+          eig_reflect_strided(t, c, jw, u, kept, tau);
         }
         eig_simd_sync();
         for (int r = lane; r < jw; r += kSimdWidth) {
           if (r < kept) {
-            float sum = 0.0f;
-            for (int i = 0; i < kept; ++i) {
-              sum += t[r * jw + i] * u[i];
-            }
-            sum *= tau;
-            for (int i = 0; i < kept; ++i) {
-              t[r * jw + i] -= sum * u[i];
-            }
+            eig_reflect_strided(t, r * jw, 1, u, kept, tau);
           }
-          float sum = 0.0f;
-          for (int i = 0; i < kept; ++i) {
-            sum += v[r * jw + i] * u[i];
-          }
-          sum *= tau;
-          for (int i = 0; i < kept; ++i) {
-            v[r * jw + i] -= sum * u[i];
-          }
+          eig_reflect_strided(v, r * jw, 1, u, kept, tau);
         }
         eig_simd_sync();
         if (kept > 2) {

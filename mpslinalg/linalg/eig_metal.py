@@ -11,7 +11,7 @@ Paths:
            (63 real with or without vectors, 44 complex with vectors, 63 without);
   device   H and Z in a device workspace, any n (one threadgroup per matrix still: the whole
            GPU for one large matrix is not done); real input takes multishift sweeps on
-           large active windows.
+           large active windows, each after a deflation window (AGGRESSIVE_EARLY_DEFLATION).
 """
 
 from __future__ import annotations
