@@ -2010,8 +2010,30 @@ inline void eig_vectors(thread EigWork<T, P>& w, int ilo, int ihi, device float2
     if (eig_second_of_pair(w.h, n, k, T())) {
       continue;
     }
-    for (int r = ilo; r <= ihi; ++r) {
-      vout[r * n + k] *= w.scale[r];
+    // Each entry times its row's power of 2 and 2^-shift at once, the shift putting the largest
+    // product near 1: the products themselves overflow for a column of x near 2^kEigGrowthExp
+    // and scales of ~2^64 (a companion matrix of order 61 with coefficients up to 1e26 gave
+    // infinite vectors). Powers of 2 only, so the normalised vectors have the same bits.
+    int shift = 0;
+    bool any = false;
+    for (int r = 0; r < n; ++r) {
+      const float m = modulus(vout[r * n + k]);
+      if (m > 0.0f) {
+        int e = 0, es = 1;
+        metal::frexp(m, e);
+        if (r >= ilo && r <= ihi) {
+          metal::frexp(w.scale[r], es);  // scale = 2^(es - 1)
+        }
+        shift = any ? metal::max(shift, e + es - 1) : e + es - 1;
+        any = true;
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      int es = 1;
+      if (r >= ilo && r <= ihi) {
+        metal::frexp(w.scale[r], es);
+      }
+      vout[r * n + k] = eig_ldexp(vout[r * n + k], es - 1 - shift);
     }
     for (int r = ilo - 1; r >= 0; --r) {
       const int p = w.perm[r];
@@ -2093,6 +2115,25 @@ inline void eig_solve(device const T* a, device float2* wout, device float2* vou
     eig_sync();
     int ilo = 0, ihi = n - 1;
     eig_balance(w, ilo, ihi);
+    // The balancing can move the whole matrix far from 1 (a companion matrix with coefficients
+    // up to 1e29 came out near 1e-28, where the eigenvectors' 2 x 2 solves underflowed to 0 /
+    // 0): its largest entry back to [1/2, 1), exactly, the exponent into e.
+    float bmax = 0.0f;
+    for (long q = long(w.tid); q < nn; q += long(w.nth)) {
+      bmax = metal::max(bmax, modulus(w.h[q]));
+    }
+    bmax = group_max(bmax, w.red, w.lane, w.sg, w.nsg, kEigMemory);
+    int eb = 0;
+    if (bmax > 0.0f) {
+      metal::frexp(bmax, eb);
+    }
+    if (eb != 0) {
+      for (long q = long(w.tid); q < nn; q += long(w.nth)) {
+        w.h[q] = eig_ldexp(w.h[q], -eb);
+      }
+      e += eb;
+      eig_sync();
+    }
     eig_hessenberg(w, ilo, ihi);
     // Eigenvalues isolated by the balancing.
     for (int t = int(w.tid); t < n; t += int(w.nth)) {

@@ -179,10 +179,12 @@ _CASES = {
     "conjugate pairs only (rotations), 14x14 float32": lambda: rotations(14, torch.float32,
                                                                           (2,), 5),
     "companion of roots 1 .. 8, float32": lambda: companion(np.arange(1.0, 9.0)),
+    "companion of 72 roots in [0.5, 3], coefficients to 1e29": lambda: companion(
+        np.linspace(0.5, 3.0, 72)),
     "entries 1e30, float32": lambda: random_matrix(10, torch.float32, (2,), 6) * 1e30,
     "entries 1e-30, complex64": lambda: random_matrix(10, torch.complex64, (2,), 7) * 1e-30,
-    "70x70 float32 (device memory: multishift sweeps, early deflation)": lambda: random_matrix(
-        70, torch.float32, (), 8),
+    "70x70 float32 (multishift, deflation windows)": lambda: random_matrix(70, torch.float32,
+                                                                            (), 8),
     "batch of 2000 3x3 (one launch)": lambda: random_matrix(3, torch.float32, (2000,), 9),
 }
 

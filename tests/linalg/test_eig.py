@@ -140,6 +140,21 @@ def test_balancing_gives_graded_accuracy(backend):
             assert (err / (bound * cond[b])).max() < THRESH
 
 
+@pytest.mark.parametrize("n", [61, 72])  # eig_group's stage and eig_device's memory
+def test_balancing_far_from_one(metal_backend, n):
+    """A companion matrix with coefficients up to 1e29: scaled to entries below 1 and balanced,
+    it came out near 1e-28, where the eigenvectors' 2 x 2 solves underflowed (0 / 0: NaN
+    vectors); the kernels scale it back after the balancing. Finite vectors, LAPACK's
+    residual ratio (the eigenvalues themselves are as ill-conditioned as the polynomial's
+    roots)."""
+    from mpslinalg.cases.eig import companion
+
+    A = metal_backend.tensor(companion(np.linspace(0.5, 3.0, n)))
+    L, V = mpslinalg.eig(A)
+    assert torch.isfinite(L).all() and torch.isfinite(V).all()
+    assert residual_ratio(A.cpu(), L.cpu(), V.cpu()) < THRESH
+
+
 def test_known_spectra(backend):
     """Triangular (isolated by the balancing), companion (polynomial roots), diagonal with
     repeated values, zero, identity, all ones and cyclic permutations: eigenvalues as SciPy's
