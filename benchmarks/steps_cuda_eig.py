@@ -45,8 +45,8 @@ STAGES = {1: "scale + balance", 2: "+ Hessenberg and Q", 3: "+ Schur form", 4: "
 EDITS = [
     ("    eig_hessenberg(w, ilo, ihi);\n",
      "    if (EIG_STOP > 1) eig_hessenberg(w, ilo, ihi);\n"),
-    ("    status = eig_schur_any(w, ilo, ihi, wb);\n",
-     "    if (EIG_STOP > 2) status = eig_schur_any(w, ilo, ihi, wb);\n"),
+    ("    status = eig_schur_by(Schur(), w, ilo, ihi, wb);\n",
+     "    if (EIG_STOP > 2) status = eig_schur_by(Schur(), w, ilo, ihi, wb);\n"),
     ("    if (status == 0 && w.vectors) {\n",
      "    if (EIG_STOP > 3 && status == 0 && w.vectors) {\n"),
     ("  eig_sync();\n  // V = Z X", "  eig_sync();\n  if (EIG_STOP <= 4) return;\n  // V = Z X"),
