@@ -584,3 +584,89 @@ OPS = [
            out_ref=torch.linalg.eigvals, skips=dict(_UPCAST_SKIP), small_path=True),
 ]
 instantiate_generic_tests(globals(), OPS)
+
+
+# ---------------------------------------------------------------- the deflation window's swaps
+
+_SWAP_PROBE = """
+[[kernel]] void swap_probe(device const float* tin [[buffer(0)]], device float* tout [[buffer(1)]],
+                           device float* vout [[buffer(2)]], device int* moved [[buffer(3)]],
+                           device const int* args [[buffer(4)]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  using namespace mpsl;
+  threadgroup float t[64];
+  threadgroup float v[64];
+  const int m = args[0];
+  for (int e = int(lane); e < m * m; e += kSimdWidth) {
+    t[e] = tin[e];
+    v[e] = e / m == e % m ? 1.0f : 0.0f;
+  }
+  eig_simd_sync();
+  const bool ok = eig_swap_blocks(&t[0], &v[0], m, args[1], args[2], args[3], int(lane));
+  eig_simd_sync();
+  for (int e = int(lane); e < m * m; e += kSimdWidth) {
+    tout[e] = t[e];
+    vout[e] = v[e];
+  }
+  if (lane == 0) {
+    moved[0] = ok ? 1 : 0;
+  }
+}
+"""
+
+
+def _quasi_triangular(sizes, seed):
+    """An upper quasi-triangular matrix whose diagonal blocks have the orders ``sizes``, its
+    2 x 2 blocks in xLANV2's standard form [[a, b], [c, a]] (b c < 0: a complex pair)."""
+    gen = torch.Generator().manual_seed(seed)
+    m = sum(sizes)
+    T = torch.triu(torch.randn(m, m, generator=gen, dtype=torch.float64), 1)
+    j = 0
+    for k, size in enumerate(sizes):
+        a = float(k + 1)  # well separated eigenvalues: every swap is accepted
+        if size == 1:
+            T[j, j] = a
+        else:
+            b, c = 0.5 + torch.rand(2, generator=gen, dtype=torch.float64).tolist()[0], -1.5
+            T[j:j + 2, j:j + 2] = torch.tensor([[a, b], [c, a]], dtype=torch.float64)
+        j += size
+    return T.float()
+
+
+def _block_eigenvalues(T, j, size):
+    return np.sort_complex(np.linalg.eigvals(T[j:j + size, j:j + size].double().numpy()))
+
+
+@pytest.mark.parametrize("n1,n2", [(1, 1), (1, 2), (2, 1), (2, 2)])
+@pytest.mark.parametrize("before", [0, 1, 2])
+def test_swap_blocks(n1, n2, before):
+    """eig_swap_blocks (xLAEXC) on blocks of orders n1, n2 after `before` rows: V orthogonal,
+    V^T T V the new T, the two blocks exchanged (their eigenvalues), T still quasi-triangular
+    with standard 2 x 2 blocks, the rows and columns outside the two blocks' touched as
+    LAPACK's."""
+    lib = emulator.compile_shader(_metal.load_source("linalg/eig.h") + _SWAP_PROBE)
+    sizes = [1] * before + [n1, n2, 1]
+    m = sum(sizes)
+    T0 = _quasi_triangular(sizes, seed=10 * n1 + n2 + before)
+    T, V = torch.empty(m, m), torch.empty(m, m)
+    moved = torch.zeros(1, dtype=torch.int32)
+    args = torch.tensor([m, before, n1, n2], dtype=torch.int32)
+    lib.swap_probe(T0, T, V, moved, args, threads=32, group_size=32)
+    assert moved.item() == 1
+    Td, Vd = T.double(), V.double()
+    eps = torch.finfo(torch.float32).eps
+    assert (Vd.T @ Vd - torch.eye(m, dtype=torch.float64)).abs().max() < 10 * eps
+    assert (Vd.T @ T0.double() @ Vd - Td).abs().max() < 30 * eps * T0.abs().max()
+    # the new order: the block of order n2 at `before`, then the one of order n1
+    np.testing.assert_allclose(_block_eigenvalues(T, before, n2),
+                               _block_eigenvalues(T0, before + n1, n2), rtol=1e-5)
+    np.testing.assert_allclose(_block_eigenvalues(T, before + n2, n1),
+                               _block_eigenvalues(T0, before, n1), rtol=1e-5)
+    structure = torch.triu(torch.ones(m, m, dtype=torch.bool))
+    j = 0
+    for size in [1] * before + [n2, n1, 1]:
+        structure[j:j + size, j:j + size] = True
+        if size == 2:
+            assert T[j, j] == T[j + 1, j + 1] and T[j, j + 1] * T[j + 1, j] < 0
+        j += size
+    assert (T[~structure] == 0).all()
