@@ -115,6 +115,10 @@ constant constexpr int kEigStageBytes = 32256;
 // Threads per threadgroup at most.
 constant constexpr int kEigMaxThreads = 1024;
 
+static_assert((2 * (kEigMaxThreads / kSimdWidth) + kEigShifts * kEigShifts + 4 * (kEigShifts / 2) +
+               3 * kEigAedWindow * kEigAedWindow + 1) * sizeof(float) <=
+                  kMaxThreadgroupMemoryBytes,
+              "eig_device's threadgroup memory (reductions, shift block, bulges, window) fits");
 static_assert(kEigStageBytes + 2 * (kEigMaxThreads / kSimdWidth) * sizeof(float) <=
                   kMaxThreadgroupMemoryBytes,
               "eig_group's threadgroup memory must fit");
@@ -1161,11 +1165,19 @@ inline void eig_house3(thread float& x0, thread float& x1, thread float& x2, flo
 
 // The same reflector on rows r..r+2 of column c (left) or on columns c..c+2 of row r (right) of
 // the row-major a with row stride m.
+// (Through thread copies: a threadgroup entry does not bind to a thread reference in Metal.)
+inline void eig_house3_at(threadgroup float* a, int i0, int i1, int i2, float3 u, float tau) {
+  float x0 = a[i0], x1 = a[i1], x2 = a[i2];
+  eig_house3(x0, x1, x2, u, tau);
+  a[i0] = x0;
+  a[i1] = x1;
+  a[i2] = x2;
+}
 inline void eig_house3_left(threadgroup float* a, int m, int r, int c, float3 u, float tau) {
-  eig_house3(a[r * m + c], a[(r + 1) * m + c], a[(r + 2) * m + c], u, tau);
+  eig_house3_at(a, r * m + c, (r + 1) * m + c, (r + 2) * m + c, u, tau);
 }
 inline void eig_house3_right(threadgroup float* a, int m, int r, int c, float3 u, float tau) {
-  eig_house3(a[r * m + c], a[r * m + c + 1], a[r * m + c + 2], u, tau);
+  eig_house3_at(a, r * m + c, r * m + c + 1, r * m + c + 2, u, tau);
 }
 // The same on the 4 x 4 row-major d of eig_swap_blocks.
 inline void eig_house3_left(thread float* d, int r, int c, float3 u, float tau) {
