@@ -166,6 +166,43 @@ inline float eig_hypot3(float a, float b, float c) {
   return w * metal::sqrt(x * x + y * y + z * z);
 }
 
+// The 2-norm of the count entries x[first + q stride], scaled by their largest modulus (no
+// overflow or underflow of the squares).
+template <typename P>
+inline float eig_norm(P x, int first, int stride, int count) {
+  float big = 0.0f;
+  for (int q = 0; q < count; ++q) {
+    big = metal::max(big, modulus(x[first + q * stride]));
+  }
+  if (big == 0.0f) {
+    return 0.0f;
+  }
+  float sum = 0.0f;
+  for (int q = 0; q < count; ++q) {
+    const float r = modulus(x[first + q * stride]) / big;
+    sum += r * r;
+  }
+  return big * metal::sqrt(sum);
+}
+
+// xLARFG's reflector I - tau u u^H taking (alpha, x) to (beta, 0), x of 2-norm xnorm: returns
+// tau, with beta and scal = 1 / (alpha - beta) (u = (1, scal x)); tau = 0, beta = alpha and
+// scal = 0 where x is below the smallest normal number and alpha real (the callers then set x
+// to zero, a perturbation of relative size 1e-38).
+template <typename T>
+inline T eig_reflector(T alpha, float xnorm, thread T& beta, thread T& scal) {
+  const float ar = eig_re(alpha), ai = eig_im(alpha);
+  beta = alpha;
+  scal = zero<T>();
+  if (xnorm <= kSafeMin && ai == 0.0f) {
+    return zero<T>();
+  }
+  const float b = -metal::copysign(eig_hypot3(ar, ai, xnorm), ar);
+  beta = eig_from<T>(float2(b, 0.0f));
+  scal = recip(alpha - beta);
+  return eig_from<T>(float2((b - ar) / b, -ai / b));
+}
+
 // The elementary reflector of xLARFG for (alpha, x1, x2) (x2 unused when m == 2): on return
 // alpha = beta, x1, x2 = the reflector's v (v0 = 1), tau. Below the smallest normal number the
 // column counts as zero (tau = 0): the callers then set the entries to zero, a perturbation of
@@ -179,18 +216,14 @@ inline T eig_larfg(thread T& alpha, thread T& x1, thread T& x2, int m) {
     const float r1 = a1 / big, r2 = a2 / big;
     xnorm = big * metal::sqrt(r1 * r1 + r2 * r2);
   }
-  const float ar = eig_re(alpha), ai = eig_im(alpha);
-  if (xnorm <= kSafeMin && ai == 0.0f) {
-    return zero<T>();
-  }
-  const float beta = -metal::copysign(eig_hypot3(ar, ai, xnorm), ar);
-  const T scal = recip(alpha - eig_from<T>(float2(beta, 0.0f)));
-  x1 = mul(x1, scal);
+  T beta, scal;
+  const T tau = eig_reflector(alpha, xnorm, beta, scal);
+  x1 = mul(x1, scal);  // 0 with tau = 0: the reflector is then the identity, v unused
   if (m == 3) {
     x2 = mul(x2, scal);
   }
-  alpha = eig_from<T>(float2(beta, 0.0f));
-  return eig_from<T>(float2((beta - ar) / beta, -ai / beta));
+  alpha = beta;
+  return tau;
 }
 
 // H and Z live in threadgroup or device memory: every barrier orders both.
@@ -444,27 +477,9 @@ inline void eig_hessenberg(thread EigWork<T, P>& w, int ilo, int ihi) {
     }
     // The reflector of column k, by every thread from the same column: v_i = h_ik * scal.
     const T alpha = w.h[(k + 1) * n + k];
-    float big = 0.0f;
-    for (int i = k + 2; i <= ihi; ++i) {
-      big = metal::max(big, modulus(w.h[i * n + k]));
-    }
-    float xnorm = 0.0f;
-    if (big > 0.0f) {
-      float sum = 0.0f;
-      for (int i = k + 2; i <= ihi; ++i) {
-        const float r = modulus(w.h[i * n + k]) / big;
-        sum += r * r;
-      }
-      xnorm = big * metal::sqrt(sum);
-    }
-    const float ar = eig_re(alpha), ai = eig_im(alpha);
-    T tau = zero<T>(), scal = zero<T>(), beta = alpha;
-    if (!(xnorm <= kSafeMin && ai == 0.0f)) {
-      const float b = -metal::copysign(eig_hypot3(ar, ai, xnorm), ar);
-      beta = eig_from<T>(float2(b, 0.0f));
-      tau = eig_from<T>(float2((b - ar) / b, -ai / b));
-      scal = recip(alpha - beta);
-    }
+    T beta, scal;
+    const T tau = eig_reflector(alpha, eig_norm(w.h, (k + 2) * n + k, n, ihi - k - 1), beta,
+                                scal);
     if (w.tid == 0) {
       w.tau[k] = tau;
     }
@@ -692,6 +707,29 @@ inline EigLanv2 eig_lanv2(float a, float b, float c, float d) {
   return r;
 }
 
+// The rotation [[cs, sn], [-sn, cs]] of rows and columns j, j + 1 of the order-n row-major h
+// applied outside its 2 x 2 block (the rows right of it, the columns above it) and to z's
+// columns j, j + 1: what standardising the block (xLANV2) or swapping two 1 x 1 blocks
+// (xLAEXC) leaves to do. Thread tid of nth.
+template <typename P>
+inline void eig_rotate_pair(P h, P z, int n, int j, float cs, float sn, uint tid, uint nth) {
+  for (int c = j + 2 + int(tid); c < n; c += int(nth)) {
+    const float x = h[j * n + c], y = h[(j + 1) * n + c];
+    h[j * n + c] = cs * x + sn * y;
+    h[(j + 1) * n + c] = cs * y - sn * x;
+  }
+  for (int r = int(tid); r < j; r += int(nth)) {
+    const float x = h[r * n + j], y = h[r * n + j + 1];
+    h[r * n + j] = cs * x + sn * y;
+    h[r * n + j + 1] = cs * y - sn * x;
+  }
+  for (int r = int(tid); r < n; r += int(nth)) {
+    const float x = z[r * n + j], y = z[r * n + j + 1];
+    z[r * n + j] = cs * x + sn * y;
+    z[r * n + j + 1] = cs * y - sn * x;
+  }
+}
+
 // The first column of (H - s1 I)(H - s2 I) at rows m..m+2 (xLAQR1), scaled by the sum of its
 // moduli: the first reflector of a double-shift bulge introduced at m, for the shifts
 // s1 = rt1r + i rt1i and s2 = rt2r + i rt2i (a complex-conjugate pair or two real shifts).
@@ -894,21 +932,7 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
         wv[i] = float2(blk.d, -im);
       }
       if (wantt) {
-        for (int j = i + 1 + int(w.tid); j < n; j += int(w.nth)) {
-          const float x = w.h[(i - 1) * n + j], y = w.h[i * n + j];
-          w.h[(i - 1) * n + j] = cs * x + sn * y;
-          w.h[i * n + j] = cs * y - sn * x;
-        }
-        for (int r = int(w.tid); r <= i - 2; r += int(w.nth)) {
-          const float x = w.h[r * n + i - 1], y = w.h[r * n + i];
-          w.h[r * n + i - 1] = cs * x + sn * y;
-          w.h[r * n + i] = cs * y - sn * x;
-        }
-        for (int r = int(w.tid); r < n; r += int(w.nth)) {
-          const float x = w.z[r * n + i - 1], y = w.z[r * n + i];
-          w.z[r * n + i - 1] = cs * x + sn * y;
-          w.z[r * n + i] = cs * y - sn * x;
-        }
+        eig_rotate_pair(w.h, w.z, n, i - 1, cs, sn, w.tid, w.nth);
       }
     }
     eig_barrier(Sync());
@@ -916,6 +940,30 @@ inline int eig_schur(thread EigWork<float, P>& w, int ilo, int ihi, device float
     i = l - 1;
   }
   return 0;
+}
+
+// The work of one simdgroup alone (simdgroup 0, its lanes as threads) on a small matrix of
+// order n in threadgroup memory (h, and z when vectors), with w's scratch (the Hessenberg
+// reduction's, free once w's Q is formed): the multishift shifts and eig_aed's window.
+template <typename P>
+inline EigWork<float, threadgroup float*> eig_simdgroup_work(thread const EigWork<float, P>& w,
+                                                             threadgroup float* h,
+                                                             threadgroup float* z, int n,
+                                                             bool vectors) {
+  EigWork<float, threadgroup float*> s;
+  s.h = h;
+  s.z = z;
+  s.tau = w.tau;
+  s.hv = w.hv;
+  s.red = w.red;
+  s.n = n;
+  s.vectors = vectors;
+  s.tid = w.lane;
+  s.nth = kSimdWidth;
+  s.lane = w.lane;
+  s.sg = 0;
+  s.nsg = 1;
+  return s;
 }
 
 // The shifts of a multishift sweep on the window ktop..kbot, into wv[kbot - kEigShifts + 1 ..
@@ -937,15 +985,8 @@ inline void eig_multishift_shifts(thread EigWork<float, P>& w, int ktop, int kbo
     eig_sync();
     // By simdgroup 0 alone (its barriers a simdgroup's; only thread 0 reads ok below).
     if (w.sg == 0) {
-      EigWork<float, threadgroup float*> blk;
-      blk.h = w.shift_block;
-      blk.n = ns;
-      blk.vectors = false;
-      blk.tid = w.lane;
-      blk.nth = kSimdWidth;
-      blk.lane = w.lane;
-      blk.sg = 0;
-      blk.nsg = 1;
+      EigWork<float, threadgroup float*> blk =
+          eig_simdgroup_work(w, w.shift_block, w.shift_block, ns, false);
       ok = eig_schur<threadgroup float*, EigSimdSync>(blk, 0, ns - 1, sh) == 0;
     }
   }
@@ -1147,13 +1188,6 @@ inline void eig_lartg(float f, float g, thread float& cs, thread float& sn) {
   }
 }
 
-// [[cs, sn], [-sn, cs]] on the entries i and j of a.
-inline void eig_rotate(threadgroup float* a, int i, int j, float cs, float sn) {
-  const float x = a[i], y = a[j];
-  a[i] = cs * x + sn * y;
-  a[j] = cs * y - sn * x;
-}
-
 // (I - tau u u^T) on the three entries (x0, x1, x2).
 inline void eig_house3(thread float& x0, thread float& x1, thread float& x2, float3 u,
                        float tau) {
@@ -1272,32 +1306,21 @@ inline void eig_sylvester(thread const float* d, int n1, int n2, thread float* x
   }
 }
 
-// Orders the threadgroup memory of the lanes of one simdgroup (eig_aed's reordering).
-inline void eig_simd_sync() { simdgroup_barrier(metal::mem_flags::mem_threadgroup); }
-
 // The 2 x 2 block at j of t (order m, row-major) in xLANV2's standard form, the rotation
 // applied to the rest of t and to v's columns j, j + 1 (a lane a row and a column).
 inline void eig_standardize_block(threadgroup float* t, threadgroup float* v, int m, int j,
                                   int lane) {
   const EigLanv2 r = eig_lanv2(t[j * m + j], t[j * m + j + 1], t[(j + 1) * m + j],
                                t[(j + 1) * m + j + 1]);
-  eig_simd_sync();  // every lane has read the block
-  if (lane > j + 1 && lane < m) {
-    eig_rotate(t, j * m + lane, (j + 1) * m + lane, r.cs, r.sn);
-  }
-  if (lane < j) {
-    eig_rotate(t, lane * m + j, lane * m + j + 1, r.cs, r.sn);
-  }
-  if (lane < m) {
-    eig_rotate(v, lane * m + j, lane * m + j + 1, r.cs, r.sn);
-  }
+  eig_barrier(EigSimdSync());  // every lane has read the block
+  eig_rotate_pair(t, v, m, j, r.cs, r.sn, uint(lane), kSimdWidth);
   if (lane == 0) {
     t[j * m + j] = r.a;
     t[j * m + j + 1] = r.b;
     t[(j + 1) * m + j] = r.c;
     t[(j + 1) * m + j + 1] = r.d;
   }
-  eig_simd_sync();
+  eig_barrier(EigSimdSync());
 }
 
 // xLAEXC: the adjacent diagonal blocks of orders n1 and n2 at j1 of the real Schur form t
@@ -1313,21 +1336,13 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
     const float t11 = t[j1 * m + j1], t22 = t[j2 * m + j2];
     float cs, sn;
     eig_lartg(t[j1 * m + j2], t22 - t11, cs, sn);
-    eig_simd_sync();
-    if (lane > j2 && lane < m) {
-      eig_rotate(t, j1 * m + lane, j2 * m + lane, cs, sn);
-    }
-    if (lane < j1) {
-      eig_rotate(t, lane * m + j1, lane * m + j2, cs, sn);
-    }
-    if (lane < m) {
-      eig_rotate(v, lane * m + j1, lane * m + j2, cs, sn);
-    }
+    eig_barrier(EigSimdSync());
+    eig_rotate_pair(t, v, m, j1, cs, sn, uint(lane), kSimdWidth);
     if (lane == 0) {
       t[j1 * m + j1] = t22;
       t[j2 * m + j2] = t11;
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     return true;
   }
   const int nd = n1 + n2;
@@ -1401,19 +1416,19 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
   if (!accept) {
     return false;  // nothing written: the lanes' reads need no barrier
   }
-  eig_simd_sync();  // every lane has read d
+  eig_barrier(EigSimdSync());  // every lane has read d
   if (n1 == 1) {
     if (lane >= j1 && lane < m) {
       eig_house3_left(t, m, j1, lane, u1, tau1);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane <= j1 + 1) {
       eig_house3_right(t, m, lane, j1, u1, tau1);
     }
     if (lane < m) {
       eig_house3_right(v, m, lane, j1, u1, tau1);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane == 0) {
       t[(j1 + 2) * m + j1] = 0.0f;
       t[(j1 + 2) * m + j1 + 1] = 0.0f;
@@ -1427,11 +1442,11 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
     if (lane < m) {
       eig_house3_right(v, m, lane, j1, u1, tau1);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane > j1 && lane < m) {
       eig_house3_left(t, m, j1, lane, u1, tau1);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane == 0) {
       t[j1 * m + j1] = fixed;
       t[(j1 + 1) * m + j1] = 0.0f;
@@ -1441,15 +1456,15 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
     if (lane >= j1 && lane < m) {
       eig_house3_left(t, m, j1, lane, u1, tau1);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane <= j1 + 3) {
       eig_house3_right(t, m, lane, j1, u1, tau1);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane >= j1 && lane < m) {
       eig_house3_left(t, m, j1 + 1, lane, u2, tau2);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane <= j1 + 3) {
       eig_house3_right(t, m, lane, j1 + 1, u2, tau2);
     }
@@ -1457,7 +1472,7 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
       eig_house3_right(v, m, lane, j1, u1, tau1);
       eig_house3_right(v, m, lane, j1 + 1, u2, tau2);
     }
-    eig_simd_sync();
+    eig_barrier(EigSimdSync());
     if (lane == 0) {
       t[(j1 + 2) * m + j1] = 0.0f;
       t[(j1 + 2) * m + j1 + 1] = 0.0f;
@@ -1465,7 +1480,7 @@ inline bool eig_swap_blocks(threadgroup float* t, threadgroup float* v, int m, i
       t[(j1 + 3) * m + j1 + 1] = 0.0f;
     }
   }
-  eig_simd_sync();
+  eig_barrier(EigSimdSync());
   if (n2 == 2) {
     eig_standardize_block(t, v, m, j1, lane);
   }
@@ -1537,20 +1552,9 @@ inline int eig_aed(thread EigWork<float, P>& w, int ktop, int kbot, device float
       t[e] = r > c + 1 ? 0.0f : w.h[(kwtop + r) * n + kwtop + c];
       v[e] = r == c ? 1.0f : 0.0f;
     }
-    eig_simd_sync();
-    EigWork<float, threadgroup float*> win;
-    win.h = t;
-    win.z = v;
-    win.tau = w.tau;  // the Hessenberg reduction's scratch, free since Q was formed
-    win.hv = w.hv;
-    win.red = w.red;
-    win.n = jw;
-    win.vectors = true;  // the window's whole Schur form and its vectors, whatever H's
-    win.tid = w.lane;
-    win.nth = kSimdWidth;
-    win.lane = w.lane;
-    win.sg = 0;
-    win.nsg = 1;
+    eig_barrier(EigSimdSync());
+    // The window's whole Schur form and its vectors, whatever H's.
+    EigWork<float, threadgroup float*> win = eig_simdgroup_work(w, t, v, jw, true);
     int kept = -1;  // the window's QR iteration failed: no deflation, H unchanged
     if (eig_schur<threadgroup float*, EigSimdSync>(win, 0, jw - 1, wv + kwtop) == 0) {
       // The deflation test from the bottom (the same decisions in every lane): positions
@@ -1595,42 +1599,24 @@ inline int eig_aed(thread EigWork<float, P>& w, int ktop, int kbot, device float
       if (kept > 1 && s != 0.0f) {
         // The spike s V(0, 0:kept) reflected onto its first entry: H0 = I - tau u u^T with
         // H0 V(0, 0:kept)^T = beta e_0, applied to T's first kept rows and columns and to V.
-        float big = 0.0f;
-        for (int i = 1; i < kept; ++i) {
-          big = metal::max(big, metal::fabs(v[i]));
-        }
-        float xnorm = 0.0f;
-        if (big > 0.0f) {
-          float sum = 0.0f;
-          for (int i = 1; i < kept; ++i) {
-            const float r = v[i] / big;
-            sum += r * r;
-          }
-          xnorm = big * metal::sqrt(sum);
-        }
-        const float alpha = v[0];
-        float tau = 0.0f, scal = 0.0f;
-        if (xnorm > kSafeMin) {
-          const float beta = -metal::copysign(metal::sqrt(alpha * alpha + xnorm * xnorm), alpha);
-          tau = (beta - alpha) / beta;
-          scal = 1.0f / (alpha - beta);
-        }
+        float beta, scal;
+        const float tau = eig_reflector(v[0], eig_norm(v, 1, 1, kept - 1), beta, scal);
         threadgroup float* u = q;  // Q is formed below, after u's last use
         for (int i = lane; i < kept; i += kSimdWidth) {
           u[i] = i == 0 ? 1.0f : v[i] * scal;
         }
-        eig_simd_sync();
+        eig_barrier(EigSimdSync());
         for (int c = lane; c < jw; c += kSimdWidth) {
           eig_reflect_strided(t, c, jw, u, kept, tau);
         }
-        eig_simd_sync();
+        eig_barrier(EigSimdSync());
         for (int r = lane; r < jw; r += kSimdWidth) {
           if (r < kept) {
             eig_reflect_strided(t, r * jw, 1, u, kept, tau);
           }
           eig_reflect_strided(v, r * jw, 1, u, kept, tau);
         }
-        eig_simd_sync();
+        eig_barrier(EigSimdSync());
         if (kept > 2) {
           // T's first kept rows and columns back to Hessenberg form, Q formed in q; V <- V Q.
           win.z = q;
@@ -1638,7 +1624,7 @@ inline int eig_aed(thread EigWork<float, P>& w, int ktop, int kbot, device float
           for (int r = 0; r < jw; ++r) {
             eig_aed_apply(v, long(r) * jw, 1, jw, q, lane);
           }
-          eig_simd_sync();
+          eig_barrier(EigSimdSync());
         }
       }
     }

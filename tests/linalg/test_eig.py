@@ -601,9 +601,9 @@ _SWAP_PROBE = """
     t[e] = tin[e];
     v[e] = e / m == e % m ? 1.0f : 0.0f;
   }
-  eig_simd_sync();
+  eig_barrier(EigSimdSync());
   const bool ok = eig_swap_blocks(&t[0], &v[0], m, args[1], args[2], args[3], int(lane));
-  eig_simd_sync();
+  eig_barrier(EigSimdSync());
   for (int e = int(lane); e < m * m; e += kSimdWidth) {
     tout[e] = t[e];
     vout[e] = v[e];
