@@ -1976,6 +1976,16 @@ inline bool eig_second_of_pair(P t, int n, int k, float) {
   return k >= 1 && t[k * n + k - 1] != 0.0f;
 }
 
+// log2 of row r's balancing scale (a power of 2; 1 outside ilo..ihi).
+template <typename T, typename P>
+inline int eig_balance_exponent(thread EigWork<T, P>& w, int r, int ilo, int ihi) {
+  int e = 1;
+  if (r >= ilo && r <= ihi) {
+    metal::frexp(w.scale[r], e);  // scale = 2^(e - 1)
+  }
+  return e - 1;
+}
+
 template <typename T, typename P>
 inline void eig_vectors(thread EigWork<T, P>& w, int ilo, int ihi, device float2* wv,
                         device float2* vout, float smlnum) {
@@ -2008,30 +2018,24 @@ inline void eig_vectors(thread EigWork<T, P>& w, int ilo, int ihi, device float2
     if (eig_second_of_pair(w.h, n, k, T())) {
       continue;
     }
-    // Each entry times its row's power of 2 and 2^-shift at once, the shift putting the largest
-    // product near 1: the products themselves overflow for a column of x near 2^kEigGrowthExp
-    // and scales of ~2^64 (a companion matrix of order 61 with coefficients up to 1e26 gave
-    // infinite vectors). Powers of 2 only, so the normalised vectors have the same bits.
+    // Each entry times its row's balancing power of 2 and 2^-shift at once, the shift putting
+    // the largest product near 1: entries of x near 2^kEigGrowthExp times the balancing's
+    // powers could overflow before the normalisation. Powers of 2 only: the normalised vectors
+    // have the bits the plain products give where those do not overflow.
     int shift = 0;
     bool any = false;
     for (int r = 0; r < n; ++r) {
       const float m = modulus(vout[r * n + k]);
       if (m > 0.0f) {
-        int e = 0, es = 1;
+        int e = 0;
         metal::frexp(m, e);
-        if (r >= ilo && r <= ihi) {
-          metal::frexp(w.scale[r], es);  // scale = 2^(es - 1)
-        }
-        shift = any ? metal::max(shift, e + es - 1) : e + es - 1;
+        const int product = e + eig_balance_exponent(w, r, ilo, ihi);
+        shift = any ? metal::max(shift, product) : product;
         any = true;
       }
     }
     for (int r = 0; r < n; ++r) {
-      int es = 1;
-      if (r >= ilo && r <= ihi) {
-        metal::frexp(w.scale[r], es);
-      }
-      vout[r * n + k] = eig_ldexp(vout[r * n + k], es - 1 - shift);
+      vout[r * n + k] = eig_ldexp(vout[r * n + k], eig_balance_exponent(w, r, ilo, ihi) - shift);
     }
     for (int r = ilo - 1; r >= 0; --r) {
       const int p = w.perm[r];
